@@ -1,0 +1,77 @@
+"""Names and labels that the CDK side and the Kubernetes manifests must agree on, defined once.
+
+The classic EKS + EFA bug is a launch template saying one thing and a pod asking for another; the
+same goes for taints, namespaces and service-account names. Everything that crosses that line
+lives here (counts live in ``infra.catalog``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # Kubernetes spelling: NoSchedule | PreferNoSchedule | NoExecute
+
+    def toleration(self) -> dict[str, str]:
+        """The pod toleration that matches this taint exactly."""
+        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+
+
+# Every kit GPU node carries this taint, so only pods that ask for GPUs land there.
+GPU_TAINT = Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
+
+# Labels the kit puts on its nodes (managed node group labels) and selects on in manifests/charts.
+LABEL_PREFIX = "rlkit.aws"
+NODE_ROLE_LABEL = f"{LABEL_PREFIX}/node-role"  # "gpu" | "system"
+NODE_ROLE_GPU = "gpu"
+NODE_ROLE_SYSTEM = "system"
+EFA_LABEL = f"{LABEL_PREFIX}/efa"  # "true" on EFA node groups
+NODE_GROUP_LABEL = f"{LABEL_PREFIX}/node-group"  # the config's node-group name
+ZONE_LABEL = "topology.kubernetes.io/zone"  # well-known label set by the kubelet
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # well-known label
+
+# Where the trainer runs and who it is: the Pod Identity association and the manifests both use it.
+TRAINER_NAMESPACE = "rl-training"
+TRAINER_SERVICE_ACCOUNT = "rl-trainer"
+
+# Prefixes inside the data bucket; the trainer's role may touch only these.
+CHECKPOINTS_PREFIX = "checkpoints/"
+DATASETS_PREFIX = "datasets/"
+
+# Tag put on every resource so teardown can find leftovers (resource groups tagging API).
+ENVIRONMENT_TAG = "rlkit:environment"
+TTL_TAG = "rlkit:ttl-hours"
+
+
+def stack_names(prefix: str) -> dict[str, str]:
+    """CloudFormation stack names for an environment; GPU stacks come from ``gpu_stack_name``."""
+    return {
+        "network": f"{prefix}-network",
+        "data": f"{prefix}-data",
+        "cluster": f"{prefix}-cluster",
+    }
+
+
+def gpu_stack_name(prefix: str, group: str) -> str:
+    return f"{prefix}-gpu-{group}"
+
+
+class OutputKeys:
+    """CloudFormation output keys; the renderer and the CLI read outputs by these names."""
+
+    CLUSTER_NAME = "ClusterName"
+    REGION = "Region"
+    CLUSTER_ENDPOINT = "ClusterEndpoint"
+    KUBECONFIG_COMMAND = "UpdateKubeconfigCommand"
+    TRAINER_NAMESPACE = "TrainerNamespace"
+    TRAINER_SERVICE_ACCOUNT = "TrainerServiceAccount"
+    TRAINER_ROLE_ARN = "TrainerRoleArn"
+    BUCKET_NAME = "DataBucketName"
+    ECR_REPOSITORY_URI = "EcrRepositoryUri"
+    NODEGROUP_NAME = "NodegroupName"
+    NODE_ROLE_ARN = "NodeRoleArn"
+    VPC_ID = "VpcId"

@@ -1,0 +1,1 @@
+"""The operator CLI (`rlkit`): the steps between `cdk deploy` and a finished training run."""

@@ -1,0 +1,43 @@
+"""`rlkit`: one command-line tool for the kit's day-to-day steps.
+
+Each subcommand lives in its own module under ``ops/`` and exposes ``register(subparsers)``,
+which adds its parser and sets ``func`` to a callable taking the parsed args and returning an exit
+code. Modules are listed here in the order a newcomer uses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# Subcommand modules, in quickstart order.
+COMMAND_MODULES = [
+    "ops.plan_cmd",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlkit",
+        description="Plan, check, render, gate, launch and tear down MoE RL runs on EKS over EFA.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
