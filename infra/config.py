@@ -205,9 +205,12 @@ class TrainingConfig(_Model):
     expert_parallel: ExpertParallelConfig = Field(default_factory=ExpertParallelConfig)
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     image: str | None = Field(
-        None, description="Trainer image URI; default: the data stack's ECR repository, tag latest."
+        None, description="Trainer image URI; default: the data stack's ECR repository at image_tag."
     )
-    image_tag: str = Field("latest", description="Tag used with the ECR repository URI.")
+    image_tag: str = Field(
+        "0.1.0", description="Tag used with the ECR repository URI (tags are immutable there, "
+        "so use a version, not latest)."
+    )
     extra_env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for trainer pods."
     )

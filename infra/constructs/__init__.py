@@ -1,0 +1,1 @@
+"""CDK constructs of the kit, one concern per file."""

@@ -1,0 +1,89 @@
+"""The EKS control plane, its managed add-ons, admin access and the system node group."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from infra import names
+from infra.config import EndpointAccessConfig, SystemNodesConfig
+from infra.constructs.nag import acknowledge
+
+_ENDPOINT_ACCESS = {
+    "public": eks.EndpointAccess.PUBLIC,
+    "private": eks.EndpointAccess.PRIVATE,
+    "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
+}
+
+
+class KitCluster(Construct):
+    """An ``aws_eks_v2`` cluster: native ``AWS::EKS::Cluster``, no custom resources.
+
+    API authentication mode with access entries, all control-plane log types, secrets envelope
+    encryption with a rotating KMS key, the four EKS managed add-ons the kit relies on (pod
+    networking, DNS, service proxy, Pod Identity) and a small AL2023 node group for CPU work.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, vpc: ec2.IVpc, kubernetes_version: str,
+                 endpoint_access: EndpointAccessConfig, admin_role_arns: list[str],
+                 system_nodes: SystemNodesConfig, managed_addons: dict[str, str | None],
+                 key_removal_policy: RemovalPolicy) -> None:
+        super().__init__(scope, id)
+        self.secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
+                                   description="Envelope encryption of Kubernetes secrets",
+                                   removal_policy=key_removal_policy)
+        access = _ENDPOINT_ACCESS[endpoint_access.mode]
+        if endpoint_access.mode != "private":
+            access = access.only_from(*endpoint_access.public_cidrs)
+        self.cluster = eks.Cluster(
+            self, "Cluster",
+            version=eks.KubernetesVersion.of(kubernetes_version),
+            vpc=vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+            endpoint_access=access,
+            # Capacity is added explicitly below (system) and by the GPU stacks.
+            default_capacity=0,
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            cluster_logging=[
+                eks.ClusterLoggingTypes.API, eks.ClusterLoggingTypes.AUDIT,
+                eks.ClusterLoggingTypes.AUTHENTICATOR, eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+                eks.ClusterLoggingTypes.SCHEDULER,
+            ],
+            secrets_encryption_key=self.secrets_key,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        acknowledge(self.cluster, "AwsSolutions-IAM4",
+                    "The EKS service role uses AWS's AmazonEKSClusterPolicy, the policy EKS "
+                    "documents for cluster roles; a hand-written copy would drift from it.")
+
+        for i, arn in enumerate(admin_role_arns):
+            eks.AccessEntry(
+                self, f"Admin{i}",
+                cluster=self.cluster,
+                principal=arn,
+                access_policies=[eks.AccessPolicy.from_access_policy_name(
+                    "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)],
+            )
+
+        self.addons = {
+            name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
+                            addon_version=version)
+            for name, version in managed_addons.items()
+        }
+
+        self.system_nodegroup = self.cluster.add_nodegroup_capacity(
+            "SystemNodes",
+            instance_types=[ec2.InstanceType(system_nodes.instance_type)],
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            min_size=system_nodes.min_size,
+            desired_size=system_nodes.desired_size,
+            max_size=system_nodes.max_size,
+            labels={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
+            subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+        )
+        acknowledge(self.system_nodegroup, "AwsSolutions-IAM4",
+                    "Managed node roles need AmazonEKSWorkerNodePolicy, AmazonEKS_CNI_Policy and "
+                    "AmazonEC2ContainerRegistryReadOnly, the AWS-managed policies EKS documents.")

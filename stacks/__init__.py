@@ -1,0 +1,1 @@
+"""CDK stacks: thin compositions of ``infra.constructs``, split by lifecycle."""

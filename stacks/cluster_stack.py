@@ -1,0 +1,50 @@
+"""Cluster stack: EKS control plane, managed add-ons, system nodes and the trainer's identity."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from infra import names, versions
+from infra.config import KitConfig
+from infra.constructs.cluster import KitCluster
+from infra.constructs.network import import_existing_vpc
+from infra.constructs.trainer_identity import TrainerIdentity
+from infra.names import OutputKeys
+
+
+class ClusterStack(Stack):
+    def __init__(self, scope: Construct, id: str, *, config: KitConfig, vpc: ec2.IVpc | None,
+                 bucket: s3.IBucket, bucket_key: kms.IKey | None, **kwargs) -> None:
+        super().__init__(scope, id, **kwargs)
+        if vpc is None:  # an existing VPC is imported here; there is no network stack then
+            vpc = import_existing_vpc(self, "ExistingVpc", existing=config.vpc.existing,
+                                      availability_zones=config.availability_zones)
+        self.vpc = vpc
+        kit_cluster = KitCluster(
+            self, "Eks", vpc=vpc,
+            kubernetes_version=config.kubernetes_version,
+            endpoint_access=config.endpoint_access,
+            admin_role_arns=config.admin_role_arns,
+            system_nodes=config.system_nodes,
+            managed_addons=versions.MANAGED_ADDONS,
+            # The cluster holds no data: always delete it with the stack. Its secrets key is
+            # kept unless the environment is ephemeral.
+            key_removal_policy=RemovalPolicy.DESTROY if config.ephemeral else RemovalPolicy.RETAIN,
+        )
+        self.cluster = kit_cluster.cluster
+        self.trainer = TrainerIdentity(self, "Trainer", cluster=self.cluster, bucket=bucket,
+                                       bucket_key=bucket_key)
+
+        cluster_name = self.cluster.cluster_name
+        CfnOutput(self, OutputKeys.CLUSTER_NAME, value=cluster_name)
+        CfnOutput(self, OutputKeys.REGION, value=self.region)
+        CfnOutput(self, OutputKeys.CLUSTER_ENDPOINT, value=self.cluster.cluster_endpoint)
+        CfnOutput(self, OutputKeys.KUBECONFIG_COMMAND,
+                  value=f"aws eks update-kubeconfig --region {config.region} --name {cluster_name}")
+        CfnOutput(self, OutputKeys.TRAINER_NAMESPACE, value=names.TRAINER_NAMESPACE)
+        CfnOutput(self, OutputKeys.TRAINER_SERVICE_ACCOUNT, value=names.TRAINER_SERVICE_ACCOUNT)
+        CfnOutput(self, OutputKeys.TRAINER_ROLE_ARN, value=self.trainer.role.role_arn)

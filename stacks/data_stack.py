@@ -1,0 +1,31 @@
+"""Data stack: checkpoints, datasets and the trainer image. Survives cluster teardown."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from constructs import Construct
+
+from infra.config import KitConfig
+from infra.constructs.data_bucket import DataBucket
+from infra.constructs.trainer_repository import TrainerRepository
+from infra.names import OutputKeys
+
+
+def data_removal_policy(config: KitConfig) -> RemovalPolicy:
+    """Retain data unless the environment is ephemeral or retention was switched off."""
+    if config.ephemeral or not config.storage.retain:
+        return RemovalPolicy.DESTROY
+    return RemovalPolicy.RETAIN
+
+
+class DataStack(Stack):
+    def __init__(self, scope: Construct, id: str, *, config: KitConfig, **kwargs) -> None:
+        super().__init__(scope, id, **kwargs)
+        policy = data_removal_policy(config)
+        data = DataBucket(self, "Data", removal_policy=policy, use_kms=config.storage.kms,
+                          noncurrent_version_days=config.storage.noncurrent_version_days)
+        self.bucket = data.bucket
+        self.bucket_key = data.key
+        self.repository = TrainerRepository(self, "TrainerImage", removal_policy=policy).repository
+        CfnOutput(self, OutputKeys.BUCKET_NAME, value=self.bucket.bucket_name)
+        CfnOutput(self, OutputKeys.ECR_REPOSITORY_URI, value=self.repository.repository_uri)

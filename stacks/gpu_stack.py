@@ -1,0 +1,28 @@
+"""GPU stack: one EFA node group. Replaceable without touching the cluster (capacity blocks end)."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from infra.catalog import INSTANCE_TYPES
+from infra.config import KitConfig
+from infra.constructs.efa_node_group import EfaNodeGroup
+from infra.names import OutputKeys
+
+
+class GpuStack(Stack):
+    def __init__(self, scope: Construct, id: str, *, config: KitConfig, group_name: str,
+                 cluster: eks.Cluster, vpc: ec2.IVpc, **kwargs) -> None:
+        super().__init__(scope, id, **kwargs)
+        group = config.gpu_node_groups[group_name]
+        self.node_group = EfaNodeGroup(
+            self, "EfaNodeGroup", cluster=cluster, vpc=vpc, group_name=group_name, group=group,
+            instance=INSTANCE_TYPES[group.instance_type],
+            cluster_security_group_id=cluster.cluster_security_group_id,
+        )
+        CfnOutput(self, OutputKeys.NODEGROUP_NAME,
+                  value=self.node_group.nodegroup.nodegroup_name)
+        CfnOutput(self, OutputKeys.NODE_ROLE_ARN, value=self.node_group.nodegroup.role.role_arn)

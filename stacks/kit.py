@@ -1,0 +1,76 @@
+"""Compose the kit's stacks for one validated config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aws_cdk import App, Environment, Tags
+
+from infra import names
+from infra.config import KitConfig
+from stacks.cluster_stack import ClusterStack
+from stacks.data_stack import DataStack
+from stacks.gpu_stack import GpuStack
+from stacks.network_stack import NetworkStack
+
+
+# CDK feature flags the kit relies on, set in code so `python app.py`, `cdk synth` and the tests
+# build identical templates (cdk.json context is only read by the CDK CLI).
+FEATURE_FLAGS = {
+    # Grant S3 server-access-log delivery through the bucket policy instead of a legacy ACL.
+    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
+}
+
+
+def make_app(outdir: str | None = None) -> App:
+    """An App with the kit's feature flags."""
+    return App(outdir=outdir, context=dict(FEATURE_FLAGS))
+
+
+@dataclass
+class KitStacks:
+    network: NetworkStack | None
+    data: DataStack
+    cluster: ClusterStack
+    gpu: dict[str, GpuStack] = field(default_factory=dict)
+
+    def all(self) -> list:
+        return [s for s in (self.network, self.data, self.cluster) if s] + list(self.gpu.values())
+
+
+def build_stacks(app: App, config: KitConfig) -> KitStacks:
+    """Add every stack of ``config`` to ``app``. The config must already be validated."""
+    env = Environment(account=config.account, region=config.region)
+    if config.account:
+        # Stacks with a concrete account look AZs up through context; answer that lookup from
+        # the config so synth stays offline and records no missing context.
+        app.node.set_context(
+            f"availability-zones:account={config.account}:region={config.region}",
+            config.availability_zones,
+        )
+    stack_names = names.stack_names(config.name)
+    network = None
+    if config.vpc.existing is None:
+        network = NetworkStack(app, stack_names["network"], config=config, env=env,
+                               description="MoE RL kit: VPC")
+    data = DataStack(app, stack_names["data"], config=config, env=env,
+                     description="MoE RL kit: checkpoint/dataset bucket and trainer image repo")
+    cluster = ClusterStack(app, stack_names["cluster"], config=config,
+                           vpc=network.vpc if network else None,
+                           bucket=data.bucket, bucket_key=data.bucket_key, env=env,
+                           description="MoE RL kit: EKS cluster, add-ons, trainer identity")
+    stacks = KitStacks(network=network, data=data, cluster=cluster)
+    for group_name in config.gpu_node_groups:
+        stacks.gpu[group_name] = GpuStack(
+            app, names.gpu_stack_name(config.name, group_name), config=config,
+            group_name=group_name, cluster=cluster.cluster, vpc=cluster.vpc, env=env,
+            description=f"MoE RL kit: EFA GPU node group {group_name}",
+        )
+
+    tags = {names.ENVIRONMENT_TAG: config.name, **config.tags}
+    if config.cost_guard.ttl_hours is not None:
+        tags[names.TTL_TAG] = str(config.cost_guard.ttl_hours)
+    for stack in stacks.all():
+        for key, value in tags.items():
+            Tags.of(stack).add(key, value)
+    return stacks

@@ -1,0 +1,19 @@
+"""Network stack: the VPC. Lives longest; everything else sits inside it."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from infra.config import KitConfig
+from infra.constructs.network import KitVpc
+from infra.names import OutputKeys
+
+
+class NetworkStack(Stack):
+    def __init__(self, scope: Construct, id: str, *, config: KitConfig, **kwargs) -> None:
+        super().__init__(scope, id, **kwargs)
+        self.vpc = KitVpc(self, "Network", cidr=config.vpc.cidr,
+                          availability_zones=config.availability_zones,
+                          nat_gateways=config.vpc.nat_gateways).vpc
+        CfnOutput(self, OutputKeys.VPC_ID, value=self.vpc.vpc_id)
