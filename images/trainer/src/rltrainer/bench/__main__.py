@@ -1,0 +1,7 @@
+"""``python -m rltrainer.bench {allreduce,ep} ...`` (what torchrun -m runs)."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

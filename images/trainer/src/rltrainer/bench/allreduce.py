@@ -1,0 +1,166 @@
+"""``rltrainer bench allreduce``: all-reduce bandwidth across every rank.
+
+Bandwidths follow the nccl-tests convention (NVIDIA/nccl-tests doc/PERFORMANCE.md):
+
+- algorithm bandwidth ``algbw = size / time``;
+- bus bandwidth ``busbw = algbw x 2(n-1)/n`` for all-reduce, the rate each link must
+  sustain in a ring, which makes the number comparable across rank counts and with
+  the hardware's link speed. The kit's published acceptance numbers (e.g. ~437 GB/s at
+  2 GiB on 2x p5.48xlarge) are bus bandwidths in this convention.
+
+GB/s here is 1e9 bytes per second, as in nccl-tests. ``time`` is the mean time of one
+all-reduce on the slowest rank (the collective finishes when its last rank does).
+
+Before timing a size, every rank fills the buffer with a rank-dependent pattern,
+all-reduces it and checks the exact sums; a wrong result stops the benchmark on every
+rank (exit 1) instead of timing a broken fabric.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence, TextIO
+
+from .common import DistContext, emit, format_size, import_torch, init_distributed, parse_size, shutdown, timed, torch_dtype
+
+PATTERN_PERIOD = 7
+CHECK_CAP_BYTES = 256 << 20  # fp32 check buffer limit when timing another dtype
+
+
+def bus_bandwidth_factor(world_size: int) -> float:
+    """nccl-tests' all-reduce bus factor 2(n-1)/n (0 for a single rank: nothing crosses a bus)."""
+    if world_size < 1:
+        raise ValueError("world_size must be >= 1")
+    return 2.0 * (world_size - 1) / world_size
+
+
+def bandwidths(size_bytes: int, seconds: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes/s) for one all-reduce of ``size_bytes``."""
+    algbw = size_bytes / seconds / 1e9
+    return algbw, algbw * bus_bandwidth_factor(world_size)
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int) -> list[int]:
+    """Powers-of-two steps from ``min_bytes`` up to ``max_bytes`` inclusive (nccl-tests -f 2)."""
+    if min_bytes <= 0 or max_bytes < min_bytes:
+        raise ValueError(f"need 0 < min-bytes <= max-bytes, got {min_bytes} and {max_bytes}")
+    sizes = []
+    size = min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def check_allreduce(ctx: DistContext, buf) -> str | None:
+    """All-reduce a known pattern in ``buf`` (float32) and verify it; None if correct.
+
+    Rank r writes (r + 1) x (j + 1) at every position i with i % 7 == j, so the sum is
+    n(n+1)/2 x (j + 1): exact in float32 for up to ~2000 ranks, and a missing or
+    doubled rank, or a shifted chunk, changes it.
+    """
+    torch, dist = import_torch()
+    for j in range(PATTERN_PERIOD):
+        buf[j::PATTERN_PERIOD].fill_((ctx.rank + 1) * (j + 1))
+    dist.all_reduce(buf)
+    total = ctx.world_size * (ctx.world_size + 1) // 2
+    for j in range(PATTERN_PERIOD):
+        lane = buf[j::PATTERN_PERIOD]
+        expected = float(total * (j + 1))
+        bad = (lane != expected).nonzero()
+        if bad.numel():
+            i = int(bad[0].item()) * PATTERN_PERIOD + j
+            got = float(lane[int(bad[0].item())].item())
+            return (f"rank {ctx.rank}: element {i} of {buf.numel()} is {got:g} after all-reduce, expected {expected:g} "
+                    f"(the sum of (rank + 1) x {j + 1} over {ctx.world_size} ranks)")
+    return None
+
+
+def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) -> int:
+    torch, dist = import_torch()
+    dtype = torch_dtype(args.dtype)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    sizes = sweep_sizes(parse_size(args.min_bytes), parse_size(args.max_bytes))
+    leader = ctx.rank == 0
+    if leader:
+        print(f"# all-reduce: {ctx.world_size} ranks, backend {ctx.backend}, dtype {args.dtype}, "
+              f"{args.warmup} warmup + {args.iters} timed iterations", file=err)
+        print(f"# {'size':>12} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}", file=err)
+    for size in sizes:
+        numel = max(1, size // elem)
+        nbytes = numel * elem
+        buf = torch.empty(numel, dtype=dtype, device=ctx.device)
+        # Check on the timed buffer itself when it is float32, else on a float32 buffer
+        # of the same length (capped): the pattern sums are exact only in float32.
+        if dtype == torch.float32:
+            check_buf = buf
+        else:
+            check_buf = torch.empty(min(numel, CHECK_CAP_BYTES // 4), dtype=torch.float32, device=ctx.device)
+        problem = check_allreduce(ctx, check_buf)
+        if not ctx.all_ok(problem is None):
+            if problem:
+                print(f"rltrainer bench allreduce: correctness check FAILED at {format_size(nbytes)}: {problem}",
+                      file=err, flush=True)
+            if leader:
+                print(f"rltrainer bench allreduce: stopping: the reduced values were wrong on at least one rank "
+                      f"at {format_size(nbytes)}; no timings reported", file=err, flush=True)
+            return 1
+        del check_buf
+        buf.zero_()  # keep values finite while repeatedly summing (inf/NaN can slow CPU paths)
+        for _ in range(args.warmup):
+            dist.all_reduce(buf)
+        ctx.barrier()
+        seconds = ctx.reduce_scalar(timed(ctx, lambda: dist.all_reduce(buf), args.iters), "max")
+        algbw, busbw = bandwidths(nbytes, seconds, ctx.world_size)
+        if leader:
+            emit(
+                {
+                    "kind": "allreduce",
+                    "size_bytes": nbytes,
+                    "time_us": round(seconds * 1e6, 3),
+                    "algbw_GBps": round(algbw, 4),
+                    "busbw_GBps": round(busbw, 4),
+                    "world_size": ctx.world_size,
+                    "backend": ctx.backend,
+                },
+                out,
+            )
+            print(f"  {nbytes:>12} {seconds * 1e6:>12.2f} {algbw:>12.3f} {busbw:>12.3f}", file=err, flush=True)
+        del buf
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-bytes", default="8M", help="smallest message, bytes with optional K/M/G suffix (default 8M)")
+    p.add_argument("--max-bytes", default="2G", help="largest message (default 2G); sizes double from min to max")
+    p.add_argument("--iters", type=int, default=20, help="timed iterations per size (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed iterations per size (default 5)")
+    p.add_argument("--dtype", default="float32", help="float32 (default, as nccl-tests), bfloat16 or float16")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda = NCCL (default); cpu = gloo")
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """All-reduce bus bandwidth sweep; JSON lines on stdout from rank 0 (``rltrainer bench allreduce``)."""
+    p = argparse.ArgumentParser(prog="rltrainer bench allreduce", description=main.__doc__)
+    add_arguments(p)
+    args = p.parse_args(argv)
+    return run_main(args, out or sys.stdout, err or sys.stderr)
+
+
+def run_main(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    for name in ("iters", "warmup"):
+        if getattr(args, name) < (1 if name == "iters" else 0):
+            print(f"rltrainer bench allreduce: --{name} must be >= {1 if name == 'iters' else 0}", file=err)
+            return 2
+    try:
+        sweep_sizes(parse_size(args.min_bytes), parse_size(args.max_bytes))
+        torch_dtype(args.dtype)
+    except ValueError as exc:
+        print(f"rltrainer bench allreduce: {exc}", file=err)
+        return 2
+    ctx = init_distributed(args.device)
+    try:
+        return run(args, ctx, out, err)
+    finally:
+        shutdown()

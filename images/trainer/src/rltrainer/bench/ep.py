@@ -1,0 +1,476 @@
+"""``rltrainer bench ep``: expert-parallel dispatch and combine with model shapes.
+
+Each rank holds ``tokens_per_rank`` tokens of ``hidden`` values; a seeded router
+sends every token to ``topk`` distinct experts out of ``experts``, spread evenly over
+the ranks (expert e lives on rank e // (experts / world_size)).
+
+- dispatch: move every routed token to the rank that owns its expert;
+- expert:   that rank applies its expert (here a known per-expert scale, untimed);
+- combine:  move the results back and sum them with the router weights.
+
+Two implementations share the harness:
+
+- ``nccl`` (:class:`AllToAllDispatcher`): what Megatron's ``alltoall`` token dispatcher
+  does. Rows are permuted so each destination's rows are contiguous and grouped by
+  expert, per-expert counts are exchanged with one small all-to-all, the rows with one
+  uneven ``all_to_all_single`` (NCCL on GPUs, gloo on CPUs), and combine runs the
+  inverse. One row per (token, expert) pair.
+- ``deepep`` (:class:`DeepEPDispatcher`): DeepEP's normal (high-throughput) kernels
+  through ``deep_ep.Buffer`` -- one row per (token, destination rank); requires the
+  image built with a DeepEP ``EP_BACKEND``.
+
+Correctness comes first and is checked against a local reference: every rank can
+regenerate every other rank's tokens and routing from the seed, so it knows exactly
+which rows it must receive (and in which order, for the all-to-all layout), and what
+each of its tokens must look like after combine:
+``y[t] = sum_k w[t,k] x scale(e[t,k]) x x[t]``. Only then are dispatch and combine
+timed, separately, on the slowest rank.
+
+Bandwidth: bytes that cross between ranks in one direction (rows sent to *other*
+ranks x hidden x element size, averaged over ranks) divided by the slowest rank's
+time, in GB/s = 1e9 bytes/s. Combine moves the same rows back.
+
+The dispatcher is injectable (``run_benchmark(..., dispatcher=...)``) so tests can run
+a deliberately broken one and see the check fail with a clear message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence, TextIO
+
+from .common import DistContext, emit, import_torch, init_distributed, shutdown, torch_dtype
+
+PER_EXPERT_COPY = "per_expert_copy"  # one row per (token, expert): Megatron alltoall
+PER_TOKEN = "per_token"  # one row per (token, destination rank): DeepEP
+
+
+@dataclass(frozen=True)
+class EPShape:
+    tokens_per_rank: int
+    hidden: int
+    topk: int
+    experts: int
+
+    def validate(self, world_size: int) -> list[str]:
+        problems = []
+        for name in ("tokens_per_rank", "hidden", "topk", "experts"):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name.replace('_', '-')} must be >= 1")
+        if self.experts % world_size:
+            problems.append(f"--experts {self.experts} must be a multiple of the world size {world_size} "
+                            "(each rank owns experts / world_size experts)")
+        if self.topk > self.experts:
+            problems.append(f"--topk {self.topk} cannot exceed --experts {self.experts} (experts per token are distinct)")
+        return problems
+
+
+def expert_scale(expert_ids, experts: int):
+    """The known 'expert': expert e multiplies its input by 1 + (e + 1) / experts."""
+    return 1.0 + (expert_ids.double() + 1.0) / experts
+
+
+def make_tokens(shape: EPShape, src_rank: int, seed: int, dtype, device):
+    """Rank ``src_rank``'s tokens and routing, reproducible on any rank from the seed."""
+    torch, _ = import_torch()
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed * 1_000_003 + src_rank)
+    x = torch.randn(shape.tokens_per_rank, shape.hidden, generator=g, dtype=torch.float32)
+    # topk distinct experts per token: the k largest of uniform scores.
+    scores = torch.rand(shape.tokens_per_rank, shape.experts, generator=g)
+    topk_idx = scores.topk(shape.topk, dim=1).indices.to(torch.int64)
+    logits = torch.randn(shape.tokens_per_rank, shape.topk, generator=g)
+    topk_w = torch.softmax(logits, dim=1).to(torch.float32)
+    return x.to(dtype).to(device), topk_idx.to(device), topk_w.to(device)
+
+
+@dataclass
+class DispatchOutput:
+    recv_x: Any  # rows this rank received, [R, hidden]
+    handle: Any  # whatever combine needs to send the rows back
+    recv_expert: Any = None  # PER_EXPERT_COPY: global expert id of each row, [R]
+    recv_topk_idx: Any = None  # PER_TOKEN: local expert index per (row, k), -1 if not local, [R, topk]
+    recv_topk_w: Any = None  # PER_TOKEN: router weight per (row, k), [R, topk]
+
+
+class AllToAllDispatcher:
+    """Megatron-style all-to-all dispatch/combine over torch.distributed."""
+
+    layout = PER_EXPERT_COPY
+
+    def __init__(self, ctx: DistContext, shape: EPShape, group: Any = None):
+        self.ctx = ctx
+        self.shape = shape
+        self.group = group
+        self.experts_per_rank = shape.experts // ctx.world_size
+
+    @property
+    def name(self) -> str:
+        return self.ctx.backend  # the transport that carried the all-to-all: nccl or gloo
+
+    def owner_of(self, expert_ids):
+        """Rank that holds each expert (contiguous blocks, as Megatron places them)."""
+        return expert_ids // self.experts_per_rank
+
+    def dispatch(self, x, topk_idx, topk_w) -> DispatchOutput:
+        torch, dist = import_torch()
+        w, e_total = self.ctx.world_size, self.shape.experts
+        k = topk_idx.shape[1]
+        flat_e = topk_idx.reshape(-1)
+        owner = self.owner_of(flat_e)
+        key = owner * e_total + flat_e
+        # Stable sort keeps token order inside each (destination, expert) group.
+        order = torch.sort(key, stable=True).indices
+        counts = torch.bincount(key, minlength=w * e_total)
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts, group=self.group)  # W equal chunks of E counts
+        send_splits = torch.bincount(owner, minlength=w).tolist()
+        recv_counts = recv_counts.view(w, e_total)
+        recv_splits = recv_counts.sum(dim=1).tolist()
+        send = x.index_select(0, order // k)
+        recv = x.new_empty((sum(recv_splits), x.shape[1]))
+        dist.all_to_all_single(recv, send, recv_splits, send_splits, group=self.group)
+        experts = torch.arange(e_total, device=x.device).repeat(w)
+        recv_expert = torch.repeat_interleave(experts, recv_counts.reshape(-1))
+        return DispatchOutput(recv_x=recv, handle=(order, send_splits, recv_splits), recv_expert=recv_expert)
+
+    def expert_forward(self, out: DispatchOutput):
+        scale = expert_scale(out.recv_expert, self.shape.experts).to(out.recv_x.dtype)
+        return out.recv_x * scale.unsqueeze(1)
+
+    def combine(self, expert_out, handle, topk_idx, topk_w):
+        torch, dist = import_torch()
+        order, send_splits, recv_splits = handle
+        k = topk_idx.shape[1]
+        back = expert_out.new_empty((sum(send_splits), expert_out.shape[1]))
+        dist.all_to_all_single(back, expert_out, send_splits, recv_splits, group=self.group)
+        weights = topk_w.reshape(-1).index_select(0, order).to(torch.float32)
+        y = torch.zeros(topk_idx.shape[0], expert_out.shape[1], dtype=torch.float32, device=expert_out.device)
+        y.index_add_(0, order // k, back.to(torch.float32) * weights.unsqueeze(1))
+        return y
+
+
+class DeepEPDispatcher:
+    """DeepEP normal-mode dispatch/combine (``deep_ep.Buffer``), GPU only.
+
+    Written against DeepEP's documented normal-mode API (deepseek-ai/DeepEP README,
+    "Example use in model training or inference prefilling": ``get_dispatch_layout``,
+    ``dispatch``, ``combine``; buffer sizes from ``Buffer.get_dispatch_config`` /
+    ``get_combine_config`` hints). The EFA builds in the image keep this Python API; it
+    cannot be exercised without GPUs and EFA, so run it on the cluster.
+    """
+
+    layout = PER_TOKEN
+    name = "deepep"
+
+    def __init__(self, ctx: DistContext, shape: EPShape, group: Any = None):
+        try:
+            import deep_ep  # noqa: F401
+        except ImportError as exc:
+            raise SystemExit(
+                f"rltrainer bench ep --backend deepep: the deep_ep module is not importable ({exc}). "
+                "This image was built with EP_BACKEND=none; rebuild with --build-arg EP_BACKEND=deepep-nvshmem "
+                "or deepep-gin, or benchmark the all-to-all path with --backend nccl."
+            ) from None
+        if not ctx.is_cuda:
+            raise SystemExit("rltrainer bench ep --backend deepep needs GPUs; drop --device cpu")
+        import deep_ep
+        import torch.distributed as dist
+
+        self.ctx = ctx
+        self.shape = shape
+        self.group = group or dist.group.WORLD
+        self.experts_per_rank = shape.experts // ctx.world_size
+        hidden_bytes = shape.hidden * 2  # bf16 rows
+        nvl, rdma = 0, 0
+        for config in (deep_ep.Buffer.get_dispatch_config(ctx.world_size), deep_ep.Buffer.get_combine_config(ctx.world_size)):
+            nvl = max(nvl, config.get_nvl_buffer_size_hint(hidden_bytes, ctx.world_size))
+            rdma = max(rdma, config.get_rdma_buffer_size_hint(hidden_bytes, ctx.world_size))
+        self.buffer = deep_ep.Buffer(self.group, nvl, rdma)
+
+    def dispatch(self, x, topk_idx, topk_w) -> DispatchOutput:
+        per_rank, per_rdma_rank, per_expert, in_rank, _ = self.buffer.get_dispatch_layout(topk_idx, self.shape.experts)
+        recv_x, recv_idx, recv_w, _counts, handle, _ = self.buffer.dispatch(
+            x,
+            topk_idx=topk_idx,
+            topk_weights=topk_w,
+            num_tokens_per_rank=per_rank,
+            num_tokens_per_rdma_rank=per_rdma_rank,
+            is_token_in_rank=in_rank,
+            num_tokens_per_expert=per_expert,
+        )
+        return DispatchOutput(recv_x=recv_x, handle=handle, recv_topk_idx=recv_idx, recv_topk_w=recv_w)
+
+    def expert_forward(self, out: DispatchOutput):
+        torch, _ = import_torch()
+        first = self.ctx.rank * self.experts_per_rank
+        local = out.recv_topk_idx
+        valid = (local >= 0).to(torch.float32)
+        scale = expert_scale(local.clamp(min=0) + first, self.shape.experts).to(torch.float32)
+        factor = (valid * scale * out.recv_topk_w.to(torch.float32)).sum(dim=1, keepdim=True)
+        return (out.recv_x.to(torch.float32) * factor).to(out.recv_x.dtype)
+
+    def combine(self, expert_out, handle, topk_idx, topk_w):
+        combined, _, _ = self.buffer.combine(expert_out, handle)
+        return combined.to(__import__("torch").float32)
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _rows_expected_here(ctx: DistContext, shape: EPShape, seed: int, dtype, layout: str):
+    """Rows this rank must receive, in the canonical order of ``layout``, with labels."""
+    torch, _ = import_torch()
+    epr = shape.experts // ctx.world_size
+    rows, labels = [], []
+    for src in range(ctx.world_size):
+        x, idx, _w = make_tokens(shape, src, seed, dtype, ctx.device)
+        owner = idx // epr
+        if layout == PER_EXPERT_COPY:
+            flat_e = idx.reshape(-1)
+            mine = (owner.reshape(-1) == ctx.rank).nonzero().squeeze(1)
+            # canonical order: by expert, then token, then k (what a stable sort by expert gives)
+            mine = mine[torch.sort(flat_e[mine], stable=True).indices]
+            tokens = mine // shape.topk
+            rows.append(x.index_select(0, tokens))
+            labels += [(src, int(t), int(flat_e[p])) for t, p in zip(tokens.tolist(), mine.tolist())]
+        else:
+            tokens = (owner == ctx.rank).any(dim=1).nonzero().squeeze(1)
+            rows.append(x.index_select(0, tokens))
+            labels += [(src, int(t), None) for t in tokens.tolist()]
+    return torch.cat(rows, dim=0), labels
+
+
+def check_dispatch(ctx: DistContext, shape: EPShape, seed: int, dtype, layout: str, out: DispatchOutput) -> str | None:
+    """None if this rank received exactly the rows routed to its experts, else why not."""
+    torch, _ = import_torch()
+    expected, labels = _rows_expected_here(ctx, shape, seed, dtype, layout)
+    got = out.recv_x
+    epr = shape.experts // ctx.world_size
+    lo, hi = ctx.rank * epr, (ctx.rank + 1) * epr - 1
+    if got.shape[0] != expected.shape[0] or (got.dim() == 2 and got.shape[1] != expected.shape[1]):
+        return (f"dispatch check failed on rank {ctx.rank}: received {got.shape[0]} rows, expected {expected.shape[0]} "
+                f"(every (token, expert) pair routed to experts {lo}..{hi}, which this rank owns)"
+                if layout == PER_EXPERT_COPY else
+                f"dispatch check failed on rank {ctx.rank}: received {got.shape[0]} tokens, expected {expected.shape[0]} "
+                f"(every token with at least one of experts {lo}..{hi}, which this rank owns)")
+    if layout == PER_EXPERT_COPY:
+        same = (got == expected).all(dim=1)
+        if not bool(same.all()):
+            i = int((~same).nonzero()[0].item())
+            src, tok, exp = labels[i]
+            return (f"dispatch check failed on rank {ctx.rank}: received row {i} is not token {tok} of rank {src} "
+                    f"routed to expert {exp}; {int((~same).sum().item())} of {got.shape[0]} rows are misplaced "
+                    "(wrong split or ordering)")
+        return None
+    # DeepEP does not promise an order across source ranks and channels: compare the
+    # multiset of rows through a fixed random projection, sorted.
+    g = torch.Generator(device="cpu")
+    g.manual_seed(12345)
+    probe = torch.randn(expected.shape[1], 1, generator=g, dtype=torch.float64).to(ctx.device)
+    a = torch.sort((got.double() @ probe).squeeze(1)).values
+    b = torch.sort((expected.double() @ probe).squeeze(1)).values
+    if not torch.allclose(a, b, rtol=1e-6, atol=1e-6):
+        return f"dispatch check failed on rank {ctx.rank}: the received tokens are not the tokens routed to experts {lo}..{hi}"
+    return None
+
+
+def check_combine(ctx: DistContext, shape: EPShape, seed: int, dtype, y) -> str | None:
+    """None if combine returned sum_k w x scale(expert) x token for every local token."""
+    torch, _ = import_torch()
+    x, idx, w = make_tokens(shape, ctx.rank, seed, dtype, ctx.device)
+    factor = (w.double() * expert_scale(idx, shape.experts)).sum(dim=1, keepdim=True)
+    ref = x.double() * factor
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    close = torch.isclose(y.double(), ref, rtol=tol, atol=tol)
+    if not bool(close.all()):
+        bad = (~close).nonzero()[0].tolist()
+        t, h = bad
+        return (f"combine check failed on rank {ctx.rank}: token {t}, element {h} is {float(y[t, h]):.6g}, "
+                f"expected {float(ref[t, h]):.6g} = sum over its {shape.topk} experts of weight x expert scale x input "
+                f"({int((~close).any(dim=1).sum().item())} of {shape.tokens_per_rank} tokens wrong)")
+    return None
+
+
+def remote_rows(ctx: DistContext, shape: EPShape, topk_idx, layout: str) -> int:
+    """Rows this rank sends to other ranks in one direction."""
+    epr = shape.experts // ctx.world_size
+    owner = topk_idx // epr
+    if layout == PER_EXPERT_COPY:
+        return int((owner != ctx.rank).sum().item())
+    torch, _ = import_torch()
+    hits = torch.zeros(topk_idx.shape[0], ctx.world_size, dtype=torch.bool, device=topk_idx.device)
+    hits.scatter_(1, owner, True)
+    hits[:, ctx.rank] = False
+    return int(hits.sum().item())
+
+
+# -------------------------------------------------------------------------- benchmark
+
+
+@dataclass
+class EPResult:
+    correct: bool
+    dispatch_s: float | None
+    combine_s: float | None
+    dispatch_gbps: float | None
+    combine_gbps: float | None
+    message: str | None = None
+
+
+def run_benchmark(
+    ctx: DistContext,
+    shape: EPShape,
+    *,
+    dispatcher: Any,
+    dtype: Any,
+    iters: int,
+    warmup: int,
+    seed: int = 0,
+) -> EPResult:
+    """Check ``dispatcher`` for correctness, then time dispatch and combine separately."""
+    torch, _ = import_torch()
+    x, idx, w = make_tokens(shape, ctx.rank, seed, dtype, ctx.device)
+
+    problem = None
+    try:
+        out = dispatcher.dispatch(x, idx, w)
+        problem = check_dispatch(ctx, shape, seed, dtype, dispatcher.layout, out)
+        if problem is None:
+            y = dispatcher.combine(dispatcher.expert_forward(out), out.handle, idx, w)
+            problem = check_combine(ctx, shape, seed, dtype, y)
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crashing dispatcher is a failed check, on every rank
+        problem = f"rank {ctx.rank}: {type(exc).__name__}: {exc}"
+    if not ctx.all_ok(problem is None):
+        return EPResult(False, None, None, None, None, problem or "another rank failed its check")
+
+    for _ in range(warmup):
+        out = dispatcher.dispatch(x, idx, w)
+        dispatcher.combine(dispatcher.expert_forward(out), out.handle, idx, w)
+    t_dispatch = t_combine = 0.0
+    import time
+
+    for _ in range(iters):
+        ctx.barrier()
+        ctx.synchronize()
+        t0 = time.perf_counter()
+        out = dispatcher.dispatch(x, idx, w)
+        ctx.synchronize()
+        t1 = time.perf_counter()
+        expert_out = dispatcher.expert_forward(out)
+        ctx.synchronize()
+        t2 = time.perf_counter()
+        dispatcher.combine(expert_out, out.handle, idx, w)
+        ctx.synchronize()
+        t3 = time.perf_counter()
+        t_dispatch += t1 - t0
+        t_combine += t3 - t2
+    dispatch_s = ctx.reduce_scalar(t_dispatch / iters, "max")
+    combine_s = ctx.reduce_scalar(t_combine / iters, "max")
+    row_bytes = shape.hidden * torch.tensor([], dtype=dtype).element_size()
+    mean_bytes = ctx.reduce_scalar(remote_rows(ctx, shape, idx, dispatcher.layout) * row_bytes, "sum") / ctx.world_size
+    return EPResult(True, dispatch_s, combine_s, mean_bytes / dispatch_s / 1e9, mean_bytes / combine_s / 1e9)
+
+
+def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int) -> list[dict]:
+    """The two JSON rows (dispatch, combine) for one benchmark result."""
+    rows = []
+    for direction, seconds, gbps in (("dispatch", result.dispatch_s, result.dispatch_gbps),
+                                     ("combine", result.combine_s, result.combine_gbps)):
+        rows.append({
+            "kind": "ep",
+            "backend": backend,
+            "direction": direction,
+            "tokens_per_rank": shape.tokens_per_rank,
+            "hidden": shape.hidden,
+            "topk": shape.topk,
+            "experts": shape.experts,
+            "time_us": round(seconds * 1e6, 3) if seconds is not None else None,
+            "GBps": round(gbps, 4) if gbps is not None else None,
+            "world_size": world_size,
+            "correct": result.correct,
+        })
+    return rows
+
+
+def make_dispatcher(backend: str, ctx: DistContext, shape: EPShape):
+    if backend == "nccl":
+        return AllToAllDispatcher(ctx, shape)
+    if backend == "deepep":
+        return DeepEPDispatcher(ctx, shape)
+    raise SystemExit(f"rltrainer bench ep: unknown --backend {backend!r}; use nccl or deepep")
+
+
+def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, dispatcher: Any = None) -> int:
+    shape = EPShape(args.tokens_per_rank, args.hidden, args.topk, args.experts)
+    problems = shape.validate(ctx.world_size)
+    if problems:
+        if ctx.rank == 0:
+            for p in problems:
+                print(f"rltrainer bench ep: {p}", file=err)
+        return 2
+    dtype = torch_dtype(args.dtype or ("bfloat16" if ctx.is_cuda else "float32"))
+    dispatcher = dispatcher or make_dispatcher(args.backend, ctx, shape)
+    result = run_benchmark(ctx, shape, dispatcher=dispatcher, dtype=dtype, iters=args.iters, warmup=args.warmup,
+                           seed=args.seed)
+    if not result.correct and result.message and "another rank" not in result.message:
+        print(f"rltrainer bench ep: {result.message}", file=err, flush=True)
+    if ctx.rank == 0:
+        for row in result_rows(result, shape, dispatcher.name, ctx.world_size):
+            emit(row, out)
+        if result.correct:
+            print(f"# ep {dispatcher.name}: {ctx.world_size} ranks, {shape.tokens_per_rank} tokens/rank, hidden "
+                  f"{shape.hidden}, top-{shape.topk} of {shape.experts} experts", file=err)
+            print(f"#   dispatch {result.dispatch_s * 1e6:10.1f} us {result.dispatch_gbps:10.3f} GB/s", file=err)
+            print(f"#   combine  {result.combine_s * 1e6:10.1f} us {result.combine_gbps:10.3f} GB/s", file=err)
+        else:
+            print("rltrainer bench ep: correctness check FAILED; no timings reported", file=err, flush=True)
+    return 0 if result.correct else 1
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    # Defaults are Qwen3-30B-A3B's MoE shape: hidden 2048, 128 experts, top-8.
+    p.add_argument("--tokens-per-rank", type=int, default=4096, help="tokens on each rank (default 4096)")
+    p.add_argument("--hidden", type=int, default=2048, help="hidden size (default 2048, Qwen3-30B-A3B)")
+    p.add_argument("--topk", type=int, default=8, help="experts per token (default 8)")
+    p.add_argument("--experts", type=int, default=128, help="routed experts, a multiple of the world size (default 128)")
+    p.add_argument("--backend", default="nccl", choices=("nccl", "deepep"),
+                   help="nccl = torch all_to_all_single (gloo with --device cpu); deepep = deep_ep.Buffer (GPU)")
+    p.add_argument("--iters", type=int, default=20, help="timed iterations (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed iterations (default 5)")
+    p.add_argument("--dtype", default=None, help="row dtype (default bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--seed", type=int, default=0, help="router seed, the same on every rank (default 0)")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda = NCCL (default); cpu = gloo")
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Expert-parallel dispatch/combine check and bandwidth; JSON on stdout from rank 0 (``rltrainer bench ep``)."""
+    p = argparse.ArgumentParser(prog="rltrainer bench ep", description=main.__doc__)
+    add_arguments(p)
+    args = p.parse_args(argv)
+    return run_main(args, out or sys.stdout, err or sys.stderr)
+
+
+def run_main(args: argparse.Namespace, out: TextIO, err: TextIO, dispatcher_factory=None) -> int:
+    if args.iters < 1 or args.warmup < 0:
+        print("rltrainer bench ep: --iters must be >= 1 and --warmup >= 0", file=err)
+        return 2
+    if args.dtype is not None:
+        try:
+            torch_dtype(args.dtype)
+        except ValueError as exc:
+            print(f"rltrainer bench ep: {exc}", file=err)
+            return 2
+    ctx = init_distributed(args.device)
+    try:
+        dispatcher = None
+        if dispatcher_factory is not None:
+            shape = EPShape(args.tokens_per_rank, args.hidden, args.topk, args.experts)
+            dispatcher = dispatcher_factory(ctx, shape)
+        return run(args, ctx, out, err, dispatcher=dispatcher)
+    finally:
+        shutdown()

@@ -1,0 +1,55 @@
+"""``rltrainer checkpoint``: the S3 checkpoint sync, by hand.
+
+The launcher does all of this on its own; these subcommands are for operators:
+look at what a run has in S3, push a save the launcher could not upload, or pull
+the newest complete checkpoint onto a volume before a manual run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence, TextIO
+
+from .checkpoints import RetryPolicy, S3CheckpointStore, iter_dirname, prepare_resume
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rltrainer checkpoint", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="action", required=True)
+    ls = sub.add_parser("list", help="print the complete checkpoints in S3 as JSON lines")
+    up = sub.add_parser("upload", help="upload one finished save and mark it complete")
+    up.add_argument("--iteration", type=int, required=True, help="the N of iter_000000N")
+    rs = sub.add_parser("restore", help="make --local-dir hold the newest complete checkpoint (what launch does first)")
+    for q in (ls, up, rs):
+        q.add_argument("--s3-uri", required=True, help="the run's checkpoint prefix, s3://bucket/prefix/")
+    for q in (up, rs):
+        q.add_argument("--local-dir", default="/checkpoints", help="Megatron --save directory (default /checkpoints)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None,
+         client=None) -> int:
+    """List, upload or restore checkpoints of one run (``rltrainer checkpoint``)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    args = build_parser().parse_args(argv)
+    store = S3CheckpointStore(args.s3_uri, client=client, retry=RetryPolicy(log=err), progress_stream=err)
+    if args.action == "list":
+        for iteration in store.list_complete():
+            m = store.read_manifest(iteration)
+            out.write(json.dumps({"iteration": iteration, "files": len(m.files), "total_bytes": m.total_bytes,
+                                  "created_at": m.created_at}) + "\n")
+        return 0
+    if args.action == "upload":
+        m = store.upload(args.local_dir, args.iteration)
+        print(f"rltrainer: {iter_dirname(m.iteration)} complete in {store.uri} ({len(m.files)} files)", file=err)
+        return 0
+    result = prepare_resume(store, args.local_dir, log=err)
+    out.write(json.dumps({"iteration": result.iteration, "source": result.source}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

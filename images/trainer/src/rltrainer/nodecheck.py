@@ -1,0 +1,268 @@
+"""``rltrainer nodecheck``: does this pod see what an EFA trainer needs?
+
+Run inside the trainer pod on a GPU node. Each probe reads files under a root path
+(``/`` in production, a fake tree in tests) or calls an injectable function, so the
+whole check runs anywhere. What it checks, and why:
+
+- ``gpus``:            /dev/nvidiaN devices (fallback ``nvidia-smi -L``) >= expected;
+- ``efa_devices``:     EFA devices this pod can open: an ``efa``-driver device in
+                       /sys/class/infiniband whose uverbs node is in /dev/infiniband (the
+                       EFA device plugin mounts only the allocated ones); fallback
+                       ``fi_info -p efa``. A pod with fewer EFA devices than the instance
+                       has leaves bandwidth unused (or NCCL falls back to sockets);
+- ``gdrcopy``:         /dev/gdrdrv, needed by aws-ofi-nccl's GPUDirect flush and by the
+                       DeepEP-over-EFA paths (NCCL GIN opens a gdr handle);
+- ``hugepages_2Mi``:   2 MiB huge pages on the node and in the pod's hugetlb cgroup
+                       (libfabric's EFA provider uses them for bounce buffers);
+- ``memlock``:         unlimited locked memory, required to register GPU/host buffers;
+- ``shm``:             /dev/shm size (NCCL's intra-node transport and PyTorch workers);
+- ``nccl_ofi_plugin``: a ``libnccl-net*.so`` NCCL can load, without which it silently
+                       uses TCP sockets.
+
+Output: one JSON object on stdout, ``{"kind": "nodecheck", "ok": ..., "checks": [...]}``,
+and a one-line verdict on stderr. Exit code 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import resource
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence, TextIO
+
+CHECK_NAMES = ("gpus", "efa_devices", "gdrcopy", "hugepages_2Mi", "memlock", "shm", "nccl_ofi_plugin")
+
+# Where aws-ofi-nccl lands: the EFA installer (/opt/amazon/ofi-nccl), older manual
+# builds (/opt/aws-ofi-nccl), and distro library directories.
+PLUGIN_DIRS = (
+    "/opt/amazon/ofi-nccl/lib",
+    "/opt/amazon/ofi-nccl/lib64",
+    "/opt/aws-ofi-nccl/lib",
+    "/usr/local/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    expected: Any
+    found: Any
+    fix: str
+
+
+def _run_command(argv: list[str]) -> str | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _memlock_soft_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+
+
+def _statvfs_bytes(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+class NodeProbe:
+    """Reads the node through ``root`` and injectable hooks (for tests)."""
+
+    def __init__(
+        self,
+        root: str | Path = "/",
+        env: dict[str, str] | None = None,
+        run: Callable[[list[str]], str | None] = _run_command,
+        memlock_limit: Callable[[], int] = _memlock_soft_limit,
+        statvfs_bytes: Callable[[str], int | None] = _statvfs_bytes,
+    ):
+        self.root = Path(root)
+        self.env = dict(os.environ if env is None else env)
+        self.run = run
+        self.memlock_limit = memlock_limit
+        self.statvfs_bytes = statvfs_bytes
+
+    def p(self, path: str) -> Path:
+        return self.root / path.lstrip("/")
+
+    # -- probes
+
+    def gpu_count(self) -> int:
+        devs = [d for d in glob.glob(str(self.p("/dev/nvidia*"))) if Path(d).name[len("nvidia"):].isdigit()]
+        if devs:
+            return len(devs)
+        listing = self.run(["nvidia-smi", "-L"])
+        return sum(1 for line in (listing or "").splitlines() if line.startswith("GPU "))
+
+    def efa_devices(self) -> tuple[int, str]:
+        """(usable EFA devices, how they were counted)."""
+        ib = self.p("/sys/class/infiniband")
+        if ib.is_dir():
+            usable = 0
+            for dev in sorted(ib.iterdir()):
+                driver = dev / "device" / "driver"
+                name = os.path.basename(os.path.realpath(driver)) if driver.exists() else ""
+                if name != "efa":
+                    continue
+                verbs = dev / "device" / "infiniband_verbs"
+                nodes = [v.name for v in verbs.iterdir()] if verbs.is_dir() else []
+                if any(self.p(f"/dev/infiniband/{n}").exists() for n in nodes):
+                    usable += 1
+            return usable, "sysfs"
+        listing = self.run(["fi_info", "-p", "efa", "-t", "FI_EP_RDM"])
+        if listing is None:
+            return 0, "none"
+        domains = {line.split(":", 1)[1].strip() for line in listing.splitlines() if line.strip().startswith("domain:")}
+        return len(domains), "fi_info"
+
+    def gdrdrv_present(self) -> bool:
+        return self.p("/dev/gdrdrv").exists()
+
+    def hugepages_2mi_bytes(self) -> tuple[int, int | None]:
+        """(node's 2 MiB pages in bytes, this pod's hugetlb cgroup limit in bytes or None)."""
+        try:
+            pages = int(self.p("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages").read_text().strip())
+        except (OSError, ValueError):
+            pages = 0
+        limit = None
+        for path in ("/sys/fs/cgroup/hugetlb.2MB.max", "/sys/fs/cgroup/hugetlb/hugetlb.2MB.limit_in_bytes"):
+            f = self.p(path)
+            if f.is_file():
+                text = f.read_text().strip()
+                limit = None if text == "max" else int(text)
+                break
+        return pages * (2 << 20), limit
+
+    def shm_bytes(self) -> int | None:
+        return self.statvfs_bytes(str(self.p("/dev/shm")))
+
+    def nccl_plugin(self) -> str | None:
+        configured = self.env.get("NCCL_NET_PLUGIN", "")
+        if configured.startswith("/"):
+            return configured if self.p(configured).is_file() else None
+        dirs = [d for d in self.env.get("LD_LIBRARY_PATH", "").split(":") if d] + list(PLUGIN_DIRS)
+        for d in dirs:
+            hits = sorted(glob.glob(str(self.p(d) / "libnccl-net*.so*")))
+            if hits:
+                return "/" + str(Path(hits[0]).relative_to(self.root)).lstrip("/")
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def run_checks(
+    probe: NodeProbe,
+    *,
+    expect_gpus: int,
+    expect_efa: int,
+    hugepages_mib: int = 5120,
+    min_shm_gib: float = 8.0,
+    skip: Sequence[str] = (),
+) -> list[CheckResult]:
+    """Run every check not in ``skip``; each result says what to do when it fails."""
+    results: list[CheckResult] = []
+
+    def add(name: str, ok: bool, expected: Any, found: Any, fix: str) -> None:
+        if name not in skip:
+            results.append(CheckResult(name, ok, expected, found, "" if ok else fix))
+
+    gpus = probe.gpu_count()
+    add("gpus", gpus >= expect_gpus, expect_gpus, gpus,
+        f"request nvidia.com/gpu: {expect_gpus} for the pod and check that the NVIDIA device plugin runs on this node")
+
+    efa, how = probe.efa_devices()
+    add("efa_devices", efa >= expect_efa, expect_efa, efa,
+        f"request vpc.amazonaws.com/efa: {expect_efa} (the node's allocatable EFA count) for the pod, and check that the "
+        "EFA device plugin tolerates the GPU taint and that the launch template attached every EFA interface"
+        + ("" if how != "none" else " (neither /sys/class/infiniband nor fi_info was available)"))
+
+    gdr = probe.gdrdrv_present()
+    add("gdrcopy", gdr, "/dev/gdrdrv present", "present" if gdr else "missing",
+        "load the gdrdrv kernel module on the node (the EKS NVIDIA AMI ships GDRCopy) and expose /dev/gdrdrv to the pod")
+
+    node_bytes, cgroup_limit = probe.hugepages_2mi_bytes()
+    usable = node_bytes if cgroup_limit is None else min(node_bytes, cgroup_limit)
+    need = hugepages_mib << 20
+    add("hugepages_2Mi", usable >= need, f">= {hugepages_mib} MiB", f"{usable >> 20} MiB",
+        f"request hugepages-2Mi: {hugepages_mib}Mi for the pod and pre-allocate 2 MiB huge pages on the node "
+        f"(node has {node_bytes >> 20} MiB" + (f", pod cgroup allows {cgroup_limit >> 20} MiB)" if cgroup_limit is not None else ")"))
+
+    limit = probe.memlock_limit()
+    unlimited = limit == resource.RLIM_INFINITY
+    add("memlock", unlimited, "unlimited", "unlimited" if unlimited else f"{limit} bytes",
+        "run the container with an unlimited memlock ulimit (the EKS AMI's containerd default) and the IPC_LOCK capability")
+
+    shm = probe.shm_bytes()
+    add("shm", shm is not None and shm >= min_shm_gib * (1 << 30), f">= {min_shm_gib:g} GiB",
+        _gib(shm) if shm is not None else "missing",
+        "mount an emptyDir with medium: Memory at /dev/shm (the container default of 64 MiB starves NCCL)")
+
+    plugin = probe.nccl_plugin()
+    add("nccl_ofi_plugin", plugin is not None, "libnccl-net*.so findable", plugin or "not found",
+        "use the trainer image (the EFA installer puts aws-ofi-nccl in /opt/amazon/ofi-nccl/lib), keep that directory "
+        "on LD_LIBRARY_PATH and set NCCL_NET_PLUGIN=ofi")
+    return results
+
+
+def verdict(results: list[CheckResult]) -> str:
+    failed = [r for r in results if not r.ok]
+    if not failed:
+        return f"nodecheck: PASS ({len(results)} checks)"
+    parts = [f"{r.name} (expected {r.expected}, found {r.found})" for r in failed]
+    return f"nodecheck: FAIL {len(failed)} of {len(results)}: " + "; ".join(parts)
+
+
+def build_parser(prog: str = "rltrainer nodecheck") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=main.__doc__)
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--expect-gpus", type=int, required=True, help="GPUs the pod should see, e.g. 8")
+    p.add_argument("--expect-efa", type=int, required=True, help="EFA devices the pod should see, e.g. 32 on p5.48xlarge")
+    p.add_argument("--hugepages-mib", type=int, default=5120, help="2 MiB huge pages needed, in MiB (default 5120)")
+    p.add_argument("--min-shm-gib", type=float, default=8.0, help="smallest acceptable /dev/shm in GiB (default 8)")
+    p.add_argument("--skip", action="append", default=[], choices=CHECK_NAMES, metavar="CHECK",
+                   help=f"leave a check out (repeatable): {', '.join(CHECK_NAMES)}")
+    p.add_argument("--root", default="/", help="filesystem root to inspect (default /; tests use a fake tree)")
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None,
+         probe: NodeProbe | None = None) -> int:
+    """Check GPUs, EFA devices, GDRCopy, huge pages, memlock, /dev/shm and the NCCL OFI plugin (``rltrainer nodecheck``)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    args = build_parser().parse_args(argv)
+    return run_main(args, out, err, probe)
+
+
+def run_main(args: argparse.Namespace, out: TextIO, err: TextIO, probe: NodeProbe | None = None) -> int:
+    probe = probe or NodeProbe(root=args.root)
+    results = run_checks(probe, expect_gpus=args.expect_gpus, expect_efa=args.expect_efa,
+                         hugepages_mib=args.hugepages_mib, min_shm_gib=args.min_shm_gib, skip=args.skip)
+    ok = all(r.ok for r in results)
+    out.write(json.dumps({"kind": "nodecheck", "ok": ok, "checks": [asdict(r) for r in results]}) + "\n")
+    out.flush()
+    print(verdict(results), file=err, flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":  # python -m rltrainer.nodecheck
+    sys.exit(main())
