@@ -10,7 +10,9 @@ Offline: no AWS calls, no credentials, no context lookups.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from pathlib import Path
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
@@ -20,12 +22,15 @@ from stacks.kit import build_stacks, make_app  # noqa: E402
 
 def main() -> None:
     # `cdk` sets CDK_OUTDIR; plain `python app.py` writes to ./cdk.out like the CLI would.
-    app = make_app(outdir=os.environ.get("CDK_OUTDIR", "cdk.out"))
-    config_path = app.node.try_get_context("config")
+    outdir = Path(os.environ.get("CDK_OUTDIR", "cdk.out"))
+    outdir_existed = outdir.exists()
+    app = make_app(outdir=str(outdir))
     try:
-        config = load_config(config_path)
+        config = load_config(app.node.try_get_context("config"))
     except ConfigError as err:
         print(err, file=sys.stderr)
+        if not outdir_existed:  # leave nothing half-created behind
+            shutil.rmtree(outdir, ignore_errors=True)
         sys.exit(2)
     build_stacks(app, config)
     app.synth()

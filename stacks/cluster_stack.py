@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from aws_cdk import CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_kms as kms
-from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from infra import names, versions
 from infra.config import KitConfig
 from infra.constructs.cluster import KitCluster
 from infra.constructs.network import import_existing_vpc
-from infra.constructs.trainer_identity import TrainerIdentity
+from infra.constructs.trainer_identity import bind_trainer_role
 from infra.names import OutputKeys
 
 
 class ClusterStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: KitConfig, vpc: ec2.IVpc | None,
-                 bucket: s3.IBucket, bucket_key: kms.IKey | None, **kwargs) -> None:
+                 trainer_role: iam.IRole, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         if vpc is None:  # an existing VPC is imported here; there is no network stack then
             vpc = import_existing_vpc(self, "ExistingVpc", existing=config.vpc.existing,
@@ -36,8 +35,7 @@ class ClusterStack(Stack):
             key_removal_policy=RemovalPolicy.DESTROY if config.ephemeral else RemovalPolicy.RETAIN,
         )
         self.cluster = kit_cluster.cluster
-        self.trainer = TrainerIdentity(self, "Trainer", cluster=self.cluster, bucket=bucket,
-                                       bucket_key=bucket_key)
+        bind_trainer_role(self, "TrainerPodIdentity", cluster=self.cluster, role=trainer_role)
 
         cluster_name = self.cluster.cluster_name
         CfnOutput(self, OutputKeys.CLUSTER_NAME, value=cluster_name)
@@ -47,4 +45,4 @@ class ClusterStack(Stack):
                   value=f"aws eks update-kubeconfig --region {config.region} --name {cluster_name}")
         CfnOutput(self, OutputKeys.TRAINER_NAMESPACE, value=names.TRAINER_NAMESPACE)
         CfnOutput(self, OutputKeys.TRAINER_SERVICE_ACCOUNT, value=names.TRAINER_SERVICE_ACCOUNT)
-        CfnOutput(self, OutputKeys.TRAINER_ROLE_ARN, value=self.trainer.role.role_arn)
+        CfnOutput(self, OutputKeys.TRAINER_ROLE_ARN, value=trainer_role.role_arn)

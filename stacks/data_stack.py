@@ -1,4 +1,7 @@
-"""Data stack: checkpoints, datasets and the trainer image. Survives cluster teardown."""
+"""Data stack: checkpoints, datasets, the trainer image and the role that reads/writes them.
+
+Survives cluster teardown.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from constructs import Construct
 
 from infra.config import KitConfig
 from infra.constructs.data_bucket import DataBucket
+from infra.constructs.trainer_identity import TrainerRole
 from infra.constructs.trainer_repository import TrainerRepository
 from infra.names import OutputKeys
 
@@ -27,5 +31,7 @@ class DataStack(Stack):
         self.bucket = data.bucket
         self.bucket_key = data.key
         self.repository = TrainerRepository(self, "TrainerImage", removal_policy=policy).repository
+        self.trainer_role = TrainerRole(self, "Trainer", bucket=self.bucket,
+                                        bucket_key=self.bucket_key).role
         CfnOutput(self, OutputKeys.BUCKET_NAME, value=self.bucket.bucket_name)
         CfnOutput(self, OutputKeys.ECR_REPOSITORY_URI, value=self.repository.repository_uri)

@@ -57,7 +57,7 @@ def build_stacks(app: App, config: KitConfig) -> KitStacks:
                      description="MoE RL kit: checkpoint/dataset bucket and trainer image repo")
     cluster = ClusterStack(app, stack_names["cluster"], config=config,
                            vpc=network.vpc if network else None,
-                           bucket=data.bucket, bucket_key=data.bucket_key, env=env,
+                           trainer_role=data.trainer_role, env=env,
                            description="MoE RL kit: EKS cluster, add-ons, trainer identity")
     stacks = KitStacks(network=network, data=data, cluster=cluster)
     for group_name in config.gpu_node_groups:

@@ -10,7 +10,11 @@ from constructs import Construct
 
 from infra import names
 from infra.config import EndpointAccessConfig, SystemNodesConfig
-from infra.constructs.nag import acknowledge
+from infra.constructs.nag import (
+    acknowledge,
+    acknowledge_eks_node_role,
+    managed_policy_finding,
+)
 
 _ENDPOINT_ACCESS = {
     "public": eks.EndpointAccess.PUBLIC,
@@ -55,9 +59,9 @@ class KitCluster(Construct):
             secrets_encryption_key=self.secrets_key,
             removal_policy=RemovalPolicy.DESTROY,
         )
-        acknowledge(self.cluster, "AwsSolutions-IAM4",
-                    "The EKS service role uses AWS's AmazonEKSClusterPolicy, the policy EKS "
-                    "documents for cluster roles; a hand-written copy would drift from it.")
+        acknowledge(self.cluster.role, managed_policy_finding("AmazonEKSClusterPolicy"),
+                    "The EKS cluster role uses AmazonEKSClusterPolicy, the AWS-managed policy EKS "
+                    "documents for it.")
 
         for i, arn in enumerate(admin_role_arns):
             eks.AccessEntry(
@@ -84,6 +88,4 @@ class KitCluster(Construct):
             labels={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
-        acknowledge(self.system_nodegroup, "AwsSolutions-IAM4",
-                    "Managed node roles need AmazonEKSWorkerNodePolicy, AmazonEKS_CNI_Policy and "
-                    "AmazonEC2ContainerRegistryReadOnly, the AWS-managed policies EKS documents.")
+        acknowledge_eks_node_role(self.system_nodegroup.role)

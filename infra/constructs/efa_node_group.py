@@ -16,7 +16,7 @@ from constructs import Construct
 from infra import names
 from infra.catalog import InstanceType
 from infra.config import GpuNodeGroupConfig
-from infra.constructs.nag import acknowledge
+from infra.constructs.nag import acknowledge_eks_node_role
 
 _CAPACITY_TYPE = {
     "on-demand": eks.CapacityType.ON_DEMAND,
@@ -159,6 +159,4 @@ class EfaNodeGroup(Construct):
                     for t in node_taints(group)],
         )
         Tags.of(self.nodegroup).add("rlkit:node-group", group_name)
-        acknowledge(self.nodegroup, "AwsSolutions-IAM4",
-                    "Managed node roles need AmazonEKSWorkerNodePolicy, AmazonEKS_CNI_Policy and "
-                    "AmazonEC2ContainerRegistryReadOnly, the AWS-managed policies EKS documents.")
+        acknowledge_eks_node_role(self.nodegroup.role)

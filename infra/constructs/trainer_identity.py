@@ -1,7 +1,8 @@
-"""The trainer's AWS identity: an IAM role bound to its Kubernetes service account by Pod Identity."""
+"""The trainer's AWS identity: an IAM role for its Kubernetes service account (EKS Pod Identity)."""
 
 from __future__ import annotations
 
+from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -9,16 +10,17 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from infra import names
+from infra.constructs.nag import acknowledge
 
 
-class TrainerIdentity(Construct):
+class TrainerRole(Construct):
     """Least privilege: read/write the bucket's checkpoint prefix, read its dataset prefix.
 
-    Pod Identity (not IRSA): no OIDC provider to manage, and the association names the namespace
-    and service account from ``infra.names``, the same ones the manifests render.
+    Lives next to the bucket (data stack), so its policy references the bucket directly; the
+    cluster stack binds it to the service account with ``bind_trainer_role``.
     """
 
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, bucket: s3.IBucket,
+    def __init__(self, scope: Construct, id: str, *, bucket: s3.Bucket,
                  bucket_key: kms.IKey | None) -> None:
         super().__init__(scope, id)
         self.role = iam.Role(
@@ -27,8 +29,6 @@ class TrainerIdentity(Construct):
             assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
             description="RL trainer pods: checkpoints and datasets in the kit's bucket only",
         )
-        checkpoints = bucket.arn_for_objects(names.CHECKPOINTS_PREFIX + "*")
-        datasets = bucket.arn_for_objects(names.DATASETS_PREFIX + "*")
         self.role.add_to_policy(iam.PolicyStatement(
             sid="ListOwnPrefixes",
             actions=["s3:ListBucket"],
@@ -40,17 +40,32 @@ class TrainerIdentity(Construct):
             sid="ReadWriteCheckpoints",
             actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                      "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
-            resources=[checkpoints],
+            resources=[bucket.arn_for_objects(names.CHECKPOINTS_PREFIX + "*")],
         ))
         self.role.add_to_policy(iam.PolicyStatement(
-            sid="ReadDatasets", actions=["s3:GetObject"], resources=[datasets],
+            sid="ReadDatasets", actions=["s3:GetObject"],
+            resources=[bucket.arn_for_objects(names.DATASETS_PREFIX + "*")],
         ))
+        bucket_id = Stack.of(bucket).get_logical_id(bucket.node.default_child)
+        for prefix in (names.CHECKPOINTS_PREFIX, names.DATASETS_PREFIX):
+            acknowledge(self.role, f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix}*]",
+                        f"Objects under {prefix} are the trainer's; the wildcard stays inside that "
+                        "prefix of the kit's own bucket.")
         if bucket_key is not None:
             bucket_key.grant_encrypt_decrypt(self.role)
-        self.association = eks.CfnPodIdentityAssociation(
-            self, "Association",
-            cluster_name=cluster.cluster_name,
-            namespace=names.TRAINER_NAMESPACE,
-            service_account=names.TRAINER_SERVICE_ACCOUNT,
-            role_arn=self.role.role_arn,
-        )
+            for action in ("kms:ReEncrypt*", "kms:GenerateDataKey*"):
+                acknowledge(self.role, f"AwsSolutions-IAM5[Action::{action}]",
+                            "Emitted by Key.grant_encrypt_decrypt on the bucket's own key: SSE-KMS "
+                            "uploads need data keys from that key and nothing else.")
+
+
+def bind_trainer_role(scope: Construct, id: str, *, cluster: eks.ICluster,
+                      role: iam.IRole) -> eks.CfnPodIdentityAssociation:
+    """Give the trainer's service account (``infra.names``, as the manifests render it) the role."""
+    return eks.CfnPodIdentityAssociation(
+        scope, id,
+        cluster_name=cluster.cluster_name,
+        namespace=names.TRAINER_NAMESPACE,
+        service_account=names.TRAINER_SERVICE_ACCOUNT,
+        role_arn=role.role_arn,
+    )

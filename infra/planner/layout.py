@@ -1,0 +1,124 @@
+"""Parallel layouts, the training setup they run, and the rules a layout must obey.
+
+Terms follow Megatron-Core (``megatron/core/parallel_state.py``):
+
+- tp, cp, pp, dp: tensor, context, pipeline and data parallel sizes; world = tp*cp*pp*dp.
+- ep, etp: expert parallel and expert tensor parallel sizes. With "MoE parallel folding" the
+  expert layers regroup the tp*cp*dp GPUs of one pipeline stage as etp*ep*edp, so etp*ep must
+  divide tp*cp*dp; edp (expert data parallel) = tp*cp*dp / (etp*ep).
+- vpp: virtual pipeline (interleaved) chunks per pipeline rank.
+- mbs: micro-batch size (sequences); a step runs gbs / (dp*mbs) micro-batches per pipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from infra.planner.models import MoEModel
+
+Precision = Literal["bf16", "fp8"]
+Recompute = Literal["none", "selective", "full"]
+EpBackend = Literal["nccl", "deepep-nvshmem", "deepep-gin"]
+EP_BACKENDS: tuple[str, ...] = ("nccl", "deepep-nvshmem", "deepep-gin")
+# "1f1b": Megatron's (interleaved) 1F1B, expert all-to-all exposed.
+# "a2a-overlap": 1F1B with Megatron's batch-level EP overlap (--overlap-moe-expert-parallel-comm):
+#     one micro-batch's all-to-all hides behind another's compute.
+# "dualpipe": DeepSeek's DualPipe (DeepSeek-V3 report, section 3.2.1): all-to-all and pipeline
+#     traffic hidden behind compute, at the price of SMs reserved for communication.
+Schedule = Literal["1f1b", "a2a-overlap", "dualpipe"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp: int = 1
+    cp: int = 1
+    etp: int = 1
+    vpp: int = 1
+    mbs: int = 1
+    recompute: Recompute = "none"
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def edp(self) -> int:
+        return self.tp * self.cp * self.dp // (self.etp * self.ep)
+
+    def label(self) -> str:
+        parts = [f"TP{self.tp}", f"PP{self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"VPP{self.vpp}")
+        if self.cp > 1:
+            parts.append(f"CP{self.cp}")
+        parts += [f"EP{self.ep}"]
+        if self.etp > 1:
+            parts.append(f"ETP{self.etp}")
+        parts += [f"DP{self.dp}", f"MBS{self.mbs}"]
+        return " ".join(parts)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """What is being trained and how, independent of the layout."""
+
+    seq_len: int = 4096
+    global_batch: int = 256  # sequences per optimizer step
+    precision: Precision = "bf16"
+    optimizer_bf16_moments: bool = False  # Megatron --use-precision-aware-optimizer, bf16 Adam moments
+    schedule: Schedule = "1f1b"
+    moe_imbalance: float = 1.0  # slowest EP rank's load / mean (1.0 = balanced routing)
+    # RL: rollout engine sharing the training GPUs (colocated)
+    colocate_rollout: bool = False
+    rollout_offload: bool = True  # engine weights and KV cache released during training (Miles/slime)
+    rollout_tokens_per_gpu: int = 0  # KV-cache tokens the engine keeps resident per GPU
+    rollout_mem_fraction: float = 0.0  # or: a static fraction of GPU memory (SGLang mem_fraction_static)
+
+
+def layout_problem(model: MoEModel, layout: Layout, setup: TrainingSetup,
+                   gpus_per_node: int) -> str | None:
+    """First divisibility rule the layout breaks, as a sentence; None when it is well-formed."""
+    L = layout
+    if min(L.tp, L.pp, L.ep, L.dp, L.cp, L.etp, L.vpp, L.mbs) < 1:
+        return "every parallel size must be at least 1"
+    if L.tp > gpus_per_node:
+        return f"tp={L.tp} exceeds the {gpus_per_node} GPUs of one node (tensor parallelism stays on NVLink)"
+    if model.num_heads % L.tp:
+        return f"tp={L.tp} does not divide the {model.num_heads} attention heads of {model.key}"
+    groups = model.kv_groups
+    if groups % L.tp and L.tp % groups:
+        return (f"tp={L.tp} neither divides nor is a multiple of the {groups} key/value heads "
+                f"of {model.key}")
+    if model.num_experts % L.ep:
+        return f"ep={L.ep} does not divide the {model.num_experts} routed experts of {model.key}"
+    if (L.tp * L.cp * L.dp) % (L.etp * L.ep):
+        return (f"etp x ep = {L.etp * L.ep} does not divide the {L.tp * L.cp * L.dp} GPUs of one "
+                f"pipeline stage (tp x cp x dp)")
+    if L.etp > gpus_per_node:
+        return f"etp={L.etp} exceeds the {gpus_per_node} GPUs of one node"
+    if model.expert_ffn % L.etp:
+        return f"etp={L.etp} does not divide the expert FFN size {model.expert_ffn}"
+    chunks = L.pp * L.vpp
+    if chunks > model.num_layers:
+        return (f"pp x vpp = {chunks} pipeline chunks exceed the {model.num_layers} layers "
+                f"of {model.key}")
+    if L.vpp > 1 and L.pp == 1:
+        return "vpp > 1 needs pp > 1"
+    if setup.global_batch % (L.dp * L.mbs):
+        return (f"global batch {setup.global_batch} does not divide into dp x mbs = "
+                f"{L.dp * L.mbs} sequences per micro-batch round")
+    micro = setup.global_batch // (L.dp * L.mbs)
+    if L.vpp > 1 and micro % L.pp:
+        return (f"interleaved pipelining needs the {micro} micro-batches per step to be a "
+                f"multiple of pp={L.pp}")
+    seq_split = L.tp * L.cp * (2 if L.cp > 1 else 1)
+    if setup.seq_len % seq_split:
+        return f"sequence length {setup.seq_len} does not divide by {seq_split} (tp x cp, x2 with cp)"
+    return None

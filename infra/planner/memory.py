@@ -1,0 +1,256 @@
+"""Per-GPU memory of one layout: weights, gradients, optimizer, activations, buffers, rollout.
+
+Formulas and where they come from:
+
+- Weights, gradients, optimizer states: Megatron-Core distributed optimizer (docs
+  "Distributed Optimizer", megatron-core user guide): with BF16 parameters and FP32 gradients a
+  parameter costs ``6 + 12/d`` bytes (2 BF16 weight + 4 FP32 gradient, plus FP32 master weight
+  and two FP32 Adam moments sharded over the ``d`` data-parallel ranks). With BF16 Adam moments
+  (``--use-precision-aware-optimizer``, MCore v0.13) the sharded part is ``8/d``. Dense
+  (attention, shared-expert, dense-MLP, embedding) parameters shard over d = dp*cp; routed-expert
+  parameters over the expert-data-parallel group d = edp.
+- Sharding of the weights themselves: attention and dense/shared MLP by tp (MLA's small
+  down-projections replicated), routed experts by ep*etp, layers by pp (the most loaded stage is
+  reported: ceil(layers/pp) layers plus the embedding on the first stage or the output head and
+  MTP modules on the last).
+- Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+  Models" (arXiv 2205.05198), section 4: with tensor + sequence parallelism every stored
+  activation is divided by tp; their 34*s*b*h per layer is re-derived here term by term for
+  SwiGLU MLPs, GQA/MLA attention with flash attention (no s^2 softmax term) and routed experts
+  (each routed token-expert pair stores its permuted input, the expert's gate/up output and
+  activation output, and the expert output before un-permutation). Recompute: ``selective``
+  drops what Megatron's ``--recompute-modules layernorm moe_act`` (and ``mla_up_proj``) discard;
+  ``full`` keeps only each layer's input (2*s*b*h/tp bytes) plus one layer's working set.
+- Pipeline in flight: with 1F1B the first stage holds pp micro-batches of its layers; the
+  interleaved schedule multiplies this by (1 + (pp-1)/(pp*vpp)) (Korthikanti et al., section 4.2.3;
+  Megatron ``theoretical_memory_usage.py``). DualPipe holds pp+1 and keeps two copies of the
+  weights (DeepSeek-V3 report, table 2).
+- Communication buffers and runtime reserve: estimates, stated as such (NCCL communicators,
+  DeepEP's NVLink/RDMA buffers, CUDA context and library workspaces, allocator fragmentation).
+- Rollout (RL, colocated): the SGLang engine's weights (BF16, sharded over the engine's GPUs) and
+  its KV cache (``MoEModel.kv_cache_bytes_per_token``) either stay resident next to training or are
+  released during training (``rollout_offload``, Miles/slime colocate mode), in which case the
+  rollout phase must fit beside the trainer's residual instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from infra.planner.hardware import GIB, System
+from infra.planner.layout import Layout, TrainingSetup
+from infra.planner.models import MoEModel
+
+NCCL_BUFFERS_GIB = 1.5  # all NCCL communicators of a rank (TP, CP, DP, EP, PP groups); estimate
+DEEPEP_BUFFERS_GIB = 2.0  # DeepEP normal-mode NVLink + RDMA buffers (~1 GB each); estimate
+RUNTIME_RESERVE_GIB = 3.0  # CUDA context, cuBLAS/cuDNN workspaces; estimate
+FRAGMENTATION = 0.08  # PyTorch caching-allocator slack on the dynamic (activation) part; estimate
+ROLLOUT_RESIDUAL_GIB = 1.0  # engine context/graphs kept while offloaded; estimate
+TRAIN_RESIDUAL_GIB = 2.0  # trainer context kept while it is offloaded for rollout; estimate
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """GiB per GPU on the most loaded pipeline stage."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    fp8_weight_cache: float
+    activations: float
+    comm_buffers: float
+    runtime_reserve: float
+    rollout_weights: float
+    rollout_kv_cache: float
+    training_peak: float  # what must fit while training
+    rollout_peak: float  # what must fit while generating (colocated only; else 0)
+    capacity: float
+    stage: str  # "first" or "last"
+
+    @property
+    def peak(self) -> float:
+        return max(self.training_peak, self.rollout_peak)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["peak"] = self.peak
+        d["fits"] = self.fits
+        return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters held by one GPU of a stage, split by how they shard over data parallelism."""
+
+    dense: float  # sharded over dp*cp by the distributed optimizer
+    expert: float  # sharded over edp
+
+
+def stage_params(model: MoEModel, L: Layout, which: str) -> StageParams:
+    """Parameters per GPU on the first or last pipeline stage."""
+    n = math.ceil(model.num_layers / L.pp)
+    if which == "first":
+        n_dense = min(model.dense_layers, n)
+    else:  # last stage: the dense layers sit at the front of the model
+        n_dense = max(0, model.dense_layers - (model.num_layers - n))
+    n_moe = n - n_dense
+    attn_split = sum(i * o for i, o, split in model.attention_gemms() if split)
+    attn_repl = model.attention_params - attn_split
+    per_layer_attn = attn_split / L.tp + attn_repl
+    dense = n * per_layer_attn
+    dense += n_dense * model.dense_mlp_params / L.tp
+    dense += n_moe * (model.shared_params / L.tp + model.router_params)
+    expert = n_moe * model.num_experts * model.expert_params / (L.ep * L.etp)
+    if which == "first" or L.pp == 1:
+        dense += model.embedding_params / L.tp
+    if which == "last" or L.pp == 1:
+        dense += model.head_params / L.tp
+        if model.mtp_layers:
+            m = model.mtp_layers
+            dense += m * (per_layer_attn + model.shared_params / L.tp + model.router_params
+                          + model.mtp_extra_params / L.tp)
+            expert += m * model.num_experts * model.expert_params / (L.ep * L.etp)
+    return StageParams(dense, expert)
+
+
+def activation_bytes_per_layer(model: MoEModel, L: Layout, setup: TrainingSetup,
+                               moe: bool) -> float:
+    """Stored activation bytes of one layer for one micro-batch on one GPU (Korthikanti et al.)."""
+    h = model.hidden
+    tokens = L.mbs * setup.seq_len / L.cp  # tokens of this CP shard
+    t_loc = tokens / L.tp  # with sequence parallelism
+    sel = L.recompute
+    if sel == "full":
+        return 2.0 * h * t_loc  # the layer input only
+    drop_norm = sel == "selective"
+    # attention block: norm input (residual) + norm output (QKV input) + projections + FA output
+    per_tok = 2 * h  # norm input
+    per_tok += 0 if drop_norm else 2 * h  # norm output
+    if model.attention == "gqa":
+        q = model.num_heads * model.head_dim
+        kv = 2 * model.num_kv_heads * model.head_dim
+        per_tok_tp = 2 * (q + kv) + 2 * q  # Q,K,V kept for flash attention; its output
+        per_tok_repl = 0.0
+    else:
+        heads = model.num_heads
+        up = heads * (model.qk_head_dim + model.qk_nope_head_dim + model.v_head_dim)
+        fa_in = heads * (2 * model.qk_head_dim + model.v_head_dim)
+        per_tok_tp = (0 if sel == "selective" else 2 * up) + 2 * fa_in + 2 * heads * model.v_head_dim
+        lat = (model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim
+        per_tok_repl = 2 * 2 * lat  # compressed latents and their norms (replicated over tp)
+    attn = tokens * per_tok_tp / L.tp + t_loc * per_tok_repl + t_loc * per_tok
+    # MLP block: norm input + norm output
+    mlp = t_loc * (2 * h + (0 if drop_norm else 2 * h))
+    act_out = 0 if sel == "selective" else 1  # activation-function output kept?
+    if not moe:
+        f = model.dense_ffn
+        mlp += tokens * (2 * 2 * f + act_out * 2 * f) / L.tp
+    else:
+        k, fe = model.top_k, model.expert_ffn
+        mlp += t_loc * 4 * model.num_experts  # router probabilities (fp32)
+        pairs = t_loc * k * setup.moe_imbalance
+        mlp += pairs * L.etp * 4 * h  # permuted input + expert output, per ETP rank
+        mlp += pairs * (2 * 2 * fe + act_out * 2 * fe)  # gate/up output, activation output
+        if model.num_shared_experts:
+            fs = model.shared_expert_ffn * model.num_shared_experts
+            mlp += tokens * (2 * 2 * fs + act_out * 2 * fs) / L.tp
+    return attn + mlp
+
+
+def _in_flight(L: Layout, setup: TrainingSetup, which: str) -> float:
+    micro = setup.global_batch // (L.dp * L.mbs)
+    if L.pp == 1:
+        return 1.0
+    if which == "last":
+        return 1.0
+    if setup.schedule == "dualpipe":
+        return float(min(L.pp + 1, micro))
+    base = float(min(L.pp, micro))
+    if L.vpp > 1:
+        base *= 1 + (L.pp - 1) / (L.pp * L.vpp)
+    return base
+
+
+def estimate_memory(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
+                    ep_backend: str) -> MemoryBreakdown:
+    """Memory of the most loaded stage (first or last) of one GPU."""
+    results = [_stage_memory(model, system, L, setup, ep_backend, w)
+               for w in (("first", "last") if L.pp > 1 else ("first",))]
+    return max(results, key=lambda m: m.peak)
+
+
+def static_memory_gib(model: MoEModel, L: Layout, setup: TrainingSetup) -> float:
+    """Weights + gradients + optimizer of the most loaded stage: a cheap lower bound used to
+    reject layouts before the activation model runs."""
+    best = 0.0
+    for which in (("first", "last") if L.pp > 1 else ("first",)):
+        p = stage_params(model, L, which)
+        w, g, o, _ = _static(p, L, setup)
+        best = max(best, (w + g + o) / GIB)
+    return best
+
+
+def _static(p: StageParams, L: Layout, setup: TrainingSetup) -> tuple[float, float, float, float]:
+    d_dense = L.dp * L.cp
+    d_exp = L.edp
+    sharded = 8 if setup.optimizer_bf16_moments else 12
+    total = p.dense + p.expert
+    weights = 2 * total * (2 if setup.schedule == "dualpipe" else 1)
+    grads = 4 * total
+    optim = sharded * (p.dense / d_dense + p.expert / d_exp)
+    fp8_cache = 2 * total if setup.precision == "fp8" else 0.0  # FP8 copy + transpose (Hopper)
+    return weights, grads, optim, fp8_cache
+
+
+def _stage_memory(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
+                  ep_backend: str, which: str) -> MemoryBreakdown:
+    p = stage_params(model, L, which)
+    weights, grads, optim, fp8_cache = _static(p, L, setup)
+
+    n = math.ceil(model.num_layers / L.pp)
+    n_dense = min(model.dense_layers, n) if which == "first" else max(
+        0, model.dense_layers - (model.num_layers - n))
+    n_moe = n - n_dense
+    if which == "last" and model.mtp_layers:
+        n_moe += model.mtp_layers
+    per_dense = activation_bytes_per_layer(model, L, setup, moe=False) if n_dense else 0.0
+    per_moe = activation_bytes_per_layer(model, L, setup, moe=True) if n_moe else 0.0
+    acts = (n_dense * per_dense + n_moe * per_moe) * _in_flight(L, setup, which)
+    if L.recompute == "full":  # working set of the layer being recomputed
+        full = Layout(**{**L.to_dict(), "recompute": "none"})
+        acts += activation_bytes_per_layer(model, full, setup, moe=n_moe > 0)
+    tokens = L.mbs * setup.seq_len / L.cp
+    if which == "last" or L.pp == 1:
+        # logits in FP32 for the loss, per head (main + MTP), vocabulary split over tp
+        acts += (1 + model.mtp_layers) * tokens * model.vocab * 4 / L.tp
+    acts *= 1 + FRAGMENTATION
+
+    comm = NCCL_BUFFERS_GIB + (DEEPEP_BUFFERS_GIB if ep_backend.startswith("deepep") else 0.0)
+    train_peak = (weights + grads + optim + fp8_cache + acts) / GIB + comm + RUNTIME_RESERVE_GIB
+
+    cap = system.gpu_memory_gib
+    ro_w = ro_kv = 0.0
+    rollout_peak = 0.0
+    if setup.colocate_rollout:
+        engine_gpus = system.gpus_per_node
+        ro_w = 2 * (model.total_params + model.mtp_params) / engine_gpus / GIB
+        if setup.rollout_tokens_per_gpu:
+            ro_kv = setup.rollout_tokens_per_gpu * model.kv_cache_bytes_per_token / GIB
+        else:
+            ro_kv = max(0.0, setup.rollout_mem_fraction * cap - ro_w)
+        if setup.rollout_offload:
+            train_peak += ROLLOUT_RESIDUAL_GIB
+            rollout_peak = ro_w + ro_kv + TRAIN_RESIDUAL_GIB + RUNTIME_RESERVE_GIB
+        else:
+            train_peak += ro_w + ro_kv
+    return MemoryBreakdown(
+        weights=weights / GIB, gradients=grads / GIB, optimizer=optim / GIB,
+        fp8_weight_cache=fp8_cache / GIB, activations=acts / GIB, comm_buffers=comm,
+        runtime_reserve=RUNTIME_RESERVE_GIB, rollout_weights=ro_w, rollout_kv_cache=ro_kv,
+        training_peak=train_peak, rollout_peak=rollout_peak, capacity=cap, stage=which,
+    )

@@ -1,0 +1,230 @@
+"""Config validation: every problem at once, each with field path, value, rule and fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import EXAMPLES, REPO_ROOT
+from infra.config import ConfigError, KitConfig, load_config, parse_config
+
+
+def problems_of(data: dict) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    return [str(p) for p in err.value.problems]
+
+
+def group(**overrides) -> dict:
+    base = {"instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
+            "min_size": 0, "desired_size": 2, "max_size": 2}
+    return {**base, **overrides}
+
+
+def test_default_config_is_two_on_demand_p5_in_us_east_1():
+    cfg = load_config(None)
+    assert cfg.region == "us-east-1"
+    assert cfg.availability_zones == ["us-east-1a", "us-east-1b"]
+    (name, g), = cfg.gpu_node_groups.items()
+    assert (name, g.instance_type, g.desired_size, g.capacity.type) == (
+        "p5", "p5.48xlarge", 2, "on-demand")
+    assert cfg.account is None
+
+
+def test_default_example_file_equals_built_in_default():
+    assert load_config(REPO_ROOT / "examples" / "default.yaml") == load_config(None)
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_is_valid(example):
+    assert isinstance(load_config(REPO_ROOT / "examples" / f"{example}.yaml"), KitConfig)
+
+
+def test_config_is_frozen():
+    cfg = load_config(None)
+    with pytest.raises(Exception):
+        cfg.name = "other"
+
+
+def test_all_problems_reported_at_once_with_exact_text():
+    found = problems_of({
+        "gpu_node_groups": {
+            "p4": group(instance_type="p4d.24xlarge", availability_zone="us-west-2a",
+                        desired_size=3, max_size=2),
+            "cb": group(capacity={"type": "capacity-block"}),
+        },
+        "training": {"node_group": "cb"},
+    })
+    assert found == [
+        "gpu_node_groups.p4.instance_type = 'p4d.24xlarge': not in the kit's instance catalog. "
+        "Fix: use one of p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p6-b200.48xlarge, "
+        "p6-b300.48xlarge.",
+        "gpu_node_groups.p4 = {'min_size': 0, 'desired_size': 3, 'max_size': 2}: sizes must "
+        "satisfy 0 <= min_size <= desired_size <= max_size and max_size >= 1. Fix: e.g. "
+        "min_size: 0, desired_size: 3, max_size: 3.",
+        "gpu_node_groups.p4.availability_zone = 'us-west-2a': not among the VPC's AZs "
+        "['us-east-1a', 'us-east-1b']. Fix: use one of availability_zones, or add this AZ there.",
+        "gpu_node_groups.cb.capacity.reservation_id = None: capacity type capacity-block needs "
+        "the reservation it launches into. Fix: set reservation_id to the cr-... ID from the EC2 "
+        "console or `aws ec2 describe-capacity-reservations`.",
+    ]
+
+
+def test_az_outside_region():
+    found = problems_of({"availability_zones": ["us-east-1a", "us-west-2b"],
+                         "gpu_node_groups": {"p5": group()}})
+    assert found == ["availability_zones[1] = 'us-west-2b': not an AZ of region us-east-1. "
+                     "Fix: use a name of the form us-east-1a."]
+
+
+def test_gb200_is_known_but_unsupported_with_reason():
+    found = problems_of({"gpu_node_groups": {"p5": group(instance_type="p6e-gb200.36xlarge")}})
+    assert len(found) == 1
+    assert found[0].startswith("gpu_node_groups.p5.instance_type = 'p6e-gb200.36xlarge': not "
+                               "supported yet: GB200 UltraServers are Arm (Grace)")
+
+
+def test_unknown_field_and_wrong_type():
+    found = problems_of({"regoin": "us-east-1", "gpu_node_groups": {"p5": group(max_size="two")}})
+    assert found == [
+        "gpu_node_groups.p5.max_size = 'two': Input should be a valid integer, unable to parse "
+        "string as an integer. Fix: give a value of the documented type "
+        "(see docs/config-reference.md).",
+        "regoin = 'us-east-1': unknown field. Fix: remove it or correct its spelling "
+        "(see docs/config-reference.md).",
+    ]
+
+
+def test_existing_vpc_needs_a_private_subnet_in_every_az():
+    found = problems_of({"vpc": {"existing": {
+        "vpc_id": "vpc-0a1b2c3d4e5f60718",
+        "private_subnet_ids": {"us-east-1a": "subnet-0a1b2c3d4e5f60001"}}}})
+    assert found == [
+        "vpc.existing.private_subnet_ids = {'us-east-1a': 'subnet-0a1b2c3d4e5f60001'}: no "
+        "private subnet for AZ(s) us-east-1b. Fix: give one private subnet ID for every AZ in "
+        "availability_zones."]
+
+
+def test_ephemeral_requires_cost_guard():
+    found = problems_of({"ephemeral": True})
+    assert found == [
+        "cost_guard.ttl_hours = None: an ephemeral environment must carry a time-to-live tag. "
+        "Fix: set cost_guard.ttl_hours, e.g. 6.",
+        "cost_guard.max_gpu_nodes = None: an ephemeral environment must cap its GPU node count. "
+        "Fix: set cost_guard.max_gpu_nodes, e.g. 2.",
+    ]
+
+
+def test_cost_guard_caps_total_max_size():
+    found = problems_of({"cost_guard": {"max_gpu_nodes": 1}})
+    assert found == [
+        "cost_guard.max_gpu_nodes = 1: the GPU node groups can scale to 2 nodes in all (sum of "
+        "max_size). Fix: lower max_size of the groups or raise max_gpu_nodes to 2."]
+
+
+def test_on_demand_with_reservation_and_bad_reservation_id():
+    found = problems_of({"gpu_node_groups": {
+        "a": group(capacity={"type": "on-demand", "reservation_id": "cr-0123456789abcdef0"}),
+        "b": group(capacity={"type": "odcr", "reservation_id": "cr-123"})},
+        "training": {"node_group": "a"}})
+    assert found == [
+        "gpu_node_groups.a.capacity.reservation_id = 'cr-0123456789abcdef0': on-demand groups "
+        "do not use a reservation. Fix: remove reservation_id or set capacity.type to odcr or "
+        "capacity-block.",
+        "gpu_node_groups.b.capacity.reservation_id = 'cr-123': not a capacity reservation ID. "
+        "Fix: use cr- followed by 17 hex digits.",
+    ]
+
+
+def test_reserved_label_prefix_and_duplicate_gpu_taint():
+    found = problems_of({"gpu_node_groups": {"p5": group(
+        labels={"rlkit.aws/node-role": "x"}, taints=[{"key": "nvidia.com/gpu", "value": "y"}])}})
+    assert found == [
+        "gpu_node_groups.p5.labels.rlkit.aws/node-role = 'x': the rlkit.aws/ prefix is reserved "
+        "for labels the kit sets. Fix: use another prefix.",
+        "gpu_node_groups.p5.taints[0].key = 'nvidia.com/gpu': the kit already sets this taint "
+        "on every GPU node. Fix: remove this taint.",
+    ]
+
+
+def test_batch_invariant_explained_with_numbers():
+    found = problems_of({"training": {"grpo": {"rollout_batch_size": 16}}})
+    assert found == [
+        "training.grpo = {'rollout_batch_size': 16, 'n_samples_per_prompt': 8, "
+        "'global_batch_size': 256, 'num_steps_per_rollout': 1}: Miles needs rollout_batch_size "
+        "x n_samples_per_prompt = global_batch_size x num_steps_per_rollout, but 16 x 8 = 128 "
+        "and 256 x 1 = 256. Fix: change one of the four so both products are equal, e.g. "
+        "global_batch_size: 128."]
+
+
+def test_gin_gpu_mode_refused_on_p5():
+    found = problems_of({"training": {"expert_parallel": {"backend": "deepep-gin",
+                                                          "gin_mode": "gpu"}}})
+    assert found == [
+        "training.expert_parallel.gin_mode = 'gpu': GPU-initiated NCCL GIN is available only on "
+        "p5en and p6 instances, not p5.48xlarge. Fix: set gin_mode: proxy (CPU proxy) or use a "
+        "p5en/p6 node group."]
+
+
+def test_unknown_ep_backend():
+    found = problems_of({"training": {"expert_parallel": {"backend": "mooncake"}}})
+    assert found == ["training.expert_parallel.backend = 'mooncake': unknown expert-parallel "
+                     "backend. Fix: use one of nccl, deepep-nvshmem, deepep-gin."]
+
+
+def test_layout_must_divide_gpus():
+    found = problems_of({"training": {"parallel": {"tp": 8, "pp": 3, "ep": 8}}})
+    assert found == [
+        "training.parallel = {'tp': 8, 'pp': 3, 'cp': 1}: tp x pp x cp = 24 does not divide the "
+        "job's 16 GPUs (2 x 8). Fix: pick sizes whose product divides the GPU count.",
+        "training.parallel.ep = 8: etp x ep x pp = 24 does not divide the job's 16 GPUs. Fix: "
+        "pick ep so that etp x ep x pp divides the GPU count.",
+    ]
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "nope.yaml")
+    assert "no such config file. Fix: pass an existing path" in str(err.value)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    assert "not valid YAML" in str(err.value)
+    assert "Fix: fix the YAML syntax at the position shown" in str(err.value)
+
+
+def test_app_exits_2_with_the_report_and_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"gpu_node_groups": {"p5": group(max_size=0)}}))
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "app.py"], cwd=REPO_ROOT, capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin", "CDK_OUTDIR": str(out),
+             "CDK_CONTEXT_JSON": f'{{"config": "{bad}"}}',
+             "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"},
+    )
+    assert result.returncode == 2
+    assert "gpu_node_groups.p5 = {'min_size': 0, 'desired_size': 2, 'max_size': 0}" in result.stderr
+    assert not out.exists()
+
+
+def test_config_reference_and_schema_are_current():
+    result = subprocess.run([sys.executable, "scripts/gen_config_reference.py", "--check"],
+                            cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_json_schema_accepts_examples():
+    import json
+
+    import jsonschema
+    schema = json.loads((REPO_ROOT / "config.schema.json").read_text())
+    for example in EXAMPLES:
+        jsonschema.validate(yaml.safe_load((REPO_ROOT / "examples" / f"{example}.yaml").read_text()),
+                            schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"regoin": "x"}, schema)
