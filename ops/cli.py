@@ -15,6 +15,8 @@ import sys
 # Subcommand modules, in quickstart order.
 COMMAND_MODULES = [
     "ops.plan_cmd",
+    "ops.render_cmd",
+    "ops.validate_cmd",
 ]
 
 

@@ -1,0 +1,212 @@
+"""The deployed stacks' outputs the manifests need, from one of three places.
+
+- ``outputs_from_file``: the JSON ``cdk deploy --outputs-file`` writes,
+  ``{"<stackName>": {"<OutputKey>": "value"}}``.
+- ``outputs_from_stacks``: CloudFormation ``DescribeStacks`` through boto3 (needs credentials;
+  only when the operator asks for it).
+- ``placeholder_outputs``: offline rendering before anything is deployed. Every value that would
+  come from a stack is ``placeholder-run-cdk-deploy`` and the renderer marks every object.
+
+Stack names come from ``infra.names.stack_names`` / ``gpu_stack_name`` and keys from
+``infra.names.OutputKeys``, the same names the stacks declare. A missing stack or key is an error
+naming the stack, the key and the command that produces it; all of them are reported at once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from infra import names
+from infra.config import KitConfig
+from infra.names import OutputKeys
+from manifests.errors import RenderError, RenderProblem
+
+# Lowercase on purpose: it lands in S3 URIs and image references, which must be lowercase.
+PLACEHOLDER = "placeholder-run-cdk-deploy"
+
+OutputsSource = Literal["placeholder", "file", "cloudformation"]
+
+
+class StackOutputs(BaseModel):
+    """The stack outputs one render uses, already checked for presence."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: OutputsSource
+    origin: str  # the file path, "CloudFormation (<region>)" or "placeholder"
+    bucket_name: str
+    ecr_repository_uri: str | None  # None only when training.image is set
+    cluster_name: str
+    region: str
+    trainer_namespace: str
+    trainer_service_account: str
+    trainer_role_arn: str
+    nodegroup_name: str
+
+    @property
+    def is_placeholder(self) -> bool:
+        return self.source == "placeholder"
+
+
+# field of StackOutputs -> (which stack, output key)
+_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("bucket_name", "data", OutputKeys.BUCKET_NAME),
+    ("ecr_repository_uri", "data", OutputKeys.ECR_REPOSITORY_URI),
+    ("cluster_name", "cluster", OutputKeys.CLUSTER_NAME),
+    ("region", "cluster", OutputKeys.REGION),
+    ("trainer_namespace", "cluster", OutputKeys.TRAINER_NAMESPACE),
+    ("trainer_service_account", "cluster", OutputKeys.TRAINER_SERVICE_ACCOUNT),
+    ("trainer_role_arn", "cluster", OutputKeys.TRAINER_ROLE_ARN),
+    ("nodegroup_name", "gpu", OutputKeys.NODEGROUP_NAME),
+)
+
+
+def needed_stacks(cfg: KitConfig) -> dict[str, str]:
+    """Role ("data", "cluster", "gpu") -> CloudFormation stack name for this config."""
+    stacks = names.stack_names(cfg.name)
+    return {
+        "data": stacks["data"],
+        "cluster": stacks["cluster"],
+        "gpu": names.gpu_stack_name(cfg.name, cfg.training.node_group),
+    }
+
+
+def _needed_fields(cfg: KitConfig) -> list[tuple[str, str, str]]:
+    fields = list(_FIELDS)
+    if cfg.training.image is not None:  # the ECR repository is only the default image
+        fields = [f for f in fields if f[0] != "ecr_repository_uri"]
+    return fields
+
+
+def _fix(stack: str, how: str) -> str:
+    return (f"deploy it (`cdk deploy {stack} --outputs-file cdk-outputs.json`, or `cdk deploy "
+            f"--all --outputs-file cdk-outputs.json`) and {how}")
+
+
+def outputs_from_mapping(cfg: KitConfig, data: Any, source: OutputsSource,
+                         origin: str) -> StackOutputs:
+    """Pick the needed outputs from ``{stack: {key: value}}``; raise RenderError if any lack."""
+    how = ("render again with --outputs cdk-outputs.json" if source == "file"
+           else "render again with --from-stacks")
+    if not isinstance(data, dict):
+        raise RenderError([RenderProblem(
+            origin, "not a stack-outputs mapping ({\"<stackName>\": {\"<OutputKey>\": \"value\"}})",
+            "pass the file `cdk deploy --outputs-file` wrote")], "stack outputs")
+    stacks = needed_stacks(cfg)
+    problems: list[RenderProblem] = []
+    values: dict[str, str | None] = {"ecr_repository_uri": None}
+    missing_stacks: set[str] = set()
+    for field, role, key in _needed_fields(cfg):
+        stack = stacks[role]
+        outputs = data.get(stack)
+        if not isinstance(outputs, dict):
+            if stack not in missing_stacks:
+                missing_stacks.add(stack)
+                problems.append(RenderProblem(
+                    f"stack {stack}", f"not found in {origin} (its outputs are needed: "
+                    f"{', '.join(k for _, r, k in _needed_fields(cfg) if r == role)})",
+                    _fix(stack, how)))
+            continue
+        value = outputs.get(key)
+        if not isinstance(value, str) or not value:
+            problems.append(RenderProblem(
+                f"stack {stack}, output {key}", f"missing from {origin}",
+                _fix(stack, how) + f" (the stack must declare the output {key})"))
+            continue
+        values[field] = value
+    if problems:
+        raise RenderError(problems, "stack outputs")
+    outputs = StackOutputs(source=source, origin=origin, **values)
+    _check_agreement(cfg, outputs)
+    return outputs
+
+
+def _check_agreement(cfg: KitConfig, outputs: StackOutputs) -> None:
+    """Deployed stacks must agree with this config and with infra.names."""
+    stacks = needed_stacks(cfg)
+    problems = []
+    if outputs.region != cfg.region:
+        problems.append(RenderProblem(
+            f"stack {stacks['cluster']}, output {OutputKeys.REGION} = {outputs.region!r}",
+            f"the config says region {cfg.region!r}: these outputs belong to another environment",
+            "pass the outputs of this config's deployment, or fix the config's region"))
+    for value, expected, key in (
+        (outputs.trainer_namespace, names.TRAINER_NAMESPACE, OutputKeys.TRAINER_NAMESPACE),
+        (outputs.trainer_service_account, names.TRAINER_SERVICE_ACCOUNT,
+         OutputKeys.TRAINER_SERVICE_ACCOUNT),
+    ):
+        if value != expected:
+            problems.append(RenderProblem(
+                f"stack {stacks['cluster']}, output {key} = {value!r}",
+                f"the kit names it {expected!r} (infra.names); the stack's Pod Identity "
+                "association and these manifests would not match",
+                "redeploy the cluster stack from this version of the kit"))
+    if problems:
+        raise RenderError(problems, "stack outputs")
+
+
+def outputs_from_file(cfg: KitConfig, path: str | Path) -> StackOutputs:
+    path = Path(path)
+    if not path.is_file():
+        raise RenderError([RenderProblem(
+            f"outputs file {path}", "does not exist",
+            "run `cdk deploy --all --outputs-file cdk-outputs.json` and pass that file, or "
+            "render with --from-stacks")], "stack outputs")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise RenderError([RenderProblem(
+            f"outputs file {path}", f"not valid JSON ({err})",
+            "pass the file `cdk deploy --outputs-file` wrote, unedited")],
+            "stack outputs") from None
+    return outputs_from_mapping(cfg, data, "file", str(path))
+
+
+def outputs_from_stacks(cfg: KitConfig, client: Any = None) -> StackOutputs:
+    """Read the outputs with CloudFormation DescribeStacks (boto3; credentials needed)."""
+    if client is None:
+        import boto3  # only the --from-stacks path needs AWS
+
+        client = boto3.client("cloudformation", region_name=cfg.region)
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    data: dict[str, dict[str, str]] = {}
+    for stack in dict.fromkeys(needed_stacks(cfg).values()):
+        try:
+            response = client.describe_stacks(StackName=stack)
+        except ClientError as err:
+            message = err.response.get("Error", {}).get("Message", str(err))
+            if "does not exist" in message:
+                continue  # reported as a missing stack below
+            raise RenderError([RenderProblem(
+                f"stack {stack}", f"CloudFormation DescribeStacks failed in {cfg.region}: {message}",
+                "check your AWS credentials and region, or render with --outputs "
+                "cdk-outputs.json")], "stack outputs") from None
+        except BotoCoreError as err:
+            raise RenderError([RenderProblem(
+                f"stack {stack}", f"could not call CloudFormation in {cfg.region}: {err}",
+                "configure AWS credentials, or render with --outputs cdk-outputs.json")],
+                "stack outputs") from None
+        for s in response.get("Stacks", [])[:1]:
+            data[stack] = {o["OutputKey"]: o["OutputValue"] for o in s.get("Outputs", [])}
+    return outputs_from_mapping(cfg, data, "cloudformation", f"CloudFormation ({cfg.region})")
+
+
+def placeholder_outputs(cfg: KitConfig) -> StackOutputs:
+    """Stand-in outputs for rendering before deployment, marked as such everywhere."""
+    return StackOutputs(
+        source="placeholder",
+        origin="placeholder",
+        bucket_name=PLACEHOLDER,
+        ecr_repository_uri=None if cfg.training.image is not None else PLACEHOLDER,
+        cluster_name=PLACEHOLDER,
+        region=cfg.region,
+        trainer_namespace=names.TRAINER_NAMESPACE,
+        trainer_service_account=names.TRAINER_SERVICE_ACCOUNT,
+        trainer_role_arn=PLACEHOLDER,
+        nodegroup_name=PLACEHOLDER,
+    )

@@ -1,0 +1,210 @@
+"""Render the Kubernetes objects of one environment from a ``RenderContext``.
+
+Each template under ``manifests/templates/`` makes one Kubernetes object; ``plan_files`` says
+which template goes to which file of the output tree and with which per-object values. Jinja
+runs with ``StrictUndefined``, so a template naming a value the context lacks fails loudly
+instead of printing nothing [Jinja API docs, "Undefined Types"].
+
+Output tree (``kubectl apply -f <dir>`` applies one directory's files in name order):
+
+    00-namespace.yaml            Namespace
+    01-serviceaccount.yaml       trainer ServiceAccount (Pod Identity binds the IAM role to it)
+    rl-job/00-run-config.yaml    ConfigMap holding run.yaml
+    rl-job/01-rayjob.yaml        KubeRay RayJob
+    fabric/nodecheck/00-job.yaml
+    fabric/allreduce/00-service.yaml, 01-job.yaml
+    fabric/ep/00-service.yaml, 01-job.yaml
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from manifests.context import GENERATED_MARKER, WORKLOAD_LABEL, RenderContext
+
+TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("manifests", "templates"),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,  # YAML, not HTML
+)
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # well-known node label: one pod per node
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    """Indent sequences inside mappings (kubectl's style); PyYAML does not by default."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _yaml_scalar(value: Any) -> str:
+    """One scalar as YAML, quoted only where YAML needs it ('8' stays a string, etc.)."""
+    if isinstance(value, (dict, list)):
+        raise TypeError("q is for scalars; use to_yaml for collections")
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20)
+    return text.removesuffix("\n...\n").removesuffix("\n")
+
+
+def _to_yaml(value: Any) -> str:
+    """A collection as block YAML without the final newline (pair it with Jinja's indent)."""
+    return yaml.dump(value, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False,
+                     width=1 << 20).rstrip("\n")
+
+
+TEMPLATES.filters["q"] = _yaml_scalar
+TEMPLATES.filters["to_yaml"] = _to_yaml
+TEMPLATES.globals["HOSTNAME_LABEL"] = HOSTNAME_LABEL
+TEMPLATES.globals["WORKLOAD_LABEL"] = WORKLOAD_LABEL
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    path: str  # relative to the output directory
+    template: str
+    kind: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    path: str
+    kind: str
+    name: str
+    text: str
+    obj: dict[str, Any]
+
+
+def _meta(ctx: RenderContext, name: str, component: str, *, namespaced: bool = True,
+          annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": ctx.namespace if namespaced else None,
+        "labels": {**ctx.labels, "app.kubernetes.io/component": component},
+        "annotations": {**ctx.annotations, **(annotations or {})},
+    }
+
+
+def _pod_labels(ctx: RenderContext, component: str, workload: str) -> dict[str, str]:
+    return {**ctx.labels, "app.kubernetes.io/component": component, WORKLOAD_LABEL: workload}
+
+
+def plan_files(ctx: RenderContext) -> list[FileSpec]:
+    """Which object goes where, with the per-object values its template prints."""
+    worker_workload = f"{ctx.rayjob_name}-worker"
+    files = [
+        FileSpec("00-namespace.yaml", "namespace.yaml.j2", "Namespace",
+                 {"meta": _meta(ctx, ctx.namespace, "namespace", namespaced=False)}),
+        FileSpec("01-serviceaccount.yaml", "serviceaccount.yaml.j2", "ServiceAccount", {
+            "meta": _meta(ctx, ctx.service_account, "trainer-identity", annotations={
+                # Informational: EKS Pod Identity binds the role; no IRSA annotation is needed.
+                "rlkit.aws/pod-identity-role": ctx.trainer_role_arn}),
+        }),
+        FileSpec("rl-job/00-run-config.yaml", "run-configmap.yaml.j2", "ConfigMap",
+                 {"meta": _meta(ctx, ctx.configmap_name, "run-config")}),
+        FileSpec("rl-job/01-rayjob.yaml", "rayjob.yaml.j2", "RayJob", {
+            "meta": _meta(ctx, ctx.rayjob_name, "rl-job", annotations={
+                "rlkit.aws/node-group": f"{ctx.worker.node_group} ({ctx.nodegroup_name})"}),
+            "head_labels": _pod_labels(ctx, "ray-head", f"{ctx.rayjob_name}-head"),
+            "worker_labels": _pod_labels(ctx, "ray-worker", worker_workload),
+            "worker_workload": worker_workload,
+        }),
+    ]
+    for job in ctx.fabric:
+        directory = f"fabric/{job.key}"
+        index = 0
+        if job.service is not None:
+            files.append(FileSpec(f"{directory}/00-service.yaml", "fabric-service.yaml.j2",
+                                  "Service", {"meta": _meta(ctx, job.service, job.component),
+                                              "job": job}))
+            index = 1
+        files.append(FileSpec(f"{directory}/{index:02d}-job.yaml", "fabric-job.yaml.j2", "Job", {
+            "meta": _meta(ctx, job.name, job.component,
+                          annotations={"rlkit.aws/description": job.description}),
+            "job": job,
+            "pod_labels": _pod_labels(ctx, job.component, job.name),
+        }))
+    return files
+
+
+def render(ctx: RenderContext) -> list[RenderedFile]:
+    """Render every planned file; each must parse as exactly one object of the planned kind."""
+    rendered = []
+    for spec in plan_files(ctx):
+        text = TEMPLATES.get_template(spec.template).render(ctx=ctx, **spec.values)
+        text = text.rstrip("\n") + "\n"
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        if len(docs) != 1 or docs[0].get("kind") != spec.kind:
+            raise AssertionError(  # a template bug, not a user error
+                f"template {spec.template} must render one {spec.kind}, got "
+                f"{[d.get('kind') for d in docs]}")
+        obj = docs[0]
+        rendered.append(RenderedFile(spec.path, spec.kind, obj["metadata"]["name"], text, obj))
+    return rendered
+
+
+def _written_by_us(path: Path) -> bool:
+    try:
+        with path.open() as f:
+            return f.readline().startswith(GENERATED_MARKER)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def write(files: list[RenderedFile], out_dir: str | Path) -> list[Path]:
+    """Write the tree; files a previous render wrote and this one does not are removed.
+
+    Files without our marker line are left alone (and would be applied by ``kubectl apply``).
+    Returns the written paths.
+    """
+    out = Path(out_dir)
+    keep = {out / f.path for f in files}
+    if out.exists():
+        for old in sorted(out.rglob("*")):
+            if old.is_file() and old.suffix in (".yaml", ".yml") and old not in keep \
+                    and _written_by_us(old):
+                old.unlink()
+    written = []
+    for f in files:
+        path = out / f.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f.text)
+        written.append(path)
+    for d in sorted((p for p in out.rglob("*") if p.is_dir()), reverse=True):
+        if not any(d.iterdir()):
+            d.rmdir()
+    return written
+
+
+def tree(out_dir: str | Path) -> str:
+    """The written file tree as text, like `tree` prints it."""
+    out = Path(out_dir)
+    lines = [f"{out}/"]
+
+    def walk(directory: Path, prefix: str) -> None:
+        entries = sorted(directory.iterdir(), key=lambda p: (p.is_file(), p.name))
+        for i, entry in enumerate(entries):
+            last = i == len(entries) - 1
+            lines.append(f"{prefix}{'└── ' if last else '├── '}{entry.name}"
+                         f"{'/' if entry.is_dir() else ''}")
+            if entry.is_dir():
+                walk(entry, prefix + ("    " if last else "│   "))
+
+    walk(out, "")
+    return "\n".join(lines)
+
+
+def describe(files: list[RenderedFile]) -> str:
+    """One line per object: path, kind, name (for the CLI and the docs)."""
+    return "\n".join(f"{f.path}: {f.kind} {f.name}" for f in files)
+
+
+__all__ = ["FileSpec", "RenderedFile", "plan_files", "render", "write", "tree", "describe"]
