@@ -45,4 +45,3 @@ class ClusterStack(Stack):
                   value=f"aws eks update-kubeconfig --region {config.region} --name {cluster_name}")
         CfnOutput(self, OutputKeys.TRAINER_NAMESPACE, value=names.TRAINER_NAMESPACE)
         CfnOutput(self, OutputKeys.TRAINER_SERVICE_ACCOUNT, value=names.TRAINER_SERVICE_ACCOUNT)
-        CfnOutput(self, OutputKeys.TRAINER_ROLE_ARN, value=trainer_role.role_arn)

@@ -35,3 +35,4 @@ class DataStack(Stack):
                                         bucket_key=self.bucket_key).role
         CfnOutput(self, OutputKeys.BUCKET_NAME, value=self.bucket.bucket_name)
         CfnOutput(self, OutputKeys.ECR_REPOSITORY_URI, value=self.repository.repository_uri)
+        CfnOutput(self, OutputKeys.TRAINER_ROLE_ARN, value=self.trainer_role.role_arn)

@@ -310,14 +310,14 @@ def test_outputs_for_manifests_and_cli(synth, example):
     cluster = s.template("cluster")["Outputs"]
     for key in (names.OutputKeys.CLUSTER_NAME, names.OutputKeys.REGION,
                 names.OutputKeys.CLUSTER_ENDPOINT, names.OutputKeys.KUBECONFIG_COMMAND,
-                names.OutputKeys.TRAINER_NAMESPACE, names.OutputKeys.TRAINER_SERVICE_ACCOUNT,
-                names.OutputKeys.TRAINER_ROLE_ARN):
+                names.OutputKeys.TRAINER_NAMESPACE, names.OutputKeys.TRAINER_SERVICE_ACCOUNT):
         assert key in cluster, key
     assert cluster[names.OutputKeys.TRAINER_NAMESPACE]["Value"] == names.TRAINER_NAMESPACE
     assert "aws eks update-kubeconfig --region " + s.config.region in json.dumps(
         cluster[names.OutputKeys.KUBECONFIG_COMMAND]["Value"])
     data = s.template("data")["Outputs"]
-    assert {names.OutputKeys.BUCKET_NAME, names.OutputKeys.ECR_REPOSITORY_URI} <= set(data)
+    assert {names.OutputKeys.BUCKET_NAME, names.OutputKeys.ECR_REPOSITORY_URI,
+            names.OutputKeys.TRAINER_ROLE_ARN} <= set(data)
     for group in s.config.gpu_node_groups:
         assert names.OutputKeys.NODEGROUP_NAME in s.template("gpu", group)["Outputs"]
 
