@@ -82,9 +82,9 @@ def _needed_fields(cfg: KitConfig) -> list[tuple[str, str, str]]:
     return fields
 
 
-def _fix(stack: str, how: str) -> str:
-    return (f"deploy it (`cdk deploy {stack} --outputs-file cdk-outputs.json`, or `cdk deploy "
-            f"--all --outputs-file cdk-outputs.json`) and {how}")
+def _fix(stack: str, how: str, verb: str = "deploy") -> str:
+    return (f"{verb} it with `cdk deploy {stack} --outputs-file cdk-outputs.json` (or `cdk deploy "
+            f"--all --outputs-file cdk-outputs.json`), then {how}")
 
 
 def outputs_from_mapping(cfg: KitConfig, data: Any, source: OutputsSource,
@@ -114,8 +114,8 @@ def outputs_from_mapping(cfg: KitConfig, data: Any, source: OutputsSource,
         value = outputs.get(key)
         if not isinstance(value, str) or not value:
             problems.append(RenderProblem(
-                f"stack {stack}, output {key}", f"missing from {origin}",
-                _fix(stack, how) + f" (the stack must declare the output {key})"))
+                f"stack {stack}, output {key}", f"missing from {origin} (the deployed stack is "
+                "older than this kit, or the outputs were edited)", _fix(stack, how, "redeploy")))
             continue
         values[field] = value
     if problems:
