@@ -60,7 +60,7 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
     ("region", "cluster", OutputKeys.REGION),
     ("trainer_namespace", "cluster", OutputKeys.TRAINER_NAMESPACE),
     ("trainer_service_account", "cluster", OutputKeys.TRAINER_SERVICE_ACCOUNT),
-    ("trainer_role_arn", "cluster", OutputKeys.TRAINER_ROLE_ARN),
+    ("trainer_role_arn", "data", OutputKeys.TRAINER_ROLE_ARN),  # the role lives with the bucket
     ("nodegroup_name", "gpu", OutputKeys.NODEGROUP_NAME),
 )
 

@@ -55,6 +55,7 @@ def real_outputs(cfg: KitConfig) -> dict[str, dict[str, str]]:
             OutputKeys.BUCKET_NAME: f"{cfg.name}-data-{account}",
             OutputKeys.ECR_REPOSITORY_URI:
                 f"{account}.dkr.ecr.{cfg.region}.amazonaws.com/{cfg.name}-trainer",
+            OutputKeys.TRAINER_ROLE_ARN: f"arn:aws:iam::{account}:role/{cfg.name}-trainer",
         },
         stacks["cluster"]: {
             OutputKeys.CLUSTER_NAME: cfg.name,
@@ -63,7 +64,6 @@ def real_outputs(cfg: KitConfig) -> dict[str, dict[str, str]]:
             OutputKeys.KUBECONFIG_COMMAND: f"aws eks update-kubeconfig --name {cfg.name}",
             OutputKeys.TRAINER_NAMESPACE: names.TRAINER_NAMESPACE,
             OutputKeys.TRAINER_SERVICE_ACCOUNT: names.TRAINER_SERVICE_ACCOUNT,
-            OutputKeys.TRAINER_ROLE_ARN: f"arn:aws:iam::{account}:role/{cfg.name}-trainer",
         },
         names.gpu_stack_name(cfg.name, cfg.training.node_group): {
             OutputKeys.NODEGROUP_NAME: f"{cfg.name}-{cfg.training.node_group}",
@@ -576,3 +576,14 @@ def test_fabric_commands_parse_with_the_trainers_own_parsers(name):
         assert cmd[0] == "torchrun" and cmd[cmd.index("-m") + 1] == "rltrainer.bench"
         args = bench.build_parser().parse_args(cmd[cmd.index("-m") + 2:])
         assert args.bench == key
+
+
+def test_outputs_are_read_from_the_stacks_that_declare_them(synth):
+    """The renderer's (stack, output key) pairs exist in the synthesized templates."""
+    from manifests.outputs import _FIELDS, needed_stacks
+
+    s = synth("default")
+    stacks = needed_stacks(s.config)
+    for field, role, key in _FIELDS:
+        template = s.templates[stacks[role]]
+        assert key in template.get("Outputs", {}), f"{field}: {stacks[role]} declares no {key}"

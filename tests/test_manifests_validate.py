@@ -219,11 +219,11 @@ def test_cli_render_writes_validates_and_prints_the_tree(tmp_path, crd_dir, caps
     outputs = tmp_path / "cdk-outputs.json"
     outputs.write_text(json.dumps({
         stacks["data"]: {OutputKeys.BUCKET_NAME: "p5-team-data",
-                         OutputKeys.ECR_REPOSITORY_URI: "123456789012.dkr.ecr.us-west-2.amazonaws.com/t"},
+                         OutputKeys.ECR_REPOSITORY_URI: "123456789012.dkr.ecr.us-west-2.amazonaws.com/t",
+                         OutputKeys.TRAINER_ROLE_ARN: "arn:aws:iam::123456789012:role/t"},
         stacks["cluster"]: {OutputKeys.CLUSTER_NAME: "p5-team", OutputKeys.REGION: "us-west-2",
                             OutputKeys.TRAINER_NAMESPACE: names.TRAINER_NAMESPACE,
-                            OutputKeys.TRAINER_SERVICE_ACCOUNT: names.TRAINER_SERVICE_ACCOUNT,
-                            OutputKeys.TRAINER_ROLE_ARN: "arn:aws:iam::123456789012:role/t"},
+                            OutputKeys.TRAINER_SERVICE_ACCOUNT: names.TRAINER_SERVICE_ACCOUNT},
         names.gpu_stack_name(cfg.name, "p5"): {OutputKeys.NODEGROUP_NAME: "p5-team-p5"},
     }))
     out = tmp_path / "out"
