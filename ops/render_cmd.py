@@ -63,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
         print("Do not apply placeholder manifests. Once rendered with real outputs, apply with:")
     else:
         print("Apply (namespace and service account first, then one workload at a time):")
+        print(f"  aws eks update-kubeconfig --name {outputs.cluster_name} --region {outputs.region}")
     print(f"  kubectl apply -f {out}")
     print(f"  kubectl apply -f {out}/fabric/nodecheck    # then allreduce, then ep")
     print(f"  kubectl apply -f {out}/rl-job")
