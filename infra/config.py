@@ -20,7 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from infra import names
 from infra.catalog import INSTANCE_TYPES, UNSUPPORTED_INSTANCE_TYPES
 from infra.versions import (
+    ADDONS_ENABLED_BY_DEFAULT,
     DEFAULT_KUBERNETES_VERSION,
+    HELM_CHARTS,
     DEFAULT_SYSTEM_INSTANCE_TYPE,
     KUBERNETES_VERSIONS,
 )
@@ -86,6 +88,33 @@ class CapacityConfig(_Model):
     reservation_id: str | None = Field(
         None, description="Capacity reservation ID (cr-...), required for capacity-block and odcr."
     )
+
+
+class AddonConfig(_Model):
+    enabled: bool = Field(True, description="Install this Helm chart.")
+    version: str | None = Field(
+        None, description="Chart version; default: the version pinned in infra/versions.py. "
+        "Must be one the kit lists there."
+    )
+
+
+def _addon(name: str):
+    return Field(default_factory=lambda: AddonConfig(enabled=ADDONS_ENABLED_BY_DEFAULT[name]),
+                 description=f"Helm chart {HELM_CHARTS[name]['chart']} "
+                 f"(default {'on' if ADDONS_ENABLED_BY_DEFAULT[name] else 'off'}, version "
+                 f"{HELM_CHARTS[name]['version']}).")
+
+
+class AddonsConfig(_Model):
+    """Cluster add-ons installed as Helm charts through CDK."""
+
+    efa_device_plugin: AddonConfig = _addon("efa_device_plugin")
+    nvidia_device_plugin: AddonConfig = _addon("nvidia_device_plugin")
+    kuberay_operator: AddonConfig = _addon("kuberay_operator")
+    dcgm_exporter: AddonConfig = _addon("dcgm_exporter")
+
+    def chart_version(self, name: str) -> str:
+        return getattr(self, name).version or HELM_CHARTS[name]["version"]
 
 
 class TaintConfig(_Model):
@@ -248,6 +277,7 @@ class KitConfig(_Model):
         description="EFA GPU node groups by name.",
     )
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    addons: AddonsConfig = Field(default_factory=AddonsConfig)
     cost_guard: CostGuardConfig = Field(default_factory=CostGuardConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every resource.")
@@ -415,6 +445,16 @@ def validate(cfg: KitConfig) -> list[Problem]:
     if cfg.storage.noncurrent_version_days < 1:
         add(Problem("storage.noncurrent_version_days", cfg.storage.noncurrent_version_days,
                     "must be at least 1", "set a number of days such as 30"))
+
+    for name in AddonsConfig.model_fields:
+        addon = getattr(cfg.addons, name)
+        known = HELM_CHARTS[name]["versions"]
+        if addon.version is not None and addon.version not in known:
+            add(Problem(f"addons.{name}.version", addon.version,
+                        f"not a version the kit knows for chart {HELM_CHARTS[name]['chart']} "
+                        f"({', '.join(known)})",
+                        "use one of those, or add the version to HELM_CHARTS in infra/versions.py "
+                        "after checking its values"))
 
     _validate_training(cfg, add)
     return p

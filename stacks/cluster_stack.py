@@ -10,6 +10,7 @@ from constructs import Construct
 from infra import names, versions
 from infra.config import KitConfig
 from infra.constructs.cluster import KitCluster
+from infra.constructs.cluster_addons import ClusterAddons
 from infra.constructs.network import import_existing_vpc
 from infra.constructs.trainer_identity import bind_trainer_role
 from infra.names import OutputKeys
@@ -30,11 +31,14 @@ class ClusterStack(Stack):
             admin_role_arns=config.admin_role_arns,
             system_nodes=config.system_nodes,
             managed_addons=versions.MANAGED_ADDONS,
+            kubectl_layer_factory=versions.kubectl_layer_class(config.kubernetes_version),
             # The cluster holds no data: always delete it with the stack. Its secrets key is
             # kept unless the environment is ephemeral.
             key_removal_policy=RemovalPolicy.DESTROY if config.ephemeral else RemovalPolicy.RETAIN,
         )
         self.cluster = kit_cluster.cluster
+        self.addons = ClusterAddons(self, "Addons", cluster=self.cluster, addons=config.addons,
+                                    system_nodegroup=kit_cluster.system_nodegroup)
         bind_trainer_role(self, "TrainerPodIdentity", cluster=self.cluster, role=trainer_role)
 
         cluster_name = self.cluster.cluster_name

@@ -16,18 +16,28 @@ def test_no_missing_context(synth, example):
     assert "missing" not in synth(example).manifest
 
 
-# Resource types that run code we ship. The foundation has none; the kubectl provider that
-# installs Helm charts is the one accepted exception once add-ons arrive.
-LAMBDA_TYPES = {"AWS::Lambda::Function", "AWS::Lambda::LayerVersion"}
 CUSTOM_PREFIXES = ("Custom::", "AWS::CloudFormation::CustomResource")
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_lambda_and_custom_resource_count(synth, example):
+    """The kubectl provider (handler + provider-framework function, kubectl and awscli layers)
+    is the one Lambda-backed provider the kit accepts, in the cluster stack only; its only
+    custom resources are the Helm charts."""
     s = synth(example)
-    types = [r["Type"] for t in s.templates.values() for r in t["Resources"].values()]
-    assert [t for t in types if t in LAMBDA_TYPES] == []
-    assert [t for t in types if t.startswith(CUSTOM_PREFIXES)] == []
+    for name, template in s.templates.items():
+        types = [r["Type"] for r in template["Resources"].values()]
+        functions = types.count("AWS::Lambda::Function")
+        custom = [t for t in types if t.startswith(CUSTOM_PREFIXES)]
+        if name == s.config.stack_names["cluster"]:
+            assert functions == 2
+            assert types.count("AWS::Lambda::LayerVersion") == 2
+            enabled = [n for n in type(s.config.addons).model_fields
+                       if getattr(s.config.addons, n).enabled]
+            assert custom == ["Custom::AWSCDK-EKS-HelmChart"] * len(enabled)
+        else:
+            assert functions == 0, name
+            assert custom == [], name
 
 
 def test_python_app_py_without_credentials_or_network(tmp_path):

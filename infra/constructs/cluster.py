@@ -13,6 +13,7 @@ from infra.config import EndpointAccessConfig, SystemNodesConfig
 from infra.constructs.nag import (
     acknowledge,
     acknowledge_eks_node_role,
+    acknowledge_kubectl_provider,
     managed_policy_finding,
 )
 
@@ -34,6 +35,7 @@ class KitCluster(Construct):
     def __init__(self, scope: Construct, id: str, *, vpc: ec2.IVpc, kubernetes_version: str,
                  endpoint_access: EndpointAccessConfig, admin_role_arns: list[str],
                  system_nodes: SystemNodesConfig, managed_addons: dict[str, str | None],
+                 kubectl_layer_factory,
                  key_removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, id)
         self.secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
@@ -58,7 +60,12 @@ class KitCluster(Construct):
             ],
             secrets_encryption_key=self.secrets_key,
             removal_policy=RemovalPolicy.DESTROY,
+            # The one Lambda-backed provider the kit accepts: Helm charts have no native
+            # CloudFormation resource. Its kubectl layer matches the cluster's minor version.
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=kubectl_layer_factory(self, "KubectlLayer")),
         )
+        acknowledge_kubectl_provider(self.cluster.node.find_child("KubectlProvider"))
         acknowledge(self.cluster.role, managed_policy_finding("AmazonEKSClusterPolicy"),
                     "The EKS cluster role uses AmazonEKSClusterPolicy, the AWS-managed policy EKS "
                     "documents for it.")

@@ -1,0 +1,123 @@
+"""Cluster add-ons: pinned Helm charts whose tolerations and selectors match the node groups."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import EXAMPLES, resources
+from infra import names
+from infra.config import ConfigError, parse_config
+from infra.versions import HELM_CHARTS
+
+HELM = "Custom::AWSCDK-EKS-HelmChart"
+
+
+def charts(s) -> dict[str, dict]:
+    """Helm chart resources of the cluster stack, keyed by chart name."""
+    t = s.template("cluster")
+    return {r["Properties"]["Chart"]: {**r["Properties"], "_id": lid,
+                                       "_depends": r.get("DependsOn", [])}
+            for lid, r in resources(t, HELM).items()}
+
+
+def values(chart: dict) -> dict:
+    return json.loads(chart["Values"]) if isinstance(chart["Values"], str) else chart["Values"]
+
+
+@pytest.mark.parametrize("key", ["efa_device_plugin", "nvidia_device_plugin", "kuberay_operator"])
+def test_default_charts_repository_version_namespace(synth, key):
+    spec = HELM_CHARTS[key]
+    chart = charts(synth("default"))[spec["chart"]]
+    assert chart["Repository"] == spec["repository"]
+    assert chart["Version"] == spec["version"]
+    assert chart["Namespace"] == spec["namespace"]
+    assert chart["CreateNamespace"] is True
+
+
+def test_pinned_versions():
+    assert HELM_CHARTS["efa_device_plugin"]["version"] == "v0.5.7"
+    assert HELM_CHARTS["nvidia_device_plugin"]["version"] == "0.17.1"
+    # Must match the CRDs the manifests are validated against (../shared/crds/kuberay-v1.7.0).
+    assert HELM_CHARTS["kuberay_operator"]["version"] == "1.7.0"
+
+
+def test_device_plugin_values(synth):
+    c = charts(synth("default"))
+    efa = values(c["aws-efa-k8s-device-plugin"])
+    assert efa == {"tolerations": [names.GPU_TAINT.toleration()],
+                   "nodeSelector": {names.EFA_LABEL: "true"}}
+    nvidia = values(c["nvidia-device-plugin"])
+    assert nvidia["tolerations"] == [names.GPU_TAINT.toleration()]
+    assert nvidia["nodeSelector"] == {names.NODE_ROLE_LABEL: names.NODE_ROLE_GPU}
+    kuberay = values(c["kuberay-operator"])
+    assert kuberay == {"nodeSelector": {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}}
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_chart_tolerations_match_every_gpu_node_group(synth, example):
+    """Compares the synthesized node groups with the synthesized charts, so changing the node
+    group's taint without the charts' tolerations (or the reverse) fails here."""
+    s = synth(example)
+    gpu_charts = [c for name, c in charts(s).items() if name != "kuberay-operator"]
+    for group in s.config.gpu_node_groups:
+        ng = next(iter(resources(s.template("gpu", group), "AWS::EKS::Nodegroup").values()))
+        kit_taint = ng["Properties"]["Taints"][0]
+        labels = ng["Properties"]["Labels"]
+        for chart in gpu_charts:
+            v = values(chart)
+            assert {"key": kit_taint["Key"], "operator": "Equal", "value": kit_taint["Value"],
+                    "effect": {"NO_SCHEDULE": "NoSchedule"}[kit_taint["Effect"]]} in v["tolerations"]
+            for key, value in v["nodeSelector"].items():
+                assert labels.get(key) == value, (chart["Chart"], key)
+
+
+def test_device_plugins_do_not_wait_for_gpu_nodes(synth):
+    """GPU groups may sit at desired 0: device plugins install without waiting for pods, and
+    nothing in the cluster stack depends on a GPU stack."""
+    s = synth("default")
+    c = charts(s)
+    for name in ("aws-efa-k8s-device-plugin", "nvidia-device-plugin"):
+        assert c[name].get("Wait") in (None, False)
+        assert not any("Nodegroup" in d for d in c[name]["_depends"])
+    kuberay = c["kuberay-operator"]
+    assert kuberay["Wait"] is True
+    assert any("NodegroupSystemNodes" in d for d in kuberay["_depends"])
+    assert names.gpu_stack_name(s.config.name, "p5") not in json.dumps(s.template("cluster"))
+
+
+def test_overrides_and_optional_dcgm(synth):
+    c = charts(synth("p5-2node"))
+    assert c["nvidia-device-plugin"]["Version"] == "0.17.2"
+    dcgm = c["dcgm-exporter"]
+    assert dcgm["Repository"] == HELM_CHARTS["dcgm_exporter"]["repository"]
+    assert values(dcgm)["tolerations"] == [names.GPU_TAINT.toleration()]
+    assert "dcgm-exporter" not in charts(synth("default"))
+
+
+def test_disable_an_addon(tmp_path):
+    from stacks.kit import build_stacks, make_app
+    cfg = parse_config({"addons": {"nvidia_device_plugin": {"enabled": False}}})
+    app = make_app(outdir=str(tmp_path))
+    stacks = build_stacks(app, cfg)
+    template = app.synth().get_stack_by_name(stacks.cluster.stack_name).template
+    chart_names = {r["Properties"]["Chart"] for r in resources(template, HELM).values()}
+    assert chart_names == {"aws-efa-k8s-device-plugin", "kuberay-operator"}
+
+
+def test_unknown_chart_version_is_refused_with_fix():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"addons": {"kuberay_operator": {"version": "1.3.0"}}})
+    assert [str(p) for p in err.value.problems] == [
+        "addons.kuberay_operator.version = '1.3.0': not a version the kit knows for chart "
+        "kuberay-operator (1.7.0). Fix: use one of those, or add the version to HELM_CHARTS in "
+        "infra/versions.py after checking its values."]
+
+
+def test_kubectl_layer_matches_kubernetes_version(synth):
+    s = synth("default")
+    t = s.template("cluster")
+    layers = [r["Properties"].get("Description", "") for r in
+              resources(t, "AWS::Lambda::LayerVersion").values()]
+    assert any("kubectl" in d.lower() and "1.34" in d for d in layers), layers
