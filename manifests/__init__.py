@@ -4,7 +4,9 @@
     outputs = outputs_from_file(cfg, "cdk-outputs.json")   # or placeholder_outputs(cfg)
     files = render(build_context(cfg, outputs))
     write(files, "out/p5-team")
-    report = validate_path("out/p5-team", crd_dir=..., kubernetes_version=cfg.kubernetes_version)
+    report = manifests.validate.validate_path(
+        "out/p5-team", kubernetes_version=cfg.kubernetes_version, crd_dir="../shared/crds",
+        strict=True)
 
 Layering: imports infra (config, catalog, names) and never aws_cdk; reads no environment
 variables (the CLI decides strictness and paths and passes them in).

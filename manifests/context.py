@@ -93,17 +93,12 @@ class FabricJob(_Frozen):
 
 
 class RenderContext(_Frozen):
-    env_name: str  # the config's name (stack prefix)
-    kubernetes_version: str
-    outputs_source: str
-    placeholder: bool
     banner: list[str]  # comment lines at the top of every file
     labels: dict[str, str]  # on every object
     annotations: dict[str, str]  # on every object
     namespace: str
     service_account: str
     trainer_role_arn: str
-    cluster_name: str
     nodegroup_name: str
     run_name: str
     rayjob_name: str
@@ -335,10 +330,6 @@ def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
             f"stack outputs are placeholders ({PLACEHOLDER}); deploy the stacks and render "
             "again with --outputs or --from-stacks")
     return RenderContext(
-        env_name=cfg.name,
-        kubernetes_version=cfg.kubernetes_version,
-        outputs_source=outputs.source,
-        placeholder=outputs.is_placeholder,
         banner=_banner(cfg, outputs),
         labels={
             "app.kubernetes.io/part-of": "rlkit",
@@ -349,7 +340,6 @@ def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
         namespace=names.TRAINER_NAMESPACE,
         service_account=names.TRAINER_SERVICE_ACCOUNT,
         trainer_role_arn=outputs.trainer_role_arn,
-        cluster_name=outputs.cluster_name,
         nodegroup_name=outputs.nodegroup_name,
         run_name=t.run_name,
         rayjob_name=t.run_name,

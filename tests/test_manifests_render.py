@@ -587,3 +587,15 @@ def test_outputs_are_read_from_the_stacks_that_declare_them(synth):
     for field, role, key in _FIELDS:
         template = s.templates[stacks[role]]
         assert key in template.get("Outputs", {}), f"{field}: {stacks[role]} declares no {key}"
+
+
+def test_model_shapes_agree_with_the_planner_catalog():
+    """Two tables, one truth: the EP benchmark's shapes match the planner's config.json copies."""
+    from infra.planner.models import MODEL_CATALOG
+    from manifests.model_shapes import MODEL_SHAPES
+
+    assert set(MODEL_SHAPES) <= set(MODEL_CATALOG)
+    for key, shape in MODEL_SHAPES.items():
+        model = MODEL_CATALOG[key]
+        assert (shape.hidden, shape.experts, shape.topk) == \
+            (model.hidden, model.num_experts, model.top_k), key
