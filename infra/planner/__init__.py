@@ -1,0 +1,29 @@
+"""Resource planner: size the cluster and pick the parallel layout before paying for GPUs.
+
+Given an MoE model and an EC2 GPU instance type, the planner answers: how many nodes, which
+tensor / pipeline / expert / data parallel sizes, whether the layout fits in GPU memory, how long
+a training step takes, which expert-parallel backend to use and what it costs. It needs only the
+instance catalog (``infra.catalog``); it imports no CDK and reads no environment. See
+docs/planner.md for the model, its sources, its calibration and its limits.
+
+    from infra.planner import plan
+    result = plan("qwen3-30b-a3b", "p5.48xlarge", nodes=4)
+    best = result.best
+    print(best.layout.label(), best.time.tokens_per_s_per_gpu, best.cost.dollars_per_million_tokens)
+"""
+
+from infra.planner.backend import BackendChoice, recommend_backend
+from infra.planner.errors import PlannerError
+from infra.planner.hardware import GPU_SPECS, REFERENCE_SYSTEMS, SYSTEMS, System, get_system
+from infra.planner.layout import EP_BACKENDS, Layout, TrainingSetup
+from infra.planner.memory import MemoryBreakdown, estimate_memory
+from infra.planner.models import MODEL_CATALOG, MoEModel, get_model, load_model_file
+from infra.planner.search import Candidate, Cost, Pins, PlanResult, Rejection, evaluate, plan
+from infra.planner.timing import StepTime, step_time
+
+__all__ = [
+    "BackendChoice", "Candidate", "Cost", "EP_BACKENDS", "GPU_SPECS", "Layout", "MODEL_CATALOG",
+    "MemoryBreakdown", "MoEModel", "Pins", "PlanResult", "PlannerError", "REFERENCE_SYSTEMS",
+    "Rejection", "SYSTEMS", "StepTime", "System", "TrainingSetup", "estimate_memory", "evaluate",
+    "get_model", "get_system", "load_model_file", "plan", "recommend_backend", "step_time",
+]

@@ -93,8 +93,8 @@ class Efficiency:
 #   ~360 of 450 GB/s; DeepEP reports 153-158 of 160 GB/s achievable NVLink on H800).
 # - layer_overhead_us 350: Qwen3-30B-A3B (48 thin layers, 128 experts) is bound by per-layer
 #   fixed costs on 8x p5; the same constant changes the large models by under 3%.
-_HOPPER = Efficiency(gemm_bf16=0.66, gemm_fp8=0.40, attention=0.45, hbm=0.70, nvlink=0.80,
-                     layer_overhead_us=350.0)
+_HOPPER = Efficiency(gemm_bf16=0.66, gemm_fp8=0.45, attention=0.45, hbm=0.70, nvlink=0.80,
+                     layer_overhead_us=1200.0)
 EFFICIENCY: dict[str, Efficiency] = {
     "H100": _HOPPER,
     "H800": _HOPPER,

@@ -44,8 +44,8 @@ from infra.planner.models import MoEModel
 
 NCCL_BUFFERS_GIB = 1.5  # all NCCL communicators of a rank (TP, CP, DP, EP, PP groups); estimate
 DEEPEP_BUFFERS_GIB = 2.0  # DeepEP normal-mode NVLink + RDMA buffers (~1 GB each); estimate
-RUNTIME_RESERVE_GIB = 3.0  # CUDA context, cuBLAS/cuDNN workspaces; estimate
-FRAGMENTATION = 0.08  # PyTorch caching-allocator slack on the dynamic (activation) part; estimate
+RUNTIME_RESERVE_GIB = 2.0  # CUDA context (~0.6 GiB on Hopper), cuBLAS/cuDNN/TE workspaces; estimate
+FRAGMENTATION = 0.05  # caching-allocator slack on activations with expandable_segments; estimate
 ROLLOUT_RESIDUAL_GIB = 1.0  # engine context/graphs kept while offloaded; estimate
 TRAIN_RESIDUAL_GIB = 2.0  # trainer context kept while it is offloaded for rollout; estimate
 
@@ -120,46 +120,65 @@ def stage_params(model: MoEModel, L: Layout, which: str) -> StageParams:
 
 def activation_bytes_per_layer(model: MoEModel, L: Layout, setup: TrainingSetup,
                                moe: bool) -> float:
-    """Stored activation bytes of one layer for one micro-batch on one GPU (Korthikanti et al.)."""
+    """Stored activation bytes of one layer for one micro-batch on one GPU (Korthikanti et al.).
+
+    Each saved tensor is listed with its width per token, whether tensor parallelism splits it
+    (sequence-parallel tensors are split too), whether it is only a GEMM input (then FP8 training
+    saves it in 1 byte, as Transformer Engine does), and whether selective recompute discards it.
+    """
+    if L.recompute == "full":
+        return 2.0 * model.hidden * L.mbs * setup.seq_len / L.cp / L.tp  # the layer input only
     h = model.hidden
     tokens = L.mbs * setup.seq_len / L.cp  # tokens of this CP shard
-    t_loc = tokens / L.tp  # with sequence parallelism
-    sel = L.recompute
-    if sel == "full":
-        return 2.0 * h * t_loc  # the layer input only
-    drop_norm = sel == "selective"
-    # attention block: norm input (residual) + norm output (QKV input) + projections + FA output
-    per_tok = 2 * h  # norm input
-    per_tok += 0 if drop_norm else 2 * h  # norm output
+    sel = L.recompute == "selective"
+    fp8 = setup.precision == "fp8"
+    # (width per token, split by tp, GEMM-input only, dropped by selective recompute)
+    saved: list[tuple[float, bool, bool, bool]] = [
+        (h, True, False, False),  # attention norm input (residual stream)
+        (h, True, True, True),  # attention norm output = QKV input
+        (h, True, False, False),  # MLP norm input
+        (h, True, True, True),  # MLP norm output = router / MLP input
+    ]
     if model.attention == "gqa":
         q = model.num_heads * model.head_dim
         kv = 2 * model.num_kv_heads * model.head_dim
-        per_tok_tp = 2 * (q + kv) + 2 * q  # Q,K,V kept for flash attention; its output
-        per_tok_repl = 0.0
+        saved += [(q + kv, True, False, False),  # Q, K, V for the flash-attention backward
+                  (q, True, False, False)]  # attention output (also the O-projection input)
     else:
         heads = model.num_heads
-        up = heads * (model.qk_head_dim + model.qk_nope_head_dim + model.v_head_dim)
-        fa_in = heads * (2 * model.qk_head_dim + model.v_head_dim)
-        per_tok_tp = (0 if sel == "selective" else 2 * up) + 2 * fa_in + 2 * heads * model.v_head_dim
         lat = (model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim
-        per_tok_repl = 2 * 2 * lat  # compressed latents and their norms (replicated over tp)
-    attn = tokens * per_tok_tp / L.tp + t_loc * per_tok_repl + t_loc * per_tok
-    # MLP block: norm input + norm output
-    mlp = t_loc * (2 * h + (0 if drop_norm else 2 * h))
-    act_out = 0 if sel == "selective" else 1  # activation-function output kept?
+        saved += [
+            (2 * lat, False, False, False),  # compressed latents before/after their norms
+            (heads * (model.qk_head_dim + model.qk_nope_head_dim + model.v_head_dim),
+             True, False, True),  # up-projection outputs (mla_up_proj recompute drops them)
+            (heads * (2 * model.qk_head_dim + model.v_head_dim), True, False, True),  # Q, K, V
+            (heads * model.v_head_dim, True, False, False),  # attention output
+        ]
     if not moe:
         f = model.dense_ffn
-        mlp += tokens * (2 * 2 * f + act_out * 2 * f) / L.tp
+        saved += [(2 * f, True, False, False),  # gate/up output (SwiGLU backward)
+                  (f, True, True, True)]  # activation output = down-projection input
     else:
-        k, fe = model.top_k, model.expert_ffn
-        mlp += t_loc * 4 * model.num_experts  # router probabilities (fp32)
-        pairs = t_loc * k * setup.moe_imbalance
-        mlp += pairs * L.etp * 4 * h  # permuted input + expert output, per ETP rank
-        mlp += pairs * (2 * 2 * fe + act_out * 2 * fe)  # gate/up output, activation output
         if model.num_shared_experts:
             fs = model.shared_expert_ffn * model.num_shared_experts
-            mlp += tokens * (2 * 2 * fs + act_out * 2 * fs) / L.tp
-    return attn + mlp
+            saved += [(2 * fs, True, False, False), (fs, True, True, True)]
+    total = 0.0
+    for width, split, gemm_in, drop in saved:
+        if sel and drop:
+            continue
+        per_elem = 1 if (fp8 and gemm_in) else 2
+        total += tokens * width * per_elem / (L.tp if split else 1)
+    if moe:
+        t_loc = tokens / L.tp
+        total += t_loc * model.num_experts * 4  # router probabilities (FP32)
+        pairs = t_loc * model.top_k * setup.moe_imbalance
+        fe = model.expert_ffn
+        b_in = 1 if fp8 else 2
+        total += pairs * L.etp * h * b_in  # permuted expert input (grouped GEMM input)
+        total += pairs * 2 * fe * 2  # gate/up output
+        if not sel:
+            total += pairs * fe * b_in  # activation output (moe_act recompute drops it)
+    return total
 
 
 def _in_flight(L: Layout, setup: TrainingSetup, which: str) -> float:

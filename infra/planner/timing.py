@@ -33,7 +33,8 @@ The step is built bottom-up for one GPU of the most loaded pipeline stage:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 
 from infra.planner.hardware import GB, System
 from infra.planner.layout import Layout, TrainingSetup
@@ -182,6 +183,12 @@ def layer_times(model: MoEModel, system: System, L: Layout, setup: TrainingSetup
     return compute, tp, ep
 
 
+@lru_cache(maxsize=4096)
+def _layer_times_cached(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
+                        backend: str, moe: bool) -> tuple[float, float, float]:
+    return layer_times(model, system, L, setup, backend, moe)
+
+
 def ep_all_to_all_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
                        backend: str, t_loc: float) -> float:
     """Forward dispatch + combine and their backward counterparts for one MoE layer."""
@@ -223,8 +230,12 @@ def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
     eff = system.efficiency
     micro = setup.global_batch // (L.dp * L.mbs)
 
-    c_moe = layer_times(model, system, L, setup, backend, moe=True) if model.moe_layers else (0, 0, 0)
-    c_dense = layer_times(model, system, L, setup, backend, moe=False) if model.dense_layers else (0, 0, 0)
+    # per-layer times depend on tp, cp, ep, etp, mbs and recompute only: cache them for the search
+    key = replace(L, pp=1, dp=1, vpp=1)
+    c_moe = _layer_times_cached(model, system, key, setup, backend, True) \
+        if model.moe_layers else (0, 0, 0)
+    c_dense = _layer_times_cached(model, system, key, setup, backend, False) \
+        if model.dense_layers else (0, 0, 0)
     n_moe_total = model.moe_layers + model.mtp_layers
     n_dense_total = model.dense_layers
     # Layers spread over pp*vpp chunks; the most loaded stage carries ceil(layers/chunks) per

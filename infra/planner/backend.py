@@ -1,0 +1,77 @@
+"""Which expert-parallel all-to-all backend to use: a rule taken from published EFA results.
+
+Measurements this rule follows (design.md "DeepEP over EFA"; awslabs/awsome-distributed-ai
+micro-benchmarks/expert-parallelism and the megatron-bridge README):
+
+- On 2-8 nodes over EFA plain NCCL all-to-all matches or beats DeepEP end to end
+  (Qwen3-30B-A3B on 8x p5.48xlarge, EP32: DeepEP +86% step time).
+- At 16-32+ nodes DeepEP wins (DeepSeek-V3-shaped model on 32x p6-b300, EP32: DeepEP-style
+  dispatch ~36% faster than NCCL all-to-all at micro-batch >= 4).
+- DeepEP V2 over NCCL GIN has its GPU-initiated path only on p5en and the p6 family; on p5/p5e
+  the route is DeepEP V1 over NVSHMEM/libfabric (host proxy).
+
+Between 9 and 15 nodes nothing was measured; the rule keeps NCCL there and says so. The time
+model does not reproduce DeepEP's small-scale slowdown on EFA (it models DeepEP by its byte
+savings only), which is why the recommendation is a rule and not an argmin of predicted time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.planner.layout import EP_BACKENDS
+
+DEEPEP_MIN_NODES = 16  # DeepEP measured ahead from here
+NCCL_MAX_MEASURED_NODES = 8  # NCCL measured at least as fast up to here
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    backend: str
+    recommended: str
+    reason: str
+    warning: str | None = None
+
+
+def gin_gpu_supported(instance_type: str) -> bool:
+    """GPU-initiated NCCL GIN exists only on p5en and the p6 family (design.md)."""
+    return instance_type.startswith(("p5en.", "p6-"))
+
+
+def _deepep_flavour(instance_type: str) -> str:
+    return "deepep-gin" if gin_gpu_supported(instance_type) else "deepep-nvshmem"
+
+
+def recommend_backend(instance_type: str, nodes: int, ep_span_nodes: int,
+                      override: str | None = None) -> BackendChoice:
+    """Recommend (and, with ``override``, check) the expert-parallel backend for a job."""
+    if ep_span_nodes <= 1:
+        rec, why = "nccl", ("expert groups stay inside one node, so the all-to-all runs on NVLink "
+                            "and DeepEP's inter-node savings do not apply")
+    elif nodes >= DEEPEP_MIN_NODES:
+        rec = _deepep_flavour(instance_type)
+        route = ("DeepEP V2 over NCCL GIN, GPU-initiated" if rec == "deepep-gin"
+                 else "DeepEP V1 over NVSHMEM/libfabric (no GPU-initiated GIN on this type)")
+        why = (f"{nodes} nodes: published EFA runs show DeepEP ahead of NCCL all-to-all from "
+               f"{DEEPEP_MIN_NODES}-32 nodes; {route}")
+    elif nodes <= NCCL_MAX_MEASURED_NODES:
+        rec, why = "nccl", (f"{nodes} nodes: on 2-8 EFA nodes NCCL all-to-all matches or beats "
+                            "DeepEP (Qwen3-30B-A3B, 8x p5, EP32: DeepEP +86% step time)")
+    else:
+        rec, why = "nccl", (f"{nodes} nodes: between 8 and {DEEPEP_MIN_NODES} nodes neither "
+                            "backend has a published EFA measurement; NCCL is the safe default "
+                            "until the fabric gate measures both")
+    if override is None or override == rec:
+        return BackendChoice(rec, rec, why)
+    if override not in EP_BACKENDS:
+        from infra.planner.errors import PlannerError
+
+        raise PlannerError(f"unknown expert-parallel backend {override!r}; "
+                           f"use one of {', '.join(EP_BACKENDS)}")
+    warning = f"backend {override} overrides the recommended {rec} ({why})"
+    if override.startswith("deepep") and ep_span_nodes > 1 and nodes <= NCCL_MAX_MEASURED_NODES:
+        warning += ("; the time model does not include DeepEP's measured small-scale slowdown on "
+                    "EFA, so this step time is optimistic")
+    if override == "deepep-gin" and not gin_gpu_supported(instance_type):
+        warning += f"; on {instance_type} deepep-gin runs its CPU-proxy path (gin_mode: proxy)"
+    return BackendChoice(override, rec, why, warning)

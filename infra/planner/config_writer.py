@@ -1,0 +1,127 @@
+"""Write a chosen layout into a kit config YAML file so the rendered manifests use it.
+
+Only the planner's keys under ``training`` are set (``model``, ``node_group``, ``nodes``,
+``parallel`` and ``expert_parallel.backend``); every other key of the file is kept as it was.
+Only the top-level ``training:`` block is rewritten, so the rest of the file keeps its text and
+comments (comments inside that block are lost: PyYAML does not keep them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from infra.planner.errors import PlannerError
+from infra.planner.search import Candidate
+
+
+_TOP_KEY = re.compile(r"^[^\s#-]")
+
+
+def _replace_training_block(original: str, data: dict) -> str:
+    """The original text with only its top-level ``training:`` block replaced (or appended).
+    Falls back to dumping the whole mapping if the splice would not parse back to ``data``."""
+    block = yaml.safe_dump({"training": data["training"]}, sort_keys=False,
+                           default_flow_style=False)
+    lines = original.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if re.match(r"^training\s*:", ln)), None)
+    if start is None:
+        sep = "" if not original or original.endswith("\n") else "\n"
+        text = original + sep + block
+    else:
+        end = next((j for j in range(start + 1, len(lines)) if _TOP_KEY.match(lines[j])),
+                   len(lines))
+        while end > start + 1 and lines[end - 1].lstrip().startswith("#"):
+            end -= 1  # a comment just above the next key belongs to that key
+        text = "".join(lines[:start]) + block + "".join(lines[end:])
+    try:
+        if yaml.safe_load(text) == data:
+            return text
+    except yaml.YAMLError:
+        pass
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def training_section(candidate: Candidate, model_key: str, node_group: str) -> dict:
+    """The ``training`` keys the planner owns, for ``candidate``."""
+    L = candidate.layout
+    return {
+        "model": model_key,
+        "node_group": node_group,
+        "nodes": candidate.nodes,
+        "parallel": {"tp": L.tp, "pp": L.pp, "cp": L.cp, "ep": L.ep, "etp": L.etp,
+                     # the kit config spells "no interleaving" as null (it rejects vpp with pp=1)
+                     "vpp": L.vpp if L.vpp > 1 else None},
+        "expert_parallel": {"backend": candidate.backend.backend},
+    }
+
+
+def write_config(path: str | Path, candidate: Candidate, model_key: str, instance_type: str,
+                 node_group: str) -> dict:
+    """Merge the plan into the config file at ``path``; return the new file content as a dict.
+
+    Refuses, with a PlannerError, when the node group is missing from ``gpu_node_groups``, runs
+    a different instance type, or is too small for the planned node count.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise PlannerError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise PlannerError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise PlannerError(f"config file {str(path)!r} must be a YAML mapping")
+    groups = data.get("gpu_node_groups") or {}
+    if not isinstance(groups, dict) or node_group not in groups:
+        known = ", ".join(groups) if isinstance(groups, dict) and groups else "none"
+        raise PlannerError(f"node group {node_group!r} is not in gpu_node_groups of {path} "
+                           f"(it has: {known}); add it or pass --node-group with one of those")
+    group = groups[node_group] or {}
+    group_type = group.get("instance_type")
+    if group_type != instance_type:
+        raise PlannerError(f"node group {node_group!r} in {path} runs {group_type}, but the plan "
+                           f"is for {instance_type}; plan for {group_type} or pick another group")
+    max_size = group.get("max_size")
+    if isinstance(max_size, int) and candidate.nodes > max_size:
+        raise PlannerError(f"the plan needs {candidate.nodes} nodes but node group {node_group!r} "
+                           f"allows at most {max_size} (max_size); raise max_size or plan with "
+                           f"--max-nodes {max_size}")
+
+    training = data.get("training")
+    if training is None:
+        training = data["training"] = {}
+    if not isinstance(training, dict):
+        raise PlannerError(f"'training' in {path} must be a mapping")
+    new = training_section(candidate, model_key, node_group)
+    training["model"] = new["model"]
+    training["node_group"] = new["node_group"]
+    training["nodes"] = new["nodes"]
+    parallel = training.get("parallel")
+    if not isinstance(parallel, dict):
+        parallel = training["parallel"] = {}
+    parallel.update(new["parallel"])
+    ep = training.get("expert_parallel")
+    if not isinstance(ep, dict):
+        ep = training["expert_parallel"] = {}
+    ep["backend"] = new["expert_parallel"]["backend"]
+    if ep["backend"] != "deepep-gin":
+        ep.pop("gin_mode", None)  # only meaningful for deepep-gin
+
+    text = _replace_training_block(path.read_text(), data)
+    mode = path.stat().st_mode & 0o777
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)  # atomic: readers never see half a file
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return data

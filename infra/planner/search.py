@@ -1,0 +1,358 @@
+"""Layout search and the public ``plan()`` entry point.
+
+For each candidate node count the search enumerates tp, cp, pp, vpp, ep, etp and the micro-batch
+size, drops layouts that break a divisibility rule (``layout_problem``), drops those whose
+weights and optimizer alone exceed GPU memory, then picks the lightest recompute setting that
+fits (none, then selective, then full) and predicts the step time. Survivors are ranked by cost
+per trained token (equivalently tokens/s per GPU for one instance type) or by total throughput;
+every rejected layout keeps the sentence that explains why.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterable, Literal
+
+from infra.planner.backend import BackendChoice, recommend_backend
+from infra.planner.errors import PlannerError
+from infra.planner.hardware import PRICE_DATE, System, get_system
+from infra.planner.layout import Layout, Recompute, TrainingSetup, layout_problem
+from infra.planner.memory import MemoryBreakdown, estimate_memory, static_memory_gib
+from infra.planner.models import MoEModel, get_model
+from infra.planner.timing import StepTime, ep_span, step_time
+
+Objective = Literal["cost", "throughput"]
+RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
+DEFAULT_MAX_NODES = 32
+_TP = (1, 2, 4, 8)
+_VPP = (1, 2, 3, 4, 6, 8)
+
+
+@dataclass(frozen=True)
+class Cost:
+    price_per_node_hour: float | None
+    dollars_per_hour: float | None
+    dollars_per_million_tokens: float | None
+    source: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout that fits, with its predicted memory, time, backend and cost."""
+
+    nodes: int
+    layout: Layout
+    memory: MemoryBreakdown
+    time: StepTime
+    backend: BackendChoice
+    cost: Cost
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.world
+
+    def to_dict(self) -> dict:
+        return {
+            "nodes": self.nodes, "gpus": self.gpus, "layout": self.layout.to_dict(),
+            "label": self.layout.label(), "memory_gib": self.memory.to_dict(),
+            "time": self.time.to_dict(), "ep_backend": asdict(self.backend),
+            "cost": self.cost.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Rejection:
+    nodes: int
+    layout: Layout
+    reason: str
+    needed_gib: float | None = None  # memory it would need, when memory is the reason
+
+    def to_dict(self) -> dict:
+        return {"nodes": self.nodes, "label": self.layout.label(), "layout": self.layout.to_dict(),
+                "reason": self.reason, "needed_gib": self.needed_gib}
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    model: MoEModel
+    system: System
+    setup: TrainingSetup
+    objective: Objective
+    candidates: tuple[Candidate, ...]  # ranked, best first (top K)
+    rejected: tuple[Rejection, ...]  # every rejected layout
+    evaluated: int
+    search_seconds: float
+    node_counts: tuple[int, ...]
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def best(self) -> Candidate:
+        return self.candidates[0]
+
+    def closest_rejections(self, n: int = 5) -> list[Rejection]:
+        """Memory rejections nearest to fitting, then the others (for display)."""
+        mem = sorted((r for r in self.rejected if r.needed_gib is not None),
+                     key=lambda r: r.needed_gib)
+        other = [r for r in self.rejected if r.needed_gib is None]
+        seen, out = set(), []
+        for r in mem + other:
+            if r.reason in seen:
+                continue
+            seen.add(r.reason)
+            out.append(r)
+            if len(out) == n:
+                break
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model.key, "instance_type": self.system.name,
+            "setup": asdict(self.setup), "objective": self.objective,
+            "node_counts_searched": list(self.node_counts), "evaluated_layouts": self.evaluated,
+            "search_seconds": round(self.search_seconds, 4),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "rejected_count": len(self.rejected),
+            "rejected_examples": [r.to_dict() for r in self.closest_rejections(10)],
+            "warnings": list(self.warnings), "price_date": PRICE_DATE,
+        }
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Parts of the layout the caller fixed (None = search)."""
+
+    tp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    cp: int | None = None
+    vpp: int | None = None
+    mbs: int | None = None
+    recompute: Recompute | None = None
+
+    def fixed(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup,
+               pins: Pins) -> Iterable[Layout]:
+    gpus = nodes * system.gpus_per_node
+    gpn = system.gpus_per_node
+    tps = [pins.tp] if pins.tp else [t for t in _TP if t <= gpn]
+    cps = [pins.cp] if pins.cp else [c for c in (1, 2, 4, 8) if setup.seq_len // c >= 4096]
+    mbss = [pins.mbs] if pins.mbs else ([1, 2, 4] if setup.seq_len <= 2048 else [1, 2])
+    ep_all = _divisors(model.num_experts)
+    for tp in tps:
+        for cp in cps:
+            if gpus % (tp * cp):
+                continue
+            rest = gpus // (tp * cp)
+            pps = [pins.pp] if pins.pp else [p for p in _divisors(rest) if p <= model.num_layers]
+            for pp in pps:
+                if rest % pp:
+                    continue
+                dp = rest // pp
+                stage = tp * cp * dp
+                etps = [pins.etp] if pins.etp else sorted({1, tp})
+                vpps = [pins.vpp] if pins.vpp else (
+                    [1] if pp == 1 else [v for v in _VPP if pp * v <= model.num_layers])
+                for etp in etps:
+                    eps = [pins.ep] if pins.ep else [e for e in ep_all if stage % (e * etp) == 0]
+                    for ep in eps:
+                        for vpp in vpps:
+                            for mbs in mbss:
+                                yield Layout(tp=tp, pp=pp, ep=ep, dp=dp, cp=cp, etp=etp,
+                                             vpp=vpp, mbs=mbs)
+
+
+def _check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...],
+                setup: TrainingSetup) -> None:
+    """Fail fast, with the rule broken, when the caller pinned sizes that cannot divide."""
+    fixed = pins.fixed()
+    if not fixed:
+        return
+    probe = Layout(**{k: v for k, v in fixed.items()})  # other sizes 1
+    problem = layout_problem(m, replace(probe, dp=1, mbs=1), replace(setup, global_batch=1),
+                             system.gpus_per_node) if any(
+        k in fixed for k in ("tp", "ep", "etp", "cp", "vpp", "pp")) else None
+    if problem and "pipeline stage" not in problem:  # etp x ep vs stage size depends on dp
+        raise PlannerError(f"requested layout does not divide: {problem}")
+    model_parallel = (pins.tp or 1) * (pins.cp or 1) * (pins.pp or 1)
+    if len(counts) == 1:
+        gpus = counts[0] * system.gpus_per_node
+        if gpus % model_parallel:
+            raise PlannerError(
+                f"requested layout does not divide: tp x cp x pp = {model_parallel} does not "
+                f"divide the {gpus} GPUs of {counts[0]} x {system.name}")
+
+
+def _cost(system: System, nodes: int, t: StepTime, price_override: float | None) -> Cost:
+    price = price_override if price_override is not None else system.price_per_hour
+    source = "--price-per-hour" if price_override is not None else system.price_source
+    if price is None:
+        return Cost(None, None, None, f"no public on-demand price for {system.name}; "
+                                      "pass --price-per-hour")
+    per_hour = price * nodes
+    tokens_per_hour = t.tokens_per_s_per_gpu * nodes * system.gpus_per_node * 3600
+    return Cost(price, per_hour, per_hour / tokens_per_hour * 1e6, source)
+
+
+def _node_counts(nodes: int | None, max_nodes: int | None) -> tuple[int, ...]:
+    if nodes is not None:
+        return (nodes,)
+    top = max_nodes or DEFAULT_MAX_NODES
+    return tuple(range(1, top + 1))
+
+
+def plan(
+    model: str | MoEModel,
+    instance_type: str,
+    *,
+    nodes: int | None = None,
+    max_nodes: int | None = None,
+    seq_len: int = 4096,
+    global_batch: int = 256,
+    precision: str = "bf16",
+    ep_backend: str | None = None,
+    objective: Objective = "cost",
+    top: int = 5,
+    pins: Pins | None = None,
+    price_per_hour: float | None = None,
+    allow_reference_systems: bool = False,
+    memory_headroom_gib: float = 0.0,
+    **setup_fields,
+) -> PlanResult:
+    """Size the cluster and pick the parallel layout for ``model`` on ``instance_type``.
+
+    ``nodes`` fixes the node count; otherwise 1..``max_nodes`` (default 32) are searched.
+    ``max_nodes`` is a quota: asking for more nodes than it allows is an error.
+    ``memory_headroom_gib`` keeps that much GPU memory free on top of the model's own reserve
+    and fragmentation allowance. Extra keyword
+    arguments go to :class:`TrainingSetup` (schedule, optimizer_bf16_moments, moe_imbalance,
+    colocate_rollout, rollout_offload, rollout_tokens_per_gpu, rollout_mem_fraction).
+    Raises :class:`PlannerError` with a sentence meant for the user when the request cannot be
+    planned.
+    """
+    started = time.perf_counter()
+    m = get_model(model) if isinstance(model, str) else model
+    system = get_system(instance_type, allow_reference=allow_reference_systems)
+    if nodes is not None and nodes < 1:
+        raise PlannerError(f"--nodes must be at least 1, got {nodes}")
+    if max_nodes is not None and max_nodes < 1:
+        raise PlannerError(f"--max-nodes must be at least 1, got {max_nodes}")
+    if nodes is not None and max_nodes is not None and nodes > max_nodes:
+        raise PlannerError(f"--nodes {nodes} exceeds the quota given by --max-nodes ({max_nodes})")
+    if precision not in ("bf16", "fp8"):
+        raise PlannerError(f"precision must be bf16 or fp8, got {precision!r}")
+    if seq_len < 1 or global_batch < 1:
+        raise PlannerError("seq_len and global_batch must be positive")
+    try:
+        setup = TrainingSetup(seq_len=seq_len, global_batch=global_batch, precision=precision,
+                              **setup_fields)
+    except TypeError as err:
+        raise PlannerError(f"unknown training option: {err}") from None
+    pins = pins or Pins()
+    counts = _node_counts(nodes, max_nodes)
+
+    candidates: list[Candidate] = []
+    rejected: list[Rejection] = []
+    evaluated = 0
+    warnings: list[str] = []
+    _check_pins(m, system, pins, counts, setup)
+    fully_pinned = nodes is not None and all(
+        getattr(pins, k) is not None for k in ("tp", "pp", "ep"))
+
+    for n in counts:
+        for L in _enumerate(m, system, n, setup, pins):
+            evaluated += 1
+            problem = layout_problem(m, L, setup, system.gpus_per_node)
+            if problem:
+                if fully_pinned:
+                    raise PlannerError(f"layout {L.label()} does not divide: {problem}")
+                rejected.append(Rejection(n, L, problem))
+                continue
+            _, span = ep_span(L, system.gpus_per_node)
+            choice = recommend_backend(system.name, n, span, ep_backend)
+            static = static_memory_gib(m, L, setup)
+            if static + memory_headroom_gib > system.gpu_memory_gib:
+                rejected.append(Rejection(
+                    n, L, f"weights, gradients and optimizer alone need {static:.0f} GiB per GPU, "
+                          f"{system.name} has {system.gpu_memory_gib:g}", static))
+                continue
+            fitted = None
+            tries = [pins.recompute] if pins.recompute else list(RECOMPUTE_ORDER)
+            for rc in tries:
+                mem = estimate_memory(m, system, replace(L, recompute=rc), setup, choice.backend)
+                if mem.peak + memory_headroom_gib <= mem.capacity:
+                    fitted = (replace(L, recompute=rc), mem)
+                    break
+            if fitted is None:
+                rejected.append(Rejection(
+                    n, replace(L, recompute=tries[-1]),
+                    f"needs {mem.peak:.0f} GiB per GPU even with {tries[-1]} recompute, "
+                    f"{system.name} has {system.gpu_memory_gib:g}", mem.peak))
+                continue
+            Lf, mem = fitted
+            t = step_time(m, system, Lf, setup, choice.backend)
+            candidates.append(Candidate(n, Lf, mem, t, choice, _cost(system, n, t, price_per_hour)))
+
+    if not candidates:
+        closest = min((r for r in rejected if r.needed_gib is not None),
+                      key=lambda r: r.needed_gib, default=None)
+        where = f"{counts[0]} node(s)" if len(counts) == 1 else f"1 to {counts[-1]} nodes"
+        if closest is not None:
+            raise PlannerError(
+                f"{m.key} does not fit on {where} of {system.name}: the closest layout "
+                f"({closest.layout.label()}, {closest.nodes} node(s)) {closest.reason}")
+        reason = rejected[0].reason if rejected else "no layout could be formed"
+        raise PlannerError(f"no valid layout for {m.key} on {where} of {system.name}: {reason}")
+
+    if objective == "throughput":
+        key = lambda c: (-c.time.tokens_per_s_per_gpu * c.gpus, c.nodes)  # noqa: E731
+    elif objective == "cost":
+        key = lambda c: (-c.time.tokens_per_s_per_gpu, c.nodes)  # noqa: E731
+    else:
+        raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
+    candidates.sort(key=key)
+    best = candidates[0]
+    if best.backend.warning:
+        warnings.append(best.backend.warning)
+    if best.cost.dollars_per_hour is None:
+        warnings.append(best.cost.source)
+    if setup.colocate_rollout and setup.rollout_offload:
+        warnings.append("colocated rollout assumes the engine's weights and KV cache are released "
+                        "while training (Miles/slime offload); pass rollout_offload=False if not")
+    return PlanResult(
+        model=m, system=system, setup=setup, objective=objective,
+        candidates=tuple(candidates[:max(1, top)]), rejected=tuple(rejected),
+        evaluated=evaluated, search_seconds=time.perf_counter() - started,
+        node_counts=counts, warnings=tuple(warnings),
+    )
+
+
+def evaluate(model: str | MoEModel, instance_type: str, nodes: int, layout: Layout,
+             setup: TrainingSetup, ep_backend: str | None = None,
+             allow_reference_systems: bool = False) -> Candidate:
+    """Predict one given layout (no search); raise PlannerError if it does not divide."""
+    m = get_model(model) if isinstance(model, str) else model
+    system = get_system(instance_type, allow_reference=allow_reference_systems)
+    if layout.world != nodes * system.gpus_per_node:
+        raise PlannerError(
+            f"layout {layout.label()} does not divide: tp x cp x pp x dp = {layout.world} GPUs, "
+            f"but {nodes} node(s) of {system.name} have {nodes * system.gpus_per_node}")
+    problem = layout_problem(m, layout, setup, system.gpus_per_node)
+    if problem:
+        raise PlannerError(f"layout {layout.label()} does not divide: {problem}")
+    _, span = ep_span(layout, system.gpus_per_node)
+    choice = recommend_backend(system.name, nodes, span, ep_backend)
+    mem = estimate_memory(m, system, layout, setup, choice.backend)
+    t = step_time(m, system, layout, setup, choice.backend)
+    return Candidate(nodes, layout, mem, t, choice, _cost(system, nodes, t, None))
