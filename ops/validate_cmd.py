@@ -14,16 +14,29 @@ import sys
 from pathlib import Path
 
 from infra.config import ConfigError, load_config
-from infra.versions import DEFAULT_KUBERNETES_VERSION
+from infra.versions import DEFAULT_KUBERNETES_VERSION, HELM_CHARTS
 from manifests.validate import ValidationReport, validate_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def default_crd_dir() -> Path | None:
-    """<repo>/../shared/crds when it exists (the layout CI and dev machines use)."""
-    candidate = REPO_ROOT.parent / "shared" / "crds"
-    return candidate if candidate.is_dir() else None
+SHARED_CRDS = REPO_ROOT.parent / "shared" / "crds"  # the layout CI and dev machines use
+
+
+def default_crd_dir() -> tuple[Path | None, str | None]:
+    """The CRDs of the KubeRay operator version the kit installs, and a note when not exact.
+
+    ../shared/crds/kuberay-v<pinned version> when it exists; else ../shared/crds as a whole
+    (with a note: the schemas may belong to another operator version); else nothing.
+    """
+    version = HELM_CHARTS["kuberay_operator"]["version"]
+    exact = SHARED_CRDS / f"kuberay-v{version}"
+    if exact.is_dir():
+        return exact, None
+    if SHARED_CRDS.is_dir():
+        return SHARED_CRDS, (f"no {exact.name} under {SHARED_CRDS} for the pinned KubeRay "
+                             f"operator {version}; validating with whatever CRDs are there")
+    return None, None
 
 
 def strict_from_env(flag: bool) -> bool:
@@ -35,7 +48,7 @@ def add_validation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--crd-dir", type=Path, default=None,
         help="directory of CustomResourceDefinition YAML for custom kinds (RayJob, RayCluster); "
-        "default: ../shared/crds next to the repository when it exists")
+        "default: ../shared/crds/kuberay-v<pinned operator version> next to the repository")
     parser.add_argument(
         "--strict", action="store_true",
         help="a kind without a schema is an error (always on when CI=true)")
@@ -48,7 +61,10 @@ def resolve_crd_dir(args: argparse.Namespace) -> tuple[Path | None, str | None]:
             return None, (f"--crd-dir {args.crd_dir}: no such directory (it should hold the "
                           "operator's CRD YAML, e.g. ../shared/crds)")
         return args.crd_dir, None
-    return default_crd_dir(), None
+    crd_dir, note = default_crd_dir()
+    if note:
+        print(f"note: {note}")
+    return crd_dir, None
 
 
 def run_validation(path: Path, args: argparse.Namespace, kubernetes_version: str) -> int:

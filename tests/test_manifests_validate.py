@@ -15,7 +15,7 @@ import pytest
 from infra import names
 from infra.config import load_config
 from infra.names import OutputKeys
-from infra.versions import KUBERNETES_VERSIONS
+from infra.versions import HELM_CHARTS, KUBERNETES_VERSIONS
 from manifests import build_context, placeholder_outputs, render
 from manifests.validate import crd_to_jsonschema, schema_version_for, validate_objects
 from ops import cli, render_cmd, validate_cmd
@@ -25,17 +25,25 @@ EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
 SHARED_CRDS = REPO_ROOT.parent / "shared" / "crds"
 
 
+KUBERAY = HELM_CHARTS["kuberay_operator"]["version"]
+
+
 @pytest.fixture(scope="module")
 def crd_dir() -> Path:
-    """<repo>/../shared/crds: required in CI, an explained skip elsewhere."""
-    if not (SHARED_CRDS / "kuberay-v1.7.0").is_dir():
-        message = (f"KubeRay CRD schemas not found at {SHARED_CRDS}; put the KubeRay 1.7.0 CRD "
-                   "YAML (ray.io_rayjobs.yaml, ray.io_rayclusters.yaml) in "
-                   "../shared/crds/kuberay-v1.7.0 next to the repository")
+    """<repo>/../shared/crds/kuberay-v<pinned>: required in CI, an explained skip elsewhere."""
+    path = SHARED_CRDS / f"kuberay-v{KUBERAY}"
+    if not path.is_dir():
+        message = (f"KubeRay {KUBERAY} CRD schemas not found at {path}; put the CRD YAML of the "
+                   f"pinned operator (ray.io_rayjobs.yaml, ray.io_rayclusters.yaml from the "
+                   f"kuberay-operator {KUBERAY} Helm chart) there")
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
-    return SHARED_CRDS
+    return path
+
+
+def test_default_crd_dir_is_the_pinned_operators(crd_dir):
+    assert validate_cmd.default_crd_dir() == (crd_dir, None)
 
 
 @functools.cache
