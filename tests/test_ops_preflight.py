@@ -1,0 +1,393 @@
+"""`rlkit preflight`: each check passes and fails on purpose.
+
+moto serves what it implements (STS, DescribeInstanceTypeOfferings, CloudFormation); botocore's
+Stubber answers DescribeCapacityReservations and GetServiceQuota, which moto does not model.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from infra.config import parse_config
+from ops.preflight import (
+    FAIL,
+    PASS,
+    WARN,
+    Clients,
+    check_existing_stacks,
+    check_identity,
+    check_kubernetes_version,
+    check_offering,
+    check_placement,
+    check_quota,
+    check_reservation,
+    run_preflight,
+)
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+RID = "cr-0123456789abcdef0"
+
+
+@pytest.fixture(autouse=True)
+def fake_credentials(monkeypatch):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                       "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def aws():
+    with mock_aws():
+        yield
+
+
+def config(**over):
+    data = {"name": "pf", "region": "us-east-1", "availability_zones": ["us-east-1a", "us-east-1b"]}
+    data.update(over)
+    return parse_config(data)
+
+
+def cb_config(desired=2, placement_group=None, ctype="capacity-block", az="us-east-2b"):
+    group = {"instance_type": "p5en.48xlarge", "availability_zone": az, "min_size": 0,
+             "desired_size": desired, "max_size": desired,
+             "capacity": {"type": ctype, "reservation_id": RID}}
+    if placement_group is not None:
+        group["placement_group"] = placement_group
+    return parse_config({
+        "name": "cb", "region": "us-east-2", "availability_zones": ["us-east-2a", "us-east-2b"],
+        "gpu_node_groups": {"p5en": group},
+        "training": {"node_group": "p5en", "nodes": desired, "parallel": {"ep": 8}}})
+
+
+def stubbed(service, region="us-east-1"):
+    client = boto3.client(service, region_name=region)
+    return client, Stubber(client)
+
+
+def reservation(**over):
+    r = {"CapacityReservationId": RID, "InstanceType": "p5en.48xlarge",
+         "AvailabilityZone": "us-east-2b", "State": "active", "TotalInstanceCount": 2,
+         "AvailableInstanceCount": 2, "ReservationType": "capacity-block",
+         "StartDate": NOW - timedelta(hours=1), "EndDate": NOW + timedelta(days=2)}
+    r.update(over)
+    return r
+
+
+def run_reservation(cfg, response=None, error=None):
+    ec2, stub = stubbed("ec2", "us-east-2")
+    if error:
+        stub.add_client_error("describe_capacity_reservations", service_error_code=error,
+                              service_message=f"The capacity reservation ID '{RID}' does not exist")
+    else:
+        stub.add_response("describe_capacity_reservations", {"CapacityReservations": response},
+                          {"CapacityReservationIds": [RID]})
+    with stub:
+        checks = check_reservation(ec2, "p5en", cfg.gpu_node_groups["p5en"], "us-east-2", NOW)
+    stub.assert_no_pending_responses()
+    return {c.name: c for c in checks}
+
+
+# --- credentials ---------------------------------------------------------------------------------
+
+
+def test_identity_passes_with_credentials(aws):
+    check = check_identity(boto3.client("sts", region_name="us-east-1"), config(), "us-east-1")
+    assert check.status == PASS and "account 123456789012" in check.detail
+
+
+def test_identity_fails_for_another_account(aws):
+    check = check_identity(boto3.client("sts", region_name="us-east-1"),
+                           config(account="999999999999"), "us-east-1")
+    assert check.status == FAIL
+    assert "credentials are for account 123456789012" in check.detail
+    assert "switch to credentials for account 999999999999" in check.fix
+
+
+def test_identity_fails_without_credentials(monkeypatch, tmp_path):
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    check = check_identity(boto3.client("sts", region_name="us-east-1"), config(), "us-east-1")
+    assert check.status == FAIL
+    assert check.detail.startswith("no AWS credentials found")
+    assert "configure AWS credentials" in check.fix
+
+
+# --- instance type offering ----------------------------------------------------------------------
+
+
+def test_offering_passes_where_moto_lists_p5(aws):
+    cfg = config()
+    check = check_offering(boto3.client("ec2", region_name="us-east-1"), "p5",
+                           cfg.gpu_node_groups["p5"], "us-east-1")
+    assert check.status == PASS and check.detail == "p5.48xlarge is offered in us-east-1a"
+
+
+def test_offering_fails_and_names_the_zones_that_offer_it(aws):
+    cfg = config(gpu_node_groups={"b200": {"instance_type": "p6-b200.48xlarge",
+                                           "availability_zone": "us-east-1a"}},
+                 training={"node_group": "b200"})
+    check = check_offering(boto3.client("ec2", region_name="us-east-1"), "b200",
+                           cfg.gpu_node_groups["b200"], "us-east-1")
+    assert check.status == FAIL
+    assert check.detail == "p6-b200.48xlarge is not offered in us-east-1a; offered in: us-east-1c"
+    assert check.fix.startswith("set gpu_node_groups.b200.availability_zone to one of us-east-1c")
+
+
+def test_offering_only_warns_for_reserved_capacity(aws):
+    cfg = cb_config(az="us-east-2b")
+    ec2 = boto3.client("ec2", region_name="us-east-2")
+    group = cfg.gpu_node_groups["p5en"].model_copy(update={"availability_zone": "us-east-2z"})
+    check = check_offering(ec2, "p5en", group, "us-east-2")
+    assert check.status == WARN and "reservation is what counts" in check.detail
+
+
+# --- quota ---------------------------------------------------------------------------------------
+
+
+def _quota(value):
+    quotas, stub = stubbed("service-quotas")
+    stub.add_response("get_service_quota", {"Quota": {"QuotaCode": "L-417A185B", "Value": value}},
+                      {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
+    return quotas, stub
+
+
+def test_quota_passes_when_it_covers_max_size():
+    quotas, stub = _quota(384.0)
+    with stub:
+        check = check_quota(quotas, config(), "us-east-1")
+    assert check.status == PASS and "quota 384 vCPUs >= 384 vCPUs" in check.detail
+
+
+def test_quota_fails_below_desired_and_says_how_to_raise_it():
+    quotas, stub = _quota(192.0)
+    with stub:
+        check = check_quota(quotas, config(), "us-east-1")
+    assert check.status == FAIL
+    assert check.detail.startswith("quota 192 vCPUs < 384 vCPUs the desired nodes need")
+    assert ("aws service-quotas request-service-quota-increase --service-code ec2 --quota-code "
+            "L-417A185B --desired-value 384 --region us-east-1") in check.fix
+
+
+def test_quota_warns_when_only_desired_fits():
+    cfg = config(gpu_node_groups={"p5": {"instance_type": "p5.48xlarge",
+                                         "availability_zone": "us-east-1a", "desired_size": 2,
+                                         "max_size": 4}})
+    quotas, stub = _quota(384.0)
+    with stub:
+        check = check_quota(quotas, cfg, "us-east-1")
+    assert check.status == WARN and "not max_size (768 vCPUs" in check.detail
+
+
+def test_quota_is_not_needed_for_reservations():
+    quotas, stub = stubbed("service-quotas")
+    with stub:  # no call expected
+        check = check_quota(quotas, cb_config(), "us-east-2")
+    assert check.status == PASS and "reservations do not count" in check.detail
+
+
+# --- reservations --------------------------------------------------------------------------------
+
+
+def test_reservation_all_pass_for_a_matching_active_block():
+    checks = run_reservation(cb_config(), [reservation()])
+    assert {c.status for c in checks.values()} == {PASS}
+    assert set(checks) == {"reservation exists", "reservation instance type", "reservation AZ",
+                           "reservation state", "reservation size"}
+
+
+def test_reservation_not_found_fails_with_the_lookup_command():
+    checks = run_reservation(cb_config(), error="InvalidCapacityReservationId.NotFound")
+    c = checks["reservation exists"]
+    assert c.status == FAIL and c.detail == f"capacity block {RID} not found in us-east-2"
+    assert "aws ec2 describe-capacity-reservations --region us-east-2" in c.fix
+
+
+def test_reservation_in_another_az_fails():
+    c = run_reservation(cb_config(), [reservation(AvailabilityZone="us-east-2a")])["reservation AZ"]
+    assert c.status == FAIL and c.detail == f"{RID} is in us-east-2a, the group is in us-east-2b"
+    assert c.fix.startswith("set gpu_node_groups.p5en.availability_zone: us-east-2a")
+
+
+def test_reservation_of_another_instance_type_fails():
+    c = run_reservation(cb_config(), [reservation(InstanceType="p5.48xlarge")])[
+        "reservation instance type"]
+    assert c.status == FAIL and "reserves p5.48xlarge, the group asks for p5en.48xlarge" in c.detail
+
+
+def test_reservation_too_small_fails():
+    c = run_reservation(cb_config(desired=4), [reservation()])["reservation size"]
+    assert c.status == FAIL and c.detail == f"{RID} holds 2 instance(s), the group wants 4"
+    assert "lower gpu_node_groups.p5en.desired_size" in c.fix
+
+
+def test_scheduled_block_warns_with_its_start_and_uses_the_requested_quantity_tag():
+    start = NOW + timedelta(hours=5)
+    checks = run_reservation(cb_config(), [reservation(
+        State="scheduled", StartDate=start, TotalInstanceCount=0, AvailableInstanceCount=0,
+        Tags=[{"Key": "aws:ec2capacityreservation:incrementalRequestedQuantity", "Value": "2"}])])
+    state = checks["reservation state"]
+    assert state.status == WARN
+    assert state.detail.startswith("scheduled; starts 2026-03-01 17:00 UTC (in 5.0 h)")
+    assert checks["reservation size"].status == PASS
+
+
+def test_expired_block_fails():
+    c = run_reservation(cb_config(), [reservation(State="expired")])["reservation state"]
+    assert c.status == FAIL and "cannot deliver instances any more" in c.fix
+
+
+def test_odcr_configured_as_capacity_block_fails():
+    c = run_reservation(cb_config(), [reservation(ReservationType="default")])["reservation kind"]
+    assert c.status == FAIL and c.fix == "set gpu_node_groups.p5en.capacity.type: odcr"
+
+
+def test_active_reservation_with_too_few_free_instances_warns():
+    c = run_reservation(cb_config(), [reservation(AvailableInstanceCount=1)])["reservation size"]
+    assert c.status == WARN and "only 1 are free" in c.detail
+
+
+# --- placement group, kubernetes version ---------------------------------------------------------
+
+
+def test_placement_group_with_reservation_warns_with_the_issue():
+    cfg = cb_config(placement_group=True)
+    c = check_placement("p5en", cfg.gpu_node_groups["p5en"])
+    assert c.status == WARN and "eksctl-io/eksctl issue 7949" in c.detail
+    assert c.fix.startswith("set gpu_node_groups.p5en.placement_group: false")
+
+
+def test_placement_group_default_for_capacity_block_passes():
+    c = check_placement("p5en", cb_config().gpu_node_groups["p5en"])
+    assert c.status == PASS and c.detail == "cluster placement group off"
+
+
+def test_kubernetes_version_passes_with_layer_installed():
+    c = check_kubernetes_version(config(kubernetes_version="1.34"), installed=lambda p: True)
+    assert c.status == PASS and c.detail == "1.34 with aws-cdk.lambda-layer-kubectl-v34"
+
+
+def test_kubernetes_version_fails_without_layer_package():
+    c = check_kubernetes_version(config(kubernetes_version="1.33"), installed=lambda p: False)
+    assert c.status == FAIL and c.fix == "pip install aws-cdk.lambda-layer-kubectl-v33 (it is " \
+        "listed in requirements.txt)"
+
+
+def test_kubernetes_version_unknown_fails():
+    cfg = config().model_copy(update={"kubernetes_version": "1.20"})  # bypasses validation
+    c = check_kubernetes_version(cfg, installed=lambda p: True)
+    assert c.status == FAIL and "not a version the kit supports" in c.detail
+
+
+# --- existing stacks -----------------------------------------------------------------------------
+
+_TEMPLATE = json.dumps({"Resources": {"T": {"Type": "AWS::SNS::Topic"}}})
+
+
+def test_no_existing_stacks_passes(aws):
+    cfn = boto3.client("cloudformation", region_name="us-east-1")
+    cfn.create_stack(StackName="other-network", TemplateBody=_TEMPLATE)
+    c = check_existing_stacks(cfn, config())
+    assert c.status == PASS and c.detail == "no CloudFormation stacks named pf-*"
+
+
+def test_existing_stacks_warn_and_are_listed(aws):
+    cfn = boto3.client("cloudformation", region_name="us-east-1")
+    for name in ("pf-network", "pf-team2-network"):
+        cfn.create_stack(StackName=name, TemplateBody=_TEMPLATE)
+    c = check_existing_stacks(cfn, config())
+    assert c.status == WARN
+    assert c.detail == ("already deployed: pf-network (CREATE_COMPLETE), pf-team2-network "
+                        "(CREATE_COMPLETE); pf-team2-network share the prefix but are not stacks "
+                        "of this config")
+    assert "choose a different `name`" in c.fix
+
+
+def test_stack_in_rollback_complete_fails():
+    cfn, stub = stubbed("cloudformation")
+    stub.add_response("list_stacks", {"StackSummaries": [{
+        "StackName": "pf-cluster", "StackStatus": "ROLLBACK_COMPLETE",
+        "CreationTime": NOW}]})
+    with stub:
+        c = check_existing_stacks(cfn, config())
+    assert c.status == FAIL and "cannot update: pf-cluster" in c.detail
+    assert "rlkit teardown" in c.fix
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def parse(argv):
+    """The preflight parser alone (ops.cli imports every command module, some still in work)."""
+    import argparse
+
+    from ops import preflight_cmd
+
+    parser = argparse.ArgumentParser(prog="rlkit")
+    preflight_cmd.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+def _factory(quotas):
+    def make(region, profile):
+        return Clients(sts=boto3.client("sts", region_name=region),
+                       ec2=boto3.client("ec2", region_name=region), quotas=quotas,
+                       cloudformation=boto3.client("cloudformation", region_name=region))
+    return make
+
+
+def test_command_json_and_exit_code(aws, tmp_path, capsys):
+    quotas, stub = _quota(96.0)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: pf\n")
+    args = parse(["preflight", "--config", str(cfg), "--json"])
+    args.clients_factory = _factory(quotas)
+    with stub:
+        code = args.func(args)
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["ok"] is False
+    failed = [c for c in out["checks"] if c["status"] == "fail"]
+    assert [c["name"] for c in failed] == ["on-demand P vCPU quota"]
+
+
+def test_command_table_lists_each_check(aws, tmp_path, capsys):
+    quotas, stub = _quota(400.0)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: pf\n")
+    args = parse(["preflight", "--config", str(cfg), "--width", "250"])
+    args.clients_factory = _factory(quotas)
+    with stub:
+        code = args.func(args)
+    out = capsys.readouterr().out
+    assert code == 0
+    for name in ("credentials", "instance type offered", "on-demand P vCPU quota",
+                 "kubernetes version", "placement group", "existing stacks"):
+        assert name in out
+    assert "OK: nothing blocks `cdk deploy`" in out
+
+
+def test_command_bad_config_exits_2(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: Bad_Name\n")
+    args = parse(["preflight", "--config", str(cfg)])
+    assert args.func(args) == 2
+    assert "name = 'Bad_Name'" in capsys.readouterr().err
+
+
+def test_run_preflight_stops_at_credentials():
+    sts, stub = stubbed("sts")
+    stub.add_client_error("get_caller_identity", service_error_code="ExpiredToken",
+                          service_message="The security token included in the request is expired")
+    with stub:
+        checks = run_preflight(config(), Clients(sts, None, None, None), installed=lambda p: True)
+    assert checks[0].status == FAIL
+    assert "ExpiredToken" in checks[0].detail
+    assert [c.name for c in checks] == ["credentials", "kubernetes version", "placement group"]
