@@ -1,0 +1,45 @@
+"""How long the planner takes to search the layouts of DeepSeek-V3 on 1,024 GPUs.
+
+    python benchmarks/plan_search.py
+
+Runs the search for DeepSeek-V3 (671B, FP8, global batch 8192, sequence 4096) on 128
+p5.48xlarge (1,024 H100) five times and prints the best and median wall time. The goal is well
+under one second on a laptop.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from infra.planner import plan  # noqa: E402
+from infra.planner import timing  # noqa: E402
+
+RUNS = 5
+
+
+def main() -> int:
+    times = []
+    for _ in range(RUNS):
+        timing._layer_times_cached.cache_clear()  # measure cold searches, not cache hits
+        started = time.perf_counter()
+        result = plan("deepseek-v3", "p5.48xlarge", nodes=128, global_batch=8192,
+                      precision="fp8", seq_len=4096)
+        times.append(time.perf_counter() - started)
+    best = result.best
+    print(f"DeepSeek-V3 on 128 x p5.48xlarge (1024 GPUs): {result.evaluated} layouts, "
+          f"{len(result.candidates)} shown, {len(result.rejected)} rejected")
+    print(f"search time: best {min(times) * 1000:.0f} ms, median "
+          f"{statistics.median(times) * 1000:.0f} ms over {RUNS} runs")
+    print(f"best layout: {best.layout.label()} recompute {best.layout.recompute}, "
+          f"{best.time.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {best.memory.peak:.1f} GiB/GPU, "
+          f"EP backend {best.backend.backend}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

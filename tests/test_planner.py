@@ -1,0 +1,373 @@
+"""The planner's parts: model catalog, memory and time models, backend rule, search, cost."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import textwrap
+
+import pytest
+
+from infra.catalog import INSTANCE_TYPES
+from infra.planner import (
+    MODEL_CATALOG, Layout, Pins, PlannerError, TrainingSetup, estimate_memory, evaluate,
+    get_model, get_system, load_model_file, plan, recommend_backend, step_time,
+)
+from infra.planner.hardware import GIB, GPU_SPECS, ON_DEMAND_USD_PER_HOUR, SYSTEMS
+from infra.planner.memory import stage_params
+from infra.planner.timing import expected_remote_nodes
+
+P5 = "p5.48xlarge"
+
+
+# --- model catalog ---------------------------------------------------------------------------
+
+
+def test_catalog_has_the_required_models():
+    assert {"qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "mixtral-8x7b", "mixtral-8x22b",
+            "kimi-k2"} <= set(MODEL_CATALOG)
+
+
+@pytest.mark.parametrize("key", sorted(MODEL_CATALOG))
+def test_parameter_counts_match_what_the_authors_publish(key):
+    m = MODEL_CATALOG[key]
+    assert m.total_params / 1e9 == pytest.approx(m.published_total_b, rel=0.02)
+    assert m.active_params / 1e9 == pytest.approx(m.published_active_b, rel=0.03)
+    assert m.source.startswith("https://huggingface.co/")
+
+
+def test_deepseek_v3_mtp_module_is_about_14b_with_shared_embedding_and_head():
+    m = MODEL_CATALOG["deepseek-v3"]
+    # DeepSeek-V3 report: 685B on Hugging Face = 671B main model + 14B MTP module, the latter
+    # counting its share of embedding and output head.
+    assert (m.mtp_params + m.embedding_params + m.head_params) / 1e9 == pytest.approx(14, rel=0.05)
+
+
+def test_unknown_model_lists_the_known_ones():
+    with pytest.raises(PlannerError) as err:
+        get_model("llama-moe")
+    assert str(err.value) == (
+        "unknown model 'llama-moe'; known models: deepseek-v3, kimi-k2, mixtral-8x22b, "
+        "mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b (or describe your own with --model-file)")
+
+
+def test_model_file_accepts_hugging_face_names(tmp_path):
+    f = tmp_path / "tiny.yaml"
+    f.write_text(textwrap.dedent("""\
+        key: tiny-moe
+        num_hidden_layers: 4
+        hidden_size: 1024
+        vocab_size: 32000
+        num_attention_heads: 16
+        num_key_value_heads: 4
+        head_dim: 64
+        n_routed_experts: 16
+        num_experts_per_tok: 2
+        moe_intermediate_size: 512
+        """))
+    m = load_model_file(f)
+    assert (m.key, m.num_layers, m.num_experts, m.top_k, m.expert_ffn) == ("tiny-moe", 4, 16, 2, 512)
+    assert m.name == "tiny-moe"
+    result = plan(m, P5, nodes=1)
+    assert result.best.memory.fits
+
+
+def test_model_file_errors_name_the_field(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("key: x\nnum_hidden_layers: 4\nhidden_size: 64\nvocab_size: 10\n"
+                 "num_attention_heads: 4\nn_routed_experts: 4\nnum_experts_per_tok: 8\n"
+                 "moe_intermediate_size: 32\nnum_key_value_heads: 4\nhead_dim: 16\nbogus: 1\n")
+    with pytest.raises(PlannerError) as err:
+        load_model_file(f)
+    assert "bogus" in str(err.value)
+    f.write_text(f.read_text().replace("bogus: 1\n", ""))
+    with pytest.raises(PlannerError, match="top_k cannot exceed num_experts"):
+        load_model_file(f)
+
+
+# --- hardware tables ------------------------------------------------------------------------------
+
+
+def test_every_catalog_instance_is_plannable_with_its_catalog_facts():
+    assert set(SYSTEMS) == set(INSTANCE_TYPES)
+    for name, it in INSTANCE_TYPES.items():
+        s = SYSTEMS[name]
+        assert (s.gpu.name, s.gpus_per_node, s.gpu_memory_gib) == \
+            (it.gpu_model, it.gpu_count, it.gpu_memory_gib)
+        assert s.fabric.line_rate_gbps == it.efa_bandwidth_gbps / 8 / it.gpu_count
+
+
+def test_gpu_peaks_are_dense_datasheet_values():
+    assert GPU_SPECS["H100"].bf16_tflops == pytest.approx(989.4)
+    assert GPU_SPECS["H100"].fp8_tflops == pytest.approx(2 * 989.4, rel=0.001)
+    assert GPU_SPECS["H200"].bf16_tflops == GPU_SPECS["H100"].bf16_tflops
+    assert GPU_SPECS["H800"].nvlink_gbps_bidir < GPU_SPECS["H100"].nvlink_gbps_bidir
+    for b in ("B200", "B300"):
+        assert GPU_SPECS[b].fp8_tflops == 2 * GPU_SPECS[b].bf16_tflops == 4500
+
+
+def test_efa_all_to_all_rate_reproduces_the_p5_nccl_tests_measurement():
+    # nccl-tests all_to_all on 8x p5 at the ~64 MiB EP payload: busbw 40.4 GB/s. Our model of
+    # one call (latency + inter-node bytes at the asymptotic rate) must give that back.
+    fab = SYSTEMS[P5].fabric
+    S, n, gpn = 64 * 2**20, 64, 8
+    t = (fab.a2a_latency_ms + fab.a2a_latency_per_node_ms * 7) * 1e-3 \
+        + S * (n - gpn) / n / (fab.a2a_gbps * 1e9)
+    busbw = S / t * (n - 1) / n / 1e9
+    assert busbw == pytest.approx(40.4, rel=0.05)
+
+
+def test_prices_are_dated_and_missing_ones_are_explicit():
+    assert ON_DEMAND_USD_PER_HOUR["p5.48xlarge"] > 0
+    assert ON_DEMAND_USD_PER_HOUR["p5e.48xlarge"] is None
+    r = plan("qwen3-30b-a3b", "p5e.48xlarge", nodes=1)
+    assert r.best.cost.dollars_per_hour is None
+    assert any("--price-per-hour" in w for w in r.warnings)
+    r = plan("qwen3-30b-a3b", "p5e.48xlarge", nodes=1, price_per_hour=60.0)
+    assert r.best.cost.dollars_per_hour == 60.0
+
+
+# --- memory model ---------------------------------------------------------------------------------
+
+
+def test_distributed_optimizer_bytes_per_parameter():
+    """Megatron distributed optimizer, BF16 params + FP32 grads: 6 + 12/d bytes per parameter."""
+    m, s = MODEL_CATALOG["mixtral-8x7b"], get_system(P5)
+    L = Layout(tp=2, pp=4, ep=8, dp=8)
+    setup = TrainingSetup()
+    mem = estimate_memory(m, s, L, setup, "nccl")
+    p = stage_params(m, L, mem.stage)
+    static = (mem.weights + mem.gradients + mem.optimizer) * GIB
+    expected = 6 * (p.dense + p.expert) + 12 * (p.dense / (L.dp * L.cp) + p.expert / L.edp)
+    assert static == pytest.approx(expected, rel=1e-9)
+    bf16 = estimate_memory(m, s, L, dataclasses.replace(setup, optimizer_bf16_moments=True), "nccl")
+    assert bf16.optimizer == pytest.approx(mem.optimizer * 8 / 12, rel=1e-9)
+
+
+def test_expert_parameters_split_by_expert_parallelism():
+    m = MODEL_CATALOG["qwen3-235b-a22b"]
+    a = stage_params(m, Layout(tp=4, pp=4, ep=8, dp=8), "first")
+    b = stage_params(m, Layout(tp=4, pp=4, ep=16, dp=8), "first")
+    assert b.expert == pytest.approx(a.expert / 2)
+    assert b.dense == pytest.approx(a.dense)
+
+
+def test_recompute_reduces_activations():
+    m, s = MODEL_CATALOG["qwen3-235b-a22b"], get_system("p5en.48xlarge")
+    acts = [estimate_memory(m, s, Layout(tp=4, pp=8, ep=8, dp=2, recompute=rc),
+                            TrainingSetup(), "nccl").activations
+            for rc in ("none", "selective", "full")]
+    assert acts[0] > acts[1] > acts[2]
+
+
+def test_interleaving_adds_in_flight_activations():
+    m, s = MODEL_CATALOG["mixtral-8x7b"], get_system(P5)
+    base = Layout(tp=1, pp=4, ep=8, dp=16)
+    a = estimate_memory(m, s, base, TrainingSetup(), "nccl").activations
+    b = estimate_memory(m, s, dataclasses.replace(base, vpp=8), TrainingSetup(), "nccl").activations
+    assert b / a == pytest.approx(1 + 3 / 32, rel=0.01)  # Korthikanti et al.: 1 + (p-1)/(p*v)
+
+
+def test_colocated_rollout_kv_cache_counts_when_it_stays_resident():
+    m, s = MODEL_CATALOG["qwen3-30b-a3b"], get_system(P5)
+    L = Layout(tp=2, pp=1, ep=8, dp=4)
+    alone = estimate_memory(m, s, L, TrainingSetup(), "nccl")
+    kv_tokens = 200_000
+    resident = estimate_memory(m, s, L, TrainingSetup(
+        colocate_rollout=True, rollout_offload=False, rollout_tokens_per_gpu=kv_tokens), "nccl")
+    kv = kv_tokens * m.kv_cache_bytes_per_token / GIB
+    assert resident.rollout_kv_cache == pytest.approx(kv)
+    assert resident.training_peak == pytest.approx(
+        alone.training_peak + kv + resident.rollout_weights)
+    offloaded = estimate_memory(m, s, L, TrainingSetup(
+        colocate_rollout=True, rollout_offload=True, rollout_tokens_per_gpu=kv_tokens), "nccl")
+    assert offloaded.training_peak < resident.training_peak
+    assert offloaded.rollout_peak > kv
+
+
+def test_deepep_adds_its_buffers():
+    m, s = MODEL_CATALOG["deepseek-v3"], get_system("p5en.48xlarge")
+    L = Layout(tp=1, pp=16, ep=16, dp=16, recompute="full")
+    setup = TrainingSetup(global_batch=1024)
+    assert estimate_memory(m, s, L, setup, "deepep-gin").comm_buffers > \
+        estimate_memory(m, s, L, setup, "nccl").comm_buffers
+
+
+# --- time model ------------------------------------------------------------------------------
+
+
+def test_step_time_parts_add_up_and_throughput_follows():
+    m, s = MODEL_CATALOG["qwen3-235b-a22b"], get_system("p5en.48xlarge")
+    L = Layout(tp=4, pp=4, vpp=2, ep=16, dp=4, recompute="selective")
+    setup = TrainingSetup(global_batch=512)
+    t = step_time(m, s, L, setup, "nccl")
+    parts = (t.compute + t.tp_comm + t.ep_comm_exposed + t.pp_bubble + t.pp_comm_exposed
+             + t.dp_comm_exposed + t.optimizer)
+    assert t.step == pytest.approx(parts, rel=1e-9)
+    assert t.tokens_per_s_per_gpu == pytest.approx(512 * 4096 / (t.step * L.world))
+    assert t.micro_batches == 512 // (4 * 1)
+
+
+def test_bubble_is_pp_minus_one_over_vpp_stage_times():
+    m, s = MODEL_CATALOG["mixtral-8x7b"], get_system(P5)
+    setup = TrainingSetup(global_batch=256)
+    t1 = step_time(m, s, Layout(tp=1, pp=4, ep=8, dp=16), setup, "nccl")
+    t8 = step_time(m, s, Layout(tp=1, pp=4, vpp=8, ep=8, dp=16), setup, "nccl")
+    assert t8.pp_bubble < t1.pp_bubble / 4
+
+
+def test_all_to_all_grows_when_expert_groups_leave_the_node():
+    m, s = MODEL_CATALOG["qwen3-30b-a3b"], get_system(P5)
+    setup = TrainingSetup(global_batch=256)
+    inside = step_time(m, s, Layout(tp=1, pp=2, ep=8, dp=32), setup, "nccl")
+    across = step_time(m, s, Layout(tp=1, pp=2, ep=32, dp=32), setup, "nccl")
+    assert inside.ep_span_nodes == 1 and across.ep_span_nodes == 4
+    assert across.ep_comm > 3 * inside.ep_comm
+
+
+def test_dualpipe_hides_all_to_all_behind_compute():
+    m, s = MODEL_CATALOG["deepseek-v3"], get_system("h800-ib", allow_reference=True)
+    L = Layout(tp=1, pp=16, ep=64, dp=128, recompute="selective")
+    base = TrainingSetup(global_batch=15360, precision="fp8")
+    plain = step_time(m, s, L, base, "deepep-nvshmem")
+    dual = step_time(m, s, L, dataclasses.replace(base, schedule="dualpipe"), "deepep-nvshmem")
+    assert plain.ep_comm_exposed == pytest.approx(plain.ep_comm)
+    assert dual.ep_comm_exposed < 0.1 * dual.ep_comm
+    assert dual.step < plain.step
+
+
+def test_deepep_sends_fewer_bytes_across_nodes_with_node_limited_routing():
+    m = MODEL_CATALOG["deepseek-v3"]  # top-8 limited to 4 of 8 groups
+    assert expected_remote_nodes(m, 8, "nccl") == pytest.approx(8 * 7 / 8)
+    assert expected_remote_nodes(m, 8, "deepep-gin") == pytest.approx(4 * 7 / 8)
+    assert expected_remote_nodes(m, 1, "nccl") == 0
+
+
+def test_fp8_is_faster_than_bf16_for_large_gemms():
+    m, s = MODEL_CATALOG["deepseek-v3"], get_system("p5en.48xlarge")
+    L = Layout(tp=1, pp=8, vpp=4, ep=32, dp=32, recompute="selective")
+    bf16 = step_time(m, s, L, TrainingSetup(global_batch=1024), "deepep-gin")
+    fp8 = step_time(m, s, L, TrainingSetup(global_batch=1024, precision="fp8"), "deepep-gin")
+    assert fp8.compute < bf16.compute
+
+
+# --- expert-parallel backend rule -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("itype,nodes,span,expected", [
+    ("p5.48xlarge", 2, 2, "nccl"),
+    ("p5.48xlarge", 8, 4, "nccl"),
+    ("p5.48xlarge", 12, 4, "nccl"),
+    ("p5.48xlarge", 16, 2, "deepep-nvshmem"),
+    ("p5e.48xlarge", 32, 8, "deepep-nvshmem"),
+    ("p5en.48xlarge", 16, 4, "deepep-gin"),
+    ("p6-b200.48xlarge", 32, 4, "deepep-gin"),
+    ("p6-b300.48xlarge", 64, 8, "deepep-gin"),
+    ("p5en.48xlarge", 32, 1, "nccl"),  # expert groups inside a node: NVLink only
+])
+def test_backend_recommendation_follows_published_efa_results(itype, nodes, span, expected):
+    assert recommend_backend(itype, nodes, span).backend == expected
+
+
+def test_backend_override_is_kept_with_a_warning():
+    c = recommend_backend("p5.48xlarge", 4, 4, override="deepep-gin")
+    assert c.backend == "deepep-gin" and c.recommended == "nccl"
+    assert "overrides the recommended nccl" in c.warning
+    assert "optimistic" in c.warning and "gin_mode: proxy" in c.warning
+    with pytest.raises(PlannerError, match="unknown expert-parallel backend 'pplx'"):
+        recommend_backend("p5.48xlarge", 4, 4, override="pplx")
+
+
+# --- search, errors, cost -------------------------------------------------------------------
+
+
+def test_node_count_beyond_quota_is_refused():
+    with pytest.raises(PlannerError) as err:
+        plan("qwen3-30b-a3b", P5, nodes=8, max_nodes=4)
+    assert str(err.value) == "--nodes 8 exceeds the quota given by --max-nodes (4)"
+
+
+def test_pinned_layout_that_does_not_divide_is_refused():
+    with pytest.raises(PlannerError) as err:
+        plan("qwen3-30b-a3b", P5, nodes=2, pins=Pins(ep=24))
+    assert str(err.value) == ("requested layout does not divide: ep=24 does not divide the 128 "
+                              "routed experts of qwen3-30b-a3b")
+    with pytest.raises(PlannerError) as err:
+        plan("qwen3-30b-a3b", P5, nodes=3, pins=Pins(tp=8, pp=2))
+    assert str(err.value) == ("requested layout does not divide: tp x cp x pp = 16 does not "
+                              "divide the 24 GPUs of 3 x p5.48xlarge")
+    with pytest.raises(PlannerError) as err:
+        evaluate("qwen3-30b-a3b", P5, 2, Layout(tp=3, pp=1, ep=8, dp=5, mbs=1), TrainingSetup())
+    assert str(err.value) == ("layout TP3 PP1 EP8 DP5 MBS1 does not divide: tp x cp x pp x dp = "
+                              "15 GPUs, but 2 node(s) of p5.48xlarge have 16")
+
+
+def test_model_too_big_for_the_quota_says_how_close_it_got():
+    with pytest.raises(PlannerError) as err:
+        plan("kimi-k2", P5, max_nodes=2)
+    msg = str(err.value)
+    assert msg.startswith("kimi-k2 does not fit on 1 to 2 nodes of p5.48xlarge: the closest layout")
+    assert "GiB per GPU" in msg and "p5.48xlarge has 80" in msg
+
+
+def test_search_ranks_fitting_layouts_and_explains_rejections():
+    r = plan("qwen3-235b-a22b", "p5en.48xlarge", nodes=4, top=5)
+    assert 1 <= len(r.candidates) <= 5
+    tps = [c.time.tokens_per_s_per_gpu for c in r.candidates]
+    assert tps == sorted(tps, reverse=True)
+    assert all(c.memory.fits and c.nodes == 4 for c in r.candidates)
+    memory = [x for x in r.rejected if x.needed_gib is not None]
+    assert memory and all(re_.reason.endswith("p5en.48xlarge has 141") for re_ in memory)
+    assert any("GiB per GPU" in re_.reason for re_ in memory)
+    assert all(re_.reason for re_ in r.rejected)
+
+
+def test_node_search_stays_within_the_quota_and_prefers_cheap_tokens():
+    r = plan("qwen3-30b-a3b", P5, max_nodes=4, top=50)
+    assert r.node_counts == (1, 2, 3, 4)
+    assert all(c.nodes <= 4 for c in r.candidates)
+    costs = [c.cost.dollars_per_million_tokens for c in r.candidates]
+    assert costs == sorted(costs)
+    fast = plan("qwen3-30b-a3b", P5, max_nodes=4, objective="throughput")
+    assert fast.best.nodes == 4
+
+
+def test_cost_per_hour_and_per_million_tokens():
+    r = plan("qwen3-30b-a3b", P5, nodes=2)
+    c = r.best
+    assert c.cost.dollars_per_hour == pytest.approx(2 * ON_DEMAND_USD_PER_HOUR[P5])
+    tokens_per_hour = c.time.tokens_per_s_per_gpu * 16 * 3600
+    assert c.cost.dollars_per_million_tokens == pytest.approx(
+        c.cost.dollars_per_hour / tokens_per_hour * 1e6)
+
+
+def test_pins_are_respected():
+    r = plan("qwen3-30b-a3b", P5, nodes=2, pins=Pins(tp=2, ep=8, recompute="full"))
+    assert all((c.layout.tp, c.layout.ep, c.layout.recompute) == (2, 8, "full")
+               for c in r.candidates)
+
+
+def test_colocated_rollout_search_reports_both_phases():
+    r = plan("qwen3-30b-a3b", P5, nodes=2, colocate_rollout=True, rollout_mem_fraction=0.7)
+    m = r.best.memory
+    assert m.rollout_peak > 0.7 * m.capacity
+    assert m.fits
+    assert any("offload" in w for w in r.warnings)
+
+
+def test_plan_result_serialises_to_plain_json():
+    import json
+
+    r = plan("mixtral-8x7b", P5, nodes=2, top=2)
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["model"] == "mixtral-8x7b" and len(d["candidates"]) == 2
+    best = d["candidates"][0]
+    assert set(best["layout"]) >= {"tp", "pp", "ep", "etp", "cp", "vpp", "dp", "mbs", "recompute"}
+    assert best["ep_backend"]["backend"] in ("nccl", "deepep-nvshmem", "deepep-gin")
+
+
+def test_deepseek_1024_gpu_search_is_fast():
+    r = plan("deepseek-v3", P5, nodes=128, global_batch=8192, precision="fp8")
+    assert r.search_seconds < 1.0
+    assert r.best.layout.world == 1024
+    assert math.isfinite(r.best.time.step)
