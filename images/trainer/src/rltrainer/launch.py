@@ -148,6 +148,7 @@ def build_parser(prog: str = "rltrainer launch") -> argparse.ArgumentParser:
     p.add_argument("--ray-address", default=None,
                    help="submit with `ray job submit --address` to this dashboard URL instead of running train.py "
                         "directly (leave unset under a KubeRay RayJob, whose entrypoint already is the Ray job)")
+    p.add_argument("--python", default="python3", help="interpreter that runs train.py (default python3)")
     p.add_argument("--upload-interval", type=float, default=30.0, metavar="SECONDS",
                    help="how often to look for finished saves to upload (default 30)")
     return p
@@ -170,6 +171,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             hf_checkpoint=staged_path(cfg, cfg.model.hf_checkpoint, "model"),
             prompt_data=staged_path(cfg, cfg.data.prompt_data, "data"),
             miles_dir=args.miles_dir,
+            python=args.python,
             ray_address=args.ray_address,
         )
         _print_plan(cfg, cmd, out)
@@ -183,7 +185,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     print(f"rltrainer: start point: {resume.source}"
           + (f" iteration {resume.iteration}" if resume.iteration is not None else ""), file=err, flush=True)
     cmd = build_train_command(cfg, hf_checkpoint=hf, prompt_data=data, miles_dir=args.miles_dir,
-                              ray_address=args.ray_address)
+                              python=args.python, ray_address=args.ray_address)
     print("rltrainer: running:\n" + cmd.shell(), file=err, flush=True)
     watcher = CheckpointWatcher(store, cfg.checkpoint.local_dir, interval_s=args.upload_interval, log=err)
     code = run_training(cmd, watcher)

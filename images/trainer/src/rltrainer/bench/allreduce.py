@@ -22,7 +22,7 @@ import argparse
 import sys
 from typing import Sequence, TextIO
 
-from .common import DistContext, emit, format_size, import_torch, init_distributed, parse_size, shutdown, timed, torch_dtype
+from .common import DistContext, emit, sig, format_size, import_torch, init_distributed, parse_size, shutdown, timed, torch_dtype
 
 PATTERN_PERIOD = 7
 CHECK_CAP_BYTES = 256 << 20  # fp32 check buffer limit when timing another dtype
@@ -118,9 +118,9 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) ->
                 {
                     "kind": "allreduce",
                     "size_bytes": nbytes,
-                    "time_us": round(seconds * 1e6, 3),
-                    "algbw_GBps": round(algbw, 4),
-                    "busbw_GBps": round(busbw, 4),
+                    "time_us": sig(seconds * 1e6),
+                    "algbw_GBps": sig(algbw),
+                    "busbw_GBps": sig(busbw),
                     "world_size": ctx.world_size,
                     "backend": ctx.backend,
                 },

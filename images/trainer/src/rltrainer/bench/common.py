@@ -169,6 +169,11 @@ def timed(ctx: DistContext, fn, iters: int) -> float:
     return (time.perf_counter() - start) / iters
 
 
+def sig(x: float, digits: int = 6) -> float:
+    """Round to significant digits: readable, and still exact enough for tiny CPU numbers."""
+    return float(f"{x:.{digits}g}")
+
+
 def emit(row: dict, out: TextIO) -> None:
     """One JSON object per line; the ``kind`` field says which schema it follows."""
     out.write(json.dumps(row, sort_keys=False) + "\n")

@@ -41,7 +41,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence, TextIO
 
-from .common import DistContext, emit, import_torch, init_distributed, shutdown, torch_dtype
+from .common import DistContext, emit, sig, import_torch, init_distributed, shutdown, torch_dtype
 
 PER_EXPERT_COPY = "per_expert_copy"  # one row per (token, expert): Megatron alltoall
 PER_TOKEN = "per_token"  # one row per (token, destination rank): DeepEP
@@ -389,8 +389,8 @@ def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int)
             "hidden": shape.hidden,
             "topk": shape.topk,
             "experts": shape.experts,
-            "time_us": round(seconds * 1e6, 3) if seconds is not None else None,
-            "GBps": round(gbps, 4) if gbps is not None else None,
+            "time_us": sig(seconds * 1e6) if seconds is not None else None,
+            "GBps": sig(gbps) if gbps is not None else None,
             "world_size": world_size,
             "correct": result.correct,
         })

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# DeepEP V1 over EFA through NVSHMEM's libfabric host-proxy transport.
+#
+# EFA has no IBGDA, so upstream DeepEP's internode kernels cannot post RDMA from the
+# GPU. awslabs/awsome-distributed-ai ships setup_deepep_efa.sh, which installs
+# NVSHMEM (3.7.0 release, libfabric transport), clones deepseek-ai/DeepEP at the only
+# commit its patch supports (567632d), applies that patch (IBGDA calls replaced by
+# NVSHMEM host-proxy QP APIs) and builds DeepEP against that NVSHMEM. We run that
+# script from a pinned commit of the sample repository rather than carry a copy.
+# Runtime (set by the manifests): NVSHMEM_REMOTE_TRANSPORT=libfabric,
+# NVSHMEM_LIBFABRIC_PROVIDER=efa.
+# Usage: install-deepep-nvshmem.sh <awsome-distributed-ai commit> <script sha256 or "">
+#        <nvshmem version> <deepep commit> <TORCH_CUDA_ARCH_LIST>
+set -euo pipefail
+samples_commit="$1"
+script_sha256="$2"
+nvshmem_version="$3"
+deepep_commit="$4"
+arch_list="$5"
+
+url="https://raw.githubusercontent.com/awslabs/awsome-distributed-ai/${samples_commit}/micro-benchmarks/expert-parallelism/deepep-benchmark/setup_deepep_efa.sh"
+curl -fsSL --retry 3 -o /tmp/setup_deepep_efa.sh "${url}"
+if [[ -n "${script_sha256}" ]]; then
+    echo "${script_sha256}  /tmp/setup_deepep_efa.sh" | sha256sum -c -
+fi
+
+TORCH_CUDA_ARCH_LIST="${arch_list}" bash /tmp/setup_deepep_efa.sh \
+    --nvshmem-version "${nvshmem_version}" \
+    --nvshmem-prefix /opt/amazon/nvshmem \
+    --deepep-commit "${deepep_commit}" \
+    --deepep-prefix /opt/amazon/deepep \
+    --cuda-home /usr/local/cuda \
+    --gen-ldconfig
+rm -f /tmp/setup_deepep_efa.sh
+
+# The pip NVSHMEM wheel (pulled in by torch/sglang) shadows the standalone build at
+# Python runtime; the setup script itself says to remove it.
+pip uninstall -y nvidia-nvshmem-cu12 nvidia-nvshmem-cu13 nvidia-nvshmem
+rm -rf /opt/amazon/deepep/build
+
+# deep_ep cannot be imported without a GPU driver, so check that it is installed.
+python3 -c 'import importlib.util, sys; spec = importlib.util.find_spec("deep_ep"); print("deep_ep:", spec and spec.origin); sys.exit(spec is None)'

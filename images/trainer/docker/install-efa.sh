@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# EFA user-space stack from the AWS EFA installer: libfabric with the efa provider
+# (/opt/amazon/efa), rdma-core, Open MPI (/opt/amazon/openmpi) and the aws-ofi-nccl
+# plugin (/opt/amazon/ofi-nccl). Container flags as in the AWS EFA docs and the
+# awsome-distributed-ai Dockerfiles: no kernel module (--skip-kmod, the node has it),
+# no /etc/security/limits change (--skip-limit-conf, the pod's ulimits apply), and no
+# device verification at build time (--no-verify, there is no EFA device in a build).
+# Installers from 1.48 on also take --disable-ngc (and 1.48/1.49 --disable-build-ngc),
+# exactly as awsome-distributed-ai's deepep.Dockerfile (1.48.0) and
+# deepep-v2-benchmark/deepep.Dockerfile (1.50.0) pass them.
+# Usage: install-efa.sh <installer version, e.g. 1.50.0> [sha256 of the tarball]
+set -euo pipefail
+version="$1"
+sha256="${2:-}"
+
+work=$(mktemp -d)
+cd "${work}"
+curl -fsSL --retry 3 -o efa.tar.gz "https://efa-installer.amazonaws.com/aws-efa-installer-${version}.tar.gz"
+if [[ -n "${sha256}" ]]; then
+    echo "${sha256}  efa.tar.gz" | sha256sum -c -
+fi
+tar -xf efa.tar.gz
+cd aws-efa-installer
+
+flags=(-y --skip-kmod --skip-limit-conf --no-verify)
+if [[ "$(printf '%s\n' 1.48.0 "${version}" | sort -V | head -n1)" == "1.48.0" ]]; then
+    # version >= 1.48.0
+    if [[ "$(printf '%s\n' 1.50.0 "${version}" | sort -V | head -n1)" == "1.50.0" ]]; then
+        flags+=(--disable-ngc)
+    else
+        flags+=(--disable-build-ngc --disable-ngc)
+    fi
+fi
+apt-get update
+./efa_installer.sh "${flags[@]}"
+cd /
+rm -rf "${work}" /var/lib/apt/lists/*
+ldconfig
+
+plugin=$(ls /opt/amazon/ofi-nccl/lib/libnccl-net*.so 2>/dev/null | head -n1 || true)
+if [[ -z "${plugin}" ]]; then
+    echo "ERROR: EFA installer ${version} did not install aws-ofi-nccl under /opt/amazon/ofi-nccl/lib" >&2
+    exit 1
+fi
+echo "EFA installer ${version}: libfabric $(/opt/amazon/efa/bin/fi_info --version | head -n1 || true); NCCL plugin ${plugin}"

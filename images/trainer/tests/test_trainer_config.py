@@ -1,0 +1,225 @@
+"""Run-config validation: every problem at once, each with path, value, rule and fix."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainer_helpers import FIXTURES
+from rltrainer.config import ConfigError, load_run_config, parse_run_config
+
+QWEN = FIXTURES / "qwen3-30b-a3b.yaml"
+
+
+def base() -> dict:
+    return yaml.safe_load(QWEN.read_text())
+
+
+def problems_of(data: dict) -> list[str]:
+    with pytest.raises(ConfigError) as exc:
+        parse_run_config(data, "run.yaml")
+    return [str(p) for p in exc.value.problems]
+
+
+def test_fixture_is_valid_and_fills_defaults():
+    cfg = load_run_config(QWEN)
+    assert cfg.run_name == "qwen3-30b-a3b-grpo"
+    assert cfg.parallel.world_size == 16
+    assert cfg.parallel.data_parallel_size == 4
+    assert cfg.model.megatron_flag_value("--num-experts") == "128"
+    assert cfg.expert_parallel.backend == "nccl"
+
+    minimal = base()
+    del minimal["checkpoint"]["local_dir"], minimal["checkpoint"]["save_interval"]
+    del minimal["data"]["input_key"], minimal["data"]["label_key"]
+    del minimal["model"]["megatron_args"], minimal["expert_parallel"]
+    for key in ("num_steps_per_rollout", "rollout_max_response_len", "rollout_temperature", "lr", "kl_loss_coef", "eps_clip"):
+        del minimal["grpo"][key]
+    cfg = parse_run_config(minimal)
+    assert (cfg.checkpoint.local_dir, cfg.checkpoint.save_interval) == ("/checkpoints", 20)
+    assert (cfg.data.input_key, cfg.data.label_key) == ("prompt", "label")
+    assert cfg.model.megatron_args == ()
+    assert cfg.expert_parallel.backend == "nccl"
+    assert (cfg.grpo.num_steps_per_rollout, cfg.grpo.lr, cfg.grpo.eps_clip) == (1, 1e-6, 0.2)
+
+
+def test_batch_invariant_violation_explains_the_numbers():
+    data = base()
+    data["grpo"]["global_batch_size"] = 128
+    assert problems_of(data) == [
+        "grpo.global_batch_size = 128: Miles needs rollout_batch_size x n_samples_per_prompt = "
+        "global_batch_size x num_steps_per_rollout, but 32 x 8 = 256 and 128 x 1 = 128. "
+        "Fix: set grpo.global_batch_size to 256 (32 x 8 / 1), or change rollout_batch_size, "
+        "n_samples_per_prompt or num_steps_per_rollout so the two products match."
+    ]
+
+
+def test_batch_invariant_holds_with_several_steps_per_rollout():
+    data = base()
+    data["grpo"]["global_batch_size"] = 128
+    data["grpo"]["num_steps_per_rollout"] = 2
+    assert parse_run_config(data).grpo.global_batch_size == 128
+
+
+def test_batch_invariant_with_steps_that_do_not_divide():
+    data = base()
+    data["grpo"]["num_steps_per_rollout"] = 3
+    assert problems_of(data) == [
+        "grpo.global_batch_size = 256: Miles needs rollout_batch_size x n_samples_per_prompt = "
+        "global_batch_size x num_steps_per_rollout, but 32 x 8 = 256 and 256 x 3 = 768. "
+        "Fix: pick a num_steps_per_rollout that divides 256 (e.g. 1) and set global_batch_size = 256 / num_steps_per_rollout."
+    ]
+
+
+def test_megatron_layout_rules():
+    data = base()
+    data["parallel"]["training"] = {"tp": 3, "pp": 1, "cp": 1, "ep": 32, "etp": 1}
+    assert problems_of(data) == [
+        'parallel.training = {"tp": 3, "pp": 1, "cp": 1}: Megatron needs tp x pp x cp to divide the GPU count '
+        "(nodes x gpus_per_node = 16), but 3 x 1 x 1 = 3. Fix: choose tp, pp and cp whose product divides 16.",
+        "parallel.training.ep = 32: Megatron needs etp x ep x pp to divide the GPU count (16), i.e. ep x etp must "
+        "divide data-parallel x context-parallel x tp = 16, but 1 x 32 x 1 = 32. "
+        "Fix: use an ep that divides 16 (one of 1, 2, 4, 8, 16).",
+    ]
+
+
+def test_expert_count_must_split_over_ep():
+    data = base()
+    data["parallel"]["training"]["ep"] = 16
+    data["parallel"]["training"]["tp"] = 1
+    margs = data["model"]["megatron_args"]
+    margs[margs.index("--num-experts") + 1] = "120"
+    assert problems_of(data) == [
+        "parallel.training.ep = 16: Megatron places num_experts / ep experts on each rank, and model.megatron_args "
+        "sets --num-experts 120, which 16 does not divide. Fix: choose an ep that divides 120."
+    ]
+
+
+def test_global_batch_must_split_over_data_parallel_ranks():
+    data = base()
+    data["parallel"]["training"]["tp"] = 1  # dp = 16
+    data["grpo"].update(rollout_batch_size=3, n_samples_per_prompt=8, global_batch_size=24)
+    assert problems_of(data) == [
+        "grpo.global_batch_size = 24: Megatron needs global_batch_size to be a multiple of the data-parallel size 16 "
+        "(16 GPUs / (tp 1 x pp 1 x cp 1)). Fix: use a multiple of 16, e.g. 32, and keep the Miles batch invariant."
+    ]
+
+
+def test_rollout_layout_rules():
+    data = base()
+    data["parallel"]["rollout"] = {"gpus_per_engine": 6, "ep": 4}
+    assert problems_of(data) == [
+        "parallel.rollout.gpus_per_engine = 6: rollout is colocated with training on all 16 GPUs and each SGLang "
+        "engine takes gpus_per_engine of them, so gpus_per_engine must divide 16. Fix: use a divisor of 16, e.g. 8.",
+        "parallel.rollout.ep = 4: SGLang splits each engine's experts over ep of its 6 GPUs, so ep must divide "
+        "gpus_per_engine. Fix: use a divisor of 6, e.g. 6.",
+    ]
+
+
+def test_deepep_needs_rollout_ep_equal_to_engine_size():
+    data = base()
+    data["expert_parallel"]["backend"] = "deepep-nvshmem"
+    data["parallel"]["rollout"]["ep"] = 4
+    assert problems_of(data) == [
+        "parallel.rollout.ep = 4: with expert_parallel.backend deepep-nvshmem, SGLang's DeepEP path forces the "
+        "expert-parallel size to the engine size (8). Fix: set parallel.rollout.ep to 8."
+    ]
+
+
+def test_deepep_needs_expert_parallelism_in_training():
+    data = base()
+    data["expert_parallel"]["backend"] = "deepep-gin"
+    data["parallel"]["training"]["ep"] = 1
+    assert problems_of(data) == [
+        "parallel.training.ep = 1: Megatron's flex dispatcher (DeepEP) needs expert-TP x EP > 1, but etp 1 x ep 1 = 1. "
+        "Fix: raise parallel.training.ep, or use expert_parallel.backend nccl for a model without expert parallelism."
+    ]
+
+
+def test_every_problem_is_reported_at_once_in_order():
+    data = base()
+    data["run_name"] = "Qwen3_30B"
+    data["model"]["hf_checkpoint"] = "models/Qwen3-30B-A3B"
+    data["model"]["megatron_args"].append("--tensor-model-parallel-size=2")
+    data["checkpoint"]["s3_uri"] = "my-bucket/checkpoints"
+    data["checkpoint"]["save_intervall"] = 10
+    del data["data"]["prompt_data"]
+    data["grpo"]["lr"] = "fast"
+    data["grpo"]["eps_clip"] = 1.5
+    data["parallel"]["nodes"] = 0
+    data["expert_parallel"]["backend"] = "deepep"
+    data["extra"] = True
+    with pytest.raises(ConfigError) as exc:
+        parse_run_config(data, "/etc/rltrainer/run.yaml")
+    assert str(exc.value) == "\n".join([
+        "/etc/rltrainer/run.yaml: 11 problems:",
+        "  - extra = true: unknown key (allowed here: run_name, model, checkpoint, data, grpo, parallel, "
+        "expert_parallel). Fix: remove it.",
+        '  - run_name = "Qwen3_30B": must be a DNS label (lowercase letters, digits and \'-\', starting and ending '
+        "with a letter or digit, at most 63 characters). Fix: use e.g. `qwen3-30b-a3b-grpo`.",
+        '  - model.hf_checkpoint = "models/Qwen3-30B-A3B": must be an absolute local path or an s3:// URI '
+        "(Hugging Face weights). Fix: use e.g. /models/Qwen3-30B-A3B or s3://my-bucket/models/Qwen3-30B-A3B/.",
+        '  - model.megatron_args[49] = "--tensor-model-parallel-size=2": the launcher sets '
+        "--tensor-model-parallel-size from parallel.training.tp. Fix: remove it from megatron_args and set "
+        "parallel.training.tp instead.",
+        "  - checkpoint.save_intervall = 10: unknown key (allowed here: s3_uri, local_dir, save_interval). "
+        "Fix: remove it or rename it to `save_interval`.",
+        '  - checkpoint.s3_uri = "my-bucket/checkpoints": must be an s3:// URI with a bucket and a prefix. '
+        "Fix: use e.g. s3://my-bucket/checkpoints/qwen3-30b-a3b-grpo/.",
+        "  - data.prompt_data = (missing): required. Fix: add `prompt_data: s3://my-bucket/datasets/dapo-math-17k.jsonl` "
+        "under `data`.",
+        '  - grpo.lr = "fast": must be a finite number. Fix: write a number, e.g. `lr: 1e-06`.',
+        "  - grpo.eps_clip = 1.5: must be < 1. Fix: use a value below 1.",
+        "  - parallel.nodes = 0: must be >= 1. Fix: use a value of at least 1.",
+        '  - expert_parallel.backend = "deepep": must be one of nccl, deepep-nvshmem, deepep-gin. '
+        "Fix: use `deepep-gin`.",
+    ])
+
+
+def test_wrong_types_and_missing_sections():
+    assert problems_of({"run_name": "x"}) == [
+        "model = (missing): this section is required. Fix: add a `model:` mapping with keys name, hf_checkpoint, "
+        "megatron_args.",
+        "checkpoint = (missing): this section is required. Fix: add a `checkpoint:` mapping with keys s3_uri, "
+        "local_dir, save_interval.",
+        "data = (missing): this section is required. Fix: add a `data:` mapping with keys prompt_data, input_key, "
+        "label_key.",
+        "grpo = (missing): this section is required. Fix: add a `grpo:` mapping with keys num_rollout, "
+        "rollout_batch_size, n_samples_per_prompt, global_batch_size, num_steps_per_rollout, rollout_max_response_len, "
+        "rollout_temperature, lr, kl_loss_coef, eps_clip.",
+        "parallel = (missing): this section is required. Fix: add a `parallel:` mapping with keys nodes, gpus_per_node, "
+        "training, rollout.",
+    ]
+    data = base()
+    data["grpo"]["num_rollout"] = True
+    data["parallel"]["training"] = [4, 1]
+    assert problems_of(data) == [
+        "grpo.num_rollout = true: must be an integer. Fix: write a whole number >= 1, e.g. `num_rollout: 1`.",
+        "parallel.training = [4, 1]: must be a mapping. Fix: write `parallel.training:` as a mapping with keys "
+        "tp, pp, cp, ep, etp.",
+    ]
+
+
+def test_file_errors(tmp_path: Path):
+    with pytest.raises(ConfigError) as exc:
+        load_run_config(tmp_path / "nope.yaml")
+    assert str(exc.value) == (
+        f"{tmp_path / 'nope.yaml'}: 1 problem:\n"
+        f"  - (file) = \"{tmp_path / 'nope.yaml'}\": the run config file does not exist. "
+        "Fix: mount the run ConfigMap at this path or pass --config with the right path."
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run_name: [unclosed\n")
+    with pytest.raises(ConfigError) as exc:
+        load_run_config(bad)
+    assert "(document) = \"line 2, column 1\": is not valid YAML" in str(exc.value)
+
+
+def test_numbers_in_megatron_args_are_accepted_as_strings():
+    data = base()
+    data["model"]["megatron_args"] = ["--num-layers", 48, "--norm-epsilon", 1e-6]
+    cfg = parse_run_config(copy.deepcopy(data))
+    assert cfg.model.megatron_args == ("--num-layers", "48", "--norm-epsilon", "1e-06")

@@ -1,0 +1,292 @@
+"""``rltrainer launch``: the Miles command line, the dry run, and a whole run against moto.
+
+Argument names are checked against Miles' own sources (radixark/miles):
+scripts/run-qwen3-30B-A3B.sh (the Qwen3-30B-A3B GRPO recipe), miles/utils/arguments.py
+(``--num-steps-per-rollout``, ``--num-gpus-per-node``, ``--megatron-to-hf-mode``),
+docs/en/get_started/usage.md (``--sglang-`` pass-through: ``--sglang-ep-size``,
+``--sglang-moe-a2a-backend deepep``), and Megatron-LM for the MoE dispatcher flags
+(``--moe-token-dispatcher-type``, ``--moe-flex-dispatcher-backend``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainer_helpers import FIXTURES
+from rltrainer.config import load_run_config, parse_run_config
+from rltrainer.launch import main as launch_main
+from rltrainer.miles import build_train_command, miles_train_args
+
+QWEN = FIXTURES / "qwen3-30b-a3b.yaml"
+
+# Flag names as they appear in Miles' Qwen3-30B-A3B recipe (scripts/run-qwen3-30B-A3B.sh).
+MILES_RECIPE_FLAGS = {
+    "--actor-num-nodes", "--actor-num-gpus-per-node", "--colocate",
+    "--hf-checkpoint", "--ref-load", "--load", "--save", "--save-interval",
+    "--prompt-data", "--input-key", "--label-key", "--apply-chat-template", "--rollout-shuffle", "--rm-type",
+    "--num-rollout", "--rollout-batch-size", "--n-samples-per-prompt", "--rollout-max-response-len",
+    "--rollout-temperature", "--global-batch-size", "--balance-data",
+    "--tensor-model-parallel-size", "--sequence-parallel", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+    "--use-dynamic-batch-size", "--max-tokens-per-gpu",
+    "--advantage-estimator", "--use-kl-loss", "--kl-loss-coef", "--kl-loss-type", "--entropy-coef", "--eps-clip",
+    "--optimizer", "--lr", "--lr-decay-style", "--weight-decay", "--adam-beta1", "--adam-beta2",
+    "--rollout-num-gpus-per-engine", "--sglang-mem-fraction-static",
+    "--attention-dropout", "--hidden-dropout", "--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32",
+    "--attention-backend",
+}
+# Defined in miles/utils/arguments.py (not used by that recipe).
+MILES_ARGUMENTS = {"--num-steps-per-rollout", "--num-gpus-per-node", "--megatron-to-hf-mode"}
+# SGLang options passed through with the --sglang- prefix (Miles usage docs).
+SGLANG_PASSTHROUGH = {"--sglang-ep-size", "--sglang-moe-a2a-backend"}
+# Megatron-LM MoE dispatcher options.
+MEGATRON_MOE = {"--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend"}
+KNOWN = MILES_RECIPE_FLAGS | MILES_ARGUMENTS | SGLANG_PASSTHROUGH | MEGATRON_MOE
+
+
+def last_value(argv: list[str], flag: str) -> str:
+    """What argparse ends up with: the value after the last occurrence of ``flag``."""
+    i = len(argv) - 1 - argv[::-1].index(flag)
+    return argv[i + 1]
+
+
+def launcher_flags(argv: list[str], model_args: tuple[str, ...]) -> list[str]:
+    own = list(argv)
+    start = own.index(model_args[0]) if model_args else None
+    if start is not None:
+        del own[start:start + len(model_args)]
+    return [a for a in own if a.startswith("--")]
+
+
+def config_with(backend: str) -> object:
+    data = yaml.safe_load(QWEN.read_text())
+    data["expert_parallel"]["backend"] = backend
+    return parse_run_config(data)
+
+
+@pytest.mark.parametrize("backend", ["nccl", "deepep-nvshmem", "deepep-gin"])
+def test_every_flag_is_a_miles_megatron_or_sglang_argument(backend):
+    cfg = config_with(backend)
+    argv = miles_train_args(cfg, hf_checkpoint="/models/Qwen3-30B-A3B", prompt_data="/data/p.jsonl")
+    unknown = sorted(set(launcher_flags(argv, cfg.model.megatron_args)) - KNOWN)
+    assert unknown == []
+
+
+def test_qwen3_30b_a3b_without_deepep():
+    cfg = config_with("nccl")
+    argv = miles_train_args(cfg, hf_checkpoint="/models/Qwen3-30B-A3B", prompt_data="/data/dapo.jsonl")
+    # the model architecture is passed through verbatim, right after the cluster flags
+    start = argv.index("--disable-bias-linear")
+    assert tuple(argv[start:start + len(cfg.model.megatron_args)]) == cfg.model.megatron_args
+    expected = {
+        "--actor-num-nodes": "2",
+        "--actor-num-gpus-per-node": "8",
+        "--hf-checkpoint": "/models/Qwen3-30B-A3B",
+        "--ref-load": "/models/Qwen3-30B-A3B",
+        "--megatron-to-hf-mode": "bridge",
+        "--load": "/checkpoints",
+        "--save": "/checkpoints",
+        "--save-interval": "20",
+        "--prompt-data": "/data/dapo.jsonl",
+        "--input-key": "prompt",
+        "--label-key": "label",
+        "--num-rollout": "1000",
+        "--rollout-batch-size": "32",
+        "--n-samples-per-prompt": "8",
+        "--global-batch-size": "256",
+        "--num-steps-per-rollout": "1",
+        "--rollout-max-response-len": "8192",
+        "--rollout-temperature": "1",
+        "--lr": "1e-06",
+        "--kl-loss-coef": "0",
+        "--eps-clip": "0.2",
+        "--advantage-estimator": "grpo",
+        "--tensor-model-parallel-size": "4",
+        "--pipeline-model-parallel-size": "1",
+        "--context-parallel-size": "1",
+        "--expert-model-parallel-size": "8",
+        "--expert-tensor-parallel-size": "1",
+        "--rollout-num-gpus-per-engine": "8",
+        "--sglang-ep-size": "8",
+        "--moe-token-dispatcher-type": "alltoall",
+    }
+    assert {flag: last_value(argv, flag) for flag in expected} == expected
+    assert "--colocate" in argv and "--sequence-parallel" in argv
+    assert "--use-kl-loss" not in argv  # a zero KL coefficient needs no reference model
+    for deepep_flag in ("--moe-flex-dispatcher-backend", "--sglang-moe-a2a-backend"):
+        assert deepep_flag not in argv
+
+
+@pytest.mark.parametrize("backend", ["deepep-nvshmem", "deepep-gin"])
+def test_qwen3_30b_a3b_with_deepep_switches_both_sides(backend):
+    cfg = config_with(backend)
+    argv = miles_train_args(cfg, hf_checkpoint="/models/Qwen3-30B-A3B", prompt_data="/data/dapo.jsonl")
+    # Megatron: flex dispatcher with the deepep backend, written after the model args'
+    # `--moe-token-dispatcher-type alltoall` so it wins (argparse keeps the last value)
+    assert argv.count("--moe-token-dispatcher-type") == 2
+    assert last_value(argv, "--moe-token-dispatcher-type") == "flex"
+    assert last_value(argv, "--moe-flex-dispatcher-backend") == "deepep"
+    # SGLang: DeepEP all-to-all, expert-parallel over the whole engine
+    assert last_value(argv, "--sglang-moe-a2a-backend") == "deepep"
+    assert last_value(argv, "--sglang-ep-size") == "8"
+    # both DeepEP variants produce the same Miles command; the transport is the manifests' business
+    other = config_with("deepep-gin" if backend == "deepep-nvshmem" else "deepep-nvshmem")
+    assert argv == miles_train_args(other, hf_checkpoint="/models/Qwen3-30B-A3B", prompt_data="/data/dapo.jsonl")
+
+
+def test_user_megatron_args_replace_soft_defaults_without_duplicates():
+    data = yaml.safe_load(QWEN.read_text())
+    data["model"]["megatron_args"] += ["--rm-type", "deepscaler", "--max-tokens-per-gpu", "9216", "--sglang-mem-fraction-static", "0.5"]
+    data["grpo"]["kl_loss_coef"] = 0.01
+    argv = miles_train_args(parse_run_config(data), hf_checkpoint="/m", prompt_data="/d.jsonl")
+    for flag, value in (("--rm-type", "deepscaler"), ("--max-tokens-per-gpu", "9216"), ("--sglang-mem-fraction-static", "0.5")):
+        assert argv.count(flag) == 1 and last_value(argv, flag) == value
+    assert "--use-kl-loss" in argv and last_value(argv, "--kl-loss-coef") == "0.01"
+
+
+def test_direct_and_ray_submit_forms():
+    cfg = load_run_config(QWEN)
+    direct = build_train_command(cfg, hf_checkpoint="/m", prompt_data="/d.jsonl")
+    assert direct.argv[:2] == ["python3", "/root/miles/train.py"]
+    assert direct.env == {"PYTHONPATH": "/root/Megatron-LM", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONUNBUFFERED": "1"}
+    submit = build_train_command(cfg, hf_checkpoint="/m", prompt_data="/d.jsonl", ray_address="http://127.0.0.1:8265")
+    sep = submit.argv.index("--")
+    assert submit.argv[:3] == ["ray", "job", "submit"]
+    assert "--address=http://127.0.0.1:8265" in submit.argv[:sep]
+    runtime_env = json.loads(next(a for a in submit.argv[:sep] if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert runtime_env == {"env_vars": direct.env}
+    assert submit.argv[sep + 1:] == direct.argv
+
+
+def test_dry_run_prints_command_and_environment(tmp_path: Path):
+    out, err = io.StringIO(), io.StringIO()
+    assert launch_main(["--config", str(QWEN), "--dry-run"], out=out, err=err) == 0
+    text = out.getvalue()
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+    assert "# would stage data.prompt_data s3://my-bucket/datasets/dapo-math-17k.jsonl -> " \
+           "/checkpoints/_inputs/data/dapo-math-17k.jsonl" in text
+    assert "python3 /root/miles/train.py \\\n    --actor-num-nodes 2 \\\n    --actor-num-gpus-per-node 8 \\" in text
+    assert "    --prompt-data /checkpoints/_inputs/data/dapo-math-17k.jsonl \\" in text
+    assert err.getvalue() == ""
+
+
+def test_config_errors_exit_2_with_the_full_report(tmp_path: Path):
+    data = yaml.safe_load(QWEN.read_text())
+    data["grpo"]["global_batch_size"] = 102
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    out, err = io.StringIO(), io.StringIO()
+    assert launch_main(["--config", str(cfg), "--dry-run"], out=out, err=err) == 2
+    assert out.getvalue() == ""
+    lines = err.getvalue().splitlines()
+    assert lines[0] == f"{cfg}: 2 problems:"
+    assert lines[1].startswith("  - grpo.global_batch_size = 102: Miles needs rollout_batch_size x n_samples_per_prompt")
+    assert lines[2] == (
+        "  - grpo.global_batch_size = 102: Megatron needs global_batch_size to be a multiple of the data-parallel "
+        "size 4 (16 GPUs / (tp 4 x pp 1 x cp 1)). Fix: use a multiple of 4, e.g. 104, and keep the Miles batch invariant."
+    )
+
+
+def test_module_entry_point_dry_run():
+    proc = subprocess.run([sys.executable, "-m", "rltrainer.launch", "--config", str(QWEN), "--dry-run"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--moe-token-dispatcher-type alltoall" in proc.stdout
+
+
+FAKE_TRAIN = '''
+import json, os, pathlib, sys, time
+args = sys.argv[1:]
+def last(flag):
+    i = len(args) - 1 - args[::-1].index(flag)
+    return args[i + 1]
+save = pathlib.Path(last("--save"))
+tracker = save / "latest_checkpointed_iteration.txt"
+start = int(tracker.read_text()) if tracker.exists() else 0
+with open(os.environ["FAKE_TRAIN_LOG"], "a") as log:
+    log.write(json.dumps({"argv": args, "start": start, "env": {k: os.environ.get(k) for k in ("CUDA_DEVICE_MAX_CONNECTIONS",)}}) + "\\n")
+for it in (start + 1, start + 2):
+    d = save / f"iter_{it:07d}"
+    (d / "model").mkdir(parents=True)
+    (d / "model" / "__0_0.distcp").write_bytes(os.urandom(3000 + it))
+    (d / "common.pt").write_bytes(bytes([it]) * 100)
+    (save / "rollout").mkdir(exist_ok=True)
+    (save / "rollout" / f"global_dataset_state_dict_{it}.pt").write_bytes(b"cursor %d" % it)
+    tracker.write_text(str(it))
+    time.sleep(0.3)
+'''
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    from moto import mock_aws
+
+    with mock_aws():
+        import boto3
+
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="my-bucket")
+        yield s3
+
+
+def test_full_launch_stages_inputs_trains_uploads_and_resumes(tmp_path: Path, aws, monkeypatch):
+    s3 = aws
+    s3.put_object(Bucket="my-bucket", Key="models/tiny/config.json", Body=b'{"model_type": "qwen3_moe"}')
+    s3.put_object(Bucket="my-bucket", Key="models/tiny/model.safetensors", Body=b"w" * 5000)
+    s3.put_object(Bucket="my-bucket", Key="datasets/prompts.jsonl", Body=b'{"prompt": "1+1", "label": "2"}\n')
+    miles = tmp_path / "miles"
+    miles.mkdir()
+    (miles / "train.py").write_text(FAKE_TRAIN)
+    log = tmp_path / "train.log"
+    monkeypatch.setenv("FAKE_TRAIN_LOG", str(log))
+
+    data = yaml.safe_load(QWEN.read_text())
+    local = tmp_path / "ckpt"
+    data["model"]["hf_checkpoint"] = "s3://my-bucket/models/tiny/"
+    data["data"]["prompt_data"] = "s3://my-bucket/datasets/prompts.jsonl"
+    data["checkpoint"]["local_dir"] = str(local)
+    data["checkpoint"]["s3_uri"] = "s3://my-bucket/checkpoints/run1/"
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    argv = ["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable, "--upload-interval", "0.1"]
+
+    err = io.StringIO()
+    assert launch_main(argv, out=io.StringIO(), err=err) == 0, err.getvalue()
+    first = json.loads(log.read_text().splitlines()[0])
+    assert first["start"] == 0
+    assert last_value(first["argv"], "--hf-checkpoint") == str(local / "_inputs" / "model" / "tiny")
+    assert last_value(first["argv"], "--prompt-data") == str(local / "_inputs" / "data" / "prompts.jsonl")
+    assert (local / "_inputs" / "model" / "tiny" / "model.safetensors").read_bytes() == b"w" * 5000
+    assert first["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+
+    def complete() -> list[int]:
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="my-bucket", Prefix="checkpoints/run1/").get("Contents", [])]
+        return sorted(int(k.split("/")[2][5:]) for k in keys if k.endswith("/_COMPLETE.json"))
+
+    assert complete() == [1, 2]
+    saved = {p.relative_to(local): p.read_bytes() for p in local.rglob("*")
+             if p.is_file() and ("iter_0000002" in p.parts or p.name.endswith("_2.pt"))}
+
+    # A new pod on an empty volume resumes from the newest complete checkpoint in S3.
+    import shutil
+
+    shutil.rmtree(local)
+    err = io.StringIO()
+    assert launch_main(argv, out=io.StringIO(), err=err) == 0, err.getvalue()
+    second = json.loads(log.read_text().splitlines()[1])
+    assert second["start"] == 2
+    assert "restoring iter_0000002 from s3://my-bucket/checkpoints/run1/" in err.getvalue()
+    for rel, content in saved.items():
+        assert (local / rel).read_bytes() == content, rel
+    assert complete() == [1, 2, 3, 4]

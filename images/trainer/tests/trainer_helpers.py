@@ -1,0 +1,156 @@
+"""Helpers for the trainer tests: real multi-process torch.distributed runs on gloo.
+
+Spawned children import this module by name (pytest puts this directory on sys.path
+and multiprocessing's spawn passes sys.path on), so every worker is a top-level
+function here. Workers write what they saw to ``<outdir>/rank<N>.json``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dist_env(rank: int, world: int, port: int) -> dict[str, str]:
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        # keep each process to one thread: 2 cores, up to 4 ranks
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+def run_ranks(worker: Callable, world: int, outdir: Path, *args: Any, timeout_s: float = 90.0) -> list[dict]:
+    """Run ``worker(rank, world, port, outdir, *args)`` in ``world`` spawned processes.
+
+    Returns each rank's JSON record. Fails (instead of hanging) after ``timeout_s``.
+    """
+    import torch.multiprocessing as mp
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    ctx = mp.start_processes(worker, args=(world, port, str(outdir), *args), nprocs=world, join=False,
+                             start_method="spawn")
+    deadline = time.monotonic() + timeout_s
+    while not ctx.join(timeout=1.0):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+            raise TimeoutError(f"distributed test did not finish within {timeout_s}s")
+    return [json.loads((outdir / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _record(outdir: str, rank: int, rc: int, out: str, err: str, **extra: Any) -> None:
+    Path(outdir, f"rank{rank}.json").write_text(json.dumps({"rc": rc, "stdout": out, "stderr": err, **extra}))
+
+
+def _setup(rank: int, world: int, port: int) -> None:
+    os.environ.update(dist_env(rank, world, port))
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def cli_worker(rank: int, world: int, port: int, outdir: str, argv: list[str]) -> None:
+    """Run ``rltrainer <argv>`` in this rank, the same code path as the console script."""
+    _setup(rank, world, port)
+    from rltrainer.bench import main
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        rc = main(argv, out=out, err=err)
+    except SystemExit as exc:  # e.g. a missing backend: record it like the shell would see it
+        rc = exc.code if isinstance(exc.code, int) else 1
+        err.write(f"{exc.code}\n" if not isinstance(exc.code, int) else "")
+    _record(outdir, rank, rc, out.getvalue(), err.getvalue())
+
+
+def broken_allreduce_worker(rank: int, world: int, port: int, outdir: str, argv: list[str]) -> None:
+    """All-reduce that adds 1 to every value on the last rank: the check must catch it."""
+    _setup(rank, world, port)
+    import torch.distributed as dist
+
+    from rltrainer.bench import main
+
+    real = dist.all_reduce
+
+    def wrong_sum(tensor, *a, **kw):
+        work = real(tensor, *a, **kw)
+        if dist.get_rank() == dist.get_world_size() - 1 and tensor.dtype.is_floating_point and tensor.numel() > 1:
+            tensor.add_(1)
+        return work
+
+    dist.all_reduce = wrong_sum
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        rc = main(argv, out=out, err=err)
+    finally:
+        dist.all_reduce = real
+    _record(outdir, rank, rc, out.getvalue(), err.getvalue())
+
+
+def _ep_run(rank: int, world: int, port: int, outdir: str, argv: list[str], factory) -> None:
+    _setup(rank, world, port)
+    import argparse
+
+    from rltrainer.bench import ep
+
+    p = argparse.ArgumentParser()
+    ep.add_arguments(p)
+    args = p.parse_args(argv)
+    out, err = io.StringIO(), io.StringIO()
+    rc = ep.run_main(args, out, err, dispatcher_factory=factory)
+    _record(outdir, rank, rc, out.getvalue(), err.getvalue())
+
+
+def make_shifted_split_dispatcher(ctx, shape):
+    """A dispatcher with the wrong expert -> rank split (shifted by one expert)."""
+    from rltrainer.bench.ep import AllToAllDispatcher
+
+    class ShiftedSplit(AllToAllDispatcher):
+        def owner_of(self, expert_ids):
+            return ((expert_ids + 1) % self.shape.experts) // self.experts_per_rank
+
+    return ShiftedSplit(ctx, shape)
+
+
+def make_unweighted_combine_dispatcher(ctx, shape):
+    """Dispatch is right; combine forgets the router weights."""
+    import torch
+
+    from rltrainer.bench.ep import AllToAllDispatcher
+
+    class Unweighted(AllToAllDispatcher):
+        def combine(self, expert_out, handle, topk_idx, topk_w):
+            return super().combine(expert_out, handle, topk_idx, torch.ones_like(topk_w))
+
+    return Unweighted(ctx, shape)
+
+
+def broken_split_ep_worker(rank: int, world: int, port: int, outdir: str, argv: list[str]) -> None:
+    _ep_run(rank, world, port, outdir, argv, make_shifted_split_dispatcher)
+
+
+def unweighted_combine_ep_worker(rank: int, world: int, port: int, outdir: str, argv: list[str]) -> None:
+    _ep_run(rank, world, port, outdir, argv, make_unweighted_combine_dispatcher)
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
