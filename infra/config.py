@@ -147,6 +147,14 @@ class GpuNodeGroupConfig(_Model):
         f"({names.GPU_TAINT.key}={names.GPU_TAINT.value}:{names.GPU_TAINT.effect}).",
     )
 
+    def node_labels(self, group_name: str) -> dict[str, str]:
+        """All Kubernetes labels of this group's nodes: the user's, then the kit's."""
+        return {**self.labels, **names.gpu_node_labels(group_name)}
+
+    def node_taints(self) -> list[names.Taint]:
+        """The kit's GPU taint first, then the group's extra taints."""
+        return [names.GPU_TAINT] + [names.Taint(t.key, t.value, t.effect) for t in self.taints]
+
     @property
     def uses_placement_group(self) -> bool:
         if self.placement_group is not None:

@@ -34,6 +34,14 @@ NODE_GROUP_LABEL = f"{LABEL_PREFIX}/node-group"  # the config's node-group name
 ZONE_LABEL = "topology.kubernetes.io/zone"  # well-known label set by the kubelet
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # well-known label
 
+
+
+def gpu_node_labels(group: str) -> dict[str, str]:
+    """Labels the kit sets on every node of GPU group ``group``; manifests and charts select on
+    these (the node group adds the user's own labels on top)."""
+    return {NODE_ROLE_LABEL: NODE_ROLE_GPU, EFA_LABEL: "true", NODE_GROUP_LABEL: group}
+
+
 # Where the trainer runs and who it is: the Pod Identity association and the manifests both use it.
 TRAINER_NAMESPACE = "rl-training"
 TRAINER_SERVICE_ACCOUNT = "rl-trainer"

@@ -184,17 +184,13 @@ def run_config(cfg: KitConfig, itype: InstanceType, bucket: str, prompt_data: st
 
 def tolerations_for(cfg: KitConfig, group: str) -> list[dict[str, str]]:
     """The GPU taint every kit GPU node carries, then the group's own extra taints."""
-    extra = [names.Taint(t.key, t.value, t.effect) for t in cfg.gpu_node_groups[group].taints]
-    return [names.GPU_TAINT.toleration()] + [t.toleration() for t in extra]
+    return [t.toleration() for t in cfg.gpu_node_groups[group].node_taints()]
 
 
 def node_selector_terms(group: str, zone: str) -> list[dict[str, Any]]:
+    labels = {**names.gpu_node_labels(group), names.ZONE_LABEL: zone}
     return [{"matchExpressions": [
-        {"key": names.NODE_ROLE_LABEL, "operator": "In", "values": [names.NODE_ROLE_GPU]},
-        {"key": names.EFA_LABEL, "operator": "In", "values": ["true"]},
-        {"key": names.NODE_GROUP_LABEL, "operator": "In", "values": [group]},
-        {"key": names.ZONE_LABEL, "operator": "In", "values": [zone]},
-    ]}]
+        {"key": key, "operator": "In", "values": [value]} for key, value in labels.items()]}]
 
 
 def _banner(cfg: KitConfig, outputs: StackOutputs) -> list[str]:

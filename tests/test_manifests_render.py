@@ -200,14 +200,13 @@ def _tolerates(toleration: dict, taint: names.Taint) -> bool:
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_pods_land_on_the_nodes_the_cdk_node_group_creates(name):
     """Cross-check against the construct's own labels and taints, not a copy of them."""
-    from infra.constructs.efa_node_group import node_labels, node_taints
 
     cfg = example(name)
     group_name = cfg.training.node_group
     group = cfg.gpu_node_groups[group_name]
-    labels = {**node_labels(group_name, group), names.ZONE_LABEL: group.availability_zone}
+    labels = {**group.node_labels(group_name), names.ZONE_LABEL: group.availability_zone}
     for where, spec in gpu_pod_specs(rendered(name)).items():
-        for taint in node_taints(group):
+        for taint in group.node_taints():
             assert any(_tolerates(t, taint) for t in spec["tolerations"]), (where, taint)
         (term,) = spec["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]

@@ -193,8 +193,8 @@ def test_cluster_settings(synth):
     assert vpc_cfg["PublicAccessCidrs"] == ["203.0.113.0/24"]
     addons = {r["Properties"]["AddonName"] for r in resources(t, "AWS::EKS::Addon").values()}
     assert addons == {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"}
-    (entry,) = resources(t, "AWS::EKS::AccessEntry").values()
-    assert entry["Properties"]["PrincipalArn"] == "arn:aws:iam::123456789012:role/PlatformAdmin"
+    (entry,) = [e for e in resources(t, "AWS::EKS::AccessEntry").values()
+                if e["Properties"]["PrincipalArn"] == "arn:aws:iam::123456789012:role/PlatformAdmin"]
     assert "AmazonEKSClusterAdminPolicy" in json.dumps(
         entry["Properties"]["AccessPolicies"][0]["PolicyArn"])
 

@@ -50,21 +50,6 @@ spec:
 """
 
 
-def node_labels(group_name: str, group: GpuNodeGroupConfig) -> dict[str, str]:
-    """Kubernetes labels of the group's nodes (the manifests and charts select on these)."""
-    return {
-        **group.labels,
-        names.NODE_ROLE_LABEL: names.NODE_ROLE_GPU,
-        names.EFA_LABEL: "true",
-        names.NODE_GROUP_LABEL: group_name,
-    }
-
-
-def node_taints(group: GpuNodeGroupConfig) -> list[names.Taint]:
-    """The kit's GPU taint first, then the group's extra taints."""
-    return [names.GPU_TAINT] + [names.Taint(t.key, t.value, t.effect) for t in group.taints]
-
-
 class EfaNodeGroup(Construct):
     """An EKS managed node group of EFA GPU instances in one AZ.
 
@@ -154,9 +139,9 @@ class EfaNodeGroup(Construct):
             min_size=group.min_size,
             desired_size=group.desired_size,
             max_size=group.max_size,
-            labels=node_labels(group_name, group),
+            labels=group.node_labels(group_name),
             taints=[eks.TaintSpec(key=t.key, value=t.value, effect=_TAINT_EFFECT[t.effect])
-                    for t in node_taints(group)],
+                    for t in group.node_taints()],
         )
         Tags.of(self.nodegroup).add("rlkit:node-group", group_name)
         acknowledge_eks_node_role(self.nodegroup.role)
