@@ -22,6 +22,13 @@ Published points (each layout is the one the publisher ran):
    1e12 / (180e3 * 3600) = 1,543 tokens/s/GPU. DeepSeek-V3 technical report (arXiv 2412.19437),
    sections 3.2-3.3 and table 1.
 
+Out-of-sample checks, added after calibration and not used to choose any constant:
+
+5. Qwen3-235B-A22B on 256 H100 (InfiniBand 8x50 GB/s), DeepEP, BF16, sequence 4096, TP2 PP8 VPP4
+   EP32 DP16, micro-batch 1, global batch 2048, recompute of norms and activations: 19.7 s per
+   step without and 17.6 s with Megatron's 1F1B all-to-all overlap, i.e. 1,663 and 1,862
+   tokens/s/GPU. yanring/Megatron-MoE-ModelZoo, best_practice/Qwen3/readme.md.
+
 Goal: median absolute error of tokens/s/GPU <= 15%, no point worse than 30%, every published
 layout predicted to fit in memory. The constants used are the per-GPU-type fractions in
 ``infra/planner/hardware.py`` (one Hopper set for H100/H800/H200); nothing here is per point.
@@ -86,7 +93,16 @@ POINTS = [
           TrainingSetup(seq_len=4096, global_batch=15360, precision="fp8", schedule="dualpipe",
                         optimizer_bf16_moments=True),
           "deepep-nvshmem", 1e12 / (180e3 * 3600), "DeepSeek-V3 report (180K GPU-h / 1T tok)"),
+    Point("Qwen3-235B 256xH100 1F1B", "qwen3-235b-a22b", "dgx-h100-ib", 32,
+          Layout(tp=2, pp=8, vpp=4, ep=32, dp=16, recompute="selective"),
+          TrainingSetup(seq_len=4096, global_batch=2048), "deepep-nvshmem",
+          2048 * 4096 / (19.7 * 256), "Megatron-MoE-ModelZoo (out of sample)"),
+    Point("Qwen3-235B 256xH100 A2A overlap", "qwen3-235b-a22b", "dgx-h100-ib", 32,
+          Layout(tp=2, pp=8, vpp=4, ep=32, dp=16, recompute="selective"),
+          TrainingSetup(seq_len=4096, global_batch=2048, schedule="a2a-overlap"),
+          "deepep-nvshmem", 2048 * 4096 / (17.6 * 256), "Megatron-MoE-ModelZoo (out of sample)"),
 ]
+REQUIRED = 5  # the first five points are the ones the goal is stated for
 
 MEDIAN_GOAL = 0.15
 MAX_GOAL = 0.30
@@ -109,9 +125,10 @@ def _table(rows) -> str:
     for p, c, err in rows:
         lines.append(f"{p.name:32s} {p.published:10,.0f} {c.time.tokens_per_s_per_gpu:10,.0f} "
                      f"{err * 100:+6.1f}% {c.memory.peak:6.1f}/{c.memory.capacity:<5g} {p.source}")
-    errs = [abs(e) for _, _, e in rows]
-    lines.append(f"median |error| {statistics.median(errs) * 100:.1f}%, "
-                 f"max |error| {max(errs) * 100:.1f}%")
+    for label, subset in (("required points", rows[:REQUIRED]), ("all points", rows)):
+        errs = [abs(e) for _, _, e in subset]
+        lines.append(f"{label}: median |error| {statistics.median(errs) * 100:.1f}%, "
+                     f"max |error| {max(errs) * 100:.1f}%")
     return "\n".join(lines)
 
 
@@ -119,9 +136,10 @@ def test_validation_table(predictions, capsys):
     table = _table(predictions)
     with capsys.disabled():
         print("\n" + table)
-    errs = [abs(e) for _, _, e in predictions]
-    assert statistics.median(errs) <= MEDIAN_GOAL, table
-    assert max(errs) <= MAX_GOAL, table
+    for rows in (predictions[:REQUIRED], predictions):  # the required set, then all points
+        errs = [abs(e) for _, _, e in rows]
+        assert statistics.median(errs) <= MEDIAN_GOAL, table
+        assert max(errs) <= MAX_GOAL, table
 
 
 @pytest.mark.parametrize("i", range(len(POINTS)), ids=[p.name for p in POINTS])

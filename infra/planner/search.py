@@ -325,6 +325,12 @@ def plan(
     best = candidates[0]
     if best.backend.warning:
         warnings.append(best.backend.warning)
+    chunks = best.layout.pp * best.layout.vpp
+    if best.layout.pp > 1 and m.num_layers % chunks:
+        warnings.append(
+            f"{m.num_layers} layers do not split evenly over pp x vpp = {chunks} chunks: Megatron "
+            f"needs --pipeline-model-parallel-layout (or --decoder-first/last-pipeline-num-layers); "
+            f"the step time includes the imbalance")
     if best.cost.dollars_per_hour is None:
         warnings.append(best.cost.source)
     if setup.colocate_rollout and setup.rollout_offload:
