@@ -371,3 +371,20 @@ def test_deepseek_1024_gpu_search_is_fast():
     assert r.search_seconds < 1.0
     assert r.best.layout.world == 1024
     assert math.isfinite(r.best.time.step)
+
+
+def test_partial_pins_leave_the_rest_to_the_search():
+    r = plan("qwen3-30b-a3b", P5, nodes=4, pins=Pins(tp=8, pp=2, ep=16))
+    assert (r.best.layout.tp, r.best.layout.pp, r.best.layout.ep) == (8, 2, 16)
+    assert plan("qwen3-30b-a3b", P5, nodes=2, pins=Pins(mbs=2)).best.layout.mbs == 2
+
+
+def test_rollout_engine_spans_enough_nodes_for_large_models():
+    from infra.planner.memory import rollout_engine_gpus
+
+    setup = TrainingSetup(colocate_rollout=True, rollout_mem_fraction=0.7)
+    assert rollout_engine_gpus(MODEL_CATALOG["qwen3-30b-a3b"], get_system(P5), setup) == 8
+    big = rollout_engine_gpus(MODEL_CATALOG["deepseek-v3"], get_system("p5en.48xlarge"), setup)
+    assert big % 8 == 0 and big > 8
+    pinned = dataclasses.replace(setup, rollout_engine_gpus=16)
+    assert rollout_engine_gpus(MODEL_CATALOG["deepseek-v3"], get_system(P5), pinned) == 16

@@ -226,6 +226,19 @@ def _static(p: StageParams, L: Layout, setup: TrainingSetup) -> tuple[float, flo
     return weights, grads, optim, fp8_cache
 
 
+def rollout_engine_gpus(model: MoEModel, system: System, setup: TrainingSetup) -> int:
+    """GPUs one rollout engine spans: as given, else the smallest power-of-two number of whole
+    nodes whose BF16 weights use at most half of what the engine may claim per GPU."""
+    if setup.rollout_engine_gpus:
+        return setup.rollout_engine_gpus
+    budget = max(setup.rollout_mem_fraction, 0.5) * system.gpu_memory_gib * GIB / 2
+    weights = 2 * (model.total_params + model.mtp_params)
+    nodes = 1
+    while weights / (nodes * system.gpus_per_node) > budget and nodes < 1024:
+        nodes *= 2
+    return nodes * system.gpus_per_node
+
+
 def _stage_memory(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
                   ep_backend: str, which: str) -> MemoryBreakdown:
     p = stage_params(model, L, which)
@@ -256,7 +269,7 @@ def _stage_memory(model: MoEModel, system: System, L: Layout, setup: TrainingSet
     ro_w = ro_kv = 0.0
     rollout_peak = 0.0
     if setup.colocate_rollout:
-        engine_gpus = system.gpus_per_node
+        engine_gpus = rollout_engine_gpus(model, system, setup)
         ro_w = 2 * (model.total_params + model.mtp_params) / engine_gpus / GIB
         if setup.rollout_tokens_per_gpu:
             ro_kv = setup.rollout_tokens_per_gpu * model.kv_cache_bytes_per_token / GIB

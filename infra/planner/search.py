@@ -179,11 +179,11 @@ def _check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...]
     fixed = pins.fixed()
     if not fixed:
         return
-    probe = Layout(**{k: v for k, v in fixed.items()})  # other sizes 1
-    problem = layout_problem(m, replace(probe, dp=1, mbs=1), replace(setup, global_batch=1),
-                             system.gpus_per_node) if any(
-        k in fixed for k in ("tp", "ep", "etp", "cp", "vpp", "pp")) else None
-    if problem and "pipeline stage" not in problem:  # etp x ep vs stage size depends on dp
+    # Check the pinned sizes alone (dp = 1; whatever fails here fails for every dp, except the
+    # expert-group-vs-stage rule, which depends on dp and is left to the search).
+    probe = Layout(**fixed)
+    problem = layout_problem(m, probe, setup, system.gpus_per_node)
+    if problem and "pipeline stage" not in problem:
         raise PlannerError(f"requested layout does not divide: {problem}")
     model_parallel = (pins.tp or 1) * (pins.cp or 1) * (pins.pp or 1)
     if len(counts) == 1:
@@ -266,17 +266,15 @@ def plan(
     rejected: list[Rejection] = []
     evaluated = 0
     warnings: list[str] = []
+    if objective not in ("cost", "throughput"):
+        raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
     _check_pins(m, system, pins, counts, setup)
-    fully_pinned = nodes is not None and all(
-        getattr(pins, k) is not None for k in ("tp", "pp", "ep"))
 
     for n in counts:
         for L in _enumerate(m, system, n, setup, pins):
             evaluated += 1
             problem = layout_problem(m, L, setup, system.gpus_per_node)
             if problem:
-                if fully_pinned:
-                    raise PlannerError(f"layout {L.label()} does not divide: {problem}")
                 rejected.append(Rejection(n, L, problem))
                 continue
             _, span = ep_span(L, system.gpus_per_node)
@@ -295,10 +293,15 @@ def plan(
                     fitted = (replace(L, recompute=rc), mem)
                     break
             if fitted is None:
-                rejected.append(Rejection(
-                    n, replace(L, recompute=tries[-1]),
-                    f"needs {mem.peak:.0f} GiB per GPU even with {tries[-1]} recompute, "
-                    f"{system.name} has {system.gpu_memory_gib:g}", mem.peak))
+                if mem.rollout_peak > mem.training_peak:
+                    why = (f"the colocated rollout phase needs {mem.rollout_peak:.0f} GiB per GPU "
+                           f"(engine weights {mem.rollout_weights:.0f} + KV cache "
+                           f"{mem.rollout_kv_cache:.0f}), {system.name} has "
+                           f"{system.gpu_memory_gib:g}")
+                else:
+                    why = (f"needs {mem.peak:.0f} GiB per GPU even with {tries[-1]} recompute, "
+                           f"{system.name} has {system.gpu_memory_gib:g}")
+                rejected.append(Rejection(n, replace(L, recompute=tries[-1]), why, mem.peak))
                 continue
             Lf, mem = fitted
             t = step_time(m, system, Lf, setup, choice.backend)
@@ -316,12 +319,9 @@ def plan(
         raise PlannerError(f"no valid layout for {m.key} on {where} of {system.name}: {reason}")
 
     if objective == "throughput":
-        key = lambda c: (-c.time.tokens_per_s_per_gpu * c.gpus, c.nodes)  # noqa: E731
-    elif objective == "cost":
-        key = lambda c: (-c.time.tokens_per_s_per_gpu, c.nodes)  # noqa: E731
-    else:
-        raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
-    candidates.sort(key=key)
+        candidates.sort(key=lambda c: (-c.time.tokens_per_s_per_gpu * c.gpus, c.nodes))
+    else:  # cost: one instance type, so $ per token ranks like tokens/s per GPU
+        candidates.sort(key=lambda c: (-c.time.tokens_per_s_per_gpu, c.nodes))
     best = candidates[0]
     if best.backend.warning:
         warnings.append(best.backend.warning)

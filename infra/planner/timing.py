@@ -38,6 +38,7 @@ from functools import lru_cache
 
 from infra.planner.hardware import GB, System
 from infra.planner.layout import Layout, TrainingSetup
+from infra.planner.memory import stage_params
 from infra.planner.models import MoEModel
 
 COMM_SMS = 20  # SMs given to communication kernels when they overlap compute (DeepSeek-V3 3.2.2)
@@ -216,7 +217,7 @@ def ep_all_to_all_time(model: MoEModel, system: System, L: Layout, setup: Traini
     return total * setup.moe_imbalance
 
 
-def dp_busbw(system: System, L: Layout, group: int, ranks_per_node: int) -> float:
+def dp_busbw(system: System, group: int, ranks_per_node: int) -> float:
     """Bytes/s per GPU for reduce-scatter/all-gather over a data-parallel group: NVLink when the
     group fits in a node; otherwise the NICs of the group's ranks in each node work together
     (hierarchical rings), i.e. per-GPU network rate times the group's ranks per node."""
@@ -284,22 +285,21 @@ def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
     else:
         bubble = (L.pp - 1) / L.vpp * t_mb
 
-    # data-parallel gradient reduce-scatter (FP32) and parameter all-gather (BF16)
-    from infra.planner.memory import stage_params  # local import: memory imports nothing of ours
-
+    # data-parallel gradient reduce-scatter (FP32) and parameter all-gather (BF16). Ranks are
+    # ordered tp-cp-(ep)-dp, so a data-parallel group has gpn/(tp*cp) members per node.
     p = max((stage_params(model, L, w) for w in (("first", "last") if L.pp > 1 else ("first",))),
             key=lambda s: s.dense + s.expert)
     gpn = system.gpus_per_node
-    ranks_per_node_dense = max(1, gpn // (L.tp * L.cp)) if L.tp * L.cp < gpn else 1
     d_dense = L.dp * L.cp
+    ranks_per_node_dense = min(d_dense, max(1, gpn // L.tp))
     t_rs = t_ag = 0.0
     if d_dense > 1:
-        bw = dp_busbw(system, L, d_dense, ranks_per_node_dense)
+        bw = dp_busbw(system, d_dense, ranks_per_node_dense)
         t_rs += p.dense * 4 * (d_dense - 1) / d_dense / bw
         t_ag += p.dense * 2 * (d_dense - 1) / d_dense / bw
     if L.edp > 1:
-        ranks_per_node_exp = max(1, gpn // (L.ep * L.etp)) if L.ep * L.etp < gpn else 1
-        bw = dp_busbw(system, L, L.edp, ranks_per_node_exp)
+        ranks_per_node_exp = min(L.edp, max(1, gpn // (L.ep * L.etp)))
+        bw = dp_busbw(system, L.edp, ranks_per_node_exp)
         t_rs += p.expert * 4 * (L.edp - 1) / L.edp / bw
         t_ag += p.expert * 2 * (L.edp - 1) / L.edp / bw
     window_bwd = (c_stage + tp_stage) * 2 / 3
