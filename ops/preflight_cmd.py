@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from infra.config import ConfigError, load_config
@@ -33,8 +34,8 @@ def print_table(checks: list[Check], title: str, console: Console) -> None:
     for col in ("status", "check", "subject", "detail", "fix"):
         table.add_column(col, overflow="fold")
     for c in checks:
-        table.add_row(f"[{_STYLE[c.status]}]{c.status.upper()}[/]", c.name, c.subject, c.detail,
-                      c.fix)
+        table.add_row(f"[{_STYLE[c.status]}]{c.status.upper()}[/]",
+                      *(escape(x) for x in (c.name, c.subject, c.detail, c.fix)))
     console.print(table)
 
 
@@ -58,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
                    else "OK: nothing blocks `cdk deploy`" + (" (read the warnings)"
                                                              if counts[WARN] else ""))
         console.print(f"{counts[PASS]} passed, {counts[WARN]} warning(s), {counts[FAIL]} failed. "
-                      f"{verdict}")
+                      f"{verdict}", markup=False, highlight=False, soft_wrap=True)
     return 1 if counts[FAIL] else 0
 
 

@@ -1,0 +1,119 @@
+"""A thin kubectl wrapper: argv in, text or JSON out, failures as messages that say what to do.
+
+The CLI shells out to the kubectl the operator already uses (same kubeconfig, same context) rather
+than talking to the API server itself: what `rlkit` runs can be copied and run by hand, and
+``--dry-run`` prints exactly those commands instead of running them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+KUBECONFIG_FIX = ("point kubectl at the cluster: aws eks update-kubeconfig --name <cluster> "
+                  "--region <region> (the cluster stack's UpdateKubeconfigCommand output)")
+
+
+class KubectlError(RuntimeError):
+    """A kubectl command that failed, with its stderr and a fix."""
+
+    def __init__(self, command: str, message: str, fix: str = KUBECONFIG_FIX):
+        self.command = command
+        self.fix = fix
+        super().__init__(f"`{command}` failed: {message}. Fix: {fix}.")
+
+
+class Kubectl:
+    def __init__(self, binary: str = "kubectl", context: str | None = None,
+                 dry_run: bool = False, echo: Callable[[str], None] = print):
+        self.binary = binary
+        self.context = context
+        self.dry_run = dry_run
+        self.echo = echo
+
+    def argv(self, args: Sequence[str]) -> list[str]:
+        ctx = ["--context", self.context] if self.context else []
+        return [self.binary, *ctx, *args]
+
+    def command(self, args: Sequence[str]) -> str:
+        return shlex.join(self.argv(args))
+
+    def run(self, args: Sequence[str], *, check: bool = True,
+            timeout: float | None = None) -> subprocess.CompletedProcess:
+        """Run kubectl; in dry-run mode print the command and return an empty success."""
+        cmd = self.command(args)
+        if self.dry_run:
+            self.echo(f"[dry-run] {cmd}")
+            return subprocess.CompletedProcess(self.argv(args), 0, "", "")
+        try:
+            proc = subprocess.run(self.argv(args), capture_output=True, text=True, timeout=timeout)
+        except FileNotFoundError:
+            raise KubectlError(cmd, f"{self.binary} is not installed or not on PATH",
+                               "install kubectl (https://kubernetes.io/docs/tasks/tools/) and "
+                               "run the command again") from None
+        except subprocess.TimeoutExpired:
+            raise KubectlError(cmd, f"no answer within {timeout:.0f} s",
+                               "check that the cluster endpoint is reachable from here") from None
+        if check and proc.returncode != 0:
+            raise KubectlError(cmd, (proc.stderr or proc.stdout).strip() or
+                               f"exit code {proc.returncode}")
+        return proc
+
+    def get_json(self, args: Sequence[str]) -> dict[str, Any] | None:
+        """`kubectl get ... -o json`; None when the object does not exist (or in dry-run)."""
+        proc = self.run(["get", *args, "-o", "json", "--ignore-not-found"])
+        text = proc.stdout.strip()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise KubectlError(self.command(["get", *args, "-o", "json"]),
+                               f"not JSON ({err})", "check the kubectl version") from None
+
+    def apply(self, paths: Sequence[Path | str]) -> str:
+        args = ["apply"]
+        for p in paths:
+            args += ["-f", str(p)]
+        return self.run(args).stdout
+
+    def delete(self, paths: Sequence[Path | str], wait: bool = True,
+               timeout_s: int = 120) -> str:
+        args = ["delete", "--ignore-not-found", f"--wait={'true' if wait else 'false'}"]
+        if wait:
+            args.append(f"--timeout={timeout_s}s")
+        for p in paths:
+            args += ["-f", str(p)]
+        return self.run(args).stdout
+
+    def logs(self, pod: str, namespace: str) -> str:
+        proc = self.run(["logs", "-n", namespace, pod, "--all-containers"], check=False)
+        return proc.stdout + (proc.stderr if proc.returncode else "")
+
+    def stream(self, args: Sequence[str]) -> int:
+        """Run with the terminal attached (kubectl logs -f); returns the exit code."""
+        if self.dry_run:
+            self.echo(f"[dry-run] {self.command(args)}")
+            return 0
+        try:
+            return subprocess.call(self.argv(args))
+        except FileNotFoundError:
+            raise KubectlError(self.command(args), f"{self.binary} is not installed or not on "
+                               "PATH", "install kubectl and run the command again") from None
+
+
+def objects_in(path: Path) -> list[tuple[str, str, str | None]]:
+    """(kind, name, namespace) of every object in the YAML files under ``path``."""
+    import yaml
+
+    files = sorted(path.rglob("*.yaml")) if path.is_dir() else [path]
+    found = []
+    for f in files:
+        for doc in yaml.safe_load_all(f.read_text()):
+            if isinstance(doc, dict) and "kind" in doc:
+                meta = doc.get("metadata", {})
+                found.append((doc["kind"], meta.get("name", "?"), meta.get("namespace")))
+    return found
