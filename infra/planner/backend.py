@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.planner.errors import PlannerError
 from infra.planner.layout import EP_BACKENDS
 
 DEEPEP_MIN_NODES = 16  # DeepEP measured ahead from here
@@ -64,8 +65,6 @@ def recommend_backend(instance_type: str, nodes: int, ep_span_nodes: int,
     if override is None or override == rec:
         return BackendChoice(rec, rec, why)
     if override not in EP_BACKENDS:
-        from infra.planner.errors import PlannerError
-
         raise PlannerError(f"unknown expert-parallel backend {override!r}; "
                            f"use one of {', '.join(EP_BACKENDS)}")
     warning = f"backend {override} overrides the recommended {rec} ({why})"

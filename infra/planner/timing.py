@@ -228,7 +228,7 @@ def dp_busbw(system: System, group: int, ranks_per_node: int) -> float:
 
 def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
               backend: str) -> StepTime:
-    eff = system.efficiency
+    """Predict one optimizer step of ``L`` (see the module docstring for the model)."""
     micro = setup.global_batch // (L.dp * L.mbs)
 
     # per-layer times depend on tp, cp, ep, etp, mbs and recompute only: cache them for the search
@@ -286,7 +286,8 @@ def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
         bubble = (L.pp - 1) / L.vpp * t_mb
 
     # data-parallel gradient reduce-scatter (FP32) and parameter all-gather (BF16). Ranks are
-    # ordered tp-cp-(ep)-dp, so a data-parallel group has gpn/(tp*cp) members per node.
+    # ordered tp-cp-dp (Megatron), so the dp*cp group of dense parameters strides by tp and has
+    # gpn/tp members per node; the expert-data-parallel group strides by ep*etp.
     p = max((stage_params(model, L, w) for w in (("first", "last") if L.pp > 1 else ("first",))),
             key=lambda s: s.dense + s.expert)
     gpn = system.gpus_per_node
