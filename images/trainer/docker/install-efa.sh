@@ -37,9 +37,10 @@ cd /
 rm -rf "${work}" /var/lib/apt/lists/*
 ldconfig
 
-plugin=$(ls /opt/amazon/ofi-nccl/lib/libnccl-net*.so 2>/dev/null | head -n1 || true)
-if [[ -z "${plugin}" ]]; then
+shopt -s nullglob
+plugins=(/opt/amazon/ofi-nccl/lib/libnccl-net*.so)
+if (( ${#plugins[@]} == 0 )); then
     echo "ERROR: EFA installer ${version} did not install aws-ofi-nccl under /opt/amazon/ofi-nccl/lib" >&2
     exit 1
 fi
-echo "EFA installer ${version}: libfabric $(/opt/amazon/efa/bin/fi_info --version | head -n1 || true); NCCL plugin ${plugin}"
+echo "EFA installer ${version}: $(/opt/amazon/efa/bin/fi_info --version | head -n1 || true); NCCL plugin ${plugins[0]}"

@@ -290,3 +290,80 @@ def test_full_launch_stages_inputs_trains_uploads_and_resumes(tmp_path: Path, aw
     for rel, content in saved.items():
         assert (local / rel).read_bytes() == content, rel
     assert complete() == [1, 2, 3, 4]
+
+
+MODEL_SCRIPT = '''
+LAYERS=4
+freq=()
+for ((i=0; i<LAYERS; i++)); do freq+=(1); done
+printf -v MOE_FREQ "[%s]" "$(IFS=','; echo "${freq[*]}")"
+MODEL_ARGS=(
+   --num-layers "${LAYERS}"
+   --hidden-size 2048
+   --rotary-base "${MODEL_ARGS_ROTARY_BASE:-10000000}"
+   --moe-layer-freq $MOE_FREQ
+   --num-experts 128
+   --moe-token-dispatcher-type alltoall
+)
+'''
+
+
+def fake_miles(tmp_path: Path, script_name: str = "qwen3-30B-A3B.sh", body: str = MODEL_SCRIPT) -> Path:
+    models = tmp_path / "miles" / "scripts" / "models"
+    models.mkdir(parents=True)
+    (models / script_name).write_text(body)
+    return tmp_path / "miles"
+
+
+def config_without_model_args(tmp_path: Path) -> Path:
+    data = yaml.safe_load(QWEN.read_text())
+    data["model"]["megatron_args"] = []  # what the kit's manifest renderer writes
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_empty_megatron_args_come_from_the_miles_model_script(tmp_path: Path):
+    from rltrainer.miles import resolve_model_args
+
+    miles = fake_miles(tmp_path)
+    cfg = load_run_config(config_without_model_args(tmp_path))
+    args, source = resolve_model_args(cfg, str(miles))
+    assert source == str(miles / "scripts" / "models" / "qwen3-30B-A3B.sh")
+    assert args == ("--num-layers", "4", "--hidden-size", "2048", "--rotary-base", "10000000",
+                    "--moe-layer-freq", "[1,1,1,1]", "--num-experts", "128", "--moe-token-dispatcher-type", "alltoall")
+
+    out = io.StringIO()
+    assert launch_main(["--config", str(config_without_model_args(tmp_path)), "--dry-run", "--miles-dir", str(miles)],
+                       out=out, err=io.StringIO()) == 0
+    assert f"# model arguments from {source}" in out.getvalue()
+    assert "    --moe-layer-freq '[1,1,1,1]' \\" in out.getvalue()
+
+
+def test_model_script_expert_count_is_checked_against_ep(tmp_path: Path):
+    miles = fake_miles(tmp_path, body=MODEL_SCRIPT.replace("--num-experts 128", "--num-experts 12"))
+    cfg = config_without_model_args(tmp_path)
+    err = io.StringIO()
+    assert launch_main(["--config", str(cfg), "--dry-run", "--miles-dir", str(miles)], out=io.StringIO(), err=err) == 2
+    script = miles / "scripts" / "models" / "qwen3-30B-A3B.sh"
+    assert err.getvalue() == (
+        f"{cfg}: 1 problem:\n"
+        f"  - parallel.training.ep = 8: Megatron places num_experts / ep experts on each rank, and {script} sets "
+        "--num-experts 12, which 8 does not divide. Fix: choose an ep that divides 12.\n"
+    )
+
+
+def test_unknown_model_without_megatron_args_is_refused_at_launch(tmp_path: Path):
+    miles = fake_miles(tmp_path, script_name="glm4-9B.sh")
+    cfg = config_without_model_args(tmp_path)
+    err = io.StringIO()
+    assert launch_main(["--config", str(cfg), "--miles-dir", str(miles)], out=io.StringIO(), err=err) == 2
+    assert err.getvalue() == (
+        f"rltrainer launch: model.megatron_args is empty and {miles / 'scripts' / 'models'} has no script named after "
+        "model.name 'qwen3-30b-a3b'; copy the MODEL_ARGS of a Miles model script into model.megatron_args, "
+        "or set model.name to one of the scripts' names\n"
+    )
+    # a dry run away from the image still prints the rest of the plan
+    out = io.StringIO()
+    assert launch_main(["--config", str(cfg), "--dry-run", "--miles-dir", str(miles)], out=out, err=io.StringIO()) == 0
+    assert f"<MODEL_ARGS of {miles}/scripts/models/qwen3-30b-a3b.sh>" in out.getvalue()

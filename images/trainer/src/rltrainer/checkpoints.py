@@ -307,6 +307,35 @@ def checkpoint_files(local_dir: str | Path, iteration: int) -> list[str]:
     return sorted(rels)
 
 
+class IncompleteCheckpoint(RuntimeError):
+    """A save whose shard files are not all visible from this node."""
+
+
+def missing_shards(iter_dir: str | Path) -> list[str] | None:
+    """Shard files a torch_dist save references but this node cannot see.
+
+    Megatron's torch_dist format (torch.distributed.checkpoint) writes one
+    ``__<rank>_<n>.distcp`` per writer and a ``.metadata`` file that lists every one.
+    On a multi-node run the launcher (on the Ray head) only sees other nodes' shards if
+    ``--save`` is on shared storage; uploading without them would publish a torn
+    checkpoint. Returns None when there is nothing to verify against (no ``.metadata``,
+    no torch, or a format this torch cannot read).
+    """
+    iter_dir = Path(iter_dir)
+    if not (iter_dir / ".metadata").is_file():
+        return None
+    try:
+        import torch.distributed.checkpoint as dcp
+
+        metadata = dcp.FileSystemReader(str(iter_dir)).read_metadata()
+        referenced = {info.relative_path for info in metadata.storage_data.values()}
+    except Exception as exc:  # noqa: BLE001 - unverifiable is not the same as torn
+        print(f"rltrainer: cannot read {iter_dir / '.metadata'} to verify shards ({exc}); uploading what is here",
+              file=sys.stderr)
+        return None
+    return sorted(rel for rel in referenced if not (iter_dir / rel).is_file())
+
+
 # ---------------------------------------------------------------------------- S3 store
 
 
@@ -402,6 +431,13 @@ class S3CheckpointStore:
     def upload(self, local_dir: str | Path, iteration: int) -> Manifest:
         """Upload one finished save, then mark it complete by writing its manifest last."""
         root = Path(local_dir)
+        missing = missing_shards(root / iter_dirname(iteration))
+        if missing:
+            raise IncompleteCheckpoint(
+                f"{root / iter_dirname(iteration)} lacks {len(missing)} shard(s) its .metadata lists "
+                f"(e.g. {missing[0]}); on a multi-node run checkpoint.local_dir must be storage every node "
+                "writes to (e.g. FSx for Lustre), or the saves of the other nodes never reach S3"
+            )
         rels = checkpoint_files(root, iteration)
         entries = []
         for rel in rels:

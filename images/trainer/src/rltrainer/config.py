@@ -173,13 +173,7 @@ class ModelConfig:
 
     def megatron_flag_value(self, flag: str) -> str | None:
         """The value given to ``flag`` in megatron_args (``--flag v`` or ``--flag=v``)."""
-        args = self.megatron_args
-        for i, arg in enumerate(args):
-            if arg == flag and i + 1 < len(args):
-                return args[i + 1]
-            if arg.startswith(flag + "="):
-                return arg.split("=", 1)[1]
-        return None
+        return flag_value(self.megatron_args, flag)
 
     def has_flag(self, flag: str) -> bool:
         return any(a == flag or a.startswith(flag + "=") for a in self.megatron_args)
@@ -619,16 +613,7 @@ def _cross_checks(
             fix,
         )
     if model is not None:
-        experts_raw = model.megatron_flag_value("--num-experts")
-        if experts_raw is not None and experts_raw.isdigit() and int(experts_raw) % t.ep != 0:
-            experts = int(experts_raw)
-            r.add(
-                "parallel.training.ep",
-                t.ep,
-                f"Megatron places num_experts / ep experts on each rank, and model.megatron_args sets --num-experts {experts}, "
-                f"which {t.ep} does not divide",
-                f"choose an ep that divides {experts}",
-            )
+        r.problems.extend(expert_count_problems(t, model.megatron_args, "model.megatron_args"))
     if layout_ok and grpo is not None:
         dp = parallel.data_parallel_size
         if grpo.global_batch_size % dp != 0:
@@ -674,6 +659,32 @@ def _cross_checks(
             f"Megatron's flex dispatcher (DeepEP) needs expert-TP x EP > 1, but etp {t.etp} x ep {t.ep} = {t.etp * t.ep}",
             "raise parallel.training.ep, or use expert_parallel.backend nccl for a model without expert parallelism",
         )
+
+
+def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
+    """The last value given to ``flag`` (``--flag v`` or ``--flag=v``) in an argument list."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def expert_count_problems(t: TrainingParallel, model_args: tuple[str, ...] | list[str], where: str) -> list[Problem]:
+    """Megatron puts num_experts / ep experts on each rank, so ep must divide num_experts."""
+    raw = flag_value(model_args, "--num-experts")
+    if raw is None or not raw.isdigit() or int(raw) % t.ep == 0:
+        return []
+    experts = int(raw)
+    return [Problem(
+        "parallel.training.ep",
+        t.ep,
+        f"Megatron places num_experts / ep experts on each rank, and {where} sets --num-experts {experts}, "
+        f"which {t.ep} does not divide",
+        f"choose an ep that divides {experts}",
+    )]
 
 
 def load_run_config(path: str | Path) -> RunConfig:

@@ -2,7 +2,9 @@
 
 Steps, in order:
 
-1. read and validate the run config (all problems at once, then exit 2);
+1. read and validate the run config (all problems at once, then exit 2), and take the
+   model-architecture arguments from ``model.megatron_args`` or, when that is empty,
+   from Miles' own ``scripts/models/<model.name>.sh`` in the image;
 2. stage inputs given as s3:// URIs (Hugging Face weights, the prompt file) under
    ``<checkpoint.local_dir>/_inputs/`` -- on a multi-node run that directory must be on
    storage every node mounts, like the checkpoint directory itself (Miles' multi-node
@@ -24,8 +26,8 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Sequence, TextIO
 
-from .config import ConfigError, RunConfig, load_run_config, parse_s3_uri
-from .miles import MILES_DIR, TrainCommand, build_train_command
+from .config import ConfigError, RunConfig, expert_count_problems, load_run_config, parse_s3_uri
+from .miles import MILES_DIR, ModelArgsError, TrainCommand, build_train_command, resolve_model_args
 
 DEFAULT_CONFIG = "/etc/rltrainer/run.yaml"
 EXIT_CONFIG = 2
@@ -93,10 +95,11 @@ def stage_inputs(cfg: RunConfig, client=None, log: TextIO | None = None) -> tupl
     return hf, data
 
 
-def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO) -> None:
+def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_source: str) -> None:
     print(f"# rltrainer launch (dry run): {cfg.run_name}", file=out)
     print(f"# model {cfg.model.name}; expert-parallel backend {cfg.expert_parallel.backend}; "
           f"{cfg.parallel.nodes} x {cfg.parallel.gpus_per_node} GPUs", file=out)
+    print(f"# model arguments from {model_args_source}", file=out)
     for label, uri, kind in (("model.hf_checkpoint", cfg.model.hf_checkpoint, "model"),
                              ("data.prompt_data", cfg.data.prompt_data, "data")):
         if uri.startswith("s3://"):
@@ -165,6 +168,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         print(str(exc), file=err)
         return EXIT_CONFIG
 
+    try:
+        model_args, model_args_source = resolve_model_args(cfg, args.miles_dir)
+    except ModelArgsError as exc:
+        if not args.dry_run:
+            print(f"rltrainer launch: {exc}", file=err)
+            return EXIT_CONFIG
+        # A dry run away from the image (no Miles checkout) still shows the rest.
+        model_args = (f"<MODEL_ARGS of {args.miles_dir}/scripts/models/{cfg.model.name}.sh>",)
+        model_args_source = f"unresolved here: {exc}"
+    problems = expert_count_problems(cfg.parallel.training, model_args, model_args_source)
+    if problems:
+        print(str(ConfigError(problems, args.config)), file=err)
+        return EXIT_CONFIG
+
     if args.dry_run:
         cmd = build_train_command(
             cfg,
@@ -173,8 +190,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             miles_dir=args.miles_dir,
             python=args.python,
             ray_address=args.ray_address,
+            model_args=model_args,
         )
-        _print_plan(cfg, cmd, out)
+        _print_plan(cfg, cmd, out, model_args_source)
         return 0
 
     from .checkpoints import CheckpointWatcher, RetryPolicy, S3CheckpointStore, prepare_resume
@@ -185,7 +203,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     print(f"rltrainer: start point: {resume.source}"
           + (f" iteration {resume.iteration}" if resume.iteration is not None else ""), file=err, flush=True)
     cmd = build_train_command(cfg, hf_checkpoint=hf, prompt_data=data, miles_dir=args.miles_dir,
-                              python=args.python, ray_address=args.ray_address)
+                              python=args.python, ray_address=args.ray_address, model_args=model_args)
+    print(f"rltrainer: model arguments from {model_args_source}", file=err, flush=True)
     print("rltrainer: running:\n" + cmd.shell(), file=err, flush=True)
     watcher = CheckpointWatcher(store, cfg.checkpoint.local_dir, interval_s=args.upload_interval, log=err)
     code = run_training(cmd, watcher)

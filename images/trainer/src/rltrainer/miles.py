@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .config import RunConfig
 
@@ -82,10 +84,10 @@ def _fmt_float(x: float) -> str:
 
 
 class _Args:
-    """Collects argv, skipping soft defaults the user already gave in megatron_args."""
+    """Collects argv, skipping soft defaults the model arguments already give."""
 
-    def __init__(self, cfg: RunConfig):
-        self.cfg = cfg
+    def __init__(self, model_args: tuple[str, ...]):
+        self.model_args = model_args
         self.argv: list[str] = []
 
     def add(self, flag: str, *values: object) -> None:
@@ -93,8 +95,59 @@ class _Args:
         self.argv.extend(str(v) for v in values)
 
     def soft(self, flag: str, *values: object) -> None:
-        if not self.cfg.model.has_flag(flag):
+        if not any(a == flag or a.startswith(flag + "=") for a in self.model_args):
             self.add(flag, *values)
+
+
+class ModelArgsError(RuntimeError):
+    """The Megatron model-architecture arguments could not be determined."""
+
+
+def model_script_for(name: str, miles_dir: str = MILES_DIR) -> Path | None:
+    """Miles' scripts/models/<name>.sh for ``model.name``, matched case-insensitively."""
+    models = Path(miles_dir) / "scripts" / "models"
+    if not models.is_dir():
+        return None
+    for script in sorted(models.glob("*.sh")):
+        if script.stem.lower() == name.lower():
+            return script
+    return None
+
+
+def load_model_args(script: Path) -> tuple[str, ...]:
+    """The MODEL_ARGS array a Miles model script defines, exactly as bash expands it."""
+    proc = subprocess.run(
+        ["bash", "-c", 'set -e; source "$1" >/dev/null; printf "%s\\0" "${MODEL_ARGS[@]}"', "rltrainer", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if proc.returncode != 0:
+        raise ModelArgsError(f"sourcing {script} failed: {proc.stderr.strip() or proc.returncode}")
+    args = tuple(a for a in proc.stdout.split("\0") if a != "")
+    if not args:
+        raise ModelArgsError(f"{script} defines no MODEL_ARGS")
+    return args
+
+
+def resolve_model_args(cfg: RunConfig, miles_dir: str = MILES_DIR) -> tuple[tuple[str, ...], str]:
+    """Model-architecture arguments and where they came from.
+
+    ``model.megatron_args`` wins when given. When it is empty, Miles' own model script
+    for ``model.name`` in the image (/root/miles/scripts/models/<name>.sh, e.g.
+    qwen3-30B-A3B.sh for qwen3-30b-a3b) supplies MODEL_ARGS, so the run config does not
+    have to repeat what the pinned Miles version already knows.
+    """
+    if cfg.model.megatron_args:
+        return cfg.model.megatron_args, "model.megatron_args"
+    script = model_script_for(cfg.model.name, miles_dir)
+    if script is None:
+        raise ModelArgsError(
+            f"model.megatron_args is empty and {Path(miles_dir) / 'scripts' / 'models'} has no script named after "
+            f"model.name {cfg.model.name!r}; copy the MODEL_ARGS of a Miles model script into model.megatron_args, "
+            "or set model.name to one of the scripts' names"
+        )
+    return load_model_args(script), str(script)
 
 
 def train_env(cfg: RunConfig) -> dict[str, str]:
@@ -109,13 +162,17 @@ def train_env(cfg: RunConfig) -> dict[str, str]:
     }
 
 
-def miles_train_args(cfg: RunConfig, *, hf_checkpoint: str, prompt_data: str) -> list[str]:
+def miles_train_args(
+    cfg: RunConfig, *, hf_checkpoint: str, prompt_data: str, model_args: tuple[str, ...] | None = None
+) -> list[str]:
     """The arguments after ``python3 train.py``.
 
     ``hf_checkpoint`` and ``prompt_data`` are the local paths the launcher staged
-    (equal to the config values when those are already local).
+    (equal to the config values when those are already local); ``model_args`` are the
+    resolved architecture arguments (default: ``model.megatron_args``).
     """
-    a = _Args(cfg)
+    model_args = cfg.model.megatron_args if model_args is None else tuple(model_args)
+    a = _Args(model_args)
     par = cfg.parallel
     t = par.training
     ro = par.rollout
@@ -129,8 +186,8 @@ def miles_train_args(cfg: RunConfig, *, hf_checkpoint: str, prompt_data: str) ->
     a.add("--num-gpus-per-node", par.gpus_per_node)
     a.add("--colocate")
 
-    # Model architecture (Miles scripts/models/*.sh MODEL_ARGS), verbatim from the config.
-    a.argv.extend(cfg.model.megatron_args)
+    # Model architecture (Miles scripts/models/*.sh MODEL_ARGS), verbatim.
+    a.argv.extend(model_args)
 
     # Checkpoints (CKPT_ARGS). --load and --save share the local dir the S3 sync restores
     # into and uploads from; --load falls back to --ref-load while it holds nothing.
@@ -224,6 +281,7 @@ def build_train_command(
     miles_dir: str = MILES_DIR,
     python: str = "python3",
     ray_address: str | None = None,
+    model_args: tuple[str, ...] | None = None,
 ) -> TrainCommand:
     """The full command: ``python3 train.py ...``, or wrapped in ``ray job submit``.
 
@@ -233,7 +291,7 @@ def build_train_command(
     it submits a job instead, exactly like the Miles recipe scripts. ``train.py`` is given
     by absolute path (Miles is pip-installed in the image), so no working_dir upload is needed.
     """
-    args = miles_train_args(cfg, hf_checkpoint=hf_checkpoint, prompt_data=prompt_data)
+    args = miles_train_args(cfg, hf_checkpoint=hf_checkpoint, prompt_data=prompt_data, model_args=model_args)
     env = train_env(cfg)
     train = [python, f"{miles_dir.rstrip('/')}/train.py", *args]
     if ray_address is None:
