@@ -1,0 +1,216 @@
+"""Delete an environment's stacks in dependency order and prove nothing is left billing.
+
+Order: GPU node-group stacks (they use the cluster), then the cluster, then the network. The data
+stack (bucket, ECR repository) outlives clusters on purpose and goes only when the config is
+ephemeral or the operator asks for it. CloudFormation cannot delete a bucket that holds objects
+or a repository that holds images, and the kit adds no auto-delete Lambda (design.md: no custom
+resource where a native way exists), so teardown empties them first: every object version and
+delete marker, every image.
+
+Afterwards the Resource Groups Tagging API (GetResources filtered on the kit's
+``rlkit:environment`` tag) lists whatever still carries the environment's tag.
+
+Functions take boto3 clients; ``ops.teardown_cmd`` builds them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from infra import names
+from infra.config import KitConfig
+from ops.aws import AWS_ERRORS, describe_error
+
+_GONE = {"DELETE_COMPLETE"}
+_FAILED = {"DELETE_FAILED"}
+
+
+class TeardownError(RuntimeError):
+    """A step that failed; the message names the stack or resource and what to do."""
+
+
+@dataclass
+class Plan:
+    stages: list[list[str]]  # stacks to delete, stage by stage
+    kept: list[str] = field(default_factory=list)  # stacks deliberately left
+    data_stack: str | None = None  # in stages: empty its bucket(s) and repository first
+
+    @property
+    def stacks(self) -> list[str]:
+        return [s for stage in self.stages for s in stage]
+
+
+def live_stacks(cfn: Any, prefix: str) -> dict[str, str]:
+    """Name -> status of every stack named ``<prefix>-...`` that is not deleted."""
+    found = {}
+    for page in cfn.get_paginator("list_stacks").paginate():
+        for s in page.get("StackSummaries", []):
+            if s["StackStatus"] not in _GONE and s["StackName"].startswith(prefix + "-"):
+                found[s["StackName"]] = s["StackStatus"]
+    return found
+
+
+def plan_teardown(cfn: Any, cfg: KitConfig, delete_data: bool) -> Plan:
+    live = live_stacks(cfn, cfg.name)
+    stack = names.stack_names(cfg.name)
+    gpu_prefix = names.gpu_stack_name(cfg.name, "")
+    # GPU stacks of groups since removed from the config still depend on the cluster: include them.
+    gpu = sorted({names.gpu_stack_name(cfg.name, g) for g in cfg.gpu_node_groups} & set(live)
+                 | {s for s in live if s.startswith(gpu_prefix)})
+    stages = [gpu, [stack["cluster"]] if stack["cluster"] in live else [],
+              [stack["network"]] if stack["network"] in live else []]
+    plan = Plan(stages=[s for s in stages if s])
+    if stack["data"] in live:
+        if cfg.ephemeral or delete_data:
+            plan.stages.append([stack["data"]])
+            plan.data_stack = stack["data"]
+        else:
+            plan.kept.append(stack["data"])
+    return plan
+
+
+# --- emptying the data stack ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataResource:
+    kind: str  # "bucket" | "repository"
+    name: str
+    retained: bool  # DeletionPolicy Retain: CloudFormation leaves it in place
+
+
+def _template(cfn: Any, stack: str) -> dict[str, Any]:
+    body = cfn.get_template(StackName=stack).get("TemplateBody", {})
+    if isinstance(body, str):
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError:
+            import yaml  # CloudFormation YAML short forms are not needed for Resources/DeletionPolicy
+
+            return yaml.safe_load(body) or {}
+    return body
+
+
+def data_resources(cfn: Any, stack: str) -> list[DataResource]:
+    """Buckets and ECR repositories of the data stack, with whether CloudFormation keeps them."""
+    resources = _template(cfn, stack).get("Resources", {})
+    found = []
+    for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack):
+        for r in page.get("StackResourceSummaries", []):
+            kind = {"AWS::S3::Bucket": "bucket",
+                    "AWS::ECR::Repository": "repository"}.get(r["ResourceType"])
+            if kind and r.get("PhysicalResourceId"):
+                policy = resources.get(r["LogicalResourceId"], {}).get("DeletionPolicy")
+                found.append(DataResource(kind, r["PhysicalResourceId"], policy == "Retain"))
+    return sorted(found, key=lambda d: (d.kind, d.name))
+
+
+def empty_bucket(s3: Any, bucket: str, dry_run: bool = False) -> int:
+    """Delete every object version and delete marker (a versioned bucket keeps both)."""
+    count = 0
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        keys = [{"Key": v["Key"], "VersionId": v["VersionId"]}
+                for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+        # One ListObjectVersions page holds at most 1000 entries, DeleteObjects' limit.
+        if keys and not dry_run:
+            result = s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+            errors = result.get("Errors", [])
+            if errors:
+                e = errors[0]
+                raise TeardownError(
+                    f"bucket {bucket}: could not delete {len(errors)} object version(s), e.g. "
+                    f"{e.get('Key')} ({e.get('Code')}: {e.get('Message')}). Fix: check for S3 "
+                    "Object Lock or a bucket policy that denies s3:DeleteObjectVersion, then run "
+                    "teardown again")
+        count += len(keys)
+    return count
+
+
+def delete_images(ecr: Any, repository: str, dry_run: bool = False) -> int:
+    count = 0
+    for page in ecr.get_paginator("list_images").paginate(repositoryName=repository):
+        ids = page.get("imageIds", [])
+        for i in range(0, len(ids), 100):  # BatchDeleteImage takes at most 100 IDs
+            batch = ids[i:i + 100]
+            if not dry_run:
+                ecr.batch_delete_image(repositoryName=repository, imageIds=batch)
+            count += len(batch)
+    return count
+
+
+# --- deleting stacks -----------------------------------------------------------------------------
+
+
+def stack_status(cfn: Any, stack: str) -> str | None:
+    try:
+        found = cfn.describe_stacks(StackName=stack).get("Stacks", [])
+    except AWS_ERRORS as err:
+        if "does not exist" in str(err):
+            return None
+        raise
+    return found[0]["StackStatus"] if found else None
+
+
+def failure_reasons(cfn: Any, stack: str, limit: int = 3) -> list[str]:
+    events = cfn.describe_stack_events(StackName=stack).get("StackEvents", [])
+    reasons = [f"{e['LogicalResourceId']} ({e['ResourceType']}): {e.get('ResourceStatusReason', '?')}"
+               for e in events if e.get("ResourceStatus") == "DELETE_FAILED"
+               and e["LogicalResourceId"] != stack]
+    return reasons[:limit]
+
+
+def delete_stacks(cfn: Any, stacks: list[str], echo: Callable[[str], None],
+                  poll_s: float = 15, timeout_s: float = 3600,
+                  sleep: Callable[[float], None] = time.sleep,
+                  clock: Callable[[], float] = time.monotonic) -> None:
+    """Delete these stacks together and wait until all are gone, printing progress."""
+    for s in stacks:
+        cfn.delete_stack(StackName=s)
+        echo(f"  deleting {s}")
+    start = clock()
+    pending = list(stacks)
+    last: dict[str, str | None] = {}
+    while pending:
+        for s in list(pending):
+            status = stack_status(cfn, s)
+            if status is None or status in _GONE:
+                echo(f"  {s}: deleted [{clock() - start:.0f} s]")
+                pending.remove(s)
+            elif status in _FAILED:
+                reasons = "; ".join(failure_reasons(cfn, s)) or "see the stack's events"
+                raise TeardownError(
+                    f"stack {s} is DELETE_FAILED: {reasons}. Fix: resolve the resource named "
+                    f"(or delete it by hand), then run teardown again; aws cloudformation "
+                    f"describe-stack-events --stack-name {s} shows the full history")
+            elif last.get(s) != status:
+                echo(f"  {s}: {status} [{clock() - start:.0f} s]")
+            last[s] = status
+        if not pending:
+            return
+        if clock() - start >= timeout_s:
+            raise TeardownError(
+                f"still deleting after {timeout_s:.0f} s: {', '.join(pending)}. CloudFormation "
+                "carries on in the background; run teardown again to keep waiting")
+        sleep(poll_s)
+
+
+# --- what is left --------------------------------------------------------------------------------
+
+
+def tagged_resources(tagging: Any, env_name: str) -> list[str]:
+    """ARNs still tagged rlkit:environment=<name> in this region (GetResources, paginated)."""
+    arns = []
+    for page in tagging.get_paginator("get_resources").paginate(
+            TagFilters=[{"Key": names.ENVIRONMENT_TAG, "Values": [env_name]}]):
+        arns += [r["ResourceARN"] for r in page.get("ResourceTagMappingList", [])]
+    return sorted(arns)
+
+
+def belongs_to(arn: str, stacks: list[str], physical_ids: list[str]) -> bool:
+    """Whether an ARN is one of these stacks or a resource with one of these physical IDs."""
+    if any(f":stack/{stack}/" in arn for stack in stacks):
+        return True
+    return any(arn.endswith(f":::{pid}") or arn.endswith(f"/{pid}") for pid in physical_ids)

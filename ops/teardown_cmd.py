@@ -1,0 +1,184 @@
+"""`rlkit teardown`: delete an environment's stacks and list anything still tagged with it.
+
+Order: GPU node-group stacks, then the cluster, then the network. The data stack (bucket and
+ECR repository) is kept unless the config is ephemeral or --delete-data is given; before it is
+deleted its buckets are emptied (every object version and delete marker) and its images deleted,
+since CloudFormation refuses to delete either while they hold data.
+
+Asks you to type the environment name unless --yes. --dry-run prints what it would delete.
+Exit code 0 when everything is gone, 1 when something is left or a deletion failed, 2 for a bad
+config or a missing confirmation, 130 when interrupted (CloudFormation carries on; run again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from infra import names
+from infra.config import ConfigError, load_config
+from ops import aws
+from ops.teardown import (
+    TeardownError,
+    belongs_to,
+    data_resources,
+    delete_images,
+    delete_stacks,
+    empty_bucket,
+    plan_teardown,
+    tagged_resources,
+)
+
+
+@dataclass
+class Clients:
+    cloudformation: Any
+    s3: Any
+    ecr: Any
+    tagging: Any
+
+
+def make_clients(region: str, profile: str | None = None) -> Clients:
+    sess = aws.session(region, profile)
+    return Clients(cloudformation=aws.client(sess, "cloudformation"), s3=aws.client(sess, "s3"),
+                   ecr=aws.client(sess, "ecr"),
+                   tagging=aws.client(sess, "resourcegroupstaggingapi"))
+
+
+def _confirm(name: str, args: argparse.Namespace, ask: Callable[[str], str]) -> bool:
+    if args.yes or args.dry_run:
+        return True
+    if not sys.stdin.isatty() and ask is input:
+        print("error: teardown needs confirmation and stdin is not a terminal. Fix: pass --yes "
+              "(CI) or run it interactively.", file=sys.stderr)
+        return False
+    answer = ask(f"Type the environment name ({name}) to delete these stacks: ").strip()
+    if answer != name:
+        print(f"Not confirmed ({answer!r} is not {name!r}); nothing deleted.", file=sys.stderr)
+        return False
+    return True
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    region = args.region or cfg.region
+    c = args.clients_factory(region, args.profile)
+    echo: Callable[[str], None] = print
+    dry = "[dry-run] would delete " if args.dry_run else ""
+    try:
+        plan = plan_teardown(c.cloudformation, cfg, args.delete_data)
+    except aws.AWS_ERRORS as err:
+        print(f"error: could not list stacks in {region}: {aws.describe_error(err)}. Fix: "
+              f"{aws.CREDENTIALS_FIX}", file=sys.stderr)
+        return 2
+
+    if plan.stacks:
+        echo(f"Teardown of {cfg.name!r} in {region}, in this order:")
+        for i, stage in enumerate(plan.stages, 1):
+            echo(f"  {i}. {', '.join(stage)}")
+    else:
+        echo(f"No stacks of {cfg.name!r} to delete in {region}.")
+    for kept in plan.kept:
+        echo(f"Keeping {kept} (bucket and ECR repository outlive clusters). Pass --delete-data "
+             "to delete it too, data included.")
+    if plan.stacks and not _confirm(cfg.name, args, args.ask):
+        return 2
+
+    kept_ids: list[str] = []
+    kept_stacks = list(plan.kept)
+    try:
+        if plan.data_stack:
+            for res in data_resources(c.cloudformation, plan.data_stack):
+                if res.retained:
+                    kept_ids.append(res.name)
+                    echo(f"{res.kind} {res.name} has DeletionPolicy Retain (storage.retain: true): "
+                         "CloudFormation keeps it with its data. To delete it as well, empty and "
+                         "delete it by hand afterwards.")
+                elif res.kind == "bucket":
+                    n = empty_bucket(c.s3, res.name, args.dry_run)
+                    echo(f"{dry or 'Deleted: '}{n} object version(s) and delete marker(s) in "
+                         f"bucket {res.name}")
+                else:
+                    n = delete_images(c.ecr, res.name, args.dry_run)
+                    echo(f"{dry or 'Deleted: '}{n} image(s) in ECR repository {res.name}")
+        for stage in plan.stages:
+            if args.dry_run:
+                for s in stage:
+                    echo(f"[dry-run] would run: aws cloudformation delete-stack --stack-name {s} "
+                         f"--region {region} (and wait)")
+                continue
+            delete_stacks(c.cloudformation, stage, echo, poll_s=args.poll, timeout_s=args.timeout)
+    except TeardownError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except aws.AWS_ERRORS as err:
+        print(f"error: {aws.describe_error(err)}. Fix: check the permissions listed in "
+              "docs/operations.md, then run teardown again (it picks up where it stopped).",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("Interrupted. CloudFormation keeps deleting any stack it started on in the "
+              "background; run `rlkit teardown` again to wait for it and delete the rest "
+              f"({', '.join(plan.stacks)}).", file=sys.stderr)
+        return 130
+
+    if args.dry_run:
+        echo(f"[dry-run] would list resources still tagged {names.ENVIRONMENT_TAG}={cfg.name} "
+             "(resourcegroupstaggingapi get-resources)")
+        return 0
+    return report_leftovers(c, cfg.name, kept_stacks, kept_ids, echo)
+
+
+def report_leftovers(c: Clients, name: str, kept_stacks: list[str], kept_ids: list[str],
+                     echo: Callable[[str], None]) -> int:
+    try:
+        arns = tagged_resources(c.tagging, name)
+    except aws.AWS_ERRORS as err:
+        print(f"warning: could not list tagged resources: {aws.describe_error(err)}. Check by "
+              f"hand: aws resourcegroupstaggingapi get-resources --tag-filters "
+              f"Key={names.ENVIRONMENT_TAG},Values={name}", file=sys.stderr)
+        return 1
+    if kept_stacks:
+        for stack in kept_stacks:
+            kept_ids += [r.name for r in data_resources(c.cloudformation, stack)]
+    kept = [a for a in arns if belongs_to(a, kept_stacks, kept_ids)]
+    left = [a for a in arns if a not in kept]
+    for a in kept:
+        echo(f"kept on purpose: {a}")
+    if not left:
+        echo(f"Nothing else is tagged {names.ENVIRONMENT_TAG}={name}. Teardown complete.")
+        return 0
+    echo(f"Still tagged {names.ENVIRONMENT_TAG}={name} ({len(left)}):")
+    for a in left:
+        echo(f"  {a}")
+    echo("These may still be deleting (the tagging API lags a few minutes) or were created outside "
+         "the stacks (e.g. load balancers or volumes made by Kubernetes). Check again in a few "
+         "minutes; delete what remains in the console or with the service's CLI.")
+    return 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "teardown", help="delete the stacks (GPU, cluster, network; data on request) and list "
+        "leftovers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, default=None,
+                   help="kit config YAML (default: the built-in default config)")
+    p.add_argument("--region", default=None, help="AWS region (default: the config's region)")
+    p.add_argument("--profile", default=None, help="AWS profile (default: the usual chain)")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation (CI)")
+    p.add_argument("--delete-data", action="store_true",
+                   help="delete the data stack too: empties the bucket (all versions) and the ECR "
+                   "repository (always done when the config is ephemeral)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would be deleted; change nothing")
+    p.add_argument("--poll", type=float, default=15.0, help="seconds between status polls")
+    p.add_argument("--timeout", type=float, default=3600.0,
+                   help="seconds to wait for each stage (default 3600)")
+    p.set_defaults(func=_run, clients_factory=make_clients, ask=input)

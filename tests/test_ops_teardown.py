@@ -1,0 +1,270 @@
+"""`rlkit teardown`: order, data emptying, leftovers (moto), failures (Stubber)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from ops import teardown_cmd
+from ops.teardown import TeardownError, delete_images, delete_stacks, empty_bucket
+from ops.teardown_cmd import Clients
+
+REGION = "us-east-1"
+TOPIC = {"T": {"Type": "AWS::SNS::Topic"}}
+DATA = {
+    "Bucket": {"Type": "AWS::S3::Bucket"},
+    "Logs": {"Type": "AWS::S3::Bucket"},
+    "Repo": {"Type": "AWS::ECR::Repository", "Properties": {"RepositoryName": "tt-trainer"}},
+}
+
+
+@pytest.fixture(autouse=True)
+def aws(monkeypatch):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        yield
+
+
+class Recording:
+    """Delegates to a boto3 client and records the stacks it was asked to delete."""
+
+    def __init__(self, client):
+        self._client = client
+        self.deleted: list[str] = []
+
+    def delete_stack(self, **kw):
+        self.deleted.append(kw["StackName"])
+        return self._client.delete_stack(**kw)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def make_env(name="tt", data=None, extra_gpu=()):
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    for stack in (f"{name}-network", f"{name}-cluster", f"{name}-gpu-p5", *extra_gpu):
+        cfn.create_stack(StackName=stack, TemplateBody=json.dumps({"Resources": TOPIC}))
+    cfn.create_stack(StackName=f"{name}-data",
+                     TemplateBody=json.dumps({"Resources": data or DATA}))
+    resources = cfn.list_stack_resources(StackName=f"{name}-data")["StackResourceSummaries"]
+    return {r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources}
+
+
+def fill_bucket(bucket: str) -> None:
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object(Bucket=bucket, Key="checkpoints/a", Body=b"1")
+    s3.put_object(Bucket=bucket, Key="checkpoints/a", Body=b"2")
+    s3.delete_object(Bucket=bucket, Key="checkpoints/a")  # leaves a delete marker
+
+
+def push_image(repo: str, tag: str) -> None:
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {"digest": f"sha256:{tag * 64}"[:71], "size": 1,
+                           "mediaType": "application/vnd.docker.container.image.v1+json"},
+                "layers": []}
+    boto3.client("ecr", region_name=REGION).put_image(
+        repositoryName=repo, imageManifest=json.dumps(manifest), imageTag=tag)
+
+
+def write_config(tmp_path, ephemeral=False, name="tt"):
+    text = f"name: {name}\n"
+    if ephemeral:
+        text += "ephemeral: true\ncost_guard: {max_gpu_nodes: 2, ttl_hours: 6}\n"
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def run(tmp_path, *flags, ephemeral=False, answer=None):
+    parser = argparse.ArgumentParser(prog="rlkit")
+    teardown_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["teardown", "--config", str(write_config(tmp_path, ephemeral)),
+                              "--poll", "0", *flags])
+    cfn = Recording(boto3.client("cloudformation", region_name=REGION))
+    clients = Clients(cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
+                      ecr=boto3.client("ecr", region_name=REGION),
+                      tagging=boto3.client("resourcegroupstaggingapi", region_name=REGION))
+    args.clients_factory = lambda region, profile: clients
+    if answer is not None:
+        args.ask = lambda prompt: answer
+    return args.func(args), cfn
+
+
+def live_names():
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    return sorted(s["StackName"] for s in cfn.list_stacks()["StackSummaries"]
+                  if s["StackStatus"] != "DELETE_COMPLETE")
+
+
+# --- order and data ------------------------------------------------------------------------------
+
+
+def test_deletes_in_dependency_order_and_keeps_data(tmp_path, capsys):
+    make_env(extra_gpu=("tt-gpu-old",))
+    code, cfn = run(tmp_path, "--yes")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert cfn.deleted == ["tt-gpu-old", "tt-gpu-p5", "tt-cluster", "tt-network"]
+    assert live_names() == ["tt-data"]
+    assert "Keeping tt-data (bucket and ECR repository outlive clusters)" in out
+
+
+def test_ephemeral_empties_versioned_bucket_and_images_before_deleting_data(tmp_path, capsys):
+    ids = make_env()
+    fill_bucket(ids["Bucket"])
+    push_image("tt-trainer", "a")
+    push_image("tt-trainer", "b")
+    code, cfn = run(tmp_path, "--yes", ephemeral=True)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert cfn.deleted[-1] == "tt-data"
+    assert f"Deleted: 3 object version(s) and delete marker(s) in bucket {ids['Bucket']}" in out
+    assert "Deleted: 2 image(s) in ECR repository tt-trainer" in out
+    assert live_names() == []
+    assert "Teardown complete." in out
+
+
+def test_delete_data_flag_deletes_data_of_a_normal_config(tmp_path):
+    make_env()
+    code, cfn = run(tmp_path, "--yes", "--delete-data")
+    assert code == 0 and "tt-data" in cfn.deleted
+
+
+def test_retained_bucket_is_not_emptied_and_is_reported_as_kept(tmp_path, capsys):
+    data = dict(DATA)
+    data["Bucket"] = {"Type": "AWS::S3::Bucket", "DeletionPolicy": "Retain"}
+    ids = make_env(data=data)
+    fill_bucket(ids["Bucket"])
+    code, _ = run(tmp_path, "--yes", "--delete-data")
+    out = capsys.readouterr().out
+    assert f"bucket {ids['Bucket']} has DeletionPolicy Retain" in out
+    versions = boto3.client("s3", region_name=REGION).list_object_versions(Bucket=ids["Bucket"])
+    assert len(versions.get("Versions", [])) == 2  # data untouched
+    assert code == 0
+
+
+def test_empty_bucket_removes_every_version_and_marker():
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="vbucket")
+    fill_bucket("vbucket")
+    assert empty_bucket(s3, "vbucket") == 3
+    listing = s3.list_object_versions(Bucket="vbucket")
+    assert not listing.get("Versions") and not listing.get("DeleteMarkers")
+
+
+def test_delete_images_counts_each_image():
+    boto3.client("ecr", region_name=REGION).create_repository(repositoryName="rr")
+    push_image("rr", "a")
+    ecr = boto3.client("ecr", region_name=REGION)
+    assert delete_images(ecr, "rr") == 1
+    assert ecr.list_images(repositoryName="rr")["imageIds"] == []
+
+
+# --- leftovers -----------------------------------------------------------------------------------
+
+
+def test_leftover_tagged_resource_is_listed_and_fails(tmp_path, capsys):
+    make_env()
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="stray-tt")
+    s3.put_bucket_tagging(Bucket="stray-tt", Tagging={"TagSet": [
+        {"Key": "rlkit:environment", "Value": "tt"}]})
+    code, _ = run(tmp_path, "--yes")
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "Still tagged rlkit:environment=tt (1):\n  arn:aws:s3:::stray-tt" in out
+    assert "created outside the stacks" in out
+
+
+def test_kept_data_resources_are_not_counted_as_leftovers(tmp_path, capsys):
+    ids = make_env()
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.put_bucket_tagging(Bucket=ids["Bucket"], Tagging={"TagSet": [
+        {"Key": "rlkit:environment", "Value": "tt"}]})
+    code, _ = run(tmp_path, "--yes")
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"kept on purpose: arn:aws:s3:::{ids['Bucket']}" in out
+
+
+# --- dry run, confirmation, failures -------------------------------------------------------------
+
+
+def test_dry_run_changes_nothing_and_prints_each_action(tmp_path, capsys):
+    ids = make_env()
+    fill_bucket(ids["Bucket"])
+    code, cfn = run(tmp_path, "--dry-run", ephemeral=True)
+    out = capsys.readouterr().out
+    assert code == 0 and cfn.deleted == []
+    assert len(live_names()) == 4
+    assert f"[dry-run] would delete 3 object version(s) and delete marker(s) in bucket " \
+           f"{ids['Bucket']}" in out
+    assert ("[dry-run] would run: aws cloudformation delete-stack --stack-name tt-gpu-p5 "
+            "--region us-east-1 (and wait)") in out
+    assert out.index("tt-gpu-p5 --region") < out.index("tt-cluster --region") \
+        < out.index("tt-network --region") < out.index("tt-data --region")
+
+
+def test_wrong_confirmation_deletes_nothing(tmp_path, capsys):
+    make_env()
+    code, cfn = run(tmp_path, answer="yes")
+    assert code == 2 and cfn.deleted == []
+    assert "Not confirmed ('yes' is not 'tt'); nothing deleted." in capsys.readouterr().err
+
+
+def test_typed_name_confirms(tmp_path):
+    make_env()
+    code, cfn = run(tmp_path, answer="tt")
+    assert code == 0 and cfn.deleted
+
+
+def test_nothing_to_delete(tmp_path, capsys):
+    code, cfn = run(tmp_path)
+    assert code == 0 and cfn.deleted == []
+    assert "No stacks of 'tt' to delete in us-east-1." in capsys.readouterr().out
+
+
+def test_delete_failed_names_the_resource_and_the_fix():
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    stub = Stubber(cfn)
+    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    stub.add_response("delete_stack", {}, {"StackName": "tt-network"})
+    stub.add_response("describe_stacks", {"Stacks": [{
+        "StackName": "tt-network", "StackStatus": "DELETE_FAILED", "CreationTime": now}]})
+    stub.add_response("describe_stack_events", {"StackEvents": [{
+        "StackId": "id", "EventId": "e", "StackName": "tt-network", "Timestamp": now,
+        "LogicalResourceId": "VpcSubnet1", "ResourceType": "AWS::EC2::Subnet",
+        "ResourceStatus": "DELETE_FAILED",
+        "ResourceStatusReason": "The subnet has dependencies and cannot be deleted."}]})
+    with stub, pytest.raises(TeardownError) as err:
+        delete_stacks(cfn, ["tt-network"], echo=lambda s: None, poll_s=0)
+    msg = str(err.value)
+    assert msg.startswith("stack tt-network is DELETE_FAILED: VpcSubnet1 (AWS::EC2::Subnet): "
+                          "The subnet has dependencies")
+    assert "run teardown again" in msg
+
+
+def test_wait_shows_progress_until_gone():
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    stub = Stubber(cfn)
+    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    stub.add_response("delete_stack", {}, {"StackName": "tt-cluster"})
+    stub.add_response("describe_stacks", {"Stacks": [{
+        "StackName": "tt-cluster", "StackStatus": "DELETE_IN_PROGRESS", "CreationTime": now}]})
+    stub.add_client_error("describe_stacks", service_error_code="ValidationError",
+                          service_message="Stack with id tt-cluster does not exist")
+    lines: list[str] = []
+    with stub:
+        delete_stacks(cfn, ["tt-cluster"], echo=lines.append, poll_s=0,
+                      clock=iter(range(0, 100, 10)).__next__)
+    assert lines == ["  deleting tt-cluster", "  tt-cluster: DELETE_IN_PROGRESS [10 s]",
+                     "  tt-cluster: deleted [30 s]"]
