@@ -17,6 +17,10 @@ COMMAND_MODULES = [
     "ops.plan_cmd",
     "ops.render_cmd",
     "ops.validate_cmd",
+    "ops.preflight_cmd",
+    "ops.gate_cmd",
+    "ops.launch_cmd",
+    "ops.teardown_cmd",
 ]
 
 

@@ -1,0 +1,264 @@
+"""`rlkit launch`, `rlkit status`, `rlkit logs`: start the RL job, follow it, read its output.
+
+launch renders the manifests (RayJob and its run config) and applies them with kubectl. It
+refuses when the last fabric gate of this config failed, or when none ran, unless --force. The
+expert-parallel backend is, in order: --ep-backend, the backend the gate measured faster for
+these shapes (.rlkit/<name>/gate.json), the config's training.expert_parallel.backend.
+
+status prints the RayJob's jobStatus and jobDeploymentStatus (KubeRay); --watch polls until the
+job ends. logs prints the trainer's output: the KubeRay submitter Job (named like the RayJob)
+runs `ray job submit`, which follows the driver's log; -f keeps following.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from infra import names
+from infra.config import ConfigError, KitConfig, load_config
+from manifests import RenderError
+from ops.gate_cmd import (
+    add_common,
+    add_render_source,
+    load_state,
+    render_manifests,
+    resolve_outputs,
+    state_dir,
+    with_ep_backend,
+)
+from ops.kube import Kubectl, KubectlError
+
+# KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
+TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
+TERMINAL_DEPLOYMENT_STATUS = {"Complete", "Failed", "ValidationFailed"}
+
+
+def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path) -> str | None:
+    """Why launch must not start (None = the last gate passed for this node group and size)."""
+    group = cfg.gpu_node_groups[cfg.training.node_group]
+    gate = f"rlkit gate --config <this config> --outputs cdk-outputs.json"
+    if state is None:
+        return (f"no fabric gate has run for {cfg.name!r} (no {state_path}). Run `{gate}` first: "
+                "it checks the EFA fabric in minutes before the job spends GPU hours. Or pass "
+                "--force to launch without it")
+    if not state.get("ok"):
+        failed = [f"{f['check']} ({f['measured']}; expected {f['expected']})"
+                  for f in state.get("findings", []) if f.get("status") == "fail"]
+        return (f"the last fabric gate for {cfg.name!r} FAILED ({state.get('finished_at', '?')}): "
+                f"{'; '.join(failed[:3]) or 'see ' + str(state_path)}. Fix what it reported "
+                f"(`rlkit gate --logs-dir {state_path.parent / 'gate-logs'}` shows it again), run "
+                f"`{gate}` until it passes, or pass --force to launch anyway")
+    if (state.get("instance_type"), state.get("nodes")) != (group.instance_type,
+                                                           cfg.training.nodes):
+        return (f"the last gate measured {state.get('nodes')} x {state.get('instance_type')}, but "
+                f"the job runs on {cfg.training.nodes} x {group.instance_type}. Run `{gate}` for "
+                "this shape, or pass --force")
+    return None
+
+
+def choose_backend(state: dict[str, Any] | None, cfg: KitConfig,
+                   override: str | None) -> tuple[str, str]:
+    """(backend, why) in order: --ep-backend, the gate's faster backend, the config."""
+    configured = cfg.training.expert_parallel.backend
+    if override is not None:
+        return override, "--ep-backend"
+    ep = (state or {}).get("ep") or {}
+    faster = ep.get("faster")
+    if faster:
+        times = ", ".join(f"{b} {m['time_us'] / 1000:.2f} ms"
+                          for b, m in sorted(ep.get("measurements", {}).items()))
+        if faster == configured:
+            return faster, f"config; the gate measured it fastest ({times})"
+        return faster, (f"measured faster by the gate ({times}); the config says {configured}; "
+                        "--ep-backend overrides")
+    return configured, "config (the gate measured no EP backend)"
+
+
+def _kubectl(args: argparse.Namespace) -> Kubectl:
+    return Kubectl(context=args.context, dry_run=getattr(args, "dry_run", False), echo=print)
+
+
+def _load(args: argparse.Namespace) -> KitConfig | None:
+    try:
+        return load_config(args.config)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return None
+
+
+# --- launch --------------------------------------------------------------------------------------
+
+
+def _launch(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    if cfg is None:
+        return 2
+    path = state_dir(args, cfg) / "gate.json"
+    state = load_state(path)
+    problem = gate_verdict(state, cfg, path)
+    if problem and not args.force:
+        print(f"Not launching: {problem}.", file=sys.stderr)
+        return 1
+    if problem:
+        print(f"WARNING (--force): {problem}.", file=sys.stderr)
+    backend, why = choose_backend(state, cfg, args.ep_backend)
+    try:
+        cfg = with_ep_backend(cfg, backend)
+    except ConfigError as err:
+        print(f"The EP backend {backend} ({why}) does not fit this config:\n{err}\nPass "
+              "--ep-backend with a backend that does.", file=sys.stderr)
+        return 2
+    print(f"EP backend: {backend} ({why})")
+    try:
+        outputs = resolve_outputs(cfg, args, allow_placeholder=args.dry_run)
+        out = args.out if args.out is not None else Path("out") / cfg.name
+        ctx = render_manifests(cfg, outputs, out, args.dry_run, print)
+    except RenderError as err:
+        print(err, file=sys.stderr)
+        return 2
+    k = _kubectl(args)
+    ns, job = ctx.namespace, ctx.rayjob_name
+    try:
+        existing = k.get_json(["rayjob", job, "-n", ns])
+        if existing is not None:
+            st = existing.get("status", {})
+            if not args.replace:
+                print(f"Not launching: a RayJob named {job} already exists in {ns} (jobStatus "
+                      f"{st.get('jobStatus', '-')}, jobDeploymentStatus "
+                      f"{st.get('jobDeploymentStatus', '-')}). Pass --replace to delete it and "
+                      "start again, or set a new training.run_name.", file=sys.stderr)
+                return 1
+            k.delete([out / "rl-job"])
+        k.apply([out / "00-namespace.yaml", out / "01-serviceaccount.yaml"])
+        k.apply([out / "rl-job"])
+    except KubectlError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        return 0
+    print(f"Launched RayJob {job} in namespace {ns} on {cfg.training.nodes} x "
+          f"{cfg.gpu_node_groups[cfg.training.node_group].instance_type}.")
+    print("Follow it with: rlkit status --config <config> --watch   and   rlkit logs --config "
+          "<config> -f")
+    return 0
+
+
+# --- status --------------------------------------------------------------------------------------
+
+
+def describe_rayjob(doc: dict[str, Any]) -> str:
+    st = doc.get("status", {})
+    fields = [("jobStatus", st.get("jobStatus") or "-"),
+              ("jobDeploymentStatus", st.get("jobDeploymentStatus") or "-"),
+              ("rayCluster", st.get("rayClusterName") or "-"),
+              ("started", st.get("startTime") or "-"),
+              ("ended", st.get("endTime") or "-")]
+    text = ", ".join(f"{k} {v}" for k, v in fields)
+    if st.get("message"):
+        text += f"; message: {st['message']}"
+    return f"{doc.get('metadata', {}).get('name', '?')}: {text}"
+
+
+def finished(doc: dict[str, Any]) -> bool:
+    st = doc.get("status", {})
+    return (st.get("jobStatus") in TERMINAL_JOB_STATUS
+            or st.get("jobDeploymentStatus") in TERMINAL_DEPLOYMENT_STATUS)
+
+
+def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
+    cfg = _load(args)
+    if cfg is None:
+        return 2
+    k = _kubectl(args)
+    job, ns = cfg.training.run_name, names.TRAINER_NAMESPACE
+    last = None
+    try:
+        while True:
+            doc = k.get_json(["rayjob", job, "-n", ns])
+            if doc is None:
+                print(f"No RayJob named {job} in namespace {ns}. Start it with: rlkit launch "
+                      "--config <config>", file=sys.stderr)
+                return 1
+            line = describe_rayjob(doc)
+            if line != last:
+                print(line)
+                last = line
+            if not args.watch or finished(doc):
+                break
+            sleep(args.poll)
+    except KubectlError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("Stopped watching; the job keeps running.", file=sys.stderr)
+        return 130
+    st = doc.get("status", {})
+    if st.get("jobStatus") == "FAILED" or st.get("jobDeploymentStatus") in ("Failed",
+                                                                            "ValidationFailed"):
+        print(f"The job failed. Read its output: rlkit logs --config <config>; Ray's view: "
+              f"kubectl describe rayjob {job} -n {ns}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --- logs ----------------------------------------------------------------------------------------
+
+
+def _logs(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    if cfg is None:
+        return 2
+    k = _kubectl(args)
+    job, ns = cfg.training.run_name, names.TRAINER_NAMESPACE
+    try:
+        if k.get_json(["job", job, "-n", ns]) is None:
+            doc = k.get_json(["rayjob", job, "-n", ns])
+            if doc is None:
+                print(f"No RayJob named {job} in namespace {ns}. Start it with: rlkit launch "
+                      "--config <config>", file=sys.stderr)
+            else:
+                print(f"The RayJob has no submitter yet ({describe_rayjob(doc)}); the Ray cluster "
+                      "is probably still starting. Try again in a minute, or watch it with: rlkit "
+                      "status --config <config> --watch", file=sys.stderr)
+            return 1
+        argv = ["logs", "-n", ns, f"job/{job}", "--all-containers"]
+        if args.follow:
+            argv.append("-f")
+        return k.stream(argv)
+    except KubectlError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "launch", help="apply the RayJob (refuses after a failed or missing fabric gate)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(p)
+    add_render_source(p)
+    p.add_argument("--force", action="store_true",
+                   help="launch even though the last gate failed, or none ran")
+    p.add_argument("--replace", action="store_true",
+                   help="delete an existing RayJob of the same name first")
+    p.set_defaults(func=_launch)
+
+    s = subparsers.add_parser("status", help="the RayJob's state (KubeRay jobStatus)",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(s)
+    s.add_argument("--watch", action="store_true", help="poll until the job ends")
+    s.add_argument("--poll", type=float, default=15.0, help="seconds between polls")
+    s.set_defaults(func=_status)
+
+    lg = subparsers.add_parser("logs", help="the trainer's output (the RayJob's submitter)",
+                               description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(lg)
+    lg.add_argument("-f", "--follow", action="store_true", help="keep following the log")
+    lg.set_defaults(func=_logs)
