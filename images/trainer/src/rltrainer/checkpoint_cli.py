@@ -16,7 +16,7 @@ from .checkpoints import RetryPolicy, S3CheckpointStore, iter_dirname, prepare_r
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rltrainer checkpoint", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="rltrainer checkpoint", description="The S3 checkpoint sync, by hand.")
     sub = p.add_subparsers(dest="action", required=True)
     ls = sub.add_parser("list", help="print the complete checkpoints in S3 as JSON lines")
     up = sub.add_parser("upload", help="upload one finished save and mark it complete")
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None,
          client=None) -> int:
-    """List, upload or restore checkpoints of one run (``rltrainer checkpoint``)."""
+    """List, upload or restore the S3 checkpoints of one run."""
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)

@@ -158,7 +158,7 @@ def build_parser(prog: str = "rltrainer launch") -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Launch a Miles GRPO run from the run config (``rltrainer launch``)."""
+    """Launch a Miles GRPO run from the run config."""
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)

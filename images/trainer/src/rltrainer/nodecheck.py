@@ -246,7 +246,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None,
          probe: NodeProbe | None = None) -> int:
-    """Check GPUs, EFA devices, GDRCopy, huge pages, memlock, /dev/shm and the NCCL OFI plugin (``rltrainer nodecheck``)."""
+    """Check GPUs, EFA devices, GDRCopy, huge pages, memlock, /dev/shm and the NCCL OFI plugin of this pod."""
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) ->
         for _ in range(args.warmup):
             dist.all_reduce(buf)
         ctx.barrier()
-        seconds = ctx.reduce_scalar(timed(ctx, lambda: dist.all_reduce(buf), args.iters), "max")
+        seconds = ctx.reduce_scalar(timed(ctx, lambda b=buf: dist.all_reduce(b), args.iters), "max")
         algbw, busbw = bandwidths(nbytes, seconds, ctx.world_size)
         if leader:
             emit(
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) ->
                 out,
             )
             print(f"  {nbytes:>12} {seconds * 1e6:>12.2f} {algbw:>12.3f} {busbw:>12.3f}", file=err, flush=True)
-        del buf
+        del buf  # free before allocating the next (twice as large) buffer
     return 0
 
 
@@ -141,7 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """All-reduce bus bandwidth sweep; JSON lines on stdout from rank 0 (``rltrainer bench allreduce``)."""
+    """All-reduce bus-bandwidth sweep under torchrun; rank 0 prints JSON lines on stdout."""
     p = argparse.ArgumentParser(prog="rltrainer bench allreduce", description=main.__doc__)
     add_arguments(p)
     args = p.parse_args(argv)

@@ -167,7 +167,7 @@ class DeepEPDispatcher:
 
     def __init__(self, ctx: DistContext, shape: EPShape, group: Any = None):
         try:
-            import deep_ep  # noqa: F401
+            import deep_ep
         except ImportError as exc:
             raise SystemExit(
                 f"rltrainer bench ep --backend deepep: the deep_ep module is not importable ({exc}). "
@@ -176,7 +176,6 @@ class DeepEPDispatcher:
             ) from None
         if not ctx.is_cuda:
             raise SystemExit("rltrainer bench ep --backend deepep needs GPUs; drop --device cpu")
-        import deep_ep
         import torch.distributed as dist
 
         self.ctx = ctx
@@ -213,8 +212,11 @@ class DeepEPDispatcher:
         return (out.recv_x.to(torch.float32) * factor).to(out.recv_x.dtype)
 
     def combine(self, expert_out, handle, topk_idx, topk_w):
+        torch, _ = import_torch()
+        # The router weights were applied on the expert side (expert_forward), so combine
+        # only sums each token's rows from the ranks it went to.
         combined, _, _ = self.buffer.combine(expert_out, handle)
-        return combined.to(__import__("torch").float32)
+        return combined.to(torch.float32)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -448,7 +450,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Expert-parallel dispatch/combine check and bandwidth; JSON on stdout from rank 0 (``rltrainer bench ep``)."""
+    """Expert-parallel dispatch/combine: correctness check, then bandwidth; rank 0 prints JSON lines."""
     p = argparse.ArgumentParser(prog="rltrainer bench ep", description=main.__doc__)
     add_arguments(p)
     args = p.parse_args(argv)
