@@ -33,3 +33,23 @@ def test_gate_dry_run_through_main(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 0
     assert "[dry-run] kubectl apply -f out/moe-rl/fabric/nodecheck" in out
+
+
+def test_ephemeral_workflow_assumes_a_role_and_always_tears_down():
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / ".github/workflows/ephemeral-cluster.yml"
+    wf = yaml.safe_load(path.read_text())
+    assert wf["permissions"]["id-token"] == "write"
+    steps = wf["jobs"]["ephemeral"]["steps"]
+    creds = next(s for s in steps if str(s.get("uses", "")).startswith(
+        "aws-actions/configure-aws-credentials@"))
+    assert creds["uses"].split("@")[1][0] == "v" and "." in creds["uses"]  # a pinned version
+    runs = [s.get("run", "") for s in steps]
+    order = [next(i for i, r in enumerate(runs) if key in r) for key in
+             ("rlkit preflight", "deploy --all", "rlkit gate", "rlkit launch", "rlkit teardown")]
+    assert order == sorted(order)
+    teardown = next(s for s in steps if "rlkit teardown" in s.get("run", ""))
+    assert teardown["if"] == "always()" and "--yes" in teardown["run"]
