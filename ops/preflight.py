@@ -9,7 +9,7 @@ creates, changes or deletes an AWS resource.
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -363,9 +363,10 @@ def run_preflight(cfg: KitConfig, clients: Clients, region: str | None = None,
     checks = [check_kubernetes_version(cfg, installed)]
     checks += [check_placement(n, g) for n, g in cfg.gpu_node_groups.items()]
     identity = check_identity(clients.sts, cfg, region)
-    checks.insert(0, identity)
     if identity.status == FAIL:
-        return checks
+        skipped = "; the AWS checks (offering, quota, reservations, stacks) did not run"
+        return [replace(identity, detail=identity.detail + skipped)] + checks
+    checks.insert(0, identity)
     for n, g in cfg.gpu_node_groups.items():
         checks.append(check_offering(clients.ec2, n, g, region))
         checks += check_reservation(clients.ec2, n, g, region, now)
