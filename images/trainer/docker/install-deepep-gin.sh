@@ -28,9 +28,13 @@ This kit ships no verified pin for the fork (it is developed on main). Choose on
 MSG
     exit 1
 fi
-if ! [[ -f /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so ]] || \
-   ! nm -D /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so | grep -qw ncclGinPlugin_v14; then
-    echo "ERROR: aws-ofi-nccl has no GIN plugin export (ncclGinPlugin_v14): use EFA installer >= 1.50.0" >&2
+# The GIN op-table export is what installers >= 1.50 add to aws-ofi-nccl (the same gate
+# as awsome-distributed-ai's deepep-v2-benchmark Dockerfile). Symbols go through a
+# variable: `nm | grep -q` can die of SIGPIPE under pipefail and fail a good plugin.
+plugin=/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so
+symbols=$( [[ -f "${plugin}" ]] && nm -D "${plugin}" || true )
+if ! grep -qw ncclGinPlugin_v14 <<< "${symbols}"; then
+    echo "ERROR: ${plugin} has no GIN plugin export (ncclGinPlugin_v14): use EFA installer >= 1.50.0" >&2
     exit 1
 fi
 

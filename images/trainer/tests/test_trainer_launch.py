@@ -367,3 +367,22 @@ def test_unknown_model_without_megatron_args_is_refused_at_launch(tmp_path: Path
     out = io.StringIO()
     assert launch_main(["--config", str(cfg), "--dry-run", "--miles-dir", str(miles)], out=out, err=io.StringIO()) == 0
     assert f"<MODEL_ARGS of {miles}/scripts/models/qwen3-30b-a3b.sh>" in out.getvalue()
+
+
+def test_a_missing_bucket_stops_before_training(tmp_path: Path, aws):
+    data = yaml.safe_load(QWEN.read_text())
+    data["checkpoint"]["local_dir"] = str(tmp_path / "ckpt")
+    data["checkpoint"]["s3_uri"] = "s3://no-such-bucket/checkpoints/run1/"
+    data["data"]["prompt_data"] = str(tmp_path / "prompts.jsonl")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    miles = tmp_path / "miles"
+    miles.mkdir()
+    (miles / "train.py").write_text("raise SystemExit('the trainer must not start')\n")
+    err = io.StringIO()
+    assert launch_main(["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable],
+                       out=io.StringIO(), err=err) == 4
+    assert err.getvalue() == (
+        "rltrainer launch: preparing the run failed, nothing was started: NoSuchBucket: An error occurred "
+        "(NoSuchBucket) when calling the ListObjectsV2 operation: The specified bucket does not exist\n"
+    )

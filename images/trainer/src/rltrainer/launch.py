@@ -32,6 +32,7 @@ from .miles import MILES_DIR, ModelArgsError, TrainCommand, build_train_command,
 DEFAULT_CONFIG = "/etc/rltrainer/run.yaml"
 EXIT_CONFIG = 2
 EXIT_UPLOAD = 3  # training succeeded but a finished save could not be uploaded
+EXIT_PREPARE = 4  # staging inputs or restoring the checkpoint failed; training never started
 
 
 def staged_path(cfg: RunConfig, uri: str, kind: str) -> str:
@@ -197,9 +198,17 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
 
     from .checkpoints import CheckpointWatcher, RetryPolicy, S3CheckpointStore, prepare_resume
 
-    hf, data = stage_inputs(cfg, log=err)
-    store = S3CheckpointStore(cfg.checkpoint.s3_uri, retry=RetryPolicy(log=err), progress_stream=err)
-    resume = prepare_resume(store, cfg.checkpoint.local_dir, log=err)
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        hf, data = stage_inputs(cfg, log=err)
+        store = S3CheckpointStore(cfg.checkpoint.s3_uri, retry=RetryPolicy(log=err), progress_stream=err)
+        resume = prepare_resume(store, cfg.checkpoint.local_dir, log=err)
+    except (ClientError, BotoCoreError, OSError, RuntimeError, ValueError) as exc:
+        # Before training nothing is lost yet: say what failed instead of a traceback.
+        print(f"rltrainer launch: preparing the run failed, nothing was started: {type(exc).__name__}: {exc}",
+              file=err, flush=True)
+        return EXIT_PREPARE
     print(f"rltrainer: start point: {resume.source}"
           + (f" iteration {resume.iteration}" if resume.iteration is not None else ""), file=err, flush=True)
     cmd = build_train_command(cfg, hf_checkpoint=hf, prompt_data=data, miles_dir=args.miles_dir,
