@@ -13,6 +13,9 @@ from trainer_helpers import broken_allreduce_worker, cli_worker, dist_env, free_
 from rltrainer.bench.allreduce import bandwidths, bus_bandwidth_factor, sweep_sizes
 from rltrainer.bench.common import parse_size
 
+# The CPU torch wheel warns once that NumPy is absent; the benchmarks do not use NumPy.
+pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
+
 ALLREDUCE_KEYS = ["kind", "size_bytes", "time_us", "algbw_GBps", "busbw_GBps", "world_size", "backend"]
 
 

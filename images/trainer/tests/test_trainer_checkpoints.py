@@ -23,6 +23,7 @@ from rltrainer.checkpoints import (
 )
 
 URI = "s3://ckpt-bucket/runs/qwen3-30b-a3b-grpo/"
+pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
 
 
 @pytest.fixture
