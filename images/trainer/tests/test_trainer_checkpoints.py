@@ -273,6 +273,7 @@ def test_unsafe_manifest_paths_are_rejected():
         Manifest.from_json(json.dumps(body))
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # a one-process save is intended here
 def test_a_save_missing_shards_of_other_nodes_is_never_uploaded(s3, tmp_path: Path):
     """torch_dist lists every shard in .metadata; one that is not visible here means a torn save."""
     import torch
