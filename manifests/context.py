@@ -15,9 +15,9 @@ from pydantic import BaseModel, ConfigDict
 from infra import names
 from infra.catalog import INSTANCE_TYPES, InstanceType
 from infra.config import KitConfig
+from infra.planner.models import MODEL_CATALOG
 from manifests.efa_env import EfaEnvProfile, extra_env_problems, merge_extra_env
 from manifests.errors import RenderError, RenderProblem
-from manifests.model_shapes import MODEL_SHAPES
 from manifests.outputs import PLACEHOLDER, StackOutputs
 
 # --- facts the manifests own (candidates for infra.names / infra.versions) ----------------------
@@ -238,19 +238,21 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType) -> tuple[list[FabricJob], l
         command=_torchrun(name, name, nodes, gpus) + [
             "allreduce", "--min-bytes", ALLREDUCE_MIN_BYTES, "--max-bytes", ALLREDUCE_MAX_BYTES],
         description=f"NCCL all-reduce bus bandwidth over {nodes} x {gpus} GPUs"))
-    shape = MODEL_SHAPES.get(t.model)
-    if shape is None:
+    # The benchmark moves tokens of the model's hidden width to top_k of its routed experts; the
+    # shapes come from the planner's model catalog (each model's config.json, sourced there).
+    shape = MODEL_CATALOG.get(t.model)
+    if shape is None or not shape.num_experts:
         return jobs, [RenderProblem(
             f"training.model = {t.model!r}", "the expert-parallel benchmark needs the model's MoE "
             "shape (hidden size, experts, top-k) and the kit does not know this model",
-            f"use one of {', '.join(MODEL_SHAPES)}, or add the model's config.json values to "
-            "manifests/model_shapes.py")]
-    if shape.experts % (nodes * gpus):
+            f"use one of {', '.join(MODEL_CATALOG)}, or add the model's config.json values to "
+            "infra/planner/models.py")]
+    if shape.num_experts % (nodes * gpus):
         return jobs, [RenderProblem(
             f"training.nodes = {nodes}", f"the expert-parallel benchmark spreads {t.model}'s "
-            f"{shape.experts} experts evenly over all {nodes} x {gpus} = {nodes * gpus} GPUs, "
+            f"{shape.num_experts} experts evenly over all {nodes} x {gpus} = {nodes * gpus} GPUs, "
             "and that does not divide",
-            f"use a node count whose GPU total divides {shape.experts}")]
+            f"use a node count whose GPU total divides {shape.num_experts}")]
     backend = "nccl" if t.expert_parallel.backend == "nccl" else "deepep"
     name = f"{prefix}-ep"
     jobs.append(FabricJob(
@@ -258,8 +260,8 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType) -> tuple[list[FabricJob], l
         completions=nodes,
         command=_torchrun(name, name, nodes, gpus) + [
             "ep", "--backend", backend, "--tokens-per-rank", str(EP_TOKENS_PER_RANK),
-            "--hidden", str(shape.hidden), "--topk", str(shape.topk),
-            "--experts", str(shape.experts)],
+            "--hidden", str(shape.hidden), "--topk", str(shape.top_k),
+            "--experts", str(shape.num_experts)],
         description=f"expert-parallel dispatch/combine ({t.expert_parallel.backend}) with "
                     f"{t.model} shapes over {nodes} x {gpus} GPUs"))
     return jobs, []
