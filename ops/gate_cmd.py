@@ -88,6 +88,14 @@ def resolve_outputs(cfg: KitConfig, args: argparse.Namespace, allow_placeholder:
     return outputs_from_stacks(cfg)
 
 
+def render_for_run(cfg: KitConfig, args: argparse.Namespace, echo) -> tuple[Any, Path]:
+    """Resolve the stack outputs and render the tree to ``--out`` (default out/<name>); returns
+    the render context and the directory. Raises RenderError."""
+    outputs = resolve_outputs(cfg, args, allow_placeholder=args.dry_run)
+    out = args.out if args.out is not None else Path("out") / cfg.name
+    return render_manifests(cfg, outputs, out, args.dry_run, echo), out
+
+
 def render_manifests(cfg: KitConfig, outputs, out: Path, dry_run: bool, echo) -> Any:
     """Render (and, unless dry-run, write) the tree; returns the render context."""
     ctx = build_context(cfg, outputs)
@@ -323,9 +331,7 @@ def _run(args: argparse.Namespace) -> int:
         return finish(report, cfg, sdir, logs, console)
 
     try:
-        outputs = resolve_outputs(cfg, args, allow_placeholder=args.dry_run)
-        out = args.out if args.out is not None else Path("out") / cfg.name
-        ctx = render_manifests(cfg, outputs, out, args.dry_run, echo)
+        ctx, out = render_for_run(cfg, args, echo)
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2

@@ -25,8 +25,7 @@ from ops.gate_cmd import (
     add_common,
     add_render_source,
     load_state,
-    render_manifests,
-    resolve_outputs,
+    render_for_run,
     state_dir,
     with_ep_backend,
 )
@@ -40,7 +39,7 @@ TERMINAL_DEPLOYMENT_STATUS = {"Complete", "Failed", "ValidationFailed"}
 def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path) -> str | None:
     """Why launch must not start (None = the last gate passed for this node group and size)."""
     group = cfg.gpu_node_groups[cfg.training.node_group]
-    gate = f"rlkit gate --config <this config> --outputs cdk-outputs.json"
+    gate = "rlkit gate --config <this config> --outputs cdk-outputs.json"
     if state is None:
         return (f"no fabric gate has run for {cfg.name!r} (no {state_path}). Run `{gate}` first: "
                 "it checks the EFA fabric in minutes before the job spends GPU hours. Or pass "
@@ -114,9 +113,7 @@ def _launch(args: argparse.Namespace) -> int:
         return 2
     print(f"EP backend: {backend} ({why})")
     try:
-        outputs = resolve_outputs(cfg, args, allow_placeholder=args.dry_run)
-        out = args.out if args.out is not None else Path("out") / cfg.name
-        ctx = render_manifests(cfg, outputs, out, args.dry_run, print)
+        ctx, out = render_for_run(cfg, args, print)
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2
