@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from infra import names
 from infra.config import KitConfig
-from ops.aws import AWS_ERRORS, describe_error
+from ops.aws import AWS_ERRORS
 
 _GONE = {"DELETE_COMPLETE"}
 _FAILED = {"DELETE_FAILED"}

@@ -13,7 +13,6 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from infra import names
 from infra.catalog import InstanceType
 from infra.config import GpuNodeGroupConfig
 from infra.constructs.nag import acknowledge_eks_node_role
