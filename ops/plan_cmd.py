@@ -16,7 +16,7 @@ import sys
 
 from infra.planner import MODEL_CATALOG, SYSTEMS, PlannerError, Pins, load_model_file, plan
 from infra.planner.config_writer import write_config
-from infra.planner.layout import EP_BACKENDS
+from infra.config import EP_BACKENDS
 from infra.planner.search import DEFAULT_MAX_NODES, PlanResult
 
 

@@ -15,7 +15,8 @@ docs/planner.md for the model, its sources, its calibration and its limits.
 from infra.planner.backend import BackendChoice, recommend_backend
 from infra.planner.errors import PlannerError
 from infra.planner.hardware import GPU_SPECS, REFERENCE_SYSTEMS, SYSTEMS, System, get_system
-from infra.planner.layout import EP_BACKENDS, Layout, TrainingSetup
+from infra.config import EP_BACKENDS
+from infra.planner.layout import Layout, TrainingSetup
 from infra.planner.memory import MemoryBreakdown, estimate_memory
 from infra.planner.models import MODEL_CATALOG, MoEModel, get_model, load_model_file
 from infra.planner.search import Candidate, Cost, Pins, PlanResult, Rejection, evaluate, plan

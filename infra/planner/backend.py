@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.planner.errors import PlannerError
-from infra.planner.layout import EP_BACKENDS
+from infra.config import EP_BACKENDS, supports_gin_gpu
 
 DEEPEP_MIN_NODES = 16  # DeepEP measured ahead from here
 NCCL_MAX_MEASURED_NODES = 8  # NCCL measured at least as fast up to here
@@ -34,13 +34,8 @@ class BackendChoice:
     warning: str | None = None
 
 
-def gin_gpu_supported(instance_type: str) -> bool:
-    """GPU-initiated NCCL GIN exists only on p5en and the p6 family (design.md)."""
-    return instance_type.startswith(("p5en.", "p6-"))
-
-
 def _deepep_flavour(instance_type: str) -> str:
-    return "deepep-gin" if gin_gpu_supported(instance_type) else "deepep-nvshmem"
+    return "deepep-gin" if supports_gin_gpu(instance_type) else "deepep-nvshmem"
 
 
 def recommend_backend(instance_type: str, nodes: int, ep_span_nodes: int,
@@ -71,6 +66,6 @@ def recommend_backend(instance_type: str, nodes: int, ep_span_nodes: int,
     if override.startswith("deepep") and ep_span_nodes > 1 and nodes <= NCCL_MAX_MEASURED_NODES:
         warning += ("; the time model does not include DeepEP's measured small-scale slowdown on "
                     "EFA, so this step time is optimistic")
-    if override == "deepep-gin" and not gin_gpu_supported(instance_type):
+    if override == "deepep-gin" and not supports_gin_gpu(instance_type):
         warning += f"; on {instance_type} deepep-gin runs its CPU-proxy path (gin_mode: proxy)"
     return BackendChoice(override, rec, why, warning)

@@ -19,8 +19,6 @@ from infra.planner.models import MoEModel
 
 Precision = Literal["bf16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
-EpBackend = Literal["nccl", "deepep-nvshmem", "deepep-gin"]
-EP_BACKENDS: tuple[str, ...] = ("nccl", "deepep-nvshmem", "deepep-gin")
 # "1f1b": Megatron's (interleaved) 1F1B, expert all-to-all exposed.
 # "a2a-overlap": 1F1B with Megatron's batch-level EP overlap (--overlap-moe-expert-parallel-comm):
 #     one micro-batch's all-to-all hides behind another's compute.
