@@ -18,8 +18,8 @@ Three kinds of numbers live here, kept apart on purpose:
 
 2. Achievable fractions (``EFFICIENCY``): one small set of calibrated constants per GPU type,
    documented below and in docs/planner.md. They are not fitted per data point: Hopper
-   (H100/H800/H200, one die) shares one set; Blackwell reuses Hopper's fractions until a published
-   Blackwell measurement is added to the validation suite (stated as an assumption).
+   (H100/H800/H200, one die) shares one set; Blackwell (B200/B300) has its own GEMM fractions,
+   calibrated on Megatron-Bridge's published DGX-B200/DGX-B300 MXFP8 runs, and Hopper's others.
 
 3. Fabric and price per system (``SYSTEMS``): EC2 instance types come from ``infra.catalog``
    (GPU model, count, memory, EFA bandwidth) plus measured all-to-all rates; two reference
@@ -78,6 +78,11 @@ class Efficiency:
     hbm: float
     nvlink: float
     layer_overhead_us: float
+    gemm_mxfp8: float | None = None  # None: no hardware microscaling (Hopper)
+
+    @property
+    def supports_mxfp8(self) -> bool:
+        return self.gemm_mxfp8 is not None
 
 
 # Calibration, stated once (docs/planner.md "Calibration"). One Hopper set, chosen from the
@@ -98,16 +103,34 @@ class Efficiency:
 #   grouped GEMM setup, unpermute) whose launch latency is exposed after the sync. Calibrated on
 #   the two Qwen3-30B-A3B runs on 8x p5 (48 thin layers, where it is ~40% of the step); it moves
 #   Mixtral by ~4% and the DeepSeek-V3 runs by 3-5%.
+# Blackwell GEMM fractions. gemm_mxfp8 0.29 (1,305 of 4,500 TFLOPS) is the one fitted number: the
+# round value that keeps the five in-sample Megatron-Bridge DGX-B200/B300 MXFP8 points within 30%
+# (median ~8%). Blackwell MoE training sits lower against its peak than Hopper does (DeepSeek-V3:
+# 699 of 4,500 model TFLOPS on B200 vs 338 of 1,979 on H100). No BF16 or FP8 (non-MX) Blackwell
+# MoE point for a catalog model exists on an 8-GPU DGX, so gemm_fp8 takes the MXFP8 value (same
+# tensor-core rate) and gemm_bf16 scales Hopper's 0.66 by the same Blackwell/Hopper ratio
+# (0.29/0.45): 0.42. Both are assumptions, marked as such in docs/planner.md.
+BLACKWELL_GEMM_MXFP8 = 0.29
+BLACKWELL_GEMM_FP8 = 0.29
+BLACKWELL_GEMM_BF16 = 0.42
 _HOPPER = Efficiency(gemm_bf16=0.66, gemm_fp8=0.45, attention=0.45, hbm=0.70, nvlink=0.80,
                      layer_overhead_us=1200.0)
+# Blackwell (B200, B300: one die family), calibrated on the in-sample Megatron-Bridge DGX-B200 /
+# DGX-B300 points of tests/test_planner_validation.py (docs/planner.md "Calibration"):
+# - gemm_bf16 / gemm_fp8 / gemm_mxfp8: BLACKWELL_GEMM_* below.
+# - attention, hbm, nvlink: Hopper's values (cuDNN flash attention and NCCL reach similar
+#   fractions; nothing published separates them on Blackwell).
+# - layer_overhead_us: launch and host-sync costs per layer do not shrink with a faster GPU;
+#   kept at the Hopper value.
+_BLACKWELL = Efficiency(gemm_bf16=BLACKWELL_GEMM_BF16, gemm_fp8=BLACKWELL_GEMM_FP8,
+                        attention=0.45, hbm=0.70, nvlink=0.80, layer_overhead_us=1200.0,
+                        gemm_mxfp8=BLACKWELL_GEMM_MXFP8)
 EFFICIENCY: dict[str, Efficiency] = {
     "H100": _HOPPER,
     "H800": _HOPPER,
     "H200": _HOPPER,
-    # Assumption: no published Blackwell run is in the validation suite yet, so Blackwell reuses
-    # Hopper's fractions of its own (higher) peaks. Expect these to move once measured.
-    "B200": _HOPPER,
-    "B300": _HOPPER,
+    "B200": _BLACKWELL,
+    "B300": _BLACKWELL,
 }
 
 
@@ -217,11 +240,21 @@ def _ec2_system(name: str) -> System:
 # IB latency per call is lower than EFA's: we take half the EFA fixed cost (assumption).
 _IB = Fabric("infiniband", 50.0, 45.0, 0.08, 0.013,
              "DeepEP README normal-kernel internode bandwidth on H800 + CX7 400 Gb/s IB")
+# - dgx-b200-ib / dgx-b300-ib: the DGX-B200 and DGX-B300 of the Megatron-Bridge performance
+#   summary. DGX B200: 8x B200 (180 GB), 8x 400 Gb/s ConnectX-7 (50 GB/s per GPU), the same
+#   compute network as DGX H100, so the same IB rates. DGX B300: 8x B300 (288 GB) with 800 Gb/s
+#   ConnectX-8 per GPU (100 GB/s): rates scaled by line rate (assumption, as for EFA types).
+_IB_800 = Fabric("infiniband", 100.0, 90.0, 0.08, 0.013,
+                 "DeepEP README IB rates scaled to 800 Gb/s ConnectX-8 per GPU (assumption)")
 REFERENCE_SYSTEMS: dict[str, System] = {
     "dgx-h100-ib": System("dgx-h100-ib", GPU_SPECS["H100"], 8, 80, _IB, None,
                           "reference system, no price", plannable=False),
     "h800-ib": System("h800-ib", GPU_SPECS["H800"], 8, 80, _IB, None,
                       "reference system, no price", plannable=False),
+    "dgx-b200-ib": System("dgx-b200-ib", GPU_SPECS["B200"], 8, 179, _IB, None,
+                          "reference system, no price", plannable=False),
+    "dgx-b300-ib": System("dgx-b300-ib", GPU_SPECS["B300"], 8, 268, _IB_800, None,
+                          "reference system, no price", plannable=False),
 }
 
 SYSTEMS: dict[str, System] = {name: _ec2_system(name) for name in INSTANCE_TYPES}

@@ -13,11 +13,15 @@ Terms follow Megatron-Core (``megatron/core/parallel_state.py``):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, get_args
 
+from infra.planner.errors import PlannerError
 from infra.planner.models import MoEModel
 
-Precision = Literal["bf16", "fp8"]
+# "fp8": per-tensor / block-scaled FP8 (Transformer Engine delayed or current scaling, DeepSeek's
+# 1x128/128x128 tiles). "mxfp8": OCP microscaling FP8 (one E8M0 scale per 32 elements), which
+# Blackwell tensor cores run natively at the FP8 rate and Megatron-Bridge's Blackwell recipes use.
+Precision = Literal["bf16", "fp8", "mxfp8"]
 Recompute = Literal["none", "selective", "full"]
 # "1f1b": Megatron's (interleaved) 1F1B, expert all-to-all exposed.
 # "a2a-overlap": 1F1B with Megatron's batch-level EP overlap (--overlap-moe-expert-parallel-comm):
@@ -25,6 +29,14 @@ Recompute = Literal["none", "selective", "full"]
 # "dualpipe": DeepSeek's DualPipe (DeepSeek-V3 report, section 3.2.1): all-to-all and pipeline
 #     traffic hidden behind compute, at the price of SMs reserved for communication.
 Schedule = Literal["1f1b", "a2a-overlap", "dualpipe"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+RECOMPUTES: tuple[str, ...] = get_args(Recompute)
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+
+
+def is_fp8(precision: str) -> bool:
+    """True for both FP8 flavours: GEMMs at the FP8 rate, GEMM inputs stored in one byte."""
+    return precision in ("fp8", "mxfp8")
 
 
 @dataclass(frozen=True)
@@ -81,11 +93,53 @@ class TrainingSetup:
     rollout_engine_gpus: int = 0  # GPUs one rollout engine spans (0: smallest whole-node count
     #                               whose weights take at most half the engine's memory)
 
+    def __post_init__(self) -> None:
+        problems = setup_problems(self)
+        if problems:
+            raise PlannerError("invalid training setup: " + "; ".join(problems))
+
+
+def _choice(field: str, value, allowed: tuple) -> str | None:
+    if value in allowed:
+        return None
+    return f"{field}={value!r} is not one of {', '.join(allowed)}; use one of those"
+
+
+def setup_problems(s: TrainingSetup) -> list[str]:
+    """Every field of ``s`` that breaks its rule, as 'field=value ...; fix' sentences."""
+    out: list[str] = []
+
+    def whole(field: str, value, minimum: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            out.append(f"{field}={value!r} must be a whole number >= {minimum}")
+
+    whole("seq_len", s.seq_len, 1)
+    whole("global_batch", s.global_batch, 1)
+    whole("rollout_tokens_per_gpu", s.rollout_tokens_per_gpu, 0)
+    whole("rollout_engine_gpus", s.rollout_engine_gpus, 0)
+    for field, allowed in (("precision", PRECISIONS), ("schedule", SCHEDULES)):
+        problem = _choice(field, getattr(s, field), allowed)
+        if problem:
+            out.append(problem)
+    for field in ("optimizer_bf16_moments", "colocate_rollout", "rollout_offload"):
+        if not isinstance(getattr(s, field), bool):
+            out.append(f"{field}={getattr(s, field)!r} must be true or false")
+    imb = s.moe_imbalance
+    if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not 1.0 <= imb <= 4.0:
+        out.append(f"moe_imbalance={imb!r} must be a number from 1.0 (balanced routing) to 4.0")
+    frac = s.rollout_mem_fraction
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0.0 <= frac < 1.0:
+        out.append(f"rollout_mem_fraction={frac!r} must be a fraction from 0 to below 1 "
+                   f"(SGLang mem_fraction_static, e.g. 0.7)")
+    return out
+
 
 def layout_problem(model: MoEModel, layout: Layout, setup: TrainingSetup,
                    gpus_per_node: int) -> str | None:
     """First divisibility rule the layout breaks, as a sentence; None when it is well-formed."""
     L = layout
+    if L.recompute not in RECOMPUTES:
+        return f"recompute={L.recompute!r} is not one of {', '.join(RECOMPUTES)}"
     if min(L.tp, L.pp, L.ep, L.dp, L.cp, L.etp, L.vpp, L.mbs) < 1:
         return "every parallel size must be at least 1"
     if L.tp > gpus_per_node:

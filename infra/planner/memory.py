@@ -39,7 +39,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from infra.planner.hardware import GIB, System
-from infra.planner.layout import Layout, TrainingSetup
+from infra.planner.layout import Layout, TrainingSetup, is_fp8
 from infra.planner.models import MoEModel
 
 NCCL_BUFFERS_GIB = 1.5  # all NCCL communicators of a rank (TP, CP, DP, EP, PP groups); estimate
@@ -131,7 +131,7 @@ def activation_bytes_per_layer(model: MoEModel, L: Layout, setup: TrainingSetup,
     h = model.hidden
     tokens = L.mbs * setup.seq_len / L.cp  # tokens of this CP shard
     sel = L.recompute == "selective"
-    fp8 = setup.precision == "fp8"
+    fp8 = is_fp8(setup.precision)
     # (width per token, split by tp, GEMM-input only, dropped by selective recompute)
     saved: list[tuple[float, bool, bool, bool]] = [
         (h, True, False, False),  # attention norm input (residual stream)
@@ -222,7 +222,7 @@ def _static(p: StageParams, L: Layout, setup: TrainingSetup) -> tuple[float, flo
     weights = 2 * total * (2 if setup.schedule == "dualpipe" else 1)
     grads = 4 * total
     optim = sharded * (p.dense / d_dense + p.expert / d_exp)
-    fp8_cache = 2 * total if setup.precision == "fp8" else 0.0  # FP8 copy + transpose (Hopper)
+    fp8_cache = 2 * total if is_fp8(setup.precision) else 0.0  # FP8 copy + transpose (Hopper)
     return weights, grads, optim, fp8_cache
 
 

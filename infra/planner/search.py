@@ -194,6 +194,14 @@ def _check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...]
                 f"divide the {gpus} GPUs of {counts[0]} x {system.name}")
 
 
+def check_precision(system: System, precision: str) -> None:
+    """MXFP8 needs Blackwell's microscaling tensor cores; say so instead of predicting BF16."""
+    if precision == "mxfp8" and not system.efficiency.supports_mxfp8:
+        raise PlannerError(
+            f"precision='mxfp8' needs Blackwell tensor cores (B200/B300); {system.name} has "
+            f"{system.gpu.name}, which supports bf16, fp8; use --precision fp8 or a p6 type")
+
+
 def _cost(system: System, nodes: int, t: StepTime, price_override: float | None) -> Cost:
     price = price_override if price_override is not None else system.price_per_hour
     source = "--price-per-hour" if price_override is not None else system.price_source
@@ -250,15 +258,12 @@ def plan(
         raise PlannerError(f"--max-nodes must be at least 1, got {max_nodes}")
     if nodes is not None and max_nodes is not None and nodes > max_nodes:
         raise PlannerError(f"--nodes {nodes} exceeds the quota given by --max-nodes ({max_nodes})")
-    if precision not in ("bf16", "fp8"):
-        raise PlannerError(f"precision must be bf16 or fp8, got {precision!r}")
-    if seq_len < 1 or global_batch < 1:
-        raise PlannerError("seq_len and global_batch must be positive")
     try:
         setup = TrainingSetup(seq_len=seq_len, global_batch=global_batch, precision=precision,
                               **setup_fields)
     except TypeError as err:
         raise PlannerError(f"unknown training option: {err}") from None
+    check_precision(system, setup.precision)
     pins = pins or Pins()
     counts = _node_counts(nodes, max_nodes)
 
@@ -354,6 +359,7 @@ def evaluate(model: str | MoEModel, instance_type: str, nodes: int, layout: Layo
         raise PlannerError(
             f"layout {layout.label()} does not divide: tp x cp x pp x dp = {layout.world} GPUs, "
             f"but {nodes} node(s) of {system.name} have {nodes * system.gpus_per_node}")
+    check_precision(system, setup.precision)
     problem = layout_problem(m, layout, setup, system.gpus_per_node)
     if problem:
         raise PlannerError(f"layout {layout.label()} does not divide: {problem}")

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 from infra.planner.hardware import GB, System
-from infra.planner.layout import Layout, TrainingSetup
+from infra.planner.layout import Layout, TrainingSetup, is_fp8
 from infra.planner.memory import stage_params
 from infra.planner.models import MoEModel
 
@@ -69,10 +69,16 @@ class StepTime:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
-def _gemm(system: System, flops_scale: float, M: float, K: float, N: float, fp8: bool) -> float:
-    """Seconds for one forward GEMM M x K x N (times ``flops_scale`` copies)."""
+def _gemm(system: System, flops_scale: float, M: float, K: float, N: float,
+          fp8: str | bool) -> float:
+    """Seconds for one forward GEMM M x K x N (times ``flops_scale`` copies); ``fp8`` is False
+    for BF16, else the FP8 flavour ("fp8" or "mxfp8")."""
     eff = system.efficiency
-    peak = (system.gpu.fp8_tflops * eff.gemm_fp8 if fp8 else system.gpu.bf16_tflops * eff.gemm_bf16)
+    if fp8:
+        frac = eff.gemm_mxfp8 if fp8 == "mxfp8" else eff.gemm_fp8
+        peak = system.gpu.fp8_tflops * frac
+    else:
+        peak = system.gpu.bf16_tflops * eff.gemm_bf16
     b = 1 if fp8 else 2
     flops = 2.0 * M * K * N
     traffic = b * (M * K + K * N) + 2 * M * N
@@ -109,7 +115,7 @@ def layer_times(model: MoEModel, system: System, L: Layout, setup: TrainingSetup
     """(compute, tp_comm, ep_comm) seconds of one layer for one micro-batch, forward+backward
     (+ recomputation), on one GPU."""
     eff = system.efficiency
-    fp8 = setup.precision == "fp8"
+    fp8 = setup.precision if is_fp8(setup.precision) else False
     h = model.hidden
     tokens = L.mbs * setup.seq_len / L.cp
     t_loc = tokens / L.tp
@@ -204,7 +210,7 @@ def ep_all_to_all_time(model: MoEModel, system: System, L: Layout, setup: Traini
         latency = (fab.a2a_latency_ms + fab.a2a_latency_per_node_ms * (span - 1)) * 1e-3
     else:
         latency = INTRA_NODE_A2A_LATENCY_MS * 1e-3
-    fp8_dispatch = setup.precision == "fp8" and backend.startswith("deepep")
+    fp8_dispatch = is_fp8(setup.precision) and backend.startswith("deepep")
     total = 0.0
     # (bytes per element): fwd dispatch, fwd combine, bwd of combine, bwd of dispatch
     for b in ((1.03 if fp8_dispatch else 2.0), 2.0, 2.0, 2.0):
@@ -249,7 +255,7 @@ def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
     tp_comm = n_moe_total * c_moe[1] + n_dense_total * c_dense[1]
     ep_comm = n_moe_total * c_moe[2] + n_dense_total * c_dense[2]
     # output head(s) + loss, and embedding
-    fp8 = setup.precision == "fp8"
+    fp8 = setup.precision if is_fp8(setup.precision) else False
     tokens = L.mbs * setup.seq_len / L.cp
     heads = 1 + model.mtp_layers
     passes = 3.0
