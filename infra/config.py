@@ -345,8 +345,8 @@ def _problems_from_pydantic(error: ValidationError) -> list[Problem]:
 
 # --- semantic rules -----------------------------------------------------------------------------
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
-_GROUP_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+_NAME_RE = re.compile(r"[a-z]([a-z0-9-]{0,18}[a-z0-9])?")
+_GROUP_RE = names.GPU_GROUP_NAME_RE
 _REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 _ACCOUNT_RE = re.compile(r"^\d{12}$")
 _ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
@@ -372,10 +372,16 @@ def validate(cfg: KitConfig) -> list[Problem]:
     p: list[Problem] = []
     add = p.append
 
-    if not _NAME_RE.match(cfg.name):
+    if not _NAME_RE.fullmatch(cfg.name):
         add(Problem("name", cfg.name, "must be 1-20 characters: lowercase letters, digits and '-', "
-                    "starting with a letter (it prefixes stack and cluster names)",
+                    "starting with a letter and ending with a letter or digit (it prefixes stack "
+                    "and cluster names)",
                     "choose a short lowercase name such as 'moe-rl'"))
+    elif names.environment_names_can_collide(cfg.name):
+        add(Problem("name", cfg.name, f"the word 'gpu' after a '-' is reserved: stacks of this "
+                    f"environment could share names with another environment's GPU stacks "
+                    f"({names.gpu_stack_name('<env>', '<group>')}), and teardown must tell them "
+                    "apart", "choose a name without '-gpu', e.g. 'moe-rl-h100'"))
     if not _REGION_RE.match(cfg.region):
         add(Problem("region", cfg.region, "not an AWS region name", "use a name like 'us-east-1'"))
     if cfg.account is not None and not _ACCOUNT_RE.match(cfg.account):
@@ -503,7 +509,7 @@ def _validate_vpc(cfg: KitConfig, add) -> None:
 
 def _validate_gpu_group(cfg: KitConfig, name: str, g: GpuNodeGroupConfig, add) -> None:
     path = f"gpu_node_groups.{name}"
-    if not _GROUP_RE.match(name):
+    if not _GROUP_RE.fullmatch(name):
         add(Problem(path, name, "group names must be 1-20 characters: lowercase letters, digits "
                     "and '-', starting with a letter", "rename the group, e.g. 'p5'"))
     if g.instance_type in UNSUPPORTED_INSTANCE_TYPES:

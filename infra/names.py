@@ -7,6 +7,7 @@ lives here (counts live in ``infra.catalog``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -17,8 +18,9 @@ class Taint:
     effect: str  # Kubernetes spelling: NoSchedule | PreferNoSchedule | NoExecute
 
     def toleration(self) -> dict[str, str]:
-        """The pod toleration that matches this taint exactly."""
-        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+        """The pod toleration for this taint's key: ``Exists``, so a changed value or effect on
+        the node (or a user's extra taint with the same key) can never strand a pod."""
+        return {"key": self.key, "operator": "Exists"}
 
 
 # Every kit GPU node carries this taint, so only pods that ask for GPUs land there.
@@ -33,7 +35,17 @@ EFA_LABEL = f"{LABEL_PREFIX}/efa"  # "true" on EFA node groups
 NODE_GROUP_LABEL = f"{LABEL_PREFIX}/node-group"  # the config's node-group name
 ZONE_LABEL = "topology.kubernetes.io/zone"  # well-known label set by the kubelet
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # well-known label
+# The NVIDIA device plugin chart's required node affinity accepts this label (or NFD's PCI labels,
+# which the kit does not install) [NVIDIA/k8s-device-plugin v0.20.0
+# deployments/helm/nvidia-device-plugin/values.yaml `affinity`]. nodeadm sets it by itself only
+# from kubelet 1.35 [awslabs/amazon-eks-ami 81fec2e nodeadm/doc/api-concepts.md], so the kit puts
+# it on every GPU node group, whatever the Kubernetes version.
+NVIDIA_GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 
+# 2 MiB huge pages each GPU pod requests (every EFA trainer/benchmark manifest on EKS asks for
+# 5120Mi [design.md]). The GPU launch template reserves exactly this before kubelet starts, and the
+# manifests request it: one number for both.
+HUGEPAGES_2MI_MIB = 5120
 
 
 def gpu_node_labels(group: str) -> dict[str, str]:
@@ -64,8 +76,22 @@ def stack_names(prefix: str) -> dict[str, str]:
     }
 
 
+GPU_STACK_INFIX = "-gpu-"
+# GPU node-group names (they end GPU stack names); the config validates against the same pattern.
+GPU_GROUP_NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,19}")
+
+
 def gpu_stack_name(prefix: str, group: str) -> str:
-    return f"{prefix}-gpu-{group}"
+    return f"{prefix}{GPU_STACK_INFIX}{group}"
+
+
+def environment_names_can_collide(name: str) -> bool:
+    """Whether stacks of an environment with this name could share a name with another
+    environment's GPU stacks: ``a-gpu`` has ``a-gpu-network``, which is also the GPU stack of
+    group ``network`` in environment ``a``. Names with a ``gpu`` word after the first are
+    reserved for that reason, which makes a collision impossible (the part before the first
+    ``-gpu-`` of a stack name is then always the environment's own name)."""
+    return GPU_STACK_INFIX in f"{name}-"
 
 
 class OutputKeys:

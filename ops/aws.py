@@ -10,11 +10,26 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ProfileNotFound,
+    ReadTimeoutError,
+)
 
-# Standard retry mode backs off on throttling; the CLI makes few calls, so a handful of attempts
-# is plenty [boto3 guide, "Retries"].
-_CLIENT_CONFIG = Config(retries={"max_attempts": 5, "mode": "standard"})
+# No call may hang the CLI: botocore's defaults are 60 s for connect and read, retried up to the
+# retry budget. A short connect timeout fails fast on an unreachable endpoint; the read timeout
+# stays generous for the slowest calls the CLI makes (paginated listings). Standard retry mode
+# backs off on throttling and retries timeouts; the CLI makes few calls, so a handful of attempts
+# is plenty [boto3 guide, "Retries"; botocore.config.Config].
+CONNECT_TIMEOUT_S = 10
+READ_TIMEOUT_S = 60
+MAX_ATTEMPTS = 4
+CLIENT_CONFIG = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
+                       retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"})
 
 CREDENTIALS_FIX = (
     "configure AWS credentials (aws configure, aws sso login, or AWS_PROFILE) for the account "
@@ -23,11 +38,13 @@ CREDENTIALS_FIX = (
 
 
 def session(region: str, profile: str | None = None) -> boto3.session.Session:
+    """A session for ``region``; raises ProfileNotFound (a BotoCoreError) for an unknown profile."""
     return boto3.session.Session(region_name=region, profile_name=profile)
 
 
 def client(sess: boto3.session.Session, service: str) -> Any:
-    return sess.client(service, config=_CLIENT_CONFIG)
+    """A client whose every call has connect/read timeouts and bounded retries."""
+    return sess.client(service, config=CLIENT_CONFIG)
 
 
 def error_code(err: BaseException) -> str:
@@ -44,6 +61,13 @@ def describe_error(err: BaseException) -> str:
         return f"{op} failed: {e.get('Code', 'Error')}: {e.get('Message', str(err))}"
     if isinstance(err, NoCredentialsError):
         return "no AWS credentials found"
+    if isinstance(err, ProfileNotFound):
+        return (f"{err} (check the spelling of --profile; `aws configure list-profiles` lists "
+                "them)")
+    if isinstance(err, (ConnectTimeoutError, ReadTimeoutError, EndpointConnectionError)):
+        return (f"no answer from AWS ({err}) after {MAX_ATTEMPTS} attempt(s) with a "
+                f"{CONNECT_TIMEOUT_S} s connect and {READ_TIMEOUT_S} s read timeout: check the "
+                "network path to the AWS endpoint (proxy, VPN, firewall) and the region")
     if isinstance(err, BotoCoreError):
         return str(err)
     return f"{type(err).__name__}: {err}"

@@ -46,7 +46,11 @@ def _run(args: argparse.Namespace) -> int:
         print(err, file=sys.stderr)
         return 2
     region = args.region or cfg.region
-    clients = args.clients_factory(region, args.profile)
+    try:
+        clients = args.clients_factory(region, args.profile)
+    except aws.AWS_ERRORS as err:  # e.g. a mistyped --profile
+        print(f"error: {aws.describe_error(err)}. Fix: {aws.CREDENTIALS_FIX}", file=sys.stderr)
+        return 2
     checks = run_preflight(cfg, clients, region)
     counts = summary(checks)
     if args.json:

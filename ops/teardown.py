@@ -34,36 +34,72 @@ class TeardownError(RuntimeError):
 
 @dataclass
 class Plan:
-    stages: list[list[str]]  # stacks to delete, stage by stage
+    stages: list[list[str]]  # stacks to delete, stage by stage; the data stack, if any, is last
     kept: list[str] = field(default_factory=list)  # stacks deliberately left
-    data_stack: str | None = None  # in stages: empty its bucket(s) and repository first
+    data_stack: str | None = None  # last stage: empty its bucket(s) and repository, then delete
+    # Stacks with one of this environment's names that do not carry its environment tag: never
+    # deleted, reported (stack name -> why).
+    refused: dict[str, str] = field(default_factory=dict)
+    # Stacks that only look like ``<name>-gpu-<group>`` and are not tagged for this environment.
+    ignored: dict[str, str] = field(default_factory=dict)
 
     @property
     def stacks(self) -> list[str]:
         return [s for stage in self.stages for s in stage]
 
 
-def live_stacks(cfn: Any, prefix: str) -> dict[str, str]:
-    """Name -> status of every stack named ``<prefix>-...`` that is not deleted."""
+def live_stacks(cfn: Any) -> dict[str, tuple[str, dict[str, str]]]:
+    """Name -> (status, tags) of every stack in the region that is not deleted."""
     found = {}
-    for page in cfn.get_paginator("list_stacks").paginate():
-        for s in page.get("StackSummaries", []):
-            if s["StackStatus"] not in _GONE and s["StackName"].startswith(prefix + "-"):
-                found[s["StackName"]] = s["StackStatus"]
+    for page in cfn.get_paginator("describe_stacks").paginate():
+        for s in page.get("Stacks", []):
+            if s["StackStatus"] not in _GONE:
+                tags = {t["Key"]: t["Value"] for t in s.get("Tags", [])}
+                found[s["StackName"]] = (s["StackStatus"], tags)
     return found
 
 
+def _gpu_group_of(env_name: str, stack: str) -> str | None:
+    """The group of a stack named exactly ``<env>-gpu-<group>`` with a valid group name."""
+    prefix = names.gpu_stack_name(env_name, "")
+    if not stack.startswith(prefix):
+        return None
+    group = stack[len(prefix):]
+    return group if names.GPU_GROUP_NAME_RE.fullmatch(group) else None
+
+
 def plan_teardown(cfn: Any, cfg: KitConfig, delete_data: bool) -> Plan:
-    live = live_stacks(cfn, cfg.name)
+    """Which stacks to delete, in order. A stack is this environment's only when its name is one
+    of the environment's stack names AND its ``rlkit:environment`` tag equals the environment
+    name: a neighbouring environment (``moe-rl-2``, ``moe-rl-gpu``) or a foreign stack that
+    happens to match ``<name>-gpu-*`` (``moe-rl-gpu-monitoring``) is never touched."""
+    live = live_stacks(cfn)
     stack = names.stack_names(cfg.name)
-    gpu_prefix = names.gpu_stack_name(cfg.name, "")
-    # GPU stacks of groups since removed from the config still depend on the cluster: include them.
-    gpu = sorted({names.gpu_stack_name(cfg.name, g) for g in cfg.gpu_node_groups} & set(live)
-                 | {s for s in live if s.startswith(gpu_prefix)})
-    stages = [gpu, [stack["cluster"]] if stack["cluster"] in live else [],
-              [stack["network"]] if stack["network"] in live else []]
-    plan = Plan(stages=[s for s in stages if s])
-    if stack["data"] in live:
+    configured_gpu = {names.gpu_stack_name(cfg.name, g) for g in cfg.gpu_node_groups}
+    plan = Plan(stages=[])
+
+    def ours(name: str) -> bool:
+        if name not in live:
+            return False
+        env = live[name][1].get(names.ENVIRONMENT_TAG)
+        if env == cfg.name:
+            return True
+        why = (f"its {names.ENVIRONMENT_TAG} tag is {env!r}, not {cfg.name!r}"
+               if env is not None else f"it has no {names.ENVIRONMENT_TAG} tag")
+        if name in configured_gpu or name in stack.values():
+            plan.refused[name] = why  # one of this config's own names: worth an error
+        else:
+            plan.ignored[name] = why  # merely looks like a GPU stack of a removed group
+        return False
+
+    # GPU stacks of groups since removed from the config still depend on the cluster: include
+    # them, but only when their tag says they belong here (a name match alone proves nothing).
+    candidates = configured_gpu | {s for s in live if _gpu_group_of(cfg.name, s) is not None}
+    gpu = sorted(s for s in candidates if ours(s))
+    stages = [gpu, [stack["cluster"]] if ours(stack["cluster"]) else [],
+              [stack["network"]] if ours(stack["network"]) else []]
+    plan.stages = [s for s in stages if s]
+    if ours(stack["data"]):
         if cfg.ephemeral or delete_data:
             plan.stages.append([stack["data"]])
             plan.data_stack = stack["data"]

@@ -1,9 +1,15 @@
 """`rlkit teardown`: delete an environment's stacks and list anything still tagged with it.
 
+Only this environment's stacks: a stack is deleted when its name is one of the environment's
+exact stack names (<name>-network, -cluster, -data, -gpu-<group>) AND its rlkit:environment tag
+equals the name; anything else is left alone and named. Refuses when the caller's account (STS)
+differs from the config's account; warns when --region differs from the config's region.
+
 Order: GPU node-group stacks, then the cluster, then the network. The data stack (bucket and
-ECR repository) is kept unless the config is ephemeral or --delete-data is given; before it is
-deleted its buckets are emptied (every object version and delete marker) and its images deleted,
-since CloudFormation refuses to delete either while they hold data.
+ECR repository) is kept unless the config is ephemeral or --delete-data is given; it goes last,
+after every other stack is gone: only then are its buckets emptied (every object version and
+delete marker) and its images deleted, since CloudFormation refuses to delete either while they
+hold data. A failed cluster delete therefore never leaves a running environment without its data.
 
 Asks you to type the environment name unless --yes. --dry-run prints what it would delete.
 Exit code 0 when everything is gone, 1 when something is left or a deletion failed, 2 for a bad
@@ -39,13 +45,15 @@ class Clients:
     s3: Any
     ecr: Any
     tagging: Any
+    sts: Any
 
 
 def make_clients(region: str, profile: str | None = None) -> Clients:
     sess = aws.session(region, profile)
     return Clients(cloudformation=aws.client(sess, "cloudformation"), s3=aws.client(sess, "s3"),
                    ecr=aws.client(sess, "ecr"),
-                   tagging=aws.client(sess, "resourcegroupstaggingapi"))
+                   tagging=aws.client(sess, "resourcegroupstaggingapi"),
+                   sts=aws.client(sess, "sts"))
 
 
 def _confirm(name: str, args: argparse.Namespace, ask: Callable[[str], str]) -> bool:
@@ -69,18 +77,33 @@ def _run(args: argparse.Namespace) -> int:
         print(err, file=sys.stderr)
         return 2
     region = args.region or cfg.region
-    c = args.clients_factory(region, args.profile)
+    if region != cfg.region:
+        print(f"warning: --region {region} differs from the config's region {cfg.region}; "
+              f"tearing down stacks named for {cfg.name!r} in {region}.", file=sys.stderr)
     echo: Callable[[str], None] = print
     dry = "[dry-run] would delete " if args.dry_run else ""
     try:
+        c = args.clients_factory(region, args.profile)
+        account = c.sts.get_caller_identity()["Account"]
+        if cfg.account is not None and account != cfg.account:
+            print(f"error: these credentials are for account {account}, but the config's account "
+                  f"is {cfg.account}; nothing deleted. Fix: use credentials (--profile) for "
+                  f"account {cfg.account}.", file=sys.stderr)
+            return 2
         plan = plan_teardown(c.cloudformation, cfg, args.delete_data)
     except aws.AWS_ERRORS as err:
         print(f"error: could not list stacks in {region}: {aws.describe_error(err)}. Fix: "
               f"{aws.CREDENTIALS_FIX}", file=sys.stderr)
         return 2
 
+    for stack, why in plan.refused.items():
+        print(f"warning: not deleting {stack}: {why}; it was not deployed by this environment "
+              "(or its tags were changed). Check it by hand.", file=sys.stderr)
+    for stack, why in plan.ignored.items():
+        echo(f"Leaving {stack} alone: {why}.")
+
     if plan.stacks:
-        echo(f"Teardown of {cfg.name!r} in {region}, in this order:")
+        echo(f"Teardown of {cfg.name!r} in account {account}, {region}, in this order:")
         for i, stage in enumerate(plan.stages, 1):
             echo(f"  {i}. {', '.join(stage)}")
     else:
@@ -94,21 +117,11 @@ def _run(args: argparse.Namespace) -> int:
     kept_ids: list[str] = []
     kept_stacks = list(plan.kept)
     try:
-        if plan.data_stack:
-            for res in data_resources(c.cloudformation, plan.data_stack):
-                if res.retained:
-                    kept_ids.append(res.name)
-                    echo(f"{res.kind} {res.name} has DeletionPolicy Retain (storage.retain: true): "
-                         "CloudFormation keeps it with its data. To delete it as well, empty and "
-                         "delete it by hand afterwards.")
-                elif res.kind == "bucket":
-                    n = empty_bucket(c.s3, res.name, args.dry_run)
-                    echo(f"{dry or 'Deleted: '}{n} object version(s) and delete marker(s) in "
-                         f"bucket {res.name}")
-                else:
-                    n = delete_images(c.ecr, res.name, args.dry_run)
-                    echo(f"{dry or 'Deleted: '}{n} image(s) in ECR repository {res.name}")
         for stage in plan.stages:
+            if stage == [plan.data_stack]:
+                # Data last: every other stack is gone by now, so emptying the bucket can no
+                # longer leave a running environment without its data.
+                kept_ids += empty_data_stack(c, plan.data_stack, args.dry_run, echo, dry)
             if args.dry_run:
                 for s in stage:
                     echo(f"[dry-run] would run: aws cloudformation delete-stack --stack-name {s} "
@@ -129,11 +142,35 @@ def _run(args: argparse.Namespace) -> int:
               f"({', '.join(plan.stacks)}).", file=sys.stderr)
         return 130
 
+    if plan.refused:
+        print(f"Not complete: {len(plan.refused)} stack(s) named like this environment's were left "
+              "(see the warnings above).", file=sys.stderr)
     if args.dry_run:
         echo(f"[dry-run] would list resources still tagged {names.ENVIRONMENT_TAG}={cfg.name} "
              "(resourcegroupstaggingapi get-resources)")
         return 0
-    return report_leftovers(c, cfg.name, kept_stacks, kept_ids, echo)
+    code = report_leftovers(c, cfg.name, kept_stacks, kept_ids, echo)
+    return 1 if plan.refused else code
+
+
+def empty_data_stack(c: Clients, stack: str, dry_run: bool, echo: Callable[[str], None],
+                     dry: str) -> list[str]:
+    """Empty the data stack's buckets and repository; returns the IDs CloudFormation keeps."""
+    kept_ids = []
+    for res in data_resources(c.cloudformation, stack):
+        if res.retained:
+            kept_ids.append(res.name)
+            echo(f"{res.kind} {res.name} has DeletionPolicy Retain (storage.retain: true): "
+                 "CloudFormation keeps it with its data. To delete it as well, empty and "
+                 "delete it by hand afterwards.")
+        elif res.kind == "bucket":
+            n = empty_bucket(c.s3, res.name, dry_run)
+            echo(f"{dry or 'Deleted: '}{n} object version(s) and delete marker(s) in "
+                 f"bucket {res.name}")
+        else:
+            n = delete_images(c.ecr, res.name, dry_run)
+            echo(f"{dry or 'Deleted: '}{n} image(s) in ECR repository {res.name}")
+    return kept_ids
 
 
 def report_leftovers(c: Clients, name: str, kept_stacks: list[str], kept_ids: list[str],

@@ -48,12 +48,22 @@ class Recording:
         return getattr(self._client, name)
 
 
+def env_tags(env):
+    return [{"Key": "rlkit:environment", "Value": env}] if env is not None else []
+
+
+def make_stack(stack, env, resources=None):
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName=stack, TemplateBody=json.dumps({"Resources": resources or TOPIC}),
+        Tags=env_tags(env))
+
+
 def make_env(name="tt", data=None, extra_gpu=()):
+    """The stacks `cdk deploy` makes for environment ``name``, tagged as the kit tags them."""
     cfn = boto3.client("cloudformation", region_name=REGION)
     for stack in (f"{name}-network", f"{name}-cluster", f"{name}-gpu-p5", *extra_gpu):
-        cfn.create_stack(StackName=stack, TemplateBody=json.dumps({"Resources": TOPIC}))
-    cfn.create_stack(StackName=f"{name}-data",
-                     TemplateBody=json.dumps({"Resources": data or DATA}))
+        make_stack(stack, name)
+    make_stack(f"{name}-data", name, data or DATA)
     resources = cfn.list_stack_resources(StackName=f"{name}-data")["StackResourceSummaries"]
     return {r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources}
 
@@ -75,8 +85,10 @@ def push_image(repo: str, tag: str) -> None:
         repositoryName=repo, imageManifest=json.dumps(manifest), imageTag=tag)
 
 
-def write_config(tmp_path, ephemeral=False, name="tt"):
+def write_config(tmp_path, ephemeral=False, name="tt", account=None):
     text = f"name: {name}\n"
+    if account:
+        text += f"account: '{account}'\n"
     if ephemeral:
         text += "ephemeral: true\ncost_guard: {max_gpu_nodes: 2, ttl_hours: 6}\n"
     path = tmp_path / "c.yaml"
@@ -84,15 +96,16 @@ def write_config(tmp_path, ephemeral=False, name="tt"):
     return path
 
 
-def run(tmp_path, *flags, ephemeral=False, answer=None):
+def run(tmp_path, *flags, ephemeral=False, answer=None, name="tt", account=None, cfn=None):
     parser = argparse.ArgumentParser(prog="rlkit")
     teardown_cmd.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["teardown", "--config", str(write_config(tmp_path, ephemeral)),
-                              "--poll", "0", *flags])
-    cfn = Recording(boto3.client("cloudformation", region_name=REGION))
+    config = write_config(tmp_path, ephemeral, name=name, account=account)
+    args = parser.parse_args(["teardown", "--config", str(config), "--poll", "0", *flags])
+    cfn = cfn or Recording(boto3.client("cloudformation", region_name=REGION))
     clients = Clients(cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
                       ecr=boto3.client("ecr", region_name=REGION),
-                      tagging=boto3.client("resourcegroupstaggingapi", region_name=REGION))
+                      tagging=boto3.client("resourcegroupstaggingapi", region_name=REGION),
+                      sts=boto3.client("sts", region_name=REGION))
     args.clients_factory = lambda region, profile: clients
     if answer is not None:
         args.ask = lambda prompt: answer
@@ -211,7 +224,8 @@ def test_dry_run_changes_nothing_and_prints_each_action(tmp_path, capsys):
     assert ("[dry-run] would run: aws cloudformation delete-stack --stack-name tt-gpu-p5 "
             "--region us-east-1 (and wait)") in out
     assert out.index("tt-gpu-p5 --region") < out.index("tt-cluster --region") \
-        < out.index("tt-network --region") < out.index("tt-data --region")
+        < out.index("tt-network --region") < out.index("[dry-run] would delete 3 object") \
+        < out.index("tt-data --region")
 
 
 def test_wrong_confirmation_deletes_nothing(tmp_path, capsys):
@@ -268,3 +282,135 @@ def test_wait_shows_progress_until_gone():
                       clock=iter(range(0, 100, 10)).__next__)
     assert lines == ["  deleting tt-cluster", "  tt-cluster: DELETE_IN_PROGRESS [10 s]",
                      "  tt-cluster: deleted [30 s]"]
+
+
+# --- only this environment (issue 12) ------------------------------------------------------------
+
+
+def make_neighbourhood():
+    """Environments moe-rl, moe-rl-gpu (a name the config now refuses, deployed by an older kit)
+    and moe-rl-2, plus a foreign stack that matches moe-rl's GPU-stack pattern."""
+    bucket_only = {"Bucket": {"Type": "AWS::S3::Bucket"}}
+    make_env("moe-rl", data=bucket_only)
+    for stack in ("moe-rl-gpu-network", "moe-rl-gpu-cluster", "moe-rl-gpu-gpu-p5"):
+        make_stack(stack, "moe-rl-gpu")
+    make_stack("moe-rl-gpu-data", "moe-rl-gpu", bucket_only)
+    make_env("moe-rl-2", data=bucket_only)
+    make_stack("moe-rl-gpu-monitoring", None)  # somebody else's stack, no kit tag
+
+
+def test_teardown_touches_only_its_own_stacks_among_neighbours(tmp_path, capsys):
+    make_neighbourhood()
+    code, cfn = run(tmp_path, "--yes", "--delete-data", name="moe-rl")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert sorted(cfn.deleted) == ["moe-rl-cluster", "moe-rl-data", "moe-rl-gpu-p5",
+                                   "moe-rl-network"]
+    assert live_names() == sorted([
+        "moe-rl-2-cluster", "moe-rl-2-data", "moe-rl-2-gpu-p5", "moe-rl-2-network",
+        "moe-rl-gpu-cluster", "moe-rl-gpu-data", "moe-rl-gpu-gpu-p5", "moe-rl-gpu-monitoring",
+        "moe-rl-gpu-network"])
+    assert ("Leaving moe-rl-gpu-monitoring alone: it has no rlkit:environment tag." in out)
+    assert ("Leaving moe-rl-gpu-network alone: its rlkit:environment tag is 'moe-rl-gpu', not "
+            "'moe-rl'." in out)
+
+
+def test_removed_group_stack_is_deleted_only_with_the_environment_tag(tmp_path):
+    make_env("moe-rl")
+    make_stack("moe-rl-gpu-old", "moe-rl")     # a group since removed from the config: ours
+    make_stack("moe-rl-gpu-other", "someone")  # same pattern, another owner's tag
+    code, cfn = run(tmp_path, "--yes", name="moe-rl")
+    assert code == 0
+    assert cfn.deleted[:2] == ["moe-rl-gpu-old", "moe-rl-gpu-p5"]
+    assert "moe-rl-gpu-other" in live_names()
+
+
+def test_own_stack_name_without_the_tag_is_refused_and_reported(tmp_path, capsys):
+    make_stack("tt-network", None)
+    make_stack("tt-cluster", "tt")
+    code, cfn = run(tmp_path, "--yes")
+    err = capsys.readouterr().err
+    assert cfn.deleted == ["tt-cluster"]
+    assert code == 1
+    assert ("warning: not deleting tt-network: it has no rlkit:environment tag; it was not "
+            "deployed by this environment") in err
+
+
+def test_environment_names_that_could_collide_are_refused():
+    from infra.config import ConfigError, parse_config
+
+    for bad in ("moe-rl-gpu", "moe-rl-gpu-2", "a-gpu-b"):
+        with pytest.raises(ConfigError) as err:
+            parse_config({"name": bad})
+        assert "reserved" in str(err.value) and "name = " in str(err.value)
+    parse_config({"name": "gpu-lab"})  # a leading "gpu" cannot collide
+
+
+def test_wrong_account_refuses_and_deletes_nothing(tmp_path, capsys):
+    make_env()
+    code, cfn = run(tmp_path, "--yes", account="210987654321")  # moto's caller is 123456789012
+    assert code == 2 and cfn.deleted == []
+    assert len(live_names()) == 4
+    assert ("error: these credentials are for account 123456789012, but the config's account is "
+            "210987654321; nothing deleted.") in capsys.readouterr().err
+
+
+def test_matching_account_proceeds(tmp_path):
+    make_env()
+    code, cfn = run(tmp_path, "--yes", account="123456789012")
+    assert code == 0 and "tt-cluster" in cfn.deleted
+
+
+def test_region_flag_differing_from_config_warns(tmp_path, capsys):
+    make_env()
+    run(tmp_path, "--dry-run", "--region", "us-west-2")
+    assert ("warning: --region us-west-2 differs from the config's region us-east-1"
+            in capsys.readouterr().err)
+
+
+class FailingCluster(Recording):
+    """CloudFormation that reports DELETE_FAILED for the cluster stack (e.g. a stuck ENI)."""
+
+    def describe_stacks(self, **kw):
+        if kw.get("StackName") == "tt-cluster":
+            return {"Stacks": [{"StackName": "tt-cluster", "StackStatus": "DELETE_FAILED"}]}
+        return self._client.describe_stacks(**kw)
+
+    def delete_stack(self, **kw):
+        self.deleted.append(kw["StackName"])
+        if kw["StackName"] != "tt-cluster":
+            return self._client.delete_stack(**kw)
+        return {}
+
+    def describe_stack_events(self, **kw):
+        return {"StackEvents": [{"LogicalResourceId": "Cluster", "ResourceType": "AWS::EKS::Cluster",
+                                 "ResourceStatus": "DELETE_FAILED",
+                                 "ResourceStatusReason": "cluster has dependent ENIs"}]}
+
+
+def test_failed_cluster_delete_leaves_the_data_untouched(tmp_path, capsys):
+    ids = make_env()
+    fill_bucket(ids["Bucket"])
+    push_image("tt-trainer", "a")
+    cfn = FailingCluster(boto3.client("cloudformation", region_name=REGION))
+    code, _ = run(tmp_path, "--yes", ephemeral=True, cfn=cfn)
+    assert code == 1
+    assert "stack tt-cluster is DELETE_FAILED: Cluster (AWS::EKS::Cluster): cluster has " \
+           "dependent ENIs" in capsys.readouterr().err
+    assert "tt-data" not in cfn.deleted and "tt-data" in live_names()
+    versions = boto3.client("s3", region_name=REGION).list_object_versions(Bucket=ids["Bucket"])
+    assert len(versions.get("Versions", [])) == 2 and len(versions.get("DeleteMarkers", [])) == 1
+    ecr = boto3.client("ecr", region_name=REGION)
+    assert len(ecr.list_images(repositoryName="tt-trainer")["imageIds"]) == 1
+
+
+def test_mistyped_profile_is_a_clean_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    parser = argparse.ArgumentParser(prog="rlkit")
+    teardown_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["teardown", "--config", str(write_config(tmp_path)),
+                              "--profile", "prdo", "--yes"])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert "The config profile (prdo) could not be found" in err
+    assert "check the spelling of --profile" in err and "Traceback" not in err
