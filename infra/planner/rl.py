@@ -1,0 +1,411 @@
+"""One GRPO step = rollout generation + weight sync + training, per placement and engine layout.
+
+A synchronous GRPO step (Miles/slime ``train.py``, NeMo-RL on-policy) runs three phases in turn:
+
+1. Rollout: SGLang engines of ``engine_gpus`` GPUs each (attention tensor-parallel over the
+   engine, experts split over ``engine_ep``) generate ``prompts x samples_per_prompt`` responses.
+   One decode iteration of one engine with ``B`` running sequences of mean context ``c`` costs
+       fixed + layers * per_layer + max(HBM bytes / (HBM * hbm_eff), FLOPs / (BF16 * gemm_bf16))
+   where the bytes are the weights the batch touches (dense weights, plus the distinct experts
+   ``E * (1 - (1 - k/E)^B)`` of each MoE layer) and the KV cache it reads, shared over the
+   engine's GPUs; ``per_layer`` is the decode-time floor of one layer (kernel minimum times under
+   CUDA graphs plus the engine's tensor-parallel all-reduces, more when the engine spans nodes,
+   or DeepEP low-latency dispatch/combine with ``deepep``). An engine runs
+   ``max(max_response, samples_per_engine * mean_response / max_batch)`` iterations (the longest
+   response bounds the phase; a batch bigger than the KV cache allows runs in waves), with the
+   mean running batch over those iterations. Prefill of the prompts is added at GEMM rate.
+2. Weight sync (Megatron to SGLang): the BF16 weights gathered from the training layout and
+   loaded into every engine. Colocated: CUDA IPC inside each node, ``SYNC_COLOCATED_GBPS`` per
+   node, plus the engine's release/resume of its memory (``OFFLOAD_FIXED_S``). Disaggregated:
+   NCCL broadcast over the fabric at the per-node line rate times ``SYNC_FABRIC_EFF``.
+3. Training: the training step of ``timing.step_time`` for the packed mean sequence, once per
+   optimizer step of the rollout, plus ``logprob_passes`` forward-only passes (old-policy and,
+   with a KL term, reference log-probs), each a third of a forward+backward.
+
+Placement: ``colocated`` runs rollout and training on the same nodes, one after the other (the
+kit's launcher uses Miles ``--colocate``); ``disaggregated`` gives rollout its own nodes. With
+synchronous (on-policy) GRPO the phases still run in turn; ``overlap=True`` (one-step off-policy,
+Miles ``train_async.py``) overlaps them, so the step is the longer phase plus the sync.
+
+Constants are calibrated in tests/test_planner_rl_validation.py; docs/planner.md lists sources.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from infra.planner.errors import PlannerError
+from infra.planner.hardware import GB, GIB, System, get_system
+from infra.planner.models import MoEModel, get_model
+from infra.planner.search import Candidate, Pins, check_precision, plan
+
+Placement = Literal["colocated", "disaggregated"]
+
+# --- decode constants (see module docstring; calibration in docs/planner.md) ------------------
+DECODE_FIXED_MS = 1.0  # per iteration: scheduler, sampling, graph launch; estimate
+DECODE_HBM_EFF = 0.5  # HBM share decode MoE kernels reach at small M (fused MoE); estimate
+DECODE_LAYER_US = 30.0  # per layer per iteration: kernel floor under CUDA graphs; calibrated
+TP_ALLREDUCE_US = 8.0  # one NVLink all-reduce of a decode batch (SGLang custom all-reduce)
+TP_ALLREDUCE_NET_US = 80.0  # one all-reduce across 2 nodes over EFA/IB; calibrated
+TP_ALLREDUCE_NET_PER_NODE_US = 80.0  # and per further node (ring/tree depth); calibrated
+DEEPEP_LL_US = 40.0  # one DeepEP low-latency dispatch or combine inside a node; estimate
+DEEPEP_LL_NET_US = 120.0  # the same across nodes over EFA; estimate
+MAX_RUNNING = 1024  # SGLang max running requests per engine (CUDA-graph batch cap); assumption
+# --- weight sync ---------------------------------------------------------------------------
+SYNC_COLOCATED_GBPS = 60.0  # GB/s per node, gather + IPC hand-over of BF16 weights; calibrated
+SYNC_FABRIC_EFF = 0.5  # share of the line rate an NCCL broadcast of weights reaches; estimate
+OFFLOAD_FIXED_S = 10.0  # colocated: release/resume of engine and trainer memory per step; estimate
+ENGINE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class RLSetup:
+    """What one GRPO step generates and trains."""
+
+    prompts: int = 32  # rollout_batch_size
+    samples_per_prompt: int = 8  # n_samples_per_prompt
+    prompt_len: int = 512
+    max_response_len: int = 8192  # rollout_max_response_len
+    mean_response_len: int = 0  # 0: 60% of the maximum (long-tailed reasoning lengths)
+    steps_per_rollout: int = 1  # optimizer steps per rollout (num_steps_per_rollout)
+    logprob_passes: int = 1  # forward-only passes before training (old policy; +1 with KL)
+    mem_fraction: float = 0.7  # SGLang mem_fraction_static
+    overlap: bool = False  # disaggregated only: one-step off-policy overlap
+
+    def __post_init__(self) -> None:
+        problems = []
+        for f in ("prompts", "samples_per_prompt", "prompt_len", "max_response_len",
+                  "steps_per_rollout"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                problems.append(f"{f}={v!r} must be a whole number >= 1")
+        for f in ("mean_response_len", "logprob_passes"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                problems.append(f"{f}={v!r} must be a whole number >= 0")
+        if not problems and self.mean_response_len > self.max_response_len:
+            problems.append(f"mean_response_len={self.mean_response_len} exceeds "
+                            f"max_response_len={self.max_response_len}; lower it")
+        if not problems and self.samples % self.steps_per_rollout:
+            problems.append(f"steps_per_rollout={self.steps_per_rollout} does not divide the "
+                            f"{self.samples} samples of a rollout (prompts x samples_per_prompt); "
+                            "Miles needs rollout_batch_size x n_samples_per_prompt = "
+                            "global_batch_size x num_steps_per_rollout")
+        if not (isinstance(self.mem_fraction, float | int) and 0.1 <= self.mem_fraction < 1.0):
+            problems.append(f"mem_fraction={self.mem_fraction!r} must be from 0.1 to below 1")
+        if problems:
+            raise PlannerError("invalid RL setup: " + "; ".join(problems))
+
+    @property
+    def samples(self) -> int:
+        return self.prompts * self.samples_per_prompt
+
+    @property
+    def mean_response(self) -> int:
+        return self.mean_response_len or int(0.6 * self.max_response_len)
+
+    @property
+    def mean_sequence(self) -> int:
+        return self.prompt_len + self.mean_response
+
+    @property
+    def train_batch(self) -> int:
+        return self.samples // self.steps_per_rollout
+
+
+@dataclass(frozen=True)
+class EngineLayout:
+    gpus: int  # GPUs per SGLang engine (--rollout-num-gpus-per-engine, SGLang tp)
+    ep: int  # expert-parallel size inside the engine (--sglang-ep-size)
+    engines: int
+
+    def label(self) -> str:
+        return f"{self.engines} x engine(TP{self.gpus} EP{self.ep})"
+
+
+@dataclass(frozen=True)
+class RLStep:
+    rollout: float
+    sync: float
+    train: float
+    step: float
+    decode_iterations: int
+    mean_batch: float
+    iteration_ms: float
+
+    def to_dict(self) -> dict:
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class RLCandidate:
+    placement: Placement
+    nodes: int  # all nodes of the job
+    train_nodes: int
+    rollout_nodes: int
+    engine: EngineLayout
+    training: Candidate
+    time: RLStep
+    samples_per_s: float
+    dollars_per_step: float | None
+    dollars_per_million_tokens: float | None  # per million trained tokens
+
+    def to_dict(self) -> dict:
+        return {
+            "placement": self.placement, "nodes": self.nodes, "train_nodes": self.train_nodes,
+            "rollout_nodes": self.rollout_nodes, "engine": asdict(self.engine),
+            "engine_label": self.engine.label(), "training": self.training.to_dict(),
+            "time": self.time.to_dict(), "samples_per_s": round(self.samples_per_s, 3),
+            "dollars_per_step": self.dollars_per_step,
+            "dollars_per_million_tokens": self.dollars_per_million_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class RLPlan:
+    model: MoEModel
+    system: System
+    rl: RLSetup
+    precision: str
+    candidates: tuple[RLCandidate, ...]  # ranked, best first
+    best_per_nodes: tuple[RLCandidate, ...]  # best candidate at each node count, by nodes
+    search_seconds: float
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def best(self) -> RLCandidate:
+        return self.candidates[0]
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model.key, "instance_type": self.system.name, "rl": asdict(self.rl),
+            "precision": self.precision, "search_seconds": round(self.search_seconds, 4),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "best_per_nodes": [c.to_dict() for c in self.best_per_nodes],
+            "warnings": list(self.warnings),
+        }
+
+
+# --- rollout ---------------------------------------------------------------------------------
+
+
+def _weights_bytes(model: MoEModel) -> float:
+    return 2.0 * (model.total_params + model.mtp_params)  # BF16 engine weights
+
+
+def _dense_bytes(model: MoEModel) -> float:
+    routed = model.moe_layers * model.num_experts * model.expert_params
+    return 2.0 * (model.total_params - routed)
+
+
+def kv_bytes_per_token_per_gpu(model: MoEModel, gpus: int) -> float:
+    """KV cache of one token on one GPU of a ``gpus``-way tensor-parallel engine: GQA splits
+    KV heads up to their count (replicated beyond); MLA's latent is replicated under TP."""
+    if model.attention == "gqa":
+        return model.kv_cache_bytes_per_token / min(gpus, model.num_kv_heads)
+    return float(model.kv_cache_bytes_per_token)
+
+
+def decode_iteration_s(model: MoEModel, system: System, engine_gpus: int, engine_ep: int,
+                       backend: str, batch: float, context: float) -> float:
+    """Seconds of one decode iteration of one engine (see the module docstring)."""
+    g = engine_gpus
+    eff = system.efficiency
+    E, k = model.num_experts, model.top_k
+    touched = E * (1 - (1 - k / E) ** max(batch, 1.0)) if E else 0.0
+    expert_bytes = model.moe_layers * touched * model.expert_params * 2.0
+    weight_bytes = (_dense_bytes(model) + expert_bytes) / g
+    kv = batch * context * kv_bytes_per_token_per_gpu(model, g)
+    t_mem = (weight_bytes + kv) / (system.gpu.hbm_tbps * 1e12 * DECODE_HBM_EFF)
+    flops = 2.0 * model.active_params * batch / g
+    flops += batch * model.num_layers * 4 * model.num_heads * model.qk_head_dim * context / g
+    t_compute = flops / (system.gpu.bf16_tflops * 1e12 * eff.gemm_bf16)
+    spans_nodes = g > system.gpus_per_node
+    per_layer = DECODE_LAYER_US
+    if g > 1:
+        span = math.ceil(g / system.gpus_per_node)
+        ar = (TP_ALLREDUCE_NET_US + TP_ALLREDUCE_NET_PER_NODE_US * (span - 2) if spans_nodes
+              else TP_ALLREDUCE_US)
+        ar += batch * model.hidden * 2 / (system.nvlink_busbw_gbps * GB) * 1e6
+        if backend.startswith("deepep") and engine_ep > 1:
+            a2a = DEEPEP_LL_NET_US if spans_nodes else DEEPEP_LL_US
+            per_layer += ar + 2 * a2a  # attention all-reduce; MoE dispatch + combine
+        else:
+            per_layer += 2 * ar  # attention and MoE all-reduce
+    fixed = DECODE_FIXED_MS * 1e-3 + model.num_layers * per_layer * 1e-6
+    return fixed + max(t_mem, t_compute)
+
+
+def engine_kv_tokens(model: MoEModel, system: System, engine_gpus: int, mem_fraction: float) -> float:
+    """Tokens of KV cache one engine holds: its memory share minus its weights."""
+    free = mem_fraction * system.gpu_memory_gib * GIB - _weights_bytes(model) / engine_gpus
+    return max(0.0, free) / kv_bytes_per_token_per_gpu(model, engine_gpus)
+
+
+def rollout_time(model: MoEModel, system: System, rl: RLSetup, engine: EngineLayout,
+                 backend: str) -> tuple[float, int, float, float]:
+    """(seconds, decode iterations, mean running batch, seconds per iteration) of one rollout."""
+    per_engine = rl.samples / engine.engines
+    seq_max = rl.prompt_len + rl.max_response_len
+    cap = engine_kv_tokens(model, system, engine.gpus, rl.mem_fraction) / seq_max
+    max_batch = max(1.0, min(per_engine, cap, MAX_RUNNING))
+    tokens = per_engine * rl.mean_response
+    iterations = max(rl.max_response_len, math.ceil(tokens / max_batch))
+    batch = tokens / iterations
+    context = rl.prompt_len + rl.mean_response / 2
+    t_iter = decode_iteration_s(model, system, engine.gpus, engine.ep, backend, batch, context)
+    prefill = (per_engine * rl.prompt_len * 2 * model.active_params / engine.gpus
+               / (system.gpu.bf16_tflops * 1e12 * system.efficiency.gemm_bf16))
+    return iterations * t_iter + prefill, iterations, batch, t_iter
+
+
+def sync_time(model: MoEModel, system: System, placement: Placement, train_nodes: int,
+              rollout_nodes: int) -> float:
+    """Seconds to move the trained BF16 weights into every engine."""
+    nbytes = _weights_bytes(model)
+    if placement == "colocated":
+        return OFFLOAD_FIXED_S + nbytes / (train_nodes * SYNC_COLOCATED_GBPS * GB)
+    line = system.fabric.line_rate_gbps * system.gpus_per_node * GB  # bytes/s per node
+    return nbytes / (line * SYNC_FABRIC_EFF)
+
+
+def train_time(candidate: Candidate, rl: RLSetup) -> float:
+    return candidate.time.step * rl.steps_per_rollout * (1 + rl.logprob_passes / 3)
+
+
+def engine_layouts(model: MoEModel, system: System, rl: RLSetup, gpus: int,
+                   backend: str, pinned: tuple[int, int] | None = None) -> list[EngineLayout]:
+    """Engine sizes that divide ``gpus`` and leave at least a tenth of the engine's memory share
+    for KV cache; ep = engine size (SGLang forces it with DeepEP), or 1 (pure TP) with NCCL."""
+    out = []
+    sizes = [pinned[0]] if pinned else [s for s in ENGINE_SIZES if s <= gpus]
+    for g in sizes:
+        if gpus % g:
+            continue
+        weights = _weights_bytes(model) / g
+        if weights > 0.9 * rl.mem_fraction * system.gpu_memory_gib * GIB:
+            continue
+        if pinned:
+            eps = [pinned[1]]
+        elif backend.startswith("deepep"):
+            eps = [g]
+        else:
+            eps = sorted({1, g})
+        for ep in eps:
+            if model.num_experts % ep == 0 and g % ep == 0:
+                out.append(EngineLayout(g, ep, gpus // g))
+    return out
+
+
+def evaluate_rl(model: MoEModel, system: System, rl: RLSetup, placement: Placement,
+                training: Candidate, rollout_nodes: int, engine: EngineLayout,
+                price_per_hour: float | None = None) -> RLCandidate:
+    """Predict one GRPO step for a given training candidate, rollout pool and engine layout."""
+    backend = training.backend.backend
+    train_nodes = training.nodes
+    ro, iters, batch, t_iter = rollout_time(model, system, rl, engine, backend)
+    sync = sync_time(model, system, placement, train_nodes, rollout_nodes)
+    tr = train_time(training, rl)
+    if placement == "disaggregated" and rl.overlap:
+        step = max(ro, tr) + sync
+    else:
+        step = ro + sync + tr
+    nodes = train_nodes if placement == "colocated" else train_nodes + rollout_nodes
+    price = price_per_hour if price_per_hour is not None else system.price_per_hour
+    per_step = None if price is None else price * nodes * step / 3600
+    per_m = None if per_step is None else per_step / (rl.samples * rl.mean_sequence) * 1e6
+    return RLCandidate(placement, nodes, train_nodes, rollout_nodes, engine, training,
+                       RLStep(ro, sync, tr, step, iters, batch, t_iter * 1e3),
+                       rl.samples / step, per_step, per_m)
+
+
+def _seq_len(rl: RLSetup) -> int:
+    return int(math.ceil(rl.mean_sequence / 256) * 256)
+
+
+def _best_training(model, system, rl, precision, max_nodes, colocate, pins, ep_backend,
+                   price_per_hour) -> dict[int, Candidate]:
+    """Best training layout per node count (one search over 1..max_nodes)."""
+    try:
+        result = plan(model, system.name, max_nodes=max_nodes, seq_len=_seq_len(rl),
+                      global_batch=rl.train_batch, precision=precision, ep_backend=ep_backend,
+                      top=10**9, pins=pins, price_per_hour=price_per_hour,
+                      colocate_rollout=colocate, rollout_offload=True,
+                      rollout_mem_fraction=rl.mem_fraction if colocate else 0.0)
+    except PlannerError:
+        return {}
+    best: dict[int, Candidate] = {}
+    for c in result.candidates:  # ranked best first
+        best.setdefault(c.nodes, c)
+    return best
+
+
+def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: int | None = None,
+            max_nodes: int = 16, precision: str = "bf16", placements: tuple[Placement, ...] = (
+                "colocated", "disaggregated"), objective: str = "cost", top: int = 5,
+            pins: Pins | None = None, engine: tuple[int, int] | None = None,
+            ep_backend: str | None = None, price_per_hour: float | None = None) -> RLPlan:
+    """Rank colocated and disaggregated GRPO layouts by cost per step (or step time)."""
+    started = time.perf_counter()
+    m = get_model(model) if isinstance(model, str) else model
+    system = get_system(instance_type)
+    check_precision(system, precision)
+    if nodes is not None and nodes < 1:
+        raise PlannerError(f"--nodes must be at least 1, got {nodes}")
+    if objective not in ("cost", "throughput"):
+        raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
+    for p in placements:
+        if p not in ("colocated", "disaggregated"):
+            raise PlannerError(f"placement {p!r} is not one of colocated, disaggregated")
+    top_n = nodes or max_nodes
+    counts = [nodes] if nodes else list(range(1, max_nodes + 1))
+    gpn = system.gpus_per_node
+    cands: list[RLCandidate] = []
+    if "colocated" in placements:
+        best = _best_training(m, system, rl, precision, top_n, True, pins, ep_backend,
+                              price_per_hour)
+        for n in counts:
+            tc = best.get(n)
+            if tc is None:
+                continue
+            for eng in engine_layouts(m, system, rl, n * gpn, tc.backend.backend, engine):
+                cands.append(evaluate_rl(m, system, rl, "colocated", tc, n, eng, price_per_hour))
+    if "disaggregated" in placements and top_n > 1:
+        best = _best_training(m, system, rl, precision, top_n - 1, False, pins, ep_backend,
+                              price_per_hour)
+        for n in counts:
+            for t, tc in best.items():
+                r = n - t
+                if r < 1:
+                    continue
+                for eng in engine_layouts(m, system, rl, r * gpn, tc.backend.backend, engine):
+                    cands.append(evaluate_rl(m, system, rl, "disaggregated", tc, r, eng,
+                                             price_per_hour))
+    if not cands:
+        where = f"{nodes} node(s)" if nodes else f"1 to {max_nodes} nodes"
+        raise PlannerError(f"no GRPO layout for {m.key} fits on {where} of {system.name}: no "
+                           "training layout fits, or no engine size leaves room for KV cache; "
+                           "allow more nodes (--max-nodes) or lower --max-response-len")
+
+    def key(c: RLCandidate):
+        if objective == "cost" and c.dollars_per_step is not None:
+            return (c.dollars_per_step, c.time.step, c.nodes)
+        return (c.time.step, c.nodes)
+
+    cands.sort(key=key)
+    per_nodes: dict[int, RLCandidate] = {}
+    for c in cands:
+        per_nodes.setdefault(c.nodes, c)
+    warnings = []
+    if cands[0].dollars_per_step is None:
+        warnings.append(f"no public on-demand price for {system.name}; pass --price-per-hour "
+                        "(ranked by step time)")
+    if cands[0].placement == "colocated":
+        warnings.append("colocated rollout assumes the engine's weights and KV cache are released "
+                        "while training (Miles/slime offload)")
+    return RLPlan(m, system, rl, precision, tuple(cands[:max(1, top)]),
+                  tuple(per_nodes[n] for n in sorted(per_nodes)),
+                  time.perf_counter() - started, tuple(warnings))
