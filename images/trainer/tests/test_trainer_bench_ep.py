@@ -1,19 +1,25 @@
-"""``rltrainer bench ep``: real gloo all-to-all runs, a correct and two broken dispatchers."""
+"""``rltrainer bench ep``: real gloo all-to-all runs, a correct and two broken dispatchers,
+DeepEP's byte accounting against an independent implementation, and the DeepEP code path
+against a stand-in whose signatures are checked against the pinned DeepEP source."""
 
 from __future__ import annotations
 
+import ast
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-from trainer_helpers import broken_split_ep_worker, cli_worker, json_lines, run_ranks, unweighted_combine_ep_worker
-from rltrainer.bench.ep import EPShape, expert_scale, make_tokens
+from trainer_helpers import (STANDIN, broken_split_ep_worker, cli_worker, json_lines, run_ranks,
+                             small_acceptance_worker, standin_deepep_worker, unweighted_combine_ep_worker)
+from rltrainer.bench.ep import PUBLISHED_SHAPE, EPShape, expert_scale, make_tokens, rdma_tokens_sent, tokens_per_rank
 
 pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
 
-EP_KEYS = ["kind", "backend", "direction", "tokens_per_rank", "hidden", "topk", "experts", "time_us", "GBps",
-           "world_size", "correct"]
+EP_KEYS = ["kind", "purpose", "backend", "direction", "tokens_per_rank", "hidden", "topk", "experts", "world_size",
+           "ranks_per_node", "step_time_us", "time_us", "timing", "rdma_bytes", "nvl_bytes", "rdma_GBps", "nvl_GBps",
+           "correct"]
 SMALL = ["--tokens-per-rank", "48", "--hidden", "16", "--topk", "3", "--experts", "8", "--iters", "2", "--warmup", "1",
          "--device", "cpu"]
 
@@ -31,7 +37,8 @@ def test_all_to_all_dispatch_and_combine_are_correct_and_timed(tmp_path: Path, w
         assert (row["tokens_per_rank"], row["hidden"], row["topk"], row["experts"]) == (48, 16, 3, 8)
         assert row["world_size"] == world
         assert row["correct"] is True
-        assert row["time_us"] > 0 and row["GBps"] > 0
+        assert row["step_time_us"] > 0 and row["time_us"] > 0 and row["timing"] == "wall"
+        assert row["rdma_GBps"] > 0 and row["nvl_GBps"] > 0
 
 
 def test_wrong_expert_split_is_caught_before_timing(tmp_path: Path):
@@ -39,7 +46,7 @@ def test_wrong_expert_split_is_caught_before_timing(tmp_path: Path):
     ranks = run_ranks(broken_split_ep_worker, 2, tmp_path, SMALL)
     assert [r["rc"] for r in ranks] == [1, 1]
     rows = json_lines(ranks[0]["stdout"])
-    assert [(r["direction"], r["correct"], r["time_us"], r["GBps"]) for r in rows] == [
+    assert [(r["direction"], r["correct"], r["time_us"], r["rdma_GBps"]) for r in rows] == [
         ("dispatch", False, None, None),
         ("combine", False, None, None),
     ]
@@ -108,3 +115,201 @@ def test_shape_rules():
         "--experts 6 must be a multiple of the world size 4 (each rank owns experts / world_size experts)"
     ]
     assert EPShape(8, 8, 9, 8).validate(2) == ["--topk 9 cannot exceed --experts 8 (experts per token are distinct)"]
+
+
+# --- DeepEP's byte accounting ---------------------------------------------------------------------
+#
+# Written from reading deepseek-ai/DeepEP tests/test_internode.py at 567632d, with plain Python
+# loops and no code shared with rltrainer: a node owns experts [n * E/N, (n+1) * E/N) (``rdma_idx =
+# topk_idx // (num_experts // num_nodes)``, made unique per token, ``-1`` ignored, summed: the
+# sender's own node counts); a rank receives one row per token that has at least one expert on it
+# (``recv_x.numel()``); both times ``hidden * 2`` (bf16). Combine moves the same bytes back.
+
+
+def reference_rdma_bytes(topk: list[list[int]], experts: int, nodes: int, hidden: int) -> int:
+    per_node = experts // nodes
+    pairs = 0
+    for row in topk:
+        pairs += len({e // per_node for e in row if e >= 0})
+    return pairs * hidden * 2
+
+
+def reference_nvl_recv_bytes(topk_by_rank: list[list[list[int]]], experts: int, rank: int, hidden: int) -> int:
+    ranks = len(topk_by_rank)
+    per_rank = experts // ranks
+    received = 0
+    for rows in topk_by_rank:
+        for row in rows:
+            if any(e >= 0 and e // per_rank == rank for e in row):
+                received += 1
+    return received * hidden * 2
+
+
+FIXED_ROUTING = [  # 4 ranks on 2 nodes, 16 experts: 4 per rank, 8 per node; -1 = no expert
+    [0, 1, 2, 3],       # all on rank 0 (node 0): 1 node, 1 rank
+    [0, 4, 8, 12],      # ranks 0,1,2,3: both nodes, 4 ranks
+    [8, 9, -1, -1],     # rank 2 only (node 1)
+    [15, 7, 6, 14],     # ranks 3,1 / nodes 1,0
+    [-1, -1, -1, -1],   # nowhere
+]
+
+
+def test_rdma_accounting_matches_the_independent_formula_on_fixed_routing():
+    import torch
+
+    idx = torch.tensor(FIXED_ROUTING, dtype=torch.int64)
+    # by hand: 1 + 2 + 1 + 2 + 0 (token, node) pairs
+    assert reference_rdma_bytes(FIXED_ROUTING, 16, 2, hidden=7) == 6 * 7 * 2
+    assert rdma_tokens_sent(idx, experts=16, num_nodes=2) * 7 * 2 == reference_rdma_bytes(FIXED_ROUTING, 16, 2, 7)
+    # one node: every routed token is one (token, node) pair
+    assert rdma_tokens_sent(idx, experts=16, num_nodes=1) == 4
+    assert tokens_per_rank(idx, experts=16, world_size=4).tolist() == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("world, per_node", [(16, 8), (32, 8), (4, 2)])
+def test_rdma_accounting_matches_on_random_routing_at_the_published_shape(world, per_node):
+    import torch
+
+    shape = EPShape(256, 7168, 8, 256)  # the published hidden/experts/top-k, fewer tokens: CPU time
+    _, idx, _ = make_tokens(shape, src_rank=1, seed=3, dtype=torch.float32, device="cpu")
+    nodes = world // per_node
+    assert rdma_tokens_sent(idx, 256, nodes) * 7168 * 2 == reference_rdma_bytes(idx.tolist(), 256, nodes, 7168)
+
+
+def test_published_shape_is_deepeps_test_defaults():
+    src = _pinned_source("tests/test_internode.py")
+    defaults = {}
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+            flag = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+            for kw in node.keywords:
+                if kw.arg == "default" and isinstance(kw.value, ast.Constant):
+                    defaults[flag] = kw.value.value
+    assert (defaults["--num-tokens"], defaults["--hidden"], defaults["--num-topk"], defaults["--num-experts"]) == (
+        PUBLISHED_SHAPE.tokens_per_rank, PUBLISHED_SHAPE.hidden, PUBLISHED_SHAPE.topk, PUBLISHED_SHAPE.experts)
+    # and the byte formulas this file's reference implements are still the ones the test uses
+    assert "num_rdma_token_sent * hidden * 2" in src and "recv_x.numel() * 2" in src
+    assert "rdma_idx = topk_idx // (num_experts // num_nodes)" in src
+
+
+def test_benchmark_rows_carry_deepeps_bytes_for_rank_0(tmp_path: Path):
+    """4 gloo ranks as 2 nodes of 2: rank 0's RDMA and NVLink bytes equal the reference."""
+    import torch
+
+    argv = ["--tokens-per-rank", "48", "--hidden", "16", "--topk", "3", "--experts", "8", "--iters", "2", "--warmup",
+            "1", "--device", "cpu", "--ranks-per-node", "2"]
+    ranks = run_ranks(cli_worker, 4, tmp_path, ["ep", *argv])
+    assert [r["rc"] for r in ranks] == [0] * 4, ranks[0]["stderr"]
+    rows = json_lines(ranks[0]["stdout"])
+    shape = EPShape(48, 16, 3, 8)
+    topk = [make_tokens(shape, r, 0, torch.float32, "cpu")[1].tolist() for r in range(4)]
+    for row in rows:
+        assert row["ranks_per_node"] == 2
+        assert row["rdma_bytes"] == reference_rdma_bytes(topk[0], 8, 2, 16)
+        assert row["nvl_bytes"] == reference_nvl_recv_bytes(topk, 8, 0, 16)
+        assert row["rdma_GBps"] == pytest.approx(row["rdma_bytes"] / (row["time_us"] * 1e-6) / 1e9, rel=1e-3)
+
+
+def test_ranks_per_node_must_divide_the_world(tmp_path: Path):
+    ranks = run_ranks(cli_worker, 2, tmp_path, ["ep", *SMALL, "--ranks-per-node", "3"])
+    assert [r["rc"] for r in ranks] == [2, 2]
+    assert "rltrainer bench ep: --ranks-per-node 3 must divide the world size 2" in ranks[0]["stderr"]
+
+
+def test_acceptance_adds_the_published_shape_after_the_model_shape(tmp_path: Path):
+    ranks = run_ranks(small_acceptance_worker, 2, tmp_path, [*SMALL, "--acceptance"], [32, 24, 2, 4])
+    assert [r["rc"] for r in ranks] == [0, 0], ranks[0]["stderr"]
+    rows = json_lines(ranks[0]["stdout"])
+    assert [(r["purpose"], r["direction"], r["hidden"]) for r in rows] == [
+        ("model", "dispatch", 16), ("model", "combine", 16), ("acceptance", "dispatch", 24), ("acceptance", "combine", 24)]
+
+
+# --- the DeepEP code path, against the pinned API -------------------------------------------------
+
+PINNED = Path(__file__).resolve().parents[3].parent / "shared" / "upstream" / "deepep-567632d"
+
+
+def _pinned_source(rel: str) -> str:
+    path = PINNED / rel
+    if not path.is_file():
+        message = (f"DeepEP's pinned sources are missing: {path} (the ../shared/upstream/deepep-567632d folder "
+                   "beside the repository clone; see shared/upstream/README.md)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path.read_text()
+
+
+def _methods(tree: ast.Module, cls: str) -> dict[str, ast.FunctionDef]:
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
+
+
+def _signature(fn: ast.FunctionDef) -> list[tuple[str, str | None]]:
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + [ast.unparse(d) for d in a.defaults]
+    sig = [(arg.arg, d) for arg, d in zip(positional, defaults)]
+    sig += [(f"*{a.kwonlyargs[i].arg}", ast.unparse(d) if d else None) for i, d in enumerate(a.kw_defaults)]
+    decorators = [ast.unparse(d) for d in fn.decorator_list]
+    return [("@", ",".join(decorators))] + sig
+
+
+def _return_arity(fn: ast.FunctionDef) -> int:
+    ann = fn.returns
+    assert isinstance(ann, ast.Subscript) and ast.unparse(ann.value) == "Tuple", ast.unparse(ann)
+    return len(ann.slice.elts)
+
+
+USED = ("__init__", "get_dispatch_config", "get_combine_config", "get_dispatch_layout", "dispatch", "combine")
+
+
+def check_standin_against(pinned_src: str) -> list[str]:
+    """Every difference between the stand-in's Buffer API and ``pinned_src``'s."""
+    pinned = _methods(ast.parse(pinned_src), "Buffer")
+    standin_src = (STANDIN / "deep_ep" / "__init__.py").read_text()
+    ours = _methods(ast.parse(standin_src), "Buffer")
+    arity = ast.literal_eval(next(n.value for n in ast.parse(standin_src).body if isinstance(n, ast.Assign)
+                                  and getattr(n.targets[0], "id", "") == "RETURN_ARITY"))
+    problems = []
+    for name in USED:
+        if name not in pinned:
+            problems.append(f"Buffer.{name} is gone from the pinned DeepEP")
+            continue
+        if _signature(pinned[name]) != _signature(ours[name]):
+            problems.append(f"Buffer.{name}: pinned {_signature(pinned[name])} != stand-in {_signature(ours[name])}")
+        if name in arity and _return_arity(pinned[name]) != arity[name]:
+            problems.append(f"Buffer.{name} returns {_return_arity(pinned[name])} values, stand-in {arity[name]}")
+    return problems
+
+
+def test_standin_matches_the_pinned_deepep_api():
+    assert check_standin_against(_pinned_source("deep_ep/buffer.py")) == []
+
+
+def test_signature_check_catches_api_drift():
+    src = _pinned_source("deep_ep/buffer.py")
+    drifted = src.replace("num_tokens_per_rdma_rank: Optional[torch.Tensor] = None,\n                 is_token_in_rank",
+                          "num_tokens_per_rdma_rank: Optional[torch.Tensor] = None,\n                 token_mask", 1)
+    assert drifted != src
+    problems = check_standin_against(drifted)
+    assert len(problems) == 1 and problems[0].startswith("Buffer.dispatch: pinned ")
+    fewer = src.replace("Tuple[torch.Tensor, Optional[torch.Tensor], EventOverlap]:\n        \"\"\"\n        Combine",
+                        "Tuple[torch.Tensor, EventOverlap]:\n        \"\"\"\n        Combine", 1)
+    assert check_standin_against(fewer) == ["Buffer.combine returns 2 values, stand-in 3"]
+
+
+def test_deepep_dispatcher_runs_layout_dispatch_cached_dispatch_and_combine(tmp_path: Path):
+    _pinned_source("deep_ep/buffer.py")  # the stand-in is only meaningful next to the pinned API
+    argv = ["--backend", "deepep", *SMALL, "--ranks-per-node", "1"]
+    ranks = run_ranks(standin_deepep_worker, 2, tmp_path, argv)
+    assert [r["rc"] for r in ranks] == [0, 0], ranks[0]["stderr"]
+    rows = json_lines(ranks[0]["stdout"])
+    assert [(r["backend"], r["direction"], r["correct"]) for r in rows] == [
+        ("deepep", "dispatch", True), ("deepep", "combine", True)]
+    calls = [name for name, _ in ranks[0]["calls"]]
+    assert calls[0] == "__init__" and "get_dispatch_layout" in calls
+    kinds = {(name, tuple(sorted(kw.items()))) for name, kw in ranks[0]["calls"] if name != "__init__"}
+    assert ("dispatch", (("cached", True), ("config", True))) in kinds  # DeepEP-timed: layout reused
+    assert ("dispatch", (("cached", False), ("config", True))) in kinds
+    assert ("combine", (("config", True),)) in kinds

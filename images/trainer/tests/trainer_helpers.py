@@ -116,7 +116,11 @@ def _ep_run(rank: int, world: int, port: int, outdir: str, argv: list[str], fact
     ep.add_arguments(p)
     args = p.parse_args(argv)
     out, err = io.StringIO(), io.StringIO()
-    rc = ep.run_main(args, out, err, dispatcher_factory=factory)
+    try:
+        rc = ep.run_main(args, out, err, dispatcher_factory=factory)
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else 1
+        err.write(f"{exc.code}\n" if not isinstance(exc.code, int) else "")
     _record(outdir, rank, rc, out.getvalue(), err.getvalue())
 
 
@@ -154,3 +158,33 @@ def unweighted_combine_ep_worker(rank: int, world: int, port: int, outdir: str, 
 
 def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+STANDIN = Path(__file__).resolve().parent / "deepep_standin"
+
+
+def make_standin_deepep_dispatcher(ctx, shape):
+    """DeepEPDispatcher over the stand-in deep_ep (gloo, CPU)."""
+    from rltrainer.bench.ep import DeepEPDispatcher
+
+    return DeepEPDispatcher(ctx, shape, allow_cpu=True)
+
+
+def standin_deepep_worker(rank: int, world: int, port: int, outdir: str, argv: list[str]) -> None:
+    import sys
+
+    sys.path.insert(0, str(STANDIN))
+    _ep_run(rank, world, port, outdir, argv, make_standin_deepep_dispatcher)
+    import deep_ep
+
+    record = json.loads(Path(outdir, f"rank{rank}.json").read_text())
+    record["calls"] = deep_ep.CALLS
+    Path(outdir, f"rank{rank}.json").write_text(json.dumps(record))
+
+
+def small_acceptance_worker(rank: int, world: int, port: int, outdir: str, argv: list[str], shape: list[int]) -> None:
+    """``--acceptance`` with the published shape swapped for a small one (2 CPU cores)."""
+    from rltrainer.bench import ep
+
+    ep.PUBLISHED_SHAPE = ep.EPShape(*shape)
+    _ep_run(rank, world, port, outdir, argv, None)

@@ -26,9 +26,29 @@ each of its tokens must look like after combine:
 ``y[t] = sum_k w[t,k] x scale(e[t,k]) x x[t]``. Only then are dispatch and combine
 timed, separately, on the slowest rank.
 
-Bandwidth: bytes that cross between ranks in one direction (rows sent to *other*
-ranks x hidden x element size, averaged over ranks) divided by the slowest rank's
-time, in GB/s = 1e9 bytes/s. Combine moves the same rows back.
+Two timings, two purposes:
+
+- ``step_time_us`` (backend choice): one whole dispatch (layout, count exchange and
+  data movement) and one whole combine, mean over ``--iters`` on the slowest rank. The
+  gate picks the EP backend with the lower dispatch + combine step time for the
+  model's own shape; no bandwidth is involved.
+- ``time_us`` with ``rdma_GBps`` / ``nvl_GBps`` (acceptance): counted and timed the way
+  DeepEP's own ``tests/test_internode.py`` does at commit 567632d (the commit the image
+  builds), so the numbers mean what the published DeepEP-over-EFA figures mean:
+
+  * bytes (bf16, 2 per element): RDMA = one row per (token, destination node), counted
+    once per node whatever the number of experts it hits there (``num_rdma_token_sent``;
+    the sender's own node counts too, as in DeepEP's test); NVLink = the rows this rank
+    receives, one per (token, destination rank) (``recv_x.numel() * 2``). Combine moves
+    the same bytes back (``combine_bf16_rdma_recv_bytes = dispatch_bf16_rdma_send_bytes``);
+  * time: only the data movement of an already laid-out dispatch (DeepEP: a dispatch
+    with ``handle=``, no layout, no count exchange) and of combine; with DeepEP on GPUs,
+    the CUDA time of the ``dispatch`` / ``combine`` kernel from the profiler, as
+    DeepEP's ``bench_kineto`` reads it; elsewhere wall time around the call;
+  * reported for rank 0 (DeepEP's test prints each node's local rank 0).
+
+  ``--acceptance`` adds a second measurement at DeepEP's published shape (hidden 7168,
+  256 experts, top-8, 4096 tokens per rank) after the model-shape one.
 
 The dispatcher is injectable (``run_benchmark(..., dispatcher=...)``) so tests can run
 a deliberately broken one and see the check fail with a clear message.
@@ -38,13 +58,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence, TextIO
 
-from .common import DistContext, emit, sig, import_torch, init_distributed, shutdown, torch_dtype
+from .common import DistContext, emit, import_torch, init_distributed, shutdown, sig, timed, torch_dtype
 
 PER_EXPERT_COPY = "per_expert_copy"  # one row per (token, expert): Megatron alltoall
 PER_TOKEN = "per_token"  # one row per (token, destination rank): DeepEP
+
+BF16_BYTES = 2  # DeepEP's test counts bf16 rows (``hidden * 2``)
 
 
 @dataclass(frozen=True)
@@ -65,6 +88,62 @@ class EPShape:
         if self.topk > self.experts:
             problems.append(f"--topk {self.topk} cannot exceed --experts {self.experts} (experts per token are distinct)")
         return problems
+
+
+# The shape of DeepEP's own benchmark and of the published DeepEP-over-EFA figures
+# (tests/test_internode.py argparse defaults at 567632d: --num-tokens 4096, --hidden 7168,
+# --num-topk 8, --num-experts 256).
+PUBLISHED_SHAPE = EPShape(tokens_per_rank=4096, hidden=7168, topk=8, experts=256)
+
+
+# ------------------------------------------------------------ DeepEP byte accounting
+
+
+def rdma_tokens_sent(topk_idx, experts: int, num_nodes: int) -> int:
+    """(token, destination node) pairs: DeepEP's ``num_rdma_token_sent`` for this rank.
+
+    A node owns experts ``[n * experts / num_nodes, (n + 1) * experts / num_nodes)``; a
+    token counts once per node that owns at least one of its experts (the sender's own
+    node included); ``-1`` (no expert) counts nowhere.
+    """
+    torch, _ = import_torch()
+    per_node = experts // num_nodes
+    node = torch.where(topk_idx >= 0, topk_idx // per_node, torch.full_like(topk_idx, num_nodes))
+    hits = torch.zeros(topk_idx.shape[0], num_nodes + 1, dtype=torch.bool, device=topk_idx.device)
+    hits.scatter_(1, node, True)
+    return int(hits[:, :num_nodes].sum().item())
+
+
+def tokens_per_rank(topk_idx, experts: int, world_size: int):
+    """[world_size] tokens this rank sends to each rank (a token counts once per rank)."""
+    torch, _ = import_torch()
+    per_rank = experts // world_size
+    owner = torch.where(topk_idx >= 0, topk_idx // per_rank, torch.full_like(topk_idx, world_size))
+    hits = torch.zeros(topk_idx.shape[0], world_size + 1, dtype=torch.bool, device=topk_idx.device)
+    hits.scatter_(1, owner, True)
+    return hits[:, :world_size].sum(dim=0).to(torch.int64)
+
+
+@dataclass(frozen=True)
+class DeepEPBytes:
+    """Bytes DeepEP's test counts for one rank (dispatch; combine moves the same back)."""
+
+    rdma: int  # dispatch_bf16_rdma_send_bytes
+    nvl: int  # dispatch_bf16_nvl_recv_bytes
+
+
+def deepep_bytes(ctx: DistContext, shape: EPShape, topk_idx, ranks_per_node: int) -> DeepEPBytes:
+    """This rank's RDMA send and NVLink receive bytes, as DeepEP's test_internode counts them."""
+    num_nodes = ctx.world_size // ranks_per_node
+    rdma = rdma_tokens_sent(topk_idx, shape.experts, num_nodes) * shape.hidden * BF16_BYTES
+    import torch.distributed as dist
+
+    # Rows this rank receives = every rank's token count towards it (DeepEP: recv_x.size(0),
+    # which its test asserts equals the all-reduced num_tokens_per_rank[rank]).
+    counts = tokens_per_rank(topk_idx, shape.experts, ctx.world_size).to(ctx.device)
+    dist.all_reduce(counts)
+    nvl = int(counts[ctx.rank].item()) * shape.hidden * BF16_BYTES
+    return DeepEPBytes(rdma=rdma, nvl=nvl)
 
 
 def expert_scale(expert_ids, experts: int):
@@ -136,6 +215,15 @@ class AllToAllDispatcher:
         recv_expert = torch.repeat_interleave(experts, recv_counts.reshape(-1))
         return DispatchOutput(recv_x=recv, handle=(order, send_splits, recv_splits), recv_expert=recv_expert)
 
+    def dispatch_cached(self, x, out: DispatchOutput):
+        """Only the data movement of a dispatch whose layout and counts are known (``out``)."""
+        _, dist = import_torch()
+        order, send_splits, recv_splits = out.handle
+        send = x.index_select(0, order // self.shape.topk)
+        recv = x.new_empty((sum(recv_splits), x.shape[1]))
+        dist.all_to_all_single(recv, send, recv_splits, send_splits, group=self.group)
+        return recv
+
     def expert_forward(self, out: DispatchOutput):
         scale = expert_scale(out.recv_expert, self.shape.experts).to(out.recv_x.dtype)
         return out.recv_x * scale.unsqueeze(1)
@@ -165,7 +253,10 @@ class DeepEPDispatcher:
     layout = PER_TOKEN
     name = "deepep"
 
-    def __init__(self, ctx: DistContext, shape: EPShape, group: Any = None):
+    # Kernel names DeepEP's test profiles (bench_kineto(..., ('dispatch', 'notify'))).
+    kernel_names = {"dispatch": "dispatch", "combine": "combine"}
+
+    def __init__(self, ctx: DistContext, shape: EPShape, group: Any = None, allow_cpu: bool = False):
         try:
             import deep_ep
         except ImportError as exc:
@@ -174,7 +265,7 @@ class DeepEPDispatcher:
                 "This image was built with EP_BACKEND=none; rebuild with --build-arg EP_BACKEND=deepep-nvshmem "
                 "or deepep-gin, or benchmark the all-to-all path with --backend nccl."
             ) from None
-        if not ctx.is_cuda:
+        if not ctx.is_cuda and not allow_cpu:  # allow_cpu: the tests' stand-in deep_ep runs on gloo
             raise SystemExit("rltrainer bench ep --backend deepep needs GPUs; drop --device cpu")
         import torch.distributed as dist
 
@@ -187,7 +278,10 @@ class DeepEPDispatcher:
         for config in (deep_ep.Buffer.get_dispatch_config(ctx.world_size), deep_ep.Buffer.get_combine_config(ctx.world_size)):
             nvl = max(nvl, config.get_nvl_buffer_size_hint(hidden_bytes, ctx.world_size))
             rdma = max(rdma, config.get_rdma_buffer_size_hint(hidden_bytes, ctx.world_size))
+        self.deep_ep = deep_ep
         self.buffer = deep_ep.Buffer(self.group, nvl, rdma)
+        self.dispatch_config = deep_ep.Buffer.get_dispatch_config(ctx.world_size)
+        self.combine_config = deep_ep.Buffer.get_combine_config(ctx.world_size)
 
     def dispatch(self, x, topk_idx, topk_w) -> DispatchOutput:
         per_rank, per_rdma_rank, per_expert, in_rank, _ = self.buffer.get_dispatch_layout(topk_idx, self.shape.experts)
@@ -199,8 +293,14 @@ class DeepEPDispatcher:
             num_tokens_per_rdma_rank=per_rdma_rank,
             is_token_in_rank=in_rank,
             num_tokens_per_expert=per_expert,
+            config=self.dispatch_config,
         )
         return DispatchOutput(recv_x=recv_x, handle=handle, recv_topk_idx=recv_idx, recv_topk_w=recv_w)
+
+    def dispatch_cached(self, x, out: DispatchOutput):
+        """DeepEP's cached dispatch (``handle=``): no layout, no count exchange."""
+        recv_x, _, _, _, _, _ = self.buffer.dispatch(x, handle=out.handle, config=self.dispatch_config)
+        return recv_x
 
     def expert_forward(self, out: DispatchOutput):
         torch, _ = import_torch()
@@ -215,7 +315,7 @@ class DeepEPDispatcher:
         torch, _ = import_torch()
         # The router weights were applied on the expert side (expert_forward), so combine
         # only sums each token's rows from the ranks it went to.
-        combined, _, _ = self.buffer.combine(expert_out, handle)
+        combined, _, _ = self.buffer.combine(expert_out, handle, config=self.combine_config)
         return combined.to(torch.float32)
 
 
@@ -296,30 +396,59 @@ def check_combine(ctx: DistContext, shape: EPShape, seed: int, dtype, y) -> str 
     return None
 
 
-def remote_rows(ctx: DistContext, shape: EPShape, topk_idx, layout: str) -> int:
-    """Rows this rank sends to other ranks in one direction."""
-    epr = shape.experts // ctx.world_size
-    owner = topk_idx // epr
-    if layout == PER_EXPERT_COPY:
-        return int((owner != ctx.rank).sum().item())
-    torch, _ = import_torch()
-    hits = torch.zeros(topk_idx.shape[0], ctx.world_size, dtype=torch.bool, device=topk_idx.device)
-    hits.scatter_(1, owner, True)
-    hits[:, ctx.rank] = False
-    return int(hits.sum().item())
-
-
 # -------------------------------------------------------------------------- benchmark
 
 
 @dataclass
 class EPResult:
     correct: bool
-    dispatch_s: float | None
-    combine_s: float | None
-    dispatch_gbps: float | None
-    combine_gbps: float | None
     message: str | None = None
+    # backend choice: whole dispatch / combine, mean per call, slowest rank
+    dispatch_step_s: float | None = None
+    combine_step_s: float | None = None
+    # acceptance: data movement only, timed as DeepEP's test times it, on rank 0
+    dispatch_s: float | None = None
+    combine_s: float | None = None
+    timing: str = "wall"  # "kernel" (CUDA profiler, DeepEP's kernels) or "wall"
+    bytes: DeepEPBytes | None = None  # rank 0's, DeepEP's accounting
+
+    def gbps(self, direction: str, link: str) -> float | None:
+        seconds = self.dispatch_s if direction == "dispatch" else self.combine_s
+        if self.bytes is None or not seconds:
+            return None
+        return getattr(self.bytes, link) / seconds / 1e9
+
+
+def kernel_seconds(fn, kernel_name: str, iters: int) -> float:
+    """Mean CUDA time of the one kernel whose name contains ``kernel_name``, per call of ``fn``.
+
+    Read from torch's profiler averages, the column DeepEP's ``bench_kineto`` parses; like it,
+    exactly one kernel name must match, so a renamed kernel fails loudly instead of timing
+    the wrong thing.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    rows = [e for e in prof.key_averages() if kernel_name in e.key]
+    if len(rows) != 1:
+        names = sorted({e.key for e in prof.key_averages()})
+        raise RuntimeError(f"expected one CUDA kernel named like {kernel_name!r} in the profile, found "
+                           f"{len(rows)}: {names[:8]}")
+    row = rows[0]
+    total_us = getattr(row, "device_time_total", None)
+    if total_us is None:  # torch < 2.4
+        total_us = row.cuda_time_total
+    return total_us / row.count / 1e6
+
+
+def wall_seconds(ctx: DistContext, fn, iters: int) -> float:
+    ctx.barrier()
+    return timed(ctx, fn, iters)
 
 
 def run_benchmark(
@@ -331,8 +460,9 @@ def run_benchmark(
     iters: int,
     warmup: int,
     seed: int = 0,
+    ranks_per_node: int | None = None,
 ) -> EPResult:
-    """Check ``dispatcher`` for correctness, then time dispatch and combine separately."""
+    """Check ``dispatcher`` for correctness, then time it both ways (see the module docstring)."""
     torch, _ = import_torch()
     x, idx, w = make_tokens(shape, ctx.rank, seed, dtype, ctx.device)
 
@@ -348,14 +478,14 @@ def run_benchmark(
     except Exception as exc:  # noqa: BLE001 - a crashing dispatcher is a failed check, on every rank
         problem = f"rank {ctx.rank}: {type(exc).__name__}: {exc}"
     if not ctx.all_ok(problem is None):
-        return EPResult(False, None, None, None, None, problem or "another rank failed its check")
+        return EPResult(False, problem or "another rank failed its check")
 
     for _ in range(warmup):
         out = dispatcher.dispatch(x, idx, w)
         dispatcher.combine(dispatcher.expert_forward(out), out.handle, idx, w)
-    t_dispatch = t_combine = 0.0
-    import time
 
+    # Backend choice: time per step, layout and count exchange included.
+    t_dispatch = t_combine = 0.0
     for _ in range(iters):
         ctx.barrier()
         ctx.synchronize()
@@ -371,29 +501,58 @@ def run_benchmark(
         t3 = time.perf_counter()
         t_dispatch += t1 - t0
         t_combine += t3 - t2
-    dispatch_s = ctx.reduce_scalar(t_dispatch / iters, "max")
-    combine_s = ctx.reduce_scalar(t_combine / iters, "max")
-    row_bytes = shape.hidden * torch.tensor([], dtype=dtype).element_size()
-    mean_bytes = ctx.reduce_scalar(remote_rows(ctx, shape, idx, dispatcher.layout) * row_bytes, "sum") / ctx.world_size
-    return EPResult(True, dispatch_s, combine_s, mean_bytes / dispatch_s / 1e9, mean_bytes / combine_s / 1e9)
+    result = EPResult(True, dispatch_step_s=ctx.reduce_scalar(t_dispatch / iters, "max"),
+                      combine_step_s=ctx.reduce_scalar(t_combine / iters, "max"))
+
+    # Acceptance: DeepEP's accounting. Lay out once, then time only the data movement.
+    rpn = ranks_per_node or ctx.world_size
+    result.bytes = deepep_bytes(ctx, shape, idx, rpn)
+    out = dispatcher.dispatch(x, idx, w)
+    expert_out = dispatcher.expert_forward(out)
+    move = lambda: dispatcher.dispatch_cached(x, out)  # noqa: E731
+    back = lambda: dispatcher.combine(expert_out, out.handle, idx, w)  # noqa: E731
+    kernels = getattr(dispatcher, "kernel_names", None)
+    if ctx.is_cuda and kernels:
+        result.timing = "kernel"
+        ctx.barrier()
+        result.dispatch_s = kernel_seconds(move, kernels["dispatch"], iters)
+        ctx.barrier()
+        result.combine_s = kernel_seconds(back, kernels["combine"], iters)
+    else:
+        result.dispatch_s = wall_seconds(ctx, move, iters)
+        result.combine_s = wall_seconds(ctx, back, iters)
+    return result
 
 
-def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int) -> list[dict]:
+def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int, *, purpose: str = "model",
+                ranks_per_node: int | None = None) -> list[dict]:
     """The two JSON rows (dispatch, combine) for one benchmark result."""
     rows = []
-    for direction, seconds, gbps in (("dispatch", result.dispatch_s, result.dispatch_gbps),
-                                     ("combine", result.combine_s, result.combine_gbps)):
+    for direction in ("dispatch", "combine"):
+        step = result.dispatch_step_s if direction == "dispatch" else result.combine_step_s
+        seconds = result.dispatch_s if direction == "dispatch" else result.combine_s
+        rdma = nvl = None
+        if result.bytes is not None:
+            rdma, nvl = result.bytes.rdma, result.bytes.nvl
+        rdma_gbps, nvl_gbps = result.gbps(direction, "rdma"), result.gbps(direction, "nvl")
         rows.append({
             "kind": "ep",
+            "purpose": purpose,
             "backend": backend,
             "direction": direction,
             "tokens_per_rank": shape.tokens_per_rank,
             "hidden": shape.hidden,
             "topk": shape.topk,
             "experts": shape.experts,
-            "time_us": sig(seconds * 1e6) if seconds is not None else None,
-            "GBps": sig(gbps) if gbps is not None else None,
             "world_size": world_size,
+            "ranks_per_node": ranks_per_node or world_size,
+            "step_time_us": sig(step * 1e6) if step is not None else None,
+            "time_us": sig(seconds * 1e6) if seconds is not None else None,
+            "timing": result.timing,
+            "rdma_bytes": rdma,
+            "nvl_bytes": nvl,
+            "rdma_GBps": sig(rdma_gbps) if rdma_gbps is not None else None,
+            "nvl_GBps": sig(nvl_gbps) if nvl_gbps is not None else None,
             "correct": result.correct,
         })
     return rows
@@ -407,31 +566,57 @@ def make_dispatcher(backend: str, ctx: DistContext, shape: EPShape):
     raise SystemExit(f"rltrainer bench ep: unknown --backend {backend!r}; use nccl or deepep")
 
 
-def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, dispatcher: Any = None) -> int:
-    shape = EPShape(args.tokens_per_rank, args.hidden, args.topk, args.experts)
-    problems = shape.validate(ctx.world_size)
+def _ranks_per_node(args: argparse.Namespace, ctx: DistContext) -> int:
+    if args.ranks_per_node is not None:
+        return args.ranks_per_node
+    import os
+
+    return int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))  # torchrun sets it
+
+
+def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, dispatcher: Any = None,
+        dispatcher_factory=None) -> int:
+    model = EPShape(args.tokens_per_rank, args.hidden, args.topk, args.experts)
+    shapes = [("model", model)] + ([("acceptance", PUBLISHED_SHAPE)] if args.acceptance else [])
+    rpn = _ranks_per_node(args, ctx)
+    problems = [p for _, shape in shapes for p in shape.validate(ctx.world_size)]
+    if rpn < 1 or ctx.world_size % rpn:
+        problems.append(f"--ranks-per-node {rpn} must divide the world size {ctx.world_size}")
     if problems:
         if ctx.rank == 0:
-            for p in problems:
+            for p in dict.fromkeys(problems):
                 print(f"rltrainer bench ep: {p}", file=err)
         return 2
     dtype = torch_dtype(args.dtype or ("bfloat16" if ctx.is_cuda else "float32"))
-    dispatcher = dispatcher or make_dispatcher(args.backend, ctx, shape)
-    result = run_benchmark(ctx, shape, dispatcher=dispatcher, dtype=dtype, iters=args.iters, warmup=args.warmup,
-                           seed=args.seed)
-    if not result.correct and result.message and "another rank" not in result.message:
-        print(f"rltrainer bench ep: {result.message}", file=err, flush=True)
-    if ctx.rank == 0:
-        for row in result_rows(result, shape, dispatcher.name, ctx.world_size):
-            emit(row, out)
-        if result.correct:
-            print(f"# ep {dispatcher.name}: {ctx.world_size} ranks, {shape.tokens_per_rank} tokens/rank, hidden "
-                  f"{shape.hidden}, top-{shape.topk} of {shape.experts} experts", file=err)
-            print(f"#   dispatch {result.dispatch_s * 1e6:10.1f} us {result.dispatch_gbps:10.3f} GB/s", file=err)
-            print(f"#   combine  {result.combine_s * 1e6:10.1f} us {result.combine_gbps:10.3f} GB/s", file=err)
-        else:
-            print("rltrainer bench ep: correctness check FAILED; no timings reported", file=err, flush=True)
-    return 0 if result.correct else 1
+    factory = dispatcher_factory or (lambda c, s: make_dispatcher(args.backend, c, s))
+    ok = True
+    for purpose, shape in shapes:
+        disp = dispatcher if (dispatcher is not None and purpose == "model") else factory(ctx, shape)
+        result = run_benchmark(ctx, shape, dispatcher=disp, dtype=dtype, iters=args.iters, warmup=args.warmup,
+                               seed=args.seed, ranks_per_node=rpn)
+        if not result.correct and result.message and "another rank" not in result.message:
+            print(f"rltrainer bench ep: {result.message}", file=err, flush=True)
+        if ctx.rank == 0:
+            for row in result_rows(result, shape, disp.name, ctx.world_size, purpose=purpose, ranks_per_node=rpn):
+                emit(row, out)
+            _print_table(result, shape, disp.name, ctx.world_size, rpn, purpose, err)
+        ok = ok and result.correct
+        if not result.correct:
+            break
+    return 0 if ok else 1
+
+
+def _print_table(result: EPResult, shape: EPShape, name: str, world: int, rpn: int, purpose: str, err: TextIO):
+    if not result.correct:
+        print("rltrainer bench ep: correctness check FAILED; no timings reported", file=err, flush=True)
+        return
+    print(f"# ep {name} ({purpose} shape): {world} ranks, {rpn} per node, {shape.tokens_per_rank} tokens/rank, "
+          f"hidden {shape.hidden}, top-{shape.topk} of {shape.experts} experts", file=err)
+    for d in ("dispatch", "combine"):
+        step = result.dispatch_step_s if d == "dispatch" else result.combine_step_s
+        t = result.dispatch_s if d == "dispatch" else result.combine_s
+        print(f"#   {d:<8} step {step * 1e6:10.1f} us | DeepEP-timed ({result.timing}) {t * 1e6:10.1f} us "
+              f"{result.gbps(d, 'rdma'):8.2f} GB/s (RDMA) {result.gbps(d, 'nvl'):8.2f} GB/s (NVL)", file=err)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -442,6 +627,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experts", type=int, default=128, help="routed experts, a multiple of the world size (default 128)")
     p.add_argument("--backend", default="nccl", choices=("nccl", "deepep"),
                    help="nccl = torch all_to_all_single (gloo with --device cpu); deepep = deep_ep.Buffer (GPU)")
+    p.add_argument("--acceptance", action="store_true",
+                   help="also measure DeepEP's published shape (hidden 7168, 256 experts, top-8, 4096 tokens/rank)")
+    p.add_argument("--ranks-per-node", type=int, default=None,
+                   help="ranks on one node, for the RDMA/NVLink split (default: torchrun's LOCAL_WORLD_SIZE)")
     p.add_argument("--iters", type=int, default=20, help="timed iterations (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="untimed iterations (default 5)")
     p.add_argument("--dtype", default=None, help="row dtype (default bfloat16 on GPU, float32 on CPU)")
@@ -450,7 +639,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Expert-parallel dispatch/combine: correctness check, then bandwidth; rank 0 prints JSON lines."""
+    """Expert-parallel dispatch/combine: correctness check, then step time and DeepEP-accounted bandwidth."""
     p = argparse.ArgumentParser(prog="rltrainer bench ep", description=main.__doc__)
     add_arguments(p)
     args = p.parse_args(argv)
@@ -469,10 +658,6 @@ def run_main(args: argparse.Namespace, out: TextIO, err: TextIO, dispatcher_fact
             return 2
     ctx = init_distributed(args.device)
     try:
-        dispatcher = None
-        if dispatcher_factory is not None:
-            shape = EPShape(args.tokens_per_rank, args.hidden, args.topk, args.experts)
-            dispatcher = dispatcher_factory(ctx, shape)
-        return run(args, ctx, out, err, dispatcher=dispatcher)
+        return run(args, ctx, out, err, dispatcher_factory=dispatcher_factory)
     finally:
         shutdown()
