@@ -129,9 +129,21 @@ def test_deepep_needs_rollout_ep_equal_to_engine_size():
     ]
 
 
-def test_deepep_needs_expert_parallelism_in_training():
+def test_deepep_gin_is_refused_for_training_with_the_reason_and_the_fix():
     data = base()
     data["expert_parallel"]["backend"] = "deepep-gin"
+    assert problems_of(data) == [
+        'expert_parallel.backend = "deepep-gin": DeepEP V2 over NCCL GIN cannot train yet: the Megatron-LM that '
+        "Miles v0.1.0 pins (37f9161) drives DeepEP V1's Buffer in its flex dispatcher "
+        "(megatron/core/transformer/moe/fused_a2a.py) and does not support V2's ElasticBuffer. "
+        "Fix: use `deepep-nvshmem` (DeepEP V1 over NVSHMEM/libfabric) or `nccl`; the fabric gate may still "
+        "benchmark deepep-gin."
+    ]
+
+
+def test_deepep_needs_expert_parallelism_in_training():
+    data = base()
+    data["expert_parallel"]["backend"] = "deepep-nvshmem"
     data["parallel"]["training"]["ep"] = 1
     assert problems_of(data) == [
         "parallel.training.ep = 1: Megatron's flex dispatcher (DeepEP) needs expert-TP x EP > 1, but etp 1 x ep 1 = 1. "

@@ -1,6 +1,9 @@
 """``rltrainer launch``: the Miles command line, the dry run, and a whole run against moto.
 
-Argument names are checked against Miles' own sources (radixark/miles):
+Argument names are checked here against a hand-kept list from Miles' sources; the real
+proof is tests/test_miles_contract.py, which parses every example's command with the
+parsers built from the pinned Miles v0.1.0, Megatron-LM and SGLang sources. Sources of
+the list (radixark/miles):
 scripts/run-qwen3-30B-A3B.sh (the Qwen3-30B-A3B GRPO recipe), miles/utils/arguments.py
 (``--num-steps-per-rollout``, ``--num-gpus-per-node``, ``--megatron-to-hf-mode``),
 docs/en/get_started/usage.md (``--sglang-`` pass-through: ``--sglang-ep-size``,
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,7 +76,7 @@ def config_with(backend: str) -> object:
     return parse_run_config(data)
 
 
-@pytest.mark.parametrize("backend", ["nccl", "deepep-nvshmem", "deepep-gin"])
+@pytest.mark.parametrize("backend", ["nccl", "deepep-nvshmem"])
 def test_every_flag_is_a_miles_megatron_or_sglang_argument(backend):
     cfg = config_with(backend)
     argv = miles_train_args(cfg, hf_checkpoint="/models/Qwen3-30B-A3B", prompt_data="/data/p.jsonl")
@@ -125,7 +129,7 @@ def test_qwen3_30b_a3b_without_deepep():
         assert deepep_flag not in argv
 
 
-@pytest.mark.parametrize("backend", ["deepep-nvshmem", "deepep-gin"])
+@pytest.mark.parametrize("backend", ["deepep-nvshmem"])
 def test_qwen3_30b_a3b_with_deepep_switches_both_sides(backend):
     cfg = config_with(backend)
     argv = miles_train_args(cfg, hf_checkpoint="/models/Qwen3-30B-A3B", prompt_data="/data/dapo.jsonl")
@@ -137,9 +141,6 @@ def test_qwen3_30b_a3b_with_deepep_switches_both_sides(backend):
     # SGLang: DeepEP all-to-all, expert-parallel over the whole engine
     assert last_value(argv, "--sglang-moe-a2a-backend") == "deepep"
     assert last_value(argv, "--sglang-ep-size") == "8"
-    # both DeepEP variants produce the same Miles command; the transport is the manifests' business
-    other = config_with("deepep-gin" if backend == "deepep-nvshmem" else "deepep-nvshmem")
-    assert argv == miles_train_args(other, hf_checkpoint="/models/Qwen3-30B-A3B", prompt_data="/data/dapo.jsonl")
 
 
 def test_user_megatron_args_replace_soft_defaults_without_duplicates():
@@ -260,9 +261,10 @@ def test_full_launch_stages_inputs_trains_uploads_and_resumes(tmp_path: Path, aw
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump(data))
     argv = ["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable, "--upload-interval", "0.1"]
+    mounts = lustre_mounts(tmp_path)
 
     err = io.StringIO()
-    assert launch_main(argv, out=io.StringIO(), err=err) == 0, err.getvalue()
+    assert launch_main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == 0, err.getvalue()
     first = json.loads(log.read_text().splitlines()[0])
     assert first["start"] == 0
     assert last_value(first["argv"], "--hf-checkpoint") == str(local / "_inputs" / "model" / "tiny")
@@ -283,7 +285,7 @@ def test_full_launch_stages_inputs_trains_uploads_and_resumes(tmp_path: Path, aw
 
     shutil.rmtree(local)
     err = io.StringIO()
-    assert launch_main(argv, out=io.StringIO(), err=err) == 0, err.getvalue()
+    assert launch_main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == 0, err.getvalue()
     second = json.loads(log.read_text().splitlines()[1])
     assert second["start"] == 2
     assert "restoring iter_0000002 from s3://my-bucket/checkpoints/run1/" in err.getvalue()
@@ -292,27 +294,58 @@ def test_full_launch_stages_inputs_trains_uploads_and_resumes(tmp_path: Path, aw
     assert complete() == [1, 2, 3, 4]
 
 
+# A stand-in Miles checkout for unit tests: a model script in the v0.1.0 layout
+# (scripts/models/<name>.py with model_args(), importing model_args_utils) and a loader
+# program with the same command-line contract as Miles' own
+# miles/utils/external_utils/model_args_utils.py (print one model's flags on one line).
+# The real loader and real scripts run in tests/test_miles_contract.py.
 MODEL_SCRIPT = '''
-LAYERS=4
-freq=()
-for ((i=0; i<LAYERS; i++)); do freq+=(1); done
-printf -v MOE_FREQ "[%s]" "$(IFS=','; echo "${freq[*]}")"
-MODEL_ARGS=(
-   --num-layers "${LAYERS}"
-   --hidden-size 2048
-   --rotary-base "${MODEL_ARGS_ROTARY_BASE:-10000000}"
-   --moe-layer-freq $MOE_FREQ
-   --num-experts 128
-   --moe-token-dispatcher-type alltoall
-)
+import os
+from model_args_utils import moe_layer_freq
+
+def model_args(nlayers=None):
+    nlayers = nlayers or 4
+    return (
+        f"--num-layers {nlayers} "
+        "--hidden-size 2048 "
+        f"--rotary-base {os.environ.get('MODEL_ARGS_ROTARY_BASE') or '10000000'} "
+        f"--moe-layer-freq {moe_layer_freq(nlayers)} "
+        "--num-experts 128 "
+        "--moe-token-dispatcher-type alltoall "
+    )
+'''
+FAKE_LOADER = '''
+import importlib.util, sys
+from pathlib import Path
+
+def moe_layer_freq(nlayers):
+    return "[" + ",".join(["1"] * nlayers) + "]"
+
+sys.modules["model_args_utils"] = sys.modules[__name__]
+path = Path(__file__).resolve().parents[3] / "scripts" / "models" / f"{sys.argv[1]}.py"
+spec = importlib.util.spec_from_file_location("model", path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(" ".join(module.model_args().split()))
 '''
 
 
-def fake_miles(tmp_path: Path, script_name: str = "qwen3-30B-A3B.sh", body: str = MODEL_SCRIPT) -> Path:
-    models = tmp_path / "miles" / "scripts" / "models"
+def fake_miles(tmp_path: Path, script_name: str = "qwen3-30B-A3B.py", body: str = MODEL_SCRIPT) -> Path:
+    miles = tmp_path / "miles"
+    models = miles / "scripts" / "models"
     models.mkdir(parents=True)
     (models / script_name).write_text(body)
-    return tmp_path / "miles"
+    loader = miles / "miles" / "utils" / "external_utils" / "model_args_utils.py"
+    loader.parent.mkdir(parents=True)
+    loader.write_text(FAKE_LOADER)
+    return miles
+
+
+def lustre_mounts(tmp_path: Path) -> str:
+    """A /proc/mounts in which tmp_path is an FSx for Lustre mount."""
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"overlay / overlay rw 0 0\n10.0.0.5@tcp:/abcdefgh {tmp_path} lustre rw,flock 0 0\n")
+    return str(mounts)
 
 
 def config_without_model_args(tmp_path: Path) -> Path:
@@ -328,45 +361,131 @@ def test_empty_megatron_args_come_from_the_miles_model_script(tmp_path: Path):
 
     miles = fake_miles(tmp_path)
     cfg = load_run_config(config_without_model_args(tmp_path))
-    args, source = resolve_model_args(cfg, str(miles))
-    assert source == str(miles / "scripts" / "models" / "qwen3-30B-A3B.sh")
+    args, source = resolve_model_args(cfg, str(miles), sys.executable)
+    assert source == f"{miles / 'scripts' / 'models' / 'qwen3-30B-A3B.py'} model_args()"
     assert args == ("--num-layers", "4", "--hidden-size", "2048", "--rotary-base", "10000000",
                     "--moe-layer-freq", "[1,1,1,1]", "--num-experts", "128", "--moe-token-dispatcher-type", "alltoall")
 
     out = io.StringIO()
-    assert launch_main(["--config", str(config_without_model_args(tmp_path)), "--dry-run", "--miles-dir", str(miles)],
-                       out=out, err=io.StringIO()) == 0
+    assert launch_main(["--config", str(config_without_model_args(tmp_path)), "--dry-run", "--miles-dir", str(miles),
+                        "--python", sys.executable], out=out, err=io.StringIO()) == 0
     assert f"# model arguments from {source}" in out.getvalue()
     assert "    --moe-layer-freq '[1,1,1,1]' \\" in out.getvalue()
+
+
+def test_a_miles_script_name_works_as_model_name_and_a_failing_script_is_reported(tmp_path: Path):
+    from rltrainer.miles import ModelArgsError, resolve_model_args
+
+    miles = fake_miles(tmp_path, script_name="qwen3-8B.py")
+    data = yaml.safe_load(QWEN.read_text())
+    data["model"] = {"name": "qwen3-8B", "hf_checkpoint": "/models/Qwen3-8B", "megatron_args": []}
+    args, _ = resolve_model_args(parse_run_config(data), str(miles), sys.executable)
+    assert args[:2] == ("--num-layers", "4")
+    (miles / "scripts" / "models" / "qwen3-8B.py").write_text("raise ValueError('no such layout')\n")
+    with pytest.raises(ModelArgsError, match="model_args_utils.py qwen3-8B failed: ValueError: no such layout"):
+        resolve_model_args(parse_run_config(data), str(miles), sys.executable)
 
 
 def test_model_script_expert_count_is_checked_against_ep(tmp_path: Path):
     miles = fake_miles(tmp_path, body=MODEL_SCRIPT.replace("--num-experts 128", "--num-experts 12"))
     cfg = config_without_model_args(tmp_path)
     err = io.StringIO()
-    assert launch_main(["--config", str(cfg), "--dry-run", "--miles-dir", str(miles)], out=io.StringIO(), err=err) == 2
-    script = miles / "scripts" / "models" / "qwen3-30B-A3B.sh"
+    assert launch_main(["--config", str(cfg), "--dry-run", "--miles-dir", str(miles), "--python", sys.executable],
+                       out=io.StringIO(), err=err) == 2
+    script = miles / "scripts" / "models" / "qwen3-30B-A3B.py"
     assert err.getvalue() == (
         f"{cfg}: 1 problem:\n"
-        f"  - parallel.training.ep = 8: Megatron places num_experts / ep experts on each rank, and {script} sets "
-        "--num-experts 12, which 8 does not divide. Fix: choose an ep that divides 12.\n"
+        f"  - parallel.training.ep = 8: Megatron places num_experts / ep experts on each rank, and {script} "
+        "model_args() sets --num-experts 12, which 8 does not divide. Fix: choose an ep that divides 12.\n"
     )
 
 
 def test_unknown_model_without_megatron_args_is_refused_at_launch(tmp_path: Path):
-    miles = fake_miles(tmp_path, script_name="glm4-9B.sh")
+    miles = fake_miles(tmp_path, script_name="glm4-9B.py")
     cfg = config_without_model_args(tmp_path)
     err = io.StringIO()
     assert launch_main(["--config", str(cfg), "--miles-dir", str(miles)], out=io.StringIO(), err=err) == 2
     assert err.getvalue() == (
-        f"rltrainer launch: model.megatron_args is empty and {miles / 'scripts' / 'models'} has no script named after "
-        "model.name 'qwen3-30b-a3b'; copy the MODEL_ARGS of a Miles model script into model.megatron_args, "
-        "or set model.name to one of the scripts' names\n"
+        f"rltrainer launch: model.name = 'qwen3-30b-a3b': model.megatron_args is empty and "
+        f"{miles / 'scripts' / 'models'} has no model script for it (kit models with a Miles script: deepseek-v3, "
+        "kimi-k2, qwen3-235b-a22b, qwen3-30b-a3b). Fix: set model.name to one of those or to a script name in "
+        f"{miles / 'scripts' / 'models'} (without .py), or list the model's Megatron flags in model.megatron_args\n"
     )
     # a dry run away from the image still prints the rest of the plan
     out = io.StringIO()
     assert launch_main(["--config", str(cfg), "--dry-run", "--miles-dir", str(miles)], out=out, err=io.StringIO()) == 0
-    assert f"<MODEL_ARGS of {miles}/scripts/models/qwen3-30b-a3b.sh>" in out.getvalue()
+    assert f"<model_args() of {miles}/scripts/models/<script for qwen3-30b-a3b>.py>" in out.getvalue()
+
+
+def test_the_image_refuses_a_run_config_for_another_backend(tmp_path: Path):
+    err = io.StringIO()
+    assert launch_main(["--config", str(QWEN), "--dry-run"], out=io.StringIO(), err=err,
+                       image_backend="deepep-nvshmem") == 2
+    assert err.getvalue() == (
+        'rltrainer launch: expert_parallel.backend = "nccl": this image was built for the deepep-nvshmem '
+        "expert-parallel backend (RLTRAINER_IMAGE_EP_BACKEND=deepep-nvshmem), and each backend needs its own build "
+        "(EFA installer, NVSHMEM or NCCL, DeepEP). Fix: run the image tagged for nccl (<tag>-nccl), or set "
+        "expert_parallel.backend to deepep-nvshmem.\n"
+    )
+    assert launch_main(["--config", str(QWEN), "--dry-run"], out=io.StringIO(), err=io.StringIO(),
+                       image_backend="nccl") == 0
+
+
+def test_the_console_entry_reads_the_image_backend_from_the_environment(tmp_path: Path):
+    env = {**os.environ, "RLTRAINER_IMAGE_EP_BACKEND": "deepep-nvshmem"}
+    proc = subprocess.run([sys.executable, "-m", "rltrainer.launch", "--config", str(QWEN), "--dry-run"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2
+    assert "this image was built for the deepep-nvshmem expert-parallel backend" in proc.stderr
+
+
+def test_multi_node_run_refuses_a_checkpoint_dir_on_a_private_filesystem(tmp_path: Path):
+    local = tmp_path / "ckpt"  # an emptyDir, say
+    local.mkdir()
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"overlay / overlay rw 0 0\ntmpfs {local} tmpfs rw 0 0\n")
+    data = yaml.safe_load(QWEN.read_text())
+    data["checkpoint"]["local_dir"] = str(local)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    miles = tmp_path / "miles"
+    miles.mkdir()
+    (miles / "train.py").write_text("raise SystemExit('the trainer must not start')\n")
+    err = io.StringIO()
+    code = launch_main(["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable],
+                       out=io.StringIO(), err=err, mounts_file=str(mounts))
+    assert code == 2
+    assert err.getvalue() == (
+        f'rltrainer launch: checkpoint.local_dir = "{local}": a 2-node run needs it on a filesystem every node '
+        "mounts (one of beegfs, ceph, cephfs, efs, fuse.glusterfs, glusterfs, gpfs, lustre, nfs, nfs4, wekafs), but "
+        f"it is on tmpfs (mount point {local}), which only this pod sees: the workers' saves would never reach "
+        "the upload watcher. Fix: mount the shared volume (FSx for Lustre) at this path on the head and every "
+        "worker, or point checkpoint.local_dir at where it is mounted.\n"
+    )
+    # the dry run says what a real launch would do
+    out = io.StringIO()
+    assert launch_main(["--config", str(cfg), "--dry-run"], out=out, err=io.StringIO(), mounts_file=str(mounts)) == 0
+    assert f'# a real launch here would refuse: checkpoint.local_dir = "{local}"' in out.getvalue()
+
+
+def test_filesystem_type_takes_the_longest_mount_and_the_nearest_existing_parent(tmp_path: Path):
+    from rltrainer.launch import filesystem_type, shared_storage_problem
+
+    shared = tmp_path / "fsx dir"
+    shared.mkdir()
+    mounts = tmp_path / "mounts"
+    escaped = str(shared).replace(" ", "\\040")
+    mounts.write_text(f"overlay / overlay rw 0 0\n10.0.0.5@tcp:/abc {escaped} lustre rw 0 0\n"
+                      f"fs-1.efs.us-east-1.amazonaws.com:/ {tmp_path}/efs nfs4 rw 0 0\n")
+    assert filesystem_type(str(shared / "not" / "yet"), str(mounts)) == ("lustre", str(shared))
+    assert filesystem_type(str(tmp_path / "other"), str(mounts)) == ("overlay", "/")
+    assert filesystem_type(str(tmp_path), str(tmp_path / "no-such-file")) is None
+    cfg = load_run_config(QWEN)
+    assert shared_storage_problem(cfg, str(mounts)) is not None  # /checkpoints is on overlay here
+    single = yaml.safe_load(QWEN.read_text())
+    single["parallel"]["nodes"] = 1
+    single["grpo"]["global_batch_size"] = 256
+    assert shared_storage_problem(parse_run_config(single), "/no/such/mounts") is None  # one node needs no sharing
 
 
 def test_a_missing_bucket_stops_before_training(tmp_path: Path, aws):
@@ -381,7 +500,7 @@ def test_a_missing_bucket_stops_before_training(tmp_path: Path, aws):
     (miles / "train.py").write_text("raise SystemExit('the trainer must not start')\n")
     err = io.StringIO()
     assert launch_main(["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable],
-                       out=io.StringIO(), err=err) == 4
+                       out=io.StringIO(), err=err, mounts_file=lustre_mounts(tmp_path)) == 4
     assert err.getvalue() == (
         "rltrainer launch: preparing the run failed, nothing was started: NoSuchBucket: An error occurred "
         "(NoSuchBucket) when calling the ListObjectsV2 operation: The specified bucket does not exist\n"

@@ -75,6 +75,20 @@ expert_parallel:
 """
 
 EP_BACKENDS = ("nccl", "deepep-nvshmem", "deepep-gin")
+# Backends a training run may use. deepep-gin (DeepEP V2 over NCCL GIN) is benchmark-only for
+# now: the pinned Megatron-LM's flex dispatcher imports DeepEP V1's ``Buffer``
+# (megatron-lm 37f9161, megatron/core/transformer/moe/fused_a2a.py: ``from deep_ep import
+# Buffer``) and knows nothing of V2's ``ElasticBuffer``.
+TRAINING_EP_BACKENDS = ("nccl", "deepep-nvshmem")
+GIN_TRAINING_RULE = (
+    "DeepEP V2 over NCCL GIN cannot train yet: the Megatron-LM that Miles v0.1.0 pins (37f9161) drives "
+    "DeepEP V1's Buffer in its flex dispatcher (megatron/core/transformer/moe/fused_a2a.py) and does not "
+    "support V2's ElasticBuffer"
+)
+GIN_TRAINING_FIX = (
+    "use `deepep-nvshmem` (DeepEP V1 over NVSHMEM/libfabric) or `nccl`; the fabric gate may still "
+    "benchmark deepep-gin"
+)
 DEFAULT_LOCAL_DIR = "/checkpoints"
 DEFAULT_SAVE_INTERVAL = 20
 
@@ -527,6 +541,8 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
                 f"must be one of {', '.join(EP_BACKENDS)}",
                 f"use `{close[0]}`" if close else "use `nccl` unless the fabric gate measured DeepEP faster",
             )
+        elif backend is not None and backend not in TRAINING_EP_BACKENDS:
+            r.add("expert_parallel.backend", backend, GIN_TRAINING_RULE, GIN_TRAINING_FIX)
         elif backend is not None:
             ep_cfg = ExpertParallelConfig(backend=backend)
 

@@ -4,7 +4,10 @@ Steps, in order:
 
 1. read and validate the run config (all problems at once, then exit 2), and take the
    model-architecture arguments from ``model.megatron_args`` or, when that is empty,
-   from Miles' own ``scripts/models/<model.name>.sh`` in the image;
+   from ``model_args()`` of Miles' own ``scripts/models/<name>.py`` in the image;
+   refuse (exit 2) a config whose expert-parallel backend is not the one the image was
+   built for, and a multi-node run whose ``checkpoint.local_dir`` is not on a shared
+   filesystem (every node must see the saves the watcher uploads);
 2. stage inputs given as s3:// URIs (Hugging Face weights, the prompt file) under
    ``<checkpoint.local_dir>/_inputs/`` -- on a multi-node run that directory must be on
    storage every node mounts, like the checkpoint directory itself (Miles' multi-node
@@ -14,12 +17,17 @@ Steps, in order:
 5. when it exits, upload what finished since the last scan and exit with its code.
 
 ``--dry-run`` does none of 2-5: it prints the command and environment that would run.
+``--check-args`` (with or without ``--dry-run``) also parses the Miles arguments with
+Miles' own parser (Megatron + Miles + SGLang definitions) and exits 2 on any mismatch;
+the image build runs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,9 +35,26 @@ from pathlib import Path, PurePosixPath
 from typing import Sequence, TextIO
 
 from .config import ConfigError, RunConfig, expert_count_problems, load_run_config, parse_s3_uri
-from .miles import MILES_DIR, ModelArgsError, TrainCommand, build_train_command, resolve_model_args
+from .miles import (
+    MILES_DIR,
+    ModelArgsError,
+    TrainCommand,
+    argument_errors,
+    build_train_command,
+    miles_argument_parser,
+    miles_train_args,
+    resolve_model_args,
+)
 
 DEFAULT_CONFIG = "/etc/rltrainer/run.yaml"
+# Set by the image (Dockerfile, per expert-parallel variant): the backend the image was built for.
+IMAGE_BACKEND_ENV = "RLTRAINER_IMAGE_EP_BACKEND"
+MOUNTS_FILE = "/proc/mounts"
+# Filesystems every node of a multi-node run can mount at once: Lustre (FSx for Lustre), NFS
+# (EFS mounts as nfs4), and the usual parallel filesystems. Anything else (ext4, xfs, overlay,
+# tmpfs: an emptyDir or the container's own disk) is private to one pod.
+SHARED_FILESYSTEMS = frozenset({"lustre", "nfs", "nfs4", "efs", "ceph", "cephfs", "gpfs", "beegfs", "wekafs",
+                                "fuse.glusterfs", "glusterfs"})
 EXIT_CONFIG = 2
 EXIT_UPLOAD = 3  # training succeeded but a finished save could not be uploaded
 EXIT_PREPARE = 4  # staging inputs or restoring the checkpoint failed; training never started
@@ -96,6 +121,90 @@ def stage_inputs(cfg: RunConfig, client=None, log: TextIO | None = None) -> tupl
     return hf, data
 
 
+def _unescape_mount(path: str) -> str:
+    """/proc/mounts writes space, tab, newline and backslash as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def filesystem_type(path: str, mounts_file: str = MOUNTS_FILE) -> tuple[str, str] | None:
+    """(filesystem type, mount point) of the mount holding ``path``, from /proc/mounts.
+
+    ``path`` need not exist yet: its nearest existing parent decides (that is where the
+    launcher would create it). None when the mounts file cannot be read.
+    """
+    target = Path(path)
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    real = os.path.realpath(target)
+    try:
+        lines = Path(mounts_file).read_text().splitlines()
+    except OSError:
+        return None
+    best: tuple[str, str] | None = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount, fstype = _unescape_mount(fields[1]), fields[2]
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and (best is None or len(mount) >= len(best[1])):
+            best = (fstype, mount)  # the last and longest match is the mount on top
+    return best
+
+
+def shared_storage_problem(cfg: RunConfig, mounts_file: str = MOUNTS_FILE) -> str | None:
+    """Why a multi-node run cannot use ``checkpoint.local_dir`` (None when it can).
+
+    The launcher and its upload watcher run on the Ray head; Megatron writes the saves on
+    the workers. Unless all of them mount one shared filesystem at ``local_dir``, the watcher
+    sees no saves, uploads nothing, and the saves vanish with the pods.
+    """
+    if cfg.parallel.nodes <= 1:
+        return None
+    local = cfg.checkpoint.local_dir
+    found = filesystem_type(local, mounts_file)
+    if found is None:
+        return (f"checkpoint.local_dir = {json.dumps(local)}: cannot tell its filesystem ({mounts_file} is unreadable), "
+                "and a multi-node run needs it on a shared filesystem. Fix: run where /proc/mounts is readable")
+    fstype, mount = found
+    if fstype in SHARED_FILESYSTEMS:
+        return None
+    return (
+        f"checkpoint.local_dir = {json.dumps(local)}: a {cfg.parallel.nodes}-node run needs it on a filesystem every node "
+        f"mounts (one of {', '.join(sorted(SHARED_FILESYSTEMS))}), but it is on {fstype} (mount point {mount}), which "
+        "only this pod sees: the workers' saves would never reach the upload watcher. Fix: mount the shared volume "
+        "(FSx for Lustre) at this path on the head and every worker, or point checkpoint.local_dir at where it is mounted"
+    )
+
+
+def image_backend_problem(cfg: RunConfig, image_backend: str | None) -> str | None:
+    """Why this image cannot run ``expert_parallel.backend`` (None when it can, or outside the image)."""
+    if not image_backend or image_backend == cfg.expert_parallel.backend:
+        return None
+    return (
+        f"expert_parallel.backend = {json.dumps(cfg.expert_parallel.backend)}: this image was built for the "
+        f"{image_backend} expert-parallel backend ({IMAGE_BACKEND_ENV}={image_backend}), and each backend needs its "
+        "own build (EFA installer, NVSHMEM or NCCL, DeepEP). Fix: run the image tagged for "
+        f"{cfg.expert_parallel.backend} (<tag>-{cfg.expert_parallel.backend}), or set expert_parallel.backend to "
+        f"{image_backend}"
+    )
+
+
+def check_miles_arguments(cfg: RunConfig, model_args: tuple[str, ...], miles_dir: str) -> str | None:
+    """Parse the Miles arguments with Miles' own parser; the error it reports, or None."""
+    args = miles_train_args(cfg, hf_checkpoint="/check/hf", prompt_data="/check/prompts.jsonl", model_args=model_args)
+    saved_path = list(sys.path)
+    sys.path[:0] = [miles_dir]
+    try:
+        parser = miles_argument_parser(args)
+    except ImportError as exc:
+        return f"cannot build Miles' argument parser ({exc}); run this inside the trainer image"
+    finally:
+        sys.path[:] = saved_path
+    error = argument_errors(parser, args)
+    return None if error is None else f"Miles' argument parser refuses the command: {error}"
+
+
 def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_source: str) -> None:
     print(f"# rltrainer launch (dry run): {cfg.run_name}", file=out)
     print(f"# model {cfg.model.name}; expert-parallel backend {cfg.expert_parallel.backend}; "
@@ -155,33 +264,53 @@ def build_parser(prog: str = "rltrainer launch") -> argparse.ArgumentParser:
     p.add_argument("--python", default="python3", help="interpreter that runs train.py (default python3)")
     p.add_argument("--upload-interval", type=float, default=30.0, metavar="SECONDS",
                    help="how often to look for finished saves to upload (default 30)")
+    p.add_argument("--check-args", action="store_true",
+                   help="parse the Miles arguments with Miles' own parser (Megatron, Miles and SGLang definitions; "
+                        "needs megatron and miles importable, as in the image) and exit 2 on any mismatch")
     return p
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Launch a Miles GRPO run from the run config."""
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None, *,
+         image_backend: str | None = None, mounts_file: str = MOUNTS_FILE) -> int:
+    """Launch a Miles GRPO run from the run config.
+
+    ``image_backend`` is the expert-parallel backend the image was built for; the console
+    entry reads it from ``RLTRAINER_IMAGE_EP_BACKEND``, which the Dockerfile sets.
+    """
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
+    if image_backend is None:
+        image_backend = os.environ.get(IMAGE_BACKEND_ENV)
     try:
         cfg = load_run_config(args.config)
     except ConfigError as exc:
         print(str(exc), file=err)
         return EXIT_CONFIG
+    refusal = image_backend_problem(cfg, image_backend)
+    if refusal is not None:
+        print(f"rltrainer launch: {refusal}.", file=err)
+        return EXIT_CONFIG
 
     try:
-        model_args, model_args_source = resolve_model_args(cfg, args.miles_dir)
+        model_args, model_args_source = resolve_model_args(cfg, args.miles_dir, args.python)
     except ModelArgsError as exc:
-        if not args.dry_run:
+        if not args.dry_run or args.check_args:
             print(f"rltrainer launch: {exc}", file=err)
             return EXIT_CONFIG
         # A dry run away from the image (no Miles checkout) still shows the rest.
-        model_args = (f"<MODEL_ARGS of {args.miles_dir}/scripts/models/{cfg.model.name}.sh>",)
+        model_args = (f"<model_args() of {args.miles_dir}/scripts/models/<script for {cfg.model.name}>.py>",)
         model_args_source = f"unresolved here: {exc}"
     problems = expert_count_problems(cfg.parallel.training, model_args, model_args_source)
     if problems:
         print(str(ConfigError(problems, args.config)), file=err)
         return EXIT_CONFIG
+    if args.check_args:
+        mismatch = check_miles_arguments(cfg, model_args, args.miles_dir)
+        if mismatch is not None:
+            print(f"rltrainer launch: {mismatch}", file=err)
+            return EXIT_CONFIG
+        print("rltrainer launch: Miles' own parser accepts every argument", file=err, flush=True)
 
     if args.dry_run:
         cmd = build_train_command(
@@ -194,7 +323,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             model_args=model_args,
         )
         _print_plan(cfg, cmd, out, model_args_source)
+        storage = shared_storage_problem(cfg, mounts_file)
+        if storage is not None:
+            print(f"# a real launch here would refuse: {storage}", file=out)
         return 0
+
+    storage = shared_storage_problem(cfg, mounts_file)
+    if storage is not None:
+        print(f"rltrainer launch: {storage}.", file=err)
+        return EXIT_CONFIG
 
     from .checkpoints import CheckpointWatcher, RetryPolicy, S3CheckpointStore, prepare_resume
 

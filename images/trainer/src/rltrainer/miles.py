@@ -16,9 +16,14 @@ Argument names follow Miles' own launch scripts and docs (radixark/miles):
 Megatron's DeepEP switch is ``--moe-token-dispatcher-type flex`` plus
 ``--moe-flex-dispatcher-backend deepep`` (Megatron-LM core 0.15+; the older
 ``--moe-enable-deepep`` is deprecated and rewritten to this). Miles' model scripts
-(scripts/models/qwen3-30B-A3B.sh) set ``--moe-token-dispatcher-type alltoall`` in
-MODEL_ARGS, so the launcher always writes the dispatcher type *after* the model
-arguments: argparse keeps the last value.
+(scripts/models/qwen3-30B-A3B.py ``model_args()``) set ``--moe-token-dispatcher-type
+alltoall``, so with DeepEP the launcher writes the dispatcher type *after* the model
+arguments (argparse keeps the last value); with NCCL it leaves the model's own value.
+
+Every flag here is checked against the real Miles v0.1.0 / Megatron-LM 37f9161 /
+SGLang 0.5.16 argument definitions: offline in the kit's contract test
+(tests/test_miles_contract.py) and inside the image at build time
+(``rltrainer launch --dry-run --check-args``).
 
 The EFA/NCCL/NVSHMEM transport environment (FI_PROVIDER, NCCL_NET_PLUGIN,
 NVSHMEM_REMOTE_TRANSPORT, NCCL_GIN_TYPE, ...) is not set here: the Kubernetes
@@ -103,51 +108,124 @@ class ModelArgsError(RuntimeError):
     """The Megatron model-architecture arguments could not be determined."""
 
 
-def model_script_for(name: str, miles_dir: str = MILES_DIR) -> Path | None:
-    """Miles' scripts/models/<name>.sh for ``model.name``, matched case-insensitively."""
-    models = Path(miles_dir) / "scripts" / "models"
-    if not models.is_dir():
-        return None
-    for script in sorted(models.glob("*.sh")):
-        if script.stem.lower() == name.lower():
-            return script
+# The Miles release the image, the offline contract tests and this module agree on. Miles
+# v0.1.0 (radixark/miles tag v0.1.0, commit 78527b9) keeps each model's Megatron flags in
+# scripts/models/<name>.py as a ``model_args()`` function; the .sh scripts are gone since
+# Miles #1910.
+MILES_VERSION = "v0.1.0"
+MODEL_SCRIPTS_DIR = "scripts/models"
+# Miles' own loader for those scripts: it registers itself as ``model_args_utils`` (the
+# module every model script imports) and, run as a program, prints one model's flags.
+MODEL_ARGS_LOADER = "miles/utils/external_utils/model_args_utils.py"
+
+# The kit's model keys (infra/planner/models.py) -> Miles v0.1.0 scripts/models/<name>.py.
+# Models Miles has no script for (the Mixtral family) need model.megatron_args.
+MILES_MODEL_SCRIPTS: dict[str, str] = {
+    "qwen3-30b-a3b": "qwen3-30B-A3B",
+    "qwen3-235b-a22b": "qwen3-235B-A22B",
+    "deepseek-v3": "deepseek-v3",
+    "kimi-k2": "kimi-k2",
+}
+
+
+def model_script_name(name: str, miles_dir: str = MILES_DIR) -> str | None:
+    """Miles' script name for ``model.name``: the kit's key mapped, or a Miles script name as is."""
+    models = Path(miles_dir) / MODEL_SCRIPTS_DIR
+    for candidate in (MILES_MODEL_SCRIPTS.get(name.lower()), name):
+        if candidate and (models / f"{candidate}.py").is_file():
+            return candidate
     return None
 
 
-def load_model_args(script: Path) -> tuple[str, ...]:
-    """The MODEL_ARGS array a Miles model script defines, exactly as bash expands it."""
-    proc = subprocess.run(
-        ["bash", "-c", 'set -e; source "$1" >/dev/null; printf "%s\\0" "${MODEL_ARGS[@]}"', "rltrainer", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+def load_model_args(script_name: str, miles_dir: str = MILES_DIR, python: str = "python3") -> tuple[str, ...]:
+    """What ``model_args()`` of Miles' scripts/models/<script_name>.py returns, split into argv.
+
+    Runs Miles' own loader as a program (``python3 model_args_utils.py <name>``), so the
+    script sees exactly the ``model_args_utils`` module Miles' launch scripts give it, and
+    no model code runs inside the launcher. Miles' loader joins the flags with single
+    spaces for shells that split on whitespace; splitting on whitespace gives them back.
+    """
+    loader = Path(miles_dir) / MODEL_ARGS_LOADER
+    if not loader.is_file():
+        raise ModelArgsError(f"{loader} does not exist: this Miles checkout is not Miles {MILES_VERSION} or later")
+    try:
+        proc = subprocess.run([python, str(loader), script_name], capture_output=True, text=True, timeout=60,
+                              cwd=miles_dir)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ModelArgsError(f"running {loader} {script_name} failed: {exc}") from None
     if proc.returncode != 0:
-        raise ModelArgsError(f"sourcing {script} failed: {proc.stderr.strip() or proc.returncode}")
-    args = tuple(a for a in proc.stdout.split("\0") if a != "")
+        detail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise ModelArgsError(f"{loader} {script_name} failed: {detail}")
+    args = tuple(proc.stdout.split())
     if not args:
-        raise ModelArgsError(f"{script} defines no MODEL_ARGS")
+        raise ModelArgsError(f"{Path(miles_dir) / MODEL_SCRIPTS_DIR / script_name}.py model_args() returned nothing")
     return args
 
 
-def resolve_model_args(cfg: RunConfig, miles_dir: str = MILES_DIR) -> tuple[tuple[str, ...], str]:
+def resolve_model_args(cfg: RunConfig, miles_dir: str = MILES_DIR, python: str = "python3") -> tuple[tuple[str, ...], str]:
     """Model-architecture arguments and where they came from.
 
-    ``model.megatron_args`` wins when given. When it is empty, Miles' own model script
-    for ``model.name`` in the image (/root/miles/scripts/models/<name>.sh, e.g.
-    qwen3-30B-A3B.sh for qwen3-30b-a3b) supplies MODEL_ARGS, so the run config does not
-    have to repeat what the pinned Miles version already knows.
+    ``model.megatron_args`` wins when given. When it is empty, ``model_args()`` of Miles'
+    own scripts/models/<script>.py in the image supplies them (``MILES_MODEL_SCRIPTS``
+    maps the kit's model keys, e.g. qwen3-30b-a3b -> qwen3-30B-A3B), so the run config does
+    not repeat what the pinned Miles version already knows.
     """
     if cfg.model.megatron_args:
         return cfg.model.megatron_args, "model.megatron_args"
-    script = model_script_for(cfg.model.name, miles_dir)
+    script = model_script_name(cfg.model.name, miles_dir)
     if script is None:
+        models = Path(miles_dir) / MODEL_SCRIPTS_DIR
         raise ModelArgsError(
-            f"model.megatron_args is empty and {Path(miles_dir) / 'scripts' / 'models'} has no script named after "
-            f"model.name {cfg.model.name!r}; copy the MODEL_ARGS of a Miles model script into model.megatron_args, "
-            "or set model.name to one of the scripts' names"
+            f"model.name = {cfg.model.name!r}: model.megatron_args is empty and {models} has no model script for it "
+            f"(kit models with a Miles script: {', '.join(sorted(MILES_MODEL_SCRIPTS))}). Fix: set model.name to one of "
+            f"those or to a script name in {models} (without .py), or list the model's Megatron flags in "
+            "model.megatron_args"
         )
-    return load_model_args(script), str(script)
+    path = Path(miles_dir) / MODEL_SCRIPTS_DIR / f"{script}.py"
+    return load_model_args(script, miles_dir, python), f"{path} model_args()"
+
+
+def miles_argument_parser(train_args: list[str]):
+    """The parser Miles' train.py uses, built the way Megatron's ``parse_args`` builds it.
+
+    Miles v0.1.0 ``miles/utils/arguments.py parse_args``: Megatron-LM's
+    ``megatron/training/arguments.py parse_args(extra_args_provider=add_miles_arguments)``,
+    i.e. ``ArgumentParser(allow_abbrev=False)`` + ``add_megatron_arguments`` + Miles'
+    own arguments, which include SGLang's ``ServerArgs`` with a ``--sglang-`` prefix. One
+    Miles hook reads ``sys.argv`` while the parser is built, so it sees the real argv here.
+    Needs ``megatron`` and ``miles`` importable (the image: PYTHONPATH=/root/Megatron-LM).
+    """
+    import argparse
+    import sys
+
+    from megatron.training.arguments import add_megatron_arguments
+    from miles.utils.arguments import get_miles_extra_args_provider
+
+    saved = sys.argv
+    sys.argv = ["train.py", *train_args]
+    try:
+        parser = argparse.ArgumentParser(description="Megatron-LM Arguments", allow_abbrev=False)
+        add_megatron_arguments(parser)
+        get_miles_extra_args_provider()(parser)
+    finally:
+        sys.argv = saved
+    return parser
+
+
+def argument_errors(parser, train_args: list[str]) -> str | None:
+    """What ``parser`` says about ``train_args`` (unknown flag, bad value), or None if it parses."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args(train_args)
+    except SystemExit as exc:
+        if exc.code:
+            lines = [line for line in err.getvalue().strip().splitlines() if "error:" in line]
+            return lines[-1].split("error:", 1)[1].strip() if lines else err.getvalue().strip() or str(exc.code)
+    return None
 
 
 def train_env(cfg: RunConfig) -> dict[str, str]:
@@ -186,7 +264,7 @@ def miles_train_args(
     a.add("--num-gpus-per-node", par.gpus_per_node)
     a.add("--colocate")
 
-    # Model architecture (Miles scripts/models/*.sh MODEL_ARGS), verbatim.
+    # Model architecture (Miles scripts/models/<name>.py model_args()), verbatim.
     a.argv.extend(model_args)
 
     # Checkpoints (CKPT_ARGS). --load and --save share the local dir the S3 sync restores
@@ -258,8 +336,8 @@ def miles_train_args(
     a.soft("--attention-softmax-in-fp32")
     a.soft("--attention-backend", "flash")
 
-    # Expert-parallel backend, on both sides. Written last so it wins over the
-    # --moe-token-dispatcher-type that Miles model scripts carry in MODEL_ARGS.
+    # Expert-parallel backend, on both sides. With DeepEP it is written last so it wins
+    # over the --moe-token-dispatcher-type that Miles' model_args() carries.
     if cfg.expert_parallel.uses_deepep:
         a.add("--moe-token-dispatcher-type", "flex")
         a.add("--moe-flex-dispatcher-backend", "deepep")
@@ -267,7 +345,7 @@ def miles_train_args(
         # SGLang forces ep = engine size with DeepEP; say so explicitly (validated equal).
         a.add("--sglang-ep-size", ro.ep)
     else:
-        a.add("--moe-token-dispatcher-type", "alltoall")
+        a.soft("--moe-token-dispatcher-type", "alltoall")
         if ro.ep > 1:
             a.add("--sglang-ep-size", ro.ep)
     return a.argv
