@@ -10,8 +10,18 @@ whole check runs anywhere. What it checks, and why:
                        EFA device plugin mounts only the allocated ones); fallback
                        ``fi_info -p efa``. A pod with fewer EFA devices than the instance
                        has leaves bandwidth unused (or NCCL falls back to sockets);
-- ``gdrcopy``:         /dev/gdrdrv, needed by aws-ofi-nccl's GPUDirect flush and by the
-                       DeepEP-over-EFA paths (NCCL GIN opens a gdr handle);
+- ``nvidia_driver``:   the node's NVIDIA driver (/proc/driver/nvidia/version, fallback
+                       /sys/module/nvidia/version) is at least the branch the image's CUDA
+                       needs (CUDA 13.x: R580, CUDA 12.9: R575; ``CUDA_DRIVER_FLOOR``);
+- ``gdrcopy``:         /dev/gdrdrv, only for the EP backends that use GDRCopy: deepep-nvshmem
+                       (NVSHMEM's libfabric transport uses it on EFA for device memory) and
+                       deepep-gin (aws-ofi-nccl doc/gin-getting-started.md, "Requirements").
+                       The plain NCCL backend does not need it, so it is not checked there;
+- ``efa_driver``:      GIN type 5 (EFA-GDA) only: the EFA kernel driver
+                       (/sys/module/efa/version) is at least 3.3.0;
+- ``peer_mapping_override``: GIN type 5 only: the NVIDIA driver runs with
+                       ``PeerMappingOverride=1`` in its RegistryDwords (/proc/driver/nvidia/params),
+                       which GPU-initiated EFA access to GPU memory needs;
 - ``hugepages_2Mi``:   2 MiB huge pages on the node and in the pod's hugetlb cgroup
                        (libfabric's EFA provider uses them for bounce buffers);
 - ``memlock``:         unlimited locked memory, required to register GPU/host buffers;
@@ -29,6 +39,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -36,7 +47,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
-CHECK_NAMES = ("gpus", "efa_devices", "gdrcopy", "hugepages_2Mi", "memlock", "shm", "nccl_ofi_plugin")
+CHECK_NAMES = ("gpus", "efa_devices", "nvidia_driver", "gdrcopy", "efa_driver", "peer_mapping_override",
+               "hugepages_2Mi", "memlock", "shm", "nccl_ofi_plugin")
+
+EP_BACKENDS = ("nccl", "deepep-nvshmem", "deepep-gin")  # the kit's training.expert_parallel.backend names
+GDRCOPY_BACKENDS = ("deepep-nvshmem", "deepep-gin")
+GIN_TYPE_EFA_GDA = 5  # NCCL_GIN_TYPE for GPU-initiated EFA (aws-ofi-nccl doc/gin-getting-started.md)
+
+# Oldest NVIDIA driver branch per CUDA (major, minor) the image can be built on. Sources (read
+# 2026-11-30): NVIDIA "Supported Drivers and CUDA Toolkit Versions" (docs.nvidia.com/datacenter/
+# tesla/drivers/supported-drivers-and-cuda-toolkit-versions.html): R580 is the branch for CUDA
+# 13.x; CUDA 12.9 shipped with the R575 branch (CUDA 12.9 release notes, driver table). A CUDA
+# 12.x image can also run on an older 12.x driver through minor-version compatibility, with
+# limits (no PTX JIT of newer code); the kit does not rely on that and asks for the branch.
+CUDA_DRIVER_FLOOR: dict[tuple[int, int], int] = {(13, 0): 580, (12, 9): 575}
+EFA_GDA_MIN_DRIVER = (3, 3, 0)  # EFA installer 1.50.0 brought EFA driver 3.3.0 with GIN-capable aws-ofi-nccl 1.21.1
 
 # Where aws-ofi-nccl lands: the EFA installer (/opt/amazon/ofi-nccl), older manual
 # builds (/opt/aws-ofi-nccl), and distro library directories.
@@ -132,6 +157,49 @@ class NodeProbe:
     def gdrdrv_present(self) -> bool:
         return self.p("/dev/gdrdrv").exists()
 
+    def _read(self, path: str) -> str | None:
+        try:
+            return self.p(path).read_text()
+        except OSError:
+            return None
+
+    def nvidia_driver_version(self) -> str | None:
+        """e.g. "580.95.05" from the kernel module's banner."""
+        text = self._read("/proc/driver/nvidia/version")
+        if text:
+            m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+            if m:
+                return m.group(1)
+        text = self._read("/sys/module/nvidia/version")
+        return text.strip() if text and text.strip() else None
+
+    def image_cuda_version(self) -> str | None:
+        """The CUDA the image was built with: $CUDA_VERSION (NVIDIA's CUDA images set it), else
+        /usr/local/cuda/version.json."""
+        if self.env.get("CUDA_VERSION"):
+            return self.env["CUDA_VERSION"]
+        text = self._read("/usr/local/cuda/version.json")
+        if text:
+            try:
+                return json.loads(text)["cuda"]["version"]
+            except (ValueError, KeyError, TypeError):
+                return None
+        return None
+
+    def efa_driver_version(self) -> str | None:
+        text = self._read("/sys/module/efa/version")
+        return text.strip() if text and text.strip() else None
+
+    def nvidia_registry_dwords(self) -> str | None:
+        """The RegistryDwords line of the NVIDIA module parameters ("" when unset)."""
+        text = self._read("/proc/driver/nvidia/params")
+        if text is None:
+            return None
+        for line in text.splitlines():
+            if line.startswith("RegistryDwords:"):
+                return line.split(":", 1)[1].strip().strip('"')
+        return ""
+
     def hugepages_2mi_bytes(self) -> tuple[int, int | None]:
         """(node's 2 MiB pages in bytes, this pod's hugetlb cgroup limit in bytes or None)."""
         try:
@@ -162,6 +230,22 @@ class NodeProbe:
         return None
 
 
+def _version(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    m = re.match(r"\s*(\d+(?:\.\d+)*)", text)
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def driver_floor(cuda: str | None) -> int | None:
+    """The oldest driver branch for this CUDA version (None: unknown CUDA)."""
+    v = _version(cuda)
+    if v is None or len(v) < 2:
+        return None
+    known = [(k, floor) for k, floor in CUDA_DRIVER_FLOOR.items() if k[0] == v[0] and k <= v[:2]]
+    return max(known)[1] if known else None
+
+
 def _gib(n: float) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
@@ -174,6 +258,9 @@ def run_checks(
     hugepages_mib: int = 5120,
     min_shm_gib: float = 8.0,
     skip: Sequence[str] = (),
+    ep_backend: str = "nccl",
+    gin_type: int | None = None,
+    cuda_version: str | None = None,
 ) -> list[CheckResult]:
     """Run every check not in ``skip``; each result says what to do when it fails."""
     results: list[CheckResult] = []
@@ -192,9 +279,43 @@ def run_checks(
         "EFA device plugin tolerates the GPU taint and that the launch template attached every EFA interface"
         + ("" if how != "none" else " (neither /sys/class/infiniband nor fi_info was available)"))
 
-    gdr = probe.gdrdrv_present()
-    add("gdrcopy", gdr, "/dev/gdrdrv present", "present" if gdr else "missing",
-        "load the gdrdrv kernel module on the node (the EKS NVIDIA AMI ships GDRCopy) and expose /dev/gdrdrv to the pod")
+    cuda = cuda_version or probe.image_cuda_version()
+    floor = driver_floor(cuda)
+    driver = probe.nvidia_driver_version()
+    dv = _version(driver)
+    if floor is None:
+        add("nvidia_driver", False, f"a known CUDA version in the image (knows {_known_cuda()})",
+            f"CUDA {cuda or 'not found'}, driver {driver or 'not found'}",
+            "run the trainer image (it sets CUDA_VERSION), or pass --cuda-version; add the CUDA release's "
+            "driver branch to CUDA_DRIVER_FLOOR in rltrainer/nodecheck.py if it is new")
+    else:
+        add("nvidia_driver", dv is not None and dv[0] >= floor, f">= R{floor} (CUDA {cuda})",
+            driver or "not found",
+            f"use a GPU AMI whose NVIDIA driver is R{floor} or newer for this CUDA {cuda} image (the EKS "
+            "AL2023 NVIDIA AMI release notes list the driver), or build the image's -cu12 variant for an "
+            "older driver; then replace the node group's nodes")
+
+    if ep_backend in GDRCOPY_BACKENDS:
+        gdr = probe.gdrdrv_present()
+        add("gdrcopy", gdr, f"/dev/gdrdrv present ({ep_backend} uses GDRCopy)", "present" if gdr else "missing",
+            "load the gdrdrv kernel module on the node (the EKS NVIDIA AMI ships GDRCopy), keep "
+            "NVIDIA_GDRCOPY=enabled in the pod so the NVIDIA container runtime mounts /dev/gdrdrv")
+
+    if gin_type == GIN_TYPE_EFA_GDA:
+        need = ".".join(map(str, EFA_GDA_MIN_DRIVER))
+        efa_drv = probe.efa_driver_version()
+        ev = _version(efa_drv)
+        add("efa_driver", ev is not None and ev >= EFA_GDA_MIN_DRIVER, f">= {need} (EFA-GDA, NCCL_GIN_TYPE=5)",
+            efa_drv or "not found",
+            f"install EFA kernel driver {need} or newer on the node (EFA installer >= 1.50.0; check "
+            "`cat /sys/module/efa/version`), or run GIN through the CPU proxy (gin_mode: proxy)")
+        dwords = probe.nvidia_registry_dwords()
+        on = dwords is not None and re.search(r"(^|;)\s*PeerMappingOverride\s*=\s*1\s*(;|$)", dwords) is not None
+        add("peer_mapping_override", on, "PeerMappingOverride=1 in the NVIDIA driver's RegistryDwords",
+            "not readable" if dwords is None else (dwords or "RegistryDwords empty"),
+            "set `options nvidia NVreg_RegistryDwords=\"PeerMappingOverride=1;\"` in /etc/modprobe.d on the "
+            "node (launch template user data) and reload the driver, or run GIN through the CPU proxy "
+            "(gin_mode: proxy)")
 
     node_bytes, cgroup_limit = probe.hugepages_2mi_bytes()
     usable = node_bytes if cgroup_limit is None else min(node_bytes, cgroup_limit)
@@ -220,6 +341,10 @@ def run_checks(
     return results
 
 
+def _known_cuda() -> str:
+    return ", ".join(f"{a}.{b}" for a, b in sorted(CUDA_DRIVER_FLOOR))
+
+
 def verdict(results: list[CheckResult]) -> str:
     failed = [r for r in results if not r.ok]
     if not failed:
@@ -241,12 +366,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-shm-gib", type=float, default=8.0, help="smallest acceptable /dev/shm in GiB (default 8)")
     p.add_argument("--skip", action="append", default=[], choices=CHECK_NAMES, metavar="CHECK",
                    help=f"leave a check out (repeatable): {', '.join(CHECK_NAMES)}")
+    p.add_argument("--ep-backend", default="nccl", choices=EP_BACKENDS,
+                   help="the run's expert-parallel backend: GDRCopy is checked only for deepep-nvshmem and deepep-gin")
+    p.add_argument("--gin-type", type=int, default=None,
+                   help="NCCL_GIN_TYPE the profile sets (5 = EFA-GDA: also checks the EFA driver and "
+                   "PeerMappingOverride)")
+    p.add_argument("--cuda-version", default=None,
+                   help="CUDA version of the image (default: $CUDA_VERSION or /usr/local/cuda/version.json)")
     p.add_argument("--root", default="/", help="filesystem root to inspect (default /; tests use a fake tree)")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None,
          probe: NodeProbe | None = None) -> int:
-    """Check GPUs, EFA devices, GDRCopy, huge pages, memlock, /dev/shm and the NCCL OFI plugin of this pod."""
+    """Check GPUs, EFA devices, drivers, GDRCopy, huge pages, memlock, /dev/shm and the NCCL OFI plugin of this pod."""
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
@@ -256,7 +388,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
 def run_main(args: argparse.Namespace, out: TextIO, err: TextIO, probe: NodeProbe | None = None) -> int:
     probe = probe or NodeProbe(root=args.root)
     results = run_checks(probe, expect_gpus=args.expect_gpus, expect_efa=args.expect_efa,
-                         hugepages_mib=args.hugepages_mib, min_shm_gib=args.min_shm_gib, skip=args.skip)
+                         hugepages_mib=args.hugepages_mib, min_shm_gib=args.min_shm_gib, skip=args.skip,
+                         ep_backend=args.ep_backend, gin_type=args.gin_type, cuda_version=args.cuda_version)
     ok = all(r.ok for r in results)
     out.write(json.dumps({"kind": "nodecheck", "ok": ok, "checks": [asdict(r) for r in results]}) + "\n")
     out.flush()
