@@ -4,6 +4,7 @@
     rlkit plan --model deepseek-v3 --instance p5en.48xlarge --max-nodes 32 --precision fp8 --json
     rlkit plan --model qwen3-30b-a3b --instance p5.48xlarge --nodes 2 \\
         --write-config examples/p5-2node.yaml --node-group p5
+    rlkit plan --rl --model qwen3-30b-a3b --instance p5en.48xlarge --max-nodes 8 --plot plan.png
 
 The model behind the numbers (sources, calibration, limits) is described in docs/planner.md.
 """
@@ -17,6 +18,9 @@ import sys
 from infra.planner import MODEL_CATALOG, SYSTEMS, PlannerError, Pins, load_model_file, plan
 from infra.planner.config_writer import write_config
 from infra.config import EP_BACKENDS
+from infra.planner.layout import PRECISIONS
+from infra.planner.plot import draw, from_rl_plan, from_training_plan
+from infra.planner.rl import RLPlan, RLSetup, plan_rl
 from infra.planner.search import DEFAULT_MAX_NODES, PlanResult
 
 
@@ -35,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence (4096)")
     what.add_argument("--global-batch", type=int, default=256,
                       help="sequences per optimizer step (256)")
-    what.add_argument("--precision", choices=("bf16", "fp8"), default="bf16")
+    what.add_argument("--precision", choices=PRECISIONS, default="bf16",
+                      help="training precision; mxfp8 needs Blackwell (p6) (bf16)")
     what.add_argument("--bf16-moments", action="store_true",
                       help="Adam moments in BF16 (Megatron --use-precision-aware-optimizer)")
     what.add_argument("--colocate", action="store_true",
@@ -48,6 +53,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "GPU instead of --rollout-mem-fraction")
     what.add_argument("--no-rollout-offload", action="store_true",
                       help="with --colocate: the engine keeps its memory while training")
+
+    rl = p.add_argument_group("RL (GRPO step = rollout + weight sync + training)")
+    rl.add_argument("--rl", action="store_true",
+                    help="plan a GRPO step: rank colocated and disaggregated layouts by cost "
+                         "per step (the training options above become per-step defaults)")
+    rl.add_argument("--prompts", type=int, default=32, help="prompts per rollout (32)")
+    rl.add_argument("--samples-per-prompt", type=int, default=8, help="samples per prompt (8)")
+    rl.add_argument("--prompt-len", type=int, default=512, help="prompt tokens (512)")
+    rl.add_argument("--max-response-len", type=int, default=8192,
+                    help="maximum response tokens (8192)")
+    rl.add_argument("--mean-response-len", type=int, default=0,
+                    help="mean response tokens (default 60%% of the maximum)")
+    rl.add_argument("--steps-per-rollout", type=int, default=1,
+                    help="optimizer steps per rollout (1)")
+    rl.add_argument("--logprob-passes", type=int, default=1,
+                    help="forward-only log-prob passes before training (1; 2 with a KL term)")
+    rl.add_argument("--placement", choices=("both", "colocated", "disaggregated"),
+                    default="both", help="rollout placement to consider (both)")
+    rl.add_argument("--overlap", action="store_true",
+                    help="disaggregated: overlap rollout and training (one-step off-policy)")
+    rl.add_argument("--engine-gpus", type=int, help="pin GPUs per SGLang engine")
+    rl.add_argument("--engine-ep", type=int, help="pin expert-parallel size inside an engine")
 
     where = p.add_argument_group("where")
     where.add_argument("--instance", required=True, metavar="TYPE",
@@ -78,12 +105,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="write the best layout into this kit config file")
     out.add_argument("--node-group", metavar="NAME",
                      help="with --write-config: the gpu_node_groups entry to run on")
+    out.add_argument("--plot", metavar="FILE",
+                     help="draw cost per million trained tokens against node count and the "
+                          "chosen layout's step-time breakdown (PNG)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Plan, print, and optionally write the config and the plot."""
+    if args.rl:
+        return _run_rl(args)
     try:
         result = _plan(args)
+        if args.plot:
+            draw(from_training_plan(result, _best_per_nodes(args)), args.plot)
         if args.write_config:
             if not args.node_group:
                 raise PlannerError("--write-config needs --node-group NAME (a gpu_node_groups "
@@ -100,17 +135,93 @@ def run(args: argparse.Namespace) -> int:
     if args.write_config:
         print(f"wrote training.{{model,node_group,nodes,parallel,expert_parallel.backend}} "
               f"to {args.write_config}", file=sys.stderr)
+    if args.plot:
+        print(f"wrote plot to {args.plot}", file=sys.stderr)
     return 0
 
 
-def _plan(args: argparse.Namespace) -> PlanResult:
+def _best_per_nodes(args: argparse.Namespace) -> list:
+    """Best training candidate at each searched node count (for the plot)."""
+    full = _plan(args, top=10**9)
+    best: dict[int, object] = {}
+    for c in full.candidates:
+        best.setdefault(c.nodes, c)
+    return [best[n] for n in sorted(best)]
+
+
+def _rl_setup(args: argparse.Namespace) -> RLSetup:
+    return RLSetup(prompts=args.prompts, samples_per_prompt=args.samples_per_prompt,
+                   prompt_len=args.prompt_len, max_response_len=args.max_response_len,
+                   mean_response_len=args.mean_response_len,
+                   steps_per_rollout=args.steps_per_rollout, logprob_passes=args.logprob_passes,
+                   mem_fraction=args.rollout_mem_fraction, overlap=args.overlap)
+
+
+def _run_rl(args: argparse.Namespace) -> int:
+    try:
+        if (args.engine_gpus is None) != (args.engine_ep is None):
+            raise PlannerError("--engine-gpus and --engine-ep go together; pass both or neither")
+        model = load_model_file(args.model_file) if args.model_file else args.model
+        pins = Pins(tp=args.tp, pp=args.pp, ep=args.ep, etp=args.etp, cp=args.cp, vpp=args.vpp,
+                    mbs=args.mbs, recompute=args.recompute)
+        placements = (("colocated", "disaggregated") if args.placement == "both"
+                      else (args.placement,))
+        result = plan_rl(
+            model, args.instance, _rl_setup(args), nodes=args.nodes,
+            max_nodes=args.max_nodes or DEFAULT_MAX_NODES // 2, precision=args.precision,
+            placements=placements, objective=args.objective, top=args.top, pins=pins,
+            engine=(args.engine_gpus, args.engine_ep) if args.engine_gpus else None,
+            ep_backend=args.ep_backend, price_per_hour=args.price_per_hour)
+        if args.plot:
+            draw(from_rl_plan(result), args.plot)
+        if args.write_config:
+            _write_rl_config(args, result)
+    except PlannerError as err:
+        print(f"rlkit plan: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_rl_table(result)
+    if args.write_config:
+        print(f"wrote training.{{model,node_group,nodes,parallel,expert_parallel.backend,rollout,"
+              f"grpo}} to {args.write_config}", file=sys.stderr)
+    if args.plot:
+        print(f"wrote plot to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
+    if not args.node_group:
+        raise PlannerError("--write-config needs --node-group NAME (a gpu_node_groups entry of "
+                           "the config file)")
+    best = result.best
+    if best.placement != "colocated":
+        raise PlannerError(
+            f"the best placement is disaggregated ({best.train_nodes} training + "
+            f"{best.rollout_nodes} rollout nodes), but the kit's launcher runs rollout colocated "
+            "(Miles --colocate) and the config has no field for a separate rollout pool; rerun "
+            "with --placement colocated to write the best colocated layout")
+    rl = result.rl
+    write_config(args.write_config, best.training, result.model.key, result.system.name,
+                 args.node_group,
+                 rollout={"gpus_per_engine": best.engine.gpus, "ep": best.engine.ep},
+                 grpo={"rollout_batch_size": rl.prompts,
+                       "n_samples_per_prompt": rl.samples_per_prompt,
+                       "global_batch_size": rl.train_batch,
+                       "num_steps_per_rollout": rl.steps_per_rollout,
+                       "rollout_max_response_len": rl.max_response_len})
+
+
+def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:
     model = load_model_file(args.model_file) if args.model_file else args.model
     pins = Pins(tp=args.tp, pp=args.pp, ep=args.ep, etp=args.etp, cp=args.cp, vpp=args.vpp,
                 mbs=args.mbs, recompute=args.recompute)
     return plan(
         model, args.instance, nodes=args.nodes, max_nodes=args.max_nodes, seq_len=args.seq_len,
         global_batch=args.global_batch, precision=args.precision, ep_backend=args.ep_backend,
-        objective=args.objective, top=args.top, pins=pins, price_per_hour=args.price_per_hour,
+        objective=args.objective, top=top or args.top, pins=pins,
+        price_per_hour=args.price_per_hour,
         memory_headroom_gib=args.headroom_gib,
         schedule=args.schedule, optimizer_bf16_moments=args.bf16_moments,
         colocate_rollout=args.colocate, rollout_offload=not args.no_rollout_offload,
@@ -182,5 +293,51 @@ def _print_table(result: PlanResult) -> None:
         console.print(f"[bold]Rejected[/bold] {len(result.rejected)} layouts, for example:")
         for r in rejections:
             console.print(f"  {r.nodes} node(s) {r.layout.label()}: {r.reason}")
+    for w in result.warnings:
+        console.print(f"[yellow]warning[/yellow]: {w}")
+
+
+def _print_rl_table(result: RLPlan) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 140))
+    m, s, rl = result.model, result.system, result.rl
+    console.print(
+        f"[bold]GRPO step[/bold] for [bold]{m.name}[/bold] on [bold]{s.name}[/bold]: "
+        f"{rl.prompts} prompts x {rl.samples_per_prompt} samples, prompt {rl.prompt_len}, "
+        f"response mean {rl.mean_response} / max {rl.max_response_len} tokens, "
+        f"{rl.steps_per_rollout} optimizer step(s), training {result.precision}; searched in "
+        f"{result.search_seconds:.2f} s")
+    table = Table()
+    for col, justify in (("#", "right"), ("placement", "left"), ("nodes", "right"),
+                         ("train+rollout", "right"), ("engines", "left"),
+                         ("training layout", "left"), ("step s", "right"),
+                         ("rollout", "right"), ("sync", "right"), ("train", "right"),
+                         ("samples/s", "right"), ("$/step", "right"), ("$/M tok", "right")):
+        table.add_column(col, justify=justify)
+    for i, c in enumerate(result.candidates, 1):
+        split = "shared" if c.placement == "colocated" else f"{c.train_nodes}+{c.rollout_nodes}"
+        table.add_row(str(i), c.placement, str(c.nodes), split, c.engine.label(),
+                      c.training.layout.label(), f"{c.time.step:.1f}", f"{c.time.rollout:.1f}",
+                      f"{c.time.sync:.1f}", f"{c.time.train:.1f}", f"{c.samples_per_s:.2f}",
+                      _money(c.dollars_per_step), _money(c.dollars_per_million_tokens))
+    console.print(table)
+    b, t = result.best, result.best.time
+    console.print(
+        f"[bold]Best placement[/bold]: {b.placement}, {b.nodes} x {s.name}"
+        + ("" if b.placement == "colocated" else
+           f" ({b.train_nodes} training, {b.rollout_nodes} rollout)")
+        + f"; rollout {b.engine.label()}; training {b.training.layout.label()} recompute "
+          f"{b.training.layout.recompute}, EP backend {b.training.backend.backend}.")
+    console.print(
+        f"  step {t.step:.1f} s = rollout {t.rollout:.1f} ({t.decode_iterations} decode "
+        f"iterations at {t.iteration_ms:.1f} ms, mean batch {t.mean_batch:.0f} per engine) + "
+        f"weight sync {t.sync:.1f} + training {t.train:.1f}"
+        + (" (rollout and training overlapped)" if rl.overlap and b.placement != "colocated"
+           else ""))
+    if b.dollars_per_step is not None:
+        console.print(f"  ${b.dollars_per_step:,.2f} per step, ${b.dollars_per_million_tokens:,.2f} "
+                      f"per million trained tokens, {b.samples_per_s:.2f} samples/s")
     for w in result.warnings:
         console.print(f"[yellow]warning[/yellow]: {w}")

@@ -159,3 +159,124 @@ def test_benchmark_script_runs(capsys):
     assert module["main"]() == 0
     out = capsys.readouterr().out
     assert "DeepSeek-V3" in out and "1024 GPUs" in out
+
+
+# --- RL (GRPO) planning, plot, setup validation ---------------------------------------------
+
+RL_ARGS = ("--rl", "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--max-nodes", "3",
+           "--prompts", "16", "--samples-per-prompt", "8", "--max-response-len", "4096")
+
+
+def test_rl_table_shows_the_breakdown_and_the_best_placement(capsys):
+    rc, out, err = run(capsys, *RL_ARGS)
+    assert rc == 0, err
+    for text in ("GRPO step", "rollout", "sync", "train", "samples/s", "$/step",
+                 "Best placement", "weight sync"):
+        assert text in out
+
+
+def test_rl_json_ranks_by_cost_per_step(capsys):
+    rc, out, err = run(capsys, *RL_ARGS, "--json", "--top", "4")
+    assert rc == 0, err
+    d = json.loads(out)
+    costs = [c["dollars_per_step"] for c in d["candidates"]]
+    assert costs == sorted(costs)
+    best = d["candidates"][0]
+    t = best["time"]
+    assert t["step"] == pytest.approx(t["rollout"] + t["sync"] + t["train"], rel=1e-3)
+    assert {c["placement"] for c in d["best_per_nodes"]} <= {"colocated", "disaggregated"}
+
+
+def test_rl_disaggregated_only(capsys):
+    rc, out, err = run(capsys, *RL_ARGS, "--placement", "disaggregated", "--json")
+    assert rc == 0, err
+    for c in json.loads(out)["candidates"]:
+        assert c["placement"] == "disaggregated"
+        assert c["nodes"] == c["train_nodes"] + c["rollout_nodes"]
+
+
+def test_rl_write_config_writes_the_engine_layout(capsys, config):
+    from infra.config import load_config
+
+    rc, out, err = run(capsys, *RL_ARGS, "--placement", "colocated", "--max-nodes", "2",
+                       "--write-config", str(config), "--node-group", "p5", "--json")
+    assert rc == 0, err
+    best = json.loads(out)["candidates"][0]
+    cfg = load_config(config)
+    assert cfg.training.rollout.gpus_per_engine == best["engine"]["gpus"]
+    assert cfg.training.rollout.ep == best["engine"]["ep"]
+    assert cfg.training.nodes == best["nodes"]
+    assert cfg.training.grpo.rollout_batch_size == 16
+    assert cfg.training.grpo.global_batch_size == 128
+
+
+def test_rl_write_config_refuses_a_disaggregated_plan(capsys, config):
+    rc, _, err = run(capsys, *RL_ARGS, "--placement", "disaggregated", "--write-config",
+                     str(config), "--node-group", "p5")
+    assert rc == 2
+    assert "the kit's launcher runs rollout colocated" in err
+    assert "--placement colocated" in err
+    assert config.read_text() == P5_EXAMPLE.read_text()
+
+
+def test_plot_renders_a_png_from_a_fixed_plan(tmp_path):
+    from infra.planner.plot import PlotData, draw
+
+    data = PlotData(title="fixed plan", nodes=(1, 2, 4), dollars_per_million_tokens=(3.0, 2.5, 2.8),
+                    chosen_nodes=2, chosen_label="colocated, 2 x engine(TP8 EP8)",
+                    breakdown=(("rollout", 90.0), ("weight sync", 10.0), ("training", 20.0)))
+    path = draw(data, tmp_path / "plan.png")
+    raw = path.read_bytes()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(raw) > 20_000  # two panels with axes, lines, bars and text
+
+
+def test_plot_from_the_cli(capsys, tmp_path):
+    png = tmp_path / "train.png"
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--max-nodes", "3", "--plot", str(png))
+    assert rc == 0, err
+    assert png.stat().st_size > 20_000
+
+
+def test_plot_without_prices_is_one_clear_error(capsys, tmp_path):
+    rc, _, err = run(capsys, *RL_ARGS[:3], "--instance", "p6-b300.48xlarge", "--max-nodes", "1",
+                     "--plot", str(tmp_path / "x.png"))
+    assert rc == 2
+    assert err.strip() == ("rlkit plan: error: nothing to plot: no layout has a price; "
+                           "pass --price-per-hour")
+
+
+def test_mxfp8_on_hopper_is_refused(capsys):
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--nodes", "1", "--precision", "mxfp8")
+    assert rc == 2
+    assert err.strip() == (
+        "rlkit plan: error: precision='mxfp8' needs Blackwell tensor cores (B200/B300); "
+        "p5.48xlarge has H100, which supports bf16, fp8; use --precision fp8 or a p6 type")
+
+
+def test_mxfp8_on_blackwell_plans(capsys):
+    rc, out, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p6-b200.48xlarge",
+                       "--nodes", "1", "--precision", "mxfp8", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["setup"]["precision"] == "mxfp8"
+
+
+def test_training_setup_rejects_unknown_values():
+    from infra.planner import PlannerError, TrainingSetup
+
+    with pytest.raises(PlannerError) as err:
+        TrainingSetup(precision="fp4", schedule="gpipe", moe_imbalance=0.5)
+    assert str(err.value) == (
+        "invalid training setup: precision='fp4' is not one of bf16, fp8, mxfp8; use one of "
+        "those; schedule='gpipe' is not one of 1f1b, a2a-overlap, dualpipe; use one of those; "
+        "moe_imbalance=0.5 must be a number from 1.0 (balanced routing) to 4.0")
+
+
+def test_rl_setup_rejects_a_broken_batch_invariant():
+    from infra.planner import PlannerError
+    from infra.planner.rl import RLSetup
+
+    with pytest.raises(PlannerError, match="steps_per_rollout=3 does not divide the 256 samples"):
+        RLSetup(prompts=32, samples_per_prompt=8, steps_per_rollout=3)

@@ -61,8 +61,11 @@ def training_section(candidate: Candidate, model_key: str, node_group: str) -> d
 
 
 def write_config(path: str | Path, candidate: Candidate, model_key: str, instance_type: str,
-                 node_group: str) -> dict:
+                 node_group: str, rollout: dict | None = None, grpo: dict | None = None) -> dict:
     """Merge the plan into the config file at ``path``; return the new file content as a dict.
+
+    ``rollout`` (``gpus_per_engine``, ``ep``) and ``grpo`` (batch-shape keys) come from an RL
+    plan and are merged into ``training.rollout`` / ``training.grpo`` when given.
 
     Refuses, with a PlannerError, when the node group is missing from ``gpu_node_groups``, runs
     a different instance type, or is too small for the planned node count.
@@ -111,6 +114,12 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
     ep["backend"] = new["expert_parallel"]["backend"]
     if ep["backend"] != "deepep-gin":
         ep.pop("gin_mode", None)  # only meaningful for deepep-gin
+    for key, values in (("rollout", rollout), ("grpo", grpo)):
+        if values:
+            section = training.get(key)
+            if not isinstance(section, dict):
+                section = training[key] = {}
+            section.update(values)
 
     text = _replace_training_block(path.read_text(), data)
     mode = path.stat().st_mode & 0o777

@@ -290,10 +290,9 @@ def engine_layouts(model: MoEModel, system: System, rl: RLSetup, gpus: int,
             continue
         if pinned:
             eps = [pinned[1]]
-        elif backend.startswith("deepep"):
-            eps = [g]
-        else:
-            eps = sorted({1, g})
+        else:  # SGLang's usual MoE layout: experts spread over the whole engine (ep = tp);
+            # the decode model does not tell ep from tp apart under NCCL, so one is enough
+            eps = [g] if model.num_experts % g == 0 else [1]
         for ep in eps:
             if model.num_experts % ep == 0 and g % ep == 0:
                 out.append(EngineLayout(g, ep, gpus // g))
@@ -326,11 +325,26 @@ def _seq_len(rl: RLSetup) -> int:
     return int(math.ceil(rl.mean_sequence / 256) * 256)
 
 
-def _best_training(model, system, rl, precision, max_nodes, colocate, pins, ep_backend,
+def _best_training(model, system, rl, precision, counts, colocate, pins, ep_backend,
                    price_per_hour) -> dict[int, Candidate]:
-    """Best training layout per node count (one search over 1..max_nodes)."""
+    """Best training layout per node count in ``counts`` (one search per count, or one search
+    over 1..max when ``counts`` is that whole range)."""
+    counts = sorted(set(counts))
+    if counts == list(range(1, counts[-1] + 1)):
+        groups = [dict(max_nodes=counts[-1])]
+    else:
+        groups = [dict(nodes=n) for n in counts]
+    best: dict[int, Candidate] = {}
+    for where in groups:
+        best.update(_search_training(model, system, rl, precision, where, colocate, pins,
+                                     ep_backend, price_per_hour))
+    return best
+
+
+def _search_training(model, system, rl, precision, where, colocate, pins, ep_backend,
+                     price_per_hour) -> dict[int, Candidate]:
     try:
-        result = plan(model, system.name, max_nodes=max_nodes, seq_len=_seq_len(rl),
+        result = plan(model, system.name, **where, seq_len=_seq_len(rl),
                       global_batch=rl.train_batch, precision=precision, ep_backend=ep_backend,
                       top=10**9, pins=pins, price_per_hour=price_per_hour,
                       colocate_rollout=colocate, rollout_offload=True,
@@ -361,11 +375,13 @@ def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: in
         if p not in ("colocated", "disaggregated"):
             raise PlannerError(f"placement {p!r} is not one of colocated, disaggregated")
     top_n = nodes or max_nodes
+    if max_nodes < 1:
+        raise PlannerError(f"--max-nodes must be at least 1, got {max_nodes}")
     counts = [nodes] if nodes else list(range(1, max_nodes + 1))
     gpn = system.gpus_per_node
     cands: list[RLCandidate] = []
     if "colocated" in placements:
-        best = _best_training(m, system, rl, precision, top_n, True, pins, ep_backend,
+        best = _best_training(m, system, rl, precision, counts, True, pins, ep_backend,
                               price_per_hour)
         for n in counts:
             tc = best.get(n)
@@ -374,7 +390,10 @@ def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: in
             for eng in engine_layouts(m, system, rl, n * gpn, tc.backend.backend, engine):
                 cands.append(evaluate_rl(m, system, rl, "colocated", tc, n, eng, price_per_hour))
     if "disaggregated" in placements and top_n > 1:
-        best = _best_training(m, system, rl, precision, top_n - 1, False, pins, ep_backend,
+        # training pools: every size up to 16 nodes, else eighths of the job (a search per size)
+        splits = (range(1, top_n) if top_n <= 16 else
+                  sorted({max(1, top_n * f // 8) for f in range(1, 8)}))
+        best = _best_training(m, system, rl, precision, splits, False, pins, ep_backend,
                               price_per_hour)
         for n in counts:
             for t, tc in best.items():

@@ -147,7 +147,8 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
     gpus = nodes * system.gpus_per_node
     gpn = system.gpus_per_node
     tps = [pins.tp] if pins.tp else [t for t in _TP if t <= gpn]
-    cps = [pins.cp] if pins.cp else [c for c in (1, 2, 4, 8) if setup.seq_len // c >= 4096]
+    # context parallelism only for long sequences (>= 4096 tokens per CP rank); cp=1 always
+    cps = [pins.cp] if pins.cp else [1] + [c for c in (2, 4, 8) if setup.seq_len // c >= 4096]
     mbss = [pins.mbs] if pins.mbs else ([1, 2, 4] if setup.seq_len <= 2048 else [1, 2])
     ep_all = _divisors(model.num_experts)
     for tp in tps:
@@ -340,7 +341,8 @@ def plan(
         warnings.append(best.cost.source)
     if setup.colocate_rollout and setup.rollout_offload:
         warnings.append("colocated rollout assumes the engine's weights and KV cache are released "
-                        "while training (Miles/slime offload); pass rollout_offload=False if not")
+                        "while training (Miles/slime offload); pass --no-rollout-offload "
+                        "(rollout_offload=False from Python) if not")
     return PlanResult(
         model=m, system=system, setup=setup, objective=objective,
         candidates=tuple(candidates[:max(1, top)]), rejected=tuple(rejected),
