@@ -67,8 +67,41 @@ def test_allreduce_runs_checks_and_reports_json_rows(tmp_path: Path, world: int)
         assert row["time_us"] > 0
         assert row["algbw_GBps"] == pytest.approx(row["size_bytes"] / (row["time_us"] * 1e-6) / 1e9, rel=1e-2)
         assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * (world - 1) / world, rel=1e-3)
-    # the readable table goes to stderr
-    assert "busbw(GB/s)" in ranks[0]["stderr"]
+    # the readable table goes to stderr, in nccl-tests' layout
+    table = [l for l in ranks[0]["stderr"].splitlines() if l and not l.startswith("# all-reduce")]
+    assert table[:4] == NCCL_TESTS_HEADER
+    data = [l.split() for l in table if not l.startswith("#")]
+    assert len(data) == len(rows)
+    for cols, row in zip(data, rows):
+        assert len(cols) == 13
+        assert (int(cols[0]), int(cols[1]), cols[2], cols[3], cols[4]) == (row["size_bytes"], row["size_bytes"] // 4,
+                                                                           "float", "sum", "-1")
+        assert cols[5:9] == ["N/A"] * 4  # torch's all_reduce is in-place only
+        assert float(cols[11]) == pytest.approx(row["busbw_GBps"], abs=0.006)
+        assert cols[12] == "0"
+    assert table[-3].startswith("# Out of bounds values : 0 OK")
+    assert table[-2].startswith("# Avg bus bandwidth    : ")
+
+
+# nccl-tests v2.19.6 (a0b82b2) src/util.cu writeResultHeader, evaluated with Python's printf-style
+# operator on the same format strings (no per-iteration timing, no timestamps).
+_H = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s"
+NCCL_TESTS_HEADER = [
+    "#",
+    "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          " % ("", "", "", "", ""),
+    _H.replace("%*s", "%s") % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+                                "algbw", "busbw", "#wrong", ""),
+    _H.replace("%*s", "%s") % ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                                "(GB/s)", "", ""),
+]
+
+
+@pytest.mark.parametrize("value, width, text", [(12.345, 6, " 12.35"), (1234.5, 6, "1234.5"), (123456.7, 6, "123457"),
+                                                (1234567.0, 6, " 1e+06"), (8911.246, 7, "8911.25")])
+def test_numbers_are_formatted_like_nccl_tests(value, width, text):
+    from rltrainer.bench.allreduce import nccl_float
+
+    assert nccl_float(value, width) == text
 
 
 def test_bfloat16_timing_is_checked_in_float32(tmp_path: Path):

@@ -11,6 +11,13 @@ Bandwidths follow the nccl-tests convention (NVIDIA/nccl-tests doc/PERFORMANCE.m
 GB/s here is 1e9 bytes per second, as in nccl-tests. ``time`` is the mean time of one
 all-reduce on the slowest rank (the collective finishes when its last rank does).
 
+The readable table on stderr has nccl-tests' layout (NVIDIA/nccl-tests v2.19.6, commit
+a0b82b2, src/util.cu ``writeResultHeader``, ``writeBenchmarkLinePreamble``,
+``writeBenchmarkLineBody``, ``getFloatStr``, ``writeResultFooter``): size, count, type, redop,
+root, then time/algbw/busbw/#wrong for out-of-place and in-place, and the "Out of bounds values"
+and "Avg bus bandwidth" footer lines, so our rows sit next to an ``all_reduce_perf`` run.
+``torch.distributed.all_reduce`` is in-place only: the out-of-place columns say N/A.
+
 Before timing a size, every rank fills the buffer with a rank-dependent pattern,
 all-reduces it and checks the exact sums; a wrong result stops the benchmark on every
 rank (exit 1) instead of timing a broken fabric.
@@ -53,6 +60,49 @@ def sweep_sizes(min_bytes: int, max_bytes: int) -> list[int]:
     return sizes
 
 
+_NCCL_TYPE_NAMES = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}  # nccl-tests test_typenames
+
+
+def nccl_float(value: float, width: int) -> str:
+    """nccl-tests' getFloatStr: 2, 1 or 0 decimals, whichever fits ``width``, else exponent."""
+    for fmt in (f"{{:{width}.2f}}", f"{{:{width}.1f}}", f"{{:{width}.0f}}"):
+        text = fmt.format(value)
+        if len(text) <= width:
+            return text
+    return (f"{{:{width}.1e}}" if width >= 7 else f"{{:{width}.0e}}").format(value)[:width]
+
+
+def nccl_tests_header() -> list[str]:
+    """The column header nccl-tests prints (without per-iteration timing or timestamps)."""
+    cols = "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} "
+    return [
+        "#",
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ".format(
+            "", "", "", "", ""),
+        cols.format("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+                    "busbw", "#wrong"),
+        cols.format("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""),
+    ]
+
+
+def nccl_tests_row(size_bytes: int, count: int, dtype: str, seconds: float, algbw: float, busbw: float,
+                   wrong: int) -> str:
+    """One all_reduce_perf result line; our all-reduce is in-place, so out-of-place is N/A."""
+    preamble = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}".format(size_bytes, count, _NCCL_TYPE_NAMES.get(dtype, dtype),
+                                                            "sum", -1)
+    oop = "  {:>7}  {:>6}  {:>6}  {:>6}".format("N/A", "N/A", "N/A", "N/A")
+    inplace = "  {}  {}  {}  {:>6g}".format(nccl_float(seconds * 1e6, 7), nccl_float(algbw, 6), nccl_float(busbw, 6),
+                                            wrong)
+    return preamble + oop + inplace
+
+
+def nccl_tests_footer(busbws: list[float], wrong: int) -> list[str]:
+    avg = sum(busbws) / len(busbws) if busbws else 0.0
+    return [f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}",
+            f"# {'Avg bus bandwidth':<20} : {avg:g} ",
+            "#"]
+
+
 def check_allreduce(ctx: DistContext, buf) -> str | None:
     """All-reduce a known pattern in ``buf`` (float32) and verify it; None if correct.
 
@@ -86,7 +136,8 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) ->
     if leader:
         print(f"# all-reduce: {ctx.world_size} ranks, backend {ctx.backend}, dtype {args.dtype}, "
               f"{args.warmup} warmup + {args.iters} timed iterations", file=err)
-        print(f"# {'size':>12} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}", file=err)
+        print("\n".join(nccl_tests_header()), file=err)
+    busbws: list[float] = []
     for size in sizes:
         numel = max(1, size // elem)
         nbytes = numel * elem
@@ -126,9 +177,16 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) ->
                 },
                 out,
             )
-            print(f"  {nbytes:>12} {seconds * 1e6:>12.2f} {algbw:>12.3f} {busbw:>12.3f}", file=err, flush=True)
+            print(nccl_tests_row(nbytes, numel, torch_dtype_name(dtype), seconds, algbw, busbw, 0), file=err, flush=True)
+            busbws.append(busbw)
         del buf  # free before allocating the next (twice as large) buffer
+    if leader:
+        print("\n".join(nccl_tests_footer(busbws, 0)), file=err, flush=True)
     return 0
+
+
+def torch_dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
