@@ -19,16 +19,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from infra.planner import plan  # noqa: E402
-from infra.planner import timing  # noqa: E402
+from infra.planner import memory, timing  # noqa: E402
 from infra.planner.rl import RLSetup, plan_rl  # noqa: E402
 
 RUNS = 5
 
 
+def _cold() -> None:
+    """Empty the planner's memo caches so each run measures a cold search."""
+    for cached in (timing._layer_times_cached, memory.stage_params,
+                   memory.activation_bytes_per_layer):
+        cached.cache_clear()
+
+
 def main() -> int:
     times = []
     for _ in range(RUNS):
-        timing._layer_times_cached.cache_clear()  # measure cold searches, not cache hits
+        _cold()  # measure cold searches, not cache hits
         started = time.perf_counter()
         result = plan("deepseek-v3", "p5.48xlarge", nodes=128, global_batch=8192,
                       precision="fp8", seq_len=4096)
@@ -43,7 +50,7 @@ def main() -> int:
           f"EP backend {best.backend.backend}")
     rl_times = []
     for _ in range(RUNS):
-        timing._layer_times_cached.cache_clear()
+        _cold()
         started = time.perf_counter()
         rl = plan_rl("deepseek-v3", "p5en.48xlarge", RLSetup(), nodes=128, precision="fp8")
         rl_times.append(time.perf_counter() - started)

@@ -36,7 +36,8 @@ Formulas and where they come from:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 
 from infra.planner.hardware import GIB, System
 from infra.planner.layout import Layout, TrainingSetup, is_fp8
@@ -91,6 +92,7 @@ class StageParams:
     expert: float  # sharded over edp
 
 
+@lru_cache(maxsize=65536)  # the search asks for the same stage many times (pure function)
 def stage_params(model: MoEModel, L: Layout, which: str) -> StageParams:
     """Parameters per GPU on the first or last pipeline stage."""
     n = math.ceil(model.num_layers / L.pp)
@@ -118,6 +120,7 @@ def stage_params(model: MoEModel, L: Layout, which: str) -> StageParams:
     return StageParams(dense, expert)
 
 
+@lru_cache(maxsize=65536)
 def activation_bytes_per_layer(model: MoEModel, L: Layout, setup: TrainingSetup,
                                moe: bool) -> float:
     """Stored activation bytes of one layer for one micro-batch on one GPU (Korthikanti et al.).
@@ -254,7 +257,7 @@ def _stage_memory(model: MoEModel, system: System, L: Layout, setup: TrainingSet
     per_moe = activation_bytes_per_layer(model, L, setup, moe=True) if n_moe else 0.0
     acts = (n_dense * per_dense + n_moe * per_moe) * _in_flight(L, setup, which)
     if L.recompute == "full":  # working set of the layer being recomputed
-        full = Layout(**{**L.to_dict(), "recompute": "none"})
+        full = replace(L, recompute="none")
         acts += activation_bytes_per_layer(model, full, setup, moe=n_moe > 0)
     tokens = L.mbs * setup.seq_len / L.cp
     if which == "last" or L.pp == 1:

@@ -390,9 +390,10 @@ def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: in
             for eng in engine_layouts(m, system, rl, n * gpn, tc.backend.backend, engine):
                 cands.append(evaluate_rl(m, system, rl, "colocated", tc, n, eng, price_per_hour))
     if "disaggregated" in placements and top_n > 1:
-        # training pools: every size up to 16 nodes, else eighths of the job (a search per size)
+        # training pools: every size up to 16 nodes, else quarters of the job (one training
+        # search per pool size, so the search stays well under a second at 1,024 GPUs)
         splits = (range(1, top_n) if top_n <= 16 else
-                  sorted({max(1, top_n * f // 8) for f in range(1, 8)}))
+                  sorted({max(1, top_n * f // 4) for f in range(1, 4)}))
         best = _best_training(m, system, rl, precision, splits, False, pins, ep_backend,
                               price_per_hour)
         for n in counts:
