@@ -388,3 +388,22 @@ def test_rollout_engine_spans_enough_nodes_for_large_models():
     assert big % 8 == 0 and big > 8
     pinned = dataclasses.replace(setup, rollout_engine_gpus=16)
     assert rollout_engine_gpus(MODEL_CATALOG["deepseek-v3"], get_system(P5), pinned) == 16
+
+
+def test_colocate_warning_names_the_cli_flag():
+    from infra.planner import plan
+
+    result = plan("qwen3-30b-a3b", "p5en.48xlarge", nodes=1, colocate_rollout=True,
+                  rollout_mem_fraction=0.5)
+    text = " ".join(result.warnings)
+    assert "--no-rollout-offload" in text and "rollout_offload=False" in text
+
+
+def test_rl_engines_with_deepep_span_the_whole_engine():
+    from infra.planner import get_model, get_system
+    from infra.planner.rl import RLSetup, engine_layouts
+
+    layouts = engine_layouts(get_model("deepseek-v3"), get_system("p5en.48xlarge"), RLSetup(),
+                             256, "deepep-gin")
+    assert layouts and all(e.ep == e.gpus for e in layouts)
+    assert {e.gpus for e in layouts} >= {16, 32}  # BF16 DeepSeek-V3 needs >= 16 H200 per engine

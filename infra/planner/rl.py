@@ -279,7 +279,8 @@ def train_time(candidate: Candidate, rl: RLSetup) -> float:
 def engine_layouts(model: MoEModel, system: System, rl: RLSetup, gpus: int,
                    backend: str, pinned: tuple[int, int] | None = None) -> list[EngineLayout]:
     """Engine sizes that divide ``gpus`` and leave at least a tenth of the engine's memory share
-    for KV cache; ep = engine size (SGLang forces it with DeepEP), or 1 (pure TP) with NCCL."""
+    for KV cache; ep = engine size (SGLang forces it with DeepEP; with NCCL too when the experts
+    divide), else 1 (pure TP). A pinned (gpus, ep) is checked the same way."""
     out = []
     sizes = [pinned[0]] if pinned else [s for s in ENGINE_SIZES if s <= gpus]
     for g in sizes:
@@ -290,6 +291,8 @@ def engine_layouts(model: MoEModel, system: System, rl: RLSetup, gpus: int,
             continue
         if pinned:
             eps = [pinned[1]]
+        elif backend.startswith("deepep"):  # SGLang's DeepEP path forces ep = engine size
+            eps = [g]
         else:  # SGLang's usual MoE layout: experts spread over the whole engine (ep = tp);
             # the decode model does not tell ep from tp apart under NCCL, so one is enough
             eps = [g] if model.num_experts % g == 0 else [1]
