@@ -403,7 +403,7 @@ def test_rl_engines_with_deepep_span_the_whole_engine():
     from infra.planner import get_model, get_system
     from infra.planner.rl import RLSetup, engine_layouts
 
-    layouts = engine_layouts(get_model("deepseek-v3"), get_system("p5en.48xlarge"), RLSetup(),
-                             256, "deepep-gin")
+    layouts = engine_layouts(get_model("deepseek-v3"), get_system("p5en.48xlarge"),
+                             rl=RLSetup(), gpus=256, backend="deepep-gin")
     assert layouts and all(e.ep == e.gpus for e in layouts)
     assert {e.gpus for e in layouts} >= {16, 32}  # BF16 DeepSeek-V3 needs >= 16 H200 per engine

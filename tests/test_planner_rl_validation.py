@@ -82,7 +82,8 @@ def predict(p: RLPoint):
             break
     engine = EngineLayout(p.engine_tp, 1, p.nodes * 8 // p.engine_tp)
     system = get_system("dgx-h100-ib", allow_reference=True)
-    r = evaluate_rl(get_model(p.model), system, rl, "colocated", c, p.nodes, engine)
+    r = evaluate_rl(get_model(p.model), system, rl=rl, placement="colocated", training=c,
+                    rollout_nodes=p.nodes, engine=engine)
     return r, (r.time.step - p.published_step_s) / p.published_step_s
 
 
@@ -126,6 +127,6 @@ def test_published_training_layout_fits_beside_the_engine(predictions, i):
 
 
 def test_decode_matches_sglang_on_b200():
-    t = decode_iteration_s(get_model("qwen3-235b-a22b"), get_system("p6-b200.48xlarge"), 8, 1,
-                           "nccl", batch=1, context=1500)
+    t = decode_iteration_s(get_model("qwen3-235b-a22b"), get_system("p6-b200.48xlarge"),
+                           engine_gpus=8, engine_ep=1, backend="nccl", batch=1, context=1500)
     assert t * 1e3 == pytest.approx(6.70, rel=0.15)

@@ -209,7 +209,7 @@ def kv_bytes_per_token_per_gpu(model: MoEModel, gpus: int) -> float:
     return float(model.kv_cache_bytes_per_token)
 
 
-def decode_iteration_s(model: MoEModel, system: System, engine_gpus: int, engine_ep: int,
+def decode_iteration_s(model: MoEModel, system: System, *, engine_gpus: int, engine_ep: int,
                        backend: str, batch: float, context: float) -> float:
     """Seconds of one decode iteration of one engine (see the module docstring)."""
     g = engine_gpus
@@ -239,31 +239,33 @@ def decode_iteration_s(model: MoEModel, system: System, engine_gpus: int, engine
     return fixed + max(t_mem, t_compute)
 
 
-def engine_kv_tokens(model: MoEModel, system: System, engine_gpus: int, mem_fraction: float) -> float:
+def engine_kv_tokens(model: MoEModel, system: System, *, engine_gpus: int,
+                     mem_fraction: float) -> float:
     """Tokens of KV cache one engine holds: its memory share minus its weights."""
     free = mem_fraction * system.gpu_memory_gib * GIB - _weights_bytes(model) / engine_gpus
     return max(0.0, free) / kv_bytes_per_token_per_gpu(model, engine_gpus)
 
 
-def rollout_time(model: MoEModel, system: System, rl: RLSetup, engine: EngineLayout,
+def rollout_time(model: MoEModel, system: System, *, rl: RLSetup, engine: EngineLayout,
                  backend: str) -> tuple[float, int, float, float]:
     """(seconds, decode iterations, mean running batch, seconds per iteration) of one rollout."""
     per_engine = rl.samples / engine.engines
     seq_max = rl.prompt_len + rl.max_response_len
-    cap = engine_kv_tokens(model, system, engine.gpus, rl.mem_fraction) / seq_max
+    cap = engine_kv_tokens(model, system, engine_gpus=engine.gpus,
+                           mem_fraction=rl.mem_fraction) / seq_max
     max_batch = max(1.0, min(per_engine, cap, MAX_RUNNING))
     tokens = per_engine * rl.mean_response
     iterations = max(rl.max_response_len, math.ceil(tokens / max_batch))
     batch = tokens / iterations
     context = rl.prompt_len + rl.mean_response / 2
-    t_iter = decode_iteration_s(model, system, engine.gpus, engine.ep, backend, batch, context)
+    t_iter = decode_iteration_s(model, system, engine_gpus=engine.gpus, engine_ep=engine.ep,
+                                backend=backend, batch=batch, context=context)
     prefill = (per_engine * rl.prompt_len * 2 * model.active_params / engine.gpus
                / (system.gpu.bf16_tflops * 1e12 * system.efficiency.gemm_bf16))
     return iterations * t_iter + prefill, iterations, batch, t_iter
 
 
-def sync_time(model: MoEModel, system: System, placement: Placement, train_nodes: int,
-              rollout_nodes: int) -> float:
+def sync_time(model: MoEModel, system: System, *, placement: Placement, train_nodes: int) -> float:
     """Seconds to move the trained BF16 weights into every engine."""
     nbytes = _weights_bytes(model)
     if placement == "colocated":
@@ -272,12 +274,12 @@ def sync_time(model: MoEModel, system: System, placement: Placement, train_nodes
     return nbytes / (line * SYNC_FABRIC_EFF)
 
 
-def train_time(candidate: Candidate, rl: RLSetup) -> float:
+def train_time(candidate: Candidate, *, rl: RLSetup) -> float:
     return candidate.time.step * rl.steps_per_rollout * (1 + rl.logprob_passes / 3)
 
 
-def engine_layouts(model: MoEModel, system: System, rl: RLSetup, gpus: int,
-                   backend: str, pinned: tuple[int, int] | None = None) -> list[EngineLayout]:
+def engine_layouts(model: MoEModel, system: System, *, rl: RLSetup, gpus: int, backend: str,
+                   pinned: tuple[int, int] | None = None) -> list[EngineLayout]:
     """Engine sizes that divide ``gpus`` and leave at least a tenth of the engine's memory share
     for KV cache; ep = engine size (SGLang forces it with DeepEP; with NCCL too when the experts
     divide), else 1 (pure TP). A pinned (gpus, ep) is checked the same way."""
@@ -302,15 +304,15 @@ def engine_layouts(model: MoEModel, system: System, rl: RLSetup, gpus: int,
     return out
 
 
-def evaluate_rl(model: MoEModel, system: System, rl: RLSetup, placement: Placement,
+def evaluate_rl(model: MoEModel, system: System, *, rl: RLSetup, placement: Placement,
                 training: Candidate, rollout_nodes: int, engine: EngineLayout,
                 price_per_hour: float | None = None) -> RLCandidate:
     """Predict one GRPO step for a given training candidate, rollout pool and engine layout."""
     backend = training.backend.backend
     train_nodes = training.nodes
-    ro, iters, batch, t_iter = rollout_time(model, system, rl, engine, backend)
-    sync = sync_time(model, system, placement, train_nodes, rollout_nodes)
-    tr = train_time(training, rl)
+    ro, iters, batch, t_iter = rollout_time(model, system, rl=rl, engine=engine, backend=backend)
+    sync = sync_time(model, system, placement=placement, train_nodes=train_nodes)
+    tr = train_time(training, rl=rl)
     if placement == "disaggregated" and rl.overlap:
         step = max(ro, tr) + sync
     else:
@@ -390,8 +392,11 @@ def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: in
             tc = best.get(n)
             if tc is None:
                 continue
-            for eng in engine_layouts(m, system, rl, n * gpn, tc.backend.backend, engine):
-                cands.append(evaluate_rl(m, system, rl, "colocated", tc, n, eng, price_per_hour))
+            for eng in engine_layouts(m, system, rl=rl, gpus=n * gpn,
+                                      backend=tc.backend.backend, pinned=engine):
+                cands.append(evaluate_rl(m, system, rl=rl, placement="colocated", training=tc,
+                                         rollout_nodes=n, engine=eng,
+                                         price_per_hour=price_per_hour))
     if "disaggregated" in placements and top_n > 1:
         # training pools: every size up to 16 nodes, else quarters of the job (one training
         # search per pool size, so the search stays well under a second at 1,024 GPUs)
@@ -404,9 +409,11 @@ def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: in
                 r = n - t
                 if r < 1:
                     continue
-                for eng in engine_layouts(m, system, rl, r * gpn, tc.backend.backend, engine):
-                    cands.append(evaluate_rl(m, system, rl, "disaggregated", tc, r, eng,
-                                             price_per_hour))
+                for eng in engine_layouts(m, system, rl=rl, gpus=r * gpn,
+                                          backend=tc.backend.backend, pinned=engine):
+                    cands.append(evaluate_rl(m, system, rl=rl, placement="disaggregated",
+                                             training=tc, rollout_nodes=r, engine=eng,
+                                             price_per_hour=price_per_hour))
     if not cands:
         where = f"{nodes} node(s)" if nodes else f"1 to {max_nodes} nodes"
         raise PlannerError(f"no GRPO layout for {m.key} fits on {where} of {system.name}: no "
