@@ -44,18 +44,63 @@ def _args(text: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in re.finditer(r"^ARG (\w+)=(.*)$", text, re.M)}
 
 
-def test_base_image_is_pinned_by_tag_and_digest():
+def test_base_image_is_the_miles_release_the_launcher_and_contract_tests_target():
+    from rltrainer.miles import MILES_VERSION
+
     args = _args(DOCKERFILE.read_text())
-    assert re.fullmatch(r"radixark/miles:v[0-9.]+@sha256:[0-9a-f]{64}", args["MILES_IMAGE"])
+    # The tag, the launcher's MILES_VERSION and the sources of tests/test_miles_contract.py
+    # are one version; a digest may be appended with --build-arg (README, "Build").
+    assert args["MILES_IMAGE"] == f"radixark/miles:{MILES_VERSION}"
     assert "FROM ${MILES_IMAGE} AS base" in DOCKERFILE.read_text()
+
+
+def test_the_driver_requirement_is_checked_and_exposed():
+    text = DOCKERFILE.read_text()
+    args = _args(text.split("FROM ${MILES_IMAGE}")[0])
+    assert (args["CUDA_MAJOR"], args["MIN_NVIDIA_DRIVER"]) == ("13", "580.65.06")
+    base = text.split("FROM ${MILES_IMAGE} AS base")[1].split("FROM base AS")[0]
+    assert "import torch; print(torch.version.cuda" in base and "exit 1" in base
+    assert "ENV RLTRAINER_CUDA_MAJOR=${CUDA_MAJOR}" in base
+    assert "RLTRAINER_MIN_NVIDIA_DRIVER=${MIN_NVIDIA_DRIVER}" in base
+    assert 'io.moe-rl-eks-kit.min-nvidia-driver="${MIN_NVIDIA_DRIVER}"' in base
+
+
+def _stages(text: str) -> dict[str, str]:
+    stages = re.findall(r"^FROM base AS (ep-[\w-]+)$", text, re.M)
+    return dict(zip(stages, re.split(r"^FROM base AS ep-[\w-]+$", text, flags=re.M)[1:]))
+
+
+def test_each_variant_says_which_backend_it_was_built_for():
+    from rltrainer.config import EP_BACKENDS
+    from rltrainer.launch import IMAGE_BACKEND_ENV
+
+    for stage, block in _stages(DOCKERFILE.read_text()).items():
+        backend = stage.removeprefix("ep-")
+        assert backend in EP_BACKENDS
+        assert f"{IMAGE_BACKEND_ENV}={backend}" in block, stage
+
+
+def test_the_build_parses_a_bundled_example_with_miles_own_parser():
+    from rltrainer.config import TRAINING_EP_BACKENDS, load_run_config
+
+    final = DOCKERFILE.read_text().split("FROM ep-${EP_BACKEND} AS final")[1]
+    step = final.split("COPY examples/ /opt/rltrainer/examples/")[1].split("\n\n")[0]
+    assert "rltrainer launch --dry-run --check-args" in step
+    assert '--config "/opt/rltrainer/examples/qwen3-30b-a3b-${RLTRAINER_IMAGE_EP_BACKEND}.yaml"' in step
+    # after our package is installed, before the label-only build args
+    assert final.index("pip install") < final.index("--check-args") < final.index("ARG VCS_REF")
+    # one bundled example per trainable backend, valid, for exactly that backend, model flags from Miles
+    for backend in TRAINING_EP_BACKENDS:
+        cfg = load_run_config(IMAGE_DIR / "examples" / f"qwen3-30b-a3b-{backend}.yaml")
+        assert cfg.expert_parallel.backend == backend
+        assert cfg.model.megatron_args == ()
 
 
 def test_variants_and_pins_match_the_documented_combinations():
     text = DOCKERFILE.read_text()
-    stages = re.findall(r"^FROM base AS (ep-[\w-]+)$", text, re.M)
-    assert sorted(stages) == ["ep-deepep-gin", "ep-deepep-nvshmem", "ep-none"]
+    blocks = _stages(text)
+    assert sorted(blocks) == ["ep-deepep-gin", "ep-deepep-nvshmem", "ep-nccl"]
     assert "FROM ep-${EP_BACKEND} AS final" in text
-    blocks = dict(zip(stages, re.split(r"^FROM base AS ep-[\w-]+$", text, flags=re.M)[1:]))
     # DeepEP V1 at 567632d + NVSHMEM 3.7.0 + EFA installer 1.48.0
     assert _args(blocks["ep-deepep-nvshmem"])["EFA_INSTALLER_VERSION"] == "1.48.0"
     assert _args(blocks["ep-deepep-nvshmem"])["NVSHMEM_VERSION"] == "3.7.0"
@@ -63,7 +108,7 @@ def test_variants_and_pins_match_the_documented_combinations():
     # DeepEP V2 over NCCL GIN: NCCL >= 2.31.2, EFA installer 1.50.0 (aws-ofi-nccl >= 1.21)
     assert _args(blocks["ep-deepep-gin"])["EFA_INSTALLER_VERSION"] == "1.50.0"
     assert _args(blocks["ep-deepep-gin"])["NCCL_REF"] == "v2.31.2-1"
-    assert _args(blocks["ep-none"])["EFA_INSTALLER_VERSION"] == "1.50.0"
+    assert _args(blocks["ep-nccl"])["EFA_INSTALLER_VERSION"] == "1.50.0"
     shared = _args(text.split("FROM ${MILES_IMAGE}")[0])
     assert shared["GDRCOPY_VERSION"] == "v2.5.2"
     assert shared["TORCH_CUDA_ARCH_LIST"] == '"9.0;10.0"'

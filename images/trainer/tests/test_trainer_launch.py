@@ -220,7 +220,8 @@ for it in (start + 1, start + 2):
     (d / "model" / "__0_0.distcp").write_bytes(os.urandom(3000 + it))
     (d / "common.pt").write_bytes(bytes([it]) * 100)
     (save / "rollout").mkdir(exist_ok=True)
-    (save / "rollout" / f"global_dataset_state_dict_{it}.pt").write_bytes(b"cursor %d" % it)
+    import torch  # the data cursor is a real torch.save file, as Miles writes it
+    torch.save({"cursor": it}, save / "rollout" / f"global_dataset_state_dict_{it}.pt")
     tracker.write_text(str(it))
     time.sleep(0.3)
 '''
@@ -505,3 +506,13 @@ def test_a_missing_bucket_stops_before_training(tmp_path: Path, aws):
         "rltrainer launch: preparing the run failed, nothing was started: NoSuchBucket: An error occurred "
         "(NoSuchBucket) when calling the ListObjectsV2 operation: The specified bucket does not exist\n"
     )
+
+
+def test_check_args_outside_the_image_says_why_it_cannot_check(tmp_path: Path):
+    miles = fake_miles(tmp_path)
+    err = io.StringIO()
+    code = launch_main(["--config", str(config_without_model_args(tmp_path)), "--dry-run", "--check-args",
+                        "--miles-dir", str(miles), "--python", sys.executable], out=io.StringIO(), err=err)
+    assert code == 2
+    assert err.getvalue() == ("rltrainer launch: cannot build Miles' argument parser (No module named 'megatron'); "
+                              "run this inside the trainer image\n")
