@@ -23,7 +23,8 @@ Decode check: SGLang v0.5.8.post1 on 8x B200 (BenHamm's public gist "SGLang B200
 - 9 Models on 8xB200", 2026-02-16): Qwen3-235B-A22B BF16, TP8, time per output token at
 concurrency 1: 6.70 ms.
 
-Goal: median |step-time error| <= 25% over all RL runs; decode within 15%.
+Goal: median |step-time error| <= 25% over all RL runs (and, our guard, none above 35%); decode
+within 15%.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ POINTS = [
     RLPoint("DeepSeek-V3 512xH100", "deepseek-v3", 64, Layout(ep=32, pp=16, dp=32), 512, 512,
             1536, 724, 32, 81.2, True),
 ]
-MEDIAN_GOAL = 0.25
+MEDIAN_GOAL = 0.25  # the issue's goal
+MAX_GUARD = 0.35  # ours: no single run far off, so a median cannot hide one broken case
 
 
 def predict(p: RLPoint):
@@ -116,6 +118,7 @@ def test_rl_validation_table(predictions, capsys):
     assert len(predictions) >= 3
     errs = [abs(e) for _, _, e in predictions]
     assert statistics.median(errs) <= MEDIAN_GOAL, table
+    assert max(errs) <= MAX_GUARD, table
     assert any(p.out_of_sample for p, _, _ in predictions)
 
 
