@@ -2,25 +2,30 @@
 
 Input is the text of each job's pod logs (stdout and stderr mixed, as ``kubectl logs`` returns
 them): the JSON lines that ``rltrainer nodecheck`` and ``rltrainer bench allreduce|ep`` print
-(formats in images/trainer/README.md) plus whatever NCCL logged. Output is a list of findings,
-each pass, warn or fail with the measured and expected figure and, for anything that is not a
-pass, what to do. Thresholds live in ``infra.acceptance``. No kubectl or AWS here: ``gate_cmd``
-collects the logs, this module only reads them, so recorded logs test it.
+(formats in images/trainer/README.md) plus what NCCL, aws-ofi-nccl and NVSHMEM logged (the fabric
+jobs run with NCCL_DEBUG=INFO and NVSHMEM_DEBUG=INFO), and the GPU nodes as ``kubectl get nodes
+-o json`` returns them. Output is a list of findings, each pass, warn or fail with the measured
+and expected figure and, for anything that is not a pass, what to do. Thresholds live in
+``infra.acceptance``. No kubectl or AWS here: ``gate_cmd`` collects the logs, this module only
+reads them, so recorded logs test it.
 
-What it catches:
+What it catches (docs/gate.md explains each number):
 
-- nodecheck failures, missing EFA devices above all (a pod that sees fewer EFA devices than the
-  instance has runs on fewer rails or on TCP);
-- NCCL fallen back to TCP sockets: NCCL's own log line (``NET/Socket``, ``Using network Socket``)
-  or an all-reduce bandwidth far below anything EFA delivers;
-- a degraded fabric: all-reduce or expert-parallel throughput below the published figure;
-- instance types, node counts or backends without a published figure: a warning saying the
-  numbers were recorded only, never a silent pass.
+- node check failures: missing EFA devices, an NVIDIA driver older than the image's CUDA needs,
+  an EFA driver or PeerMappingOverride missing for EFA-GDA, GDRCopy missing where the backend
+  uses it; and allocatable ``vpc.amazonaws.com/efa`` on a node that differs from the pod request;
+- the transport, proved from the libraries' own log lines (each finding names the line it
+  looked for): NCCL loaded aws-ofi-nccl and uses it rather than sockets; NVSHMEM initialised its
+  libfabric transport on the EFA provider; NCCL's GIN type is the one the profile set;
+- a degraded fabric: all-reduce or DeepEP-accounted expert-parallel bandwidth below the
+  published figure for the same tool, shape and instance type;
+- anything without a published figure: a warning saying the numbers were recorded only.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,17 +36,51 @@ PASS, WARN, FAIL = "pass", "warn", "fail"
 
 JOB_KEYS = ("nodecheck", "allreduce", "ep")
 
-# NCCL INFO lines that name the network NCCL picked (visible with NCCL_DEBUG=INFO).
-SOCKET_MARKERS = ("NET/Socket", "Using network Socket")
-OFI_MARKERS = ("NET/OFI", "Using network AWS Libfabric", "Using network Libfabric")
+# --- log lines that prove the transport -----------------------------------------------------------
+# Exact texts from the sources of the versions the image installs (read 2026-11-30):
+# - aws-ofi-nccl v1.21.1 (EFA installer 1.50.0; tag commit 2475c4c736907e68ebeadb3848f31231ee4a44d0):
+#   every plugin line starts "NET/OFI " (include/nccl_ofi_log.h); src/nccl_ofi_net.cpp logs
+#   "Initializing " PACKAGE_STRING ("aws-ofi-nccl <version>") at init and PACKAGE_NAME
+#   " initialization failed" when it gives up; the plugin's NCCL name is "Libfabric"
+#   (src/nccl_ofi_interface_nvidia.cpp, older releases "AWS Libfabric"); the GIN EFA-GDA path logs
+#   "gin GDAKI: createContext done (" (src/rdma/gin/nccl_ofi_gin_gdaki.cpp), and
+#   doc/gin-getting-started.md names that line and "NCCL_GIN_TYPE set by environment to 5." as the
+#   proof that EFA-GDA ran.
+# - NCCL v2.30.7-1 (73cf112295c33aee2b895f329f592f2a9b4b0f97; the newest tag we could read, the GIN
+#   image builds v2.31.2-1): src/init.cc "Using network %s" with the net plugin's name ("Socket" is
+#   src/transport/net_socket.cc's); src/misc/param.cc "%s set by environment to %lld." for integer
+#   parameters such as NCCL_GIN_TYPE.
+# - NVSHMEM v3.4.5-0 (2d7d25f0816235e3c2b51779571ec032606ea0dd; the image builds 3.7.0, whose
+#   source we could not read): src/host/transport/transport.cpp "Successfully initialized the
+#   transport: %s" (the NVSHMEM_REMOTE_TRANSPORT value) and "init failed for remote transport: %s";
+#   src/modules/transport/libfabric/libfabric.cpp "Selected provider %s, fabric %s, nic %s, hmem %s".
+OFI_LOADED = "NET/OFI Initializing aws-ofi-nccl"
+OFI_FAILED = "NET/OFI aws-ofi-nccl initialization failed"
+NET_OFI = re.compile(r"Using network (AWS )?Libfabric\b")
+NET_ANY = re.compile(r"Using network (\S[^\n]*)")
+NET_SOCKET = "Using network Socket"
+NVSHMEM_OK = "Successfully initialized the transport: libfabric"
+NVSHMEM_FAILED = "init failed for remote transport:"
+NVSHMEM_TRANSPORT = re.compile(r"Successfully initialized the transport: (\S+)")
+NVSHMEM_EFA = "Selected provider efa,"
+GIN_TYPE = re.compile(r"NCCL_GIN_TYPE set by environment to (-?\d+)\.")
+GIN_GDAKI = "NET/OFI gin GDAKI: createContext done ("
+DEBUG_HINT = ("the fabric jobs set NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV,NET and "
+              "NVSHMEM_DEBUG=INFO; a log without these lines either ran with other settings or "
+              "never initialised the library")
 
 SOCKET_FIX = ("make NCCL load aws-ofi-nccl: NCCL_NET_PLUGIN=ofi and FI_PROVIDER=efa in the pod, "
               "the plugin in the image (nodecheck's nccl_ofi_plugin check), and the node's full "
               "vpc.amazonaws.com/efa count requested; then run `rlkit gate` again")
+# Managed node groups repair nodes that are cordoned or report unhealthy (node auto-repair); a
+# manual terminate of the instance has the node group launch a replacement.
+BAD_NODE_FIX = ("cordon the node and taint it (kubectl cordon <node>; kubectl taint nodes <node> "
+                "rlkit/fabric=failed:NoSchedule) so that node auto-repair, or terminating the "
+                "instance by hand, replaces it; then run `rlkit gate` again")
 DEGRADED_FIX = ("run `rlkit gate` again to rule out a noisy neighbour; if it repeats, check that "
                 "both nodes are in one cluster placement group and one AZ, that every pod got all "
-                "EFA devices (nodecheck), and the EFA driver/installer versions; replace a node "
-                "that keeps failing (kubectl drain, then let the node group replace it)")
+                "EFA devices (nodecheck), and the EFA driver/installer versions; if one node keeps "
+                "failing, " + BAD_NODE_FIX)
 
 
 @dataclass(frozen=True)
@@ -60,10 +99,9 @@ class Finding:
 @dataclass
 class EpMeasurement:
     backend: str  # config name: nccl | deepep-nvshmem | deepep-gin
-    dispatch_GBps: float
-    combine_GBps: float
-    time_us: float  # dispatch + combine
-    shape: dict[str, int]
+    time_us: float  # dispatch + combine step time at the model's shape: what picks the backend
+    shape: dict[str, int]  # the model shape
+    acceptance: dict[str, Any] | None = None  # DeepEP-accounted figures at the published shape
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +114,7 @@ class GateReport:
     ep_backend: str
     findings: list[Finding] = field(default_factory=list)
     ep: EpMeasurement | None = None
+    allreduce: dict[int, float] = field(default_factory=dict)  # size -> busbw GB/s
 
     @property
     def ok(self) -> bool:
@@ -102,11 +141,18 @@ def parse_rows(text: str) -> list[dict[str, Any]]:
 
 
 def nccl_transport(text: str) -> str | None:
-    """"socket" or "ofi" from NCCL's INFO lines, None when NCCL did not log its network."""
-    if any(m in text for m in SOCKET_MARKERS):
+    """"socket" or "ofi" from NCCL's "Using network" line, None when NCCL did not log it."""
+    if NET_SOCKET in text:
         return "socket"
-    if any(m in text for m in OFI_MARKERS):
+    if NET_OFI.search(text):
         return "ofi"
+    return None
+
+
+def _first_line(text: str, needle: str) -> str | None:
+    for line in text.splitlines():
+        if needle in line:
+            return line.strip()
     return None
 
 
@@ -154,21 +200,155 @@ def judge_nodecheck(text: str, nodes: int, efa_expected: int) -> list[Finding]:
                                         str(c.get("expected")), f"node check {name} failed",
                                         c.get("fix", "")))
     if not findings:
+        names = sorted({c.get("name", "?") for r in rows for c in r.get("checks", [])})
         findings.append(Finding("nodecheck", PASS, f"{len(rows)} node(s) ok", f"{nodes}",
-                                "GPUs, EFA devices, GDRCopy, huge pages, memlock, shm, "
-                                "aws-ofi-nccl"))
+                                ", ".join(names)))
+    return findings
+
+
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+
+def judge_allocatable(nodes_json: str, requested: int) -> list[Finding]:
+    """Allocatable EFA devices on each GPU node against what every pod requests."""
+    try:
+        doc = json.loads(nodes_json)
+    except json.JSONDecodeError:
+        return [Finding("allocatable EFA", FAIL, "unreadable node list", f"{requested} per node",
+                        "`kubectl get nodes -o json` did not return JSON", "run it by hand and "
+                        "check the kubectl context")]
+    items = doc.get("items", []) if isinstance(doc, dict) else []
+    if not items:
+        return [Finding("allocatable EFA", FAIL, "no GPU nodes", f"{requested} per node",
+                        "no node carries the node group's labels", "check that the GPU node "
+                        "group is up (kubectl get nodes --show-labels)")]
+    findings = []
+    for node in items:
+        name = node.get("metadata", {}).get("name", "?")
+        raw = node.get("status", {}).get("allocatable", {}).get(EFA_RESOURCE, "0")
+        try:
+            have = int(raw)
+        except (TypeError, ValueError):
+            have = 0
+        if have == requested:
+            continue
+        if have < requested:
+            findings.append(Finding(
+                f"allocatable EFA on {name}", FAIL, str(have), str(requested),
+                f"the node offers {have} {EFA_RESOURCE} but each trainer pod requests {requested}: "
+                "the pod cannot be scheduled there (it waits Pending) or, with a smaller request, "
+                "runs on fewer rails",
+                "look at the EFA device plugin's log on that node (kubectl logs -n kube-system -l "
+                "app.kubernetes.io/name=aws-efa-k8s-device-plugin --field-selector ...) and at the "
+                "instance's attached EFA interfaces (aws ec2 describe-instances ... "
+                "NetworkInterfaces); an interface that did not attach does not come back: "
+                + BAD_NODE_FIX))
+        else:
+            findings.append(Finding(
+                f"allocatable EFA on {name}", FAIL, str(have), str(requested),
+                f"the node offers {have} {EFA_RESOURCE}, more than the {requested} the pods "
+                "request: the kit's instance catalog is wrong for this instance type and the "
+                "job would leave rails unused",
+                "correct efa_devices for this instance type in infra/catalog.py (the EC2 "
+                "MaximumEfaInterfaces figure), render again and rerun `rlkit gate`"))
+    if not findings:
+        findings.append(Finding("allocatable EFA", PASS, f"{requested} on {len(items)} node(s)",
+                                f"{requested} per node", "node allocatable equals the pod request"))
+    return findings
+
+
+# --- transport -----------------------------------------------------------------------------------
+
+
+def judge_nccl_net(text: str, job: str) -> list[Finding]:
+    """aws-ofi-nccl loaded, and NCCL's network is it rather than sockets."""
+    findings = []
+    if OFI_LOADED in text and OFI_FAILED not in text:
+        findings.append(Finding("NCCL OFI plugin", PASS, "loaded", "loaded",
+                                _first_line(text, OFI_LOADED) or OFI_LOADED))
+    else:
+        found = _first_line(text, OFI_FAILED) or _first_line(text, "NET/Plugin") or "no such line"
+        findings.append(Finding(
+            "NCCL OFI plugin", FAIL, "not loaded", "loaded",
+            f"the {job} log has no {OFI_LOADED!r} line without a later {OFI_FAILED!r} (found: "
+            f"{found}); {DEBUG_HINT}", SOCKET_FIX))
+    network = NET_ANY.search(text)
+    if NET_OFI.search(text) and NET_SOCKET not in text:
+        findings.append(Finding("NCCL network", PASS, "Libfabric (EFA)", "Libfabric (EFA)",
+                                _first_line(text, "Using network") or ""))
+    elif NET_SOCKET in text:
+        findings.append(Finding("NCCL network", FAIL, "TCP sockets", "Libfabric (EFA)",
+                                f"NCCL fell back to sockets: the {job} log says {NET_SOCKET!r} "
+                                "where it should say 'Using network Libfabric'", SOCKET_FIX))
+    else:
+        findings.append(Finding(
+            "NCCL network", FAIL, network.group(1).strip() if network else "not logged",
+            "Libfabric (EFA)",
+            f"looked for 'Using network Libfabric' in the {job} log and found "
+            f"{('Using network ' + network.group(1).strip()) if network else 'no Using network line'}; "
+            f"{DEBUG_HINT}", SOCKET_FIX))
+    return findings
+
+
+def judge_nvshmem(text: str) -> list[Finding]:
+    """DeepEP V1 over EFA: NVSHMEM initialised its libfabric transport with the efa provider."""
+    ok_transport = NVSHMEM_OK in text
+    ok_provider = NVSHMEM_EFA in text
+    if ok_transport and ok_provider:
+        return [Finding("NVSHMEM transport", PASS, "libfabric, provider efa", "libfabric, provider efa",
+                        _first_line(text, NVSHMEM_EFA) or "")]
+    got = NVSHMEM_TRANSPORT.search(text)
+    found = (_first_line(text, NVSHMEM_FAILED) or (got.group(0) if got else None)
+             or _first_line(text, "Selected provider") or "no NVSHMEM transport line")
+    missing = " and ".join(repr(x) for x, ok in ((NVSHMEM_OK, ok_transport), (NVSHMEM_EFA, ok_provider)) if not ok)
+    return [Finding("NVSHMEM transport", FAIL, got.group(1) if got else "not libfabric/efa",
+                    "libfabric, provider efa",
+                    f"NVSHMEM did not use libfabric over EFA: looked for {missing} in the ep log, "
+                    f"found: {found}; {DEBUG_HINT}",
+                    "set NVSHMEM_REMOTE_TRANSPORT=libfabric and NVSHMEM_LIBFABRIC_PROVIDER=efa (the "
+                    "kit's deepep-nvshmem profile does), use the deepep-nvshmem image (NVSHMEM "
+                    "built with libfabric), and check the node check's EFA devices")]
+
+
+def judge_gin(text: str, expected_type: str) -> list[Finding]:
+    """DeepEP V2 over NCCL GIN: the GIN type NCCL read is the profile's."""
+    m = GIN_TYPE.search(text)
+    want = f"NCCL_GIN_TYPE set by environment to {expected_type}."
+    if m is None:
+        return [Finding("NCCL GIN type", FAIL, "not logged", expected_type,
+                        f"looked for {want!r} in the ep log and found no NCCL_GIN_TYPE line; "
+                        f"{DEBUG_HINT}", "check that the pod has the kit's deepep-gin profile "
+                        "(NCCL_GIN_TYPE) and the deepep-gin image")]
+    if m.group(1) != expected_type:
+        return [Finding("NCCL GIN type", FAIL, m.group(1), expected_type,
+                        f"the profile asked for GIN type {expected_type} but NCCL read "
+                        f"{m.group(1)}: looked for {want!r}, found {m.group(0)!r}",
+                        "remove NCCL_GIN_TYPE from any other source of environment (image ENV, "
+                        "extra_env, a wrapper script) so the kit's profile value reaches NCCL")]
+    findings = [Finding("NCCL GIN type", PASS, expected_type, expected_type, m.group(0))]
+    if expected_type == "5":
+        if GIN_GDAKI in text:
+            findings.append(Finding("GIN EFA-GDA", PASS, "context created", "context created",
+                                    _first_line(text, GIN_GDAKI) or ""))
+        else:
+            findings.append(Finding(
+                "GIN EFA-GDA", FAIL, "no context", "context created",
+                f"looked for {GIN_GDAKI!r} in the ep log (aws-ofi-nccl's proof that EFA-GDA "
+                f"ran) and found {_first_line(text, 'gin GDAKI') or 'no gin GDAKI line'}",
+                "check the node check's efa_driver and peer_mapping_override results, or use "
+                "gin_mode: proxy"))
     return findings
 
 
 # --- all-reduce ----------------------------------------------------------------------------------
 
 
-def judge_allreduce(text: str, instance_type: str, nodes: int, world: int) -> list[Finding]:
+def judge_allreduce(text: str, instance_type: str, nodes: int, world: int) -> tuple[list[Finding], dict[int, float]]:
     rows = [r for r in parse_rows(text) if r.get("kind") == "allreduce"]
     if not rows:
         return [Finding("all-reduce", FAIL, "no result", "busbw rows",
                         "the all-reduce benchmark printed no JSON rows (it failed or timed out)",
-                        "read the job's logs (rlkit keeps them next to gate.json) for the error")]
+                        "read the job's logs (rlkit keeps them next to gate.json) for the error")], {}
     findings: list[Finding] = []
     if rows[0].get("world_size") != world:
         findings.append(Finding("all-reduce ranks", FAIL, str(rows[0].get("world_size")),
@@ -183,29 +363,22 @@ def judge_allreduce(text: str, instance_type: str, nodes: int, world: int) -> li
     peak = by_size[peak_size]
 
     # Transport first: a socket fallback explains every threshold miss below.
-    transport = nccl_transport(text)
+    findings += judge_nccl_net(text, "all-reduce")
     itype = INSTANCE_TYPES.get(instance_type)
     suspect = acceptance.socket_suspect_GBps(instance_type, itype.efa_bandwidth_gbps if itype else 0)
-    if transport == "socket":
-        findings.append(Finding("NCCL transport", FAIL, "TCP sockets", "EFA (aws-ofi-nccl)",
-                                "NCCL fell back to sockets: its log says NET/Socket", SOCKET_FIX))
-    elif peak < suspect:
-        findings.append(Finding("NCCL transport", FAIL, f"peak {_gb(peak)}",
+    if peak < suspect:
+        findings.append(Finding("all-reduce bandwidth", FAIL, f"peak {_gb(peak)}",
                                 f">= {_gb(suspect)} on EFA",
-                                "bandwidth far below EFA: NCCL most likely fell back to TCP "
-                                "sockets", SOCKET_FIX))
-    else:
-        how = ("NCCL's log names the OFI plugin" if transport == "ofi"
-               else "bandwidth is in EFA's range (set NCCL_DEBUG=INFO to see NCCL's network line)")
-        findings.append(Finding("NCCL transport", PASS, "EFA", "EFA", how))
+                                "bandwidth far below EFA: NCCL most likely runs on TCP sockets",
+                                SOCKET_FIX))
 
     refs = acceptance.allreduce_references(instance_type, nodes)
     if not refs:
         findings.append(Finding(
             "all-reduce busbw", WARN, f"peak {_gb(peak)} at {_size(peak_size)}", "-",
             f"no published threshold for {instance_type}: recorded only",
-            "compare with earlier gate runs on this instance type (gate.json keeps the figures)"))
-        return findings
+            "compare with earlier gate runs on this instance type (rlkit gate --compare)"))
+        return findings, by_size
     for ref in refs:
         check = f"all-reduce busbw @ {_size(ref.size_bytes)}"
         expected = (f">= {_gb(ref.required_GBps)} ({ref.pass_fraction:.0%} of "
@@ -218,12 +391,12 @@ def judge_allreduce(text: str, instance_type: str, nodes: int, world: int) -> li
             continue
         got = by_size[ref.size_bytes]
         if got >= ref.required_GBps:
-            findings.append(Finding(check, PASS, _gb(got), expected, ref.source))
+            findings.append(Finding(check, PASS, _gb(got), expected, f"{ref.tool}; {ref.source}"))
         else:
             findings.append(Finding(check, FAIL if ref.strict else WARN, _gb(got), expected,
                                     f"degraded fabric: {got / ref.published_GBps:.0%} of the "
-                                    f"published figure ({ref.source})", DEGRADED_FIX))
-    return findings
+                                    f"published figure ({ref.tool}; {ref.source})", DEGRADED_FIX))
+    return findings, by_size
 
 
 # --- expert parallel -----------------------------------------------------------------------------
@@ -236,8 +409,18 @@ def _ep_backend(row_backend: str, configured: str) -> str:
     return row_backend
 
 
-def judge_ep(text: str, instance_type: str, nodes: int, world: int,
-             configured_backend: str) -> tuple[list[Finding], EpMeasurement | None]:
+SHAPE_KEYS = ("tokens_per_rank", "hidden", "topk", "experts")
+
+
+def _pair(rows: list[dict[str, Any]], purpose: str) -> tuple[dict, dict] | None:
+    by_dir = {r["direction"]: r for r in rows if r.get("purpose", "model") == purpose}
+    if {"dispatch", "combine"} <= set(by_dir):
+        return by_dir["dispatch"], by_dir["combine"]
+    return None
+
+
+def judge_ep(text: str, instance_type: str, nodes: int, world: int, configured_backend: str,
+             gin_type: str | None = None) -> tuple[list[Finding], EpMeasurement | None]:
     rows = [r for r in parse_rows(text) if r.get("kind") == "ep"]
     if not rows:
         return [Finding("expert parallel", FAIL, "no result", "dispatch/combine rows",
@@ -249,6 +432,14 @@ def judge_ep(text: str, instance_type: str, nodes: int, world: int,
     if backend == "gloo":
         return [Finding("expert parallel backend", FAIL, "gloo", "nccl or deepep",
                         "the EP benchmark ran on CPU", "the pods need GPUs")], None
+    # Transport of the EP path itself.
+    if backend == "nccl":
+        findings += [Finding(f"EP {f.check}", f.status, f.measured, f.expected, f.detail, f.fix)
+                     for f in judge_nccl_net(text, "ep")]
+    elif backend == "deepep-nvshmem":
+        findings += judge_nvshmem(text)
+    elif backend == "deepep-gin" and gin_type is not None:
+        findings += judge_gin(text, gin_type)
     if rows[0].get("world_size") != world:
         findings.append(Finding("expert parallel ranks", FAIL, str(rows[0].get("world_size")),
                                 str(world), "the benchmark did not span every GPU",
@@ -260,54 +451,93 @@ def judge_ep(text: str, instance_type: str, nodes: int, world: int,
                                 "do not train on this fabric: check the DeepEP/NVSHMEM build "
                                 "and the EFA installer version in the image"))
         return findings, None
-    by_dir = {r["direction"]: r for r in rows}
-    if not {"dispatch", "combine"} <= set(by_dir):
-        findings.append(Finding("expert parallel", FAIL, ", ".join(sorted(by_dir)),
+    model = _pair(rows, "model")
+    if model is None:
+        findings.append(Finding("expert parallel", FAIL, ", ".join(sorted({r['direction'] for r in rows})),
                                 "dispatch and combine", "incomplete benchmark output",
                                 "read the job's logs for the error"))
         return findings, None
-    d, c = by_dir["dispatch"], by_dir["combine"]
-    shape = {k: int(d[k]) for k in ("tokens_per_rank", "hidden", "topk", "experts")}
-    measurement = EpMeasurement(backend, float(d["GBps"]), float(c["GBps"]),
-                                round(float(d["time_us"]) + float(c["time_us"]), 3), shape)
-    refs = acceptance.ep_references(instance_type, nodes, backend)
+    d, c = model
+    step = d.get("step_time_us", d.get("time_us"))
+    cstep = c.get("step_time_us", c.get("time_us"))
+    measurement = EpMeasurement(backend, round(float(step) + float(cstep), 3),
+                                {k: int(d[k]) for k in SHAPE_KEYS})
+    findings.append(Finding(
+        f"EP {backend} step time", PASS, f"{(float(step) + float(cstep)) / 1000:.2f} ms",
+        "(recorded: picks the faster backend)",
+        f"dispatch {float(step):.0f} us + combine {float(cstep):.0f} us at the model's shape "
+        f"{_shape_words(measurement.shape)}; recorded only, no published figure applies"))
+
+    acc = _pair(rows, "acceptance")
+    if acc is None:
+        findings.append(Finding(
+            f"EP {backend} bandwidth", WARN, "not measured", "DeepEP-accounted GB/s at the "
+            "published shape", "the benchmark ran without --acceptance: nothing comparable with "
+            "the published DeepEP figures was measured (recorded only)",
+            "render the manifests with this kit version (the ep job passes --acceptance)"))
+        return findings, measurement
+    ad, ac = acc
+    shape = tuple(int(ad[k]) for k in SHAPE_KEYS)
+    measurement.acceptance = {
+        "shape": dict(zip(SHAPE_KEYS, shape)), "timing": ad.get("timing"),
+        "dispatch_rdma_GBps": ad.get("rdma_GBps"), "combine_rdma_GBps": ac.get("rdma_GBps"),
+        "dispatch_nvl_GBps": ad.get("nvl_GBps"), "combine_nvl_GBps": ac.get("nvl_GBps")}
+    refs = acceptance.ep_references(instance_type, nodes, backend, shape)
+    got_words = (f"dispatch {_gb(float(ad['rdma_GBps']))} RDMA / {_gb(float(ad['nvl_GBps']))} NVL, "
+                 f"combine {_gb(float(ac['rdma_GBps']))} RDMA / {_gb(float(ac['nvl_GBps']))} NVL")
     if not refs:
         findings.append(Finding(
-            f"EP {backend}", WARN,
-            f"dispatch {_gb(measurement.dispatch_GBps)}, combine {_gb(measurement.combine_GBps)}",
-            "-", f"no published threshold for {backend} on {nodes} x {instance_type}: recorded "
-            "only", "compare with earlier gate runs (gate.json keeps the figures)"))
+            f"EP {backend} bandwidth", WARN, got_words, "-",
+            f"no published threshold for {backend} on {nodes} x {instance_type} at "
+            f"{_shape_words(dict(zip(SHAPE_KEYS, shape)))}: recorded only",
+            "compare with earlier gate runs (rlkit gate --compare)"))
+        return findings, measurement
     for ref in refs:
         direction = ref.metric.removeprefix("ep_")
-        got = measurement.dispatch_GBps if direction == "dispatch" else measurement.combine_GBps
-        expected = (f">= {_gb(ref.required_GBps)} ({ref.pass_fraction:.0%} of "
+        row = ad if direction == "dispatch" else ac
+        got = float(row["rdma_GBps"])
+        expected = (f">= {_gb(ref.required_GBps)} RDMA ({ref.pass_fraction:.0%} of "
                     f"{ref.published_GBps:g} published{', ' + ref.note if ref.note else ''})")
-        check = f"EP {backend} {direction}"
-        if got >= ref.required_GBps:
-            findings.append(Finding(check, PASS, _gb(got), expected, ref.source))
+        check = f"EP {backend} {direction} RDMA"
+        if row.get("timing") != "kernel":
+            findings.append(Finding(check, WARN, _gb(got), expected,
+                                    "timed with wall clock, not DeepEP's kernel timer: not "
+                                    "comparable with the published figure (recorded only)",
+                                    "run the ep job on GPUs with the DeepEP image"))
+        elif got >= ref.required_GBps:
+            findings.append(Finding(check, PASS, _gb(got), expected, f"{ref.tool}; {ref.source}"))
         else:
             findings.append(Finding(check, FAIL if ref.strict else WARN, _gb(got), expected,
-                                    f"{got / ref.published_GBps:.0%} of the published figure"
-                                    + ("" if ref.strict else " (a yardstick, not a gate)"),
-                                    DEGRADED_FIX))
+                                    f"{got / ref.published_GBps:.0%} of the published figure "
+                                    f"({ref.tool}; {ref.source})", DEGRADED_FIX))
     return findings, measurement
+
+
+def _shape_words(shape: dict[str, int]) -> str:
+    return (f"{shape['tokens_per_rank']} tokens/rank, hidden {shape['hidden']}, top-{shape['topk']} "
+            f"of {shape['experts']} experts")
 
 
 # --- all together --------------------------------------------------------------------------------
 
 
-def evaluate(logs: dict[str, str], instance_type: str, nodes: int,
-             ep_backend: str) -> GateReport:
-    """Judge the logs of the jobs that ran (keys: nodecheck, allreduce, ep)."""
+def evaluate(logs: dict[str, str], instance_type: str, nodes: int, ep_backend: str,
+             gin_type: str | None = None) -> GateReport:
+    """Judge the logs of the jobs that ran (keys: nodecheck, allreduce, ep; optionally nodes, the
+    GPU nodes as ``kubectl get nodes -o json`` printed them). ``gin_type`` is the NCCL_GIN_TYPE
+    the deepep-gin profile sets."""
     itype = INSTANCE_TYPES[instance_type]
     world = nodes * itype.gpu_count
     report = GateReport(instance_type, nodes, ep_backend)
     if "nodecheck" in logs:
         report.add(*judge_nodecheck(logs["nodecheck"], nodes, itype.efa_devices))
+    if "nodes" in logs:
+        report.add(*judge_allocatable(logs["nodes"], itype.efa_devices))
     if "allreduce" in logs:
-        report.add(*judge_allreduce(logs["allreduce"], instance_type, nodes, world))
+        findings, report.allreduce = judge_allreduce(logs["allreduce"], instance_type, nodes, world)
+        report.add(*findings)
     if "ep" in logs:
-        findings, report.ep = judge_ep(logs["ep"], instance_type, nodes, world, ep_backend)
+        findings, report.ep = judge_ep(logs["ep"], instance_type, nodes, world, ep_backend, gin_type)
         report.add(*findings)
     for key in JOB_KEYS:
         if key not in logs:
@@ -319,11 +549,11 @@ def evaluate(logs: dict[str, str], instance_type: str, nodes: int,
 
 # --- state file ----------------------------------------------------------------------------------
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 def faster_backend(measurements: dict[str, dict[str, Any]]) -> str | None:
-    """The EP backend with the lowest dispatch + combine time for the same shape."""
+    """The EP backend with the lowest dispatch + combine step time for the same shape."""
     if not measurements:
         return None
     return min(measurements, key=lambda b: measurements[b]["time_us"])
@@ -331,7 +561,8 @@ def faster_backend(measurements: dict[str, dict[str, Any]]) -> str | None:
 
 def state_document(report: GateReport, config_name: str, finished_at: str,
                    previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    """gate.json: the verdict and the EP figures, merged with earlier runs of the same shape."""
+    """gate.json: the verdict, every measured figure, and the EP step times merged with earlier
+    runs of the same shape (for the backend choice)."""
     measurements: dict[str, dict[str, Any]] = {}
     if previous and report.ep is not None:
         prev_ep = previous.get("ep") or {}
@@ -342,8 +573,8 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
     ep_doc = None
     if report.ep is not None:
         measurements[report.ep.backend] = {
-            "dispatch_GBps": report.ep.dispatch_GBps, "combine_GBps": report.ep.combine_GBps,
-            "time_us": report.ep.time_us, "measured_at": finished_at}
+            "time_us": report.ep.time_us, "acceptance": report.ep.acceptance,
+            "measured_at": finished_at}
         ep_doc = {"shape": report.ep.shape, "measurements": measurements,
                   "faster": faster_backend(measurements)}
     elif previous:
@@ -357,5 +588,44 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
         "nodes": report.nodes,
         "ep_backend_measured": report.ep_backend,
         "findings": [f.to_dict() for f in report.findings],
+        "figures": figures(report),
         "ep": ep_doc,
     }
+
+
+def figures(report: GateReport) -> dict[str, float]:
+    """This run's numbers, flat, for `rlkit gate --compare` (name -> value)."""
+    out: dict[str, float] = {}
+    for size, busbw in sorted(report.allreduce.items()):
+        out[f"all-reduce busbw @ {_size(size)} (GB/s)"] = busbw
+    ep = report.ep
+    if ep is not None:
+        out[f"EP {ep.backend} step time, model shape (us)"] = ep.time_us
+        for key in ("dispatch_rdma_GBps", "combine_rdma_GBps", "dispatch_nvl_GBps", "combine_nvl_GBps"):
+            value = (ep.acceptance or {}).get(key)
+            if value is not None:
+                direction, link, _ = key.split("_")
+                out[f"EP {ep.backend} {direction} {link.upper()}, published shape (GB/s)"] = float(value)
+    return out
+
+
+def compare(documents: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[list[str]]]:
+    """A table of every figure across recorded runs: (header, rows), the last column the change
+    from the first run to the last. Runs of another instance type or node count are marked."""
+    header = ["figure"] + [f"{label} ({d.get('nodes')} x {d.get('instance_type')}, "
+                           f"{d.get('finished_at', '?')})" for label, d in documents] + ["change"]
+    names: list[str] = []
+    for _, d in documents:
+        for name in (d.get("figures") or {}):
+            if name not in names:
+                names.append(name)
+    rows = []
+    for name in names:
+        values = [(d.get("figures") or {}).get(name) for _, d in documents]
+        cells = [f"{v:.6g}" if v is not None else "-" for v in values]
+        first = next((v for v in values if v is not None), None)
+        last = next((v for v in reversed(values) if v is not None), None)
+        change = (f"{(last - first) / first:+.1%}" if first and last is not None and
+                  sum(v is not None for v in values) > 1 else "-")
+        rows.append([name, *cells, change])
+    return header, rows

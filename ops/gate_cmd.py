@@ -7,8 +7,13 @@ the benchmarks. The figures are compared with infra/acceptance.py; the verdict a
 figures go to .rlkit/<name>/gate.json, which `rlkit launch` reads (it refuses to launch after a
 failed gate, and uses the faster measured EP backend).
 
+After the node check it also reads the GPU nodes (kubectl get nodes -o json) and compares each
+node's allocatable vpc.amazonaws.com/efa with what the pods request.
+
 Ctrl-C deletes the job it applied, or prints exactly what is left and how to delete it.
---logs-dir judges logs collected earlier (no cluster needed).
+--logs-dir judges logs collected earlier (no cluster needed). --compare puts the figures of
+recorded gate.json files side by side (no config, no cluster). docs/gate.md explains each number
+and where its threshold comes from.
 
 Exit code 0 when the gate passed (warnings allowed), 1 when it failed, 2 when it could not run.
 """
@@ -27,6 +32,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from infra import names
 from infra.catalog import INSTANCE_TYPES
 from infra.config import EP_BACKENDS, ConfigError, KitConfig, load_config, parse_config
 from manifests import (
@@ -39,6 +45,7 @@ from manifests import (
     write,
 )
 from manifests.context import FABRIC_DEADLINE_SECONDS
+from manifests.efa_env import EfaEnvProfile
 from ops.gate import (
     FAIL,
     JOB_KEYS,
@@ -46,7 +53,9 @@ from ops.gate import (
     WARN,
     Finding,
     GateReport,
+    compare,
     evaluate,
+    judge_allocatable,
     judge_nodecheck,
     state_document,
 )
@@ -128,7 +137,8 @@ class GateRunner:
                  jobs: list[tuple[str, str]], instance_type: str, nodes: int,
                  timeout_s: float, poll_s: float, echo: Callable[[str], None],
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 node_selector: str | None = None):
         self.k = kubectl
         self.ns = namespace
         self.out = out
@@ -140,6 +150,7 @@ class GateRunner:
         self.echo = echo
         self.sleep = sleep
         self.clock = clock
+        self.node_selector = node_selector
         self.applied: list[Path] = []
         self.problems: list[Finding] = []
 
@@ -164,13 +175,20 @@ class GateRunner:
                     logs[key] = self.collect(name)
                 self.k.delete([directory], wait=False)
                 self.applied.remove(directory)
+                if key == "nodecheck" and self.node_selector is not None and not self.k.dry_run:
+                    # Read even when the job did not finish: a node offering fewer EFA devices
+                    # than the pod requests is the usual reason a pod stays Pending.
+                    nodes = self.k.get_json(["nodes", "-l", self.node_selector]) or {}
+                    logs["nodes"] = json.dumps(nodes, indent=1)
                 if state != "complete":
                     self.problems.append(self._job_problem(key, name, state))
                     break
                 if key == "nodecheck" and not self.k.dry_run:
                     itype = INSTANCE_TYPES[self.instance_type]
-                    if any(f.status == FAIL for f in
-                           judge_nodecheck(logs[key], self.nodes, itype.efa_devices)):
+                    findings = judge_nodecheck(logs[key], self.nodes, itype.efa_devices)
+                    if "nodes" in logs:
+                        findings += judge_allocatable(logs["nodes"], itype.efa_devices)
+                    if any(f.status == FAIL for f in findings):
                         self.echo("Node check failed: the benchmarks are skipped.")
                         break
         except KeyboardInterrupt:
@@ -274,10 +292,10 @@ def _print_ep(doc: dict[str, Any], console: Console) -> None:
     ep = doc.get("ep")
     if not ep:
         return
-    parts = [f"{b}: dispatch {m['dispatch_GBps']:.1f} GB/s, combine {m['combine_GBps']:.1f} "
-             f"GB/s, {m['time_us'] / 1000:.2f} ms" for b, m in sorted(ep["measurements"].items())]
+    parts = [f"{b}: {m['time_us'] / 1000:.2f} ms per dispatch + combine"
+             for b, m in sorted(ep["measurements"].items())]
     say = plain(console)
-    say("EP backends measured for this shape: " + "; ".join(parts))
+    say("EP backends measured for the model's shape: " + "; ".join(parts))
     say(f"Faster: {ep['faster']} (`rlkit launch` uses it unless --ep-backend says "
                   "otherwise)")
 
@@ -289,7 +307,7 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
     logdir = sdir / "gate-logs"
     logdir.mkdir(exist_ok=True)
     for key, text in logs.items():
-        (logdir / f"{key}.log").write_text(text)
+        (logdir / (f"{key}.json" if key == "nodes" else f"{key}.log")).write_text(text)
     path = sdir / "gate.json"
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     doc = state_document(report, cfg.name, now, load_state(path))
@@ -307,9 +325,45 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
     return 1
 
 
+def gin_type_for(cfg: KitConfig) -> str | None:
+    """The NCCL_GIN_TYPE the kit's EFA profile sets for this config (None: not a GIN backend)."""
+    group = cfg.gpu_node_groups[cfg.training.node_group]
+    ep = cfg.training.expert_parallel
+    return EfaEnvProfile(group.instance_type, ep.backend, ep.gin_mode).as_dict().get("NCCL_GIN_TYPE")
+
+
+def run_compare(paths: list[Path], console: Console) -> int:
+    """`rlkit gate --compare`: the figures of recorded gate.json files side by side."""
+    documents = []
+    for path in paths:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            print(f"error: --compare {path}: not a readable gate.json ({err})", file=sys.stderr)
+            return 2
+        if not isinstance(doc, dict) or "figures" not in doc:
+            print(f"error: --compare {path}: no 'figures' (written by an older rlkit, or not a "
+                  "gate.json); run `rlkit gate` again to record one", file=sys.stderr)
+            return 2
+        documents.append((doc.get("config") or path.parent.name, doc))
+    header, rows = compare(documents)
+    table = Table(title="fabric gate runs compared")
+    for col in header:
+        table.add_column(escape(col), overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(c) for c in row))
+    console.print(table)
+    kinds = {(d.get("instance_type"), d.get("nodes")) for _, d in documents}
+    if len(kinds) > 1:
+        plain(console)("Note: these runs differ in instance type or node count; compare like with like.")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     console = Console(width=args.width) if args.width else Console()
     echo = plain(console)
+    if args.compare:
+        return run_compare(args.compare, console)
     try:
         cfg = with_ep_backend(load_config(args.config), args.ep_backend)
     except ConfigError as err:
@@ -320,6 +374,7 @@ def _run(args: argparse.Namespace) -> int:
     backend = t.expert_parallel.backend
     sdir = state_dir(args, cfg)
 
+    gin_type = gin_type_for(cfg)
     if args.logs_dir is not None:
         logs = {k: (args.logs_dir / f"{k}.log").read_text() for k in JOB_KEYS
                 if (args.logs_dir / f"{k}.log").is_file()}
@@ -327,7 +382,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: {args.logs_dir} holds none of {', '.join(k + '.log' for k in JOB_KEYS)}"
                   "; pass the gate-logs directory of an earlier run", file=sys.stderr)
             return 2
-        report = evaluate(logs, group.instance_type, t.nodes, backend)
+        if (args.logs_dir / "nodes.json").is_file():
+            logs["nodes"] = (args.logs_dir / "nodes.json").read_text()
+        report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
         return finish(report, cfg, sdir, logs, console)
 
     try:
@@ -338,8 +395,9 @@ def _run(args: argparse.Namespace) -> int:
 
     kubectl = Kubectl(context=args.context, dry_run=args.dry_run, echo=print)
     jobs = [(j.key, j.name) for j in ctx.fabric]
+    selector = ",".join(f"{k}={v}" for k, v in names.gpu_node_labels(t.node_group).items())
     runner = GateRunner(kubectl, ctx.namespace, out, jobs, group.instance_type, t.nodes,
-                        args.timeout, args.poll, echo)
+                        args.timeout, args.poll, echo, node_selector=selector)
     echo(f"Fabric gate on {t.nodes} x {group.instance_type} ({t.node_group}), EP backend "
          f"{backend}: {', '.join(k for k, _ in jobs)}")
     try:
@@ -358,7 +416,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"[dry-run] would judge the logs against infra/acceptance.py and write "
               f"{sdir / 'gate.json'}")
         return 0
-    report = evaluate(logs, group.instance_type, t.nodes, backend)
+    report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
     return finish(report, cfg, sdir, logs, console, runner.problems)
 
 
@@ -393,6 +451,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"seconds to wait for each job (default {FABRIC_DEADLINE_SECONDS})")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between status polls")
     p.add_argument("--logs-dir", type=Path, default=None,
-                   help="judge the logs in this directory (nodecheck.log, allreduce.log, ep.log) "
-                   "instead of running the jobs")
+                   help="judge the logs in this directory (nodecheck.log, allreduce.log, ep.log, "
+                   "nodes.json) instead of running the jobs")
+    p.add_argument("--compare", type=Path, nargs="+", default=None, metavar="GATE_JSON",
+                   help="print the figures of recorded gate.json files side by side and exit")
     p.set_defaults(func=_run)

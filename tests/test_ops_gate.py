@@ -12,7 +12,9 @@ import pytest
 from infra import acceptance
 from infra.config import parse_config
 from ops import gate_cmd
-from ops.gate import FAIL, PASS, WARN, evaluate, faster_backend, nccl_transport, state_document
+from manifests.efa_env import EfaEnvProfile
+from ops.gate import (FAIL, PASS, WARN, compare, evaluate, faster_backend, judge_allocatable, nccl_transport,
+                      state_document)
 from ops.gate_cmd import GateInterrupted, GateRunner
 from ops.kube import Kubectl
 
@@ -24,12 +26,20 @@ def scenario(name: str) -> tuple[dict, dict[str, str]]:
     d = FIXTURES / name
     meta = json.loads((d / "meta.json").read_text())
     logs = {p.stem: p.read_text() for p in d.glob("*.log")}
+    if (d / "nodes.json").is_file():
+        logs["nodes"] = (d / "nodes.json").read_text()
     return meta, logs
+
+
+def gin_type(meta: dict) -> str | None:
+    profile = EfaEnvProfile(meta["instance_type"], meta["ep_backend"], meta.get("gin_mode"))
+    return profile.as_dict().get("NCCL_GIN_TYPE")
 
 
 def judge(name: str, instance_type: str | None = None):
     meta, logs = scenario(name)
-    return evaluate(logs, instance_type or meta["instance_type"], meta["nodes"], meta["ep_backend"])
+    return evaluate(logs, instance_type or meta["instance_type"], meta["nodes"], meta["ep_backend"],
+                    gin_type(meta))
 
 
 def by_check(report) -> dict:
@@ -47,15 +57,20 @@ def test_healthy_p5_passes_with_measured_and_expected_figures():
     assert f["all-reduce busbw @ 2 GiB"].measured == "441.7 GB/s"
     assert f["all-reduce busbw @ 2 GiB"].expected == ">= 393.3 GB/s (90% of 437 published)"
     assert f["all-reduce busbw @ 16 GiB"].status == PASS
-    assert f["NCCL transport"].status == PASS
-    assert f["NCCL transport"].detail == "NCCL's log names the OFI plugin"
+    assert f["NCCL OFI plugin"].status == PASS
+    assert f["NCCL OFI plugin"].detail.endswith("NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.21.1")
+    assert f["NCCL network"].status == PASS
     assert f["nodecheck"].status == PASS
+    assert f["allocatable EFA"].status == PASS and f["allocatable EFA"].measured == "32 on 2 node(s)"
 
 
 def test_no_published_ep_figure_is_a_warning_never_a_silent_pass():
-    f = by_check(judge("pass-p5-2node"))["EP nccl"]
+    f = by_check(judge("pass-p5-2node"))["EP nccl bandwidth"]
     assert f.status == WARN
-    assert f.detail == "no published threshold for nccl on 2 x p5.48xlarge: recorded only"
+    assert f.detail == ("no published threshold for nccl on 2 x p5.48xlarge at 4096 tokens/rank, hidden 7168, "
+                        "top-8 of 256 experts: recorded only")
+    step = by_check(judge("pass-p5-2node"))["EP nccl step time"]
+    assert step.measured == "1.60 ms" and "recorded only" in step.detail
 
 
 def test_instance_type_without_any_figure_is_recorded_only():
@@ -75,24 +90,33 @@ def test_degraded_fabric_fails_with_share_of_published_figure():
     assert low.status == FAIL and low.measured == "283.9 GB/s"
     assert low.detail.startswith("degraded fabric: 65% of the published figure")
     assert "cluster placement group" in low.fix
-    assert f["NCCL transport"].status == PASS  # slow, but still EFA
+    # a bad node is cordoned and tainted for auto-repair or a manual terminate, never drained
+    assert "kubectl cordon <node>" in low.fix and "node auto-repair" in low.fix and "drain" not in low.fix
+    assert f["NCCL network"].status == PASS  # slow, but still EFA
 
 
 def test_socket_fallback_detected_from_nccl_log():
-    f = by_check(judge("sockets-p5-2node"))["NCCL transport"]
-    assert f.status == FAIL and f.measured == "TCP sockets"
-    assert f.detail == "NCCL fell back to sockets: its log says NET/Socket"
-    assert "NCCL_NET_PLUGIN=ofi" in f.fix
+    f = by_check(judge("sockets-p5-2node"))
+    assert f["NCCL OFI plugin"].status == PASS  # the plugin loaded; NCCL_NET=Socket overrode it
+    net = f["NCCL network"]
+    assert net.status == FAIL and net.measured == "TCP sockets"
+    assert net.detail == ("NCCL fell back to sockets: the all-reduce log says 'Using network Socket' where it "
+                          "should say 'Using network Libfabric'")
+    assert "NCCL_NET_PLUGIN=ofi" in net.fix
 
 
 def test_socket_fallback_detected_from_bandwidth_alone():
     meta, logs = scenario("sockets-p5-2node")
     logs["allreduce"] = "\n".join(l for l in logs["allreduce"].splitlines() if "NCCL INFO" not in l)
     report = evaluate(logs, meta["instance_type"], meta["nodes"], meta["ep_backend"])
-    f = by_check(report)["NCCL transport"]
-    assert f.status == FAIL
-    assert f.detail == "bandwidth far below EFA: NCCL most likely fell back to TCP sockets"
-    assert f.expected == f">= {acceptance.socket_suspect_GBps('p5.48xlarge', 3200):.1f} GB/s on EFA"
+    f = by_check(report)
+    assert f["all-reduce bandwidth"].status == FAIL
+    assert f["all-reduce bandwidth"].detail == "bandwidth far below EFA: NCCL most likely runs on TCP sockets"
+    assert f["all-reduce bandwidth"].expected == (
+        f">= {acceptance.socket_suspect_GBps('p5.48xlarge', 3200):.1f} GB/s on EFA")
+    # and with no NCCL lines at all, the transport is unproven: the gate names the line it wanted
+    assert f["NCCL network"].status == FAIL and f["NCCL network"].measured == "not logged"
+    assert "looked for 'Using network Libfabric' in the all-reduce log" in f["NCCL network"].detail
 
 
 def test_missing_efa_devices_fail_and_later_jobs_are_reported_not_run():
@@ -101,7 +125,7 @@ def test_missing_efa_devices_fail_and_later_jobs_are_reported_not_run():
     efa = f["node 0: EFA devices"]
     assert efa.status == FAIL and (efa.measured, efa.expected) == ("0", "32")
     assert efa.detail.startswith("missing EFA devices: the pod sees 0 of 32")
-    assert "aws-efa-k8s-device-plugin" in efa.fix
+    assert "EFA device plugin tolerates the GPU taint" in efa.fix
     assert f["allreduce"].status == FAIL and f["allreduce"].measured == "not run"
     assert f["ep"].status == FAIL
 
@@ -110,10 +134,40 @@ def test_deepep_on_p5en_passes_against_published_dispatch_and_combine():
     report = judge("pass-p5en-deepep-2node")
     f = by_check(report)
     assert report.ok
-    assert f["EP deepep-nvshmem dispatch"].status == PASS
-    assert f["EP deepep-nvshmem dispatch"].measured == "66.4 GB/s"
-    assert f["EP deepep-nvshmem combine"].expected.startswith(">= 53.1 GB/s (90% of 59 published")
+    assert f["EP deepep-nvshmem dispatch RDMA"].status == PASS
+    assert f["EP deepep-nvshmem dispatch RDMA"].measured == "66.4 GB/s"
+    assert f["EP deepep-nvshmem combine RDMA"].expected.startswith(">= 53.1 GB/s RDMA (90% of 59 published")
+    assert f["NVSHMEM transport"].status == PASS
     assert report.ep.backend == "deepep-nvshmem"
+    assert report.ep.acceptance["shape"] == {"tokens_per_rank": 4096, "hidden": 7168, "topk": 8, "experts": 256}
+
+
+def test_ep_figures_compare_only_at_the_published_shape_with_deepeps_timing():
+    meta, logs = scenario("pass-p5en-deepep-2node")
+    # the model-shape rows alone: nothing comparable was measured
+    only_model = "\n".join(l for l in logs["ep"].splitlines() if '"acceptance"' not in l)
+    f = by_check(evaluate({**logs, "ep": only_model}, "p5en.48xlarge", 2, "deepep-nvshmem"))
+    assert f["EP deepep-nvshmem bandwidth"].status == WARN
+    assert "nothing comparable with the published DeepEP figures" in f["EP deepep-nvshmem bandwidth"].detail
+    # another shape at the acceptance position: recorded only
+    other = logs["ep"].replace('"hidden": 7168', '"hidden": 4096')
+    f = by_check(evaluate({**logs, "ep": other}, "p5en.48xlarge", 2, "deepep-nvshmem"))
+    assert f["EP deepep-nvshmem bandwidth"].status == WARN
+    assert "hidden 4096" in f["EP deepep-nvshmem bandwidth"].detail
+    # wall-clock timing is not DeepEP's kernel timing
+    wall = logs["ep"].replace('"timing": "kernel"', '"timing": "wall"')
+    f = by_check(evaluate({**logs, "ep": wall}, "p5en.48xlarge", 2, "deepep-nvshmem"))
+    assert f["EP deepep-nvshmem dispatch RDMA"].status == WARN
+    assert "not DeepEP's kernel timer" in f["EP deepep-nvshmem dispatch RDMA"].detail
+
+
+def test_every_threshold_names_its_source_tool_shape_and_instance_type():
+    for ref in acceptance.REFERENCES:
+        assert ref.source and ref.tool and ref.instance_type and ref.shape
+        if ref.metric.startswith("ep_"):
+            assert ref.ep_shape == (4096, 7168, 8, 256) and ref.backends == ("deepep-nvshmem",)
+        else:
+            assert ref.size_bytes is not None
 
 
 def test_wrong_ep_results_fail():
@@ -134,7 +188,101 @@ def test_single_node_allreduce_is_flagged_as_not_spanning_the_nodes():
 def test_transport_markers():
     assert nccl_transport("x NCCL INFO Using network Socket") == "socket"
     assert nccl_transport("x NCCL INFO Using network AWS Libfabric") == "ofi"
+    assert nccl_transport("x NCCL INFO Using network Libfabric") == "ofi"
     assert nccl_transport("no nccl lines") is None
+
+
+# --- one failing run per reason of issue 13, sections 2 and 3 ------------------------------------
+
+FAILURES = [
+    # (fixture, check that fails, text its detail or fix must contain)
+    ("no-ofi-plugin-p5-2node", "NCCL OFI plugin", "no 'NET/OFI Initializing aws-ofi-nccl' line"),
+    ("sockets-p5-2node", "NCCL network", "'Using network Socket'"),
+    ("nvshmem-not-libfabric-p5en-2node", "NVSHMEM transport",
+     "looked for 'Successfully initialized the transport: libfabric' and 'Selected provider efa,'"),
+    ("gin-type-mismatch-p5en-2node", "NCCL GIN type", "looked for 'NCCL_GIN_TYPE set by environment to 5.', "
+     "found 'NCCL_GIN_TYPE set by environment to 2.'"),
+    ("old-nvidia-driver-p5-2node", "node 0: nvidia_driver", "NVIDIA driver is R580 or newer"),
+    ("old-efa-driver-p5en-gin-2node", "node 0: efa_driver", "EFA kernel driver 3.3.0 or newer"),
+    ("no-peer-mapping-override-p5en-gin-2node", "node 0: peer_mapping_override", "PeerMappingOverride=1"),
+    ("efa-allocatable-15-p5en-2node", "allocatable EFA on ip-10-0-1-11.ec2.internal", "kubectl cordon <node>"),
+    ("no-gdrdrv-p5en-deepep-2node", "node 0: gdrcopy", "gdrdrv kernel module"),
+]
+
+
+@pytest.mark.parametrize("fixture, check, text", FAILURES, ids=[f[0] for f in FAILURES])
+def test_each_failure_reason_has_a_failing_fixture(fixture, check, text):
+    report = judge(fixture)
+    assert not report.ok
+    f = by_check(report)[check]
+    assert f.status == FAIL
+    assert text in f.detail + " " + f.fix, (f.detail, f.fix)
+
+
+def test_gin_type_5_also_needs_aws_ofi_ncclss_gdaki_line():
+    meta, logs = scenario("gin-type-mismatch-p5en-2node")
+    logs["ep"] = logs["ep"].replace("set by environment to 2.", "set by environment to 5.")
+    f = by_check(evaluate(logs, "p5en.48xlarge", 2, "deepep-gin", "5"))
+    assert f["NCCL GIN type"].status == PASS
+    assert f["GIN EFA-GDA"].status == FAIL and "NET/OFI gin GDAKI: createContext done (" in f["GIN EFA-GDA"].detail
+    logs["ep"] += ("x:1:1 [0] NCCL INFO NET/OFI gin GDAKI: createContext done (nranks=16 rank=0 nSignals=64 "
+                   "nCounters=64 nContexts=4 num_rails=2 effective_rails=2)\n")
+    assert by_check(evaluate(logs, "p5en.48xlarge", 2, "deepep-gin", "5"))["GIN EFA-GDA"].status == PASS
+    # the proxy profile (type 2) is satisfied by the fixture's line as it is
+    meta, logs = scenario("gin-type-mismatch-p5en-2node")
+    assert by_check(evaluate(logs, "p5en.48xlarge", 2, "deepep-gin", "2"))["NCCL GIN type"].status == PASS
+
+
+def test_allocatable_above_the_request_points_at_the_catalog():
+    nodes = json.dumps({"items": [{"metadata": {"name": "n1"},
+                                   "status": {"allocatable": {"vpc.amazonaws.com/efa": "32"}}}]})
+    (f,) = judge_allocatable(nodes, 16)
+    assert f.status == FAIL and (f.measured, f.expected) == ("32", "16")
+    assert "infra/catalog.py" in f.fix
+    (f,) = judge_allocatable(json.dumps({"items": []}), 16)
+    assert f.status == FAIL and f.measured == "no GPU nodes"
+
+
+def test_fixture_readme_lists_every_scenario():
+    readme = (FIXTURES / "README.md").read_text()
+    for d in FIXTURES.iterdir():
+        if d.is_dir() and not d.name.startswith("__"):
+            assert f"| {d.name} |" in readme, d.name
+
+
+# --- comparing recorded runs ---------------------------------------------------------------------
+
+
+def test_state_records_figures_and_compare_lines_them_up():
+    a = state_document(judge("pass-p5-2node"), "a", "2026-11-01T00:00:00+00:00")
+    b = state_document(judge("degraded-p5-2node"), "b", "2026-11-02T00:00:00+00:00")
+    assert a["figures"]["all-reduce busbw @ 2 GiB (GB/s)"] == pytest.approx(441.7, abs=0.01)
+    assert a["figures"]["EP nccl dispatch RDMA, published shape (GB/s)"] == pytest.approx(31.0, rel=1e-3)
+    header, rows = compare([("a", a), ("b", b)])
+    assert header[0] == "figure" and header[-1] == "change"
+    row = next(r for r in rows if r[0] == "all-reduce busbw @ 2 GiB (GB/s)")
+    assert row[1:] == ["441.7", "283.9", "-35.7%"]
+
+
+def test_gate_compare_prints_the_table(tmp_path, capsys):
+    paths = []
+    for name in ("pass-p5-2node", "degraded-p5-2node"):
+        path = tmp_path / name / "gate.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(state_document(judge(name), name, "2026-11-30T00:00:00+00:00")))
+        paths.append(str(path))
+    args = parse(["gate", "--compare", *paths, "--width", "250"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "all-reduce busbw @ 2 GiB (GB/s)" in out and "-35.7%" in out
+
+
+def test_gate_compare_refuses_a_file_without_figures(tmp_path, capsys):
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps({"version": 1, "ok": True}))
+    args = parse(["gate", "--compare", str(path)])
+    assert args.func(args) == 2
+    assert "no 'figures' (written by an older rlkit, or not a gate.json)" in capsys.readouterr().err
 
 
 def test_state_merges_ep_measurements_and_picks_the_faster_backend():
@@ -179,6 +327,10 @@ def outputs_file(tmp_path: Path, name: str = "gt") -> Path:
                             "TrainerServiceAccount": "rl-trainer",
                             "TrainerRoleArn": "arn:aws:iam::123456789012:role/gt-trainer"},
         f"{name}-gpu-p5": {"NodegroupName": "gt-p5"},
+        f"{name}-storage": {"SharedFileSystemId": "fs-0123456789abcdef0",
+                            "SharedFileSystemDnsName":
+                                "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+                            "SharedFileSystemMountName": "abcdefgh"},
     }
     path = tmp_path / "cdk-outputs.json"
     path.write_text(json.dumps(data))
@@ -240,6 +392,9 @@ def script_cluster(k: FakeKubectl, fixture: str, failing_job: str | None = None)
         log = FIXTURES / fixture / f"{key}.log"
         if log.exists():
             k.rule(["logs", f"{job}-0-abcde"], stdout_file=str(log))
+    nodes = FIXTURES / fixture / "nodes.json"
+    if nodes.exists():
+        k.rule(["get", "nodes"], stdout_file=str(nodes))
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -269,6 +424,10 @@ def test_gate_runs_each_job_in_order_and_records_a_pass(tmp_path, kubectl, capsy
     assert len(deletes) == 6  # before (stale run) and after each job
     state = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())
     assert state["ok"] is True and state["ep"]["faster"] == "nccl"
+    nodes_call = next(c for c in kubectl.calls if c[:2] == ["get", "nodes"])
+    assert "rlkit.io/node-role=gpu,rlkit.io/efa=true,rlkit.io/node-group=p5" in nodes_call or any(
+        "node-group=p5" in a for a in nodes_call)
+    assert (tmp_path / ".rlkit/gt/gate-logs/nodes.json").is_file()
     assert (tmp_path / ".rlkit/gt/gate-logs/allreduce.log").read_text() == (
         FIXTURES / "pass-p5-2node/allreduce.log").read_text()
     assert "nodecheck: 0 succeeded, 0 failed, pods 1 Running" in out
