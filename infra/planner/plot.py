@@ -60,7 +60,8 @@ def draw(data: PlotData, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4),
+                                      gridspec_kw={"width_ratios": (3, 2)})
     left.plot(data.nodes, data.dollars_per_million_tokens, marker="o")
     if data.chosen_nodes in data.nodes:
         i = data.nodes.index(data.chosen_nodes)
@@ -78,11 +79,11 @@ def draw(data: PlotData, path: str | Path) -> Path:
     secs = [s for _, s in data.breakdown]
     bottom = 0.0
     for name, s in zip(names, secs):
-        right.bar(["step"], [s], bottom=bottom, label=f"{name} {s:.1f} s")
+        right.bar(["step"], [s], bottom=bottom, width=0.5, label=f"{name} {s:.1f} s")
         bottom += s
     right.set_ylabel("seconds per step")
     right.set_title(f"chosen: {data.chosen_nodes} node(s), {data.chosen_label}", fontsize=9)
-    right.legend(fontsize=8, loc="upper right")
+    right.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(data.title)
     fig.tight_layout()
     try:
