@@ -218,8 +218,16 @@ def _torchrun(job: str, service: str, nodes: int, gpus: int) -> list[str]:
     ]
 
 
-def fabric_jobs(cfg: KitConfig, itype: InstanceType) -> tuple[list[FabricJob], list[RenderProblem]]:
-    """Node check, all-reduce and expert-parallel benchmarks on the training node group."""
+# DeepEP's published shape (tests/test_internode.py defaults): the EP job measures it too
+# (--acceptance) when its 256 experts spread evenly over the GPUs, so the gate can compare like
+# with like [infra/acceptance.py].
+EP_ACCEPTANCE_EXPERTS = 256
+
+
+def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
+                gin_type: str | None = None) -> tuple[list[FabricJob], list[RenderProblem]]:
+    """Node check, all-reduce and expert-parallel benchmarks on the training node group.
+    ``gin_type``: the NCCL_GIN_TYPE of the EFA profile (deepep-gin), which the node check needs."""
     t = cfg.training
     prefix = f"fabric-{t.node_group}"
     nodes, gpus = t.nodes, itype.gpu_count
@@ -227,7 +235,9 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType) -> tuple[list[FabricJob], l
         key="nodecheck", name=f"{prefix}-nodecheck", service=None, port=None, component="fabric-nodecheck",
         completions=nodes,
         command=["rltrainer", "nodecheck", "--expect-gpus", str(gpus),
-                 "--expect-efa", str(itype.efa_devices)],
+                 "--expect-efa", str(itype.efa_devices),
+                 "--ep-backend", t.expert_parallel.backend]
+        + (["--gin-type", gin_type] if gin_type is not None else []),
         description=f"checks each of {nodes} {itype.name} nodes exposes {gpus} GPUs and "
                     f"{itype.efa_devices} EFA devices"),
     ]
@@ -261,7 +271,8 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType) -> tuple[list[FabricJob], l
         command=_torchrun(name, name, nodes, gpus) + [
             "ep", "--backend", backend, "--tokens-per-rank", str(EP_TOKENS_PER_RANK),
             "--hidden", str(shape.hidden), "--topk", str(shape.top_k),
-            "--experts", str(shape.num_experts)],
+            "--experts", str(shape.num_experts)]
+        + (["--acceptance"] if EP_ACCEPTANCE_EXPERTS % (nodes * gpus) == 0 else []),
         description=f"expert-parallel dispatch/combine ({t.expert_parallel.backend}) with "
                     f"{t.model} shapes over {nodes} x {gpus} GPUs"))
     return jobs, []
@@ -295,7 +306,8 @@ def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
     prompt_data, problem = prompt_data_uri(cfg, outputs.bucket_name)
     if problem is not None:
         problems.append(problem)
-    jobs, job_problems = fabric_jobs(cfg, itype)
+    jobs, job_problems = fabric_jobs(
+        cfg, itype, gin_type=profile.as_dict().get("NCCL_GIN_TYPE") if profile is not None else None)
     problems += job_problems
     if problems:
         raise RenderError(problems, "render context")
