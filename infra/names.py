@@ -61,6 +61,17 @@ TRAINER_SERVICE_ACCOUNT = "rl-trainer"
 # Prefixes inside the data bucket; the trainer's role may touch only these.
 CHECKPOINTS_PREFIX = "checkpoints/"
 DATASETS_PREFIX = "datasets/"
+MODELS_PREFIX = "models/"
+
+# The shared file system (FSx for Lustre): mounted at the same path in the Ray head, the workers
+# and KubeRay's submitter. Its datasets/ and models/ directories are linked to the bucket prefixes
+# of the same name (read lazily from S3); checkpoints/ is local to the file system and reaches S3
+# only through the launcher's manifest-last upload.
+SHARED_FS_MOUNT_PATH = "/fsx"
+SHARED_FS_DATASETS_DIR = f"{SHARED_FS_MOUNT_PATH}/{DATASETS_PREFIX.rstrip('/')}"
+SHARED_FS_MODELS_DIR = f"{SHARED_FS_MOUNT_PATH}/{MODELS_PREFIX.rstrip('/')}"
+SHARED_FS_CHECKPOINTS_DIR = f"{SHARED_FS_MOUNT_PATH}/{CHECKPOINTS_PREFIX.rstrip('/')}"
+SHARED_FS_CSI_DRIVER = "fsx.csi.aws.com"  # the FSx for Lustre CSI driver's name
 
 # Tag put on every resource so teardown can find leftovers (resource groups tagging API).
 ENVIRONMENT_TAG = "rlkit:environment"
@@ -73,6 +84,10 @@ def stack_names(prefix: str) -> dict[str, str]:
         "network": f"{prefix}-network",
         "data": f"{prefix}-data",
         "cluster": f"{prefix}-cluster",
+        # The shared file system deploys in parallel with the cluster (it needs only the network
+        # and the bucket); the access stack then opens its Lustre ports to the cluster's nodes.
+        "storage": f"{prefix}-storage",
+        "storage_access": f"{prefix}-storage-access",
     }
 
 
@@ -109,3 +124,6 @@ class OutputKeys:
     NODEGROUP_NAME = "NodegroupName"
     NODE_ROLE_ARN = "NodeRoleArn"
     VPC_ID = "VpcId"
+    SHARED_FS_ID = "SharedFileSystemId"
+    SHARED_FS_DNS_NAME = "SharedFileSystemDnsName"
+    SHARED_FS_MOUNT_NAME = "SharedFileSystemMountName"

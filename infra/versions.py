@@ -8,13 +8,46 @@ from __future__ import annotations
 
 # Kubernetes versions the kit is tested with -> the Python package and module of the matching
 # kubectl Lambda layer (PyPI: aws-cdk.lambda-layer-kubectl-vNN; aws_eks_v2 needs one whose minor
-# matches the cluster for Helm charts and manifests). The enum name is aws_eks_v2.KubernetesVersion.
+# matches the cluster for Helm charts and manifests; the enum is aws_eks_v2.KubernetesVersion) and
+# the day EKS standard support ends (extended support costs more per cluster hour after that).
+# End-of-standard-support dates: AWS EKS user guide "Amazon EKS Kubernetes release calendar",
+# read 2026-11-30 (1.33: 2026-07-29, 1.34: 2026-12-02, 1.35: 2027-03-27). 1.36 is not listed: its
+# EKS release date could not be confirmed offline, although aws-cdk-lib 2.275 has V1_36 and PyPI
+# has aws-cdk.lambda-layer-kubectl-v36 2.0.1. Add it here, with its date, once confirmed.
 KUBERNETES_VERSIONS: dict[str, dict[str, str]] = {
-    "1.33": {"layer_module": "aws_cdk.lambda_layer_kubectl_v33", "layer_class": "KubectlV33Layer"},
-    "1.34": {"layer_module": "aws_cdk.lambda_layer_kubectl_v34", "layer_class": "KubectlV34Layer"},
-    "1.35": {"layer_module": "aws_cdk.lambda_layer_kubectl_v35", "layer_class": "KubectlV35Layer"},
+    "1.33": {"layer_module": "aws_cdk.lambda_layer_kubectl_v33", "layer_class": "KubectlV33Layer",
+             "end_of_standard_support": "2026-07-29"},
+    "1.34": {"layer_module": "aws_cdk.lambda_layer_kubectl_v34", "layer_class": "KubectlV34Layer",
+             "end_of_standard_support": "2026-12-02"},
+    "1.35": {"layer_module": "aws_cdk.lambda_layer_kubectl_v35", "layer_class": "KubectlV35Layer",
+             "end_of_standard_support": "2027-03-27"},
 }
-DEFAULT_KUBERNETES_VERSION = "1.34"
+# The newest version above that EKS has in standard support.
+DEFAULT_KUBERNETES_VERSION = "1.35"
+# Preflight warns this many days before a version's standard support ends.
+SUPPORT_WARNING_DAYS = 60
+
+
+def standard_support_warning(kubernetes_version: str, today) -> str | None:
+    """A warning when ``kubernetes_version`` leaves EKS standard support within
+    SUPPORT_WARNING_DAYS of ``today`` (a ``datetime.date``), or already has; else None."""
+    import datetime
+
+    spec = KUBERNETES_VERSIONS.get(kubernetes_version)
+    if spec is None:
+        return None
+    end = datetime.date.fromisoformat(spec["end_of_standard_support"])
+    days = (end - today).days
+    newest = max(KUBERNETES_VERSIONS, key=lambda v: tuple(int(x) for x in v.split(".")))
+    fix = (f"set kubernetes_version: \"{newest}\" (upgrade an existing cluster one minor version "
+           "at a time)")
+    if days < 0:
+        return (f"Kubernetes {kubernetes_version} left EKS standard support on {end}; the cluster "
+                f"is billed at the extended-support rate. Fix: {fix}.")
+    if days <= SUPPORT_WARNING_DAYS:
+        return (f"Kubernetes {kubernetes_version} leaves EKS standard support on {end} (in {days} "
+                f"days); after that the cluster is billed at the extended-support rate. Fix: {fix}.")
+    return None
 
 
 def kubectl_layer_class(kubernetes_version: str):
@@ -25,7 +58,7 @@ def kubectl_layer_class(kubernetes_version: str):
     return getattr(importlib.import_module(spec["layer_module"]), spec["layer_class"])
 
 # EKS managed add-ons. None = the default version EKS picks for the cluster's Kubernetes version
-# (`aws eks describe-addon-versions --kubernetes-version 1.34 --addon-name vpc-cni`). Pin a build
+# (`aws eks describe-addon-versions --kubernetes-version 1.35 --addon-name vpc-cni`). Pin a build
 # here (e.g. "v1.19.5-eksbuild.1") once it has been verified on a live cluster.
 # vpc-cni must be >= 1.18.4 for efa-only interfaces [AWS EFA docs, "EFA-only interfaces"]; every
 # EKS default for Kubernetes >= 1.31 already is.
@@ -35,38 +68,65 @@ MANAGED_ADDONS: dict[str, str | None] = {
     "kube-proxy": None,
     "eks-pod-identity-agent": None,
 }
+# Node health (config `node_health.monitoring_agent`): the EKS node monitoring agent reports GPU,
+# kernel, network and storage faults as node conditions, which node auto-repair acts on [EKS user
+# guide, "Enable node auto repair and investigate node health issues"]. Version: EKS default.
+NODE_MONITORING_ADDON = "eks-node-monitoring-agent"
+NODE_MONITORING_ADDON_VERSION: str | None = None
+
+# The FSx for Lustre CSI driver EKS managed add-on (aws-fsx-csi-driver), installed when the config
+# has a shared file system. None = EKS's default version for the cluster's Kubernetes version: no
+# add-on build could be read offline on 2026-11-30 (`aws eks describe-addon-versions --addon-name
+# aws-fsx-csi-driver` needs AWS). Its upstream chart was read at kubernetes-sigs/aws-fsx-csi-driver
+# 5b227125 (chart 1.17.0, driver 1.9.0). Pin a build here once verified on a live cluster.
+FSX_CSI_ADDON: str | None = None
 
 # System (non-GPU) node group default instance type: general purpose, x86_64, AL2023.
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.xlarge"
+# The Ray head and KubeRay's submitter run the trainer image on system nodes, so their root volume
+# must hold it (see TRAINER_IMAGE_DISK_GIB); EKS's own default (20 GiB) does not.
+DEFAULT_SYSTEM_ROOT_VOLUME_GIB = 200
+
+# Disk a node needs to pull and unpack the trainer image: compressed layers in containerd's content
+# store plus the unpacked snapshot. The image is ~45-50 GB unpacked (images/trainer/README.md, an
+# estimate until the first build measures it); 80 GiB leaves room for both. The scheduling check
+# (ops/scheduling.py) compares it with each node's root volume.
+TRAINER_IMAGE_DISK_GIB = 80
 
 
 # Helm charts the cluster stack installs. `versions` lists what the kit knows to work with its
-# values; config validation refuses anything else (a version override must be added here first).
+# values: each was rendered with the kit's values by the chart contract test
+# (tests/test_chart_contract.py, charts from ../shared/charts); config validation refuses anything
+# else (add a version here only after that test passes for it).
 HELM_CHARTS: dict[str, dict] = {
-    # eks-charts stable/aws-efa-k8s-device-plugin (https://github.com/aws/eks-charts). v0.5.7 is the
-    # version aws-ia/terraform-aws-eks-blueprints pins in patterns/targeted-odcr/helm.tf; its
-    # defaults tolerate nothing, so the kit passes the GPU taint's toleration.
+    # aws/eks-charts stable/aws-efa-k8s-device-plugin, chart v0.5.30 at commit 5239609 (2026-08-03),
+    # read 2026-11-30. Its DaemonSet is placed by a required node affinity on an instance-type
+    # allowlist (`supportedInstanceLabels`); v0.5.30's list has every catalog type (p5, p5e, p5en,
+    # p6-b200, p6-b300), v0.5.7's has no p6. Default tolerations are empty, so the kit passes the
+    # GPU groups' tolerations.
     "efa_device_plugin": {
         "repository": "https://aws.github.io/eks-charts",
         "chart": "aws-efa-k8s-device-plugin",
         "namespace": "kube-system",
         "release": "aws-efa-k8s-device-plugin",
-        "version": "v0.5.7",
-        "versions": ["v0.5.7", "v0.5.2"],
+        "version": "v0.5.30",
+        "versions": ["v0.5.30"],
     },
-    # NVIDIA/k8s-device-plugin Helm repo. The AL2023 NVIDIA AMI ships the driver and container
-    # toolkit, not the device plugin [EKS user guide, AL2023 accelerated AMIs]. 0.17.1 is pinned
-    # by aws-ia/terraform-aws-eks-blueprints (patterns/targeted-odcr/helm.tf).
+    # NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin, tag v0.20.0 (1b826ac), read
+    # 2026-11-30. The AL2023 NVIDIA AMI ships the driver and container toolkit, not the device
+    # plugin [EKS user guide, AL2023 accelerated AMIs]. Its required node affinity wants
+    # nvidia.com/gpu.present=true or NFD labels: the kit labels GPU nodes (infra/names.py).
     "nvidia_device_plugin": {
         "repository": "https://nvidia.github.io/k8s-device-plugin",
         "chart": "nvidia-device-plugin",
         "namespace": "nvidia-device-plugin",
         "release": "nvidia-device-plugin",
-        "version": "0.17.1",
-        "versions": ["0.17.1", "0.17.0", "0.17.2"],
+        "version": "0.20.0",
+        "versions": ["0.20.0", "0.17.1"],
     },
-    # ray-project/kuberay-helm. 1.7.0 ships the RayJob/RayCluster CRDs the manifests are
-    # validated against (../shared/crds/kuberay-v1.7.0, helm-chart/kuberay-operator/crds/).
+    # ray-project/kuberay helm-chart/kuberay-operator, tag v1.7.0 (59d663a), read 2026-11-30. It
+    # ships the RayJob/RayCluster CRDs the manifests are validated against
+    # (../shared/crds/kuberay-v1.7.0).
     "kuberay_operator": {
         "repository": "https://ray-project.github.io/kuberay-helm/",
         "chart": "kuberay-operator",
@@ -75,15 +135,16 @@ HELM_CHARTS: dict[str, dict] = {
         "version": "1.7.0",
         "versions": ["1.7.0"],
     },
-    # NVIDIA/dcgm-exporter Helm repo (GPU metrics for Prometheus). Optional, off by default.
-    # 3.5.0 as pinned in public Flux HelmReleases; verify against the repo index before relying.
+    # NVIDIA/dcgm-exporter deployment/ chart 4.8.2 at commit d5e5f51 (2026-05-12), read 2026-11-30.
+    # Optional, off by default. Its ServiceMonitor (on by default in the chart) needs the Prometheus
+    # Operator CRDs, so the kit renders it only when the config says they exist.
     "dcgm_exporter": {
         "repository": "https://nvidia.github.io/dcgm-exporter/helm-charts",
         "chart": "dcgm-exporter",
         "namespace": "gpu-monitoring",
         "release": "dcgm-exporter",
-        "version": "3.5.0",
-        "versions": ["3.5.0"],
+        "version": "4.8.2",
+        "versions": ["4.8.2"],
     },
 }
 ADDONS_ENABLED_BY_DEFAULT = {"efa_device_plugin": True, "nvidia_device_plugin": True,

@@ -12,6 +12,7 @@ from infra.config import KitConfig
 from infra.constructs.cluster import KitCluster
 from infra.constructs.cluster_addons import ClusterAddons
 from infra.constructs.network import import_existing_vpc
+from infra.constructs.shared_filesystem import FsxCsiDriver
 from infra.constructs.trainer_identity import bind_trainer_role
 from infra.names import OutputKeys
 
@@ -31,6 +32,8 @@ class ClusterStack(Stack):
             admin_role_arns=config.admin_role_arns,
             system_nodes=config.system_nodes,
             managed_addons=versions.MANAGED_ADDONS,
+            node_monitoring_agent=config.node_health.monitoring_agent,
+            gpu_tolerations=config.gpu_tolerations(),
             kubectl_layer_factory=versions.kubectl_layer_class(config.kubernetes_version),
             # The cluster holds no data: always delete it with the stack. Its secrets key is
             # kept unless the environment is ephemeral.
@@ -38,8 +41,16 @@ class ClusterStack(Stack):
         )
         self.cluster = kit_cluster.cluster
         self.addons = ClusterAddons(self, "Addons", cluster=self.cluster, addons=config.addons,
+                                    gpu_tolerations=config.gpu_tolerations(),
                                     system_nodegroup=kit_cluster.system_nodegroup)
         bind_trainer_role(self, "TrainerPodIdentity", cluster=self.cluster, role=trainer_role)
+        if config.storage.shared_filesystem.type == "fsx-lustre":
+            # The add-on's controller gets its role through Pod Identity, so the agent add-on
+            # must be there first; the system nodes run the controller.
+            self.fsx_csi_driver = FsxCsiDriver(
+                self, "FsxCsiDriver", cluster=self.cluster, addon_version=versions.FSX_CSI_ADDON,
+                depends_on=[kit_cluster.addons["eks-pod-identity-agent"],
+                            kit_cluster.system_nodegroup])
 
         cluster_name = self.cluster.cluster_name
         CfnOutput(self, OutputKeys.CLUSTER_NAME, value=cluster_name)

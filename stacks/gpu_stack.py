@@ -22,6 +22,7 @@ class GpuStack(Stack):
             self, "EfaNodeGroup", cluster=cluster, vpc=vpc, group_name=group_name, group=group,
             instance=INSTANCE_TYPES[group.instance_type],
             cluster_security_group_id=cluster.cluster_security_group_id,
+            auto_repair=config.node_health.auto_repair,
         )
         CfnOutput(self, OutputKeys.NODEGROUP_NAME,
                   value=self.node_group.nodegroup.nodegroup_name)

@@ -37,8 +37,9 @@ def test_default_charts_repository_version_namespace(synth, key):
 
 
 def test_pinned_versions():
-    assert HELM_CHARTS["efa_device_plugin"]["version"] == "v0.5.7"
-    assert HELM_CHARTS["nvidia_device_plugin"]["version"] == "0.17.1"
+    # v0.5.30's instance-type allowlist has p6-b200/p6-b300 (v0.5.7's does not).
+    assert HELM_CHARTS["efa_device_plugin"]["version"] == "v0.5.30"
+    assert HELM_CHARTS["nvidia_device_plugin"]["version"] == "0.20.0"
     # Must match the CRDs the manifests are validated against (../shared/crds/kuberay-v1.7.0).
     assert HELM_CHARTS["kuberay_operator"]["version"] == "1.7.0"
 
@@ -63,12 +64,11 @@ def test_chart_tolerations_match_every_gpu_node_group(synth, example):
     gpu_charts = [c for name, c in charts(s).items() if name != "kuberay-operator"]
     for group in s.config.gpu_node_groups:
         ng = next(iter(resources(s.template("gpu", group), "AWS::EKS::Nodegroup").values()))
-        kit_taint = ng["Properties"]["Taints"][0]
         labels = ng["Properties"]["Labels"]
         for chart in gpu_charts:
             v = values(chart)
-            assert {"key": kit_taint["Key"], "operator": "Equal", "value": kit_taint["Value"],
-                    "effect": {"NO_SCHEDULE": "NoSchedule"}[kit_taint["Effect"]]} in v["tolerations"]
+            for taint in ng["Properties"]["Taints"]:  # the kit's and the user's
+                assert {"key": taint["Key"], "operator": "Exists"} in v["tolerations"]
             for key, value in v["nodeSelector"].items():
                 assert labels.get(key) == value, (chart["Chart"], key)
 
@@ -89,11 +89,32 @@ def test_device_plugins_do_not_wait_for_gpu_nodes(synth):
 
 def test_overrides_and_optional_dcgm(synth):
     c = charts(synth("p5-2node"))
-    assert c["nvidia-device-plugin"]["Version"] == "0.17.2"
+    assert c["nvidia-device-plugin"]["Version"] == "0.17.1"
     dcgm = c["dcgm-exporter"]
     assert dcgm["Repository"] == HELM_CHARTS["dcgm_exporter"]["repository"]
     assert values(dcgm)["tolerations"] == [names.GPU_TAINT.toleration()]
+    assert values(dcgm)["serviceMonitor"] == {"enabled": True}  # the example opts in
     assert "dcgm-exporter" not in charts(synth("default"))
+
+
+def test_pinning_a_version_does_not_enable_an_addon_that_is_off_by_default(tmp_path):
+    cfg = parse_config({"addons": {"dcgm_exporter": {"version": "4.8.2"}}})
+    assert not cfg.addons.enabled("dcgm_exporter")
+    assert cfg.addons.enabled("nvidia_device_plugin")
+    cfg = parse_config({"addons": {"dcgm_exporter": {"version": "4.8.2", "enabled": True}}})
+    assert cfg.addons.enabled("dcgm_exporter")
+    assert cfg.addons.dcgm_exporter.service_monitor is False
+
+
+def test_user_taints_are_tolerated_by_the_gpu_charts():
+    from infra.constructs.cluster_addons import chart_values
+    cfg = parse_config({"gpu_node_groups": {"p5": {
+        "instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
+        "taints": [{"key": "team.example.com/reserved", "value": "rl", "effect": "NoExecute"}]}}})
+    values = chart_values("efa_device_plugin", gpu_tolerations=cfg.gpu_tolerations(),
+                          addons=cfg.addons)
+    assert values["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"},
+                                     {"key": "team.example.com/reserved", "operator": "Exists"}]
 
 
 def test_disable_an_addon(tmp_path):
@@ -117,7 +138,8 @@ def test_unknown_chart_version_is_refused_with_fix():
 
 def test_kubectl_layer_matches_kubernetes_version(synth):
     s = synth("default")
+    assert s.config.kubernetes_version == "1.35"
     t = s.template("cluster")
     layers = [r["Properties"].get("Description", "") for r in
               resources(t, "AWS::Lambda::LayerVersion").values()]
-    assert any("kubectl" in d.lower() and "1.34" in d for d in layers), layers
+    assert any("kubectl" in d.lower() and s.config.kubernetes_version in d for d in layers), layers

@@ -69,6 +69,11 @@ def real_outputs(cfg: KitConfig) -> dict[str, dict[str, str]]:
             OutputKeys.NODEGROUP_NAME: f"{cfg.name}-{cfg.training.node_group}",
             OutputKeys.NODE_ROLE_ARN: f"arn:aws:iam::{account}:role/{cfg.name}-nodes",
         },
+        stacks["storage"]: {
+            OutputKeys.SHARED_FS_ID: "fs-0123456789abcdef0",
+            OutputKeys.SHARED_FS_DNS_NAME: f"fs-0123456789abcdef0.fsx.{cfg.region}.amazonaws.com",
+            OutputKeys.SHARED_FS_MOUNT_NAME: "abcdefgh",
+        },
     }
 
 
@@ -180,9 +185,8 @@ def test_extra_node_group_taints_are_tolerated():
     files = render(build_context(cfg, placeholder_outputs(cfg)))
     for where, spec in gpu_pod_specs(files).items():
         assert spec["tolerations"] == [
-            {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-            {"key": "team.example.com/reserved", "operator": "Equal", "value": "rl",
-             "effect": "NoExecute"},
+            {"key": "nvidia.com/gpu", "operator": "Exists"},
+            {"key": "team.example.com/reserved", "operator": "Exists"},
         ], where
 
 
@@ -246,7 +250,7 @@ def test_namespace_and_service_account_match_infra_names(name):
     assert by_kind["Namespace"]["metadata"]["name"] == names.TRAINER_NAMESPACE
     assert by_kind["ServiceAccount"]["metadata"]["name"] == names.TRAINER_SERVICE_ACCOUNT
     for f in files:
-        if f.kind != "Namespace":
+        if f.kind not in ("Namespace", "PersistentVolume"):  # the two cluster-scoped kinds
             assert f.obj["metadata"]["namespace"] == names.TRAINER_NAMESPACE, f.path
     rayjob = next(f.obj for f in files if f.kind == "RayJob")
     pods = [rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"],
@@ -474,7 +478,8 @@ def test_outputs_from_cloudformation_report_undeployed_stacks():
         _create_stack(client, "moe-rl-data", data["moe-rl-data"])
         with pytest.raises(RenderError) as err:
             outputs_from_stacks(cfg)
-    assert [p.subject for p in err.value.problems] == ["stack moe-rl-cluster", "stack moe-rl-gpu-p5"]
+    assert [p.subject for p in err.value.problems] == [
+        "stack moe-rl-cluster", "stack moe-rl-gpu-p5", "stack moe-rl-storage"]
     assert "then render again with --from-stacks" in str(err.value)
 
 
@@ -494,10 +499,11 @@ def test_run_config_follows_the_trainer_schema(name):
     assert list(run) == ["run_name", "model", "checkpoint", "data", "grpo", "parallel",
                          "expert_parallel"]
     assert run["model"] == {"name": t.model, "hf_checkpoint": t.hf_checkpoint, "megatron_args": []}
+    # Every example has the shared file system: saves and inputs are where every pod sees them.
     assert run["checkpoint"] == {
         "s3_uri": f"s3://{PLACEHOLDER}/checkpoints/{t.run_name}/",
-        "local_dir": "/checkpoints", "save_interval": 20}
-    assert run["data"] == {"prompt_data": f"s3://{PLACEHOLDER}/{t.prompt_data}",
+        "local_dir": f"/fsx/checkpoints/{t.run_name}", "save_interval": 20}
+    assert run["data"] == {"prompt_data": f"/fsx/{t.prompt_data}",
                            "input_key": "prompt", "label_key": "label"}
     assert run["grpo"] == t.grpo.model_dump()
     itype = INSTANCE_TYPES[cfg.gpu_node_groups[t.node_group].instance_type]
@@ -508,13 +514,16 @@ def test_run_config_follows_the_trainer_schema(name):
     assert run["expert_parallel"] == {"backend": t.expert_parallel.backend}
 
 
-@pytest.mark.parametrize("prompt_data, expected", [
-    ("s3://other-bucket/prompts.jsonl", "s3://other-bucket/prompts.jsonl"),
-    ("/data/prompts.jsonl", "/data/prompts.jsonl"),
-    ("datasets/x/prompts.jsonl", f"s3://{PLACEHOLDER}/datasets/x/prompts.jsonl"),
+@pytest.mark.parametrize("shared_fs, prompt_data, expected", [
+    ("fsx-lustre", "/data/prompts.jsonl", "/data/prompts.jsonl"),
+    # A bucket key under datasets/ is read through the file system's link to that prefix.
+    ("fsx-lustre", "datasets/x/prompts.jsonl", "/fsx/datasets/x/prompts.jsonl"),
+    ("none", "datasets/x/prompts.jsonl", f"s3://{PLACEHOLDER}/datasets/x/prompts.jsonl"),
 ])
-def test_prompt_data_locations(prompt_data, expected):
-    cfg = parse_config({"training": {"prompt_data": prompt_data}})
+def test_prompt_data_locations(shared_fs, prompt_data, expected):
+    cfg = parse_config({"storage": {"shared_filesystem": {"type": shared_fs}},
+                        "training": {"nodes": 1, "prompt_data": prompt_data,
+                                     "hf_checkpoint": "/models/Qwen3-30B-A3B"}})
     ctx = build_context(cfg, placeholder_outputs(cfg))
     assert ctx.run_config["data"]["prompt_data"] == expected
 
@@ -588,3 +597,95 @@ def test_outputs_are_read_from_the_stacks_that_declare_them(synth):
         assert key in template.get("Outputs", {}), f"{field}: {stacks[role]} declares no {key}"
 
 
+
+
+# --- the shared file system ---------------------------------------------------------------------
+
+
+def rayjob_pod_specs(files) -> dict[str, dict]:
+    """The three kinds of pod a RayJob makes: Ray head, Ray workers, KubeRay's job submitter."""
+    spec = next(f.obj for f in files if f.kind == "RayJob")["spec"]
+    return {"head": spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"],
+            "worker": spec["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"],
+            "submitter": spec["submitterPodTemplate"]["spec"]}
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_head_workers_and_submitter_share_one_file_system(name, tmp_path):
+    cfg = example(name)
+    files = _render_with_real_outputs(cfg, tmp_path)
+    by_path = objects(files)
+    pv, pvc = by_path["02-shared-fs-pv.yaml"], by_path["03-shared-fs-pvc.yaml"]
+    storage = real_outputs(cfg)[names.stack_names(cfg.name)["storage"]]
+    assert pv["kind"] == "PersistentVolume" and "namespace" not in pv["metadata"]
+    assert pv["spec"]["csi"] == {
+        "driver": "fsx.csi.aws.com",
+        "volumeHandle": storage[OutputKeys.SHARED_FS_ID],
+        "volumeAttributes": {"dnsname": storage[OutputKeys.SHARED_FS_DNS_NAME],
+                             "mountname": storage[OutputKeys.SHARED_FS_MOUNT_NAME]}}
+    capacity = f"{cfg.storage.shared_filesystem.capacity_gib}Gi"
+    assert pv["spec"]["capacity"] == {"storage": capacity}
+    assert pv["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert pv["spec"]["storageClassName"] == ""
+    assert pv["spec"]["claimRef"] == {"namespace": names.TRAINER_NAMESPACE,
+                                      "name": pvc["metadata"]["name"]}
+    assert pvc["metadata"]["namespace"] == names.TRAINER_NAMESPACE
+    assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                           "volumeName": pv["metadata"]["name"],
+                           "resources": {"requests": {"storage": capacity}}}
+
+    pods = rayjob_pod_specs(files)
+    assert set(pods) == {"head", "worker", "submitter"}
+    for kind, pod in pods.items():
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+                  for v in pod["volumes"] if "persistentVolumeClaim" in v}
+        assert list(claims.values()) == [pvc["metadata"]["name"]], kind
+        (volume,) = claims
+        (container,) = pod["containers"]
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert mounts.get(names.SHARED_FS_MOUNT_PATH) == volume, kind
+        # No node-local checkpoint directory hides the shared one.
+        assert not any(p.startswith("/checkpoints") for p in mounts), kind
+        assert not any("emptyDir" in v for v in pod["volumes"] if v["name"] != "dshm"), kind
+
+    run = yaml.safe_load(by_path["rl-job/00-run-config.yaml"]["data"]["run.yaml"])
+    for path in (run["checkpoint"]["local_dir"], run["model"]["hf_checkpoint"],
+                 run["data"]["prompt_data"]):
+        assert path.startswith(names.SHARED_FS_MOUNT_PATH + "/"), path
+
+
+def test_submitter_runs_on_a_system_node_as_kuberay_names_it():
+    files = rendered("default")
+    submitter = rayjob_pod_specs(files)["submitter"]
+    assert submitter["nodeSelector"] == {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
+    assert submitter["restartPolicy"] == "Never"  # a Job's pod template allows Never/OnFailure
+    (container,) = submitter["containers"]
+    # KubeRay v1.7.0 fills in the command of the container named SubmitterContainerName.
+    assert container["name"] == "ray-job-submitter" and "command" not in container
+
+
+def test_single_node_without_shared_fs_keeps_node_local_checkpoints():
+    cfg = parse_config({"storage": {"shared_filesystem": {"type": "none"}},
+                        "training": {"nodes": 1, "hf_checkpoint": "/models/Qwen3-30B-A3B"}})
+    files = render(build_context(cfg, placeholder_outputs(cfg)))
+    assert not any(f.kind in ("PersistentVolume", "PersistentVolumeClaim") for f in files)
+    pods = rayjob_pod_specs(files)
+    assert not any("persistentVolumeClaim" in v for p in pods.values() for v in p.get("volumes", []))
+    worker_mounts = {m["mountPath"] for m in pods["worker"]["containers"][0]["volumeMounts"]}
+    assert "/checkpoints" in worker_mounts
+    run = yaml.safe_load(next(f.obj for f in files if f.kind == "ConfigMap")["data"]["run.yaml"])
+    assert run["checkpoint"]["local_dir"] == "/checkpoints"
+
+
+def test_missing_storage_stack_outputs_are_named():
+    cfg = example("default")
+    data = real_outputs(cfg)
+    del data["moe-rl-storage"]
+    with pytest.raises(RenderError) as err:
+        outputs_from_mapping(cfg, data, "file", "cdk-outputs.json")
+    assert [str(p) for p in err.value.problems] == [
+        "stack moe-rl-storage: not found in cdk-outputs.json (its outputs are needed: "
+        "SharedFileSystemId, SharedFileSystemDnsName, SharedFileSystemMountName). Fix: deploy it "
+        "with `cdk deploy moe-rl-storage --outputs-file cdk-outputs.json` (or `cdk deploy --all "
+        "--outputs-file cdk-outputs.json`), then render again with --outputs cdk-outputs.json."]

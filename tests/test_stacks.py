@@ -9,6 +9,7 @@ import pytest
 from conftest import EXAMPLES, only, resources
 from infra import names
 from infra.catalog import INSTANCE_TYPES
+from infra.config import parse_config
 
 
 def launch_template(synth, example, group):
@@ -103,8 +104,10 @@ def test_existing_vpc_subnet_is_the_configured_one(synth):
 
 
 @pytest.mark.parametrize("example,group,present", [
-    ("default", "p5", True), ("p5en-capacity-block", "p5en", False), ("p6-b200-odcr", "b200", True)])
+    ("default", "p5", True), ("p5en-capacity-block", "p5en", False), ("p6-b200-odcr", "b200", False)])
 def test_placement_group_as_configured(synth, example, group, present):
+    """A new cluster placement group for on-demand groups only (eksctl PR 8220, terraform-aws-eks
+    PR 3730: a forced one can conflict with a reservation)."""
     t = synth(example).template("gpu", group)
     pgs = resources(t, "AWS::EC2::PlacementGroup")
     lt = launch_template(synth, example, group)
@@ -113,8 +116,43 @@ def test_placement_group_as_configured(synth, example, group, present):
         (pg_id, pg), = pgs.items()
         assert pg["Properties"]["Strategy"] == "cluster"
         assert lt["Placement"] == {"GroupName": {"Ref": pg_id}}
-    else:
+    elif synth(example).config.gpu_node_groups[group].placement_group_name is None:
         assert "Placement" not in lt
+
+
+def test_existing_placement_group_is_selected_by_name(synth):
+    s = synth("p6-b200-odcr")
+    name = s.config.gpu_node_groups["b200"].placement_group_name
+    assert name
+    assert launch_template(synth, "p6-b200-odcr", "b200")["Placement"] == {"GroupName": name}
+    assert not resources(s.template("gpu", "b200"), "AWS::EC2::PlacementGroup")
+
+
+@pytest.mark.parametrize("example,group,reserved", [
+    ("default", "p5", False), ("p5en-capacity-block", "p5en", True), ("p6-b200-odcr", "b200", True)])
+def test_update_strategy_needs_no_surge_for_reserved_capacity(synth, example, group, reserved):
+    ng = only(synth(example).template("gpu", group), "AWS::EKS::Nodegroup")["Properties"]
+    assert ng["ForceUpdateEnabled"] is False  # never evict running jobs unless asked
+    assert ng["NodeRepairConfig"] == {"Enabled": True}
+    if reserved:
+        assert ng["UpdateConfig"] == {"MaxUnavailablePercentage": 100, "UpdateStrategy": "MINIMAL"}
+    else:
+        assert "UpdateStrategy" not in ng.get("UpdateConfig", {})
+
+
+def test_gpu_nodes_reserve_the_huge_pages_the_pods_request(synth):
+    import base64  # noqa: F401  (user data is a plain Fn::Base64 string in the template)
+    lt = launch_template(synth, "default", "p5")
+    user_data = lt["UserData"]["Fn::Base64"]
+    pages = names.HUGEPAGES_2MI_MIB // 2
+    assert f"sysctl -w vm.nr_hugepages={pages}" in user_data
+    assert "Content-Type: text/x-shellscript" in user_data
+    assert "strategy: RAID0" in user_data
+
+
+def test_gpu_nodes_carry_the_nvidia_gpu_present_label(synth):
+    ng = only(synth("default").template("gpu", "p5"), "AWS::EKS::Nodegroup")["Properties"]
+    assert ng["Labels"][names.NVIDIA_GPU_PRESENT_LABEL] == "true"
 
 
 def test_capacity_block_wiring(synth):
@@ -164,6 +202,7 @@ def test_gpu_taint_and_labels(synth):
         names.NODE_ROLE_LABEL: names.NODE_ROLE_GPU,
         names.EFA_LABEL: "true",
         names.NODE_GROUP_LABEL: "p5",
+        names.NVIDIA_GPU_PRESENT_LABEL: "true",
     }
     assert (ng["ScalingConfig"]["MinSize"], ng["ScalingConfig"]["DesiredSize"],
             ng["ScalingConfig"]["MaxSize"]) == (0, 2, 4)
@@ -182,8 +221,9 @@ def test_cluster_settings(synth):
     s = synth("p5-2node")
     t = s.template("cluster")
     c = only(t, "AWS::EKS::Cluster")["Properties"]
-    assert c["Version"] == "1.34"
-    assert c["AccessConfig"]["AuthenticationMode"] == "API"
+    assert c["Version"] == "1.35"
+    assert c["AccessConfig"] == {"AuthenticationMode": "API",
+                                 "BootstrapClusterCreatorAdminPermissions": False}
     assert {x["Type"] for x in c["Logging"]["ClusterLogging"]["EnabledTypes"]} == {
         "api", "audit", "authenticator", "controllerManager", "scheduler"}
     assert c["EncryptionConfig"][0]["Resources"] == ["secrets"]
@@ -192,7 +232,8 @@ def test_cluster_settings(synth):
     assert vpc_cfg["EndpointPublicAccess"] is True
     assert vpc_cfg["PublicAccessCidrs"] == ["203.0.113.0/24"]
     addons = {r["Properties"]["AddonName"] for r in resources(t, "AWS::EKS::Addon").values()}
-    assert addons == {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"}
+    assert {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent",
+            "eks-node-monitoring-agent"} <= addons
     (entry,) = [e for e in resources(t, "AWS::EKS::AccessEntry").values()
                 if e["Properties"]["PrincipalArn"] == "arn:aws:iam::123456789012:role/PlatformAdmin"]
     assert "AmazonEKSClusterAdminPolicy" in json.dumps(
@@ -338,3 +379,31 @@ def test_catalog_drives_interface_count_for_every_example(synth):
         for group_name, group in s.config.gpu_node_groups.items():
             lt = launch_template(synth, example, group_name)
             assert len(lt["NetworkInterfaces"]) == INSTANCE_TYPES[group.instance_type].network_cards
+
+
+def test_node_monitoring_agent_tolerates_the_gpu_taints_and_coredns_waits_for_nodes(synth):
+    t = synth("default").template("cluster")
+    addons = {r["Properties"]["AddonName"]: r for r in resources(t, "AWS::EKS::Addon").values()}
+    agent = addons["eks-node-monitoring-agent"]["Properties"]
+    assert json.loads(agent["ConfigurationValues"]) == {
+        "dcgmAgent": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}
+    assert any("NodegroupSystemNodes" in d for d in addons["coredns"]["DependsOn"])
+
+
+def test_node_health_can_be_turned_off(tmp_path):
+    from stacks.kit import build_stacks, make_app
+    cfg = parse_config({"node_health": {"monitoring_agent": False, "auto_repair": False}})
+    app = make_app(outdir=str(tmp_path))
+    stacks = build_stacks(app, cfg)
+    assembly = app.synth()
+    cluster = assembly.get_stack_by_name(stacks.cluster.stack_name).template
+    assert "eks-node-monitoring-agent" not in {
+        r["Properties"]["AddonName"] for r in resources(cluster, "AWS::EKS::Addon").values()}
+    gpu = assembly.get_stack_by_name(stacks.gpu["p5"].stack_name).template
+    repair = only(gpu, "AWS::EKS::Nodegroup")["Properties"].get("NodeRepairConfig")
+    assert repair in (None, {"Enabled": False})  # absent = off (EKS default)
+
+
+def test_system_nodes_disk_holds_the_trainer_image(synth):
+    ng = only(synth("default").template("cluster"), "AWS::EKS::Nodegroup")["Properties"]
+    assert ng["DiskSize"] == 200

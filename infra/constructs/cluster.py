@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import Annotations, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from infra import names
+from infra import names, versions
 from infra.config import EndpointAccessConfig, SystemNodesConfig
 from infra.constructs.nag import (
     acknowledge,
@@ -27,14 +27,16 @@ _ENDPOINT_ACCESS = {
 class KitCluster(Construct):
     """An ``aws_eks_v2`` cluster: native ``AWS::EKS::Cluster``, no custom resources.
 
-    API authentication mode with access entries, all control-plane log types, secrets envelope
-    encryption with a rotating KMS key, the four EKS managed add-ons the kit relies on (pod
-    networking, DNS, service proxy, Pod Identity) and a small AL2023 node group for CPU work.
+    API authentication mode with access entries (only the configured admin roles; the creator
+    gets none), all control-plane log types, secrets envelope encryption with a rotating KMS key,
+    the EKS managed add-ons the kit relies on (pod networking, DNS, service proxy, Pod Identity,
+    and optionally the node monitoring agent) and a small AL2023 node group for CPU work.
     """
 
     def __init__(self, scope: Construct, id: str, *, vpc: ec2.IVpc, kubernetes_version: str,
                  endpoint_access: EndpointAccessConfig, admin_role_arns: list[str],
                  system_nodes: SystemNodesConfig, managed_addons: dict[str, str | None],
+                 node_monitoring_agent: bool, gpu_tolerations: list[dict[str, str]],
                  kubectl_layer_factory,
                  key_removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, id)
@@ -59,6 +61,9 @@ class KitCluster(Construct):
                 eks.ClusterLoggingTypes.SCHEDULER,
             ],
             secrets_encryption_key=self.secrets_key,
+            # Explicitly off: CloudFormation's role creates the cluster, so an admin entry for the
+            # creator would grant nobody a human can use. Access comes from admin_role_arns only.
+            bootstrap_cluster_creator_admin_permissions=False,
             removal_policy=RemovalPolicy.DESTROY,
             # The one Lambda-backed provider the kit accepts: Helm charts have no native
             # CloudFormation resource. Its kubectl layer matches the cluster's minor version.
@@ -66,6 +71,12 @@ class KitCluster(Construct):
                 kubectl_layer=kubectl_layer_factory(self, "KubectlLayer")),
         )
         acknowledge_kubectl_provider(self.cluster.node.find_child("KubectlProvider"))
+        # Only an imported VPC (vpc.existing) triggers this: its owner tags its subnets. The kit
+        # creates no load balancers; README "Existing VPC" lists the tags the AWS Load Balancer
+        # Controller needs.
+        Annotations.of(self.cluster).acknowledge_warning(
+            "@aws-cdk/aws-eks:clusterMustManuallyTagSubnet",
+            "Imported subnets are tagged by their owner; see README, Existing VPC.")
         acknowledge(self.cluster.role, managed_policy_finding("AmazonEKSClusterPolicy"),
                     "The EKS cluster role uses AmazonEKSClusterPolicy, the AWS-managed policy EKS "
                     "documents for it.")
@@ -79,12 +90,6 @@ class KitCluster(Construct):
                     "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)],
             )
 
-        self.addons = {
-            name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
-                            addon_version=version)
-            for name, version in managed_addons.items()
-        }
-
         self.system_nodegroup = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
             instance_types=[ec2.InstanceType(system_nodes.instance_type)],
@@ -92,7 +97,29 @@ class KitCluster(Construct):
             min_size=system_nodes.min_size,
             desired_size=system_nodes.desired_size,
             max_size=system_nodes.max_size,
+            disk_size=system_nodes.root_volume_gib,
             labels={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
         acknowledge_eks_node_role(self.system_nodegroup.role)
+
+        self.addons = {
+            name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
+                            addon_version=version)
+            for name, version in managed_addons.items()
+        }
+        # CoreDNS is a Deployment: created before any node exists, the add-on sits DEGRADED until
+        # nodes join. The system nodes are its home.
+        if "coredns" in self.addons:
+            self.addons["coredns"].node.add_dependency(self.system_nodegroup)
+        if node_monitoring_agent:
+            # The agent itself tolerates every taint; its DCGM host-engine DaemonSet tolerates none
+            # by default and would miss the tainted GPU nodes [aws/eks-node-monitoring-agent
+            # 51af549 charts/eks-node-monitoring-agent/values.yaml `dcgmAgent.tolerations`; the
+            # add-on schema charts/configuration.schema.json accepts it].
+            self.addons[versions.NODE_MONITORING_ADDON] = eks.Addon(
+                self, f"Addon-{versions.NODE_MONITORING_ADDON}", cluster=self.cluster,
+                addon_name=versions.NODE_MONITORING_ADDON,
+                addon_version=versions.NODE_MONITORING_ADDON_VERSION,
+                configuration_values={"dcgmAgent": {"tolerations": gpu_tolerations}},
+            )

@@ -1,7 +1,9 @@
 """Helm charts that make GPU nodes useful: EFA and NVIDIA device plugins, KubeRay, DCGM exporter.
 
-Tolerations, node selectors and labels come from ``infra.names``, the same definitions the EFA
-node group applies, so a chart can never miss the nodes it is meant for.
+Tolerations, node selectors and labels come from ``infra.names`` and the config's node groups,
+the same definitions the EFA node group applies, so a chart can never miss the nodes it is meant
+for. ``tests/test_chart_contract.py`` renders the real charts with these values and checks where
+their pods land.
 """
 
 from __future__ import annotations
@@ -16,27 +18,31 @@ from infra import names
 from infra.config import AddonsConfig
 from infra.versions import HELM_CHARTS
 
-GPU_TOLERATIONS = [names.GPU_TAINT.toleration()]
 EFA_NODES = {names.EFA_LABEL: "true"}
 GPU_NODES = {names.NODE_ROLE_LABEL: names.NODE_ROLE_GPU}
 SYSTEM_NODES = {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
 
 
-def chart_values(name: str) -> dict[str, Any]:
-    """Values the kit passes to each chart (keys from each chart's values.yaml)."""
+def chart_values(name: str, *, gpu_tolerations: list[dict[str, str]],
+                 addons: AddonsConfig) -> dict[str, Any]:
+    """Values the kit passes to each chart (keys from each chart's values.yaml, at the versions
+    pinned in infra/versions.py). ``gpu_tolerations`` tolerate every GPU group's taints."""
     if name == "efa_device_plugin":
-        # eks-charts aws-efa-k8s-device-plugin: `tolerations` and `nodeSelector` are top level.
-        return {"tolerations": GPU_TOLERATIONS, "nodeSelector": EFA_NODES}
+        # eks-charts aws-efa-k8s-device-plugin: `tolerations` and `nodeSelector` are top level;
+        # the chart adds its own instance-type affinity.
+        return {"tolerations": gpu_tolerations, "nodeSelector": EFA_NODES}
     if name == "nvidia_device_plugin":
         # NVIDIA k8s-device-plugin chart: top-level `tolerations` and `nodeSelector`; node feature
-        # discovery stays off, the kit's own labels select GPU nodes.
-        return {"tolerations": GPU_TOLERATIONS, "nodeSelector": GPU_NODES,
+        # discovery stays off. The chart's required affinity is met by the kit's
+        # nvidia.com/gpu.present=true node label.
+        return {"tolerations": gpu_tolerations, "nodeSelector": GPU_NODES,
                 "nfd": {"enabled": False}, "gfd": {"enabled": False}}
     if name == "kuberay_operator":
         # The operator is CPU-only: it belongs on the system nodes, never on a GPU node.
         return {"nodeSelector": SYSTEM_NODES}
     if name == "dcgm_exporter":
-        return {"tolerations": GPU_TOLERATIONS, "nodeSelector": GPU_NODES}
+        return {"tolerations": gpu_tolerations, "nodeSelector": GPU_NODES,
+                "serviceMonitor": {"enabled": addons.dcgm_exporter.service_monitor}}
     raise KeyError(name)
 
 
@@ -49,11 +55,12 @@ class ClusterAddons(Construct):
     """
 
     def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster,
-                 addons: AddonsConfig, system_nodegroup: IConstruct) -> None:
+                 addons: AddonsConfig, gpu_tolerations: list[dict[str, str]],
+                 system_nodegroup: IConstruct) -> None:
         super().__init__(scope, id)
         self.charts: dict[str, eks.HelmChart] = {}
         for name in AddonsConfig.model_fields:
-            if not getattr(addons, name).enabled:
+            if not addons.enabled(name):
                 continue
             spec = HELM_CHARTS[name]
             waits = name == "kuberay_operator"
@@ -66,7 +73,7 @@ class ClusterAddons(Construct):
                 namespace=spec["namespace"],
                 create_namespace=True,
                 version=addons.chart_version(name),
-                values=chart_values(name),
+                values=chart_values(name, gpu_tolerations=gpu_tolerations, addons=addons),
                 wait=waits,
                 timeout=Duration.minutes(10) if waits else None,
             )

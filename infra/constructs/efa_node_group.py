@@ -13,6 +13,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from infra import names
 from infra.catalog import InstanceType
 from infra.config import GpuNodeGroupConfig
 from infra.constructs.nag import acknowledge_eks_node_role
@@ -28,10 +29,18 @@ _TAINT_EFFECT = {
     "NoExecute": eks.TaintEffect.NO_EXECUTE,
 }
 
-# AL2023 nodeadm NodeConfig: stripe the instance-store NVMe devices into one RAID0 array and put
-# containerd and kubelet state on it (awslabs/amazon-eks-ami, nodeadm `localStorage.strategy`).
-# Managed node groups merge this MIME part with the NodeConfig EKS generates.
-_USER_DATA = """MIME-Version: 1.0
+# 2 MiB pages to reserve per node: what the one GPU pod per node requests.
+HUGEPAGES_2MI_PAGES = names.HUGEPAGES_2MI_MIB // 2
+
+# Two MIME parts, merged by managed node groups with the NodeConfig EKS generates:
+# 1. AL2023 nodeadm NodeConfig: stripe the instance-store NVMe devices into one RAID0 array and put
+#    containerd and kubelet state on it (awslabs/amazon-eks-ami, nodeadm `localStorage.strategy`).
+# 2. A boot script reserving the huge pages the GPU pods request. The AMI runs the EFA installer
+#    with --minimal and promises none. User-data scripts run in cloud-final, and nodeadm-run (which
+#    starts kubelet) is ordered after cloud-final [awslabs/amazon-eks-ami 81fec2e
+#    templates/al2023/runtime/rootfs/etc/systemd/system/nodeadm-run.service], so kubelet sees the
+#    pages when it first reports the node's allocatable hugepages-2Mi.
+_USER_DATA = f"""MIME-Version: 1.0
 Content-Type: multipart/mixed; boundary="RLKIT"
 
 --RLKIT
@@ -44,6 +53,14 @@ spec:
   instance:
     localStorage:
       strategy: RAID0
+
+--RLKIT
+Content-Type: text/x-shellscript; charset="us-ascii"
+
+#!/bin/bash
+set -euo pipefail
+echo "vm.nr_hugepages = {HUGEPAGES_2MI_PAGES}" > /etc/sysctl.d/90-rlkit-hugepages.conf
+sysctl -w vm.nr_hugepages={HUGEPAGES_2MI_PAGES}
 
 --RLKIT--
 """
@@ -59,7 +76,7 @@ class EfaNodeGroup(Construct):
 
     def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
                  group_name: str, group: GpuNodeGroupConfig, instance: InstanceType,
-                 cluster_security_group_id: str) -> None:
+                 cluster_security_group_id: str, auto_repair: bool) -> None:
         super().__init__(scope, id)
         self.security_group = ec2.SecurityGroup(
             self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
@@ -75,9 +92,11 @@ class EfaNodeGroup(Construct):
                                     availability_zones=[group.availability_zone]).subnets[0]
 
         self.placement_group = None
+        placement_group_name = group.placement_group_name  # an existing group, e.g. an ODCR's
         if group.uses_placement_group:
             self.placement_group = ec2.CfnPlacementGroup(self, "PlacementGroup",
                                                          strategy="cluster")
+            placement_group_name = self.placement_group.ref
 
         # The cluster security group keeps node <-> control plane traffic working: with explicit
         # interfaces in the launch template EKS does not attach it by itself.
@@ -112,7 +131,7 @@ class EfaNodeGroup(Construct):
                 )],
                 user_data=Fn.base64(_USER_DATA),
                 placement=(ec2.CfnLaunchTemplate.PlacementProperty(
-                    group_name=self.placement_group.ref) if self.placement_group else None),
+                    group_name=placement_group_name) if placement_group_name else None),
                 instance_market_options=(
                     ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(
                         market_type="capacity-block")
@@ -141,6 +160,16 @@ class EfaNodeGroup(Construct):
             labels=group.node_labels(group_name),
             taints=[eks.TaintSpec(key=t.key, value=t.value, effect=_TAINT_EFFECT[t.effect])
                     for t in group.node_taints()],
+            enable_node_auto_repair=auto_repair,
+            # Without force, an update waits for pod disruption budgets instead of evicting jobs.
+            force_update=group.force_update,
+            # Reserved capacity has no spare instance for a surge: replace all nodes in place.
+            max_unavailable_percentage=100 if group.is_reserved else None,
         )
+        if group.is_reserved:
+            # MINIMAL terminates old nodes before launching new ones, so an update fits inside the
+            # reservation [EKS API reference, NodegroupUpdateConfig.updateStrategy].
+            cfn_nodegroup = self.nodegroup.node.default_child
+            cfn_nodegroup.add_property_override("UpdateConfig.UpdateStrategy", "MINIMAL")
         Tags.of(self.nodegroup).add("rlkit:node-group", group_name)
         acknowledge_eks_node_role(self.nodegroup.role)

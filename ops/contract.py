@@ -1,0 +1,105 @@
+"""The cluster contract: render what the stacks install and check where every pod would land.
+
+Inputs are a synthesized cloud assembly (``cdk.out``) and the config it came from. The Helm
+releases and their values are read from the cluster template (``ops.helm``); the kit's own
+manifests are rendered from the config with placeholder outputs (placement does not depend on
+them); ``ops.scheduling`` models the node groups from the templates and checks every pod.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infra import names
+from infra.config import KitConfig
+from infra.versions import HELM_CHARTS
+from ops import helm, scheduling
+
+
+@dataclass
+class ContractReport:
+    findings: list[scheduling.Finding]
+    releases: list[helm.ChartRelease]
+    nodes: list[scheduling.NodeGroupModel]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def assembly_templates(cdk_out: Path) -> dict[str, dict]:
+    """Stack name -> template of every stack in a cloud assembly directory."""
+    manifest = json.loads((cdk_out / "manifest.json").read_text())
+    templates = {}
+    for artifact in manifest.get("artifacts", {}).values():
+        if artifact.get("type") != "aws:cloudformation:stack":
+            continue
+        props = artifact["properties"]
+        name = props.get("stackName") or artifact.get("displayName")
+        templates[name] = json.loads((cdk_out / props["templateFile"]).read_text())
+    return templates
+
+
+def intended_chart_targets(config: KitConfig) -> dict[str, frozenset[str]]:
+    """Chart workload name -> the node groups it serves. Device plugins and the DCGM exporter
+    serve every GPU group; the KubeRay operator runs on the system nodes; anything else a chart
+    renders (e.g. the NVIDIA plugin's MPS daemon, for MPS-labelled nodes only) serves none."""
+    gpu = frozenset(config.gpu_node_groups)
+    return {
+        HELM_CHARTS["efa_device_plugin"]["release"]: gpu,
+        HELM_CHARTS["nvidia_device_plugin"]["release"]: gpu,
+        HELM_CHARTS["dcgm_exporter"]["release"]: gpu,
+        HELM_CHARTS["kuberay_operator"]["release"]: frozenset({scheduling.SYSTEM_GROUP}),
+    }
+
+
+def render_charts(releases: list[helm.ChartRelease], *, kubernetes_version: str,
+                  chart_dir: Path | None, cache_dir: Path, allow_pull: bool) -> list[dict]:
+    """Every object the releases render, through the real Helm."""
+    binary = helm.helm_binary(kubernetes_version, cache_dir)
+    objects: list[dict] = []
+    for release in releases:
+        archive = helm.chart_archive(release, chart_dir=chart_dir, helm=binary,
+                                     cache_dir=cache_dir / "charts", allow_pull=allow_pull)
+        objects += helm.render_release(release, archive=archive, helm=binary,
+                                       kubernetes_version=kubernetes_version)
+    return objects
+
+
+def kit_objects(config: KitConfig) -> list[dict]:
+    """The kit's rendered manifests (placeholder outputs: placement does not depend on them)."""
+    from manifests import placeholder_outputs, render_config
+
+    return [f.obj for f in render_config(config, placeholder_outputs(config))]
+
+
+def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path | None,
+                           cache_dir: Path, allow_pull: bool = False,
+                           chart_objects: list[dict] | None = None,
+                           templates: dict[str, dict] | None = None) -> ContractReport:
+    """Render the synthesized charts and the kit's manifests, and check every pod's placement.
+
+    ``chart_objects`` / ``templates`` replace the rendered charts / the assembly's templates
+    (tests use this to break one input on purpose).
+    """
+    templates = templates if templates is not None else assembly_templates(cdk_out)
+    cluster_template = templates[names.stack_names(config.name)["cluster"]]
+    releases = helm.chart_releases(cluster_template)
+    if chart_objects is None:
+        chart_objects = render_charts(releases, kubernetes_version=config.kubernetes_version,
+                                      chart_dir=chart_dir, cache_dir=cache_dir,
+                                      allow_pull=allow_pull)
+    nodes = scheduling.node_groups(config, templates)
+    chart_pods = scheduling.chart_pods(chart_objects, intended_chart_targets(config))
+    kit_pods = scheduling.kit_pods(kit_objects(config),
+                                   training_group=config.training.node_group)
+    findings = scheduling.check(nodes, chart_pods, kit_pods)
+    notes = [f"node group {n.name!r}: {note}" for n in nodes for note in n.notes]
+    if config.node_health.monitoring_agent:
+        notes.append("the EKS node monitoring agent is an EKS managed add-on, not a rendered "
+                     "chart: its agent tolerates every taint and the kit passes the GPU "
+                     "tolerations to its DCGM DaemonSet; it is not modelled here")
+    return ContractReport(findings=findings, releases=releases, nodes=nodes, notes=notes)

@@ -1,0 +1,400 @@
+"""Will every pod land where it should? An offline model of the kube-scheduler's hard rules.
+
+Nodes are modelled per node group from the synthesized templates: the labels and taints the kit
+sets, plus those EKS, the kubelet and nodeadm add; allocatable resources from the catalog, the
+launch template (huge pages as provisioned by its user data) and the device plugins (a node has
+``nvidia.com/gpu`` / ``vpc.amazonaws.com/efa`` only where that plugin's DaemonSet pod lands).
+Pods come from the rendered Helm charts and the rendered kit manifests. For each pod and node
+group the check evaluates nodeSelector, required node affinity (In, NotIn, Exists, DoesNotExist,
+Gt, Lt), NoSchedule/NoExecute taints against tolerations, resource requests against
+allocatable, and the disk the pod's image needs against the node's root volume.
+
+Every DaemonSet must land on exactly the node groups it serves, and every kit pod on its intended
+group and nothing else. A finding names the pod, the node group and the unmet term.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from infra import names
+from infra.catalog import INSTANCE_TYPES
+from infra.config import KitConfig
+from infra.versions import TRAINER_IMAGE_DISK_GIB
+
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+HUGEPAGES_RESOURCE = "hugepages-2Mi"
+NODEGROUP_TYPE = "AWS::EKS::Nodegroup"
+LAUNCH_TEMPLATE_TYPE = "AWS::EC2::LaunchTemplate"
+SYSTEM_GROUP = "system"
+# Root-volume space the AMI, kubelet and the small system images take before any workload image.
+NODE_DISK_RESERVE_GIB = 20
+_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
+            "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+# Which device plugin DaemonSet advertises which extended resource.
+_PLUGIN_RESOURCES = {"nvidia-device-plugin": GPU_RESOURCE,
+                     "aws-efa-k8s-device-plugin": EFA_RESOURCE}
+# vCPUs and GiB per vCPU of common general-purpose/compute/memory families, for system nodes
+# (EC2 instance type naming: large = 2 vCPUs, xlarge = 4, Nxlarge = 4N).
+_GIB_PER_VCPU = {"m": 4, "c": 2, "r": 8}
+
+
+@dataclass
+class NodeGroupModel:
+    """What the scheduler sees on every node of one node group."""
+
+    name: str  # "system" or the config's GPU group name
+    instance_type: str
+    labels: dict[str, str]
+    taints: list[dict[str, str]]  # Kubernetes spelling: key, value, effect
+    allocatable: dict[str, float]  # resource -> amount (cpu in cores, bytes otherwise)
+    disk_gib: float  # where container images are stored
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PodModel:
+    """One pod template as the scheduler would see it."""
+
+    name: str  # e.g. "DaemonSet kube-system/aws-efa-k8s-device-plugin"
+    spec: dict[str, Any]
+    intended: frozenset[str]  # node groups it must land on (and no others)
+    daemonset: bool = False
+    kit_image: bool = False  # runs the trainer image (needs TRAINER_IMAGE_DISK_GIB of disk)
+
+
+@dataclass(frozen=True)
+class Finding:
+    pod: str
+    node_group: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.pod} on node group {self.node_group!r}: {self.problem}"
+
+
+# --- quantities ---------------------------------------------------------------------------------
+
+_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9,
+           "T": 1e12, "m": 1e-3}
+
+
+def quantity(value: Any) -> float:
+    """A Kubernetes resource quantity ("100m", "5120Mi", "8", 8) as a number."""
+    text = str(value)
+    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", text)
+    if not match or match.group(2) not in ("", *_SUFFIX):
+        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+    return float(match.group(1)) * _SUFFIX.get(match.group(2), 1)
+
+
+# --- nodes --------------------------------------------------------------------------------------
+
+
+def _system_capacity(instance_type: str) -> tuple[dict[str, float], str | None]:
+    family, _, size = instance_type.partition(".")
+    per_vcpu = _GIB_PER_VCPU.get(family[:1])
+    sizes = {"large": 2, "xlarge": 4}
+    vcpus = sizes.get(size)
+    if vcpus is None and (m := re.fullmatch(r"(\d+)xlarge", size)):
+        vcpus = 4 * int(m.group(1))
+    if per_vcpu is None or vcpus is None:
+        return {}, (f"cpu and memory of {instance_type} are not modelled; requests there were "
+                    "not checked")
+    # Allocatable is below capacity (kube-reserved, system-reserved, eviction threshold); 90% of
+    # memory and all but 0.1 core is a conservative reading of the EKS AMI's reservations.
+    return {"cpu": vcpus - 0.1, "memory": vcpus * per_vcpu * 2**30 * 0.9, "pods": 110}, None
+
+
+def _well_known_labels(*, config: KitConfig, group: str, instance_type: str, zone: str,
+                       capacity_type: str) -> dict[str, str]:
+    """Labels the kubelet and EKS put on every managed node [Kubernetes "Well-Known Labels";
+    EKS user guide, managed node groups]."""
+    return {
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": f"ip-10-0-0-1.{config.region}.compute.internal",
+        names.INSTANCE_TYPE_LABEL: instance_type,
+        names.ZONE_LABEL: zone,
+        "topology.kubernetes.io/region": config.region,
+        "eks.amazonaws.com/nodegroup": group,
+        "eks.amazonaws.com/capacityType": capacity_type,
+    }
+
+
+def _one(template: dict, type_: str) -> dict:
+    found = [r for r in template.get("Resources", {}).values() if r.get("Type") == type_]
+    if len(found) != 1:
+        raise ValueError(f"expected one {type_} in the template, found {len(found)}")
+    return found[0]["Properties"]
+
+
+def _hugepages_from_user_data(launch_template: dict) -> float:
+    """Bytes of 2 MiB huge pages the launch template's user data reserves (0 if none)."""
+    data = launch_template.get("LaunchTemplateData", {}).get("UserData")
+    if isinstance(data, dict) and "Fn::Base64" in data:
+        text = data["Fn::Base64"]
+    elif isinstance(data, str):
+        text = base64.b64decode(data).decode()
+    else:
+        return 0.0
+    pages = re.findall(r"sysctl -w vm\.nr_hugepages=(\d+)", text if isinstance(text, str) else "")
+    return float(pages[-1]) * 2 * 2**20 if pages else 0.0
+
+
+def node_groups(config: KitConfig, templates: dict[str, dict]) -> list[NodeGroupModel]:
+    """One model per node group, read from the synthesized templates (stack name -> template)."""
+    stack_names = names.stack_names(config.name)
+    models = []
+    ng = _one(templates[stack_names["cluster"]], NODEGROUP_TYPE)
+    itype = ng["InstanceTypes"][0]
+    allocatable, note = _system_capacity(itype)
+    labels = {**_well_known_labels(config=config, group=f"{config.name}-system",
+                                   instance_type=itype, zone=config.availability_zones[0],
+                                   capacity_type=ng.get("CapacityType", "ON_DEMAND")),
+              **ng.get("Labels", {})}
+    models.append(NodeGroupModel(
+        name=SYSTEM_GROUP, instance_type=itype, labels=labels,
+        taints=[_taint(t) for t in ng.get("Taints", [])], allocatable=allocatable,
+        disk_gib=float(ng.get("DiskSize", 20)), notes=[note] if note else []))
+
+    for group_name, group in config.gpu_node_groups.items():
+        template = templates[names.gpu_stack_name(config.name, group_name)]
+        ng = _one(template, NODEGROUP_TYPE)
+        lt = _one(template, LAUNCH_TEMPLATE_TYPE)
+        itype = INSTANCE_TYPES[lt["LaunchTemplateData"]["InstanceType"]]
+        labels = _well_known_labels(config=config, group=group_name, instance_type=itype.name,
+                                    zone=group.availability_zone,
+                                    capacity_type=ng.get("CapacityType", "ON_DEMAND"))
+        if tuple(int(x) for x in config.kubernetes_version.split(".")) >= (1, 35):
+            # nodeadm labels NVIDIA nodes itself from kubelet 1.35 [awslabs/amazon-eks-ami
+            # 81fec2e nodeadm/doc/api-concepts.md].
+            labels[names.NVIDIA_GPU_PRESENT_LABEL] = "true"
+        labels.update(ng.get("Labels", {}))
+        allocatable = {"cpu": itype.vcpus - 0.1, "memory": itype.memory_gib * 2**30 * 0.95,
+                       "pods": 110}
+        if hugepages := _hugepages_from_user_data(lt):
+            allocatable[HUGEPAGES_RESOURCE] = hugepages
+        models.append(NodeGroupModel(
+            name=group_name, instance_type=itype.name, labels=labels,
+            taints=[_taint(t) for t in ng.get("Taints", [])],
+            allocatable=allocatable,
+            # Containerd and kubelet state live on the instance-store RAID0 (nodeadm
+            # localStorage), so images land there, not on the root volume.
+            disk_gib=itype.nvme_count * itype.nvme_size_gb * 1e9 / 2**30))
+    return models
+
+
+def _taint(t: dict) -> dict[str, str]:
+    return {"key": t["Key"], "value": t.get("Value", ""),
+            "effect": _EFFECTS.get(t["Effect"], t["Effect"])}
+
+
+# --- pods ---------------------------------------------------------------------------------------
+
+
+def _pod_spec(obj: dict) -> dict | None:
+    kind = obj.get("kind")
+    if kind in ("DaemonSet", "Deployment", "Job", "StatefulSet"):
+        return obj["spec"]["template"]["spec"]
+    return None
+
+
+def chart_pods(objects: Iterable[dict], intended: dict[str, frozenset[str]]) -> list[PodModel]:
+    """Pods of rendered chart objects. ``intended`` maps a workload name to the node groups it
+    serves; a workload missing there is intended for no node group."""
+    pods = []
+    for obj in objects:
+        spec = _pod_spec(obj)
+        if spec is None:
+            continue
+        name = obj["metadata"]["name"]
+        ns = obj["metadata"].get("namespace", "default")
+        pods.append(PodModel(name=f"{obj['kind']} {ns}/{name}", spec=spec,
+                             intended=intended.get(name, frozenset()),
+                             daemonset=obj["kind"] == "DaemonSet"))
+    return pods
+
+
+def kit_pods(objects: Iterable[dict], *, training_group: str) -> list[PodModel]:
+    """Pods of the rendered kit manifests: RayJob head, workers and submitter; fabric Jobs."""
+    pods = []
+    system, train = frozenset({SYSTEM_GROUP}), frozenset({training_group})
+    for obj in objects:
+        kind, name = obj.get("kind"), obj.get("metadata", {}).get("name")
+        if kind == "RayJob":
+            cluster = obj["spec"]["rayClusterSpec"]
+            head = cluster["headGroupSpec"]["template"]["spec"]
+            pods.append(PodModel(f"RayJob {name} head", head, system, kit_image=True))
+            for wg in cluster.get("workerGroupSpecs", []):
+                pods.append(PodModel(f"RayJob {name} worker group {wg['groupName']}",
+                                     wg["template"]["spec"], train, kit_image=True))
+            submitter = obj["spec"].get("submitterPodTemplate", {}).get("spec")
+            if submitter is None:
+                # KubeRay's default submitter: the head's image, no selector, no tolerations.
+                submitter = {"containers": [{"image": head["containers"][0]["image"]}]}
+            pods.append(PodModel(f"RayJob {name} submitter", submitter, system, kit_image=True))
+        elif kind == "Job":
+            pods.append(PodModel(f"Job {name}", obj["spec"]["template"]["spec"], train,
+                                 kit_image=True))
+    return pods
+
+
+# --- rules --------------------------------------------------------------------------------------
+
+
+def _expression_ok(expr: dict, labels: dict[str, str]) -> bool:
+    key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+    present = key in labels
+    if op == "In":
+        return present and labels[key] in values
+    if op == "NotIn":
+        return not present or labels[key] not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt"):
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except (KeyError, ValueError, IndexError):
+            return False
+        return have > want if op == "Gt" else have < want
+    raise ValueError(f"unknown node selector operator {op!r}")
+
+
+def _describe(expr: dict, labels: dict[str, str]) -> str:
+    values = expr.get("values") or []
+    shown = values if len(values) <= 4 else values[:3] + [f"... {len(values)} values"]
+    have = labels.get(expr["key"], "<absent>")
+    return f"{expr['key']} {expr['operator']}" + (f" {shown}" if values else "") + \
+        f" (node has {have})"
+
+
+def placement_problem(spec: dict, node: NodeGroupModel) -> str | None:
+    """Why ``spec`` cannot be placed on ``node`` by selector, affinity or taints; None if it can."""
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if node.labels.get(key) != value:
+            have = node.labels.get(key, "<absent>")
+            return f"nodeSelector {key}={value} unmet (node has {key}={have})"
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if required:
+        terms = required.get("nodeSelectorTerms", [])
+        unmet = []
+        for term in terms:
+            failed = [e for e in term.get("matchExpressions", [])
+                      if not _expression_ok(e, node.labels)]
+            if term.get("matchFields"):
+                failed.append({"key": "matchFields", "operator": "unsupported by this check"})
+            if not failed:
+                break
+            unmet.append(" and ".join(_describe(e, node.labels) for e in failed))
+        else:
+            return "required node affinity unmet: no term matches (" + "; ".join(unmet) + ")"
+    for taint in node.taints:
+        if taint["effect"] == "PreferNoSchedule":
+            continue
+        if not any(_tolerates(t, taint) for t in spec.get("tolerations") or []):
+            return (f"taint {taint['key']}={taint['value']}:{taint['effect']} is not tolerated "
+                    f"(tolerations: {spec.get('tolerations') or 'none'})")
+    return None
+
+
+def _tolerates(toleration: dict, taint: dict) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint["effect"]:
+        return False
+    key = toleration.get("key")
+    if toleration.get("operator", "Equal") == "Exists":
+        return not key or key == taint["key"]
+    return key == taint["key"] and toleration.get("value", "") == taint["value"]
+
+
+def _requests(spec: dict) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for container in spec.get("containers", []):
+        resources = container.get("resources") or {}
+        # Extended resources and huge pages may be given as limits only; requests then equal them.
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for resource, amount in asked.items():
+            total[resource] = total.get(resource, 0.0) + quantity(amount)
+    return total
+
+
+def resource_problem(pod: PodModel, node: NodeGroupModel, used: dict[str, float]) -> str | None:
+    """Why ``pod``'s requests or image do not fit ``node`` next to ``used``; None if they do."""
+    for resource, amount in _requests(pod.spec).items():
+        if resource not in node.allocatable:
+            if resource in ("cpu", "memory", "ephemeral-storage"):
+                continue  # not modelled for this node (the node group carries a note)
+            return (f"requests {resource}: {_fmt(resource, amount)} but the node has none "
+                    "allocatable" + _why_missing(resource))
+        free = node.allocatable[resource] - used.get(resource, 0.0)
+        if amount > free + 1e-9:
+            return (f"requests {resource}: {_fmt(resource, amount)} but only "
+                    f"{_fmt(resource, free)} is allocatable" + _why_missing(resource))
+    if pod.kit_image:
+        need = TRAINER_IMAGE_DISK_GIB + NODE_DISK_RESERVE_GIB
+        if node.disk_gib < need:
+            return (f"the trainer image needs about {TRAINER_IMAGE_DISK_GIB} GiB of image disk "
+                    f"plus {NODE_DISK_RESERVE_GIB} GiB for the AMI and system images, but the "
+                    f"node's disk is {node.disk_gib:.0f} GiB")
+    return None
+
+
+def _why_missing(resource: str) -> str:
+    if resource == HUGEPAGES_RESOURCE:
+        return " (huge pages exist only as the launch template's user data reserves them)"
+    if resource in (GPU_RESOURCE, EFA_RESOURCE):
+        return " (the device plugin that advertises it does not run on this node group)"
+    return ""
+
+
+def _fmt(resource: str, amount: float) -> str:
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        return f"{amount / 2**20:.0f}Mi"
+    return f"{amount:g}"
+
+
+def check(nodes: list[NodeGroupModel], chart: list[PodModel],
+          kit: list[PodModel]) -> list[Finding]:
+    """Every way the pods would not land exactly where they should."""
+    findings: list[Finding] = []
+    used: dict[str, dict[str, float]] = {n.name: {} for n in nodes}
+    # DaemonSets first: they decide which extended resources exist and take their share.
+    for pod in [p for p in chart if p.daemonset]:
+        for node in nodes:
+            problem = placement_problem(pod.spec, node)
+            if problem is None and node.name not in pod.intended:
+                findings.append(Finding(pod.name, node.name, "would run here, but it serves only "
+                                        f"{sorted(pod.intended) or 'no node group'}"))
+            elif problem is not None and node.name in pod.intended:
+                findings.append(Finding(pod.name, node.name, problem))
+            itype = INSTANCE_TYPES.get(node.instance_type)
+            if problem is None and itype is not None:
+                resource = _PLUGIN_RESOURCES.get(pod.name.rsplit("/", 1)[-1])
+                if resource == GPU_RESOURCE:
+                    node.allocatable[resource] = itype.gpu_count
+                elif resource == EFA_RESOURCE:
+                    node.allocatable[resource] = itype.efa_devices
+                for r, amount in _requests(pod.spec).items():
+                    used[node.name][r] = used[node.name].get(r, 0.0) + amount
+    for pod in [p for p in chart if not p.daemonset] + kit:
+        fits = []
+        for node in nodes:
+            problem = placement_problem(pod.spec, node)
+            if problem is None:
+                problem = resource_problem(pod, node, used[node.name])
+            if problem is None:
+                fits.append(node.name)
+            elif node.name in pod.intended:
+                findings.append(Finding(pod.name, node.name, problem))
+        for name in fits:
+            if name not in pod.intended:
+                findings.append(Finding(pod.name, name, "could be scheduled here, but it belongs "
+                                        f"only on {sorted(pod.intended)}"))
+    return findings
