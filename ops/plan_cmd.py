@@ -301,7 +301,7 @@ def _print_rl_table(result: RLPlan) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 140))
+    console = Console(width=max(Console().width, 160))
     m, s, rl = result.model, result.system, result.rl
     console.print(
         f"[bold]GRPO step[/bold] for [bold]{m.name}[/bold] on [bold]{s.name}[/bold]: "
@@ -328,7 +328,7 @@ def _print_rl_table(result: RLPlan) -> None:
         f"[bold]Best placement[/bold]: {b.placement}, {b.nodes} x {s.name}"
         + ("" if b.placement == "colocated" else
            f" ({b.train_nodes} training, {b.rollout_nodes} rollout)")
-        + f"; rollout {b.engine.label()}; training {b.training.layout.label()} recompute "
+        + f"; rollout engines {b.engine.label()}; training {b.training.layout.label()} recompute "
           f"{b.training.layout.recompute}, EP backend {b.training.backend.backend}.")
     console.print(
         f"  step {t.step:.1f} s = rollout {t.rollout:.1f} ({t.decode_iterations} decode "

@@ -123,7 +123,7 @@ class EngineLayout:
     engines: int
 
     def label(self) -> str:
-        return f"{self.engines} x engine(TP{self.gpus} EP{self.ep})"
+        return f"{self.engines}x SGLang TP{self.gpus} EP{self.ep}"
 
 
 @dataclass(frozen=True)
