@@ -149,3 +149,21 @@ def test_outside_torchrun_says_how_to_run(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["allreduce", "--device", "cpu"])
     assert "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set; run it under torchrun" in str(exc.value)
+
+
+def test_gpu_runs_turn_on_the_transport_log_lines_the_gate_reads(monkeypatch):
+    """On GPUs the benchmarks set NCCL/NVSHMEM INFO logging (unless already set) before NCCL starts."""
+    import torch
+
+    from rltrainer.bench import common
+
+    for key in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NVSHMEM_DEBUG"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")  # a caller's own choice wins
+    for key, value in dist_env(0, 1, free_port()).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="no CUDA device visible"):
+        common.init_distributed("cuda")
+    assert os.environ["NCCL_DEBUG"] == "WARN"
+    assert os.environ["NCCL_DEBUG_SUBSYS"] == "INIT,ENV,NET" and os.environ["NVSHMEM_DEBUG"] == "INFO"

@@ -115,6 +115,8 @@ class DistContext:
         return self.reduce_scalar(1.0 if ok else 0.0, "min") > 0.5
 
 
+TRANSPORT_LOGGING = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,NET", "NVSHMEM_DEBUG": "INFO"}
+
 _ENV_HELP = (
     "run it under torchrun, e.g. `torchrun --nproc-per-node 8 --nnodes 2 --rdzv-backend c10d "
     "--rdzv-endpoint $MASTER_ADDR:29500 -m rltrainer.bench allreduce`"
@@ -133,6 +135,11 @@ def init_distributed(device: str = "cuda", timeout_s: float = 600.0) -> DistCont
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device == "cuda":
+        # The fabric gate proves the transport from the libraries' own INFO lines (aws-ofi-nccl
+        # loaded, "Using network Libfabric", NCCL_GIN_TYPE, NVSHMEM's libfabric transport): turn
+        # them on unless the caller chose otherwise. They change logging only, not the fabric.
+        for name, value in TRANSPORT_LOGGING.items():
+            os.environ.setdefault(name, value)
         if not torch.cuda.is_available():
             raise SystemExit("rltrainer bench: no CUDA device visible; use --device cpu to benchmark gloo on CPUs")
         torch.cuda.set_device(local_rank)
