@@ -540,3 +540,13 @@ def test_ep_backend_override_is_validated(tmp_path, capsys):
 def test_config_is_valid_for_the_fixture_shapes():
     cfg = parse_config(__import__("yaml").safe_load(CONFIG))
     assert cfg.training.nodes * 8 == 16  # the fixtures' world_size
+
+
+def test_docs_explain_every_threshold():
+    docs = (Path(__file__).parent.parent / "docs" / "gate.md").read_text()
+    for ref in acceptance.REFERENCES:
+        assert ref.instance_type in docs and f"{ref.published_GBps:g}" in docs, ref
+    for line in ("NET/OFI Initializing aws-ofi-nccl", "Using network Libfabric",
+                 "Successfully initialized the transport: libfabric", "NCCL_GIN_TYPE set by environment to",
+                 "NET/OFI gin GDAKI: createContext done ("):
+        assert line in docs, line
