@@ -14,8 +14,8 @@ reference, NeMo-RL's GRPO default has a KL penalty); generation engines without 
 parallelism (vLLM TP); no overlap (on-policy). NeMo-RL generates with vLLM, not SGLang: the
 decode model is the same for both engines here, which is itself an assumption.
 
-In sample (they chose TP_ALLREDUCE_NET_US, TP_ALLREDUCE_NET_PER_NODE_US and OFFLOAD_FIXED_S;
-DECODE_LAYER_US comes from the SGLang decode check below):
+In sample (they chose DECODE_HBM_EFF, TP_ALLREDUCE_NET_US, TP_ALLREDUCE_NET_PER_NODE_US and
+OFFLOAD_FIXED_S; DECODE_LAYER_US comes from the SGLang decode check below):
 Qwen3-30B-A3B on 32, Qwen3-235B-A22B on 128, DeepSeek-V3 on 256 H100.
 Out of sample: Qwen3-235B-A22B on 256 and DeepSeek-V3 on 512 H100 (same table).
 

@@ -46,18 +46,18 @@ Placement = Literal["colocated", "disaggregated"]
 
 # --- decode constants (see module docstring; calibration in docs/planner.md) ------------------
 DECODE_FIXED_MS = 1.0  # per iteration: scheduler, sampling, graph launch; estimate
-DECODE_HBM_EFF = 0.5  # HBM share decode MoE kernels reach at small M (fused MoE); estimate
-DECODE_LAYER_US = 30.0  # per layer per iteration: kernel floor under CUDA graphs; calibrated
+DECODE_HBM_EFF = 0.5  # HBM share decode MoE kernels reach at small M; calibrated (RL runs)
+DECODE_LAYER_US = 30.0  # per layer per iteration, kernel floor; calibrated (SGLang B200 TPOT)
 TP_ALLREDUCE_US = 8.0  # one NVLink all-reduce of a decode batch (SGLang custom all-reduce)
-TP_ALLREDUCE_NET_US = 80.0  # one all-reduce across 2 nodes over EFA/IB; calibrated
-TP_ALLREDUCE_NET_PER_NODE_US = 80.0  # and per further node (ring/tree depth); calibrated
+TP_ALLREDUCE_NET_US = 80.0  # one all-reduce across 2 nodes over EFA/IB; calibrated (RL runs)
+TP_ALLREDUCE_NET_PER_NODE_US = 80.0  # and per further node; calibrated (RL runs)
 DEEPEP_LL_US = 40.0  # one DeepEP low-latency dispatch or combine inside a node; estimate
 DEEPEP_LL_NET_US = 120.0  # the same across nodes over EFA; estimate
 MAX_RUNNING = 1024  # SGLang max running requests per engine (CUDA-graph batch cap); assumption
 # --- weight sync ---------------------------------------------------------------------------
-SYNC_COLOCATED_GBPS = 60.0  # GB/s per node, gather + IPC hand-over of BF16 weights; calibrated
+SYNC_COLOCATED_GBPS = 60.0  # GB/s per node, gather + IPC hand-over of BF16 weights; estimate
 SYNC_FABRIC_EFF = 0.5  # share of the line rate an NCCL broadcast of weights reaches; estimate
-OFFLOAD_FIXED_S = 10.0  # colocated: release/resume of engine and trainer memory per step; estimate
+OFFLOAD_FIXED_S = 10.0  # colocated: release/resume of engine and trainer memory; calibrated (RL)
 ENGINE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
