@@ -33,6 +33,15 @@ RUN_CONFIG_PATH = f"{RUN_CONFIG_DIR}/{RUN_CONFIG_FILE}"
 CHECKPOINT_LOCAL_DIR = "/checkpoints"
 CHECKPOINT_SAVE_INTERVAL = 20
 TRAINER_ENTRYPOINT = f"rltrainer launch --config {RUN_CONFIG_PATH}"
+# What Miles' training and rollout processes need besides the EFA profile, as Miles' own launch
+# scripts set it in the Ray job's runtime env: Megatron imported from its checkout in the image,
+# one CUDA hardware queue so Megatron overlaps TP communication with compute. Equal to
+# rltrainer.miles.train_env (tests/test_training_job.py checks).
+TRAINER_RUNTIME_ENV = {
+    "PYTHONPATH": "/root/Megatron-LM",
+    "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 
 HUGEPAGES_2MI = "5120Mi"  # every EFA trainer/benchmark manifest on EKS asks for this [design.md]
 # Share of a GPU node's vCPUs and memory the one pod requests; the rest is left to the kubelet,
@@ -79,6 +88,7 @@ class HeadPod(_Frozen):
     node_selector: dict[str, str]
     cpu: str
     memory: str
+    env: list[dict[str, str]] = []
 
 
 class FabricJob(_Frozen):
@@ -110,6 +120,10 @@ class RenderContext(_Frozen):
     checkpoint_dir: str
     entrypoint: str
     ttl_seconds_after_finished: int
+    backoff_limit: int  # KubeRay retries of the whole job (a new Ray cluster each)
+    # The Ray job's runtime env: every Ray worker process (Miles' training and rollout actors on
+    # every node) and the driver get these variables, not only the launcher's subprocess.
+    runtime_env_yaml: str
     head: HeadPod
     worker: GpuPod
     worker_replicas: int
@@ -120,10 +134,22 @@ class RenderContext(_Frozen):
 # --- building blocks ----------------------------------------------------------------------------
 
 
+def image_tag_for(cfg: KitConfig) -> str:
+    """Each expert-parallel backend is its own image build, tagged <version>-<backend>."""
+    return f"{cfg.training.image_tag}-{cfg.training.expert_parallel.backend}"
+
+
 def image_for(cfg: KitConfig, outputs: StackOutputs) -> str:
     if cfg.training.image is not None:
         return cfg.training.image
-    return f"{outputs.ecr_repository_uri}:{cfg.training.image_tag}"
+    return f"{outputs.ecr_repository_uri}:{image_tag_for(cfg)}"
+
+
+def runtime_env_yaml(env: list[dict[str, str]]) -> str:
+    """The RayJob's runtimeEnvYAML: the trainer variables, then the pods' EFA/NCCL/NVSHMEM
+    profile and the user's extra_env (the same list the GPU pods carry)."""
+    env_vars = {**TRAINER_RUNTIME_ENV, **{e["name"]: e["value"] for e in env}}
+    return yaml.safe_dump({"env_vars": env_vars}, sort_keys=False, default_flow_style=False)
 
 
 def prompt_data_uri(cfg: KitConfig, bucket: str) -> tuple[str | None, RenderProblem | None]:
@@ -332,7 +358,8 @@ def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
         capabilities=["IPC_LOCK"],
     )
     head = HeadPod(image=image, node_selector={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
-                   cpu=HEAD_CPU, memory=HEAD_MEMORY)
+                   cpu=HEAD_CPU, memory=HEAD_MEMORY,
+                   env=[{"name": k, "value": v} for k, v in TRAINER_RUNTIME_ENV.items()])
     rc = run_config(cfg, itype, outputs.bucket_name, prompt_data)
     annotations = {OUTPUTS_ANNOTATION: outputs.source}
     if outputs.is_placeholder:
@@ -361,6 +388,8 @@ def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
         checkpoint_dir=CHECKPOINT_LOCAL_DIR,
         entrypoint=TRAINER_ENTRYPOINT,
         ttl_seconds_after_finished=RAYJOB_TTL_SECONDS,
+        backoff_limit=t.backoff_limit,
+        runtime_env_yaml=runtime_env_yaml(env),
         head=head,
         worker=worker,
         worker_replicas=t.nodes,

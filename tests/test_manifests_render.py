@@ -24,7 +24,7 @@ from manifests import (
     render,
     write,
 )
-from manifests.context import GENERATED_MARKER, OUTPUTS_ANNOTATION, PLACEHOLDER_ANNOTATION
+from manifests.context import GENERATED_MARKER, OUTPUTS_ANNOTATION, PLACEHOLDER_ANNOTATION, image_tag_for
 from manifests.outputs import outputs_from_mapping
 from manifests.render import TEMPLATES
 
@@ -369,7 +369,7 @@ def test_real_outputs_leave_no_placeholder_and_set_the_ecr_image(name, tmp_path)
     cfg = example(name)
     files = _render_with_real_outputs(cfg, tmp_path)
     data = real_outputs(cfg)[names.stack_names(cfg.name)["data"]]
-    expected_image = cfg.training.image or f"{data[OutputKeys.ECR_REPOSITORY_URI]}:{cfg.training.image_tag}"
+    expected_image = cfg.training.image or f"{data[OutputKeys.ECR_REPOSITORY_URI]}:{image_tag_for(cfg)}"
     for f in files:
         assert "placeholder" not in f.text.lower(), f.path
         assert f.obj["metadata"]["annotations"][OUTPUTS_ANNOTATION] == "file"
