@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
+from ckpt_helpers import make_save, write_cursor
 from rltrainer.checkpoints import (
     CheckpointWatcher,
     IncompleteCheckpoint,
@@ -77,20 +78,8 @@ def client_error(code: str, status: int, op: str = "PutObject") -> ClientError:
 
 
 def fake_save(root: Path, iteration: int, seed: int = 0) -> dict[str, bytes]:
-    """A Megatron torch_dist save plus Miles' rollout cursor, with the tracker updated."""
-    files = {
-        f"iter_{iteration:07d}/__0_0.distcp": os.urandom(70_000 + seed),
-        f"iter_{iteration:07d}/__1_0.distcp": os.urandom(50_000),
-        f"iter_{iteration:07d}/metadata.json": b'{"sharded_backend": "torch_dist", "iteration": %d}' % iteration,
-        f"iter_{iteration:07d}/common.pt": b"common %d" % iteration,
-        f"rollout/global_dataset_state_dict_{iteration}.pt": b"cursor %d" % iteration,
-    }
-    for rel, data in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    write_tracker(root, iteration)
-    return files
+    """A Megatron torch_dist save plus Miles' rollout cursor, with the tracker updated (ckpt_helpers)."""
+    return make_save(root, iteration, seed=seed)
 
 
 def store_for(client, sleeps=None, stream=None) -> S3CheckpointStore:
@@ -105,12 +94,14 @@ def test_upload_then_restore_is_byte_identical(s3, tmp_path: Path):
     progress = io.StringIO()
     store = store_for(s3, stream=progress)
 
-    manifest = store.upload(src, 20)
+    manifest = store.upload(src, 20).manifest
     assert store.list_complete() == [20]
     assert sorted(f.path for f in manifest.files) == sorted(files)
+    assert "rollout/global_dataset_state_dict_20.pt" in files
     assert manifest.total_bytes == sum(len(b) for b in files.values())
     body = json.loads(s3.get_object(Bucket="ckpt-bucket", Key="runs/qwen3-30b-a3b-grpo/iter_0000020/_COMPLETE.json")["Body"].read())
-    assert body["iteration"] == 20 and body["format"] == "rltrainer.checkpoint/v1"
+    assert body["iteration"] == 20 and body["format"] == "rltrainer.checkpoint/v2"
+    assert all(set(f) == {"path", "size", "crc32", "part_size"} for f in body["files"])
     total = human_bytes(manifest.total_bytes)
     assert progress.getvalue().splitlines()[-1] == f"rltrainer: upload iter_0000020 to {URI}: {total} / {total} (100%)"
 
@@ -153,8 +144,8 @@ def test_upload_that_dies_midway_leaves_previous_checkpoint_newest(s3, tmp_path:
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="ckpt-bucket")["Contents"]]
     # the two files before the failure made it, the rest and the manifest did not
     assert sorted(k for k in keys if "iter_0000020/" in k) == [
+        "runs/qwen3-30b-a3b-grpo/iter_0000020/.metadata",
         "runs/qwen3-30b-a3b-grpo/iter_0000020/__0_0.distcp",
-        "runs/qwen3-30b-a3b-grpo/iter_0000020/__1_0.distcp",
     ]
 
     store = store_for(s3)
@@ -209,10 +200,10 @@ def test_restore_refuses_a_file_that_does_not_match_its_manifest(s3, tmp_path: P
     src, dst = tmp_path / "src", tmp_path / "dst"
     fake_save(src, 30)
     store = store_for(s3)
-    manifest = store.upload(src, 30)
+    manifest = store.upload(src, 30).manifest
     s3.put_object(Bucket="ckpt-bucket", Key="runs/qwen3-30b-a3b-grpo/iter_0000030/common.pt", Body=b"bit rot")
     dst.mkdir()
-    with pytest.raises(IOError, match=r"iter_0000030/common.pt does not match its manifest: size 7 \(expected 9\)"):
+    with pytest.raises(IOError, match=r"iter_0000030/common.pt does not match its manifest: size 7 \(expected \d+\), crc32 differs"):
         store.restore(manifest, dst)
     assert read_tracker(dst) is None, "the tracker is written only after every file checks out"
     assert not (dst / "iter_0000030" / "common.pt").exists()
@@ -283,6 +274,7 @@ def test_a_save_missing_shards_of_other_nodes_is_never_uploaded(s3, tmp_path: Pa
     it_dir = local / "iter_0000040"
     dcp.save({"weight": torch.arange(8.0), "bias": torch.ones(2)}, checkpoint_id=str(it_dir))
     write_tracker(local, 40)
+    write_cursor(local, 40)
     store = store_for(s3)
     (shard,) = [p.name for p in it_dir.glob("*.distcp")]
     hidden = it_dir / shard
@@ -293,5 +285,6 @@ def test_a_save_missing_shards_of_other_nodes_is_never_uploaded(s3, tmp_path: Pa
         store.upload(local, 40)
     assert store.list_complete() == []
     hidden.write_bytes(data)
-    manifest = store.upload(local, 40)
-    assert sorted(f.path for f in manifest.files) == ["iter_0000040/.metadata", f"iter_0000040/{shard}"]
+    manifest = store.upload(local, 40).manifest
+    assert sorted(f.path for f in manifest.files) == ["iter_0000040/.metadata", f"iter_0000040/{shard}",
+                                                      "rollout/global_dataset_state_dict_40.pt"]

@@ -67,14 +67,24 @@ def test_checkpoint_commands_against_moto(tmp_path: Path, monkeypatch):
         (src / "iter_0000003" / "common.pt").write_bytes(b"abc")
         write_tracker(src, 3)
         err = io.StringIO()
+        # without Miles' data cursor the save is not whole: refused with exit 2
+        assert checkpoint_main(["upload", "--s3-uri", "s3://run-bucket/run/", "--local-dir", str(src), "--iteration", "3"],
+                               out=io.StringIO(), err=err, client=s3) == 2
+        assert "global_dataset_state_dict_3.pt does not exist yet" in err.getvalue()
+        import torch
+
+        (src / "rollout").mkdir()
+        torch.save({"sample_offset": 3}, src / "rollout" / "global_dataset_state_dict_3.pt")
+        cursor_size = (src / "rollout" / "global_dataset_state_dict_3.pt").stat().st_size
+        err = io.StringIO()
         assert checkpoint_main(["upload", "--s3-uri", "s3://run-bucket/run/", "--local-dir", str(src), "--iteration", "3"],
                                out=io.StringIO(), err=err, client=s3) == 0
-        assert "iter_0000003 complete in s3://run-bucket/run/ (1 files)" in err.getvalue()
+        assert "iter_0000003 complete in s3://run-bucket/run/ (2 files)" in err.getvalue()
 
         out = io.StringIO()
         assert checkpoint_main(["list", "--s3-uri", "s3://run-bucket/run/"], out=out, err=io.StringIO(), client=s3) == 0
         (row,) = [json.loads(line) for line in out.getvalue().splitlines()]
-        assert (row["iteration"], row["files"], row["total_bytes"]) == (3, 1, 3)
+        assert (row["iteration"], row["files"], row["total_bytes"]) == (3, 2, 3 + cursor_size)
 
         out = io.StringIO()
         dst = tmp_path / "dst"

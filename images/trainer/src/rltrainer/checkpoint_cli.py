@@ -12,7 +12,14 @@ import json
 import sys
 from typing import Sequence, TextIO
 
-from .checkpoints import RetryPolicy, S3CheckpointStore, iter_dirname, prepare_resume
+from .checkpoints import (
+    IncompleteCheckpoint,
+    ManifestError,
+    RetryPolicy,
+    S3CheckpointStore,
+    iter_dirname,
+    prepare_resume,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,13 +45,23 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     store = S3CheckpointStore(args.s3_uri, client=client, retry=RetryPolicy(log=err), progress_stream=err)
     if args.action == "list":
         for iteration in store.list_complete():
-            m = store.read_manifest(iteration)
+            try:
+                m = store.read_manifest(iteration)
+            except ManifestError as exc:  # listed, not quarantined: that is restore's decision
+                out.write(json.dumps({"iteration": iteration, "error": str(exc)}) + "\n")
+                continue
             out.write(json.dumps({"iteration": iteration, "files": len(m.files), "total_bytes": m.total_bytes,
                                   "created_at": m.created_at}) + "\n")
         return 0
     if args.action == "upload":
-        m = store.upload(args.local_dir, args.iteration)
-        print(f"rltrainer: {iter_dirname(m.iteration)} complete in {store.uri} ({len(m.files)} files)", file=err)
+        try:
+            result = store.upload(args.local_dir, args.iteration)
+        except IncompleteCheckpoint as exc:
+            print(f"rltrainer checkpoint upload: {exc}", file=err)
+            return 2
+        if result.manifest is not None:
+            print(f"rltrainer: {iter_dirname(result.iteration)} complete in {store.uri} "
+                  f"({len(result.manifest.files)} files)", file=err)
         return 0
     result = prepare_resume(store, args.local_dir, log=err)
     out.write(json.dumps({"iteration": result.iteration, "source": result.source}) + "\n")
