@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--model", metavar="KEY",
                      help=f"catalog model: {', '.join(sorted(MODEL_CATALOG))}")
     src.add_argument("--model-file", metavar="YAML", help="a custom MoE model described in YAML")
-    what.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence (4096)")
-    what.add_argument("--global-batch", type=int, default=256,
+    what.add_argument("--seq-len", type=int, help="tokens per sequence (4096)")
+    what.add_argument("--global-batch", type=int,
                       help="sequences per optimizer step (256)")
     what.add_argument("--precision", choices=PRECISIONS, default="bf16",
                       help="training precision; mxfp8 needs Blackwell (p6) (bf16)")
@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rl = p.add_argument_group("RL (GRPO step = rollout + weight sync + training)")
     rl.add_argument("--rl", action="store_true",
                     help="plan a GRPO step: rank colocated and disaggregated layouts by cost "
-                         "per step (the training options above become per-step defaults)")
+                         "per step; the trained sequence and batch come from the options below")
     rl.add_argument("--prompts", type=int, default=32, help="prompts per rollout (32)")
     rl.add_argument("--samples-per-prompt", type=int, default=8, help="samples per prompt (8)")
     rl.add_argument("--prompt-len", type=int, default=512, help="prompt tokens (512)")
@@ -157,8 +157,24 @@ def _rl_setup(args: argparse.Namespace) -> RLSetup:
                    mem_fraction=args.rollout_mem_fraction, overlap=args.overlap)
 
 
+# training-step options that a GRPO plan derives itself, and what to use instead
+_NOT_WITH_RL = (
+    ("seq_len", "--seq-len", "the packed sequence comes from --prompt-len and --mean-response-len"),
+    ("global_batch", "--global-batch", "the batch is --prompts x --samples-per-prompt / "
+                                       "--steps-per-rollout"),
+    ("colocate", "--colocate", "use --placement colocated"),
+    ("rollout_kv_tokens", "--rollout-kv-tokens", "the KV cache is what --rollout-mem-fraction "
+                                                 "leaves after the engine's weights"),
+    ("no_rollout_offload", "--no-rollout-offload", "a colocated GRPO plan assumes offload, as "
+                                                   "Miles --colocate does"),
+)
+
+
 def _run_rl(args: argparse.Namespace) -> int:
     try:
+        for dest, flag, instead in _NOT_WITH_RL:
+            if getattr(args, dest):
+                raise PlannerError(f"{flag} does not apply with --rl: {instead}")
         if (args.engine_gpus is None) != (args.engine_ep is None):
             raise PlannerError("--engine-gpus and --engine-ep go together; pass both or neither")
         model = load_model_file(args.model_file) if args.model_file else args.model
@@ -218,8 +234,9 @@ def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:
     pins = Pins(tp=args.tp, pp=args.pp, ep=args.ep, etp=args.etp, cp=args.cp, vpp=args.vpp,
                 mbs=args.mbs, recompute=args.recompute)
     return plan(
-        model, args.instance, nodes=args.nodes, max_nodes=args.max_nodes, seq_len=args.seq_len,
-        global_batch=args.global_batch, precision=args.precision, ep_backend=args.ep_backend,
+        model, args.instance, nodes=args.nodes, max_nodes=args.max_nodes,
+        seq_len=args.seq_len or 4096, global_batch=args.global_batch or 256,
+        precision=args.precision, ep_backend=args.ep_backend,
         objective=args.objective, top=top or args.top, pins=pins,
         price_per_hour=args.price_per_hour,
         memory_headroom_gib=args.headroom_gib,
