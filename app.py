@@ -16,25 +16,46 @@ from pathlib import Path
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-from infra.config import ConfigError, load_config  # noqa: E402
+from infra.config import ConfigError, load_config, shorten  # noqa: E402
 from stacks.kit import build_stacks, make_app  # noqa: E402
 
 
-def main() -> None:
+def main() -> int:
+    """Synthesize the app for ``-c config=...``; exit code 0, or 2 on any failure."""
     # `cdk` sets CDK_OUTDIR; plain `python app.py` writes to ./cdk.out like the CLI would.
     outdir = Path(os.environ.get("CDK_OUTDIR", "cdk.out"))
     outdir_existed = outdir.exists()
-    app = make_app(outdir=str(outdir))
     try:
-        config = load_config(app.node.try_get_context("config"))
-    except ConfigError as err:
+        app = make_app(outdir=str(outdir))
+        config_path = app.node.try_get_context("config")
+    except Exception as err:  # noqa: BLE001 - e.g. malformed CDK_CONTEXT_JSON
+        return _fail(err, outdir, outdir_existed)
+    return synthesize(app, config_path, outdir=outdir, outdir_existed=outdir_existed)
+
+
+def synthesize(app, config_path: str | None, *, outdir: Path, outdir_existed: bool) -> int:
+    """Load and validate the config, build the stacks, synth. Any failure exits 2 with one
+    message, no traceback, and no cdk.out residue (unless the directory existed before)."""
+    try:
+        config = load_config(config_path)
+        build_stacks(app, config)
+        app.synth()
+    except Exception as err:  # noqa: BLE001 - the user gets one message, never a traceback
+        return _fail(err, outdir, outdir_existed)
+    return 0
+
+
+def _fail(err: Exception, outdir: Path, outdir_existed: bool) -> int:
+    if isinstance(err, ConfigError):
         print(err, file=sys.stderr)
-        if not outdir_existed:  # leave nothing half-created behind
-            shutil.rmtree(outdir, ignore_errors=True)
-        sys.exit(2)
-    build_stacks(app, config)
-    app.synth()
+    else:
+        print(f"error: synth failed: {type(err).__name__}: {shorten(str(err), 500)}\n"
+              "Nothing was written. This is a bug in the kit if the config validated: please "
+              "report it with the config.", file=sys.stderr)
+    if not outdir_existed:  # leave nothing half-created behind
+        shutil.rmtree(outdir, ignore_errors=True)
+    return 2
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

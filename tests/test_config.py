@@ -228,3 +228,148 @@ def test_json_schema_accepts_examples():
                             schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"regoin": "x"}, schema)
+
+
+# --- reading the file: refuse what a config never needs (issue 12) -------------------------------
+
+
+def load_text(tmp_path, text: str | bytes) -> str:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    return str(err.value).replace(str(path), "c.yaml")
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n"])
+def test_empty_file_is_refused_not_the_default(tmp_path, text):
+    assert load_text(tmp_path, text) == (
+        "c.yaml: 1 problem(s):\n  - <file> = 'c.yaml': the file is empty (no keys): an empty "
+        "file would silently deploy the built-in default. Fix: write at least `name:` and "
+        "`region:`, or omit the config to use the built-in default on purpose.")
+
+
+def test_duplicate_keys_are_refused(tmp_path):
+    msg = load_text(tmp_path, "name: a\nregion: us-east-1\nname: b\n")
+    assert "duplicate key 'name' (line 3, column 1). Fix: keep one entry per key" in msg
+    msg = load_text(tmp_path, "gpu_node_groups:\n  p5: {max_size: 2, max_size: 4}\n")
+    assert "duplicate key 'max_size'" in msg
+
+
+def test_alias_bomb_is_refused_quickly(tmp_path):
+    import time
+
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+    bomb = "\n".join(levels) + "\n"
+    assert len(bomb) < 400
+    start = time.monotonic()
+    msg = load_text(tmp_path, bomb)
+    assert time.monotonic() - start < 1
+    assert "YAML anchors and aliases (&name, *name) are not allowed in a config" in msg
+
+
+def test_non_utf8_huge_integer_deep_nesting_and_nan_are_refused(tmp_path):
+    assert "is not UTF-8 text (byte 0xe9 at offset 6). Fix: save the file as UTF-8." in \
+        load_text(tmp_path, b"name: \xe9t\xe9\n")
+    assert "integer with 5000 digits is out of range" in \
+        load_text(tmp_path, "cost_guard: {max_gpu_nodes: " + "9" * 5000 + "}\n")
+    assert "nested deeper than 16 levels" in load_text(tmp_path, "tags: " + "[" * 5000)
+    assert "'.nan' is not a finite number" in load_text(tmp_path, "training: {grpo: {lr: .nan}}\n")
+    assert "'-.inf' is not a finite number" in \
+        load_text(tmp_path, "training: {grpo: {eps_clip: -.inf}}\n")
+
+
+def test_oversized_file_and_non_mapping_are_refused(tmp_path):
+    assert "a config is at most 262144 bytes" in load_text(tmp_path, "#" * 300_000)
+    assert "<root> = ['a']: a config file must be a YAML mapping" in load_text(tmp_path, "[a]\n")
+
+
+def test_schema_and_semantic_problems_are_reported_in_one_pass():
+    got = problems_of({"regoin": "us-east-1", "name": "Bad_Name",
+                       "system_nodes": {"min_size": "abc"},
+                       "gpu_node_groups": {"p5": group(availability_zone="us-east-1z")}})
+    assert got[0].startswith("system_nodes.min_size = 'abc': Input should be a valid integer")
+    assert got[1].startswith("regoin = 'us-east-1': unknown field")
+    assert any(p.startswith("name = 'Bad_Name': must be 1-20 characters") for p in got)
+    assert any(p.startswith("gpu_node_groups.p5.availability_zone = 'us-east-1z'") for p in got)
+    # the defaulted system_nodes section is not judged: it is not what the user wrote
+    assert not any(p.startswith("system_nodes = ") for p in got)
+
+
+def test_problem_values_are_truncated():
+    got = problems_of({"name": "x" * 5000})
+    assert got[0].startswith("name = '" + "x" * 159 + "... (5002 characters): must be 1-20")
+    assert len(got[0]) < 500
+
+
+def test_names_with_a_trailing_newline_or_dash_are_refused():
+    assert problems_of({"name": "moe-rl\n"})[0].startswith("name = 'moe-rl\\n': must be 1-20")
+    assert problems_of({"name": "moe-rl-"})[0].startswith("name = 'moe-rl-': must be 1-20")
+    assert problems_of({"region": "us-east-1\n", "availability_zones": ["us-east-1\na"]})[0] \
+        .startswith("region = 'us-east-1\\n': not an AWS region name")
+
+
+# --- values (issue 12) ---------------------------------------------------------------------------
+
+
+def test_tags_are_validated():
+    got = problems_of({"tags": {"aws:createdBy": "me", "rlkit:environment": "other",
+                                "team": "a\nb", "k" * 129: "v"}})
+    assert got[0] == ("tags.aws:createdBy = 'aws:createdBy': the aws: prefix is reserved for AWS. "
+                      "Fix: use another key, e.g. team or cost-center.")
+    assert got[1].startswith("tags.rlkit:environment = 'rlkit:environment': the rlkit: prefix is "
+                             "reserved for the kit's own tags")
+    assert got[2].startswith("tags.team = 'a\\nb': a tag value is up to 256 letters")
+    assert "a tag key is 1-128 letters" in got[3]
+
+
+def test_taints_are_validated():
+    got = problems_of({"gpu_node_groups": {"p5": group(taints=[
+        {"key": "bad key", "value": "x"}, {"key": "team", "value": "a" * 64},
+        {"key": "dedicated", "value": "a"}, {"key": "dedicated", "value": "b"}])}})
+    assert got == [
+        "gpu_node_groups.p5.taints[0].key = 'bad key': not a valid Kubernetes taint key. Fix: use "
+        "[prefix/]name, the name up to 63 letters, digits, '-', '_', '.'.",
+        f"gpu_node_groups.p5.taints[1].value = '{'a' * 64}': not a valid Kubernetes taint value. "
+        "Fix: use up to 63 letters, digits, '-', '_' or '.'.",
+        "gpu_node_groups.p5.taints[3] = 'dedicated:NoSchedule': the same key and effect twice. "
+        "Fix: keep one."]
+
+
+def test_group_sizes_have_an_absolute_cap_without_cost_guard():
+    got = problems_of({"gpu_node_groups": {"p5": group(max_size=100000)}})
+    assert got == ["gpu_node_groups.p5.max_size = 100000: at most 256 nodes per GPU group (the "
+                   "kit's absolute cap, whatever cost_guard says). Fix: check for a typo; split a "
+                   "larger fleet into several groups."]
+    got = problems_of({"system_nodes": {"max_size": 500}})
+    assert got[0].startswith("system_nodes.max_size = 500: at most 32 system nodes")
+
+
+@pytest.mark.parametrize("itype, rule", [
+    ("m7i xlarge", "not an EC2 instance type name (family.size)"),
+    ("g5.xlarge", "an accelerated instance type costs GPU prices for CPU work"),
+    ("m7g.xlarge", "an Arm (Graviton) type, but system nodes run the x86_64 AL2023 AMI"),
+])
+def test_system_instance_type_is_validated(itype, rule):
+    assert problems_of({"system_nodes": {"instance_type": itype}})[0] \
+        .startswith(f"system_nodes.instance_type = '{itype}': {rule}")
+
+
+def test_trainer_run_config_validation_runs_inside_kit_validation():
+    got = problems_of({"training": {"grpo": {"lr": 0.0, "eps_clip": -1.0,
+                                             "rollout_temperature": float("nan")}}})
+    assert any(p.startswith("training.grpo.lr = 0.0: the trainer refuses it: ") for p in got)
+    assert any(p.startswith("training.grpo.eps_clip = -1.0: the trainer refuses it: ")
+               for p in got)
+    assert any(p.startswith("training.grpo.rollout_temperature = nan: the trainer refuses it: "
+                            "must be a finite number") for p in got)
+
+
+def test_s3_inputs_outside_the_trainer_roles_scope_are_refused():
+    got = problems_of({"training": {"prompt_data": "s3://someone-elses-bucket/data.jsonl"}})
+    assert got == [
+        "training.prompt_data = 's3://someone-elses-bucket/data.jsonl': the trainer's role may "
+        "read only the data bucket's datasets/ and checkpoints/ prefixes; this URI is outside "
+        "them, so the job would fail after the GPUs start. Fix: copy the data into the data "
+        "bucket under datasets/ and give its key, e.g. datasets/data.jsonl."]

@@ -146,10 +146,12 @@ def test_write_config_appends_a_training_block_when_there_is_none(capsys, tmp_pa
     data = yaml.safe_load(P5_EXAMPLE.read_text())
     data.pop("training")
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    rc, _, err = run(capsys, "--model", "mixtral-8x7b", "--instance", "p5.48xlarge",
+    # A model whose weights and checkpoints fit the example's shared filesystem: the writer
+    # refuses a result that fails validation.
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
                      "--nodes", "2", "--write-config", str(path), "--node-group", "p5")
     assert rc == 0, err
-    assert yaml.safe_load(path.read_text())["training"]["model"] == "mixtral-8x7b"
+    assert yaml.safe_load(path.read_text())["training"]["model"] == "qwen3-30b-a3b"
 
 
 def test_benchmark_script_runs(capsys):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from infra.config import ConfigError, parse_config, parse_config_text, read_config_file
 from infra.planner.errors import PlannerError
 from infra.planner.search import Candidate
 
@@ -71,14 +72,10 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
     a different instance type, or is too small for the planned node count.
     """
     path = Path(path)
-    if not path.is_file():
-        raise PlannerError(f"config file {str(path)!r} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise PlannerError(f"config file {str(path)!r} is not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise PlannerError(f"config file {str(path)!r} must be a YAML mapping")
+    try:  # the same strict reading as every other config consumer (no aliases, duplicates...)
+        data = read_config_file(path)
+    except ConfigError as err:
+        raise PlannerError(f"not writing {path}: {err}") from None
     groups = data.get("gpu_node_groups") or {}
     if not isinstance(groups, dict) or node_group not in groups:
         known = ", ".join(groups) if isinstance(groups, dict) and groups else "none"
@@ -121,14 +118,21 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
                 section = training[key] = {}
             section.update(values)
 
-    text = _replace_training_block(path.read_text(), data)
-    mode = path.stat().st_mode & 0o777
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    text = _replace_training_block(path.read_text(encoding="utf-8"), data)
+    try:  # never write a config that fails validation
+        parse_config(parse_config_text(text, str(path)), str(path))
+    except ConfigError as err:
+        raise PlannerError(f"not writing {path}: the result would not be a valid config:\n{err}"
+                           ) from None
+    # Write through a symlink: replace the file it points at, not the link itself.
+    target = Path(os.path.realpath(path))
+    mode = target.stat().st_mode & 0o777
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.chmod(tmp, mode)
-        os.replace(tmp, path)  # atomic: readers never see half a file
+        os.replace(tmp, target)  # atomic: readers never see half a file
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

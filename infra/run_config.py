@@ -1,0 +1,57 @@
+"""The trainer's run config (run.yaml) as this kit config renders it, defined once.
+
+The manifests mount this document in the RL job (``manifests.context``), and config validation
+hands it to the trainer's own validator (``rltrainer.config.parse_run_config``) so that a value
+the trainer would refuse after the GPUs start fails at ``cdk synth`` / ``rlkit render`` instead.
+The trainer package never imports the kit; the kit may call the trainer's validator.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from infra import names
+
+if TYPE_CHECKING:  # infra.config imports this module
+    from infra.catalog import InstanceType
+    from infra.config import KitConfig
+
+CHECKPOINT_LOCAL_DIR = "/checkpoints"
+CHECKPOINT_SAVE_INTERVAL = 20
+
+
+def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
+                        prompt_data: str) -> dict[str, Any]:
+    """The trainer's run.yaml, exactly the schema ``rltrainer`` validates."""
+    t = cfg.training
+    g = t.grpo
+    p = t.parallel
+    return {
+        "run_name": t.run_name,
+        "model": {"name": t.model, "hf_checkpoint": t.hf_checkpoint, "megatron_args": []},
+        "checkpoint": {
+            "s3_uri": f"s3://{bucket}/{names.CHECKPOINTS_PREFIX}{t.run_name}/",
+            "local_dir": CHECKPOINT_LOCAL_DIR,
+            "save_interval": CHECKPOINT_SAVE_INTERVAL,
+        },
+        "data": {"prompt_data": prompt_data, "input_key": "prompt", "label_key": "label"},
+        "grpo": {
+            "num_rollout": g.num_rollout,
+            "rollout_batch_size": g.rollout_batch_size,
+            "n_samples_per_prompt": g.n_samples_per_prompt,
+            "global_batch_size": g.global_batch_size,
+            "num_steps_per_rollout": g.num_steps_per_rollout,
+            "rollout_max_response_len": g.rollout_max_response_len,
+            "rollout_temperature": g.rollout_temperature,
+            "lr": g.lr,
+            "kl_loss_coef": g.kl_loss_coef,
+            "eps_clip": g.eps_clip,
+        },
+        "parallel": {
+            "nodes": t.nodes,
+            "gpus_per_node": itype.gpu_count,
+            "training": {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "etp": p.etp},
+            "rollout": {"gpus_per_engine": t.rollout.gpus_per_engine, "ep": t.rollout.ep},
+        },
+        "expert_parallel": {"backend": t.expert_parallel.backend},
+    }
