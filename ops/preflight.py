@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import importlib.metadata
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any, Callable
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES
-from infra.config import GpuNodeGroupConfig, KitConfig
-from infra.versions import KUBERNETES_VERSIONS
+from infra.config import GpuNodeGroupConfig, KitConfig, config_warnings
+from infra.versions import KUBERNETES_VERSIONS, standard_support_warning
 from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, describe_error, error_code
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -277,15 +277,20 @@ def check_placement(group_name: str, group: GpuNodeGroupConfig) -> Check:
                      f"a cluster placement group is requested together with a {group.capacity.type} "
                      "reservation; a placement group the reservation was not made in can limit how "
                      "many reserved instances launch (eksctl-io/eksctl issue 7949)",
-                     f"set {subject}.placement_group: false unless the reservation was created "
-                     "in this cluster placement group")
+                     f"remove {subject}.placement_group, or set {subject}.placement_group_name to "
+                     "the placement group the reservation was created in")
+    if group.placement_group_name:
+        return Check("placement group", subject, PASS,
+                     f"existing placement group {group.placement_group_name}")
     where = "on" if group.uses_placement_group else "off"
-    return Check("placement group", subject, PASS, f"cluster placement group {where}")
+    return Check("placement group", subject, PASS, f"new cluster placement group {where}")
 
 
 def check_kubernetes_version(cfg: KitConfig,
-                             installed: Callable[[str], bool] | None = None) -> Check:
-    """The Kubernetes version is one the kit pins, and its kubectl Lambda layer is installed."""
+                             installed: Callable[[str], bool] | None = None,
+                             today: date | None = None) -> Check:
+    """The Kubernetes version is one the kit pins, its kubectl Lambda layer is installed, and it
+    is not within SUPPORT_WARNING_DAYS of leaving EKS standard support."""
     subject = "kubernetes_version"
     version = cfg.kubernetes_version
     entry = KUBERNETES_VERSIONS.get(version)
@@ -299,7 +304,24 @@ def check_kubernetes_version(cfg: KitConfig,
         return Check("kubernetes version", subject, FAIL,
                      f"{version} needs the kubectl layer package {package}, which is not installed",
                      f"pip install {package} (it is listed in requirements.txt)")
-    return Check("kubernetes version", subject, PASS, f"{version} with {package}")
+    warning = standard_support_warning(version, today or date.today())
+    if warning is not None:
+        detail, _, fix = warning.partition(" Fix: ")
+        return Check("kubernetes version", subject, WARN, detail.rstrip("."), fix.rstrip("."))
+    return Check("kubernetes version", subject, PASS,
+                 f"{version} with {package}; standard support until "
+                 f"{entry['end_of_standard_support']}")
+
+
+def check_admin_access(cfg: KitConfig) -> Check:
+    """Someone must be able to use the cluster: API authentication mode grants no one by default."""
+    warnings = config_warnings(cfg)
+    admin = [w for w in warnings if w.startswith("admin_role_arns")]
+    if admin:
+        detail, _, fix = admin[0].partition(" Fix: ")
+        return Check("cluster access", "admin_role_arns", WARN, detail.rstrip("."), fix.rstrip("."))
+    return Check("cluster access", "admin_role_arns", PASS,
+                 f"{len(cfg.admin_role_arns)} admin role(s) get cluster-admin access entries")
 
 
 def _distribution_installed(package: str) -> bool:
@@ -360,7 +382,7 @@ def run_preflight(cfg: KitConfig, clients: Clients, region: str | None = None,
                   installed: Callable[[str], bool] | None = None) -> list[Check]:
     """Every check for one config; AWS checks are skipped (one failure) without credentials."""
     region = region or cfg.region
-    checks = [check_kubernetes_version(cfg, installed)]
+    checks = [check_kubernetes_version(cfg, installed), check_admin_access(cfg)]
     checks += [check_placement(n, g) for n, g in cfg.gpu_node_groups.items()]
     identity = check_identity(clients.sts, cfg, region)
     if identity.status == FAIL:

@@ -7,7 +7,7 @@ Stubber answers DescribeCapacityReservations and GetServiceQuota, which moto doe
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import boto3
 import pytest
@@ -262,17 +262,44 @@ def test_placement_group_with_reservation_warns_with_the_issue():
     cfg = cb_config(placement_group=True)
     c = check_placement("p5en", cfg.gpu_node_groups["p5en"])
     assert c.status == WARN and "eksctl-io/eksctl issue 7949" in c.detail
-    assert c.fix.startswith("set gpu_node_groups.p5en.placement_group: false")
+    assert c.fix == ("remove gpu_node_groups.p5en.placement_group, or set "
+                     "gpu_node_groups.p5en.placement_group_name to the placement group the "
+                     "reservation was created in")
 
 
 def test_placement_group_default_for_capacity_block_passes():
     c = check_placement("p5en", cb_config().gpu_node_groups["p5en"])
-    assert c.status == PASS and c.detail == "cluster placement group off"
+    assert c.status == PASS and c.detail == "new cluster placement group off"
 
 
 def test_kubernetes_version_passes_with_layer_installed():
-    c = check_kubernetes_version(config(kubernetes_version="1.34"), installed=lambda p: True)
-    assert c.status == PASS and c.detail == "1.34 with aws-cdk.lambda-layer-kubectl-v34"
+    c = check_kubernetes_version(config(kubernetes_version="1.35"), installed=lambda p: True,
+                                 today=date(2026, 11, 30))
+    assert c.status == PASS and c.detail == ("1.35 with aws-cdk.lambda-layer-kubectl-v35; "
+                                             "standard support until 2027-03-27")
+
+
+def test_kubernetes_version_warns_within_60_days_of_end_of_standard_support():
+    c = check_kubernetes_version(config(kubernetes_version="1.34"), installed=lambda p: True,
+                                 today=date(2026, 11, 30))
+    assert c.status == WARN
+    assert c.detail == ("Kubernetes 1.34 leaves EKS standard support on 2026-12-02 (in 2 days); "
+                        "after that the cluster is billed at the extended-support rate")
+    assert c.fix.startswith('set kubernetes_version: "1.35"')
+    assert check_kubernetes_version(config(kubernetes_version="1.34"), installed=lambda p: True,
+                                    today=date(2026, 10, 2)).status == PASS  # 61 days before
+    past = check_kubernetes_version(config(kubernetes_version="1.33"), installed=lambda p: True,
+                                    today=date(2026, 11, 30))
+    assert past.status == WARN and "left EKS standard support on 2026-07-29" in past.detail
+
+
+def test_no_admin_role_warns_loudly():
+    from ops.preflight import check_admin_access
+    c = check_admin_access(config())
+    assert c.status == WARN and "NO IAM principal will have Kubernetes access" in c.detail
+    assert c.fix.startswith("list the IAM role ARN you (or your CI) deploy and operate with")
+    ok = check_admin_access(config(admin_role_arns=["arn:aws:iam::123456789012:role/Admin"]))
+    assert ok.status == PASS
 
 
 def test_kubernetes_version_fails_without_layer_package():
@@ -390,4 +417,5 @@ def test_run_preflight_stops_at_credentials():
         checks = run_preflight(config(), Clients(sts, None, None, None), installed=lambda p: True)
     assert checks[0].status == FAIL
     assert "ExpiredToken" in checks[0].detail
-    assert [c.name for c in checks] == ["credentials", "kubernetes version", "placement group"]
+    assert [c.name for c in checks] == ["credentials", "kubernetes version", "cluster access",
+                                        "placement group"]
