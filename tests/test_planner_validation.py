@@ -41,8 +41,14 @@ Recompute is not published: the lightest that fits is used, as the planner would
 8. 26.02, DGX-B200, Qwen3-235B-A22B, 256 GPUs, GBS 8192, PP8 EP8: 3,805.
 9. 26.02, DGX-B300, Qwen3-30B-A3B, 8 GPUs, GBS 512, micro-batch 8, EP8: 29,521.
 10. 25.11, DGX-B200, Qwen3-235B-A22B, 64 GPUs, GBS 1024, PP8 VP2 EP8: 3,269.
-11. Out of sample (chose no constant): 25.11, DGX-B200, DeepSeek-V3 with MTP, 256 GPUs,
-    GBS 2048, PP16 EP8: 2,139.
+Out of sample (chose no constant):
+11. 25.11, DGX-B200, DeepSeek-V3 with MTP, 256 GPUs, GBS 2048, PP16 EP8: 2,139.
+12-14. 25.09 (same archive file), DGX-B200, token-drop runs; the table's plain figures are FP8
+    with per-tensor scaling, those in parentheses 32x32 block-scaled (taken as mxfp8):
+    DeepSeek-V3, 256 GPUs, GBS 2048, PP16 EP8, FP8: 2,265; Qwen3-235B-A22B, 64 GPUs, GBS 1024,
+    PP8 VP2 EP8, block-scaled: 4,275; Qwen3-30B-A3B, 8 GPUs, GBS 512, EP8, FP8: 18,066 (this one
+    also checks the uncalibrated Blackwell gemm_fp8). Token dropping is not modelled; with a
+    capacity factor near 1 it behaves like balanced routing, which the model assumes.
 
 Left out, with the reason stated in docs/planner.md: two 26.02 rows that contradict the same
 table (DGX-B200 Qwen3-30B-A3B at micro-batch 1: 9,691, a third of DGX-B300's 29,521 on the same
@@ -145,10 +151,20 @@ BLACKWELL_POINTS = [
     Point("Qwen3-235B 64xB200 MXFP8", "qwen3-235b-a22b", "dgx-b200-ib", 8,
           Layout(pp=8, vpp=2, ep=8, dp=8), _mx(4096, 1024), "nccl", 3269.0, _MB_2511),
 ]
+_MB_2509 = "Megatron-Bridge perf summary 25.09 (out of sample)"
 BLACKWELL_OUT_OF_SAMPLE = [
     Point("DeepSeek-V3 256xB200 GBS2048", "deepseek-v3", "dgx-b200-ib", 32,
           Layout(pp=16, ep=8, dp=16), _mx(4096, 2048), "nccl", 2139.0,
           _MB_2511 + " (out of sample)"),
+    Point("DeepSeek-V3 256xB200 FP8 drop", "deepseek-v3", "dgx-b200-ib", 32,
+          Layout(pp=16, ep=8, dp=16), TrainingSetup(seq_len=4096, global_batch=2048,
+                                                     precision="fp8"),
+          "nccl", 2265.0, _MB_2509),
+    Point("Qwen3-235B 64xB200 MX drop", "qwen3-235b-a22b", "dgx-b200-ib", 8,
+          Layout(pp=8, vpp=2, ep=8, dp=8), _mx(4096, 1024), "nccl", 4275.0, _MB_2509),
+    Point("Qwen3-30B 8xB200 FP8 drop", "qwen3-30b-a3b", "dgx-b200-ib", 1,
+          Layout(ep=8, dp=8), TrainingSetup(seq_len=4096, global_batch=512, precision="fp8"),
+          "nccl", 18066.0, _MB_2509),
 ]
 ALL_POINTS = POINTS + BLACKWELL_POINTS + BLACKWELL_OUT_OF_SAMPLE
 
@@ -207,7 +223,7 @@ def test_validation_table(predictions, capsys):
 def test_blackwell_points_are_covered(predictions):
     blackwell = [p for p, _, _ in predictions if p.system.startswith("dgx-b")]
     assert len(blackwell) >= 6 and any("out of sample" in p.source for p in blackwell)
-    assert all(p.setup.precision == "mxfp8" for p in blackwell)
+    assert {p.setup.precision for p in blackwell} == {"mxfp8", "fp8"}
 
 
 @pytest.mark.parametrize("i", range(len(ALL_POINTS)), ids=[p.name for p in ALL_POINTS])
