@@ -21,7 +21,7 @@ def run_module(*argv: str) -> subprocess.CompletedProcess:
 def test_help_lists_every_command_and_its_contract():
     proc = run_module("--help")
     assert proc.returncode == 0
-    for line in ("rltrainer launch --config /etc/rltrainer/run.yaml [--dry-run]",
+    for line in ("rltrainer launch --config /etc/rltrainer/run.yaml [--dry-run] [--check-args]",
                  "rltrainer bench allreduce", "rltrainer bench ep", "rltrainer nodecheck --expect-gpus 8 --expect-efa 32",
                  "rltrainer checkpoint {list,upload,restore}"):
         assert line in proc.stdout

@@ -18,7 +18,7 @@ rltrainer {__version__}: launcher and fabric tooling of the MoE RL trainer image
 
 commands:
   launch       validate the run config, restore the newest complete S3 checkpoint, run Miles, upload checkpoints
-               rltrainer launch --config /etc/rltrainer/run.yaml [--dry-run]
+               rltrainer launch --config /etc/rltrainer/run.yaml [--dry-run] [--check-args]
   bench        fabric benchmarks, under torchrun:
                rltrainer bench allreduce [--min-bytes 8M --max-bytes 2G --iters 20 --warmup 5 --device cuda|cpu]
                rltrainer bench ep [--tokens-per-rank 4096 --hidden 2048 --topk 8 --experts 128 --backend nccl|deepep]
