@@ -184,7 +184,7 @@ def _run_rl(args: argparse.Namespace) -> int:
                       else (args.placement,))
         result = plan_rl(
             model, args.instance, _rl_setup(args), nodes=args.nodes,
-            max_nodes=args.max_nodes or DEFAULT_MAX_NODES // 2, precision=args.precision,
+            max_nodes=args.max_nodes, precision=args.precision,
             placements=placements, objective=args.objective, top=args.top, pins=pins,
             engine=(args.engine_gpus, args.engine_ep) if args.engine_gpus else None,
             ep_backend=args.ep_backend, price_per_hour=args.price_per_hour)

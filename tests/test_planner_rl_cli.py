@@ -18,6 +18,8 @@ BASE = ("plan", "--rl", "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge")
                       "colocated"),
     (("--engine-gpus", "8"), "rlkit plan: error: --engine-gpus and --engine-ep go together; "
                              "pass both or neither"),
+    (("--nodes", "4", "--max-nodes", "2"),
+     "rlkit plan: error: --nodes 4 exceeds the quota given by --max-nodes (2)"),
     (("--steps-per-rollout", "3"),
      "rlkit plan: error: invalid RL setup: steps_per_rollout=3 does not divide the 256 samples of "
      "a rollout (prompts x samples_per_prompt); Miles needs rollout_batch_size x "

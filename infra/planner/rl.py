@@ -59,6 +59,7 @@ SYNC_COLOCATED_GBPS = 60.0  # GB/s per node, gather + IPC hand-over of BF16 weig
 SYNC_FABRIC_EFF = 0.5  # share of the line rate an NCCL broadcast of weights reaches; estimate
 OFFLOAD_FIXED_S = 10.0  # colocated: release/resume of engine and trainer memory; calibrated (RL)
 ENGINE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_RL_MAX_NODES = 16  # search range without --nodes / --max-nodes
 
 
 @dataclass(frozen=True)
@@ -363,11 +364,15 @@ def _search_training(model, system, rl, precision, where, colocate, pins, ep_bac
 
 
 def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: int | None = None,
-            max_nodes: int = 16, precision: str = "bf16", placements: tuple[Placement, ...] = (
+            max_nodes: int | None = None, precision: str = "bf16", placements: tuple[Placement, ...] = (
                 "colocated", "disaggregated"), objective: str = "cost", top: int = 5,
             pins: Pins | None = None, engine: tuple[int, int] | None = None,
             ep_backend: str | None = None, price_per_hour: float | None = None) -> RLPlan:
-    """Rank colocated and disaggregated GRPO layouts by cost per step (or step time)."""
+    """Rank colocated and disaggregated GRPO layouts by cost per step (or step time).
+
+    ``nodes`` fixes the job's node count (training and rollout pools together); otherwise
+    1..``max_nodes`` (default 16) are searched. Raises PlannerError with the fix when nothing fits.
+    """
     started = time.perf_counter()
     m = get_model(model) if isinstance(model, str) else model
     system = get_system(instance_type)
@@ -379,9 +384,12 @@ def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: in
     for p in placements:
         if p not in ("colocated", "disaggregated"):
             raise PlannerError(f"placement {p!r} is not one of colocated, disaggregated")
-    top_n = nodes or max_nodes
-    if max_nodes < 1:
+    if max_nodes is not None and max_nodes < 1:
         raise PlannerError(f"--max-nodes must be at least 1, got {max_nodes}")
+    if nodes is not None and max_nodes is not None and nodes > max_nodes:
+        raise PlannerError(f"--nodes {nodes} exceeds the quota given by --max-nodes ({max_nodes})")
+    max_nodes = max_nodes or DEFAULT_RL_MAX_NODES
+    top_n = nodes or max_nodes
     counts = [nodes] if nodes else list(range(1, max_nodes + 1))
     gpn = system.gpus_per_node
     cands: list[RLCandidate] = []
