@@ -20,7 +20,7 @@ from infra.planner.config_writer import write_config
 from infra.config import EP_BACKENDS
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
-from infra.planner.rl import RLPlan, RLSetup, plan_rl
+from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
 from infra.planner.search import DEFAULT_MAX_NODES, PlanResult
 
 
@@ -81,7 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help=f"EC2 instance type: {', '.join(SYSTEMS)}")
     where.add_argument("--nodes", type=int, help="node count (default: search 1..--max-nodes)")
     where.add_argument("--max-nodes", type=int,
-                       help=f"node quota; the search never exceeds it (default {DEFAULT_MAX_NODES})")
+                       help=f"node quota; the search never exceeds it (default "
+                            f"{DEFAULT_MAX_NODES}; {DEFAULT_RL_MAX_NODES} with --rl)")
     where.add_argument("--headroom-gib", type=float, default=0.0,
                        help="GPU memory to keep free beyond the model's own reserve (0)")
     where.add_argument("--price-per-hour", type=float,
