@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES, InstanceType
-from infra.config import KitConfig
+from infra.config import KitConfig, checkpoint_local_dir, has_shared_fs
 from infra.run_config import CHECKPOINT_LOCAL_DIR, CHECKPOINT_SAVE_INTERVAL, run_config_document
 from infra.planner.models import MODEL_CATALOG
 from manifests.efa_env import EfaEnvProfile, extra_env_problems, merge_extra_env
@@ -50,6 +50,10 @@ NODE_SHARE_NUM, NODE_SHARE_DEN = 9, 10
 SHM_SHARE_DEN = 4  # /dev/shm (memory-backed emptyDir) may grow to 1/4 of node memory
 HEAD_CPU = "2"  # the Ray head (GCS, dashboard, job driver) on a system node, no GPUs
 HEAD_MEMORY = "8Gi"
+# KubeRay's job submitter only runs `ray job submit` and follows the logs; these are the requests
+# and limits KubeRay v1.7.0 gives its default submitter (common/job.go, GetDefaultSubmitterContainer).
+SUBMITTER_CPU = "500m"
+SUBMITTER_MEMORY = "1Gi"
 
 RENDEZVOUS_PORT = 29500
 EP_TOKENS_PER_RANK = 4096
@@ -90,6 +94,20 @@ class HeadPod(_Frozen):
     env: list[dict[str, str]] = []
 
 
+class SharedFs(_Frozen):
+    """The shared file system as a static PersistentVolume and its claim, mounted at
+    ``mount_path`` in the Ray head, every worker and the job submitter."""
+
+    pv_name: str  # cluster-scoped, so it carries the environment's name
+    pvc_name: str
+    volume_name: str  # the pod volume that mounts the claim
+    volume_handle: str  # the file system ID
+    dns_name: str
+    mount_name: str
+    capacity: str  # the file system's size as a Kubernetes quantity
+    mount_path: str
+
+
 class FabricJob(_Frozen):
     key: str  # nodecheck | allreduce | ep
     name: str  # Job (and headless Service) name
@@ -117,6 +135,8 @@ class RenderContext(_Frozen):
     run_config_dir: str
     run_config_file: str
     checkpoint_dir: str
+    shared_fs: SharedFs | None  # None: single-node run without a shared file system
+    submitter: HeadPod  # KubeRay's job submitter (a Job on a system node)
     entrypoint: str
     ttl_seconds_after_finished: int
     backoff_limit: int  # KubeRay retries of the whole job (a new Ray cluster each)
@@ -273,6 +293,30 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
     return jobs, []
 
 
+def _is_bucket_key(value: str) -> bool:
+    return not value.startswith(("s3://", "/", "."))
+
+
+SHARED_FS_PVC_NAME = "shared-fs"
+
+
+def shared_fs_volume(cfg: KitConfig, outputs: StackOutputs) -> SharedFs | None:
+    """The PV/PVC of the storage stack's file system, or None when the config has none."""
+    if not has_shared_fs(cfg):
+        return None
+    assert outputs.shared_fs_id and outputs.shared_fs_dns_name and outputs.shared_fs_mount_name
+    return SharedFs(
+        pv_name=f"{cfg.name}-shared-fs",
+        pvc_name=SHARED_FS_PVC_NAME,
+        volume_name=SHARED_FS_PVC_NAME,
+        volume_handle=outputs.shared_fs_id,
+        dns_name=outputs.shared_fs_dns_name,
+        mount_name=outputs.shared_fs_mount_name,
+        capacity=f"{cfg.storage.shared_filesystem.capacity_gib}Gi",
+        mount_path=names.SHARED_FS_MOUNT_PATH,
+    )
+
+
 # --- the context --------------------------------------------------------------------------------
 
 
@@ -329,7 +373,13 @@ def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
     head = HeadPod(image=image, node_selector={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
                    cpu=HEAD_CPU, memory=HEAD_MEMORY,
                    env=[{"name": k, "value": v} for k, v in TRAINER_RUNTIME_ENV.items()])
+    if has_shared_fs(cfg) and _is_bucket_key(t.prompt_data):
+        # The bucket's datasets/ prefix is linked into the shared file system: read it there.
+        prompt_data = f"{names.SHARED_FS_MOUNT_PATH}/{t.prompt_data}"
     rc = run_config(cfg, itype, outputs.bucket_name, prompt_data)
+    rc["checkpoint"]["local_dir"] = checkpoint_local_dir(cfg)
+    submitter = HeadPod(image=image, node_selector=head.node_selector,
+                        cpu=SUBMITTER_CPU, memory=SUBMITTER_MEMORY)
     annotations = {OUTPUTS_ANNOTATION: outputs.source}
     if outputs.is_placeholder:
         annotations[PLACEHOLDER_ANNOTATION] = (
@@ -354,7 +404,9 @@ def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
         run_config_yaml=yaml.safe_dump(rc, sort_keys=False, default_flow_style=False),
         run_config_dir=RUN_CONFIG_DIR,
         run_config_file=RUN_CONFIG_FILE,
-        checkpoint_dir=CHECKPOINT_LOCAL_DIR,
+        checkpoint_dir=checkpoint_local_dir(cfg),
+        shared_fs=shared_fs_volume(cfg, outputs),
+        submitter=submitter,
         entrypoint=TRAINER_ENTRYPOINT,
         ttl_seconds_after_finished=RAYJOB_TTL_SECONDS,
         backoff_limit=t.backoff_limit,
