@@ -48,19 +48,36 @@ OFFLINE = Path(__file__).resolve().parent / "miles_offline.py"
 BACKEND_OWNED_DESTS = ["moe_token_dispatcher_type"]
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Path:
-    """../shared/upstream with the pinned sources: required in CI, an explained skip elsewhere."""
-    missing = [str(p) for p in (MILES_DIR / "miles" / "utils" / "arguments.py",
-                                MEGATRON_DIR / "megatron" / "training" / "arguments.py", SGLANG_FILE)
-               if not p.is_file()]
+REQUIRED = (MILES_DIR / "miles" / "utils" / "arguments.py", MEGATRON_DIR / "megatron" / "training" / "arguments.py",
+            SGLANG_FILE)
+
+
+def require_sources(paths=REQUIRED) -> None:
+    """Fail in CI (CI=true), skip elsewhere, saying which pinned sources are missing."""
+    missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         message = (f"the pinned upstream sources are missing: {', '.join(missing)}; put Miles {MILES_VERSION}, "
                    "Megatron-LM 37f9161 and SGLang 0.5.16 there (see ../shared/upstream/README.md)")
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Path:
+    """../shared/upstream with the pinned sources: required in CI, an explained skip elsewhere."""
+    require_sources()
     return UPSTREAM
+
+
+def test_missing_sources_fail_in_ci_and_skip_elsewhere(tmp_path, monkeypatch):
+    gone = tmp_path / "miles-v0.1.0" / "miles" / "utils" / "arguments.py"
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=f"the pinned upstream sources are missing: {gone}"):
+        require_sources((gone,))
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="put Miles v0.1.0, Megatron-LM 37f9161 and SGLang 0.5.16"):
+        require_sources((gone,))
 
 
 def parse_offline(cases: list[dict]) -> dict:
