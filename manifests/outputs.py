@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from infra import names
-from infra.config import KitConfig
+from infra.config import KitConfig, has_shared_fs
 from infra.names import OutputKeys
 from manifests.errors import RenderError, RenderProblem
 
@@ -46,6 +46,10 @@ class StackOutputs(BaseModel):
     trainer_service_account: str
     trainer_role_arn: str
     nodegroup_name: str
+    # The shared file system (storage stack); None when the config has none.
+    shared_fs_id: str | None = None
+    shared_fs_dns_name: str | None = None
+    shared_fs_mount_name: str | None = None
 
     @property
     def is_placeholder(self) -> bool:
@@ -62,23 +66,31 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
     ("trainer_service_account", "cluster", OutputKeys.TRAINER_SERVICE_ACCOUNT),
     ("trainer_role_arn", "data", OutputKeys.TRAINER_ROLE_ARN),  # the role lives with the bucket
     ("nodegroup_name", "gpu", OutputKeys.NODEGROUP_NAME),
+    ("shared_fs_id", "storage", OutputKeys.SHARED_FS_ID),
+    ("shared_fs_dns_name", "storage", OutputKeys.SHARED_FS_DNS_NAME),
+    ("shared_fs_mount_name", "storage", OutputKeys.SHARED_FS_MOUNT_NAME),
 )
 
 
 def needed_stacks(cfg: KitConfig) -> dict[str, str]:
-    """Role ("data", "cluster", "gpu") -> CloudFormation stack name for this config."""
+    """Role ("data", "cluster", "gpu", "storage") -> CloudFormation stack name for this config."""
     stacks = names.stack_names(cfg.name)
-    return {
+    needed = {
         "data": stacks["data"],
         "cluster": stacks["cluster"],
         "gpu": names.gpu_stack_name(cfg.name, cfg.training.node_group),
     }
+    if has_shared_fs(cfg):
+        needed["storage"] = stacks["storage"]
+    return needed
 
 
 def _needed_fields(cfg: KitConfig) -> list[tuple[str, str, str]]:
     fields = list(_FIELDS)
     if cfg.training.image is not None:  # the ECR repository is only the default image
         fields = [f for f in fields if f[0] != "ecr_repository_uri"]
+    if not has_shared_fs(cfg):
+        fields = [f for f in fields if f[1] != "storage"]
     return fields
 
 
@@ -209,4 +221,6 @@ def placeholder_outputs(cfg: KitConfig) -> StackOutputs:
         trainer_service_account=names.TRAINER_SERVICE_ACCOUNT,
         trainer_role_arn=PLACEHOLDER,
         nodegroup_name=PLACEHOLDER,
+        **({"shared_fs_id": PLACEHOLDER, "shared_fs_dns_name": PLACEHOLDER,
+            "shared_fs_mount_name": PLACEHOLDER} if has_shared_fs(cfg) else {}),
     )

@@ -9,6 +9,8 @@ Output tree (``kubectl apply -f <dir>`` applies one directory's files in name or
 
     00-namespace.yaml            Namespace
     01-serviceaccount.yaml       trainer ServiceAccount (Pod Identity binds the IAM role to it)
+    02-shared-fs-pv.yaml         PersistentVolume of the shared FSx for Lustre file system
+    03-shared-fs-pvc.yaml        its PersistentVolumeClaim (ReadWriteMany), mounted by the RL job
     rl-job/00-run-config.yaml    ConfigMap holding run.yaml
     rl-job/01-rayjob.yaml        KubeRay RayJob
     fabric/nodecheck/00-job.yaml
@@ -25,7 +27,14 @@ from typing import Any
 import jinja2
 import yaml
 
+from infra import names
 from manifests.context import GENERATED_MARKER, WORKLOAD_LABEL, RenderContext
+
+# KubeRay's name for the submitter container (ray-operator/controllers/ray/utils/constant.go,
+# SubmitterContainerName, v1.7.0): KubeRay sets the command of the container by this name.
+SUBMITTER_CONTAINER = "ray-job-submitter"
+# Files every job of the environment needs before its own directory is applied (in this order).
+SHARED_FS_FILES = ("02-shared-fs-pv.yaml", "03-shared-fs-pvc.yaml")
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("manifests", "templates"),
@@ -116,8 +125,19 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
             "head_labels": _pod_labels(ctx, "ray-head", f"{ctx.rayjob_name}-head"),
             "worker_labels": _pod_labels(ctx, "ray-worker", worker_workload),
             "worker_workload": worker_workload,
+            "submitter_labels": _pod_labels(ctx, "ray-job-submitter", f"{ctx.rayjob_name}-submitter"),
+            "submitter_container": SUBMITTER_CONTAINER,
         }),
     ]
+    if ctx.shared_fs is not None:
+        pv_file, pvc_file = SHARED_FS_FILES
+        files[2:2] = [
+            FileSpec(pv_file, "shared-fs-pv.yaml.j2", "PersistentVolume", {
+                "meta": _meta(ctx, ctx.shared_fs.pv_name, "shared-fs", namespaced=False),
+                "csi_driver": names.SHARED_FS_CSI_DRIVER}),
+            FileSpec(pvc_file, "shared-fs-pvc.yaml.j2", "PersistentVolumeClaim", {
+                "meta": _meta(ctx, ctx.shared_fs.pvc_name, "shared-fs")}),
+        ]
     for job in ctx.fabric:
         directory = f"fabric/{job.key}"
         index = 0

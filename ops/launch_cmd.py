@@ -21,6 +21,7 @@ from typing import Any, Callable
 from infra import names
 from infra.config import ConfigError, KitConfig, load_config
 from manifests import RenderError
+from manifests.render import SHARED_FS_FILES
 from ops.gate_cmd import (
     add_common,
     add_render_source,
@@ -131,6 +132,8 @@ def _launch(args: argparse.Namespace) -> int:
                 return 1
             k.delete([out / "rl-job"])
         k.apply([out / "00-namespace.yaml", out / "01-serviceaccount.yaml"])
+        if ctx.shared_fs is not None:  # the claim every pod of the job mounts, and its volume
+            k.apply([out / name for name in SHARED_FS_FILES])
         k.apply([out / "rl-job"])
     except KubectlError as err:
         print(f"error: {err}", file=sys.stderr)

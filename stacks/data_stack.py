@@ -10,6 +10,7 @@ from constructs import Construct
 
 from infra.config import KitConfig
 from infra.constructs.data_bucket import DataBucket
+from infra.constructs.shared_filesystem import fsx_may_use_bucket_key
 from infra.constructs.trainer_identity import TrainerRole
 from infra.constructs.trainer_repository import TrainerRepository
 from infra.names import OutputKeys
@@ -30,6 +31,8 @@ class DataStack(Stack):
                           noncurrent_version_days=config.storage.noncurrent_version_days)
         self.bucket = data.bucket
         self.bucket_key = data.key
+        if self.bucket_key is not None and config.storage.shared_filesystem.type != "none":
+            fsx_may_use_bucket_key(self.bucket_key)  # datasets/ and models/ links
         self.repository = TrainerRepository(self, "TrainerImage", removal_policy=policy).repository
         self.trainer_role = TrainerRole(self, "Trainer", bucket=self.bucket,
                                         bucket_key=self.bucket_key).role

@@ -12,6 +12,8 @@ from stacks.cluster_stack import ClusterStack
 from stacks.data_stack import DataStack
 from stacks.gpu_stack import GpuStack
 from stacks.network_stack import NetworkStack
+from stacks.storage_access_stack import StorageAccessStack
+from stacks.storage_stack import StorageStack
 
 
 # CDK feature flags the kit relies on, set in code so `python app.py`, `cdk synth` and the tests
@@ -32,10 +34,13 @@ class KitStacks:
     network: NetworkStack | None
     data: DataStack
     cluster: ClusterStack
+    storage: StorageStack | None = None
+    storage_access: StorageAccessStack | None = None
     gpu: dict[str, GpuStack] = field(default_factory=dict)
 
     def all(self) -> list:
-        return [s for s in (self.network, self.data, self.cluster) if s] + list(self.gpu.values())
+        return [s for s in (self.network, self.data, self.cluster, self.storage,
+                            self.storage_access) if s] + list(self.gpu.values())
 
 
 def build_stacks(app: App, config: KitConfig) -> KitStacks:
@@ -60,6 +65,17 @@ def build_stacks(app: App, config: KitConfig) -> KitStacks:
                            trainer_role=data.trainer_role, env=env,
                            description="MoE RL kit: EKS cluster, add-ons, trainer identity")
     stacks = KitStacks(network=network, data=data, cluster=cluster)
+    if config.storage.shared_filesystem.type == "fsx-lustre":
+        # Needs only the network and the bucket: deploys in parallel with the cluster.
+        stacks.storage = StorageStack(
+            app, stack_names["storage"], config=config, vpc=network.vpc if network else None,
+            bucket=data.bucket, bucket_key=data.bucket_key, env=env,
+            description="MoE RL kit: shared FSx for Lustre file system linked to the data bucket")
+        stacks.storage_access = StorageAccessStack(
+            app, stack_names["storage_access"],
+            file_system_security_group=stacks.storage.security_group,
+            node_security_group_id=cluster.cluster.cluster_security_group_id, env=env,
+            description="MoE RL kit: Lustre ports between the file system and the EKS nodes")
     for group_name in config.gpu_node_groups:
         stacks.gpu[group_name] = GpuStack(
             app, names.gpu_stack_name(config.name, group_name), config=config,

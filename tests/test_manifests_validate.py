@@ -74,7 +74,24 @@ def test_every_rendered_object_is_valid(name, crd_dir):
     checked = {r.kind: r.checked_with for r in report.results}
     assert checked["RayJob"] == "CRD ray.io_rayjobs.yaml (v1)"
     assert checked["Job"] == f"kubernetes-validate {cfg.kubernetes_version} strict"
+    for kind in ("PersistentVolume", "PersistentVolumeClaim"):  # the shared file system
+        assert checked[kind] == f"kubernetes-validate {cfg.kubernetes_version} strict"
     assert not report.skipped
+
+
+def test_broken_shared_fs_mount_in_the_submitter_fails_the_crd(crd_dir):
+    """The submitter's pod template is checked against KubeRay's CRD, not just passed through."""
+    import copy
+
+    cfg, files = rendered("default")
+    rayjob = copy.deepcopy(next(f.obj for f in files if f.kind == "RayJob"))
+    volume = rayjob["spec"]["submitterPodTemplate"]["spec"]["volumes"][0]
+    del volume["persistentVolumeClaim"]["claimName"]  # required by the PodSpec schema
+    report = validate_objects([("rl-job/01-rayjob.yaml", rayjob)],
+                              kubernetes_version=cfg.kubernetes_version, crd_dir=crd_dir,
+                              strict=True)
+    assert not report.ok
+    assert "claimName" in report.format()
 
 
 def test_every_kit_kubernetes_version_has_exact_schemas():
@@ -233,6 +250,10 @@ def test_cli_render_writes_validates_and_prints_the_tree(tmp_path, crd_dir, caps
                             OutputKeys.TRAINER_NAMESPACE: names.TRAINER_NAMESPACE,
                             OutputKeys.TRAINER_SERVICE_ACCOUNT: names.TRAINER_SERVICE_ACCOUNT},
         names.gpu_stack_name(cfg.name, "p5"): {OutputKeys.NODEGROUP_NAME: "p5-team-p5"},
+        stacks["storage"]: {OutputKeys.SHARED_FS_ID: "fs-0123456789abcdef0",
+                            OutputKeys.SHARED_FS_DNS_NAME:
+                                "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
+                            OutputKeys.SHARED_FS_MOUNT_NAME: "abcdefgh"},
     }))
     out = tmp_path / "out"
     code = run("render", "--config", str(REPO_ROOT / "examples" / "p5-2node.yaml"),
@@ -240,7 +261,7 @@ def test_cli_render_writes_validates_and_prints_the_tree(tmp_path, crd_dir, caps
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "├── rl-job/" in printed and "01-rayjob.yaml" in printed
-    assert "9 object(s): 9 valid, 0 invalid, 0 NOT validated (no schema)" in printed
+    assert "11 object(s): 11 valid, 0 invalid, 0 NOT validated (no schema)" in printed
     assert f"kubectl apply -f {out}/rl-job" in printed
     assert (out / "rl-job" / "01-rayjob.yaml").is_file()
 

@@ -84,14 +84,16 @@ def test_force_launches_despite_a_failed_gate(tmp_path, kubectl, capsys):
 # --- applying ------------------------------------------------------------------------------------
 
 
-def test_launch_applies_namespace_then_rayjob(tmp_path, kubectl, capsys):
+def test_launch_applies_namespace_shared_fs_claim_then_rayjob(tmp_path, kubectl, capsys):
     write_state(tmp_path)
     assert run(tmp_path, "launch") == 0
     calls = kubectl.calls
     assert calls[0][:3] == ["get", "rayjob", "qwen3-30b-a3b-grpo"]
     assert calls[1] == ["apply", "-f", str(tmp_path / "out/00-namespace.yaml"), "-f",
                         str(tmp_path / "out/01-serviceaccount.yaml")]
-    assert calls[2] == ["apply", "-f", str(tmp_path / "out/rl-job")]
+    assert calls[2] == ["apply", "-f", str(tmp_path / "out/02-shared-fs-pv.yaml"), "-f",
+                        str(tmp_path / "out/03-shared-fs-pvc.yaml")]
+    assert calls[3] == ["apply", "-f", str(tmp_path / "out/rl-job")]
     assert "kind: RayJob" in (tmp_path / "out/rl-job/01-rayjob.yaml").read_text()
     assert "Launched RayJob qwen3-30b-a3b-grpo" in capsys.readouterr().out
 
@@ -128,7 +130,7 @@ def test_replace_deletes_the_old_rayjob_first(tmp_path, kubectl):
     kubectl.rule(["get", "rayjob"], stdout=rayjob())
     assert run(tmp_path, "launch", "--replace") == 0
     verbs = [c[0] for c in kubectl.calls]
-    assert verbs == ["get", "delete", "apply", "apply"]
+    assert verbs == ["get", "delete", "apply", "apply", "apply"]
 
 
 def test_launch_dry_run_prints_commands_only(tmp_path, kubectl, capsys):
