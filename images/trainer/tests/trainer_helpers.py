@@ -170,10 +170,15 @@ def make_standin_deepep_dispatcher(ctx, shape):
     return DeepEPDispatcher(ctx, shape, allow_cpu=True)
 
 
-def standin_deepep_worker(rank: int, world: int, port: int, outdir: str, argv: list[str]) -> None:
+def standin_deepep_worker(rank: int, world: int, port: int, outdir: str, argv: list[str],
+                          published_shape: list[int] | None = None) -> None:
     import sys
 
     sys.path.insert(0, str(STANDIN))
+    if published_shape is not None:  # a small stand-in for DeepEP's shape (2 CPU cores)
+        from rltrainer.bench import ep
+
+        ep.PUBLISHED_SHAPE = ep.EPShape(*published_shape)
     _ep_run(rank, world, port, outdir, argv, make_standin_deepep_dispatcher)
     import deep_ep
 

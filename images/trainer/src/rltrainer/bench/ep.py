@@ -45,7 +45,9 @@ Two timings, two purposes:
     with ``handle=``, no layout, no count exchange) and of combine; with DeepEP on GPUs,
     the CUDA time of the ``dispatch`` / ``combine`` kernel from the profiler, as
     DeepEP's ``bench_kineto`` reads it; elsewhere wall time around the call;
-  * reported for rank 0 (DeepEP's test prints each node's local rank 0).
+  * reported for rank 0 (DeepEP's test prints each node's local rank 0);
+  * with DeepEP, after the same chunk-size sweep DeepEP's test runs, for the best config
+    (the published figures are its "Best" lines); ``--no-tune`` skips the sweep.
 
   ``--acceptance`` adds a second measurement at DeepEP's published shape (hidden 7168,
   256 experts, top-8, 4096 tokens per rank) after the model-shape one.
@@ -275,13 +277,55 @@ class DeepEPDispatcher:
         self.experts_per_rank = shape.experts // ctx.world_size
         hidden_bytes = shape.hidden * 2  # bf16 rows
         nvl, rdma = 0, 0
-        for config in (deep_ep.Buffer.get_dispatch_config(ctx.world_size), deep_ep.Buffer.get_combine_config(ctx.world_size)):
+        for config in (deep_ep.Buffer.get_dispatch_config(ctx.world_size), deep_ep.Buffer.get_combine_config(ctx.world_size),
+                       self._tuning_config(deep_ep, 4, 4)):
             nvl = max(nvl, config.get_nvl_buffer_size_hint(hidden_bytes, ctx.world_size))
             rdma = max(rdma, config.get_rdma_buffer_size_hint(hidden_bytes, ctx.world_size))
         self.deep_ep = deep_ep
         self.buffer = deep_ep.Buffer(self.group, nvl, rdma)
         self.dispatch_config = deep_ep.Buffer.get_dispatch_config(ctx.world_size)
         self.combine_config = deep_ep.Buffer.get_combine_config(ctx.world_size)
+
+    # DeepEP's tests/test_internode.py tunes before it reports, and the published figures are its
+    # "Best" lines: 24 SMs, NVL buffer 512 chunks (720 at 24/48/96/144/160 ranks), RDMA buffer 128;
+    # dispatch NVL chunk 4..44 x RDMA chunk 4..32 (steps of 4); combine NVL chunk 1..7 x RDMA chunk
+    # 12 (2 nodes) or 8 .. 32 (steps of 4).
+    TUNE_SMS = 24
+    DISPATCH_NVL_CHUNKS = range(4, 45, 4)
+    DISPATCH_RDMA_CHUNKS = range(4, 33, 4)
+    COMBINE_NVL_CHUNKS = range(1, 8)
+
+    def _tuning_config(self, deep_ep, nvl_chunk: int, rdma_chunk: int):
+        nvl_buffer = 720 if self.ctx.world_size in (24, 48, 96, 144, 160) else 512
+        return deep_ep.Config(self.TUNE_SMS, nvl_chunk, nvl_buffer, rdma_chunk, 128)
+
+    def tune(self, x, out: DispatchOutput, expert_out, seconds, ranks_per_node: int) -> None:
+        """Pick dispatch and combine configs as DeepEP's test does; ``seconds(fn, direction)``
+        times one candidate on every rank. Rank 0's choice is used everywhere (DeepEP's test
+        shares rank 0's too), so every rank runs the same kernels afterwards."""
+        torch, dist = import_torch()
+        combine_rdma = range(12 if self.ctx.world_size // ranks_per_node == 2 else 8, 33, 4)
+        best = []
+        for direction, nvl_chunks, rdma_chunks in (("dispatch", self.DISPATCH_NVL_CHUNKS, self.DISPATCH_RDMA_CHUNKS),
+                                                   ("combine", self.COMBINE_NVL_CHUNKS, combine_rdma)):
+            best_time, best_pair = float("inf"), None
+            for nvl_chunk in nvl_chunks:
+                for rdma_chunk in rdma_chunks:
+                    config = self._tuning_config(self.deep_ep, nvl_chunk, rdma_chunk)
+                    if direction == "dispatch":
+                        fn = lambda c=config: self.buffer.dispatch(x, handle=out.handle, config=c)  # noqa: E731
+                    else:
+                        fn = lambda c=config: self.buffer.combine(expert_out, out.handle, config=c)  # noqa: E731
+                    t = seconds(fn, direction)
+                    if t < best_time:
+                        best_time, best_pair = t, (nvl_chunk, rdma_chunk)
+            best += list(best_pair)
+        choice = torch.tensor(best, dtype=torch.int64, device=self.ctx.device)
+        dist.broadcast(choice, src=0, group=self.group)
+        d_nvl, d_rdma, c_nvl, c_rdma = choice.tolist()
+        self.dispatch_config = self._tuning_config(self.deep_ep, d_nvl, d_rdma)
+        self.combine_config = self._tuning_config(self.deep_ep, c_nvl, c_rdma)
+        self.tuned = {"dispatch": (d_nvl, d_rdma), "combine": (c_nvl, c_rdma)}
 
     def dispatch(self, x, topk_idx, topk_w) -> DispatchOutput:
         per_rank, per_rdma_rank, per_expert, in_rank, _ = self.buffer.get_dispatch_layout(topk_idx, self.shape.experts)
@@ -461,6 +505,7 @@ def run_benchmark(
     warmup: int,
     seed: int = 0,
     ranks_per_node: int | None = None,
+    tune: bool = False,
 ) -> EPResult:
     """Check ``dispatcher`` for correctness, then time it both ways (see the module docstring)."""
     torch, _ = import_torch()
@@ -512,15 +557,17 @@ def run_benchmark(
     move = lambda: dispatcher.dispatch_cached(x, out)  # noqa: E731
     back = lambda: dispatcher.combine(expert_out, out.handle, idx, w)  # noqa: E731
     kernels = getattr(dispatcher, "kernel_names", None)
-    if ctx.is_cuda and kernels:
-        result.timing = "kernel"
+    use_kernels = bool(ctx.is_cuda and kernels)
+
+    def seconds(fn, direction: str) -> float:
         ctx.barrier()
-        result.dispatch_s = kernel_seconds(move, kernels["dispatch"], iters)
-        ctx.barrier()
-        result.combine_s = kernel_seconds(back, kernels["combine"], iters)
-    else:
-        result.dispatch_s = wall_seconds(ctx, move, iters)
-        result.combine_s = wall_seconds(ctx, back, iters)
+        return kernel_seconds(fn, kernels[direction], iters) if use_kernels else wall_seconds(ctx, fn, iters)
+
+    if tune and hasattr(dispatcher, "tune"):
+        dispatcher.tune(x, out, expert_out, seconds, rpn)
+    result.timing = "kernel" if use_kernels else "wall"
+    result.dispatch_s = seconds(move, "dispatch")
+    result.combine_s = seconds(back, "combine")
     return result
 
 
@@ -593,7 +640,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
     for purpose, shape in shapes:
         disp = dispatcher if (dispatcher is not None and purpose == "model") else factory(ctx, shape)
         result = run_benchmark(ctx, shape, dispatcher=disp, dtype=dtype, iters=args.iters, warmup=args.warmup,
-                               seed=args.seed, ranks_per_node=rpn)
+                               seed=args.seed, ranks_per_node=rpn, tune=purpose == "acceptance" and not args.no_tune)
         if not result.correct and result.message and "another rank" not in result.message:
             print(f"rltrainer bench ep: {result.message}", file=err, flush=True)
         if ctx.rank == 0:
@@ -629,6 +676,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="nccl = torch all_to_all_single (gloo with --device cpu); deepep = deep_ep.Buffer (GPU)")
     p.add_argument("--acceptance", action="store_true",
                    help="also measure DeepEP's published shape (hidden 7168, 256 experts, top-8, 4096 tokens/rank)")
+    p.add_argument("--no-tune", action="store_true",
+                   help="with --acceptance and DeepEP: skip DeepEP's chunk-size sweep (the published figures are "
+                   "its best lines) and use the recommended configs")
     p.add_argument("--ranks-per-node", type=int, default=None,
                    help="ranks on one node, for the RDMA/NVLink split (default: torchrun's LOCAL_WORLD_SIZE)")
     p.add_argument("--iters", type=int, default=20, help="timed iterations (default 20)")

@@ -103,7 +103,7 @@ class Buffer:
                  allocate_on_comm_stream: bool = False) -> \
             Tuple[Union[Tuple[torch.Tensor, torch.Tensor], torch.Tensor], Optional[torch.Tensor],
                   Optional[torch.Tensor], List[int], Tuple, EventOverlap]:
-        CALLS.append(("dispatch", {"cached": handle is not None, "config": config is not None}))
+        CALLS.append(("dispatch", {"cached": handle is not None, "config": config.args if config else None}))
         if handle is not None:  # cached mode, as DeepEP: no top-k, reuse the layout
             assert topk_idx is None and topk_weights is None
             order, send_splits, recv_splits, _ = handle
@@ -140,7 +140,7 @@ class Buffer:
                 previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
                 allocate_on_comm_stream: bool = False) -> \
             Tuple[torch.Tensor, Optional[torch.Tensor], EventOverlap]:
-        CALLS.append(("combine", {"config": config is not None}))
+        CALLS.append(("combine", {"config": config.args if config else None}))
         order, send_splits, recv_splits, num_tokens = handle
         back = self._exchange(x, recv_splits, send_splits)
         out = torch.zeros(num_tokens, x.shape[1], dtype=x.dtype)
