@@ -16,7 +16,7 @@ from pathlib import Path
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-from infra.config import ConfigError, load_config, shorten  # noqa: E402
+from infra.config import ConfigError, config_warnings, load_config, shorten  # noqa: E402
 from stacks.kit import build_stacks, make_app  # noqa: E402
 
 
@@ -38,6 +38,8 @@ def synthesize(app, config_path: str | None, *, outdir: Path, outdir_existed: bo
     message, no traceback, and no cdk.out residue (unless the directory existed before)."""
     try:
         config = load_config(config_path)
+        for warning in config_warnings(config):  # loud, on stderr: synth output stays clean
+            print(f"WARNING: {warning}", file=sys.stderr)
         build_stacks(app, config)
         app.synth()
     except Exception as err:  # noqa: BLE001 - the user gets one message, never a traceback

@@ -42,7 +42,7 @@ TRAINER_RUNTIME_ENV = {
     "PYTHONUNBUFFERED": "1",
 }
 
-HUGEPAGES_2MI = "5120Mi"  # every EFA trainer/benchmark manifest on EKS asks for this [design.md]
+HUGEPAGES_2MI = f"{names.HUGEPAGES_2MI_MIB}Mi"  # the GPU launch template reserves the same
 # Share of a GPU node's vCPUs and memory the one pod requests; the rest is left to the kubelet,
 # system reserve and DaemonSets (device plugins, CNI, Pod Identity agent). Kubernetes requires a
 # cpu or memory request next to hugepages, and honest requests keep other pods off the node.

@@ -15,6 +15,7 @@ import sys
 # Subcommand modules, in quickstart order.
 COMMAND_MODULES = [
     "ops.plan_cmd",
+    "ops.check_cmd",
     "ops.render_cmd",
     "ops.validate_cmd",
     "ops.preflight_cmd",

@@ -373,3 +373,43 @@ def test_s3_inputs_outside_the_trainer_roles_scope_are_refused():
         "read only the data bucket's datasets/ and checkpoints/ prefixes; this URI is outside "
         "them, so the job would fail after the GPUs start. Fix: copy the data into the data "
         "bucket under datasets/ and give its key, e.g. datasets/data.jsonl."]
+
+
+def test_no_admin_roles_is_a_loud_warning_and_roles_silence_it():
+    from infra.config import config_warnings
+    (warning,) = config_warnings(parse_config({}))
+    assert warning.startswith("admin_role_arns is empty: NO IAM principal will have Kubernetes "
+                              "access to this cluster")
+    assert "Fix: list the IAM role ARN" in warning
+    assert config_warnings(parse_config(
+        {"admin_role_arns": ["arn:aws:iam::123456789012:role/Admin"]})) == []
+
+
+def test_existing_placement_group_excludes_a_new_one():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"gpu_node_groups": {"p5": {
+            "instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
+            "placement_group": True, "placement_group_name": "my pg"}}})
+    assert [str(p) for p in err.value.problems] == [
+        "gpu_node_groups.p5.placement_group = True: placement_group: true creates a new group, "
+        "placement_group_name selects an existing one; a node group launches into one. Fix: "
+        "remove placement_group (or placement_group_name).",
+        "gpu_node_groups.p5.placement_group_name = 'my pg': not a placement group name (1-255 "
+        "ASCII characters, no spaces). Fix: use the name shown by `aws ec2 "
+        "describe-placement-groups`."]
+
+
+def test_reserved_capacity_gets_no_new_placement_group_by_default():
+    cfg = parse_config({"gpu_node_groups": {"p5": {
+        "instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
+        "capacity": {"type": "odcr", "reservation_id": "cr-0123456789abcdef0"}}}})
+    assert cfg.gpu_node_groups["p5"].uses_placement_group is False
+    assert parse_config({}).gpu_node_groups["p5"].uses_placement_group is True
+
+
+def test_system_root_volume_must_hold_the_trainer_image():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"system_nodes": {"root_volume_gib": 20}})
+    assert str(err.value.problems[0]).startswith(
+        "system_nodes.root_volume_gib = 20: must be 100 to 16384 GiB: the Ray head and KubeRay's "
+        "submitter pull the trainer image")

@@ -1,0 +1,110 @@
+"""`rlkit check`: is this config ready for `cdk deploy`? One verdict, offline.
+
+1. Validates the config (every problem at once) and prints its warnings.
+2. Synthesizes every stack into a temporary directory (no AWS calls, no credentials).
+3. Renders the Helm charts the cluster stack installs with the exact values in the synthesized
+   template, through the real Helm in the kubectl layer package, and checks where every pod would
+   land (device plugins on every GPU group, the Ray head and submitter on system nodes with room
+   for the trainer image, workers and fabric jobs on their group with GPUs, EFA devices and huge
+   pages allocatable).
+
+Charts come from --chart-dir (default: ../shared/charts beside the repository when present), else
+they are pulled once from their repositories into the cache (~/.cache/rlkit). Exit code 0 when the
+check passes, 1 when a pod would not land where it should, 2 for a bad config or a missing input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from infra.config import ConfigError, config_warnings, load_config
+from ops import helm
+from ops.contract import check_cluster_contract
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlkit"
+
+
+def _synth(config, outdir: Path) -> None:
+    os.environ.setdefault("CDK_VALIDATION", "false")  # cfn-lint/checkov run in the tests instead
+    from stacks.kit import build_stacks, make_app
+
+    app = make_app(outdir=str(outdir))
+    build_stacks(app, config)
+    app.synth()
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    source = str(args.config) if args.config else "the built-in default config"
+    warnings = config_warnings(config)
+    chart_dir = args.chart_dir if args.chart_dir else (SHARED_CHARTS if SHARED_CHARTS.is_dir()
+                                                       else None)
+    if args.chart_dir is not None and not args.chart_dir.is_dir():
+        print(f"error: --chart-dir {args.chart_dir} is not a directory", file=sys.stderr)
+        return 2
+    if args.output == "text":
+        print(f"check: environment {config.name!r} from {source}")
+        print("  config: valid")
+        for w in warnings:
+            print(f"  WARNING: {w}")
+    with tempfile.TemporaryDirectory(prefix="rlkit-check-") as tmp:
+        _synth(config, Path(tmp))
+        try:
+            report = check_cluster_contract(config, Path(tmp), chart_dir=chart_dir,
+                                            cache_dir=args.cache_dir, allow_pull=not args.offline)
+        except helm.HelmError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    if args.output == "json":
+        print(json.dumps({
+            "environment": config.name, "config": source, "ok": report.ok,
+            "warnings": warnings,
+            "charts": [f"{r.chart} {r.version}" for r in report.releases],
+            "findings": [{"pod": f.pod, "node_group": f.node_group, "problem": f.problem}
+                         for f in report.findings],
+            "notes": report.notes}, indent=2))
+        return 0 if report.ok else 1
+    print("  synth: every stack synthesized offline")
+    print("  charts: " + ", ".join(f"{r.chart} {r.version}" for r in report.releases))
+    for note in report.notes:
+        print(f"  note: {note}")
+    if report.ok:
+        print("  scheduling: every pod lands exactly where it should")
+        print("OK: ready for `cdk deploy`" + (" (read the warnings)" if warnings else ""))
+        return 0
+    for finding in report.findings:
+        print(f"  FAIL: {finding}")
+    print(f"FAILED: {len(report.findings)} scheduling problem(s); fix them before `cdk deploy`")
+    return 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "check", help="offline: validate a config, synthesize it, render the charts and check "
+        "where every pod would land", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, default=None,
+                   help="kit config YAML (default: the built-in default config)")
+    p.add_argument("--chart-dir", type=Path, default=None,
+                   help="directory of packaged charts (<chart>-<version>.tgz); default: "
+                   "../shared/charts beside the repository when present")
+    p.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
+                   help="where the Helm binary is unpacked and pulled charts are kept")
+    p.add_argument("--offline", action="store_true",
+                   help="never pull a chart; a chart missing from --chart-dir is an error")
+    p.add_argument("--output", choices=("text", "json"), default="text")
+    p.set_defaults(func=_run)

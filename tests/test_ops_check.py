@@ -1,0 +1,60 @@
+"""`rlkit check`: validation, offline synth and the chart scheduling check in one verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import REPO_ROOT
+from ops import cli, contract
+from ops.scheduling import Finding
+
+SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
+
+
+@pytest.fixture
+def chart_dir():
+    if not SHARED_CHARTS.is_dir():
+        message = f"{SHARED_CHARTS} is missing: rlkit check needs the packaged charts offline"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return SHARED_CHARTS
+
+
+def test_check_passes_the_p6_example_and_prints_json(chart_dir, tmp_path, capsys):
+    code = cli.main(["check", "--config", str(REPO_ROOT / "examples/p6-b200-odcr.yaml"),
+                     "--chart-dir", str(chart_dir), "--cache-dir", str(tmp_path), "--offline",
+                     "--output", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ok"] is True and out["findings"] == []
+    assert "aws-efa-k8s-device-plugin v0.5.30" in out["charts"]
+    assert out["warnings"][0].startswith("admin_role_arns is empty")
+
+
+def test_check_names_each_problem_and_exits_1(chart_dir, tmp_path, capsys, monkeypatch):
+    real = contract.check_cluster_contract
+
+    def broken(*args, **kwargs):
+        report = real(*args, **kwargs)
+        report.findings.append(Finding("DaemonSet kube-system/x", "p5", "taint t=v:NoSchedule is "
+                                       "not tolerated"))
+        return report
+
+    monkeypatch.setattr("ops.check_cmd.check_cluster_contract", broken)
+    code = cli.main(["check", "--chart-dir", str(chart_dir), "--cache-dir", str(tmp_path),
+                     "--offline"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "  FAIL: DaemonSet kube-system/x on node group 'p5': taint t=v:NoSchedule is not " \
+        "tolerated" in out
+    assert out.strip().endswith("FAILED: 1 scheduling problem(s); fix them before `cdk deploy`")
+
+
+def test_check_refuses_a_bad_config_with_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: Bad_Name\n")
+    assert cli.main(["check", "--config", str(bad), "--cache-dir", str(tmp_path)]) == 2
+    assert "name = 'Bad_Name'" in capsys.readouterr().err
