@@ -614,7 +614,7 @@ def _validate_shared_filesystem(cfg: KitConfig, add) -> None:
             add(Problem("training.hf_checkpoint", t.hf_checkpoint,
                         f"{names.SHARED_FS_MOUNT_PATH} is the shared file system's mount, and "
                         "storage.shared_filesystem.type is none",
-                        "use an s3:// URI or a path in the image, or set "
+                        "use a path in the image or an s3:// URI in the data bucket, or set "
                         "storage.shared_filesystem.type: fsx-lustre"))
         return
     if fs.throughput_mb_s_per_tib not in SHARED_FS_THROUGHPUTS:
@@ -628,8 +628,7 @@ def _validate_shared_filesystem(cfg: KitConfig, add) -> None:
         add(Problem(f"{path}.capacity_gib", cap,
                     f"FSx for Lustre PERSISTENT_2 capacity is {SHARED_FS_MIN_CAPACITY_GIB} GiB or "
                     f"a multiple of {SHARED_FS_CAPACITY_STEP_GIB} GiB",
-                    f"use {SHARED_FS_MIN_CAPACITY_GIB} or "
-                    f"{_round_up_capacity(max(cap, 1))}"))
+                    f"use {_round_up_capacity(max(cap, 1))}, the next valid size"))
         return
     need = shared_fs_required_gib(t.model)
     if need is not None and cap < need:
