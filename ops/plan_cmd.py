@@ -356,6 +356,7 @@ def _print_rl_table(result: RLPlan) -> None:
            else ""))
     if b.dollars_per_step is not None:
         console.print(f"  ${b.dollars_per_step:,.2f} per step, ${b.dollars_per_million_tokens:,.2f} "
-                      f"per million trained tokens, {b.samples_per_s:.2f} samples/s")
+                      f"per million trained tokens, {b.samples_per_s:.2f} samples/s "
+                      f"({b.training.cost.source})")
     for w in result.warnings:
         console.print(f"[yellow]warning[/yellow]: {w}")

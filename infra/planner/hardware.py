@@ -216,8 +216,11 @@ ON_DEMAND_USD_PER_HOUR: dict[str, float | None] = {
     "p6-b200.48xlarge": 113.9328,
     "p6-b300.48xlarge": None,
 }
+# Not re-read from the AWS price list (no AWS access from the build environment, and no copy of
+# the price list for these types in the sources we could search on 2026-11-30): flagged verify.
 _PRICE_SOURCE = (f"Amazon EC2 On-Demand pricing, us-east-1, Linux, after the 2025-06-05 GPU price "
-                 f"reduction (as of {PRICE_DATE})")
+                 f"reduction (as of {PRICE_DATE}; unverified: check with aws pricing "
+                 f"get-products or pass --price-per-hour)")
 
 
 def _ec2_system(name: str) -> System:
