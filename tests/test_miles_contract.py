@@ -32,7 +32,7 @@ from rltrainer.config import parse_run_config
 from rltrainer.miles import (
     MILES_MODEL_SCRIPTS,
     MILES_VERSION,
-    miles_train_args,
+    build_train_command,
     model_script_name,
     resolve_model_args,
 )
@@ -94,8 +94,10 @@ def example_case(example: str) -> dict:
     ctx = build_context(kit, placeholder_outputs(kit))
     cfg = parse_run_config(ctx.run_config, f"{example} run config")
     model_args, _source = resolve_model_args(cfg, str(MILES_DIR), sys.executable)
-    args = miles_train_args(cfg, hf_checkpoint="/fsx/models/hf", prompt_data="/fsx/datasets/p.jsonl",
-                            model_args=model_args)
+    # Everything after train.py in the command the launcher really runs.
+    cmd = build_train_command(cfg, hf_checkpoint="/fsx/models/hf", prompt_data="/fsx/datasets/p.jsonl",
+                              miles_dir=str(MILES_DIR), python=sys.executable, model_args=model_args)
+    args = cmd.argv[cmd.argv.index(f"{MILES_DIR}/train.py") + 1:]
     script = None if cfg.model.megatron_args else model_script_name(cfg.model.name, str(MILES_DIR))
     return {"name": example, "train_args": args, "model_script": script, "owned_dests": BACKEND_OWNED_DESTS}
 
