@@ -22,8 +22,8 @@ Three kinds of numbers live here, kept apart on purpose:
    calibrated on Megatron-Bridge's published DGX-B200/DGX-B300 MXFP8 runs, and Hopper's others.
 
 3. Fabric and price per system (``SYSTEMS``): EC2 instance types come from ``infra.catalog``
-   (GPU model, count, memory, EFA bandwidth) plus measured all-to-all rates; two reference
-   InfiniBand systems exist only to validate the model against published runs and cannot be
+   (GPU model, count, memory, EFA bandwidth) plus measured all-to-all rates; four reference
+   InfiniBand systems (DGX H100, DeepSeek's H800 cluster, DGX B200, DGX B300) exist only to validate the model against published runs and cannot be
    planned for.
 """
 
