@@ -246,7 +246,9 @@ _IB = Fabric("infiniband", 50.0, 45.0, 0.08, 0.013,
 # - dgx-b200-ib / dgx-b300-ib: the DGX-B200 and DGX-B300 of the Megatron-Bridge performance
 #   summary. DGX B200: 8x B200 (180 GB), 8x 400 Gb/s ConnectX-7 (50 GB/s per GPU), the same
 #   compute network as DGX H100, so the same IB rates. DGX B300: 8x B300 (288 GB) with 800 Gb/s
-#   ConnectX-8 per GPU (100 GB/s): rates scaled by line rate (assumption, as for EFA types).
+#   ConnectX-8 per GPU (100 GB/s; eight 800G ports per the NVIDIA DGX B300 User Guide, as shown at
+#   vengineer.hatenablog.com/entry/2025/12/06/080000, read 2026-11-30): rates scaled by line rate
+#   (assumption, as for EFA types).
 _IB_800 = Fabric("infiniband", 100.0, 90.0, 0.08, 0.013,
                  "DeepEP README IB rates scaled to 800 Gb/s ConnectX-8 per GPU (assumption)")
 REFERENCE_SYSTEMS: dict[str, System] = {
