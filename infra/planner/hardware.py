@@ -23,8 +23,8 @@ Three kinds of numbers live here, kept apart on purpose:
 
 3. Fabric and price per system (``SYSTEMS``): EC2 instance types come from ``infra.catalog``
    (GPU model, count, memory, EFA bandwidth) plus measured all-to-all rates; four reference
-   InfiniBand systems (DGX H100, DeepSeek's H800 cluster, DGX B200, DGX B300) exist only to validate the model against published runs and cannot be
-   planned for.
+   InfiniBand systems (DGX H100, DeepSeek's H800 cluster, DGX B200, DGX B300) exist only to
+   validate the model against published runs and cannot be planned for.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class Efficiency:
 #   Mixtral by ~4% and the DeepSeek-V3 runs by 3-5%.
 # Blackwell GEMM fractions. gemm_mxfp8 0.29 (1,305 of 4,500 TFLOPS) is the one fitted number: the
 # round value that keeps the five in-sample Megatron-Bridge DGX-B200/B300 MXFP8 points within 30%
-# (median ~8%). Blackwell MoE training sits lower against its peak than Hopper does (DeepSeek-V3:
+# (median 12%; the four out-of-sample points: median 4%). Blackwell MoE training sits lower against its peak than Hopper does (DeepSeek-V3:
 # 699 of 4,500 model TFLOPS on B200 vs 338 of 1,979 on H100). No BF16 or FP8 (non-MX) Blackwell
 # MoE point for a catalog model exists on an 8-GPU DGX, so gemm_fp8 takes the MXFP8 value (same
 # tensor-core rate) and gemm_bf16 scales Hopper's 0.66 by the same Blackwell/Hopper ratio
@@ -117,7 +117,7 @@ _HOPPER = Efficiency(gemm_bf16=0.66, gemm_fp8=0.45, attention=0.45, hbm=0.70, nv
                      layer_overhead_us=1200.0)
 # Blackwell (B200, B300: one die family), calibrated on the in-sample Megatron-Bridge DGX-B200 /
 # DGX-B300 points of tests/test_planner_validation.py (docs/planner.md "Calibration"):
-# - gemm_bf16 / gemm_fp8 / gemm_mxfp8: BLACKWELL_GEMM_* below.
+# - gemm_bf16 / gemm_fp8 / gemm_mxfp8: BLACKWELL_GEMM_* above.
 # - attention, hbm, nvlink: Hopper's values (cuDNN flash attention and NCCL reach similar
 #   fractions; nothing published separates them on Blackwell).
 # - layer_overhead_us: launch and host-sync costs per layer do not shrink with a faster GPU;
