@@ -105,8 +105,9 @@ class Efficiency:
 #   Mixtral by ~4% and the DeepSeek-V3 runs by 3-5%.
 # Blackwell GEMM fractions. gemm_mxfp8 0.29 (1,305 of 4,500 TFLOPS) is the one fitted number: the
 # round value that keeps the five in-sample Megatron-Bridge DGX-B200/B300 MXFP8 points within 30%
-# (median 12%; the four out-of-sample points: median 4%). Blackwell MoE training sits lower against its peak than Hopper does (DeepSeek-V3:
-# 699 of 4,500 model TFLOPS on B200 vs 338 of 1,979 on H100). No BF16 or FP8 (non-MX) Blackwell
+# (median 12%; the four out-of-sample points: median 4%). Blackwell MoE training sits lower
+# against its peak than Hopper does (DeepSeek-V3: 699 of 4,500 model TFLOPS on B200 vs 338 of
+# 1,979 on H100). No BF16 or FP8 (non-MX) Blackwell
 # MoE point for a catalog model exists on an 8-GPU DGX, so gemm_fp8 takes the MXFP8 value (same
 # tensor-core rate) and gemm_bf16 scales Hopper's 0.66 by the same Blackwell/Hopper ratio
 # (0.29/0.45): 0.42. Both are assumptions, marked as such in docs/planner.md.

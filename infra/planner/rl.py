@@ -364,8 +364,9 @@ def _search_training(model, system, rl, precision, where, colocate, pins, ep_bac
 
 
 def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: int | None = None,
-            max_nodes: int | None = None, precision: str = "bf16", placements: tuple[Placement, ...] = (
-                "colocated", "disaggregated"), objective: str = "cost", top: int = 5,
+            max_nodes: int | None = None, precision: str = "bf16",
+            placements: tuple[Placement, ...] = ("colocated", "disaggregated"),
+            objective: str = "cost", top: int = 5,
             pins: Pins | None = None, engine: tuple[int, int] | None = None,
             ep_backend: str | None = None, price_per_hour: float | None = None) -> RLPlan:
     """Rank colocated and disaggregated GRPO layouts by cost per step (or step time).
