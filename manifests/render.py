@@ -20,9 +20,12 @@ Output tree (``kubectl apply -f <dir>`` applies one directory's files in name or
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jinja2
 import yaml
@@ -155,8 +158,18 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
     return files
 
 
+def comment_line(text: str) -> str:
+    """One YAML comment line: line breaks and other non-printable characters escaped (\\n,
+    \\u2028...), so a user string (a path with a newline) can never end the comment and start a
+    key of the object."""
+    safe = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+    return safe if safe.startswith("#") else f"# {safe}"
+
+
 def render(ctx: RenderContext) -> list[RenderedFile]:
     """Render every planned file; each must parse as exactly one object of the planned kind."""
+    ctx = ctx.model_copy(update={"banner": [comment_line(line) for line in ctx.banner]})
     rendered = []
     for spec in plan_files(ctx):
         text = TEMPLATES.get_template(spec.template).render(ctx=ctx, **spec.values)
@@ -179,29 +192,66 @@ def _written_by_us(path: Path) -> bool:
         return False
 
 
-def write(files: list[RenderedFile], out_dir: str | Path) -> list[Path]:
-    """Write the tree; files a previous render wrote and this one does not are removed.
+def write(files: list[RenderedFile], out_dir: str | Path,
+          check: Callable[[Path], bool] | None = None) -> list[Path] | None:
+    """Write the tree, all or nothing: files a previous render wrote and this one does not are
+    removed; files without our marker line are left alone (and would be applied by
+    ``kubectl apply``).
 
-    Files without our marker line are left alone (and would be applied by ``kubectl apply``).
-    Returns the written paths.
+    The new tree is written to a temporary directory beside ``out_dir`` first; ``check`` (e.g.
+    offline validation) runs on it there, and only when it passes does the tree replace
+    ``out_dir``. Returns the written paths, or None (nothing changed) when the check fails.
     """
     out = Path(out_dir)
+    created = [p for p in reversed(out.parents) if not p.exists()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.render-"))
+    done = False
+    try:
+        for f in files:
+            path = staging / f.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f.text)
+        if check is not None and not check(staging):
+            return None
+        foreign = [p for p in out.rglob("*") if p.is_file() and not _written_by_us(p)] \
+            if out.exists() else []
+        if not out.exists():
+            os.rename(staging, out)
+        elif not foreign:
+            # Only our files: swap the directories (a rename each), then drop the old tree.
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+            os.rename(out, old / "tree")
+            os.rename(staging, out)
+            shutil.rmtree(old)
+        else:
+            # Foreign files live in the tree: keep them, replace ours file by file.
+            _merge(staging, out, files)
+        done = True
+        return [out / f.path for f in files]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not done:  # leave no empty parent directories behind either
+            for parent in reversed(created):
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
+
+
+def _merge(staging: Path, out: Path, files: list[RenderedFile]) -> None:
     keep = {out / f.path for f in files}
-    if out.exists():
-        for old in sorted(out.rglob("*")):
-            if old.is_file() and old.suffix in (".yaml", ".yml") and old not in keep \
-                    and _written_by_us(old):
-                old.unlink()
-    written = []
+    for old in sorted(out.rglob("*")):
+        if old.is_file() and old.suffix in (".yaml", ".yml") and old not in keep \
+                and _written_by_us(old):
+            old.unlink()
     for f in files:
         path = out / f.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f.text)
-        written.append(path)
+        os.replace(staging / f.path, path)
     for d in sorted((p for p in out.rglob("*") if p.is_dir()), reverse=True):
         if not any(d.iterdir()):
             d.rmdir()
-    return written
 
 
 def tree(out_dir: str | Path) -> str:
@@ -227,4 +277,5 @@ def describe(files: list[RenderedFile]) -> str:
     return "\n".join(f"{f.path}: {f.kind} {f.name}" for f in files)
 
 
-__all__ = ["FileSpec", "RenderedFile", "plan_files", "render", "write", "tree", "describe"]
+__all__ = ["FileSpec", "RenderedFile", "comment_line", "plan_files", "render", "write", "tree",
+           "describe"]

@@ -23,6 +23,8 @@ from manifests import (
     tree,
     write,
 )
+from manifests.render import comment_line
+from ops import aws
 from ops.validate_cmd import add_validation_options, run_validation
 
 
@@ -36,7 +38,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.outputs is not None:
             outputs = outputs_from_file(cfg, args.outputs)
         elif args.from_stacks:
-            outputs = outputs_from_stacks(cfg)
+            outputs = outputs_from_stacks(
+                cfg, client=aws.client(aws.session(cfg.region), "cloudformation"))
         else:
             outputs = placeholder_outputs(cfg)
         files = render(build_context(cfg, outputs))
@@ -45,19 +48,30 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
     out = args.out if args.out is not None else Path("out") / cfg.name
-    write(files, out)
-    print(f"Rendered {len(files)} object(s) for {cfg.name!r} (stack outputs: {outputs.origin}):")
+    codes: list[int] = []
+
+    def validate_staged(staged: Path) -> bool:
+        print(f"Validating before writing to {out}/:")
+        codes.append(run_validation(staged, args, cfg.kubernetes_version))
+        return codes[-1] == 0
+
+    try:
+        written = write(files, out, check=None if args.no_validate else validate_staged)
+    except OSError as err:
+        print(f"error: could not write {out}: {err.strerror}. Fix: pass --out with a writable "
+              "directory", file=sys.stderr)
+        return 2
+    if written is None:
+        print(f"Nothing written to {out}/: the rendered manifests failed validation (above).",
+              file=sys.stderr)
+        return codes[-1] if codes else 1
+    print(f"Rendered {len(files)} object(s) for {cfg.name!r} (stack outputs: "
+          f"{comment_line(outputs.origin).removeprefix('# ')}):")
     print(tree(out))
     if outputs.is_placeholder:
         print("WARNING: stack outputs are PLACEHOLDERS (placeholder-run-cdk-deploy). Deploy the "
               "stacks and render again with --outputs cdk-outputs.json or --from-stacks before "
               "applying.", file=sys.stderr)
-
-    if not args.no_validate:
-        print()
-        code = run_validation(out, args, cfg.kubernetes_version)
-        if code != 0:
-            return code
     print()
     if outputs.is_placeholder:
         print("Do not apply placeholder manifests. Once rendered with real outputs, apply with:")

@@ -12,7 +12,7 @@ import yaml
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES
-from infra.config import KitConfig, load_config, parse_config
+from infra.config import ConfigError, KitConfig, load_config, parse_config
 from infra.names import OutputKeys
 from manifests import (
     PLACEHOLDER,
@@ -336,7 +336,10 @@ def test_ep_benchmark_needs_experts_divisible_by_the_gpu_count():
     cfg = parse_config({
         "gpu_node_groups": {"p5": {"instance_type": "p5.48xlarge",
                                    "availability_zone": "us-east-1a", "max_size": 24}},
-        "training": {"nodes": 24, "parallel": {"tp": 8, "ep": 8}},
+        # A batch Megatron accepts on 24 data-parallel ranks (config validation runs the trainer's
+        # checks), so that only the benchmark's expert split is wrong.
+        "training": {"nodes": 24, "parallel": {"tp": 8, "ep": 8},
+                     "grpo": {"rollout_batch_size": 24, "global_batch_size": 192}},
     })
     with pytest.raises(RenderError) as err:
         build_context(cfg, placeholder_outputs(cfg))
@@ -529,13 +532,14 @@ def test_prompt_data_locations(shared_fs, prompt_data, expected):
 
 
 def test_prompt_data_key_outside_the_datasets_prefix_is_refused():
-    cfg = parse_config({"training": {"prompt_data": "prompts/dapo.jsonl"}})
-    with pytest.raises(RenderError) as err:
-        build_context(cfg, placeholder_outputs(cfg))
+    # Config validation refuses it now (before any render); the renderer keeps its own check.
+    with pytest.raises(ConfigError) as err:
+        parse_config({"training": {"prompt_data": "prompts/dapo.jsonl"}})
     assert str(err.value.problems[0]) == (
         "training.prompt_data = 'prompts/dapo.jsonl': a data-bucket key must live under datasets/ "
         "(the trainer's role may read only datasets/ and checkpoints/). Fix: upload the file to "
-        "s3://<bucket>/datasets/ and use datasets/dapo.jsonl.")
+        "s3://<bucket>/datasets/ and use datasets/dapo.jsonl, or give an absolute path inside the "
+        "image.")
 
 
 def _rltrainer():
