@@ -334,3 +334,42 @@ def test_acceptance_with_deepep_sweeps_chunk_sizes_like_deepeps_test(tmp_path: P
     # after the sweep both ranks time the same (rank 0's) choice
     last = [[tuple(kw["config"]) for name, kw in r["calls"] if name == "dispatch" and kw["cached"]][-1] for r in ranks]
     assert last[0] == last[1]
+
+
+def test_deepep_shapes_share_one_buffer_sized_for_the_widest(monkeypatch):
+    """NVSHMEM initialises once per process: the acceptance shape reuses the model shape's buffer."""
+    import sys
+
+    import torch
+
+    monkeypatch.syspath_prepend(str(STANDIN))
+    from rltrainer.bench.common import DistContext
+    from rltrainer.bench.ep import make_dispatcher
+
+    class Group:
+        def rank(self):
+            return 0
+
+        def size(self):
+            return 16
+
+    import deep_ep
+
+    ctx = DistContext(rank=0, world_size=16, local_rank=0, device=torch.device("cpu"), backend="gloo")
+    monkeypatch.setattr("torch.distributed.group", type("G", (), {"WORLD": Group()}))
+    monkeypatch.setattr(deep_ep.Buffer, "__init__", lambda self, group, nvl=0, rdma=0, *a, **k: setattr(
+        self, "sizes", (nvl, rdma)))
+    import rltrainer.bench.ep as ep
+
+    monkeypatch.setattr(ep.DeepEPDispatcher, "__init__", _cpu_ok(ep.DeepEPDispatcher.__init__))
+    first = make_dispatcher("deepep", ctx, EPShape(4096, 2048, 8, 128), max_hidden=7168)
+    second = make_dispatcher("deepep", ctx, PUBLISHED_SHAPE, previous=first, max_hidden=7168)
+    assert second.buffer is first.buffer
+    assert first.buffer.sizes == (7168 * 2 * 16, 7168 * 2 * 16)  # the stand-in's hint: hidden bytes x ranks
+    sys.modules.pop("deep_ep", None)
+
+
+def _cpu_ok(init):
+    def wrapped(self, ctx, shape, group=None, allow_cpu=False, **kw):
+        return init(self, ctx, shape, group, True, **kw)
+    return wrapped

@@ -258,7 +258,10 @@ class DeepEPDispatcher:
     # Kernel names DeepEP's test profiles (bench_kineto(..., ('dispatch', 'notify'))).
     kernel_names = {"dispatch": "dispatch", "combine": "combine"}
 
-    def __init__(self, ctx: DistContext, shape: EPShape, group: Any = None, allow_cpu: bool = False):
+    def __init__(self, ctx: DistContext, shape: EPShape, group: Any = None, allow_cpu: bool = False,
+                 buffer: Any = None, max_hidden: int | None = None):
+        """``buffer``: reuse another dispatcher's ``deep_ep.Buffer`` (NVSHMEM initialises once per
+        process); ``max_hidden``: size a new buffer for the widest shape it will carry."""
         try:
             import deep_ep
         except ImportError as exc:
@@ -275,16 +278,19 @@ class DeepEPDispatcher:
         self.shape = shape
         self.group = group or dist.group.WORLD
         self.experts_per_rank = shape.experts // ctx.world_size
-        hidden_bytes = shape.hidden * 2  # bf16 rows
+        self.deep_ep = deep_ep
+        self.dispatch_config = deep_ep.Buffer.get_dispatch_config(ctx.world_size)
+        self.combine_config = deep_ep.Buffer.get_combine_config(ctx.world_size)
+        if buffer is not None:
+            self.buffer = buffer
+            return
+        hidden_bytes = max(shape.hidden, max_hidden or 0) * 2  # bf16 rows
         nvl, rdma = 0, 0
         for config in (deep_ep.Buffer.get_dispatch_config(ctx.world_size), deep_ep.Buffer.get_combine_config(ctx.world_size),
                        self._tuning_config(deep_ep, 4, 4)):
             nvl = max(nvl, config.get_nvl_buffer_size_hint(hidden_bytes, ctx.world_size))
             rdma = max(rdma, config.get_rdma_buffer_size_hint(hidden_bytes, ctx.world_size))
-        self.deep_ep = deep_ep
         self.buffer = deep_ep.Buffer(self.group, nvl, rdma)
-        self.dispatch_config = deep_ep.Buffer.get_dispatch_config(ctx.world_size)
-        self.combine_config = deep_ep.Buffer.get_combine_config(ctx.world_size)
 
     # DeepEP's tests/test_internode.py tunes before it reports, and the published figures are its
     # "Best" lines: 24 SMs, NVL buffer 512 chunks (720 at 24/48/96/144/160 ranks), RDMA buffer 128;
@@ -605,11 +611,13 @@ def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int,
     return rows
 
 
-def make_dispatcher(backend: str, ctx: DistContext, shape: EPShape):
+def make_dispatcher(backend: str, ctx: DistContext, shape: EPShape, *, previous: Any = None,
+                    max_hidden: int | None = None):
+    """``previous``: the dispatcher of an earlier shape in this process (DeepEP reuses its buffer)."""
     if backend == "nccl":
         return AllToAllDispatcher(ctx, shape)
     if backend == "deepep":
-        return DeepEPDispatcher(ctx, shape)
+        return DeepEPDispatcher(ctx, shape, buffer=getattr(previous, "buffer", None), max_hidden=max_hidden)
     raise SystemExit(f"rltrainer bench ep: unknown --backend {backend!r}; use nccl or deepep")
 
 
@@ -635,10 +643,16 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
                 print(f"rltrainer bench ep: {p}", file=err)
         return 2
     dtype = torch_dtype(args.dtype or ("bfloat16" if ctx.is_cuda else "float32"))
-    factory = dispatcher_factory or (lambda c, s: make_dispatcher(args.backend, c, s))
+    max_hidden = max(shape.hidden for _, shape in shapes)
+    disp = None
     ok = True
     for purpose, shape in shapes:
-        disp = dispatcher if (dispatcher is not None and purpose == "model") else factory(ctx, shape)
+        if dispatcher is not None and purpose == "model":
+            disp = dispatcher
+        elif dispatcher_factory is not None:
+            disp = dispatcher_factory(ctx, shape)
+        else:
+            disp = make_dispatcher(args.backend, ctx, shape, previous=disp, max_hidden=max_hidden)
         result = run_benchmark(ctx, shape, dispatcher=disp, dtype=dtype, iters=args.iters, warmup=args.warmup,
                                seed=args.seed, ranks_per_node=rpn, tune=purpose == "acceptance" and not args.no_tune)
         if not result.correct and result.message and "another rank" not in result.message:
