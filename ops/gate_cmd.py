@@ -50,6 +50,7 @@ from ops.gate import (
     FAIL,
     JOB_KEYS,
     PASS,
+    RECORDED,
     WARN,
     Finding,
     GateReport,
@@ -62,7 +63,7 @@ from ops.gate import (
 from ops.kube import Kubectl, KubectlError, objects_in
 
 STATE_DIR = Path(".rlkit")
-_STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
+_STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", RECORDED: "cyan"}
 
 
 class GateInterrupted(Exception):

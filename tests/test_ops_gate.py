@@ -70,7 +70,7 @@ def test_no_published_ep_figure_is_a_warning_never_a_silent_pass():
     assert f.detail == ("no published threshold for nccl on 2 x p5.48xlarge at 4096 tokens/rank, hidden 7168, "
                         "top-8 of 256 experts: recorded only")
     step = by_check(judge("pass-p5-2node"))["EP nccl step time"]
-    assert step.measured == "1.60 ms" and "recorded only" in step.detail
+    assert step.status == "recorded" and step.measured == "1.60 ms" and "recorded only" in step.detail
 
 
 def test_instance_type_without_any_figure_is_recorded_only():
