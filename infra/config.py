@@ -628,7 +628,7 @@ def _validate_shared_filesystem(cfg: KitConfig, add) -> None:
         add(Problem(f"{path}.capacity_gib", cap,
                     f"FSx for Lustre PERSISTENT_2 capacity is {SHARED_FS_MIN_CAPACITY_GIB} GiB or "
                     f"a multiple of {SHARED_FS_CAPACITY_STEP_GIB} GiB",
-                    f"use {_round_up_capacity(max(cap, 1))}, the next valid size"))
+                    f"use {valid_shared_fs_capacity_gib(max(cap, 1))}, the next valid size"))
         return
     need = shared_fs_required_gib(t.model)
     if need is not None and cap < need:
@@ -636,7 +636,7 @@ def _validate_shared_filesystem(cfg: KitConfig, add) -> None:
                     f"too small for {t.model}: its reference weights plus two checkpoints "
                     f"(weights + optimizer state; the newest complete save stays while the next is "
                     f"written) take {need} GiB",
-                    f"set capacity_gib: {_round_up_capacity(need)}"))
+                    f"set capacity_gib: {valid_shared_fs_capacity_gib(need)}"))
 
 
 def has_shared_fs(cfg: KitConfig) -> bool:
@@ -656,7 +656,7 @@ def checkpoint_local_dir(cfg: KitConfig) -> str:
     return SINGLE_NODE_CHECKPOINT_DIR
 
 
-def _round_up_capacity(gib: int) -> int:
+def valid_shared_fs_capacity_gib(gib: int) -> int:
     """The smallest valid PERSISTENT_2 capacity that holds ``gib``."""
     if gib <= SHARED_FS_MIN_CAPACITY_GIB:
         return SHARED_FS_MIN_CAPACITY_GIB
@@ -669,14 +669,13 @@ def shared_fs_required_gib(model_key: str) -> int | None:
     catalog does not know (the renderer reports that)."""
     # Imported here: the planner imports this module (EP_BACKENDS), so a module-level import
     # would be circular.
-    from infra.planner.checkpoint import GIB, checkpoint_bytes, reference_weights_bytes
+    from infra.planner.checkpoint import GIB, shared_fs_bytes
     from infra.planner.models import MODEL_CATALOG
 
     model = MODEL_CATALOG.get(model_key)
     if model is None:
         return None
-    total = reference_weights_bytes(model) + 2 * checkpoint_bytes(model)
-    return -(-total // GIB)
+    return -(-shared_fs_bytes(model) // GIB)
 
 
 def _validate_vpc(cfg: KitConfig, add) -> None:

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from infra.config import ConfigError, load_config
+from infra.shared_fs_cost import PRICE_REGION, config_cost
 from ops import aws
 from ops.preflight import FAIL, PASS, WARN, Check, Clients, run_preflight, summary
 
@@ -53,15 +54,24 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     checks = run_preflight(cfg, clients, region)
     counts = summary(checks)
+    shared_fs = config_cost(cfg)
     if args.json:
         print(json.dumps({"config": cfg.name, "region": region, "ok": counts[FAIL] == 0,
-                          "summary": counts, "checks": [c.to_dict() for c in checks]}, indent=2))
+                          "summary": counts, "checks": [c.to_dict() for c in checks],
+                          "shared_filesystem": shared_fs.to_dict() if shared_fs else None},
+                         indent=2))
     else:
         console = Console(width=args.width) if args.width else Console()
         print_table(checks, f"preflight: {cfg.name} ({region})", console)
         verdict = ("FAILED: fix the failures above before `cdk deploy`" if counts[FAIL]
                    else "OK: nothing blocks `cdk deploy`" + (" (read the warnings)"
                                                              if counts[WARN] else ""))
+        if shared_fs is not None:
+            elsewhere = f" (priced for {PRICE_REGION}, deploying to {region})" \
+                if region != PRICE_REGION else ""
+            console.print(f"Shared file system: {shared_fs.describe()}{elsewhere}; it runs, and "
+                          "bills, until the storage stack is deleted.",
+                          markup=False, highlight=False, soft_wrap=True)
         console.print(f"{counts[PASS]} passed, {counts[WARN]} warning(s), {counts[FAIL]} failed. "
                       f"{verdict}", markup=False, highlight=False, soft_wrap=True)
     return 1 if counts[FAIL] else 0

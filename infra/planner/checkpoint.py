@@ -38,3 +38,15 @@ def checkpoint_bytes(model: MoEModel, *, optimizer_bf16_moments: bool = False) -
 def reference_weights_bytes(model: MoEModel) -> int:
     """Bytes of the BF16 Hugging Face weights the run starts from."""
     return model.total_params * BF16_BYTES
+
+
+# A save is written while the newest complete one is kept (restore needs a whole save).
+CHECKPOINTS_KEPT = 2
+
+
+def shared_fs_bytes(model: MoEModel, *, optimizer_bf16_moments: bool = False) -> int:
+    """Bytes the shared file system must hold for a run of ``model``: the reference weights plus
+    ``CHECKPOINTS_KEPT`` checkpoints."""
+    return (reference_weights_bytes(model)
+            + CHECKPOINTS_KEPT * checkpoint_bytes(model,
+                                                  optimizer_bf16_moments=optimizer_bf16_moments))

@@ -1,0 +1,93 @@
+"""What the shared file system costs per month, for `rlkit plan` and `rlkit preflight`.
+
+FSx for Lustre bills provisioned storage per GB-month; on PERSISTENT_2 SSD the price per GB-month
+depends on the throughput tier (MB/s per TiB), and throughput is bought with the capacity [Amazon
+FSx for Lustre pricing page, "File system storage"]. Backups and data transfer are extra and not
+counted here; the linked bucket's requests (lazy loads) are billed by S3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.config import (
+    KitConfig,
+    SharedFileSystemConfig,
+    has_shared_fs,
+    valid_shared_fs_capacity_gib,
+)
+from infra.planner.checkpoint import GIB, shared_fs_bytes
+from infra.planner.models import MoEModel
+
+# USD per GB-month of PERSISTENT_2 SSD storage, by throughput tier, US East (N. Virginia).
+# 0.145 (125 MB/s/TiB) matches a third-party estimate page (c3x.dev, aws_fsx_lustre_file_system:
+# "1.2 TB at 125 MB/s/TiB is ~$174/month"); the other tiers are from memory of the AWS pricing
+# page and were NOT verified against it on 2026-11-30. Other regions differ.
+PERSISTENT_2_USD_PER_GB_MONTH: dict[int, float] = {125: 0.145, 250: 0.210, 500: 0.340,
+                                                   1000: 0.600}
+PRICE_REGION = "us-east-1"
+PRICE_NOTE = (f"{PRICE_REGION} list price, storage only; the 125 MB/s/TiB tier corroborated, "
+              "the others from memory: check aws.amazon.com/fsx/lustre/pricing")
+
+
+@dataclass(frozen=True)
+class SharedFsCost:
+    capacity_gib: int
+    throughput_mb_s_per_tib: int
+    usd_per_gb_month: float
+
+    @property
+    def usd_per_month(self) -> float:
+        return self.capacity_gib * self.usd_per_gb_month
+
+    @property
+    def throughput_mb_s(self) -> float:
+        return self.capacity_gib / 1024 * self.throughput_mb_s_per_tib
+
+    def describe(self) -> str:
+        return (f"FSx for Lustre PERSISTENT_2, {self.capacity_gib} GiB at "
+                f"{self.throughput_mb_s_per_tib} MB/s/TiB ({self.throughput_mb_s:,.0f} MB/s): "
+                f"~${self.usd_per_month:,.0f}/month [{PRICE_NOTE}]")
+
+    def to_dict(self) -> dict:
+        return {"type": "fsx-lustre", "deployment_type": "PERSISTENT_2",
+                "capacity_gib": self.capacity_gib,
+                "throughput_mb_s_per_tib": self.throughput_mb_s_per_tib,
+                "usd_per_gb_month": self.usd_per_gb_month,
+                "usd_per_month": round(self.usd_per_month, 2),
+                "price_note": PRICE_NOTE}
+
+
+def cost_for(capacity_gib: int, throughput_mb_s_per_tib: int) -> SharedFsCost:
+    return SharedFsCost(capacity_gib, throughput_mb_s_per_tib,
+                        PERSISTENT_2_USD_PER_GB_MONTH[throughput_mb_s_per_tib])
+
+
+def config_cost(cfg: KitConfig) -> SharedFsCost | None:
+    """The configured file system's cost; None when the config has none."""
+    if not has_shared_fs(cfg):
+        return None
+    fs = cfg.storage.shared_filesystem
+    return cost_for(fs.capacity_gib, fs.throughput_mb_s_per_tib)
+
+
+DEFAULT_THROUGHPUT = SharedFileSystemConfig().throughput_mb_s_per_tib
+
+
+@dataclass(frozen=True)
+class PlannedSharedFs:
+    required_gib: int  # reference weights + two checkpoints of the model
+    cost: SharedFsCost  # the smallest valid file system holding that, at the default tier
+
+    def describe(self) -> str:
+        return (f"Shared file system: the reference weights plus two checkpoints take "
+                f"{self.required_gib:,} GiB -> {self.cost.describe()}")
+
+    def to_dict(self) -> dict:
+        return {"required_gib": self.required_gib, **self.cost.to_dict()}
+
+
+def plan_for_model(model: MoEModel, *, optimizer_bf16_moments: bool = False) -> PlannedSharedFs:
+    """The file system a run of ``model`` needs (what `rlkit plan` proposes) and its cost."""
+    need = -(-shared_fs_bytes(model, optimizer_bf16_moments=optimizer_bf16_moments) // GIB)
+    return PlannedSharedFs(need, cost_for(valid_shared_fs_capacity_gib(need), DEFAULT_THROUGHPUT))
