@@ -196,6 +196,8 @@ def miles_argument_parser(train_args: list[str]):
     Needs ``megatron`` and ``miles`` importable (the image: PYTHONPATH=/root/Megatron-LM).
     """
     import argparse
+    import contextlib
+    import io
     import sys
 
     from megatron.training.arguments import add_megatron_arguments
@@ -204,9 +206,12 @@ def miles_argument_parser(train_args: list[str]):
     saved = sys.argv
     sys.argv = ["train.py", *train_args]
     try:
-        parser = argparse.ArgumentParser(description="Megatron-LM Arguments", allow_abbrev=False)
-        add_megatron_arguments(parser)
-        get_miles_extra_args_provider()(parser)
+        # That hook's own parse prints a usage message for a bad argv and carries on;
+        # argument_errors reports the problem once, so keep the hook quiet.
+        with contextlib.redirect_stderr(io.StringIO()):
+            parser = argparse.ArgumentParser(description="Megatron-LM Arguments", allow_abbrev=False)
+            add_megatron_arguments(parser)
+            get_miles_extra_args_provider()(parser)
     finally:
         sys.argv = saved
     return parser
