@@ -225,7 +225,7 @@ def test_plot_renders_a_png_from_a_fixed_plan(tmp_path):
     from infra.planner.plot import PlotData, draw
 
     data = PlotData(title="fixed plan", nodes=(1, 2, 4), dollars_per_million_tokens=(3.0, 2.5, 2.8),
-                    chosen_nodes=2, chosen_label="colocated, 2 x engine(TP8 EP8)",
+                    chosen_nodes=2, chosen_label="colocated, 2x SGLang TP8 EP8",
                     breakdown=(("rollout", 90.0), ("weight sync", 10.0), ("training", 20.0)))
     path = draw(data, tmp_path / "plan.png")
     raw = path.read_bytes()
