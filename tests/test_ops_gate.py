@@ -352,16 +352,42 @@ class FakeKubectl:
         monkeypatch.setenv("FAKE_KUBECTL_LOG", str(self.log))
         monkeypatch.setenv("FAKE_KUBECTL_RULES", str(self.rules_path))
         self.rules: list[dict] = []
+        # The context `aws eks update-kubeconfig` writes for the outputs' cluster (gt-cluster).
+        self.rule(["config", "view"], stdout=kubeconfig("gt-cluster"))
 
     def rule(self, match, **answer):
         self.rules.append({"match": match, **answer})
         self.rules_path.write_text(json.dumps(self.rules))
 
     @property
-    def calls(self) -> list[list[str]]:
+    def all_calls(self) -> list[list[str]]:
         if not self.log.exists():
             return []
         return [json.loads(l) for l in self.log.read_text().splitlines()]
+
+    @property
+    def calls(self) -> list[list[str]]:
+        """Calls that reach the cluster: without the local context check (`config view`) and
+        with the pinned --context taken off."""
+        found = []
+        for argv in self.all_calls:
+            if argv[:2] == ["--context", "arn:aws:eks:us-east-1:123456789012:cluster/gt-cluster"]:
+                argv = argv[2:]
+            if argv[:1] != ["config"]:
+                found.append(argv)
+        return found
+
+
+def kubeconfig(cluster: str, region: str = "us-east-1") -> str:
+    """`kubectl config view --minify -o json` after `aws eks update-kubeconfig --name <cluster>`."""
+    arn = f"arn:aws:eks:{region}:123456789012:cluster/{cluster}"
+    return json.dumps({
+        "clusters": [{"name": arn, "cluster": {"server": "https://ABC.gr7.example.eks.amazonaws.com"}}],
+        "contexts": [{"name": arn, "context": {"cluster": arn, "user": arn}}],
+        "current-context": arn,
+        "users": [{"name": arn, "user": {"exec": {
+            "command": "aws", "args": ["--region", region, "eks", "get-token", "--cluster-name",
+                                       cluster, "--output", "json"]}}}]})
 
 
 @pytest.fixture
@@ -550,3 +576,14 @@ def test_docs_explain_every_threshold():
                  "Successfully initialized the transport: libfabric", "NCCL_GIN_TYPE set by environment to",
                  "NET/OFI gin GDAKI: createContext done ("):
         assert line in docs, line
+
+
+def test_logs_dir_reads_the_recorded_node_list(tmp_path, capsys):
+    cfg = tmp_path / "gt.yaml"
+    cfg.write_text(CONFIG.replace("p5.48xlarge", "p5en.48xlarge"))
+    args = parse(["gate", "--config", str(cfg), "--logs-dir", str(FIXTURES / "efa-allocatable-15-p5en-2node"),
+                  "--state-dir", str(tmp_path / ".rlkit"), "--width", "250"])
+    assert args.func(args) == 1
+    out = capsys.readouterr().out
+    assert "allocatable EFA on ip-10-0-1-11.ec2.internal" in out
+    assert (tmp_path / ".rlkit/gt/gate-logs/nodes.json").is_file()

@@ -373,3 +373,18 @@ def _cpu_ok(init):
     def wrapped(self, ctx, shape, group=None, allow_cpu=False, **kw):
         return init(self, ctx, shape, group, True, **kw)
     return wrapped
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", "failed"), (None, "skipped")])
+def test_missing_pinned_sources_fail_in_ci_and_skip_elsewhere(monkeypatch, tmp_path, ci, outcome):
+    import _pytest.outcomes as outcomes
+
+    monkeypatch.setattr(__import__(__name__), "PINNED", tmp_path / "deepep-567632d")
+    if ci:
+        monkeypatch.setenv("CI", ci)
+    else:
+        monkeypatch.delenv("CI", raising=False)
+    expected = outcomes.Failed if outcome == "failed" else outcomes.Skipped
+    with pytest.raises(expected) as exc:
+        _pinned_source("deep_ep/buffer.py")
+    assert "DeepEP's pinned sources are missing" in str(exc.value) and "shared/upstream/README.md" in str(exc.value)
