@@ -21,7 +21,10 @@ whole check runs anywhere. What it checks, and why:
                        (/sys/module/efa/version) is at least 3.3.0;
 - ``peer_mapping_override``: GIN type 5 only: the NVIDIA driver runs with
                        ``PeerMappingOverride=1`` in its RegistryDwords (/proc/driver/nvidia/params),
-                       which GPU-initiated EFA access to GPU memory needs;
+                       which GPU-initiated NIC access to GPU memory needs (DeepEP's NVSHMEM
+                       install guide, third-party/README.md, sets it through
+                       ``NVreg_RegistryDwords`` for its GPU-initiated IBGDA path; we found no
+                       EFA-GDA document that names it, so the check follows the issue's rule);
 - ``hugepages_2Mi``:   2 MiB huge pages on the node and in the pod's hugetlb cgroup
                        (libfabric's EFA provider uses them for bounce buffers);
 - ``memlock``:         unlimited locked memory, required to register GPU/host buffers;
