@@ -264,12 +264,15 @@ def install(upstream: Path) -> None:
 
 
 def _unenforced(parser) -> list[str]:
-    """Drop choice lists computed from stubs (they would refuse everything); name the flags."""
+    """Flags whose values cannot be checked here: choice lists computed from stubs (dropped,
+    they would refuse everything) and types that are stubs (they accept anything)."""
     names = []
     for action in parser._actions:
         choices = action.choices
         if choices is not None and (is_stub(choices) or not list(choices) or any(is_stub(c) for c in choices)):
             action.choices = None
+            names.append(action.option_strings[0])
+        elif is_stub(action.type):
             names.append(action.option_strings[0])
     return sorted(names)
 
