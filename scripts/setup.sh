@@ -14,4 +14,11 @@ req=requirements.txt
 [ "${1:-}" = "dev" ] && req=requirements-dev.txt
 echo "setup: installing $req"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"
+if [ "${1:-}" = "dev" ]; then
+  # checkov pins a boto3 the kit cannot use, so it gets a virtualenv of its own.
+  echo "setup: installing requirements-checkov.txt into .venv/checkov"
+  [ -x .venv/checkov/bin/python ] || "$PYTHON" -m venv .venv/checkov
+  .venv/checkov/bin/python -m pip install --quiet --disable-pip-version-check \
+    -r requirements-checkov.txt
+fi
 echo "setup: done"

@@ -10,23 +10,19 @@ from infra import names
 from infra.config import KitConfig
 from stacks.cluster_stack import ClusterStack
 from stacks.data_stack import DataStack
+from stacks.feature_flags import cdk_json_context
 from stacks.gpu_stack import GpuStack
 from stacks.network_stack import NetworkStack
 from stacks.storage_access_stack import StorageAccessStack
 from stacks.storage_stack import StorageStack
 
 
-# CDK feature flags the kit relies on, set in code so `python app.py`, `cdk synth` and the tests
-# build identical templates (cdk.json context is only read by the CDK CLI).
-FEATURE_FLAGS = {
-    # Grant S3 server-access-log delivery through the bucket policy instead of a legacy ACL.
-    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
-}
-
-
 def make_app(outdir: str | None = None) -> App:
-    """An App with the kit's feature flags."""
-    return App(outdir=outdir, context=dict(FEATURE_FLAGS))
+    """An App with cdk.json's context (the kit's feature flags), as the CDK CLI would pass it.
+
+    So `python app.py`, `cdk synth` and the tests build identical templates; see feature_flags.py.
+    """
+    return App(outdir=outdir, context=cdk_json_context())
 
 
 @dataclass
@@ -88,5 +84,8 @@ def build_stacks(app: App, config: KitConfig) -> KitStacks:
         tags[names.TTL_TAG] = str(config.cost_guard.ttl_hours)
     for stack in stacks.all():
         for key, value in tags.items():
-            Tags.of(stack).add(key, value)
+            Tags.of(stack).add(key, value)  # every resource in the stack
+            # The stack itself (rlkit teardown reads these): with @aws-cdk/core:explicitStackTags,
+            # Tags.of(stack) no longer does that.
+            stack.tags.set_tag(key, value)
     return stacks

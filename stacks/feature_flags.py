@@ -1,0 +1,53 @@
+"""The CDK feature flags the kit builds with: cdk.json is the one list, this module says why.
+
+``cdk.json``'s ``context`` holds every flag that the installed aws-cdk-lib recommends (the list it
+ships as ``recommended-feature-flags.json``), at the recommended value except where
+``NOT_RECOMMENDED`` below says otherwise and why (JSON has no comments). The CDK CLI hands that
+context to ``python3 app.py``; ``make_app`` reads the same file, so ``cdk synth``, ``python app.py``
+and the tests build identical templates. tests/test_feature_flags.py holds cdk.json to aws-cdk-lib's
+list and to this module.
+
+Effect of turning the recommended flags on, measured on every example with aws-cdk-lib 2.275.0
+(templates before and after; none replaces a resource that holds data):
+- ``@aws-cdk/aws-iam:minimizePolicies``: actions sorted inside the same IAM statements.
+- ``@aws-cdk/core:enablePartitionLiterals``: ``arn:aws:`` literals in KMS key policies (in-place).
+- ``@aws-cdk/aws-eks:nodegroupNameAttribute``: the GPU stacks' NodegroupName output is the node
+  group's name, no longer ``<cluster>/<nodegroup>`` (what the manifests and rlkit expect).
+- ``@aws-cdk/core:explicitStackTags``: ``Tags.of(stack)`` no longer tags the stack itself, so
+  ``build_stacks`` sets the stack tags explicitly (rlkit teardown reads them).
+- ``@aws-cdk/aws-lambda:useCdkManagedLogGroup``: the kubectl provider's two functions get
+  CloudFormation-managed log groups (tagged, 2-year retention, deleted with the stack) instead of
+  ones Lambda creates on first run and nobody deletes.
+- ``@aws-cdk/aws-ec2:restrictDefaultSecurityGroup``: kept off, see NOT_RECOMMENDED.
+The other recommended flags change nothing in today's templates.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
+
+# Flag -> (the value in cdk.json, why not the value aws-cdk-lib recommends).
+NOT_RECOMMENDED: dict[str, tuple[object, str]] = {
+    "@aws-cdk/core:defaultCrossStackReferences": (
+        "strong",
+        "Recommended is 'weak' (Fn::GetStackOutput). 'strong' keeps today's Fn::ImportValue "
+        "references and CloudFormation's guarantee that a stack other stacks read from cannot "
+        "be deleted first (network before cluster, cluster before GPU groups); environments "
+        "already deployed could move to 'weak' only through 'both' over two deploys. Set "
+        "explicitly, so synth does not warn that it defaulted."),
+    "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup": (
+        False,
+        "Recommended true adds a Lambda-backed custom resource (Custom::VpcRestrictDefaultSG) to "
+        "the network stack to strip the rules of the new VPC's default security group. The kit "
+        "accepts one Lambda-backed provider, the kubectl provider (tests/test_synth_offline.py), "
+        "and nothing it creates joins the default group (tests/test_feature_flags.py). Setting "
+        "it true replaces nothing, for teams that want AWS Security Hub control EC2.2 clean."),
+}
+
+
+def cdk_json_context() -> dict[str, object]:
+    """The ``context`` of the kit's cdk.json: the feature flags (and any context a user adds)."""
+    return dict(json.loads(CDK_JSON.read_text())["context"])
