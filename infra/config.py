@@ -60,14 +60,18 @@ class VpcConfig(_Model):
 
 
 class EndpointAccessConfig(_Model):
-    mode: Literal["public", "private", "public-and-private"] = Field(
-        "public-and-private",
-        description="EKS API endpoint access. public-and-private keeps node traffic in the VPC.",
+    mode: Literal["private", "public-and-private"] = Field(
+        "private",
+        description="EKS API endpoint access. private: reachable only from inside the VPC (VPN, "
+        "bastion, peered network). public-and-private: also from public_cidrs; node traffic "
+        "stays in the VPC either way. (A public-only endpoint cannot be restricted to CIDRs, so "
+        "the kit does not offer it.)",
     )
     public_cidrs: list[str] = Field(
-        default_factory=lambda: ["0.0.0.0/0"],
-        description="CIDRs allowed to reach the public endpoint. Narrow this to your office or CI "
-        "egress range.",
+        default_factory=list,
+        description="With public-and-private: the CIDRs allowed to reach the public endpoint, "
+        "e.g. your office or CI egress range. 0.0.0.0/0 opens it to the internet and must be "
+        "written out on purpose.",
     )
 
 
@@ -264,6 +268,20 @@ class StorageConfig(_Model):
     )
 
 
+# Retention periods CloudWatch Logs accepts (PutRetentionPolicy `retentionInDays`); the build's
+# log group takes one of these. tests/test_image_build.py checks them against aws_cdk's
+# aws_logs.RetentionDays.
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827,
+                      2192, 2557, 2922, 3288, 3653)
+
+
+class ImageBuildConfig(_Model):
+    log_retention_days: int = Field(
+        90, description="Days the trainer image build's CloudWatch logs are kept (a CloudWatch "
+        "Logs retention period: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, ...)."
+    )
+
+
 class CostGuardConfig(_Model):
     max_gpu_nodes: int | None = Field(
         None, description="Upper bound on the sum of max_size over all GPU node groups."
@@ -386,6 +404,10 @@ class KitConfig(_Model):
         description="EFA GPU node groups by name.",
     )
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    image_build: ImageBuildConfig = Field(
+        default_factory=ImageBuildConfig,
+        description="The trainer image build (CodeBuild project in the data stack).",
+    )
     addons: AddonsConfig = Field(default_factory=AddonsConfig)
     node_health: NodeHealthConfig = Field(default_factory=NodeHealthConfig)
     cost_guard: CostGuardConfig = Field(default_factory=CostGuardConfig)
@@ -523,14 +545,7 @@ def validate(cfg: KitConfig) -> list[Problem]:
 
     _validate_vpc(cfg, add)
 
-    ea = cfg.endpoint_access
-    if ea.mode == "private" and ea.public_cidrs != ["0.0.0.0/0"]:
-        add(Problem("endpoint_access.public_cidrs", ea.public_cidrs,
-                    "public CIDRs have no effect when the endpoint is private",
-                    "remove public_cidrs or set mode to public-and-private"))
-    for i, c in enumerate(ea.public_cidrs):
-        if (prob := _cidr_problem(f"endpoint_access.public_cidrs[{i}]", c)) is not None:
-            add(prob)
+    _validate_endpoint(cfg, add)
 
     for i, arn in enumerate(cfg.admin_role_arns):
         if not _ROLE_ARN_RE.fullmatch(arn):
@@ -580,6 +595,13 @@ def validate(cfg: KitConfig) -> list[Problem]:
     if cfg.storage.noncurrent_version_days < 1:
         add(Problem("storage.noncurrent_version_days", cfg.storage.noncurrent_version_days,
                     "must be at least 1", "set a number of days such as 30"))
+    if cfg.image_build.log_retention_days not in LOG_RETENTION_DAYS:
+        days = cfg.image_build.log_retention_days
+        above = [d for d in LOG_RETENTION_DAYS if d >= days] or [LOG_RETENTION_DAYS[-1]]
+        add(Problem("image_build.log_retention_days", days,
+                    "not a CloudWatch Logs retention period "
+                    f"({', '.join(str(d) for d in LOG_RETENTION_DAYS)})",
+                    f"use one of those, e.g. {above[0]}"))
 
     for name in AddonsConfig.model_fields:
         addon = getattr(cfg.addons, name)
@@ -676,6 +698,22 @@ def shared_fs_required_gib(model_key: str) -> int | None:
     if model is None:
         return None
     return -(-shared_fs_bytes(model) // GIB)
+
+
+def _validate_endpoint(cfg: KitConfig, add) -> None:
+    e = cfg.endpoint_access
+    if e.mode == "public-and-private" and not e.public_cidrs:
+        add(Problem("endpoint_access.public_cidrs", [], "a public endpoint needs the CIDRs allowed "
+                    "to reach it; the kit never opens it to everyone by default",
+                    "list your office or CI egress ranges, e.g. [203.0.113.0/24], or use "
+                    "mode: private"))
+    if e.mode == "private" and e.public_cidrs:
+        add(Problem("endpoint_access.public_cidrs", e.public_cidrs,
+                    "a private endpoint has no public access for these CIDRs to restrict",
+                    "set mode: public-and-private, or remove public_cidrs"))
+    for i, cidr in enumerate(e.public_cidrs):
+        if (prob := _cidr_problem(f"endpoint_access.public_cidrs[{i}]", cidr)) is not None:
+            add(prob)
 
 
 def _validate_vpc(cfg: KitConfig, add) -> None:
@@ -871,6 +909,16 @@ def _validate_training(cfg: KitConfig, add) -> None:
 def config_warnings(cfg: KitConfig) -> list[str]:
     """Things a valid config allows but a user should hear about before deploying."""
     warnings = []
+    if cfg.endpoint_access.mode == "private":
+        warnings.append(
+            "endpoint_access.mode is private: the Kubernetes API is reachable only from inside "
+            "the VPC (VPN, bastion, peered network), so kubectl and rlkit gate/launch/status must "
+            "run there. Fix: to use them from your workstation or CI, set mode: "
+            "public-and-private and public_cidrs: [<your egress CIDR>].")
+    elif "0.0.0.0/0" in cfg.endpoint_access.public_cidrs:
+        warnings.append(
+            "endpoint_access.public_cidrs contains 0.0.0.0/0: the Kubernetes API endpoint is open "
+            "to the internet (authentication still applies). Fix: list only your egress CIDRs.")
     if not cfg.admin_role_arns:
         warnings.append(
             "admin_role_arns is empty: NO IAM principal will have Kubernetes access to this "

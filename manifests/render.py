@@ -13,6 +13,7 @@ Output tree (``kubectl apply -f <dir>`` applies one directory's files in name or
     03-shared-fs-pvc.yaml        its PersistentVolumeClaim (ReadWriteMany), mounted by the RL job
     rl-job/00-run-config.yaml    ConfigMap holding run.yaml
     rl-job/01-rayjob.yaml        KubeRay RayJob
+    rl-job/02-head-networkpolicy.yaml  NetworkPolicy: who may reach the Ray head
     fabric/nodecheck/00-job.yaml
     fabric/allreduce/00-service.yaml, 01-job.yaml
     fabric/ep/00-service.yaml, 01-job.yaml
@@ -31,6 +32,7 @@ import jinja2
 import yaml
 
 from infra import names
+from infra.versions import HELM_CHARTS
 from manifests.context import GENERATED_MARKER, WORKLOAD_LABEL, RenderContext
 
 # KubeRay's name for the submitter container (ray-operator/controllers/ray/utils/constant.go,
@@ -131,6 +133,11 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
             "submitter_labels": _pod_labels(ctx, "ray-job-submitter", f"{ctx.rayjob_name}-submitter"),
             "submitter_container": SUBMITTER_CONTAINER,
         }),
+        FileSpec("rl-job/02-head-networkpolicy.yaml", "head-networkpolicy.yaml.j2",
+                 "NetworkPolicy", {
+                     "meta": _meta(ctx, f"{ctx.rayjob_name}-ray-head", "ray-head-ingress"),
+                     "head_labels": _pod_labels(ctx, "ray-head", f"{ctx.rayjob_name}-head"),
+                     "operator_namespace": HELM_CHARTS["kuberay_operator"]["namespace"]}),
     ]
     if ctx.shared_fs is not None:
         pv_file, pvc_file = SHARED_FS_FILES

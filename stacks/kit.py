@@ -79,7 +79,8 @@ def build_stacks(app: App, config: KitConfig) -> KitStacks:
             description=f"MoE RL kit: EFA GPU node group {group_name}",
         )
 
-    tags = {names.ENVIRONMENT_TAG: config.name, **config.tags}
+    # The kit's own tags last: teardown finds resources by them, so no user tag may replace them.
+    tags = {**config.tags, names.ENVIRONMENT_TAG: config.name}
     if config.cost_guard.ttl_hours is not None:
         tags[names.TTL_TAG] = str(config.cost_guard.ttl_hours)
     for stack in stacks.all():

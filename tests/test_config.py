@@ -377,12 +377,12 @@ def test_s3_inputs_outside_the_trainer_roles_scope_are_refused():
 
 def test_no_admin_roles_is_a_loud_warning_and_roles_silence_it():
     from infra.config import config_warnings
-    (warning,) = config_warnings(parse_config({}))
+    warning = config_warnings(parse_config({}))[-1]
     assert warning.startswith("admin_role_arns is empty: NO IAM principal will have Kubernetes "
                               "access to this cluster")
     assert "Fix: list the IAM role ARN" in warning
-    assert config_warnings(parse_config(
-        {"admin_role_arns": ["arn:aws:iam::123456789012:role/Admin"]})) == []
+    assert not any(w.startswith("admin_role_arns") for w in config_warnings(parse_config(
+        {"admin_role_arns": ["arn:aws:iam::123456789012:role/Admin"]})))
 
 
 def test_existing_placement_group_excludes_a_new_one():
@@ -413,3 +413,30 @@ def test_system_root_volume_must_hold_the_trainer_image():
     assert str(err.value.problems[0]).startswith(
         "system_nodes.root_volume_gib = 20: must be 100 to 16384 GiB: the Ray head and KubeRay's "
         "submitter pull the trainer image")
+
+
+def test_public_endpoint_needs_listed_cidrs_and_public_only_mode_is_gone():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"endpoint_access": {"mode": "public-and-private"}})
+    assert [str(p) for p in err.value.problems] == [
+        "endpoint_access.public_cidrs = []: a public endpoint needs the CIDRs allowed to reach it; "
+        "the kit never opens it to everyone by default. Fix: list your office or CI egress "
+        "ranges, e.g. [203.0.113.0/24], or use mode: private."]
+    with pytest.raises(ConfigError) as err:
+        parse_config({"endpoint_access": {"mode": "public", "public_cidrs": ["203.0.113.0/24"]}})
+    assert err.value.problems[0].path == "endpoint_access.mode"
+    cfg = parse_config({})
+    assert cfg.endpoint_access.mode == "private" and cfg.endpoint_access.public_cidrs == []
+
+
+def test_private_and_open_endpoints_are_warned_about():
+    from infra.config import config_warnings
+    admin = {"admin_role_arns": ["arn:aws:iam::123456789012:role/Admin"]}
+    (private,) = config_warnings(parse_config(admin))
+    assert private.startswith("endpoint_access.mode is private: the Kubernetes API is reachable "
+                              "only from inside the VPC")
+    (open_,) = config_warnings(parse_config({**admin, "endpoint_access": {
+        "mode": "public-and-private", "public_cidrs": ["0.0.0.0/0"]}}))
+    assert "open to the internet" in open_
+    assert config_warnings(parse_config({**admin, "endpoint_access": {
+        "mode": "public-and-private", "public_cidrs": ["203.0.113.0/24"]}})) == []

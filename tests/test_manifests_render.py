@@ -693,3 +693,19 @@ def test_missing_storage_stack_outputs_are_named():
         "SharedFileSystemId, SharedFileSystemDnsName, SharedFileSystemMountName). Fix: deploy it "
         "with `cdk deploy moe-rl-storage --outputs-file cdk-outputs.json` (or `cdk deploy --all "
         "--outputs-file cdk-outputs.json`), then render again with --outputs cdk-outputs.json."]
+
+
+def test_only_the_jobs_pods_and_the_operator_reach_the_ray_head():
+    cfg = example("default")
+    files = {f.path: f for f in render(build_context(cfg, placeholder_outputs(cfg)))}
+    policy = files["rl-job/02-head-networkpolicy.yaml"].obj
+    rayjob = files["rl-job/01-rayjob.yaml"].obj
+    head_labels = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"]
+    assert policy["kind"] == "NetworkPolicy"
+    assert policy["metadata"]["namespace"] == names.TRAINER_NAMESPACE
+    assert policy["spec"]["podSelector"]["matchLabels"] == head_labels
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"from": [
+        {"podSelector": {}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}},
+    ]}]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import EXAMPLES, only, resources
+from conftest import EXAMPLES, REPO_ROOT, only, resources
 from infra import names
 from infra.catalog import INSTANCE_TYPES
 from infra.config import parse_config
@@ -407,3 +407,42 @@ def test_node_health_can_be_turned_off(tmp_path):
 def test_system_nodes_disk_holds_the_trainer_image(synth):
     ng = only(synth("default").template("cluster"), "AWS::EKS::Nodegroup")["Properties"]
     assert ng["DiskSize"] == 200
+
+
+def test_default_api_endpoint_is_private_and_public_access_only_for_listed_cidrs(synth):
+    vpc_cfg = only(synth("default").template("cluster"), "AWS::EKS::Cluster")["Properties"][
+        "ResourcesVpcConfig"]
+    assert vpc_cfg["EndpointPublicAccess"] is False and vpc_cfg["EndpointPrivateAccess"] is True
+    # The CI example opens it on purpose (and says why in the file).
+    ci = only(synth("ci-ephemeral").template("cluster"), "AWS::EKS::Cluster")["Properties"][
+        "ResourcesVpcConfig"]
+    assert ci["PublicAccessCidrs"] == ["0.0.0.0/0"]
+    assert "Open on purpose" in (REPO_ROOT / "examples" / "ci-ephemeral.yaml").read_text()
+
+
+def test_pods_cannot_reach_imds_on_gpu_nodes(synth):
+    for example in EXAMPLES:
+        s = synth(example)
+        for group in s.config.gpu_node_groups:
+            lt = launch_template(synth, example, group)
+            assert lt["MetadataOptions"] == {"HttpEndpoint": "enabled",
+                                             "HttpPutResponseHopLimit": 1,
+                                             "HttpTokens": "required"}
+
+
+def test_vpc_cni_enforces_network_policies(synth):
+    t = synth("default").template("cluster")
+    (cni,) = [r for r in resources(t, "AWS::EKS::Addon").values()
+              if r["Properties"]["AddonName"] == "vpc-cni"]
+    assert json.loads(cni["Properties"]["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+
+
+def test_a_user_tag_cannot_replace_the_environment_tag(tmp_path):
+    from stacks.kit import build_stacks, make_app
+    cfg = parse_config({"tags": {"team": "rl"}})
+    app = make_app(outdir=str(tmp_path))
+    stacks = build_stacks(app, cfg)
+    template = app.synth().get_stack_by_name(stacks.data.stack_name).template
+    bucket = next(iter(resources(template, "AWS::S3::Bucket").values()))
+    tags = {t["Key"]: t["Value"] for t in bucket["Properties"]["Tags"]}
+    assert tags[names.ENVIRONMENT_TAG] == cfg.name and tags["team"] == "rl"

@@ -17,11 +17,6 @@ from infra.constructs.nag import (
     managed_policy_finding,
 )
 
-_ENDPOINT_ACCESS = {
-    "public": eks.EndpointAccess.PUBLIC,
-    "private": eks.EndpointAccess.PRIVATE,
-    "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
-}
 
 
 class KitCluster(Construct):
@@ -43,9 +38,9 @@ class KitCluster(Construct):
         self.secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
                                    description="Envelope encryption of Kubernetes secrets",
                                    removal_policy=key_removal_policy)
-        access = _ENDPOINT_ACCESS[endpoint_access.mode]
-        if endpoint_access.mode != "private":
-            access = access.only_from(*endpoint_access.public_cidrs)
+        # Public access only for the CIDRs the config lists (validation requires at least one).
+        access = (eks.EndpointAccess.PRIVATE if endpoint_access.mode == "private" else
+                  eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*endpoint_access.public_cidrs))
         self.cluster = eks.Cluster(
             self, "Cluster",
             version=eks.KubernetesVersion.of(kubernetes_version),
@@ -103,9 +98,12 @@ class KitCluster(Construct):
         )
         acknowledge_eks_node_role(self.system_nodegroup.role)
 
+        # The VPC CNI enforces Kubernetes NetworkPolicy (the Ray head's ingress policy) only when
+        # asked to [EKS user guide, "Limit Pod traffic with Kubernetes network policies"].
+        addon_config = {"vpc-cni": {"enableNetworkPolicy": "true"}}
         self.addons = {
             name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
-                            addon_version=version)
+                            addon_version=version, configuration_values=addon_config.get(name))
             for name, version in managed_addons.items()
         }
         # CoreDNS is a Deployment: created before any node exists, the add-on sits DEGRADED until

@@ -120,7 +120,10 @@ class EfaNodeGroup(Construct):
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_tokens="required",  # IMDSv2 only
                     http_endpoint="enabled",
-                    http_put_response_hop_limit=2,
+                    # One hop: pods (one hop further, behind the pod network) cannot reach IMDS
+                    # and take the node role. They use Pod Identity; the device plugins and the
+                    # other node daemons run on the host network and are unaffected.
+                    http_put_response_hop_limit=1,
                 ),
                 block_device_mappings=[ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
                     device_name="/dev/xvda",
