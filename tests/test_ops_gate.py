@@ -587,3 +587,24 @@ def test_logs_dir_reads_the_recorded_node_list(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "allocatable EFA on ip-10-0-1-11.ec2.internal" in out
     assert (tmp_path / ".rlkit/gt/gate-logs/nodes.json").is_file()
+
+
+def test_fixtures_are_what_make_fixtures_writes(tmp_path):
+    """The fixtures use rltrainer's own row builders; a format change must regenerate them."""
+    import importlib.util
+
+    saved_path, saved_modules = list(sys.path), set(sys.modules)
+    try:
+        spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.main(out=tmp_path)
+    finally:  # the generator puts the trainer's sources and tests on sys.path: leave no trace
+        sys.path[:] = saved_path
+        for name in set(sys.modules) - saved_modules:
+            if name.startswith(("test_trainer", "trainer_helpers", "make_fixtures")):
+                del sys.modules[name]
+    for d in tmp_path.iterdir():
+        for f in d.iterdir():
+            assert f.read_text() == (FIXTURES / d.name / f.name).read_text(), (
+                f"{d.name}/{f.name} is stale: run .venv/bin/python tests/fixtures/gate/make_fixtures.py")
