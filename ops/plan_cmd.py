@@ -18,6 +18,7 @@ import sys
 from infra.planner import MODEL_CATALOG, SYSTEMS, PlannerError, Pins, load_model_file, plan
 from infra.planner.config_writer import write_config
 from infra.config import EP_BACKENDS
+from infra.shared_fs_cost import plan_for_model
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
 from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
@@ -129,10 +130,12 @@ def run(args: argparse.Namespace) -> int:
     except PlannerError as err:
         print(f"rlkit plan: error: {err}", file=sys.stderr)
         return 2
+    shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
     else:
         _print_table(result)
+        print(shared_fs.describe())
     if args.write_config:
         print(f"wrote training.{{model,node_group,nodes,parallel,expert_parallel.backend}} "
               f"to {args.write_config}", file=sys.stderr)
@@ -196,10 +199,12 @@ def _run_rl(args: argparse.Namespace) -> int:
     except PlannerError as err:
         print(f"rlkit plan: error: {err}", file=sys.stderr)
         return 2
+    shared_fs = plan_for_model(result.model)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
     else:
         _print_rl_table(result)
+        print(shared_fs.describe())
     if args.write_config:
         print(f"wrote training.{{model,node_group,nodes,parallel,expert_parallel.backend,rollout,"
               f"grpo}} to {args.write_config}", file=sys.stderr)
