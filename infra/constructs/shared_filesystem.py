@@ -31,7 +31,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from infra import names
-from infra.constructs.nag import acknowledge, managed_policy_finding
+from infra.constructs.nag import acknowledge, managed_policy_finding, skip_checkov
 
 # Lustre traffic: TCP 988 and TCP 1018-1023, between the file servers and between the file system
 # and its clients [FSx for Lustre User Guide, "File system access control with Amazon VPC" and
@@ -84,6 +84,10 @@ def fsx_may_use_bucket_key(key: kms.IKey) -> None:
                                             f"{FSX_S3_ACCESS_ROLE_PATH}{FSX_S3_ACCESS_ROLE_PREFIX}*"},
         },
     ))
+    skip_checkov(key, "CKV_AWS_33",
+                 "Principal '*' only because FSx's S3-access role is named after the file system "
+                 "ID, unknown here; the statement admits that role's ARN pattern in this account "
+                 "(aws:PrincipalArn, kms:CallerAccount) and only through S3 (kms:ViaService).")
 
 
 class SharedFileSystem(Construct):
@@ -121,6 +125,9 @@ class SharedFileSystem(Construct):
             ),
         )
         self.file_system.apply_removal_policy(removal_policy)
+        # A retained file system keeps using its security group: CloudFormation must not try to
+        # delete the group under it.
+        self.security_group.apply_removal_policy(removal_policy)
 
         self.associations: dict[str, fsx.CfnDataRepositoryAssociation] = {}
         for prefix in LINKED_PREFIXES:
