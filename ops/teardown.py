@@ -1,8 +1,10 @@
 """Delete an environment's stacks in dependency order and prove nothing is left billing.
 
-Order: GPU node-group stacks (they use the cluster), then the cluster, then the network. The data
-stack (bucket, ECR repository) outlives clusters on purpose and goes only when the config is
-ephemeral or the operator asks for it. CloudFormation cannot delete a bucket that holds objects
+Order: GPU node-group stacks and the storage-access stack (they use the cluster), then the cluster
+(and the storage stack, when it goes), then the network. The data stack (bucket, ECR repository)
+outlives clusters on purpose and goes only when the config is ephemeral or the operator asks for
+it. The storage stack (the shared file system) goes with the data, and only when its file system
+is not retained; while the file system stays, so does the network it lives in. CloudFormation cannot delete a bucket that holds objects
 or a repository that holds images, and the kit adds no auto-delete Lambda (design.md: no custom
 resource where a native way exists), so teardown empties them first: every object version and
 delete marker, every image.
@@ -36,6 +38,7 @@ class TeardownError(RuntimeError):
 class Plan:
     stages: list[list[str]]  # stacks to delete, stage by stage; the data stack, if any, is last
     kept: list[str] = field(default_factory=list)  # stacks deliberately left
+    why_kept: dict[str, str] = field(default_factory=dict)  # stack -> why (when not the data's)
     data_stack: str | None = None  # last stage: empty its bucket(s) and repository, then delete
     # Stacks with one of this environment's names that do not carry its environment tag: never
     # deleted, reported (stack name -> why).
@@ -96,8 +99,25 @@ def plan_teardown(cfn: Any, cfg: KitConfig, delete_data: bool) -> Plan:
     # them, but only when their tag says they belong here (a name match alone proves nothing).
     candidates = configured_gpu | {s for s in live if _gpu_group_of(cfg.name, s) is not None}
     gpu = sorted(s for s in candidates if ours(s))
-    stages = [gpu, [stack["cluster"]] if ours(stack["cluster"]) else [],
-              [stack["network"]] if ours(stack["network"]) else []]
+    access = [stack["storage_access"]] if ours(stack["storage_access"]) else []
+    # A file system CloudFormation retains would outlive its stack and keep the network in use, so
+    # the storage stack goes only when its file system goes with it.
+    storage_deletable = cfg.ephemeral or (delete_data and not cfg.storage.retain)
+    storage = ours(stack["storage"])
+    stages = [gpu + access,
+              ([stack["cluster"]] if ours(stack["cluster"]) else [])
+              + ([stack["storage"]] if storage and storage_deletable else [])]
+    if storage and not storage_deletable:
+        plan.kept.append(stack["storage"])
+        plan.why_kept[stack["storage"]] = (
+            "the shared file system is retained with the data; with storage.retain: false (and "
+            "the storage stack redeployed) --delete-data deletes it too")
+    if ours(stack["network"]):
+        if storage and not storage_deletable:
+            plan.kept.append(stack["network"])
+            plan.why_kept[stack["network"]] = "the kept shared file system lives in this VPC"
+        else:
+            stages.append([stack["network"]])
     plan.stages = [s for s in stages if s]
     if ours(stack["data"]):
         if cfg.ephemeral or delete_data:
@@ -243,6 +263,15 @@ def tagged_resources(tagging: Any, env_name: str) -> list[str]:
             TagFilters=[{"Key": names.ENVIRONMENT_TAG, "Values": [env_name]}]):
         arns += [r["ResourceARN"] for r in page.get("ResourceTagMappingList", [])]
     return sorted(arns)
+
+
+def stack_physical_ids(cfn: Any, stack: str) -> list[str]:
+    """Physical IDs of every resource of a stack (to recognize a kept stack's resources)."""
+    ids = []
+    for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack):
+        ids += [r["PhysicalResourceId"] for r in page.get("StackResourceSummaries", [])
+                if r.get("PhysicalResourceId")]
+    return ids
 
 
 def belongs_to(arn: str, stacks: list[str], physical_ids: list[str]) -> bool:

@@ -35,6 +35,7 @@ from ops.teardown import (
     delete_stacks,
     empty_bucket,
     plan_teardown,
+    stack_physical_ids,
     tagged_resources,
 )
 
@@ -109,6 +110,9 @@ def _run(args: argparse.Namespace) -> int:
     else:
         echo(f"No stacks of {cfg.name!r} to delete in {region}.")
     for kept in plan.kept:
+        if kept in plan.why_kept:
+            echo(f"Keeping {kept}: {plan.why_kept[kept]}.")
+            continue
         echo(f"Keeping {kept} (bucket and ECR repository outlive clusters). Pass --delete-data "
              "to delete it too, data included.")
     if plan.stacks and not _confirm(cfg.name, args, args.ask):
@@ -149,7 +153,8 @@ def _run(args: argparse.Namespace) -> int:
         echo(f"[dry-run] would list resources still tagged {names.ENVIRONMENT_TAG}={cfg.name} "
              "(resourcegroupstaggingapi get-resources)")
         return 0
-    code = report_leftovers(c, cfg.name, kept_stacks, kept_ids, echo)
+    code = report_leftovers(c, cfg.name, kept_stacks, kept_ids, echo,
+                            whole_stacks=list(plan.why_kept))
     return 1 if plan.refused else code
 
 
@@ -174,7 +179,10 @@ def empty_data_stack(c: Clients, stack: str, dry_run: bool, echo: Callable[[str]
 
 
 def report_leftovers(c: Clients, name: str, kept_stacks: list[str], kept_ids: list[str],
-                     echo: Callable[[str], None]) -> int:
+                     echo: Callable[[str], None], whole_stacks: list[str] = ()) -> int:
+    """List what still carries the environment tag. Of the data stack only its bucket(s) and
+    repository count as kept; of ``whole_stacks`` (a kept network or storage stack) every
+    resource does."""
     try:
         arns = tagged_resources(c.tagging, name)
     except aws.AWS_ERRORS as err:
@@ -185,6 +193,8 @@ def report_leftovers(c: Clients, name: str, kept_stacks: list[str], kept_ids: li
     if kept_stacks:
         for stack in kept_stacks:
             kept_ids += [r.name for r in data_resources(c.cloudformation, stack)]
+            if stack in whole_stacks:
+                kept_ids += stack_physical_ids(c.cloudformation, stack)
     kept = [a for a in arns if belongs_to(a, kept_stacks, kept_ids)]
     left = [a for a in arns if a not in kept]
     for a in kept:

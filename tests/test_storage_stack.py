@@ -49,6 +49,8 @@ def test_file_system_is_persistent_2_in_the_training_groups_subnet(synth, exampl
     assert len(props["SubnetIds"]) == 1
     expected = "Delete" if cfg.ephemeral or not cfg.storage.retain else "Retain"
     assert fs["DeletionPolicy"] == fs["UpdateReplacePolicy"] == expected
+    sg = only(s.template("storage"), "AWS::EC2::SecurityGroup")
+    assert sg["DeletionPolicy"] == expected  # a kept file system keeps its security group
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

@@ -1,0 +1,75 @@
+"""`rlkit teardown` with the shared file system's stacks (moto, like test_ops_teardown)."""
+
+from __future__ import annotations
+
+import argparse
+
+import boto3
+
+from ops import teardown_cmd
+from ops.teardown_cmd import Clients
+from test_ops_teardown import REGION, Recording, aws, live_names, make_env, make_stack  # noqa: F401
+
+
+def make_env_with_storage(name="tt"):
+    ids = make_env(name)
+    make_stack(f"{name}-storage", name)
+    make_stack(f"{name}-storage-access", name)
+    return ids
+
+
+def run(tmp_path, config_text: str, *flags):
+    parser = argparse.ArgumentParser(prog="rlkit")
+    teardown_cmd.register(parser.add_subparsers(dest="command"))
+    config = tmp_path / "c.yaml"
+    config.write_text(config_text)
+    args = parser.parse_args(["teardown", "--config", str(config), "--poll", "0", "--yes", *flags])
+    cfn = Recording(boto3.client("cloudformation", region_name=REGION))
+    clients = Clients(cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
+                      ecr=boto3.client("ecr", region_name=REGION),
+                      tagging=boto3.client("resourcegroupstaggingapi", region_name=REGION),
+                      sts=boto3.client("sts", region_name=REGION))
+    args.clients_factory = lambda region, profile: clients
+    return args.func(args), cfn
+
+
+def test_kept_file_system_keeps_its_network(tmp_path, capsys):
+    make_env_with_storage()
+    code, cfn = run(tmp_path, "name: tt\n")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    # The access rules go with the GPU stacks (they reference the cluster's security group).
+    assert cfn.deleted == ["tt-gpu-p5", "tt-storage-access", "tt-cluster"]
+    assert live_names() == ["tt-data", "tt-network", "tt-storage"]
+    assert ("Keeping tt-storage: the shared file system is retained with the data; with "
+            "storage.retain: false (and the storage stack redeployed) --delete-data deletes it "
+            "too.") in out
+    assert "Keeping tt-network: the kept shared file system lives in this VPC." in out
+
+
+def test_retained_file_system_is_kept_even_with_delete_data(tmp_path, capsys):
+    make_env_with_storage()
+    code, cfn = run(tmp_path, "name: tt\n", "--delete-data")
+    assert code == 0, capsys.readouterr().out
+    assert live_names() == ["tt-network", "tt-storage"]
+    assert "tt-data" in cfn.deleted
+
+
+def test_destroyable_file_system_goes_with_the_cluster_before_the_network(tmp_path, capsys):
+    make_env_with_storage()
+    code, cfn = run(tmp_path, "name: tt\nstorage: {retain: false}\n", "--delete-data")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert cfn.deleted[:2] == ["tt-gpu-p5", "tt-storage-access"]
+    assert set(cfn.deleted[2:4]) == {"tt-cluster", "tt-storage"}  # one stage, in parallel
+    assert cfn.deleted[4:] == ["tt-network", "tt-data"]
+    assert live_names() == []
+
+
+def test_ephemeral_deletes_the_storage_stacks(tmp_path, capsys):
+    make_env_with_storage()
+    code, cfn = run(tmp_path, "name: tt\nephemeral: true\n"
+                              "cost_guard: {max_gpu_nodes: 2, ttl_hours: 6}\n")
+    assert code == 0, capsys.readouterr().out
+    assert cfn.deleted.index("tt-storage") < cfn.deleted.index("tt-network")
+    assert live_names() == []
