@@ -88,7 +88,7 @@ def test_deepep_dispatcher_error_message(monkeypatch):
         DeepEPDispatcher(ctx, EPShape(8, 8, 2, 8))
     assert str(exc.value) == (
         "rltrainer bench ep --backend deepep: the deep_ep module is not importable (No module named 'deep_ep'). "
-        "This image was built with EP_BACKEND=none; rebuild with --build-arg EP_BACKEND=deepep-nvshmem or deepep-gin, "
+        "This image was built with EP_BACKEND=nccl; rebuild with --build-arg EP_BACKEND=deepep-nvshmem or deepep-gin, "
         "or benchmark the all-to-all path with --backend nccl."
     )
 

@@ -267,7 +267,7 @@ class DeepEPDispatcher:
         except ImportError as exc:
             raise SystemExit(
                 f"rltrainer bench ep --backend deepep: the deep_ep module is not importable ({exc}). "
-                "This image was built with EP_BACKEND=none; rebuild with --build-arg EP_BACKEND=deepep-nvshmem "
+                "This image was built with EP_BACKEND=nccl; rebuild with --build-arg EP_BACKEND=deepep-nvshmem "
                 "or deepep-gin, or benchmark the all-to-all path with --backend nccl."
             ) from None
         if not ctx.is_cuda and not allow_cpu:  # allow_cpu: the tests' stand-in deep_ep runs on gloo
