@@ -254,8 +254,8 @@ class SharedFileSystemConfig(_Model):
 
 class StorageConfig(_Model):
     retain: bool = Field(
-        True, description="Keep the bucket and ECR repository when the stack is deleted "
-        "(ignored in ephemeral mode, where everything is destroyable)."
+        True, description="Keep the bucket, the ECR repository and the shared file system when "
+        "their stacks are deleted (ignored in ephemeral mode, where everything is destroyable)."
     )
     kms: bool = Field(False, description="Encrypt the bucket with a customer-managed KMS key.")
     noncurrent_version_days: int = Field(
