@@ -22,7 +22,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infra.config import ConfigError, config_warnings, load_config
+from infra.config import (
+    ConfigError,
+    config_warnings,
+    load_config,
+    training_ep_backend_problems,
+)
 from ops import helm
 from ops.contract import check_cluster_contract
 
@@ -50,6 +55,11 @@ def _run(args: argparse.Namespace) -> int:
         print(err, file=sys.stderr)
         return 2
     source = str(args.config) if args.config else "the built-in default config"
+    # The gate may benchmark deepep-gin, so loading allows it; a training run may not use it.
+    refused = training_ep_backend_problems(config)
+    if refused:
+        print(ConfigError(refused, source), file=sys.stderr)
+        return 2
     warnings = config_warnings(config)
     chart_dir = args.chart_dir if args.chart_dir else (SHARED_CHARTS if SHARED_CHARTS.is_dir()
                                                        else None)

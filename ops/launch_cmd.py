@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from infra import names
-from infra.config import ConfigError, KitConfig, load_config
+from infra.config import ConfigError, KitConfig, load_config, training_ep_backend_problems
 from manifests import RenderError
 from manifests.render import SHARED_FS_FILES
 from ops.gate_cmd import (
+    GateStateError,
     add_common,
     add_render_source,
     load_state,
@@ -30,7 +31,7 @@ from ops.gate_cmd import (
     state_dir,
     with_ep_backend,
 )
-from ops.kube import Kubectl, KubectlError
+from ops.kube import Kubectl, KubectlError, check_cluster
 
 # KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
 TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -98,7 +99,11 @@ def _launch(args: argparse.Namespace) -> int:
     if cfg is None:
         return 2
     path = state_dir(args, cfg) / "gate.json"
-    state = load_state(path)
+    try:
+        state = load_state(path)
+    except GateStateError as err:
+        print(f"Not launching: {err}.", file=sys.stderr)
+        return 2
     problem = gate_verdict(state, cfg, path)
     if problem and not args.force:
         print(f"Not launching: {problem}.", file=sys.stderr)
@@ -112,15 +117,22 @@ def _launch(args: argparse.Namespace) -> int:
         print(f"The EP backend {backend} ({why}) does not fit this config:\n{err}\nPass "
               "--ep-backend with a backend that does.", file=sys.stderr)
         return 2
+    if refused := training_ep_backend_problems(cfg):
+        print(f"Not launching: EP backend {backend} ({why}) cannot train:\n"
+              + "\n".join(f"  - {p}" for p in refused), file=sys.stderr)
+        return 2
     print(f"EP backend: {backend} ({why})")
     try:
-        ctx, out = render_for_run(cfg, args, print)
+        ctx, out, outputs = render_for_run(cfg, args, print)
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2
     k = _kubectl(args)
     ns, job = ctx.namespace, ctx.rayjob_name
     try:
+        # Before anything is read, deleted (--replace) or applied: kubectl must point at this
+        # environment's cluster, and stays pinned to that context for the calls below.
+        check_cluster(k, outputs.cluster_name, outputs.region)
         existing = k.get_json(["rayjob", job, "-n", ns])
         if existing is not None:
             st = existing.get("status", {})

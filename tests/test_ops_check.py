@@ -58,3 +58,12 @@ def test_check_refuses_a_bad_config_with_exit_2(tmp_path, capsys):
     bad.write_text("name: Bad_Name\n")
     assert cli.main(["check", "--config", str(bad), "--cache-dir", str(tmp_path)]) == 2
     assert "name = 'Bad_Name'" in capsys.readouterr().err
+
+
+def test_check_refuses_a_backend_that_cannot_train(tmp_path, capsys):
+    cfg = tmp_path / "gin.yaml"
+    cfg.write_text((REPO_ROOT / "examples/p5en-capacity-block.yaml").read_text().replace(
+        "backend: deepep-nvshmem", "backend: deepep-gin"))
+    assert "backend: deepep-gin" in cfg.read_text()
+    assert cli.main(["check", "--config", str(cfg), "--cache-dir", str(tmp_path)]) == 2
+    assert "training.expert_parallel.backend = 'deepep-gin'" in capsys.readouterr().err

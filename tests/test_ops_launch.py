@@ -108,6 +108,18 @@ def test_uses_the_backend_the_gate_measured_faster(tmp_path, kubectl, capsys):
     assert "deepep" in (tmp_path / "out/rl-job/00-run-config.yaml").read_text()
 
 
+def test_a_gin_backend_the_gate_measured_faster_is_not_used_for_training(tmp_path, kubectl,
+                                                                         capsys):
+    """The gate may benchmark deepep-gin; the pinned Megatron cannot train with it."""
+    write_state(tmp_path, ep={"shape": {}, "faster": "deepep-gin", "measurements": {
+        "nccl": {"time_us": 9000.0}, "deepep-gin": {"time_us": 4000.0}}})
+    assert run(tmp_path, "launch") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Not launching: EP backend deepep-gin (measured faster by the gate")
+    assert "DeepEP V2 over NCCL GIN cannot train yet" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_ep_backend_flag_overrides_the_gate(tmp_path, kubectl, capsys):
     write_state(tmp_path, ep={"shape": {}, "faster": "deepep-nvshmem", "measurements": {
         "deepep-nvshmem": {"time_us": 4000.0}}})

@@ -35,7 +35,11 @@ class BackendChoice:
 
 
 def _deepep_flavour(instance_type: str) -> str:
-    return "deepep-gin" if supports_gin_gpu(instance_type) else "deepep-nvshmem"
+    # DeepEP V1 over NVSHMEM on every type: V2 over NCCL GIN (deepep-gin) cannot train yet, since
+    # the pinned Megatron's flex dispatcher drives V1's Buffer (infra.config
+    # training_ep_backend_problems); the fabric gate may still benchmark it.
+    del instance_type
+    return "deepep-nvshmem"
 
 
 def recommend_backend(instance_type: str, nodes: int, ep_span_nodes: int,
@@ -46,8 +50,7 @@ def recommend_backend(instance_type: str, nodes: int, ep_span_nodes: int,
                             "and DeepEP's inter-node savings do not apply")
     elif nodes >= DEEPEP_MIN_NODES:
         rec = _deepep_flavour(instance_type)
-        route = ("DeepEP V2 over NCCL GIN, GPU-initiated" if rec == "deepep-gin"
-                 else "DeepEP V1 over NVSHMEM/libfabric (no GPU-initiated GIN on this type)")
+        route = "DeepEP V1 over NVSHMEM/libfabric (V2 over GIN cannot train yet)"
         why = (f"{nodes} nodes: published EFA runs show DeepEP ahead of NCCL all-to-all from "
                f"{DEEPEP_MIN_NODES}-32 nodes; {route}")
     elif nodes <= NCCL_MAX_MEASURED_NODES:
