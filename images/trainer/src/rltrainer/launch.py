@@ -34,6 +34,7 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Sequence, TextIO
 
+from . import metrics
 from .config import ConfigError, RunConfig, expert_count_problems, load_run_config, parse_s3_uri
 from .miles import (
     MILES_DIR,
@@ -224,14 +225,20 @@ def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_sourc
     print(cmd.shell(), file=out)
 
 
-def run_training(cmd: TrainCommand, watcher=None) -> int:
-    """Run the command in its own process group, forwarding SIGTERM/SIGINT to it."""
+def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None) -> int:
+    """Run the command in its own process group, forwarding SIGTERM/SIGINT to it.
+
+    With ``metrics_run``, its stdout and stderr are relayed line by line and Miles' metric lines
+    are also written as CloudWatch EMF lines for that run name (``rltrainer.metrics``)."""
     env = dict(os.environ)
     for key, value in cmd.env.items():
         if key == "PYTHONPATH" and env.get("PYTHONPATH"):
             value = f"{value}{os.pathsep}{env['PYTHONPATH']}"
         env[key] = value
-    proc = subprocess.Popen(cmd.argv, env=env, cwd=cmd.cwd if Path(cmd.cwd).is_dir() else None, start_new_session=True)
+    pipe = subprocess.PIPE if metrics_run else None
+    proc = subprocess.Popen(cmd.argv, env=env, cwd=cmd.cwd if Path(cmd.cwd).is_dir() else None, start_new_session=True,
+                            stdout=pipe, stderr=pipe)
+    relays = [] if not metrics_run else metrics.start_relays(proc, run=metrics_run)
 
     def forward(signum, _frame):
         try:
@@ -243,7 +250,10 @@ def run_training(cmd: TrainCommand, watcher=None) -> int:
     try:
         if watcher is not None:
             watcher.start()
-        return proc.wait()
+        code = proc.wait()
+        for thread in relays:
+            thread.join()
+        return code
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -339,7 +349,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
 
     try:
         hf, data = stage_inputs(cfg, log=err)
-        store = S3CheckpointStore(cfg.checkpoint.s3_uri, retry=RetryPolicy(log=err), progress_stream=err)
+        # Miles writes a data cursor with every save unless the global dataset is off.
+        store = S3CheckpointStore(cfg.checkpoint.s3_uri, retry=RetryPolicy(log=err), progress_stream=err,
+                                  require_data_cursor="--disable-rollout-global-dataset" not in model_args)
         resume = prepare_resume(store, cfg.checkpoint.local_dir, log=err)
     except (ClientError, BotoCoreError, OSError, RuntimeError, ValueError) as exc:
         # Before training nothing is lost yet: say what failed instead of a traceback.
@@ -349,11 +361,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     print(f"rltrainer: start point: {resume.source}"
           + (f" iteration {resume.iteration}" if resume.iteration is not None else ""), file=err, flush=True)
     cmd = build_train_command(cfg, hf_checkpoint=hf, prompt_data=data, miles_dir=args.miles_dir,
-                              python=args.python, ray_address=args.ray_address, model_args=model_args)
+                              python=args.python, ray_address=args.ray_address, model_args=model_args,
+                              start_rollout_id=resume.start_rollout_id)
     print(f"rltrainer: model arguments from {model_args_source}", file=err, flush=True)
     print("rltrainer: running:\n" + cmd.shell(), file=err, flush=True)
     watcher = CheckpointWatcher(store, cfg.checkpoint.local_dir, interval_s=args.upload_interval, log=err)
-    code = run_training(cmd, watcher)
+    code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed")
     try:
         watcher.stop(final_scan=True)
         missing = watcher.pending()

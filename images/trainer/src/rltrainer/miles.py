@@ -365,8 +365,13 @@ def build_train_command(
     python: str = "python3",
     ray_address: str | None = None,
     model_args: tuple[str, ...] | None = None,
+    start_rollout_id: int | None = None,
 ) -> TrainCommand:
     """The full command: ``python3 train.py ...``, or wrapped in ``ray job submit``.
+
+    ``start_rollout_id`` (a resume: the saved rollout + 1) is passed as ``--start-rollout-id``
+    and ``train.py`` runs through ``rltrainer.miles_resume``, because Miles v0.1.0's bridge
+    mode would otherwise reset it to 0 (see that module).
 
     Under a KubeRay RayJob the launcher *is* the Ray job (KubeRay submits the entrypoint),
     so it runs ``train.py`` directly, as the driver, the way Miles' Modal example does
@@ -377,6 +382,9 @@ def build_train_command(
     args = miles_train_args(cfg, hf_checkpoint=hf_checkpoint, prompt_data=prompt_data, model_args=model_args)
     env = train_env(cfg)
     train = [python, f"{miles_dir.rstrip('/')}/train.py", *args]
+    if start_rollout_id is not None:
+        train[1:2] = ["-m", "rltrainer.miles_resume", train[1]]
+        train += ["--start-rollout-id", str(start_rollout_id)]
     if ray_address is None:
         return TrainCommand(argv=train, env=env, cwd=miles_dir)
     runtime_env = json.dumps({"env_vars": env}, sort_keys=True)
