@@ -2,7 +2,8 @@
 """CDK entry point: read the config once, validate it, build the stacks.
 
     python app.py                                  # built-in default config
-    npx cdk synth -c config=examples/p5-2node.yaml # a config file
+    python app.py -c config=examples/p5-2node.yaml # a config file, as `cdk synth -c` passes it
+    npx aws-cdk@2.1148.1 synth -c config=examples/p5-2node.yaml
 
 Offline: no AWS calls, no credentials, no context lookups.
 """
@@ -20,13 +21,42 @@ from infra.config import ConfigError, config_warnings, load_config, shorten  # n
 from stacks.kit import build_stacks, make_app  # noqa: E402
 
 
-def main() -> int:
+# The CDK CLI version the README pins.
+CDK_SYNTH = "npx aws-cdk@2.1148.1 synth"
+
+
+def context_from_args(argv: list[str]) -> dict[str, str]:
+    """``-c KEY=VALUE`` / ``--context KEY=VALUE`` pairs, the context arguments ``cdk synth`` takes.
+
+    Anything else raises ValueError: silently ignoring an argument would synthesize the default.
+    """
+    context: dict[str, str] = {}
+    for i in range(0, len(argv), 2):
+        flag, pair = argv[i], argv[i + 1] if i + 1 < len(argv) else ""
+        key, sep, value = pair.partition("=")
+        if flag not in ("-c", "--context") or not sep or not key:
+            raise ValueError(
+                f"app.py: argument {' '.join(argv[i:i + 2])!r} is not -c KEY=VALUE; app.py takes "
+                f"only the context arguments `cdk synth` takes. Fix: python app.py -c "
+                f"config=FILE, or {CDK_SYNTH} -c config=FILE")
+        context[key] = value
+    return context
+
+
+def main(argv: list[str] = ()) -> int:
     """Synthesize the app for ``-c config=...``; exit code 0, or 2 on any failure."""
+    try:
+        cli_context = context_from_args(list(argv))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     # `cdk` sets CDK_OUTDIR; plain `python app.py` writes to ./cdk.out like the CLI would.
     outdir = Path(os.environ.get("CDK_OUTDIR", "cdk.out"))
     outdir_existed = outdir.exists()
     try:
         app = make_app(outdir=str(outdir))
+        for key, value in cli_context.items():  # as `cdk synth -c KEY=VALUE` hands them over
+            app.node.set_context(key, value)
         config_path = app.node.try_get_context("config")
     except Exception as err:  # noqa: BLE001 - e.g. malformed CDK_CONTEXT_JSON
         return _fail(err, outdir, outdir_existed)
@@ -60,4 +90,4 @@ def _fail(err: Exception, outdir: Path, outdir_existed: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

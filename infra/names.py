@@ -62,6 +62,9 @@ TRAINER_SERVICE_ACCOUNT = "rl-trainer"
 CHECKPOINTS_PREFIX = "checkpoints/"
 DATASETS_PREFIX = "datasets/"
 MODELS_PREFIX = "models/"
+# Trainer image build contexts (`rlkit image build` uploads, the CodeBuild project reads); no
+# other role touches this prefix.
+IMAGE_BUILDS_PREFIX = "image-builds/"
 
 # The shared file system (FSx for Lustre): mounted at the same path in the Ray head, the workers
 # and KubeRay's submitter. Its datasets/ and models/ directories are linked to the bucket prefixes
@@ -127,3 +130,6 @@ class OutputKeys:
     SHARED_FS_ID = "SharedFileSystemId"
     SHARED_FS_DNS_NAME = "SharedFileSystemDnsName"
     SHARED_FS_MOUNT_NAME = "SharedFileSystemMountName"
+    IMAGE_BUILD_PROJECT = "ImageBuildProjectName"
+    IMAGE_BUILD_LOG_GROUP = "ImageBuildLogGroupName"
+    IMAGE_CACHE_REPOSITORY_URI = "ImageCacheRepositoryUri"

@@ -93,6 +93,18 @@ DEFAULT_SYSTEM_ROOT_VOLUME_GIB = 200
 # (ops/scheduling.py) compares it with each node's root volume.
 TRAINER_IMAGE_DISK_GIB = 80
 
+# The trainer image build (CodeBuild project in the data stack, images/trainer/buildspec.yml).
+# Build host image: aws/codebuild/standard:7.0 (Ubuntu 22.04, Docker 23.0.6, buildx 0.11.0,
+# Python 3.11, AWS CLI v2) [aws/aws-codebuild-docker-images ubuntu/standard/7.0/Dockerfile at
+# 374fad3, read 2026-11-30].
+IMAGE_BUILD_HOST_IMAGE = "aws/codebuild/standard:7.0"
+# BuildKit daemon the build runs in (buildx docker-container driver): v0.32.2 (991535e). Its
+# registry cache exporter writes an OCI image manifest (image-manifest=true, default since v0.21),
+# the form Amazon ECR stores as a cache [moby/buildkit v0.32.2 README.md "Registry (push image
+# and cache separately)"; AWS Containers blog "Announcing remote cache support in Amazon ECR for
+# BuildKit clients", BuildKit >= 0.12]. Read 2026-11-30.
+IMAGE_BUILD_BUILDKIT_IMAGE = "moby/buildkit:v0.32.2"
+
 
 # Helm charts the cluster stack installs. `versions` lists what the kit knows to work with its
 # values: each was rendered with the kit's values by the chart contract test
