@@ -1,0 +1,154 @@
+"""Miles' per-step metric log lines -> CloudWatch embedded-metric-format (EMF) lines on stdout.
+
+Miles logs one Python-dict line per rollout and per training step through ``logging`` (format
+``[<time> <process>] <file>:<line> - <message>``, miles/utils/logging_utils.py
+``configure_logger_raw``); Ray forwards worker output to the driver with a ``(<actor> pid=..)``
+prefix. The messages this module reads, all in Miles v0.1.0:
+
+- ``rollout <rollout_id>: {...}``: rollout-batch statistics, reward included
+  (miles/backends/training_utils/log_utils.py ``gather_log_data``, metric_name "rollout");
+- ``perf <rollout_id>: {...}``: rollout throughput (miles/ray/rollout/metrics.py
+  ``log_rollout_data``) and training times (miles/utils/train_metric_utils.py
+  ``log_perf_data_raw``: ``perf/step_time`` and friends);
+- ``step <step_id>: {...}``: the actor's loss and gradient norm
+  (log_utils.py ``log_train_step`` and miles/backends/megatron_utils/model.py).
+
+Each recognised line becomes one JSON object with an ``_aws`` member (the EMF specification,
+CloudWatch user guide "Specification: Embedded metric format"). The kit's Fluent Bit output
+sends such lines to the environment's training-metrics log group with the ``json/emf`` log
+format, so CloudWatch extracts the metrics; no agent runs in the trainer. Every original line
+is relayed unchanged first: this only adds lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Callable, Iterable, TextIO
+
+# CloudWatch namespace and dimension; infra/names.py TRAINING_METRICS_NAMESPACE is the same
+# string (the image never imports infra).
+NAMESPACE = "RLKit/Training"
+RUN_DIMENSION = "Run"
+
+# Miles key -> (EMF metric name, CloudWatch unit). Only the actor's keys: a critic's carry a
+# "critic-" role tag and are left alone.
+METRICS: dict[str, tuple[str, str]] = {
+    "rollout/raw_reward": ("reward", "None"),
+    "rollout/rewards": ("reward_shaped", "None"),
+    "rollout/response_len/mean": ("response_length", "Count"),
+    "rollout/truncated_ratio": ("truncated_ratio", "None"),
+    "perf/rollout_time": ("rollout_time", "Seconds"),
+    "perf/tokens_per_gpu_per_sec": ("rollout_tokens_per_gpu_per_s", "Count/Second"),
+    "perf/step_time": ("step_time", "Seconds"),
+    "perf/actor_train_time": ("train_time", "Seconds"),
+    "perf/actor_train_tok_per_s": ("train_tokens_per_s", "Count/Second"),
+    "perf/actor_train_mfu": ("train_mfu", "None"),
+    "train/loss": ("loss", "None"),
+    "train/pg_loss": ("pg_loss", "None"),
+    "train/grad_norm": ("grad_norm", "None"),
+}
+
+# "... - <kind> <id>: {<python dict>}" at the end of the line, whatever prefix Ray adds.
+_LINE = re.compile(r"(?:^|\s)- (?P<kind>rollout|perf|step) (?P<id>\d+): (?P<body>\{.*\})\s*$")
+# Reprs literal_eval cannot read: numpy scalars (np.float64(0.5)) and non-finite floats.
+_NUMPY_SCALAR = re.compile(r"\bnp\.\w+\(([^()]*)\)")
+_NON_FINITE = re.compile(r"(?<![\w'\"])-?(?:nan|inf)(?![\w'\"])")
+
+
+@dataclass(frozen=True)
+class MetricLine:
+    kind: str  # "rollout" | "perf" | "step"
+    index: int  # rollout id, or the accumulated training step
+    values: dict[str, float]  # Miles key -> value, numbers only
+
+
+def parse_line(line: str) -> MetricLine | None:
+    """The metrics in one Miles log line, or None for any other line (never raises)."""
+    match = _LINE.search(line)
+    if match is None:
+        return None
+    body = _NON_FINITE.sub("None", _NUMPY_SCALAR.sub(r"\1", match["body"]))
+    try:
+        data = ast.literal_eval(body)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    values = {k: float(v) for k, v in data.items()
+              if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return MetricLine(kind=match["kind"], index=int(match["id"]), values=values)
+
+
+def emf_record(metric: MetricLine, *, run: str, timestamp_ms: int) -> dict | None:
+    """The EMF object for ``metric``, or None when it carries none of the mapped metrics."""
+    chosen = {METRICS[key]: value for key, value in metric.values.items() if key in METRICS}
+    if not chosen:
+        return None
+    record: dict = {
+        "_aws": {
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [[RUN_DIMENSION]],
+                "Metrics": [{"Name": name, "Unit": unit} for name, unit in chosen],
+            }],
+        },
+        RUN_DIMENSION: run,
+        # Properties (not metrics): where the numbers came from, for Logs Insights.
+        "miles_line": metric.kind,
+        "rollout_id" if metric.kind in ("rollout", "perf") else "train_step": metric.index,
+    }
+    record.update({name: value for (name, _unit), value in chosen.items()})
+    return record
+
+
+def emf_lines(lines: Iterable[str], *, run: str,
+              clock: Callable[[], float] = time.time) -> Iterable[tuple[str, str | None]]:
+    """For each input line: (the line, its EMF line or None)."""
+    for line in lines:
+        try:
+            metric = parse_line(line)
+            record = None if metric is None else emf_record(
+                metric, run=run, timestamp_ms=int(clock() * 1000))
+            emf = None if record is None else json.dumps(record, separators=(",", ":"),
+                                                         allow_nan=False)
+        except (TypeError, ValueError, OverflowError):  # a metric line must not stop the relay
+            emf = None
+        yield line, emf
+
+
+def relay(source: IO[bytes], sink: TextIO, *, run: str, emf_sink: TextIO | None = None,
+          lock: threading.Lock | None = None) -> None:
+    """Copy ``source`` (a child's pipe) to ``sink`` line by line, writing each Miles metric line's
+    EMF line to ``emf_sink`` (default ``sink``) right after it. Undecodable bytes pass through
+    as replacement characters; a failure to build an EMF line never stops the copy."""
+    emf_sink = emf_sink or sink
+    lock = lock or threading.Lock()
+    text = (raw.decode("utf-8", errors="replace") for raw in iter(source.readline, b""))
+    for line, emf in emf_lines(text, run=run):
+        with lock:
+            sink.write(line)
+            sink.flush()
+            if emf is not None:
+                emf_sink.write(emf + "\n")
+                emf_sink.flush()
+
+
+def start_relays(proc, *, run: str) -> list[threading.Thread]:
+    """Relay ``proc``'s piped stdout and stderr to this process's (EMF lines go to stdout)."""
+    import sys
+
+    lock = threading.Lock()
+    threads = [threading.Thread(target=relay, args=(pipe, sink),
+                                kwargs={"run": run, "emf_sink": sys.stdout, "lock": lock},
+                                name=f"metrics-relay-{name}", daemon=True)
+               for name, pipe, sink in (("stdout", proc.stdout, sys.stdout),
+                                        ("stderr", proc.stderr, sys.stderr))]
+    for thread in threads:
+        thread.start()
+    return threads

@@ -1,0 +1,198 @@
+"""Miles' metric log lines -> CloudWatch EMF lines (rltrainer.metrics).
+
+The log lines are built from Miles v0.1.0's own sources (../shared/upstream/miles-v0.1.0): its
+logging format string (miles/utils/logging_utils.py) and the f-string messages of the three
+call sites the launcher reads, each found in the source by these tests, so a Miles upgrade that
+changes them fails here. A missing upstream tree fails in CI and skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from rltrainer import metrics
+
+UPSTREAM = Path(__file__).resolve().parents[3].parent / "shared" / "upstream" / "miles-v0.1.0"
+
+
+def upstream(rel: str) -> str:
+    path = UPSTREAM / rel
+    if not path.is_file():
+        message = (f"Miles v0.1.0's pinned sources are missing: {path} (the ../shared/upstream/"
+                   "miles-v0.1.0 folder beside the repository clone; see shared/upstream/README.md)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path.read_text()
+
+
+def miles_formatter() -> logging.Formatter:
+    """Miles' own log format and date format, read from configure_logger_raw."""
+    src = upstream("miles/utils/logging_utils.py")
+    fmt = re.search(r'format=f"(.*?)",\n', src)[1]
+    datefmt = re.search(r'datefmt="(.*?)"', src)[1]
+    return logging.Formatter(fmt.replace("{name}", "RolloutManager"), datefmt=datefmt)
+
+
+def miles_message(rel: str, pattern: str, **fields) -> str:
+    """The message of a Miles ``logger.info(f"...")`` call in ``rel`` matching ``pattern``,
+    filled in with ``fields`` the way the f-string would (``str`` of each value)."""
+    calls = re.findall(r'logger\.info\(f"([^"]*)"\)', upstream(rel))
+    found = [c for c in calls if re.fullmatch(pattern, c)]
+    assert found, f"no logger.info(f\"{pattern}\") in Miles' {rel}: {calls}"
+    return found[0].format(**{k: str(v) for k, v in fields.items()})
+
+
+def miles_line(message: str, *, ray_prefix: str = "") -> str:
+    record = logging.LogRecord("miles", logging.INFO, "/x/metrics.py", 89, message, None, None)
+    return ray_prefix + miles_formatter().format(record) + "\n"
+
+
+# Dicts shaped like the ones Miles logs (keys from the code paths named in rltrainer.metrics).
+ROLLOUT = {"rollout/raw_reward": 0.625, "rollout/rewards": 0.1, "rollout/log_probs": -0.42}
+ROLLOUT_PERF = {"rollout/response_len/mean": 812.5, "rollout/truncated_ratio": 0.03,
+                "perf/rollout_time": 95.2, "perf/tokens_per_gpu_per_sec": 1432.0}
+TRAIN_PERF = {"perf/actor_train_time": 210.0, "perf/step_time": 305.7,
+              "perf/actor_train_tok_per_s": 5.1e4, "perf/wait_time_ratio": 0.3}
+STEP = {"train/loss": 0.0123, "train/pg_loss": 0.011, "train/grad_norm": 1.7, "train/step": 42,
+        "train/lr-pg_0": 1e-06}
+
+
+def real_lines() -> dict[str, str]:
+    return {
+        "rollout": miles_line(miles_message(
+            "miles/backends/training_utils/log_utils.py", r"\{metric_name\} \{rollout_id\}: \{reduced_log_dict\}",
+            metric_name="rollout", rollout_id=7, reduced_log_dict=ROLLOUT)),
+        "rollout_perf": miles_line(miles_message(
+            "miles/ray/rollout/metrics.py", r"perf \{rollout_id\}: \{log_dict\}",
+            rollout_id=7, log_dict=ROLLOUT_PERF), ray_prefix="(RolloutManager pid=4711) "),
+        "train_perf": miles_line(miles_message(
+            "miles/utils/train_metric_utils.py", r"perf \{rollout_id\}: \{log_dict\}",
+            rollout_id=7, log_dict=TRAIN_PERF), ray_prefix="(MegatronTrainRayActor pid=52, ip=10.0.1.5) "),
+        "step": miles_line(miles_message(
+            "miles/backends/training_utils/log_utils.py", r"\{role_tag\}step \{accumulated_step_id\}: \{log_dict_out\}",
+            role_tag="", accumulated_step_id=42, log_dict_out=STEP)),
+    }
+
+
+def emf_of(line: str, run: str = "qwen3-grpo") -> dict | None:
+    [(_, emf)] = list(metrics.emf_lines([line], run=run, clock=lambda: 1_700_000_000.5))
+    return None if emf is None else json.loads(emf)
+
+
+# Where Miles v0.1.0 makes each key the launcher maps: (file, text that must be in it).
+# rollout/<k>: train-data keys, prefixed by gather_log_data("rollout", ...); rollout/<stat> and
+# perf/<k> of the rollout: log_rollout_data's dict_add_prefix; perf/<k> of training:
+# log_perf_data_raw; train/<k>: log_train_step's f"train/{role_tag}{key}" over the loss dict.
+EVIDENCE = {
+    "rollout/raw_reward": ("miles/ray/rollout/train_data_conversion.py", '"raw_reward": ValueSpec'),
+    "rollout/rewards": ("miles/ray/rollout/train_data_conversion.py", '"rewards": ValueSpec'),
+    "rollout/response_len/mean": ("miles/ray/rollout/metrics.py", '"response_len/"'),
+    "rollout/truncated_ratio": ("miles/ray/rollout/metrics.py", 'log_dict["truncated_ratio"]'),
+    "perf/rollout_time": ("miles/ray/rollout/metrics.py", 'log_dict["rollout_time"] = rollout_time'),
+    "perf/tokens_per_gpu_per_sec": ("miles/ray/rollout/metrics.py", '{key}tokens_per_gpu_per_sec"'),
+    "perf/step_time": ("miles/utils/train_metric_utils.py", 'log_dict["perf/step_time"]'),
+    "perf/actor_train_time": ("miles/utils/train_metric_utils.py", '"perf/actor_train_time" in log_dict'),
+    "perf/actor_train_tok_per_s": ("miles/utils/train_metric_utils.py", 'log_dict["perf/actor_train_tok_per_s"]'),
+    "perf/actor_train_mfu": ("miles/utils/train_metric_utils.py", 'log_dict["perf/actor_train_mfu"]'),
+    "train/loss": ("miles/backends/training_utils/loss_hub/losses.py", '"loss":'),
+    "train/pg_loss": ("miles/backends/training_utils/loss_hub/losses.py", '"pg_loss": pg_loss'),
+    "train/grad_norm": ("miles/backends/training_utils/log_utils.py", 'log_dict_out[f"train/{role_tag}grad_norm"]'),
+}
+
+
+def test_mapped_keys_are_keys_miles_logs():
+    """Every Miles key the launcher maps is one the pinned sources produce, so a renamed key is
+    caught here."""
+    assert set(EVIDENCE) == set(metrics.METRICS)
+    for key, (rel, text) in EVIDENCE.items():
+        assert text in upstream(rel), f"{key}: {text!r} not in Miles' {rel}"
+    assert 'f"train/{role_tag}{key}"' in upstream("miles/backends/training_utils/log_utils.py")
+    assert 'dict_add_prefix(_compute_perf_metrics_from_samples(args, samples, rollout_time), "perf/")' \
+        in upstream("miles/ray/rollout/metrics.py")
+
+
+@pytest.mark.parametrize("name", ["rollout", "rollout_perf", "train_perf", "step"])
+def test_real_miles_lines_become_emf(name):
+    line = real_lines()[name]
+    record = emf_of(line)
+    assert record is not None, line
+    directive = record["_aws"]["CloudWatchMetrics"][0]
+    assert record["_aws"]["Timestamp"] == 1_700_000_000_500
+    assert directive["Namespace"] == "RLKit/Training"
+    assert directive["Dimensions"] == [["Run"]] and record["Run"] == "qwen3-grpo"
+    names = [m["Name"] for m in directive["Metrics"]]
+    for name_ in names:  # every declared metric has a numeric value at the top level
+        assert isinstance(record[name_], float)
+    expected = {
+        "rollout": {"reward": 0.625, "reward_shaped": 0.1},
+        "rollout_perf": {"response_length": 812.5, "truncated_ratio": 0.03, "rollout_time": 95.2,
+                         "rollout_tokens_per_gpu_per_s": 1432.0},
+        "train_perf": {"train_time": 210.0, "step_time": 305.7, "train_tokens_per_s": 5.1e4},
+        "step": {"loss": 0.0123, "pg_loss": 0.011, "grad_norm": 1.7},
+    }[name]
+    assert {n: record[n] for n in names} == expected
+    assert record.get("rollout_id", record.get("train_step")) == (42 if name == "step" else 7)
+
+
+def test_units():
+    record = emf_of(real_lines()["train_perf"])
+    units = {m["Name"]: m["Unit"] for m in record["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    assert units == {"train_time": "Seconds", "step_time": "Seconds", "train_tokens_per_s": "Count/Second"}
+
+
+def test_other_lines_pass_without_emf():
+    for line in ["", "plain text\n", "[2026-11-30 10:00:00.000 x] arguments.py:10 - rollout sleep for 2 hours\n",
+                 miles_line("eval 3: {'eval/gsm8k': 0.5}"),  # eval is not mapped
+                 miles_line("critic-step 3: {'train/critic-loss': 0.5}"),  # a critic's step
+                 miles_line("perf 3: {'perf/other': 1.0}"),  # no mapped key
+                 miles_line("perf 3: {broken"),
+                 miles_line("step 3: __import__('os')")]:
+        assert emf_of(line) is None, line
+
+
+def test_numpy_reprs_and_non_finite_values():
+    record = emf_of(miles_line("step 5: {'train/loss': np.float64(0.25), 'train/grad_norm': nan, "
+                               "'train/pg_loss': -inf}"))
+    assert [m["Name"] for m in record["_aws"]["CloudWatchMetrics"][0]["Metrics"]] == ["loss"]
+    assert record["loss"] == 0.25 and "grad_norm" not in record
+
+
+def test_relay_copies_every_line_and_adds_emf_after_metric_lines():
+    lines = real_lines()
+    source = io.BytesIO(b"starting\n" + lines["step"].encode() + b"\xff broken bytes\n")
+    sink, emf_sink = io.StringIO(), io.StringIO()
+    metrics.relay(source, sink, run="r1", emf_sink=emf_sink)
+    assert sink.getvalue().splitlines()[0] == "starting"
+    assert sink.getvalue().splitlines()[1] == lines["step"].rstrip("\n")
+    assert sink.getvalue().splitlines()[2] == "\ufffd broken bytes"
+    [emf] = emf_sink.getvalue().splitlines()
+    assert json.loads(emf)["loss"] == 0.0123
+
+
+def test_launcher_relays_a_child_process(tmp_path, capfd):
+    """run_training with metrics on: the child's stdout and stderr still arrive, and each metric
+    line is followed by its EMF line on stdout."""
+    from rltrainer.launch import run_training
+    from rltrainer.miles import TrainCommand
+
+    line = real_lines()["step"]
+    child = ("import sys\nsys.stdout.write('hello\\n')\nsys.stderr.write(" + repr(line) + ")\n"
+             "sys.exit(3)\n")
+    code = run_training(TrainCommand(argv=[sys.executable, "-c", child], env={}, cwd=str(tmp_path)),
+                        metrics_run="run-a")
+    out, err = capfd.readouterr()
+    assert code == 3
+    assert line in err and "hello" in out
+    emf = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    assert [e["Run"] for e in emf] == ["run-a"] and emf[0]["grad_norm"] == 1.7
