@@ -1,7 +1,8 @@
 """`rlkit launch`, `rlkit status`, `rlkit logs`: start the RL job, follow it, read its output.
 
 launch renders the manifests (RayJob and its run config) and applies them with kubectl. It
-refuses when the last fabric gate of this config failed, or when none ran, unless --force. The
+refuses when the last fabric gate of this config failed, or when none ran, unless --force;
+--dry-run always previews (exit 0) and says whether, and why, the real run would refuse. The
 expert-parallel backend is, in order: --ep-backend, the backend the gate measured faster for
 these shapes (.rlkit/<name>/gate.json), the config's training.expert_parallel.backend.
 
@@ -105,11 +106,13 @@ def _launch(args: argparse.Namespace) -> int:
         print(f"Not launching: {err}.", file=sys.stderr)
         return 2
     problem = gate_verdict(state, cfg, path)
-    if problem and not args.force:
+    if problem and not args.force and not args.dry_run:
         print(f"Not launching: {problem}.", file=sys.stderr)
         return 1
-    if problem:
+    if problem and args.force:
         print(f"WARNING (--force): {problem}.", file=sys.stderr)
+    elif problem:  # a dry run always previews, and says what the real run would do
+        print(f"[dry-run] the real launch would REFUSE: {problem}.")
     backend, why = choose_backend(state, cfg, args.ep_backend)
     try:
         cfg = with_ep_backend(cfg, backend)
@@ -151,6 +154,9 @@ def _launch(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.dry_run:
+        if problem and not args.force:
+            print("[dry-run] preview only: without --dry-run this launch would refuse (exit 1) "
+                  "for the reason at the top.")
         return 0
     print(f"Launched RayJob {job} in namespace {ns} on {cfg.training.nodes} x "
           f"{cfg.gpu_node_groups[cfg.training.node_group].instance_type}.")

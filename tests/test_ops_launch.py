@@ -213,3 +213,23 @@ def test_gate_verdict_passes_for_a_matching_passed_gate():
     cfg = parse_config(yaml.safe_load(CONFIG))
     state = {"ok": True, "instance_type": "p5.48xlarge", "nodes": 2}
     assert launch_cmd.gate_verdict(state, cfg, __import__("pathlib").Path("g.json")) is None
+
+
+def test_dry_run_previews_without_a_gate_and_says_the_real_run_would_refuse(tmp_path, kubectl,
+                                                                             capsys):
+    assert run(tmp_path, "launch", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("[dry-run] the real launch would REFUSE: no fabric gate has run for 'gt'")
+    assert f"[dry-run] kubectl apply -f {tmp_path}/out/rl-job" in out
+    assert out.rstrip().endswith("without --dry-run this launch would refuse (exit 1) for the "
+                                 "reason at the top.")
+    assert kubectl.calls == []
+
+
+def test_dry_run_after_a_failed_gate_names_the_failure(tmp_path, kubectl, capsys):
+    write_state(tmp_path, ok=False, findings=[{
+        "check": "NCCL network", "status": "fail", "measured": "Socket", "expected": "EFA"}])
+    assert run(tmp_path, "launch", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "the real launch would REFUSE: the last fabric gate for 'gt' FAILED" in out
+    assert "NCCL network (Socket; expected EFA)" in out
