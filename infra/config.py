@@ -666,16 +666,15 @@ def has_shared_fs(cfg: KitConfig) -> bool:
     return cfg.storage.shared_filesystem.type != "none"
 
 
-# Where Megatron saves and the launcher watches: node-local (an emptyDir) only on single-node runs
-# without a shared file system; otherwise a per-run directory every pod of the job sees.
-SINGLE_NODE_CHECKPOINT_DIR = "/checkpoints"
-
-
 def checkpoint_local_dir(cfg: KitConfig) -> str:
-    """The run config's ``checkpoint.local_dir`` for this environment."""
+    """The run config's ``checkpoint.local_dir``: where Megatron saves and the launcher watches.
+    A per-run directory on the shared file system every pod of the job sees; node-local (an
+    emptyDir) only on single-node runs without one."""
     if has_shared_fs(cfg):
         return f"{names.SHARED_FS_CHECKPOINTS_DIR}/{cfg.training.run_name}"
-    return SINGLE_NODE_CHECKPOINT_DIR
+    from infra.run_config import CHECKPOINT_LOCAL_DIR  # it imports this module's types
+
+    return CHECKPOINT_LOCAL_DIR
 
 
 def valid_shared_fs_capacity_gib(gib: int) -> int:

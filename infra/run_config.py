@@ -16,13 +16,15 @@ if TYPE_CHECKING:  # infra.config imports this module
     from infra.catalog import InstanceType
     from infra.config import KitConfig
 
-CHECKPOINT_LOCAL_DIR = "/checkpoints"
+CHECKPOINT_LOCAL_DIR = "/checkpoints"  # single-node runs without a shared file system
 CHECKPOINT_SAVE_INTERVAL = 20
 
 
 def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
                         prompt_data: str) -> dict[str, Any]:
     """The trainer's run.yaml, exactly the schema ``rltrainer`` validates."""
+    from infra.config import checkpoint_local_dir  # infra.config imports this module
+
     t = cfg.training
     g = t.grpo
     p = t.parallel
@@ -31,7 +33,8 @@ def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
         "model": {"name": t.model, "hf_checkpoint": t.hf_checkpoint, "megatron_args": []},
         "checkpoint": {
             "s3_uri": f"s3://{bucket}/{names.CHECKPOINTS_PREFIX}{t.run_name}/",
-            "local_dir": CHECKPOINT_LOCAL_DIR,
+            # On the shared file system every pod mounts (the head uploads what workers save).
+            "local_dir": checkpoint_local_dir(cfg),
             "save_interval": CHECKPOINT_SAVE_INTERVAL,
         },
         "data": {"prompt_data": prompt_data, "input_key": "prompt", "label_key": "label"},

@@ -377,7 +377,6 @@ def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
         # The bucket's datasets/ prefix is linked into the shared file system: read it there.
         prompt_data = f"{names.SHARED_FS_MOUNT_PATH}/{t.prompt_data}"
     rc = run_config(cfg, itype, outputs.bucket_name, prompt_data)
-    rc["checkpoint"]["local_dir"] = checkpoint_local_dir(cfg)
     submitter = HeadPod(image=image, node_selector=head.node_selector,
                         cpu=SUBMITTER_CPU, memory=SUBMITTER_MEMORY)
     annotations = {OUTPUTS_ANNOTATION: outputs.source}

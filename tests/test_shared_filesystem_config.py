@@ -97,3 +97,18 @@ def test_required_size_is_the_planners_checkpoint_size():
     expected = -(-(reference_weights_bytes(model) + 2 * checkpoint_bytes(model)) // GIB)
     assert shared_fs_required_gib("qwen3-30b-a3b") == expected == 854  # fits the 1200 default
     assert shared_fs_required_gib("not-a-catalog-model") is None
+
+
+def test_run_config_checkpoints_on_the_shared_file_system_in_one_place():
+    """Validation and the manifests use the same run config: saves go to /fsx/checkpoints/<run>."""
+    from infra.catalog import INSTANCE_TYPES
+    from infra.run_config import run_config_document
+
+    cfg = parse_config({})
+    itype = INSTANCE_TYPES[cfg.gpu_node_groups[cfg.training.node_group].instance_type]
+    doc = run_config_document(cfg, itype, bucket="b", prompt_data="/fsx/datasets/x.jsonl")
+    assert doc["checkpoint"]["local_dir"] == f"/fsx/checkpoints/{cfg.training.run_name}"
+    single = parse_config({"storage": {"shared_filesystem": {"type": "none"}},
+                           "training": {"nodes": 1, "hf_checkpoint": "/models/Qwen3-30B-A3B"}})
+    doc = run_config_document(single, itype, bucket="b", prompt_data="/data/x.jsonl")
+    assert doc["checkpoint"]["local_dir"] == "/checkpoints"
