@@ -306,10 +306,24 @@ def test_a_save_without_the_cursor_is_not_resumed_from(s3, tmp_path: Path):
     write_model_save(local, 20)
     write_tracker(local, 20)
     result = prepare_resume(store_for(s3), local, log=io.StringIO())
-    assert (result.iteration, result.source) == (10, "s3")
+    assert (result.iteration, result.start_rollout_id) == (10, 11)
     assert read_tracker(local) == 10 and files_of(local, 10) == ten
     assert not (local / "iter_0000020").exists()
     assert store_for(s3).list_complete() == [10]
+
+
+def test_without_s3_the_newest_whole_local_save_is_resumed(s3, tmp_path: Path):
+    """The same kill, with S3 not holding anything yet: the local save before it is still whole."""
+    local = tmp_path / "ckpt"
+    ten = make_save(local, 10)
+    write_model_save(local, 20)
+    write_tracker(local, 20)
+    log = io.StringIO()
+    result = prepare_resume(store_for(s3), local, log=log)
+    assert (result.iteration, result.source, result.start_rollout_id) == (10, "local", 11)
+    assert read_tracker(local) == 10 and files_of(local, 10) == ten
+    assert "falling back to local iter_0000010" in log.getvalue()
+    assert store_for(s3).list_complete() == [10], "and it is uploaded before training"
 
 
 def test_torn_saves_above_the_tracker_are_set_aside_before_a_restore(s3, tmp_path: Path):
@@ -473,3 +487,27 @@ def test_a_crash_at_any_step_of_a_stale_writer_never_touches_the_complete_iterat
     store_for(probe).upload(tmp_path / "b", 20)
     assert s3_objects(s3) == published
     assert set(probe.calls) == {"list_objects_v2"}, probe.calls
+
+
+# ------------------------------------------------------------------------ S3's own response shapes
+
+
+def test_real_s3_composite_checksums_and_precondition_errors(monkeypatch):
+    """What moto 5.2.5 does differently from S3, checked with botocore's Stubber against S3's model:
+    S3 appends "-<parts>" to a composite checksum in HeadObject; a lost conditional put is a 412."""
+    aws_test_env(monkeypatch)
+    import boto3
+    from botocore.stub import ANY, Stubber
+
+    client = boto3.client("s3", region_name="us-east-1")
+    store = store_for(client)
+    with Stubber(client) as stub:
+        stub.add_response("head_object", {"ContentLength": 200 << 20, "ChecksumCRC32": "7ZnX0w==-4",
+                                          "ChecksumType": "COMPOSITE"},
+                          {"Bucket": BUCKET, "Key": PREFIX + "iter_0000001/__0_0.distcp", "ChecksumMode": "ENABLED"})
+        assert store._head_checksum(PREFIX + "iter_0000001/__0_0.distcp") == (200 << 20, "7ZnX0w==")
+        stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412,
+                              expected_params={"Bucket": BUCKET, "Key": PREFIX + "iter_0000001/_QUARANTINED.json",
+                                               "Body": ANY, "ContentType": "application/json", "IfNoneMatch": "*"})
+        store.quarantine(1, "already quarantined by another pod")  # a 412 here is not an error
+        stub.assert_no_pending_responses()

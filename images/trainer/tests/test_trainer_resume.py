@@ -101,7 +101,9 @@ def test_the_resume_wrapper_keeps_the_saved_start_that_miles_v010_resets(tmp_pat
     (ckpt / "latest_checkpointed_iteration.txt").write_text("20\n")
 
     plain = _run_train(checkout, ckpt, start=21, via_wrapper=False, tmp=tmp_path)
-    assert plain["start"] == 0, "Miles v0.1.0 itself drops --start-rollout-id in bridge mode (the bug)"
+    assert plain["start"] == 0, ("Miles v0.1.0 itself drops --start-rollout-id in bridge mode (the bug); if this "
+                                 "fails, the pinned Miles has upstream's fix 49cac7b52 and rltrainer.miles_resume "
+                                 "can go")
 
     fixed = _run_train(checkout, ckpt, start=21, via_wrapper=True, tmp=tmp_path)
     assert (fixed["start"], fixed["load"]) == (21, str(ckpt))

@@ -904,6 +904,17 @@ class ResumeResult:
         return None if self.iteration is None else self.iteration + 1
 
 
+def _newest_whole_local(root: Path, *, below: int, require_data_cursor: bool) -> int | None:
+    for iteration in reversed(local_iterations(root)):
+        if iteration < below:
+            try:
+                check_local_save(root, iteration, require_data_cursor=require_data_cursor)
+                return iteration
+            except IncompleteCheckpoint:
+                continue
+    return None
+
+
 def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO | None = None) -> ResumeResult:
     """Make ``local_dir`` hold the newest complete checkpoint before training starts.
 
@@ -930,7 +941,10 @@ def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO 
                   "setting it aside", file=out)
             quarantine_local(root, [local], "incomplete save at the tracker", out)
             (root / TRACKER_FILE).unlink(missing_ok=True)
-            local = None
+            local = _newest_whole_local(root, below=local, require_data_cursor=store.require_data_cursor)
+            if local is not None:
+                print(f"rltrainer: falling back to local {iter_dirname(local)}", file=out)
+                write_tracker(root, local)
     if local is not None and not store.is_complete(local):
         print(f"rltrainer: local {iter_dirname(local)} is complete but not in S3; uploading it before training", file=out)
         if store.upload(root, local).status == "uploaded":
