@@ -8,6 +8,7 @@ than talking to the API server itself: what `rlkit` runs can be copied and run b
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -15,6 +16,35 @@ from typing import Any, Callable, Sequence
 
 KUBECONFIG_FIX = ("point kubectl at the cluster: aws eks update-kubeconfig --name <cluster> "
                   "--region <region> (the cluster stack's UpdateKubeconfigCommand output)")
+
+
+# kubectl logs through klog: `E1130 14:48:24.106592    3593 memcache.go:265] <message>`. API
+# discovery retries log the same failure five times before kubectl's own one-line verdict.
+_KLOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]+\] (.*)$")
+_KLOG_ERR = re.compile(r'err="((?:[^"\\]|\\.)*)"')
+
+
+def error_text(stderr: str) -> str:
+    """kubectl's error, each message once: its own verdict lines when it printed any, else the
+    distinct klog messages (their headers and quoting stripped)."""
+    verdicts: list[str] = []
+    logged: list[str] = []
+    for line in (stderr or "").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        klog = _KLOG_LINE.match(line)
+        if klog is None:
+            if line not in verdicts:
+                verdicts.append(line)
+            continue
+        message = klog.group(1)
+        err = _KLOG_ERR.search(message)
+        if err is not None:
+            message = err.group(1).replace('\\"', '"')
+        if message not in logged:
+            logged.append(message)
+    return "; ".join(verdicts or logged)
 
 
 class KubectlError(RuntimeError):
@@ -58,7 +88,7 @@ class Kubectl:
             raise KubectlError(cmd, f"no answer within {timeout:.0f} s",
                                "check that the cluster endpoint is reachable from here") from None
         if check and proc.returncode != 0:
-            raise KubectlError(cmd, (proc.stderr or proc.stdout).strip() or
+            raise KubectlError(cmd, error_text(proc.stderr) or proc.stdout.strip() or
                                f"exit code {proc.returncode}")
         return proc
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -233,3 +235,49 @@ def test_dry_run_after_a_failed_gate_names_the_failure(tmp_path, kubectl, capsys
     out = capsys.readouterr().out
     assert "the real launch would REFUSE: the last fabric gate for 'gt' FAILED" in out
     assert "NCCL network (Socket; expected EFA)" in out
+
+
+# --- an unreachable cluster: kubectl's error once, with the hint -----------------------------------
+
+UNREACHABLE = (Path(__file__).parent / "fixtures" / "kubectl" / "unreachable.stderr").read_text()
+
+
+@pytest.mark.parametrize("command", ["status", "logs"])
+def test_unreachable_cluster_error_is_printed_once_with_the_hint(tmp_path, kubectl, capsys,
+                                                                 command):
+    assert UNREACHABLE.count("connection refused") == 5  # what kubectl itself prints
+    kubectl.rule(["get"], rc=1, stderr=UNREACHABLE)
+    assert run(tmp_path, command) == 2
+    err = capsys.readouterr().err
+    assert err.count("127.0.0.1:9") == 1
+    assert "The connection to the server 127.0.0.1:9 was refused" in err
+    assert "memcache.go" not in err
+    assert "Fix: point kubectl at the cluster: aws eks update-kubeconfig --name <cluster>" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_klog_only_errors_are_each_given_once():
+    from ops.kube import error_text
+
+    klog = "\n".join(l for l in UNREACHABLE.splitlines() if l.startswith("E"))
+    assert error_text(klog) == ('couldn\'t get current server API group list: Get '
+                                '"https://127.0.0.1:9/api?timeout=32s": dial tcp 127.0.0.1:9: '
+                                'connect: connection refused')
+    assert error_text("error: You must be logged in to the server (Unauthorized)\n") == \
+        "error: You must be logged in to the server (Unauthorized)"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed here: "
+                    "the real-client check of the unreachable-cluster message did not run")
+def test_real_kubectl_unreachable_error_once(tmp_path, monkeypatch, capsys):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}]}))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert run(tmp_path, "status") == 2
+    err = capsys.readouterr().err
+    assert err.count("127.0.0.1:9") == 1, err
+    assert "update-kubeconfig" in err
