@@ -16,6 +16,7 @@ import sys
 COMMAND_MODULES = [
     "ops.plan_cmd",
     "ops.check_cmd",
+    "ops.image_cmd",
     "ops.render_cmd",
     "ops.validate_cmd",
     "ops.preflight_cmd",

@@ -12,6 +12,7 @@ from infra.config import KitConfig
 from infra.constructs.data_bucket import DataBucket
 from infra.constructs.shared_filesystem import fsx_may_use_bucket_key
 from infra.constructs.trainer_identity import TrainerRole
+from infra.constructs.trainer_image_build import TrainerImageBuild
 from infra.constructs.trainer_repository import TrainerRepository
 from infra.names import OutputKeys
 
@@ -39,3 +40,12 @@ class DataStack(Stack):
         CfnOutput(self, OutputKeys.BUCKET_NAME, value=self.bucket.bucket_name)
         CfnOutput(self, OutputKeys.ECR_REPOSITORY_URI, value=self.repository.repository_uri)
         CfnOutput(self, OutputKeys.TRAINER_ROLE_ARN, value=self.trainer_role.role_arn)
+        self.image_build = TrainerImageBuild(
+            self, "ImageBuild", repository=self.repository, bucket=self.bucket,
+            bucket_key=self.bucket_key, default_image_tag=config.training.image_tag,
+            log_retention_days=config.image_build.log_retention_days, removal_policy=policy)
+        CfnOutput(self, OutputKeys.IMAGE_BUILD_PROJECT, value=self.image_build.project.project_name)
+        CfnOutput(self, OutputKeys.IMAGE_BUILD_LOG_GROUP,
+                  value=self.image_build.log_group.log_group_name)
+        CfnOutput(self, OutputKeys.IMAGE_CACHE_REPOSITORY_URI,
+                  value=self.image_build.cache_repository.repository_uri)

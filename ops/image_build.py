@@ -1,0 +1,562 @@
+"""The trainer image build without a local Docker engine: context zip, build plan, CodeBuild run,
+log streaming, and the repository's images.
+
+Plain functions over boto3 clients that the caller passes in (``ops.image_cmd`` builds them), so
+tests hand in Stubber-wrapped clients. The commands the build runs are images/trainer/buildspec.yml;
+``render_buildspec`` fills in the values a plan knows, which is what ``--dry-run`` prints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import time
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from infra import names
+from infra.config import EP_BACKENDS, KitConfig
+from infra.names import OutputKeys
+from manifests.context import image_tag_for
+
+TRAINER_DIR = Path(__file__).resolve().parent.parent / "images" / "trainer"
+BUILDSPEC = "buildspec.yml"
+BASE_IMAGE_ARG = "MILES_IMAGE"
+BACKEND_LABEL = "io.moe-rl-eks-kit.ep-backend"
+DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+# Zip entries get a fixed time stamp, so the same files give the same zip and the same S3 key.
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+class ImageBuildError(Exception):
+    """Something the user must fix; the message names what, the rule and the fix."""
+
+
+# --- build context -------------------------------------------------------------------------------
+
+
+def _segment_regex(part: str) -> str:
+    """One path segment of a .dockerignore pattern (Go filepath.Match syntax) as a regex."""
+    out, i = "", 0
+    while i < len(part):
+        c = part[i]
+        if c == "*":
+            out += "[^/]*"
+        elif c == "?":
+            out += "[^/]"
+        elif c == "\\" and i + 1 < len(part):
+            i += 1
+            out += re.escape(part[i])
+        elif c == "[" and "]" in part[i + 1:]:
+            end = part.index("]", i + 1)
+            body = part[i + 1:end]
+            out += "[" + ("^" + body[1:] if body.startswith(("!", "^")) else body) + "]"
+            i = end
+        else:
+            out += re.escape(c)
+        i += 1
+    return out
+
+
+def _dockerignore_regex(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern as a regex over slash-separated relative paths (Docker's rules:
+    filepath.Match per segment, ``**`` for any number of directories)."""
+    parts = [p for p in pattern.strip("/").split("/") if p not in ("", ".")]
+    out = ""
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            out += ".*" if last else "(?:.*/)?"
+        else:
+            out += _segment_regex(part) + ("" if last else "/")
+    return re.compile(out + r"\Z")
+
+
+def _read_dockerignore(root: Path) -> list[tuple[bool, re.Pattern[str]]]:
+    path = root / ".dockerignore"
+    rules = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            keep = line.startswith("!")
+            rules.append((keep, _dockerignore_regex(line[1:] if keep else line)))
+    return rules
+
+
+def _ignored(rel: str, rules: list[tuple[bool, re.Pattern[str]]]) -> bool:
+    """Docker's rule: the last pattern that matches the path or one of its parent directories
+    decides; ``!`` patterns re-include."""
+    parents = [rel]
+    parts = rel.split("/")
+    parents += ["/".join(parts[:i]) for i in range(1, len(parts))]
+    ignored = False
+    for keep, regex in rules:
+        if any(regex.match(p) for p in parents):
+            ignored = not keep
+    return ignored
+
+
+def context_files(root: Path = TRAINER_DIR) -> list[str]:
+    """Relative paths of the files a ``docker build`` of ``root`` would send, sorted."""
+    rules = _read_dockerignore(root)
+    files = []
+    for path in root.rglob("*"):
+        if path.is_file():
+            rel = path.relative_to(root).as_posix()
+            if not _ignored(rel, rules):
+                files.append(rel)
+    return sorted(files)
+
+
+def context_zip(root: Path = TRAINER_DIR) -> bytes:
+    """The build context as a zip, byte-for-byte the same for the same files and modes."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for rel in context_files(root):
+            path = root / rel
+            info = zipfile.ZipInfo(rel, date_time=_ZIP_TIME)
+            info.external_attr = (0o100755 if path.stat().st_mode & 0o111 else 0o100644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, path.read_bytes())
+    return buf.getvalue()
+
+
+def context_key(data: bytes) -> str:
+    """Content-addressed key under the bucket's build prefix: one upload per distinct context."""
+    return f"{names.IMAGE_BUILDS_PREFIX}trainer-{hashlib.sha256(data).hexdigest()[:32]}.zip"
+
+
+# --- Dockerfile and buildspec --------------------------------------------------------------------
+
+
+def dockerfile_args(text: str) -> dict[str, str | None]:
+    """Every ARG the Dockerfile declares -> its first default (None when declared without one)."""
+    text = re.sub(r"\\\n", " ", text)
+    args: dict[str, str | None] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$", line)
+        if m:
+            value = m.group(2)
+            if value is not None:
+                value = value.strip()
+                if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                    value = value[1:-1]
+            if args.get(m.group(1)) is None:
+                args[m.group(1)] = value
+    return args
+
+
+def base_image(root: Path = TRAINER_DIR) -> tuple[str, str | None]:
+    """(name:tag, pinned digest or None) of the Dockerfile's base image default."""
+    ref = dockerfile_args((root / "Dockerfile").read_text()).get(BASE_IMAGE_ARG)
+    if not ref:
+        raise ImageBuildError(f"images/trainer/Dockerfile declares no ARG {BASE_IMAGE_ARG} "
+                              "default: the build cannot tell which base image to check")
+    name, _, digest = ref.partition("@")
+    return name, digest or None
+
+
+def load_buildspec(root: Path = TRAINER_DIR) -> dict[str, Any]:
+    return yaml.safe_load((root / BUILDSPEC).read_text())
+
+
+def buildspec_commands(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """(phase, command) in the order CodeBuild runs them."""
+    return [(phase, cmd) for phase, body in spec.get("phases", {}).items()
+            for cmd in body.get("commands", [])]
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
+
+
+def render_command(command: str, values: dict[str, str]) -> str:
+    """``${NAME}`` and ``${NAME:-default}`` replaced where ``values`` has NAME; others kept."""
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) in values:
+            return values[m.group(1)]
+        return m.group(0)
+    return _VAR.sub(sub, command)
+
+
+def build_args_passed(spec: dict[str, Any]) -> list[str]:
+    """Names of the ``--build-arg`` the buildspec passes to docker buildx build."""
+    return [m.group(1) for _, cmd in buildspec_commands(spec)
+            for m in re.finditer(r"--build-arg\s+([A-Za-z_][A-Za-z0-9_]*)=", cmd)]
+
+
+# --- stack outputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildTarget:
+    """The data stack's outputs a build needs."""
+
+    stack: str
+    bucket: str
+    repository_uri: str
+    cache_repository_uri: str
+    project: str
+    log_group: str
+
+    @property
+    def repository_name(self) -> str:
+        return self.repository_uri.split("/", 1)[1]
+
+
+_TARGET_KEYS = {"bucket": OutputKeys.BUCKET_NAME, "repository_uri": OutputKeys.ECR_REPOSITORY_URI,
+                "cache_repository_uri": OutputKeys.IMAGE_CACHE_REPOSITORY_URI,
+                "project": OutputKeys.IMAGE_BUILD_PROJECT,
+                "log_group": OutputKeys.IMAGE_BUILD_LOG_GROUP}
+
+
+def target_from_outputs(cfg: KitConfig, outputs: dict[str, Any], origin: str) -> BuildTarget:
+    """Pick the data stack's outputs from ``{stack: {key: value}}`` (cdk --outputs-file form)."""
+    stack = cfg.stack_names["data"]
+    fix = (f"deploy it with `cdk deploy {stack} -c config=<your config> --outputs-file "
+           "cdk-outputs.json` and pass --outputs cdk-outputs.json, or leave --outputs out to read "
+           "the deployed stack from CloudFormation")
+    found = outputs.get(stack) if isinstance(outputs, dict) else None
+    if not isinstance(found, dict):
+        raise ImageBuildError(f"{origin}: no outputs for stack {stack}. Fix: {fix}")
+    missing = [key for key in _TARGET_KEYS.values() if not found.get(key)]
+    if missing:
+        raise ImageBuildError(f"{origin}: stack {stack} has no output {', '.join(missing)} (a data "
+                              f"stack deployed before the image build existed). Fix: {fix}")
+    return BuildTarget(stack=stack, **{f: found[k] for f, k in _TARGET_KEYS.items()})
+
+
+def target_from_cloudformation(cfg: KitConfig, cloudformation: Any) -> BuildTarget:
+    stack = cfg.stack_names["data"]
+    described = cloudformation.describe_stacks(StackName=stack)["Stacks"][0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+    return target_from_outputs(cfg, {stack: outputs}, f"CloudFormation ({cfg.region})")
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything one build does, decided before anything is uploaded or started."""
+
+    target: BuildTarget
+    backend: str
+    image_tag: str
+    vcs_ref: str
+    context_key: str
+    context_bytes: int
+    context_files: int
+    base_ref: str  # the Dockerfile's MILES_IMAGE default, as written
+    base_name: str
+    base_digest: str
+    base_digest_from: str  # "Dockerfile" or "--base-digest"
+    deepep_gin_ref: str | None
+    overrides: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def image_uri(self) -> str:
+        return f"{self.target.repository_uri}:{self.image_tag}"
+
+    @property
+    def source_location(self) -> str:
+        return f"{self.target.bucket}/{self.context_key}"
+
+
+def plan_build(cfg: KitConfig, target: BuildTarget, *, backend: str | None, vcs_ref: str,
+               context: bytes, files: int, base_digest: str | None = None,
+               deepep_gin_ref: str | None = None, root: Path = TRAINER_DIR) -> BuildPlan:
+    """Check the request and decide the build; raise ImageBuildError with every problem."""
+    problems = []
+    backend = backend or cfg.training.expert_parallel.backend
+    if backend not in EP_BACKENDS:
+        problems.append(f"--backend {backend}: not an EP backend the image builds "
+                        f"({', '.join(EP_BACKENDS)}). Fix: pass one of those")
+    if backend == "deepep-gin" and not deepep_gin_ref:
+        problems.append("--backend deepep-gin needs --deepep-gin-ref: the amazon-contributing/"
+                        "DeepEP fork has no release tags, so the Dockerfile refuses to build "
+                        "without a commit. Fix: pass --deepep-gin-ref <commit> (see "
+                        "images/trainer/README.md)")
+    if deepep_gin_ref and backend != "deepep-gin":
+        problems.append(f"--deepep-gin-ref is only for --backend deepep-gin, not {backend}. "
+                        "Fix: drop it")
+    name, pinned = base_image(root)
+    if base_digest is not None and not DIGEST_RE.fullmatch(base_digest):
+        problems.append(f"--base-digest {base_digest}: not an image digest (sha256: and 64 hex "
+                        "digits). Fix: copy the Digest line of `docker buildx imagetools inspect "
+                        f"{name}`")
+    elif pinned and base_digest and pinned != base_digest:
+        problems.append(f"--base-digest {base_digest} differs from the digest images/trainer/"
+                        f"Dockerfile pins for {name} ({pinned}). Fix: drop --base-digest, or "
+                        "change the Dockerfile's pin")
+    elif not pinned and not base_digest:
+        problems.append(f"the base image {name} (images/trainer/Dockerfile ARG {BASE_IMAGE_ARG}) "
+                        "has no pinned digest, and the build refuses an unpinned base. Fix: read "
+                        f"it with `docker buildx imagetools inspect {name}` (or the registry's "
+                        f"page) and pin it there ({name}@sha256:...), or pass --base-digest "
+                        "sha256:...")
+    if problems:
+        raise ImageBuildError("\n".join(f"  - {p}" for p in problems))
+    # The tag the manifests pull for this backend (manifests.context.image_tag_for).
+    tag = image_tag_for(cfg.model_copy(update={"training": cfg.training.model_copy(update={
+        "expert_parallel": cfg.training.expert_parallel.model_copy(update={"backend": backend})})}))
+    overrides = {"EP_BACKEND": backend, "IMAGE_TAG": tag, "VCS_REF": vcs_ref}
+    if base_digest:
+        overrides["BASE_IMAGE_DIGEST"] = base_digest
+    if deepep_gin_ref:
+        overrides["DEEPEP_GIN_REF"] = deepep_gin_ref
+    return BuildPlan(
+        target=target, backend=backend, image_tag=tag, vcs_ref=vcs_ref,
+        context_key=context_key(context), context_bytes=len(context), context_files=files,
+        base_ref=f"{name}@{pinned}" if pinned else name, base_name=name,
+        base_digest=(pinned or base_digest or ""),
+        base_digest_from="Dockerfile" if pinned else "--base-digest",
+        deepep_gin_ref=deepep_gin_ref,
+        overrides=[{"name": k, "value": v, "type": "PLAINTEXT"} for k, v in overrides.items()],
+    )
+
+
+def plan_values(plan: BuildPlan, region: str) -> dict[str, str]:
+    """The buildspec variables a plan knows before the build runs."""
+    from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE
+
+    repo = plan.target.repository_uri
+    values = {
+        "REPOSITORY_URI": repo, "CACHE_REPOSITORY_URI": plan.target.cache_repository_uri,
+        "BUILDKIT_IMAGE": IMAGE_BUILD_BUILDKIT_IMAGE, "AWS_DEFAULT_REGION": region,
+        "REGISTRY": repo.split("/", 1)[0], "REPOSITORY_NAME": plan.target.repository_name,
+        "BASE_IMAGE": plan.base_ref, "BASE_NAME": plan.base_name,
+        "BASE_IMAGE_DIGEST": plan.base_digest,
+        "DEEPEP_GIN_REF": plan.deepep_gin_ref or "",
+    }
+    values.update({o["name"]: o["value"] for o in plan.overrides})
+    return values
+
+
+def describe_plan(plan: BuildPlan, region: str, root: Path = TRAINER_DIR) -> list[str]:
+    """What ``rlkit image build`` does for ``plan``, step by step, with the exact commands."""
+    lines = [
+        f"1. upload the build context ({plan.context_files} files from images/trainer, less "
+        f".dockerignore; {plan.context_bytes} bytes zipped) to s3://{plan.target.bucket}/"
+        f"{plan.context_key} (skipped when that key exists: the name is the content's hash)",
+        f"2. start a build of CodeBuild project {plan.target.project} ({region}) with source "
+        f"S3 {plan.source_location} and these environment overrides:",
+    ]
+    lines += [f"     {o['name']}={o['value']}" for o in plan.overrides]
+    lines.append(f"   base image {plan.base_name}@{plan.base_digest} (digest from "
+                 f"{plan.base_digest_from})")
+    lines.append(f"3. the build runs images/trainer/{BUILDSPEC} (BUILD_DATE and IMAGE_DIGEST are "
+                 "known only when it runs):")
+    values = plan_values(plan, region)
+    for phase, cmd in buildspec_commands(load_buildspec(root)):
+        rendered = render_command(cmd, values).rstrip("\n")
+        first, *rest = rendered.split("\n")
+        lines.append(f"   [{phase}] {first}")
+        lines += [f"   [{phase}]   {r}" for r in rest]
+    lines.append(f"4. push {plan.image_uri} (layer cache "
+                 f"{plan.target.cache_repository_uri}:buildcache-{plan.backend}), wait for the "
+                 "scan on push and print its findings; logs in CloudWatch log group "
+                 f"{plan.target.log_group}")
+    return lines
+
+
+# --- running a build -----------------------------------------------------------------------------
+
+
+def existing_image(ecr: Any, repository: str, tag: str) -> dict[str, Any] | None:
+    """The repository's image with ``tag``, or None."""
+    try:
+        details = ecr.describe_images(repositoryName=repository,
+                                      imageIds=[{"imageTag": tag}])["imageDetails"]
+    except ecr.exceptions.ImageNotFoundException:
+        return None
+    return details[0] if details else None
+
+
+def upload_context(s3: Any, bucket: str, key: str, data: bytes) -> bool:
+    """Put the zip unless the key exists (content-addressed). True when uploaded."""
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return False
+    except s3.exceptions.ClientError as err:
+        if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+            raise
+    s3.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/zip",
+                  ChecksumAlgorithm="SHA256")
+    return True
+
+
+def start_build(codebuild: Any, plan: BuildPlan) -> str:
+    build = codebuild.start_build(
+        projectName=plan.target.project, sourceTypeOverride="S3",
+        sourceLocationOverride=plan.source_location,
+        environmentVariablesOverride=plan.overrides,
+    )["build"]
+    return build["id"]
+
+
+@dataclass
+class BuildResult:
+    status: str
+    image_uri: str | None = None
+    image_digest: str | None = None
+    failed_phase: str | None = None
+    message: str | None = None
+
+
+def follow_build(codebuild: Any, logs: Any, build_id: str, *, echo: Callable[[str], None],
+                 poll_s: float, timeout_s: float,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> BuildResult:
+    """Print phase changes and the build's log lines until it ends; raise TimeoutError after
+    ``timeout_s`` (the build keeps running)."""
+    deadline = clock() + timeout_s
+    phase = None
+    token = None
+    started = clock()
+    while True:
+        build = codebuild.batch_get_builds(ids=[build_id])["builds"][0]
+        if build.get("currentPhase") != phase:
+            phase = build.get("currentPhase")
+            echo(f"--- phase {phase} ({int(clock() - started)} s)")
+        group = build.get("logs", {}).get("groupName")
+        stream = build.get("logs", {}).get("streamName")
+        if group and stream:
+            token = _print_new_log_events(logs, group, stream, token, echo)
+        status = build.get("buildStatus")
+        if status != "IN_PROGRESS" and build.get("buildComplete", True):
+            if group and stream:
+                token = _print_new_log_events(logs, group, stream, token, echo)
+            return _result(build)
+        if clock() >= deadline:
+            raise TimeoutError(f"build {build_id} still {phase} after {int(timeout_s)} s")
+        sleep(poll_s)
+
+
+def _print_new_log_events(logs: Any, group: str, stream: str, token: str | None,
+                          echo: Callable[[str], None]) -> str | None:
+    while True:
+        kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": stream,
+                                  "startFromHead": True}
+        if token:
+            kwargs["nextToken"] = token
+        try:
+            page = logs.get_log_events(**kwargs)
+        except logs.exceptions.ResourceNotFoundException:
+            return token  # the stream appears a few seconds after the build starts
+        for event in page.get("events", []):
+            echo(event["message"].rstrip("\n"))
+        new = page.get("nextForwardToken")
+        if new == token or not page.get("events"):
+            return new
+        token = new
+
+
+def _result(build: dict[str, Any]) -> BuildResult:
+    exported = {v["name"]: v.get("value") for v in build.get("exportedEnvironmentVariables", [])}
+    result = BuildResult(status=build.get("buildStatus", "UNKNOWN"),
+                         image_uri=exported.get("IMAGE_URI") or None,
+                         image_digest=exported.get("IMAGE_DIGEST") or None)
+    for p in build.get("phases", []):
+        if p.get("phaseStatus") not in (None, "SUCCEEDED"):
+            result.failed_phase = p.get("phaseType")
+            result.message = "; ".join(c.get("message", "") for c in p.get("contexts", [])
+                                       if c.get("message"))
+            break
+    return result
+
+
+# --- the repository's images ---------------------------------------------------------------------
+
+
+@dataclass
+class ImageRow:
+    tags: list[str]
+    digest: str
+    pushed: str
+    size_mb: int
+    backend: str
+    backend_from: str  # "label" | "tag" | "-"
+    scan: str
+
+
+def _backend_from_tags(tags: list[str]) -> str | None:
+    for tag in tags:
+        for backend in sorted(EP_BACKENDS, key=len, reverse=True):
+            if tag.endswith(f"-{backend}"):
+                return backend
+    return None
+
+
+def _scan_summary(detail: dict[str, Any]) -> str:
+    status = detail.get("imageScanStatus", {}).get("status")
+    counts = detail.get("imageScanFindingsSummary", {}).get("findingSeverityCounts", {})
+    if status is None:
+        return "not scanned"
+    if status != "COMPLETE":
+        return status.lower()
+    if not counts:
+        return "no findings"
+    order = ["CRITICAL", "HIGH", "MEDIUM", "LOW", "INFORMATIONAL", "UNDEFINED"]
+    return ", ".join(f"{counts[s]} {s.lower()}" for s in order if counts.get(s))
+
+
+def fetch_url(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - an ECR layer URL
+        return response.read()
+
+
+def image_labels(ecr: Any, repository: str, digest: str,
+                 fetch: Callable[[str], bytes] = fetch_url) -> dict[str, str]:
+    """The image config's labels (manifest -> config blob through ECR's layer download URL)."""
+    images = ecr.batch_get_image(
+        repositoryName=repository, imageIds=[{"imageDigest": digest}],
+        acceptedMediaTypes=["application/vnd.docker.distribution.manifest.v2+json",
+                            "application/vnd.oci.image.manifest.v1+json"])["images"]
+    if not images:
+        return {}
+    manifest = json.loads(images[0]["imageManifest"])
+    config_digest = manifest.get("config", {}).get("digest")
+    if not config_digest:
+        return {}
+    url = ecr.get_download_url_for_layer(repositoryName=repository,
+                                         layerDigest=config_digest)["downloadUrl"]
+    config = json.loads(fetch(url))
+    return config.get("config", {}).get("Labels") or {}
+
+
+def list_images(ecr: Any, repository: str, *, labels: bool = True,
+                fetch: Callable[[str], bytes] = fetch_url,
+                warn: Callable[[str], None] = lambda _: None) -> list[ImageRow]:
+    """Every image in ``repository``, newest first."""
+    details = []
+    for page in ecr.get_paginator("describe_images").paginate(repositoryName=repository):
+        details += page.get("imageDetails", [])
+    details.sort(key=lambda d: str(d.get("imagePushedAt", "")), reverse=True)
+    rows = []
+    for d in details:
+        tags = sorted(d.get("imageTags", []))
+        backend, source = None, "-"
+        if labels and tags:
+            try:
+                backend = image_labels(ecr, repository, d["imageDigest"], fetch).get(BACKEND_LABEL)
+                source = "label" if backend else "-"
+            except Exception as err:  # noqa: BLE001 - a label is a nicety; the tag still says
+                warn(f"could not read the labels of {d['imageDigest'][:19]}: {err}")
+        if not backend:
+            backend = _backend_from_tags(tags)
+            source = "tag" if backend else "-"
+        rows.append(ImageRow(tags=tags, digest=d["imageDigest"],
+                             pushed=str(d.get("imagePushedAt", "")),
+                             size_mb=int(d.get("imageSizeInBytes", 0)) // 1_000_000,
+                             backend=backend or "-", backend_from=source,
+                             scan=_scan_summary(d)))
+    return rows

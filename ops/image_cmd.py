@@ -1,0 +1,274 @@
+"""`rlkit image`: build the trainer image in AWS CodeBuild and list what the repository holds.
+
+`rlkit image build` needs only AWS credentials and the deployed data stack: it zips images/trainer
+(less .dockerignore) into the data bucket under image-builds/, starts the data stack's CodeBuild
+project for one EP backend (default: the config's training.expert_parallel.backend), and with
+--wait streams the build's log until it ends, then prints the pushed image URI and digest. The
+tag is the one the manifests pull, <training.image_tag>-<backend>. The build (images/trainer/
+buildspec.yml) refuses a tag that exists, an unpinned base image or one whose tag moved, and fails
+when the Dockerfile's contract check fails; after the push it prints ECR's scan findings.
+--dry-run prints the upload, the build's overrides and every command with its values; it calls
+AWS only to read the stack outputs (none with --outputs).
+
+`rlkit image status` lists the repository's images: tags, digest, EP backend (from the image's
+io.moe-rl-eks-kit.ep-backend label, else the tag's suffix), push time, size and scan summary.
+
+Exit codes: 0 done, 1 the build failed or timed out, 2 bad input or AWS refused a call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from infra.config import EP_BACKENDS, ConfigError, KitConfig, load_config
+from ops import aws
+from ops.image_build import (
+    TRAINER_DIR,
+    BuildTarget,
+    ImageBuildError,
+    context_files,
+    context_zip,
+    describe_plan,
+    existing_image,
+    follow_build,
+    list_images,
+    plan_build,
+    start_build,
+    target_from_cloudformation,
+    target_from_outputs,
+    upload_context,
+)
+
+DEFAULT_TIMEOUT_S = 5 * 3600  # the project's 4 h build timeout plus queueing
+
+
+@dataclass
+class Clients:
+    cloudformation: Any
+    s3: Any
+    codebuild: Any
+    logs: Any
+    ecr: Any
+
+
+def make_clients(region: str, profile: str | None = None) -> Clients:
+    sess = aws.session(region, profile)
+    return Clients(**{name: aws.client(sess, service) for name, service in (
+        ("cloudformation", "cloudformation"), ("s3", "s3"), ("codebuild", "codebuild"),
+        ("logs", "logs"), ("ecr", "ecr"))})
+
+
+def vcs_ref(repo_root: Path = TRAINER_DIR.parent.parent) -> str:
+    """The commit being built, ``-dirty`` when images/trainer has uncommitted changes."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root, capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "images/trainer"],
+                               cwd=repo_root, capture_output=True, text=True, check=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{sha}-dirty" if dirty else sha
+
+
+def _config(args: argparse.Namespace) -> KitConfig | None:
+    try:
+        return load_config(args.config)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return None
+
+
+def _target(args: argparse.Namespace, cfg: KitConfig,
+            clients: Callable[[], Clients]) -> BuildTarget:
+    if args.outputs is not None:
+        try:
+            data = json.loads(Path(args.outputs).read_text())
+        except (OSError, ValueError) as err:
+            raise ImageBuildError(f"--outputs {args.outputs}: cannot read it as JSON ({err}). "
+                                  "Fix: pass the file `cdk deploy --outputs-file` wrote") from err
+        return target_from_outputs(cfg, data, str(args.outputs))
+    return target_from_cloudformation(cfg, clients().cloudformation)
+
+
+def _lazy(args: argparse.Namespace, region: str) -> Callable[[], Clients]:
+    made: list[Clients] = []
+
+    def get() -> Clients:
+        if not made:
+            made.append(args.clients_factory(region, args.profile))
+        return made[0]
+    return get
+
+
+def _build(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    if cfg is None:
+        return 2
+    region = args.region or cfg.region
+    clients = _lazy(args, region)
+    echo: Callable[[str], None] = print
+    try:
+        target = _target(args, cfg, clients)
+        data = context_zip(args.context)
+        plan = plan_build(cfg, target, backend=args.backend, vcs_ref=args.vcs_ref or vcs_ref(),
+                          context=data, files=len(context_files(args.context)),
+                          base_digest=args.base_digest, deepep_gin_ref=args.deepep_gin_ref,
+                          root=args.context)
+    except ImageBuildError as err:
+        print(f"error: cannot build the trainer image:\n{err}" if str(err).startswith("  - ")
+              else f"error: {err}", file=sys.stderr)
+        return 2
+    except aws.AWS_ERRORS as err:
+        print(f"error: could not read stack {cfg.stack_names['data']}'s outputs: "
+              f"{aws.describe_error(err)}. Fix: deploy the data stack (`cdk deploy "
+              f"{cfg.stack_names['data']}`) and {aws.CREDENTIALS_FIX}", file=sys.stderr)
+        return 2
+
+    if args.dry_run:
+        echo(f"[dry-run] rlkit image build would, for {plan.image_uri}:")
+        for line in describe_plan(plan, region, args.context):
+            echo(line)
+        echo("[dry-run] nothing uploaded or started")
+        return 0
+
+    c = clients()
+    try:
+        existing = existing_image(c.ecr, target.repository_name, plan.image_tag)
+        if existing is not None:
+            ref = f"{plan.image_uri}@{existing['imageDigest']}"
+            if args.reuse:
+                echo(f"reusing {ref} (the tag exists; --reuse)")
+                echo(f"image: {ref}")
+                return 0
+            print(f"error: {plan.image_uri} already exists ({existing['imageDigest']}) and the "
+                  "repository's tags are immutable. Fix: set a new training.image_tag in the "
+                  "config, or pass --reuse to use the existing image.", file=sys.stderr)
+            return 2
+        uploaded = upload_context(c.s3, target.bucket, plan.context_key, data)
+        echo(f"{'uploaded' if uploaded else 'already uploaded'}: s3://{target.bucket}/"
+             f"{plan.context_key} ({plan.context_files} files, {plan.context_bytes} bytes)")
+        build_id = start_build(c.codebuild, plan)
+    except aws.AWS_ERRORS as err:
+        print(f"error: {aws.describe_error(err)}. Fix: check that stack {target.stack} is "
+              f"deployed and your credentials may use it; {aws.CREDENTIALS_FIX}", file=sys.stderr)
+        return 2
+    echo(f"started build {build_id} of {plan.image_uri} (backend {plan.backend}); logs in "
+         f"CloudWatch log group {target.log_group}")
+    if not args.wait:
+        echo(f"follow it with `aws codebuild batch-get-builds --ids {build_id}` or the CodeBuild "
+             "console; `rlkit image status` lists the pushed image")
+        return 0
+    try:
+        result = follow_build(c.codebuild, c.logs, build_id, echo=echo, poll_s=args.poll,
+                              timeout_s=args.timeout)
+    except TimeoutError as err:
+        print(f"error: {err}; it keeps running in CodeBuild. Fix: wait for it (`aws codebuild "
+              f"batch-get-builds --ids {build_id}`) or raise --timeout", file=sys.stderr)
+        return 1
+    except aws.AWS_ERRORS as err:
+        print(f"error: lost track of build {build_id}: {aws.describe_error(err)}; it keeps "
+              "running in CodeBuild.", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; build {build_id} keeps running in CodeBuild "
+              f"(`aws codebuild stop-build --id {build_id}` stops it)", file=sys.stderr)
+        return 130
+    if result.status != "SUCCEEDED":
+        where = f" in phase {result.failed_phase}" if result.failed_phase else ""
+        why = f": {result.message}" if result.message else ""
+        print(f"error: build {build_id} {result.status}{where}{why}. The log above says why.",
+              file=sys.stderr)
+        return 1
+    if not (result.image_uri and result.image_digest):
+        print(f"error: build {build_id} succeeded but exported no IMAGE_URI/IMAGE_DIGEST. Fix: "
+              "check the buildspec's post_build phase in the log above.", file=sys.stderr)
+        return 1
+    echo(f"image: {result.image_uri}@{result.image_digest}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    if cfg is None:
+        return 2
+    region = args.region or cfg.region
+    clients = _lazy(args, region)
+    try:
+        target = _target(args, cfg, clients)
+        rows = list_images(clients().ecr, target.repository_name, labels=not args.no_labels,
+                           warn=lambda m: print(f"warning: {m}", file=sys.stderr))
+    except ImageBuildError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except aws.AWS_ERRORS as err:
+        print(f"error: {aws.describe_error(err)}. Fix: {aws.CREDENTIALS_FIX}", file=sys.stderr)
+        return 2
+    print(f"{target.repository_uri}: {len(rows)} image(s)")
+    if not rows:
+        print("  none yet: `rlkit image build --wait` builds and pushes one")
+        return 0
+    header = ("TAGS", "DIGEST", "BACKEND", "PUSHED", "SIZE MB", "SCAN")
+    table = [header] + [(",".join(r.tags) or "<untagged>", r.digest[:19],
+                         r.backend + (f" ({r.backend_from})" if r.backend_from != "-" else ""),
+                         r.pushed[:19], str(r.size_mb), r.scan) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, default=None,
+                   help="kit config YAML (default: the built-in default config)")
+    p.add_argument("--outputs", type=Path, default=None,
+                   help="cdk --outputs-file JSON (default: read the data stack from "
+                   "CloudFormation)")
+    p.add_argument("--region", default=None, help="AWS region (default: the config's region)")
+    p.add_argument("--profile", default=None, help="AWS profile (default: the usual chain)")
+    p.set_defaults(clients_factory=make_clients)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "image", help="build the trainer image in CodeBuild (no local Docker) and list images",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="image_command", metavar="SUBCOMMAND", required=True)
+
+    b = sub.add_parser("build", help="upload images/trainer, build and push one EP variant",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(b)
+    b.add_argument("--backend", choices=EP_BACKENDS, default=None,
+                   help="EP backend variant (default: the config's expert_parallel.backend)")
+    b.add_argument("--wait", action="store_true",
+                   help="stream the build's log until it ends; print the image URI and digest")
+    b.add_argument("--dry-run", action="store_true",
+                   help="print the upload, the overrides and every build command; start nothing")
+    b.add_argument("--reuse", action="store_true",
+                   help="when the tag already exists, print it and succeed instead of refusing")
+    b.add_argument("--base-digest", default=None,
+                   help="sha256 digest the base image (Dockerfile MILES_IMAGE) must have, when "
+                   "the Dockerfile pins none")
+    b.add_argument("--deepep-gin-ref", default=None,
+                   help="amazon-contributing/DeepEP commit (required with --backend deepep-gin)")
+    b.add_argument("--vcs-ref", default=None,
+                   help="commit recorded in the image (default: git rev-parse HEAD, -dirty when "
+                   "images/trainer has changes)")
+    b.add_argument("--context", type=Path, default=TRAINER_DIR, help=argparse.SUPPRESS)
+    b.add_argument("--poll", type=float, default=10.0, help="seconds between log polls")
+    b.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help=f"seconds to follow the build with --wait (default {DEFAULT_TIMEOUT_S})")
+    b.set_defaults(func=_build)
+
+    s = sub.add_parser("status", help="the repository's images: tags, digests, backend, scan",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(s)
+    s.add_argument("--no-labels", action="store_true",
+                   help="take the backend from the tag only (no image config download)")
+    s.set_defaults(func=_status)
