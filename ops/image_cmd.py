@@ -36,6 +36,7 @@ from ops.image_build import (
     context_zip,
     describe_plan,
     existing_image,
+    fetch_url,
     follow_build,
     list_images,
     plan_build,
@@ -203,6 +204,7 @@ def _status(args: argparse.Namespace) -> int:
     try:
         target = _target(args, cfg, clients)
         rows = list_images(clients().ecr, target.repository_name, labels=not args.no_labels,
+                           fetch=args.fetch,
                            warn=lambda m: print(f"warning: {m}", file=sys.stderr))
     except ImageBuildError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -271,4 +273,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(s)
     s.add_argument("--no-labels", action="store_true",
                    help="take the backend from the tag only (no image config download)")
-    s.set_defaults(func=_status)
+    s.set_defaults(func=_status, fetch=fetch_url)

@@ -1,0 +1,324 @@
+"""`rlkit image build` and `rlkit image status` against Stubber-wrapped clients (moto has no
+CodeBuild builds or ECR scan findings): every call and its parameters are checked."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from infra.names import OutputKeys
+from ops import cli
+from ops.image_build import BACKEND_LABEL, context_key, context_zip, follow_build
+from ops.image_cmd import Clients
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+REPO = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/moe-rl-trainer"
+CACHE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/moe-rl-cache"
+DIGEST = "sha256:" + "ab" * 32
+IMAGE_DIGEST = "sha256:" + "12" * 32
+BUILD_ID = "ImageBuildProject-abc:0f1e2d3c"
+OUTPUTS = {"moe-rl-data": {
+    OutputKeys.BUCKET_NAME: "moe-rl-data-bucket", OutputKeys.ECR_REPOSITORY_URI: REPO,
+    OutputKeys.TRAINER_ROLE_ARN: f"arn:aws:iam::{ACCOUNT}:role/t",
+    OutputKeys.IMAGE_BUILD_PROJECT: "ImageBuildProject-abc",
+    OutputKeys.IMAGE_BUILD_LOG_GROUP: "moe-rl-image-build",
+    OutputKeys.IMAGE_CACHE_REPOSITORY_URI: CACHE,
+}}
+
+
+@pytest.fixture(autouse=True)
+def credentials(monkeypatch):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+
+
+class Stubbed:
+    """Five Stubber-wrapped clients; every queued response must be used."""
+
+    def __init__(self):
+        services = ("cloudformation", "s3", "codebuild", "logs", "ecr")
+        self.clients = Clients(**{s: boto3.client(s, region_name=REGION) for s in services})
+        self.stubs = {s: Stubber(getattr(self.clients, s)) for s in services}
+        for s in self.stubs.values():
+            s.activate()
+
+    def __getattr__(self, name):
+        return self.stubs[name]
+
+    def done(self):
+        for s in self.stubs.values():
+            s.assert_no_pending_responses()
+
+
+@pytest.fixture
+def outputs_file(tmp_path):
+    path = tmp_path / "cdk-outputs.json"
+    path.write_text(json.dumps(OUTPUTS))
+    return path
+
+
+def run(argv, stubbed):
+    args = cli.build_parser().parse_args(argv)
+    args.clients_factory = lambda region, profile: stubbed.clients
+    return args.func(args)
+
+
+BASE = ["image", "build", "--base-digest", DIGEST, "--vcs-ref", "c0ffee"]
+
+
+def expect_new_tag(st, tag="0.1.0-nccl"):
+    st.ecr.add_client_error("describe_images", "ImageNotFoundException", expected_params={
+        "repositoryName": "moe-rl-trainer", "imageIds": [{"imageTag": tag}]})
+
+
+def expect_upload(st):
+    key = context_key(context_zip())
+    st.s3.add_client_error("head_object", "404", http_status_code=404,
+                           expected_params={"Bucket": "moe-rl-data-bucket", "Key": key})
+    st.s3.add_response("put_object", {}, expected_params={
+        "Bucket": "moe-rl-data-bucket", "Key": key, "Body": ANY,
+        "ContentType": "application/zip", "ChecksumAlgorithm": "SHA256"})
+    return key
+
+
+def expect_start(st, key, backend="nccl", extra=()):
+    overrides = [{"name": "EP_BACKEND", "value": backend, "type": "PLAINTEXT"},
+                 {"name": "IMAGE_TAG", "value": f"0.1.0-{backend}", "type": "PLAINTEXT"},
+                 {"name": "VCS_REF", "value": "c0ffee", "type": "PLAINTEXT"},
+                 {"name": "BASE_IMAGE_DIGEST", "value": DIGEST, "type": "PLAINTEXT"}, *extra]
+    st.codebuild.add_response("start_build", {"build": {"id": BUILD_ID}}, expected_params={
+        "projectName": "ImageBuildProject-abc", "sourceTypeOverride": "S3",
+        "sourceLocationOverride": f"moe-rl-data-bucket/{key}",
+        "environmentVariablesOverride": overrides})
+
+
+def build_doc(status, phase, phases=(), exported=()):
+    return {"builds": [{"id": BUILD_ID, "buildStatus": status, "currentPhase": phase,
+                        "buildComplete": status != "IN_PROGRESS",
+                        "logs": {"groupName": "moe-rl-image-build", "streamName": "s1"},
+                        "phases": list(phases),
+                        "exportedEnvironmentVariables": list(exported)}]}
+
+
+def expect_log_page(st, messages, token_in, token_out):
+    params = {"logGroupName": "moe-rl-image-build", "logStreamName": "s1", "startFromHead": True}
+    if token_in:
+        params["nextToken"] = token_in
+    st.logs.add_response("get_log_events", {
+        "events": [{"timestamp": 1, "message": m, "ingestionTime": 1} for m in messages],
+        "nextForwardToken": token_out, "nextBackwardToken": "b"}, expected_params=params)
+
+
+def test_build_wait_streams_logs_and_prints_the_image(outputs_file, capsys):
+    st = Stubbed()
+    expect_new_tag(st)
+    key = expect_upload(st)
+    expect_start(st, key)
+    st.codebuild.add_response("batch_get_builds", build_doc("IN_PROGRESS", "PRE_BUILD"),
+                              expected_params={"ids": [BUILD_ID]})
+    expect_log_page(st, ["base image radixark/miles:v0.1.0@... (digest matches)"], None, "f1")
+    expect_log_page(st, [], "f1", "f1")
+    st.codebuild.add_response("batch_get_builds", build_doc(
+        "SUCCEEDED", "COMPLETED",
+        phases=[{"phaseType": "BUILD", "phaseStatus": "SUCCEEDED"}],
+        exported=[{"name": "IMAGE_URI", "value": f"{REPO}:0.1.0-nccl"},
+                  {"name": "IMAGE_DIGEST", "value": IMAGE_DIGEST}]),
+        expected_params={"ids": [BUILD_ID]})
+    expect_log_page(st, ["pushed it", "CRITICAL 0"], "f1", "f2")
+    expect_log_page(st, [], "f2", "f2")
+    expect_log_page(st, [], "f2", "f2")
+    code = run([*BASE, "--outputs", str(outputs_file), "--wait", "--poll", "0"], st)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    st.done()
+    assert f"uploaded: s3://moe-rl-data-bucket/{key}" in out
+    assert f"started build {BUILD_ID} of {REPO}:0.1.0-nccl (backend nccl)" in out
+    assert "--- phase PRE_BUILD" in out and "--- phase COMPLETED" in out
+    assert "base image radixark/miles:v0.1.0@... (digest matches)\n" in out
+    assert "pushed it\nCRITICAL 0\n" in out
+    assert out.rstrip().endswith(f"image: {REPO}:0.1.0-nccl@{IMAGE_DIGEST}")
+
+
+def test_build_without_wait_starts_and_returns(outputs_file, capsys):
+    st = Stubbed()
+    expect_new_tag(st, "0.1.0-deepep-gin")
+    key = expect_upload(st)
+    expect_start(st, key, "deepep-gin",
+                 extra=[{"name": "DEEPEP_GIN_REF", "value": "f00d", "type": "PLAINTEXT"}])
+    code = run([*BASE, "--outputs", str(outputs_file), "--backend", "deepep-gin",
+                "--deepep-gin-ref", "f00d"], st)
+    assert code == 0
+    st.done()
+    assert f"aws codebuild batch-get-builds --ids {BUILD_ID}" in capsys.readouterr().out
+
+
+def test_failed_build_names_the_phase(outputs_file, capsys):
+    st = Stubbed()
+    expect_new_tag(st)
+    key = expect_upload(st)
+    expect_start(st, key)
+    st.codebuild.add_response("batch_get_builds", build_doc(
+        "FAILED", "COMPLETED", phases=[
+            {"phaseType": "PRE_BUILD", "phaseStatus": "SUCCEEDED"},
+            {"phaseType": "BUILD", "phaseStatus": "FAILED", "contexts": [
+                {"statusCode": "COMMAND_EXECUTION_ERROR",
+                 "message": "Error while executing command: docker buildx build ... exit 1"}]}]))
+    expect_log_page(st, ["ERROR: Miles refused --moe-token-dispatcher-type"], None, "f1")
+    expect_log_page(st, [], "f1", "f1")
+    expect_log_page(st, [], "f1", "f1")
+    code = run([*BASE, "--outputs", str(outputs_file), "--wait", "--poll", "0"], st)
+    captured = capsys.readouterr()
+    assert code == 1
+    st.done()
+    assert "ERROR: Miles refused --moe-token-dispatcher-type" in captured.out
+    assert (f"error: build {BUILD_ID} FAILED in phase BUILD: Error while executing command: "
+            "docker buildx build ... exit 1. The log above says why.") in captured.err
+
+
+def test_existing_tag_is_refused_or_reused(outputs_file, capsys):
+    st = Stubbed()
+    detail = {"imageDetails": [{"imageDigest": IMAGE_DIGEST, "imageTags": ["0.1.0-nccl"]}]}
+    st.ecr.add_response("describe_images", detail)
+    assert run([*BASE, "--outputs", str(outputs_file)], st) == 2
+    assert (f"error: {REPO}:0.1.0-nccl already exists ({IMAGE_DIGEST}) and the repository's tags "
+            "are immutable. Fix: set a new training.image_tag in the config, or pass --reuse to "
+            "use the existing image.") in capsys.readouterr().err
+    st.ecr.add_response("describe_images", detail)
+    assert run([*BASE, "--outputs", str(outputs_file), "--reuse"], st) == 0
+    assert f"image: {REPO}:0.1.0-nccl@{IMAGE_DIGEST}" in capsys.readouterr().out
+    st.done()  # nothing uploaded, nothing started
+
+
+def test_unpinned_base_is_refused_before_anything_happens(outputs_file, capsys):
+    st = Stubbed()  # no responses queued: any AWS call would fail the test
+    code = run(["image", "build", "--outputs", str(outputs_file), "--backend", "deepep-gin"], st)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (
+        "error: cannot build the trainer image:\n"
+        "  - --backend deepep-gin needs --deepep-gin-ref: the amazon-contributing/DeepEP fork "
+        "has no release tags, so the Dockerfile refuses to build without a commit. Fix: pass "
+        "--deepep-gin-ref <commit> (see images/trainer/README.md)\n"
+        "  - the base image radixark/miles:v0.1.0 (images/trainer/Dockerfile ARG MILES_IMAGE) has "
+        "no pinned digest, and the build refuses an unpinned base. Fix: read it with `docker "
+        "buildx imagetools inspect radixark/miles:v0.1.0` (or the registry's page) and pin it "
+        "there (radixark/miles:v0.1.0@sha256:...), or pass --base-digest sha256:...\n")
+    assert "Traceback" not in err
+
+
+def test_bad_digest_text(outputs_file, capsys):
+    st = Stubbed()
+    assert run(["image", "build", "--outputs", str(outputs_file), "--base-digest", "latest"],
+               st) == 2
+    assert ("--base-digest latest: not an image digest (sha256: and 64 hex digits)"
+            in capsys.readouterr().err)
+
+
+def test_outputs_without_the_build_keys(tmp_path, capsys):
+    old = {"moe-rl-data": {k: v for k, v in OUTPUTS["moe-rl-data"].items()
+                           if k not in (OutputKeys.IMAGE_BUILD_PROJECT,
+                                        OutputKeys.IMAGE_BUILD_LOG_GROUP)}}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    assert run([*BASE, "--outputs", str(path)], Stubbed()) == 2
+    assert (f"error: {path}: stack moe-rl-data has no output ImageBuildProjectName, "
+            "ImageBuildLogGroupName (a data stack deployed before the image build existed). Fix: "
+            "deploy it with `cdk deploy moe-rl-data") in capsys.readouterr().err
+
+
+def test_outputs_from_cloudformation_and_dry_run(capsys):
+    st = Stubbed()
+    st.cloudformation.add_response("describe_stacks", {"Stacks": [{
+        "StackName": "moe-rl-data", "CreationTime": dt.datetime(2026, 11, 30),
+        "StackStatus": "CREATE_COMPLETE",
+        "Outputs": [{"OutputKey": k, "OutputValue": v}
+                    for k, v in OUTPUTS["moe-rl-data"].items()]}]},
+        expected_params={"StackName": "moe-rl-data"})
+    assert run([*BASE, "--dry-run"], st) == 0
+    st.done()  # only the outputs were read: no upload, no build
+    out = capsys.readouterr().out
+    assert out.startswith(f"[dry-run] rlkit image build would, for {REPO}:0.1.0-nccl:\n")
+    assert f"--tag {REPO}:0.1.0-nccl --metadata-file" in out
+    assert out.rstrip().endswith("[dry-run] nothing uploaded or started")
+
+
+def test_follow_build_times_out():
+    st = Stubbed()
+    st.codebuild.add_response("batch_get_builds", build_doc("IN_PROGRESS", "BUILD"))
+    st.logs.add_client_error("get_log_events", "ResourceNotFoundException")
+    ticks = iter([0.0, 0.0, 5.0, 10.0])
+    with pytest.raises(TimeoutError, match=f"build {BUILD_ID} still BUILD after 3 s"):
+        follow_build(st.clients.codebuild, st.clients.logs, BUILD_ID, echo=lambda _: None,
+                     poll_s=0, timeout_s=3, sleep=lambda _: None, clock=lambda: next(ticks))
+
+
+# --- status --------------------------------------------------------------------------------------
+
+
+def image_detail(digest, tags, pushed, scan=None):
+    d = {"registryId": ACCOUNT, "repositoryName": "moe-rl-trainer", "imageDigest": digest,
+         "imageTags": tags, "imageSizeInBytes": 21_000_000_000,
+         "imagePushedAt": dt.datetime(2026, 11, pushed, tzinfo=dt.timezone.utc)}
+    if scan is not None:
+        d["imageScanStatus"] = {"status": "COMPLETE"}
+        d["imageScanFindingsSummary"] = {"findingSeverityCounts": scan}
+    return d
+
+
+def test_status_lists_tags_backends_and_scans(outputs_file, capsys):
+    st = Stubbed()
+    other = "sha256:" + "34" * 32
+    st.ecr.add_response("describe_images", {"imageDetails": [
+        image_detail(IMAGE_DIGEST, ["0.1.0-nccl"], 29, {"HIGH": 2, "CRITICAL": 1}),
+        image_detail(other, ["0.1.0-deepep-nvshmem"], 30, {}),
+    ]}, expected_params={"repositoryName": "moe-rl-trainer"})
+    # Newest first: the deepep-nvshmem image's labels cannot be read, so its tag says.
+    st.ecr.add_client_error("batch_get_image", "AccessDeniedException")
+    st.ecr.add_response("batch_get_image", {"images": [{"imageManifest": json.dumps(
+        {"config": {"digest": "sha256:cfg"}})}]}, expected_params={
+        "repositoryName": "moe-rl-trainer", "imageIds": [{"imageDigest": IMAGE_DIGEST}],
+        "acceptedMediaTypes": ANY})
+    st.ecr.add_response("get_download_url_for_layer", {"downloadUrl": "https://layer"},
+                        expected_params={"repositoryName": "moe-rl-trainer",
+                                         "layerDigest": "sha256:cfg"})
+    args = cli.build_parser().parse_args(["image", "status", "--outputs", str(outputs_file)])
+    args.clients_factory = lambda region, profile: st.clients
+    fetched = []
+
+    def fetch(url):
+        fetched.append(url)
+        return json.dumps({"config": {"Labels": {BACKEND_LABEL: "nccl"}}}).encode()
+
+    args.fetch = fetch
+    assert args.func(args) == 0
+    st.done()
+    captured = capsys.readouterr()
+    assert fetched == ["https://layer"]
+    lines = captured.out.splitlines()
+    assert lines[0] == f"{REPO}: 2 image(s)"
+    assert lines[1].split() == ["TAGS", "DIGEST", "BACKEND", "PUSHED", "SIZE", "MB", "SCAN"]
+    assert lines[2].split()[:3] == ["0.1.0-deepep-nvshmem", other[:19], "deepep-nvshmem"]
+    assert "(tag)" in lines[2] and lines[2].rstrip().endswith("no findings")
+    assert lines[3].split()[:4] == ["0.1.0-nccl", IMAGE_DIGEST[:19], "nccl", "(label)"]
+    assert lines[3].rstrip().endswith("1 critical, 2 high")
+    assert "could not read the labels" in captured.err
+
+
+def test_status_of_an_empty_repository(outputs_file, capsys):
+    st = Stubbed()
+    st.ecr.add_response("describe_images", {"imageDetails": []})
+    assert run(["image", "status", "--outputs", str(outputs_file)], st) == 0
+    assert "none yet: `rlkit image build --wait` builds and pushes one" in capsys.readouterr().out
+
+
+def test_cli_lists_image_commands():
+    help_text = cli.build_parser().format_help()
+    assert "image" in help_text
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["image", "build", "--backend", "none"])
