@@ -219,7 +219,12 @@ def _malform(body: dict, change) -> bytes:
     return json.dumps(body).encode()
 
 
-@pytest.mark.parametrize("case", sorted(MALFORMED))
+# one case per way today's store failed: AttributeError, TypeError, a restore of nothing, a silent
+# acceptance, an iteration mismatch (the others go through the same path: see the next test)
+FALLBACK_CASES = ["a list", "files null", "entry a string", "files empty", "wrong total", "iteration mismatch"]
+
+
+@pytest.mark.parametrize("case", FALLBACK_CASES)
 def test_a_malformed_manifest_falls_back_to_the_previous_checkpoint(s3, tmp_path: Path, case: str):
     """Before: TypeError/AttributeError/KeyError tracebacks, or a restore of nothing (empty file list)."""
     ten = _two_checkpoints(s3, tmp_path)
@@ -231,6 +236,20 @@ def test_a_malformed_manifest_falls_back_to_the_previous_checkpoint(s3, tmp_path
     assert files_of(tmp_path / "fresh", 10) == ten
     assert "iter_0000020/_COMPLETE.json" in log and "falling back to the next-newest" in log
     assert store_for(s3).list_complete() == [10]
+
+
+@pytest.mark.parametrize("case", sorted(set(MALFORMED) - {"iteration mismatch"}))
+def test_every_malformed_manifest_is_a_manifest_error_never_a_crash(case: str):
+    """Before (v1 schema, sha256 for crc32): 3 raised AttributeError/TypeError, 1 KeyError, 3 a ValueError
+    the store caught, and 11 were accepted (an empty file list, string sizes, foreign paths, ...)."""
+    from rltrainer.checkpoints import Manifest, ManifestError
+
+    good = {"format": "rltrainer.checkpoint/v2", "iteration": 20, "created_at": "", "total_bytes": 12, "files": [
+        {"path": "iter_0000020/common.pt", "size": 4, "crc32": "AAAAAA==", "part_size": 0},
+        {"path": "iter_0000020/.metadata", "size": 8, "crc32": "AAAAAQ==", "part_size": 0}]}
+    assert Manifest.from_json(json.dumps(good)).total_bytes == 12
+    with pytest.raises(ManifestError, match="^m: "):
+        Manifest.from_json(_malform(json.loads(json.dumps(good)), MALFORMED[case]), where="m")
 
 
 def test_malformed_manifest_errors_name_the_field():
