@@ -31,6 +31,8 @@ BUILDSPEC = "buildspec.yml"
 BASE_IMAGE_ARG = "MILES_IMAGE"
 BACKEND_LABEL = "io.moe-rl-eks-kit.ep-backend"
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+# OCI distribution spec's tag grammar.
+TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 # Zip entries get a fixed time stamp, so the same files give the same zip and the same S3 key.
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -288,6 +290,13 @@ def plan_build(cfg: KitConfig, target: BuildTarget, *, backend: str | None, vcs_
     if deepep_gin_ref and backend != "deepep-gin":
         problems.append(f"--deepep-gin-ref is only for --backend deepep-gin, not {backend}. "
                         "Fix: drop it")
+    # The tag the manifests pull for this backend (manifests.context.image_tag_for).
+    tag = image_tag_for(cfg.model_copy(update={"training": cfg.training.model_copy(update={
+        "expert_parallel": cfg.training.expert_parallel.model_copy(update={"backend": backend})})}))
+    if not TAG_RE.fullmatch(tag):
+        problems.append(f"training.image_tag {cfg.training.image_tag}: {tag} is not an image tag "
+                        "(letters, digits, _ . -, at most 128, not starting with . or -). Fix: "
+                        "use a version such as 0.1.0")
     name, pinned = base_image(root)
     if base_digest is not None and not DIGEST_RE.fullmatch(base_digest):
         problems.append(f"--base-digest {base_digest}: not an image digest (sha256: and 64 hex "
@@ -305,9 +314,6 @@ def plan_build(cfg: KitConfig, target: BuildTarget, *, backend: str | None, vcs_
                         "sha256:...")
     if problems:
         raise ImageBuildError("\n".join(f"  - {p}" for p in problems))
-    # The tag the manifests pull for this backend (manifests.context.image_tag_for).
-    tag = image_tag_for(cfg.model_copy(update={"training": cfg.training.model_copy(update={
-        "expert_parallel": cfg.training.expert_parallel.model_copy(update={"backend": backend})})}))
     overrides = {"EP_BACKEND": backend, "IMAGE_TAG": tag, "VCS_REF": vcs_ref}
     if base_digest:
         overrides["BASE_IMAGE_DIGEST"] = base_digest
@@ -387,7 +393,10 @@ def upload_context(s3: Any, bucket: str, key: str, data: bytes) -> bool:
         s3.head_object(Bucket=bucket, Key=key)
         return False
     except s3.exceptions.ClientError as err:
-        if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+        # 403 too: without s3:ListBucket, S3 answers a missing key with 403. Putting the same
+        # bytes again is harmless, and a caller without s3:PutObject learns it from the put.
+        if err.response.get("Error", {}).get("Code") not in ("404", "403", "NoSuchKey",
+                                                             "NotFound", "Forbidden"):
             raise
     s3.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/zip",
                   ChecksumAlgorithm="SHA256")

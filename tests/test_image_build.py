@@ -406,3 +406,13 @@ def test_yaml_is_valid_for_codebuild():
     text = (TRAINER_DIR / "buildspec.yml").read_text()
     assert "\t" not in text
     assert yaml.safe_load(text)["version"] == 0.2
+
+
+def test_bad_image_tag_is_refused():
+    cfg = parse_config({"training": {"image_tag": "v1 beta"}})
+    with pytest.raises(__import__("ops.image_build", fromlist=["x"]).ImageBuildError) as err:
+        plan_build(cfg, TARGET, backend="nccl", vcs_ref="x", context=b"z", files=1,
+                   base_digest=DIGEST)
+    assert str(err.value) == (
+        "  - training.image_tag v1 beta: v1 beta-nccl is not an image tag (letters, digits, _ . -, "
+        "at most 128, not starting with . or -). Fix: use a version such as 0.1.0")

@@ -74,7 +74,8 @@ def test_workflow_passes_its_deploy_role_into_the_config(tmp_path):
     script = step["run"].split("<<'PY'\n", 1)[1].split("\nPY", 1)[0]
     role = "arn:aws:iam::123456789012:role/github-rlkit-deploy"
     env = {"PATH": os.environ["PATH"], "SOURCE": str(REPO_ROOT / "examples" / "ci-ephemeral.yaml"),
-           "RUN_NAME": "ci-1234567890123-1", "TRAINER_IMAGE": "", "DEPLOY_ROLE_ARN": role}
+           "RUN_NAME": "ci-1234567890123-1", "TRAINER_IMAGE": "", "DEPLOY_ROLE_ARN": role,
+           "COMMIT": "0123456789abcdef0123456789abcdef01234567"}
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -83,6 +84,9 @@ def test_workflow_passes_its_deploy_role_into_the_config(tmp_path):
     assert cfg.admin_role_arns == [role]
     assert cfg.account == "123456789012"
     assert cfg.name == "ci-1234567890123-1"
+    # No TRAINER_IMAGE: the run builds the image for its commit (rlkit image build).
+    assert cfg.training.image is None
+    assert cfg.training.image_tag == "ci-0123456789ab"
 
 
 def test_jobs_hold_only_the_permissions_they_use():
