@@ -530,3 +530,38 @@ def test_real_s3_composite_checksums_and_precondition_errors(monkeypatch):
                                                "Body": ANY, "ContentType": "application/json", "IfNoneMatch": "*"})
         store.quarantine(1, "already quarantined by another pod")  # a 412 here is not an error
         stub.assert_no_pending_responses()
+    assert store.transfer_config.preferred_transfer_client == "classic", "the part size must be ours"
+
+
+def test_a_full_object_checksum_is_recorded_as_one(tmp_path: Path, monkeypatch):
+    """S3 (or a CRT upload) may keep a FULL_OBJECT CRC32 even for a multipart upload: then part_size is 0."""
+    aws_test_env(monkeypatch)
+    import boto3
+    from botocore.stub import Stubber
+
+    from rltrainer.checkpoints import s3_crc32
+
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"x" * 1000)
+    client = boto3.client("s3", region_name="us-east-1")
+    store = store_for(client)
+
+    class UploadsNothing:  # the upload itself is not what is tested here; HeadObject is stubbed
+        head_object = staticmethod(client.head_object)
+
+        @staticmethod
+        def upload_file(*_args, **_kwargs):
+            return None
+
+    store.client = UploadsNothing()
+    from rltrainer.checkpoints import Progress
+
+    with Stubber(client) as stub:
+        for kind in ("FULL_OBJECT", "COMPOSITE"):
+            stub.add_response("head_object", {"ContentLength": 1000, "ChecksumCRC32": s3_crc32(src),
+                                              "ChecksumType": kind})
+        store.transfer_config.multipart_threshold = 100
+        store.transfer_config.multipart_chunksize = 8 << 20
+        full = store._upload_file(src, "iter_0000001/f.bin", 1000, Progress("t", 1000, io.StringIO()))
+        composite = store._upload_file(src, "iter_0000001/f.bin", 1000, Progress("t", 1000, io.StringIO()))
+    assert (full.part_size, composite.part_size) == (0, 8 << 20)

@@ -633,9 +633,11 @@ class S3CheckpointStore:
         if transfer_config is None:
             from boto3.s3.transfer import TransferConfig
 
-            # 64 MiB parts, 16 in flight: Megatron shards are hundreds of MiB to GiBs each.
+            # 64 MiB parts, 16 in flight: Megatron shards are hundreds of MiB to GiBs each. The
+            # classic transfer manager, always: boto3's "auto" switches to the CRT one on p4d/p5
+            # when awscrt is installed, which ignores these settings and picks its own part size.
             transfer_config = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 << 20,
-                                             max_concurrency=16)
+                                             max_concurrency=16, preferred_transfer_client="classic")
         self.transfer_config = transfer_config
         self.require_data_cursor = require_data_cursor
 
@@ -795,11 +797,17 @@ class S3CheckpointStore:
 
         return ChunksizeAdjuster().adjust_chunksize(self.transfer_config.multipart_chunksize, size)
 
-    def _head_checksum(self, key: str) -> tuple[int, str]:
-        head = self.retry.call(f"stat s3://{self.bucket}/{key}",
+    def _head(self, key: str) -> dict:
+        return self.retry.call(f"stat s3://{self.bucket}/{key}",
                                lambda: self.client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED"))
+
+    @staticmethod
+    def _size_and_crc(head: dict) -> tuple[int, str]:
         value = str(head.get("ChecksumCRC32") or "")
         return int(head["ContentLength"]), value.split("-", 1)[0]  # composite values end in -<parts>
+
+    def _head_checksum(self, key: str) -> tuple[int, str]:
+        return self._size_and_crc(self._head(key))
 
     def _upload_file(self, path: Path, rel: str, size: int, progress: Progress) -> FileEntry:
         key = self.key(rel)
@@ -816,13 +824,16 @@ class S3CheckpointStore:
                                     ExtraArgs={"ChecksumAlgorithm": CHECKSUM_ALGORITHM})
 
         self.retry.call(f"upload {path} to s3://{self.bucket}/{key}", attempt)
-        got_size, crc = self._head_checksum(key)
+        head = self._head(key)
+        got_size, crc = self._size_and_crc(head)
         if not crc:
             raise IncompleteCheckpoint(f"s3://{self.bucket}/{key} has no CRC32 checksum after the upload; "
                                        "the store must support S3 additional checksums")
         if got_size != size or path.stat().st_size != size:
             raise IncompleteCheckpoint(f"{path} changed size during its upload ({size} -> {got_size} bytes)")
-        return FileEntry(path=rel, size=size, crc32=crc, part_size=self._part_size(size))
+        # S3 says which kind of checksum it kept; without that (moto), the part size decides
+        part_size = 0 if head.get("ChecksumType") == "FULL_OBJECT" else self._part_size(size)
+        return FileEntry(path=rel, size=size, crc32=crc, part_size=part_size)
 
     # -- restore
 
