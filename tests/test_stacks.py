@@ -295,7 +295,9 @@ def test_kms_bucket_option(synth):
 
 
 def test_ecr_repository(synth):
-    repo = only(synth("default").template("data"), "AWS::ECR::Repository")
+    # The trainer's repository; the image build's cache repository is tested in test_image_build.
+    (repo,) = [v for k, v in resources(synth("default").template("data"),
+                                       "AWS::ECR::Repository").items() if "TrainerImage" in k]
     assert repo["Properties"]["ImageScanningConfiguration"] == {"ScanOnPush": True}
     assert repo["Properties"]["ImageTagMutability"] == "IMMUTABLE"
     assert repo["DeletionPolicy"] == "Retain"
