@@ -18,18 +18,27 @@ import pytest
 from conftest import REPO_ROOT
 
 
-def _run_app(args: list[str], outdir) -> subprocess.CompletedProcess:
+def _run_app(args: list[str], outdir, *, validation: bool = False) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_"))}
-    env.update({"CDK_OUTDIR": str(outdir), "CDK_VALIDATION": "false",
-                "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"})
+    env.update({"CDK_OUTDIR": str(outdir), "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"})
+    if not validation:
+        env["CDK_VALIDATION"] = "false"
     return subprocess.run([sys.executable, "app.py", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
 def test_python_app_py_with_a_config_builds_that_config(synth, tmp_path):
+    """As a user runs it: with CDK's built-in CloudFormation validation, which
+    @aws-cdk/core:validateAgainstDefaultRules turns from warnings into errors."""
     example = "p5-2node"  # not the default: a silently ignored -c would show
-    result = _run_app(["-c", f"config=examples/{example}.yaml"], tmp_path / "out")
+    result = _run_app(["-c", f"config=examples/{example}.yaml"], tmp_path / "out",
+                      validation=True)
     assert result.returncode == 0, result.stderr[-3000:]
+    # No config warning for this example, no CDK warning, nothing in the validation report.
+    assert (result.stdout, result.stderr) == ("", "")
+    report = json.loads((tmp_path / "out" / "validation-report.json").read_text())
+    assert [p["pluginName"] for p in report["pluginReports"]] == ["CloudFormation Validate"]
+    assert [v for p in report["pluginReports"] for v in p["violations"]] == []
     expected = synth(example)  # in-process make_app + build_stacks, the tests' (and cdk's) path
     produced = {p.name.removesuffix(".template.json"): json.loads(p.read_text())
                 for p in (tmp_path / "out").glob("*.template.json")}
