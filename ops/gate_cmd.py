@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES
@@ -60,6 +58,7 @@ from ops.gate import (
     judge_nodecheck,
     state_document,
 )
+from ops.output import add_output_option, make_console, print_table, wants_json
 from ops.kube import Kubectl, KubectlError, objects_in
 
 STATE_DIR = Path(".rlkit")
@@ -280,13 +279,9 @@ def plain(console: Console) -> Callable[[str], None]:
 
 
 def print_report(report: GateReport, console: Console, title: str) -> None:
-    table = Table(title=title)
-    for col in ("status", "check", "measured", "expected", "detail", "fix"):
-        table.add_column(col, overflow="fold")
-    for f in report.findings:
-        table.add_row(f"[{_STYLE[f.status]}]{f.status.upper()}[/]",
-                      *(escape(x) for x in (f.check, f.measured, f.expected, f.detail, f.fix)))
-    console.print(table)
+    print_table(console, title, ("status", "check", "measured", "expected", "detail", "fix"),
+                [[f.status.upper(), f.check, f.measured, f.expected, f.detail, f.fix]
+                 for f in report.findings], {s.upper(): style for s, style in _STYLE.items()})
 
 
 def _print_ep(doc: dict[str, Any], console: Console) -> None:
@@ -302,7 +297,7 @@ def _print_ep(doc: dict[str, Any], console: Console) -> None:
 
 
 def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
-           console: Console, extra: list[Finding] | None = None) -> int:
+           console: Console, extra: list[Finding] | None = None, as_json: bool = False) -> int:
     report.findings[:0] = extra or []
     sdir.mkdir(parents=True, exist_ok=True)
     logdir = sdir / "gate-logs"
@@ -313,6 +308,9 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     doc = state_document(report, cfg.name, now, load_state(path))
     path.write_text(json.dumps(doc, indent=2) + "\n")
+    if as_json:  # the document gate.json holds; the verdict is also the exit code
+        print(json.dumps(doc, indent=2))
+        return 0 if report.ok else 1
     print_report(report, console, f"fabric gate: {cfg.name} ({report.nodes} x "
                                   f"{report.instance_type}, EP {report.ep_backend})")
     _print_ep(doc, console)
@@ -333,7 +331,7 @@ def gin_type_for(cfg: KitConfig) -> str | None:
     return EfaEnvProfile(group.instance_type, ep.backend, ep.gin_mode).as_dict().get("NCCL_GIN_TYPE")
 
 
-def run_compare(paths: list[Path], console: Console) -> int:
+def run_compare(paths: list[Path], console: Console, as_json: bool = False) -> int:
     """`rlkit gate --compare`: the figures of recorded gate.json files side by side."""
     documents = []
     for path in paths:
@@ -348,12 +346,12 @@ def run_compare(paths: list[Path], console: Console) -> int:
             return 2
         documents.append((doc.get("config") or path.parent.name, doc))
     header, rows = compare(documents)
-    table = Table(title="fabric gate runs compared")
-    for col in header:
-        table.add_column(escape(col), overflow="fold")
-    for row in rows:
-        table.add_row(*(escape(c) for c in row))
-    console.print(table)
+    if as_json:
+        print(json.dumps({"runs": [{"label": label, **{k: d.get(k) for k in (
+            "instance_type", "nodes", "finished_at", "ok", "figures")}} for label, d in documents],
+            "header": header, "rows": rows}, indent=2))
+        return 0
+    print_table(console, "fabric gate runs compared", header, rows)
     kinds = {(d.get("instance_type"), d.get("nodes")) for _, d in documents}
     if len(kinds) > 1:
         plain(console)("Note: these runs differ in instance type or node count; compare like with like.")
@@ -361,10 +359,11 @@ def run_compare(paths: list[Path], console: Console) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    console = Console(width=args.width) if args.width else Console()
+    as_json = wants_json(args)  # then progress goes to stderr, the JSON document to stdout
+    console = make_console(args.width, stderr=as_json)
     echo = plain(console)
     if args.compare:
-        return run_compare(args.compare, console)
+        return run_compare(args.compare, console, as_json)
     try:
         cfg = with_ep_backend(load_config(args.config), args.ep_backend)
     except ConfigError as err:
@@ -386,7 +385,7 @@ def _run(args: argparse.Namespace) -> int:
         if (args.logs_dir / "nodes.json").is_file():
             logs["nodes"] = (args.logs_dir / "nodes.json").read_text()
         report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
-        return finish(report, cfg, sdir, logs, console)
+        return finish(report, cfg, sdir, logs, console, as_json=as_json)
 
     try:
         ctx, out = render_for_run(cfg, args, echo)
@@ -394,7 +393,7 @@ def _run(args: argparse.Namespace) -> int:
         print(err, file=sys.stderr)
         return 2
 
-    kubectl = Kubectl(context=args.context, dry_run=args.dry_run, echo=print)
+    kubectl = Kubectl(context=args.context, dry_run=args.dry_run, echo=echo)
     jobs = [(j.key, j.name) for j in ctx.fabric]
     selector = ",".join(f"{k}={v}" for k, v in names.gpu_node_labels(t.node_group).items())
     runner = GateRunner(kubectl, ctx.namespace, out, jobs, group.instance_type, t.nodes,
@@ -414,11 +413,11 @@ def _run(args: argparse.Namespace) -> int:
                   f"--ignore-not-found {' '.join('-f ' + d for d in left)})", file=sys.stderr)
         return 2
     if args.dry_run:
-        print(f"[dry-run] would judge the logs against infra/acceptance.py and write "
-              f"{sdir / 'gate.json'}")
+        echo(f"[dry-run] would judge the logs against infra/acceptance.py and write "
+             f"{sdir / 'gate.json'}")
         return 0
     report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
-    return finish(report, cfg, sdir, logs, console, runner.problems)
+    return finish(report, cfg, sdir, logs, console, runner.problems, as_json)
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -456,4 +455,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "nodes.json) instead of running the jobs")
     p.add_argument("--compare", type=Path, nargs="+", default=None, metavar="GATE_JSON",
                    help="print the figures of recorded gate.json files side by side and exit")
+    add_output_option(p)
     p.set_defaults(func=_run)

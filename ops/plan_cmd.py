@@ -23,6 +23,7 @@ from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
 from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
 from infra.planner.search import DEFAULT_MAX_NODES, PlanResult
+from ops.output import add_output_option, wants_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -102,7 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     out = p.add_argument_group("output")
     out.add_argument("--top", type=int, default=5, help="layouts to show (5)")
-    out.add_argument("--json", action="store_true", help="machine-readable output")
+    add_output_option(out)
     out.add_argument("--write-config", metavar="PATH",
                      help="write the best layout into this kit config file")
     out.add_argument("--node-group", metavar="NAME",
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlkit plan: error: {err}", file=sys.stderr)
         return 2
     shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments)
-    if args.json:
+    if wants_json(args):
         print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
     else:
         _print_table(result)
@@ -200,7 +201,7 @@ def _run_rl(args: argparse.Namespace) -> int:
         print(f"rlkit plan: error: {err}", file=sys.stderr)
         return 2
     shared_fs = plan_for_model(result.model)
-    if args.json:
+    if wants_json(args):
         print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
     else:
         _print_rl_table(result)

@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from infra.config import ConfigError, load_config
 from infra.shared_fs_cost import PRICE_REGION, config_cost
 from ops import aws
+from ops.output import add_output_option, make_console, wants_json
+from ops.output import print_table as print_rows
 from ops.preflight import FAIL, PASS, WARN, Check, Clients, run_preflight, summary
 
 _STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
@@ -31,13 +31,9 @@ def make_clients(region: str, profile: str | None = None) -> Clients:
 
 
 def print_table(checks: list[Check], title: str, console: Console) -> None:
-    table = Table(title=title, show_lines=False, expand=False)
-    for col in ("status", "check", "subject", "detail", "fix"):
-        table.add_column(col, overflow="fold")
-    for c in checks:
-        table.add_row(f"[{_STYLE[c.status]}]{c.status.upper()}[/]",
-                      *(escape(x) for x in (c.name, c.subject, c.detail, c.fix)))
-    console.print(table)
+    rows = [[c.status.upper(), c.name, c.subject, c.detail, c.fix] for c in checks]
+    print_rows(console, title, ("status", "check", "subject", "detail", "fix"), rows,
+               {s.upper(): style for s, style in _STYLE.items()})
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -55,13 +51,13 @@ def _run(args: argparse.Namespace) -> int:
     checks = run_preflight(cfg, clients, region)
     counts = summary(checks)
     shared_fs = config_cost(cfg)
-    if args.json:
+    if wants_json(args):
         print(json.dumps({"config": cfg.name, "region": region, "ok": counts[FAIL] == 0,
                           "summary": counts, "checks": [c.to_dict() for c in checks],
                           "shared_filesystem": shared_fs.to_dict() if shared_fs else None},
                          indent=2))
     else:
-        console = Console(width=args.width) if args.width else Console()
+        console = make_console(args.width)
         print_table(checks, f"preflight: {cfg.name} ({region})", console)
         verdict = ("FAILED: fix the failures above before `cdk deploy`" if counts[FAIL]
                    else "OK: nothing blocks `cdk deploy`" + (" (read the warnings)"
@@ -85,6 +81,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="kit config YAML (default: the built-in default config)")
     p.add_argument("--region", default=None, help="AWS region (default: the config's region)")
     p.add_argument("--profile", default=None, help="AWS profile (default: the usual chain)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_output_option(p)
     p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=_run, clients_factory=make_clients)
