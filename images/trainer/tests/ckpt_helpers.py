@@ -13,8 +13,6 @@ import json
 import warnings
 from pathlib import Path
 
-from botocore.exceptions import ClientError
-
 BUCKET = "ckpt-bucket"
 PREFIX = "runs/qwen3-30b-a3b-grpo/"
 URI = f"s3://{BUCKET}/{PREFIX}"
@@ -96,10 +94,6 @@ def aws_test_env(monkeypatch) -> None:
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-
-
-def client_error(code: str, status: int, op: str = "PutObject") -> ClientError:
-    return ClientError({"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, op)
 
 
 class Crash(BaseException):
