@@ -59,7 +59,8 @@ from ops.gate import (
     state_document,
 )
 from ops.output import add_output_option, make_console, print_table, wants_json
-from ops.kube import Kubectl, KubectlError, objects_in
+from ops import aws
+from ops.kube import Kubectl, KubectlError, check_cluster, objects_in
 
 STATE_DIR = Path(".rlkit")
 _STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", RECORDED: "cyan"}
@@ -94,15 +95,16 @@ def resolve_outputs(cfg: KitConfig, args: argparse.Namespace, allow_placeholder:
         return outputs_from_file(cfg, args.outputs)
     if allow_placeholder:
         return placeholder_outputs(cfg)
-    return outputs_from_stacks(cfg)
+    return outputs_from_stacks(cfg, client=aws.client(aws.session(cfg.region), "cloudformation"))
 
 
-def render_for_run(cfg: KitConfig, args: argparse.Namespace, echo) -> tuple[Any, Path]:
+def render_for_run(cfg: KitConfig, args: argparse.Namespace, echo) -> tuple[Any, Path, Any]:
     """Resolve the stack outputs and render the tree to ``--out`` (default out/<name>); returns
-    the render context and the directory. Raises RenderError."""
+    the render context, the directory and the outputs (whose cluster kubectl must point at).
+    Raises RenderError."""
     outputs = resolve_outputs(cfg, args, allow_placeholder=args.dry_run)
     out = args.out if args.out is not None else Path("out") / cfg.name
-    return render_manifests(cfg, outputs, out, args.dry_run, echo), out
+    return render_manifests(cfg, outputs, out, args.dry_run, echo), out, outputs
 
 
 def render_manifests(cfg: KitConfig, outputs, out: Path, dry_run: bool, echo) -> Any:
@@ -118,13 +120,46 @@ def render_manifests(cfg: KitConfig, outputs, out: Path, dry_run: bool, echo) ->
     return ctx
 
 
+class GateStateError(ValueError):
+    """A gate.json that cannot be trusted; the message names the file and the fix."""
+
+
+# gate.json fields `rlkit launch` reads, with the types they must have.
+_STATE_FIELDS: dict[str, tuple[type, ...]] = {
+    "ok": (bool,), "instance_type": (str,), "nodes": (int,), "findings": (list,),
+    "ep": (dict, type(None)),
+}
+
+
 def load_state(path: Path) -> dict[str, Any] | None:
+    """The last gate result, None when no gate ran; GateStateError when the file is corrupt."""
     if not path.is_file():
         return None
+
+    def corrupt(why: str) -> GateStateError:
+        return GateStateError(
+            f"{path} is corrupt ({why}), so the last gate result cannot be trusted. Fix: delete "
+            f"it and run `rlkit gate` again (or judge saved logs: rlkit gate --logs-dir "
+            f"{path.parent / 'gate-logs'})")
+
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise corrupt(f"not JSON: {str(err)[:120]}") from None
+    if not isinstance(doc, dict):
+        raise corrupt("not a JSON object")
+    for key, types in _STATE_FIELDS.items():
+        if key in doc and (not isinstance(doc[key], types)
+                           or (bool not in types and isinstance(doc[key], bool))):
+            raise corrupt(f"{key} is {type(doc[key]).__name__}")
+    if not all(isinstance(f, dict) for f in doc.get("findings", [])):
+        raise corrupt("findings must be objects")
+    ep = doc.get("ep") or {}
+    if not isinstance(ep.get("measurements", {}), dict) or not all(
+            isinstance(m, dict) and isinstance(m.get("time_us", 0), (int, float))
+            for m in ep.get("measurements", {}).values()):
+        raise corrupt("ep.measurements must map backends to figures")
+    return doc
 
 
 # --- running the jobs ----------------------------------------------------------------------------
@@ -306,7 +341,12 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
         (logdir / (f"{key}.json" if key == "nodes" else f"{key}.log")).write_text(text)
     path = sdir / "gate.json"
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    doc = state_document(report, cfg.name, now, load_state(path))
+    try:
+        previous = load_state(path)
+    except GateStateError as err:  # this run's result replaces it
+        plain(console)(f"warning: {err}; writing a fresh one.")
+        previous = None
+    doc = state_document(report, cfg.name, now, previous)
     path.write_text(json.dumps(doc, indent=2) + "\n")
     if as_json:  # the document gate.json holds; the verdict is also the exit code
         print(json.dumps(doc, indent=2))
@@ -388,12 +428,17 @@ def _run(args: argparse.Namespace) -> int:
         return finish(report, cfg, sdir, logs, console, as_json=as_json)
 
     try:
-        ctx, out = render_for_run(cfg, args, echo)
+        ctx, out, outputs = render_for_run(cfg, args, echo)
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2
 
     kubectl = Kubectl(context=args.context, dry_run=args.dry_run, echo=echo)
+    try:  # before anything is applied or deleted: kubectl must point at this environment
+        check_cluster(kubectl, outputs.cluster_name, outputs.region)
+    except KubectlError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     jobs = [(j.key, j.name) for j in ctx.fabric]
     selector = ",".join(f"{k}={v}" for k, v in names.gpu_node_labels(t.node_group).items())
     runner = GateRunner(kubectl, ctx.namespace, out, jobs, group.instance_type, t.nodes,

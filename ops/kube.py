@@ -56,13 +56,22 @@ class KubectlError(RuntimeError):
         super().__init__(f"`{command}` failed: {message}. Fix: {fix}.")
 
 
+# No kubectl call may hang the CLI: each runs under a hard time limit (the process is killed and
+# the error says so). Waits that kubectl bounds itself (delete --wait --timeout) get that bound
+# plus this margin. `logs -f` follows interactively and is the one unbounded call.
+COMMAND_TIMEOUT_S = 120.0
+WAIT_MARGIN_S = 60.0
+
+
 class Kubectl:
     def __init__(self, binary: str = "kubectl", context: str | None = None,
-                 dry_run: bool = False, echo: Callable[[str], None] = print):
+                 dry_run: bool = False, echo: Callable[[str], None] = print,
+                 timeout_s: float = COMMAND_TIMEOUT_S):
         self.binary = binary
         self.context = context
         self.dry_run = dry_run
         self.echo = echo
+        self.timeout_s = timeout_s
 
     def argv(self, args: Sequence[str]) -> list[str]:
         ctx = ["--context", self.context] if self.context else []
@@ -73,8 +82,10 @@ class Kubectl:
 
     def run(self, args: Sequence[str], *, check: bool = True,
             timeout: float | None = None) -> subprocess.CompletedProcess:
-        """Run kubectl; in dry-run mode print the command and return an empty success."""
+        """Run kubectl under a time limit (``timeout``, else the client's); in dry-run mode print
+        the command and return an empty success."""
         cmd = self.command(args)
+        timeout = self.timeout_s if timeout is None else timeout
         if self.dry_run:
             self.echo(f"[dry-run] {cmd}")
             return subprocess.CompletedProcess(self.argv(args), 0, "", "")
@@ -85,8 +96,10 @@ class Kubectl:
                                "install kubectl (https://kubernetes.io/docs/tasks/tools/) and "
                                "run the command again") from None
         except subprocess.TimeoutExpired:
-            raise KubectlError(cmd, f"no answer within {timeout:.0f} s",
-                               "check that the cluster endpoint is reachable from here") from None
+            raise KubectlError(cmd, f"no answer within {timeout:.0f} s (kubectl was stopped)",
+                               "check that the cluster endpoint is reachable from here (VPN, "
+                               "the endpoint's public_cidrs, `kubectl get --raw /healthz`)"
+                               ) from None
         if check and proc.returncode != 0:
             raise KubectlError(cmd, error_text(proc.stderr) or proc.stdout.strip() or
                                f"exit code {proc.returncode}")
@@ -117,7 +130,7 @@ class Kubectl:
             args.append(f"--timeout={timeout_s}s")
         for p in paths:
             args += ["-f", str(p)]
-        return self.run(args).stdout
+        return self.run(args, timeout=timeout_s + WAIT_MARGIN_S if wait else None).stdout
 
     def logs(self, pod: str, namespace: str) -> str:
         proc = self.run(["logs", "-n", namespace, pod, "--all-containers"], check=False)
@@ -133,6 +146,58 @@ class Kubectl:
         except FileNotFoundError:
             raise KubectlError(self.command(args), f"{self.binary} is not installed or not on "
                                "PATH", "install kubectl and run the command again") from None
+
+
+def _eks_cluster_of(doc: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(context, cluster entry, EKS cluster named by the user's `aws eks get-token` args)."""
+    contexts = doc.get("contexts") or [{}]
+    context = contexts[0].get("name")
+    entry = (contexts[0].get("context") or {}).get("cluster")
+    named = None
+    for user in doc.get("users") or []:
+        args = ((user.get("user") or {}).get("exec") or {}).get("args") or []
+        for flag in ("--cluster-name", "--cluster-id"):
+            if flag in args and args.index(flag) + 1 < len(args):
+                named = args[args.index(flag) + 1]
+    return context, entry, named
+
+
+def check_cluster(k: Kubectl, cluster_name: str, region: str) -> str:
+    """Make sure kubectl talks to this environment's EKS cluster, and pin that context.
+
+    Reads the (current or --context) context with ``kubectl config view --minify`` (local, no API
+    call). It matches when the context's cluster entry is the cluster's ARN
+    (``aws eks update-kubeconfig`` names it so) or its credentials ask EKS for a token for this
+    cluster name. On a match ``k.context`` is set to the context, so that every later call goes to
+    the same cluster even if the current context changes meanwhile. Returns the context name;
+    raises KubectlError naming both clusters otherwise. Dry runs check nothing."""
+    if k.dry_run:
+        k.echo(f"[dry-run] would check that the kubectl context points at EKS cluster "
+               f"{cluster_name} in {region}")
+        return k.context or ""
+    args = ["config", "view", "--minify", "-o", "json"]
+    proc = k.run(args)
+    try:
+        doc = json.loads(proc.stdout or "{}")
+    except json.JSONDecodeError:
+        doc = {}
+    context, entry, named = _eks_cluster_of(doc)
+    fix = (f"point kubectl at this environment's cluster: aws eks update-kubeconfig --name "
+           f"{cluster_name} --region {region} (or pass --context with its context)")
+    if context is None:
+        raise KubectlError(k.command(args), "no kubectl context is selected", fix)
+    arn = re.fullmatch(r"arn:aws[a-z-]*:eks:([a-z0-9-]+):\d{12}:cluster/(.+)", entry or "")
+    if arn is not None:
+        ok = arn.groups() == (region, cluster_name)
+    else:
+        ok = named == cluster_name
+    if not ok:
+        raise KubectlError(
+            k.command(args), f"context {context!r} points at cluster {entry or named!r}, not "
+            f"this environment's EKS cluster {cluster_name} in {region}; nothing was applied or "
+            "deleted", fix)
+    k.context = context
+    return context
 
 
 def objects_in(path: Path) -> list[tuple[str, str, str | None]]:
