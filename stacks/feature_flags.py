@@ -5,7 +5,7 @@ ships as ``recommended-feature-flags.json``), at the recommended value except wh
 ``NOT_RECOMMENDED`` below says otherwise and why (JSON has no comments). The CDK CLI hands that
 context to ``python3 app.py``; ``make_app`` reads the same file, so ``cdk synth``, ``python app.py``
 and the tests build identical templates. tests/test_feature_flags.py holds cdk.json to aws-cdk-lib's
-list and to this module.
+list and to this module; scripts/feature_flag_effects.py prints what each flag changes.
 
 Effect of turning the recommended flags on, measured on every example with aws-cdk-lib 2.275.0
 (templates before and after; none replaces a resource that holds data):
@@ -35,9 +35,10 @@ NOT_RECOMMENDED: dict[str, tuple[object, str]] = {
         "strong",
         "Recommended is 'weak' (Fn::GetStackOutput). 'strong' keeps today's Fn::ImportValue "
         "references and CloudFormation's guarantee that a stack other stacks read from cannot "
-        "be deleted first (network before cluster, cluster before GPU groups); environments "
-        "already deployed could move to 'weak' only through 'both' over two deploys. Set "
-        "explicitly, so synth does not warn that it defaulted."),
+        "be deleted first (network before cluster, cluster before GPU groups). 'weak' rewrites "
+        "the references inside the EKS cluster, node groups and FSx file system (same values, "
+        "new intrinsics), and deployed environments could move only through 'both' over two "
+        "deploys. Set explicitly, so synth does not warn that it defaulted."),
     "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup": (
         False,
         "Recommended true adds a Lambda-backed custom resource (Custom::VpcRestrictDefaultSG) to "
@@ -46,6 +47,17 @@ NOT_RECOMMENDED: dict[str, tuple[object, str]] = {
         "and nothing it creates joins the default group (tests/test_feature_flags.py). Setting "
         "it true replaces nothing, for teams that want AWS Security Hub control EC2.2 clean."),
 }
+
+
+def recommended_flags() -> dict[str, object]:
+    """The flags and values the installed aws-cdk-lib recommends (what ``cdk init`` writes)."""
+    import tarfile
+
+    import aws_cdk
+
+    [package] = (Path(aws_cdk.__file__).parent / "_jsii").glob("aws-cdk-lib@*.jsii.tgz")
+    with tarfile.open(package) as tgz:
+        return json.load(tgz.extractfile("package/recommended-feature-flags.json"))
 
 
 def cdk_json_context() -> dict[str, object]:

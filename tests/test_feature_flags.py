@@ -9,24 +9,13 @@ these tests name every new flag. Each flag kept off its recommended value has it
 from __future__ import annotations
 
 import json
-import tarfile
-from pathlib import Path
 
 import pytest
 
 from conftest import EXAMPLES
-from stacks.feature_flags import CDK_JSON, NOT_RECOMMENDED, cdk_json_context
+from stacks.feature_flags import CDK_JSON, NOT_RECOMMENDED, cdk_json_context, recommended_flags
 
-
-def _recommended_flags() -> dict[str, object]:
-    import aws_cdk
-
-    [package] = (Path(aws_cdk.__file__).parent / "_jsii").glob("aws-cdk-lib@*.jsii.tgz")
-    with tarfile.open(package) as tgz:
-        return json.load(tgz.extractfile("package/recommended-feature-flags.json"))
-
-
-RECOMMENDED = _recommended_flags()
+RECOMMENDED = recommended_flags()
 
 
 def test_cdk_json_sets_every_recommended_flag():
