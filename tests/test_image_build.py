@@ -257,6 +257,7 @@ exit 0
                 "CODEBUILD_BUILD_SUCCEEDING": "1"}
     result = subprocess.run(["bash", "-c", script], cwd=work, env={**base_env, **env},
                             capture_output=True, text=True, timeout=60)
+    Path("/tmp/build-metadata.json").unlink(missing_ok=True)  # the buildspec's fixed path
     calls = log.read_text().splitlines() if log.exists() else []
     return result, calls
 
@@ -416,3 +417,15 @@ def test_bad_image_tag_is_refused():
     assert str(err.value) == (
         "  - training.image_tag v1 beta: v1 beta-nccl is not an image tag (letters, digits, _ . -, "
         "at most 128, not starting with . or -). Fix: use a version such as 0.1.0")
+
+
+def test_buildspec_post_build_after_a_failed_build_pushes_and_scans_nothing(tmp_path):
+    result, calls = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                               resolved=DIGEST, existing_tag=False,
+                               env={"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl",
+                                    "CODEBUILD_BUILD_SUCCEEDING": "0"},
+                               phases=("post_build",))
+    assert result.returncode == 0, result.stderr
+    assert "build failed: nothing pushed" in result.stdout
+    assert "IMAGE_URI= IMAGE_DIGEST=" in result.stdout  # nothing exported
+    assert calls == []
