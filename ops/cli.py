@@ -12,6 +12,8 @@ import importlib
 import os
 import sys
 
+from ops import config_source
+
 # Subcommand modules, in quickstart order.
 COMMAND_MODULES = [
     "ops.plan_cmd",
@@ -34,12 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
+    config_source.document_default(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     args = build_parser().parse_args(argv)
+    # Like KUBECONFIG for kubectl; read here, in the entry layer, and nowhere below it.
+    config_source.resolve(args, os.environ.get(config_source.CONFIG_ENV))
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -58,6 +58,7 @@ from ops.gate import (
     judge_nodecheck,
     state_document,
 )
+from ops.config_source import announce
 from ops.output import add_output_option, make_console, print_table, wants_json
 from ops import aws
 from ops.kube import Kubectl, KubectlError, check_cluster, objects_in
@@ -413,6 +414,9 @@ def _run(args: argparse.Namespace) -> int:
     group = cfg.gpu_node_groups[t.node_group]
     backend = t.expert_parallel.backend
     sdir = state_dir(args, cfg)
+    announce(cfg, args, "Judging saved gate logs for" if args.logs_dir is not None else
+             f"{'[dry-run] ' if args.dry_run else ''}Fabric gate on",
+             file=sys.stderr if as_json else None)
 
     gin_type = gin_type_for(cfg)
     if args.logs_dir is not None:

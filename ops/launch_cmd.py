@@ -32,6 +32,7 @@ from ops.gate_cmd import (
     state_dir,
     with_ep_backend,
 )
+from ops.config_source import announce
 from ops.kube import Kubectl, KubectlError, check_cluster
 
 # KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
@@ -99,6 +100,7 @@ def _launch(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if cfg is None:
         return 2
+    announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Launch into")
     path = state_dir(args, cfg) / "gate.json"
     try:
         state = load_state(path)

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from infra import names
 from infra.config import ConfigError, load_config
 from ops import aws
+from ops.config_source import announce
 from ops.teardown import (
     TeardownError,
     belongs_to,
@@ -78,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
         print(err, file=sys.stderr)
         return 2
     region = args.region or cfg.region
+    announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Teardown of", region)
     if region != cfg.region:
         print(f"warning: --region {region} differs from the config's region {cfg.region}; "
               f"tearing down stacks named for {cfg.name!r} in {region}.", file=sys.stderr)

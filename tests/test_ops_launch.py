@@ -221,7 +221,9 @@ def test_dry_run_previews_without_a_gate_and_says_the_real_run_would_refuse(tmp_
                                                                              capsys):
     assert run(tmp_path, "launch", "--dry-run") == 0
     out = capsys.readouterr().out
-    assert out.startswith("[dry-run] the real launch would REFUSE: no fabric gate has run for 'gt'")
+    assert out.splitlines()[0].startswith("[dry-run] Launch into environment 'gt' (us-east-1)")
+    assert out.splitlines()[1].startswith("[dry-run] the real launch would REFUSE: no fabric "
+                                          "gate has run for 'gt'")
     assert f"[dry-run] kubectl apply -f {tmp_path}/out/rl-job" in out
     assert out.rstrip().endswith("without --dry-run this launch would refuse (exit 1) for the "
                                  "reason at the top.")
