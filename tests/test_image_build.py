@@ -84,6 +84,7 @@ def test_data_stack_carries_the_build_project(synth, example):
 
     log_id, log_group = only(t, "AWS::Logs::LogGroup", "ImageBuild")
     assert log_group["Properties"]["RetentionInDays"] == s.config.image_build.log_retention_days
+    assert log_group["DeletionPolicy"] == "Delete"
     assert props["LogsConfig"]["CloudWatchLogs"] == {"GroupName": {"Ref": log_id},
                                                       "Status": "ENABLED"}
 

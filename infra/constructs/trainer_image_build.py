@@ -69,7 +69,10 @@ class TrainerImageBuild(Construct):
         skip_checkov(self.cache_repository, "CKV_AWS_136",
                      "ECR encrypts images at rest with AES-256, as for the trainer repository.")
 
-        self.log_group = logs.LogGroup(self, "Logs", removal_policy=removal_policy)
+        # Build logs go with the stack even when the data is retained: they are kept for the
+        # retention period while it exists, and a retained group would be a leftover that
+        # `rlkit teardown --delete-data` reports.
+        self.log_group = logs.LogGroup(self, "Logs", removal_policy=RemovalPolicy.DESTROY)
         # The config's number of days (infra.config.LOG_RETENTION_DAYS, CloudWatch's own list);
         # RetentionDays names these periods instead of numbering them.
         self.log_group.node.default_child.retention_in_days = log_retention_days
