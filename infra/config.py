@@ -282,6 +282,20 @@ class ImageBuildConfig(_Model):
     )
 
 
+class ObservabilityConfig(_Model):
+    """Metrics, logs and a dashboard in CloudWatch (the amazon-cloudwatch-observability add-on)."""
+
+    enabled: bool = Field(
+        True, description="Install the Amazon CloudWatch Observability EKS add-on (GPU, EFA and "
+        "container metrics; container logs through Fluent Bit), the log groups it and the "
+        "control plane write to, and the environment's CloudWatch dashboard."
+    )
+    log_retention_days: int = Field(
+        30, description="Days the control-plane, container and training-metric log groups keep "
+        "their events (a CloudWatch Logs retention period: 1, 3, 5, 7, 14, 30, 60, 90, ...)."
+    )
+
+
 class CostGuardConfig(_Model):
     max_gpu_nodes: int | None = Field(
         None, description="Upper bound on the sum of max_size over all GPU node groups."
@@ -410,6 +424,7 @@ class KitConfig(_Model):
     )
     addons: AddonsConfig = Field(default_factory=AddonsConfig)
     node_health: NodeHealthConfig = Field(default_factory=NodeHealthConfig)
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     cost_guard: CostGuardConfig = Field(default_factory=CostGuardConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every resource.")
@@ -599,6 +614,14 @@ def validate(cfg: KitConfig) -> list[Problem]:
         days = cfg.image_build.log_retention_days
         above = [d for d in LOG_RETENTION_DAYS if d >= days] or [LOG_RETENTION_DAYS[-1]]
         add(Problem("image_build.log_retention_days", days,
+                    "not a CloudWatch Logs retention period "
+                    f"({', '.join(str(d) for d in LOG_RETENTION_DAYS)})",
+                    f"use one of those, e.g. {above[0]}"))
+
+    if cfg.observability.log_retention_days not in LOG_RETENTION_DAYS:
+        days = cfg.observability.log_retention_days
+        above = [d for d in LOG_RETENTION_DAYS if d >= days] or [LOG_RETENTION_DAYS[-1]]
+        add(Problem("observability.log_retention_days", days,
                     "not a CloudWatch Logs retention period "
                     f"({', '.join(str(d) for d in LOG_RETENTION_DAYS)})",
                     f"use one of those, e.g. {above[0]}"))

@@ -81,6 +81,23 @@ NODE_MONITORING_ADDON_VERSION: str | None = None
 # 5b227125 (chart 1.17.0, driver 1.9.0). Pin a build here once verified on a live cluster.
 FSX_CSI_ADDON: str | None = None
 
+# Metrics, logs and the dashboard (config `observability`): the Amazon CloudWatch Observability
+# EKS add-on. Its Container Insights (enhanced observability) collects NVIDIA GPU metrics from
+# add-on v1.3.0-eksbuild.1 and EFA metrics from v1.5.2-eksbuild.1, needs v3.1.0 for Pod Identity,
+# and v6.0.1-eksbuild.1 for the OpenTelemetry/PromQL mode, which is a preview in five regions
+# and off by default [CloudWatch user guide: "Container Insights with enhanced observability
+# metrics" (NVIDIA GPU metrics; EFA metrics), "Quick start with the Amazon CloudWatch
+# Observability EKS add-on", "Container Insights with OpenTelemetry metrics for Amazon EKS";
+# read 2026-11-30]. Its values are those of the aws-observability/helm-charts chart
+# amazon-cloudwatch-observability (6.4.0 at 71a298f, read 2026-11-30): root tolerations
+# [{operator: Exists}], containerLogs (Fluent Bit) on, containerInsights (classic) on,
+# otelContainerInsights off. None = EKS's default version for the cluster's Kubernetes version:
+# no add-on build could be listed offline (`aws eks describe-addon-versions --addon-name
+# amazon-cloudwatch-observability` needs AWS), so that the default is at least v3.1.0 (Pod
+# Identity) is unverified. Pin a build here once verified on a live cluster.
+CLOUDWATCH_OBSERVABILITY_ADDON = "amazon-cloudwatch-observability"
+CLOUDWATCH_OBSERVABILITY_ADDON_VERSION: str | None = None
+
 # System (non-GPU) node group default instance type: general purpose, x86_64, AL2023.
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.xlarge"
 # The Ray head and KubeRay's submitter run the trainer image on system nodes, so their root volume

@@ -15,7 +15,7 @@ from pathlib import Path
 from infra import names
 from infra.config import KitConfig
 from infra.versions import HELM_CHARTS
-from ops import helm, scheduling
+from ops import helm, observability, scheduling
 
 
 @dataclass
@@ -97,9 +97,17 @@ def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path 
     kit_pods = scheduling.kit_pods(kit_objects(config),
                                    training_group=config.training.node_group)
     findings = scheduling.check(nodes, chart_pods, kit_pods)
+    # The CloudWatch observability add-on is a managed add-on, not a rendered chart: its
+    # DaemonSets' tolerations are read from the add-on's configuration in the template.
+    findings += observability.addon_findings(cluster_template, nodes)
     notes = [f"node group {n.name!r}: {note}" for n in nodes for note in n.notes]
     if config.node_health.monitoring_agent:
         notes.append("the EKS node monitoring agent is an EKS managed add-on, not a rendered "
                      "chart: its agent tolerates every taint and the kit passes the GPU "
                      "tolerations to its DCGM DaemonSet; it is not modelled here")
+    if observability.addon_configuration(cluster_template) is not None:
+        notes.append("the CloudWatch observability add-on (GPU, EFA and container metrics, "
+                     "container logs) is an EKS managed add-on: its DaemonSets take the chart's "
+                     "root tolerations, checked above against every node group's taints; its "
+                     "pods' other scheduling is not modelled here")
     return ContractReport(findings=findings, releases=releases, nodes=nodes, notes=notes)

@@ -12,6 +12,7 @@ from infra.config import KitConfig
 from infra.constructs.cluster import KitCluster
 from infra.constructs.cluster_addons import ClusterAddons
 from infra.constructs.network import import_existing_vpc
+from infra.constructs.observability import ClusterLogGroups, CloudWatchObservability, RunDashboard
 from infra.constructs.shared_filesystem import FsxCsiDriver
 from infra.constructs.trainer_identity import bind_trainer_role
 from infra.names import OutputKeys
@@ -25,6 +26,17 @@ class ClusterStack(Stack):
             vpc = import_existing_vpc(self, "ExistingVpc", existing=config.vpc.existing,
                                       availability_zones=config.availability_zones)
         self.vpc = vpc
+        # The cluster's control-plane log group is named after it, so the name is fixed and the
+        # group is created first (infra/constructs/observability.py).
+        cluster_name = names.eks_cluster_name(config.name)
+        observability = config.observability
+        log_groups = ClusterLogGroups(
+            self, "Logs", cluster_name=cluster_name,
+            retention_days=observability.log_retention_days,
+            # Logs live as long as the environment; the retention period bounds them before that.
+            removal_policy=RemovalPolicy.DESTROY,
+            key_removal_policy=RemovalPolicy.DESTROY if config.ephemeral else RemovalPolicy.RETAIN,
+        ) if observability.enabled else None
         kit_cluster = KitCluster(
             self, "Eks", vpc=vpc,
             kubernetes_version=config.kubernetes_version,
@@ -38,8 +50,11 @@ class ClusterStack(Stack):
             # The cluster holds no data: always delete it with the stack. Its secrets key is
             # kept unless the environment is ephemeral.
             key_removal_policy=RemovalPolicy.DESTROY if config.ephemeral else RemovalPolicy.RETAIN,
+            cluster_name=cluster_name,
         )
         self.cluster = kit_cluster.cluster
+        if log_groups is not None:
+            self.cluster.node.add_dependency(log_groups.control_plane)
         self.addons = ClusterAddons(self, "Addons", cluster=self.cluster, addons=config.addons,
                                     gpu_tolerations=config.gpu_tolerations(),
                                     system_nodegroup=kit_cluster.system_nodegroup)
@@ -51,6 +66,22 @@ class ClusterStack(Stack):
                 self, "FsxCsiDriver", cluster=self.cluster, addon_version=versions.FSX_CSI_ADDON,
                 depends_on=[kit_cluster.addons["eks-pod-identity-agent"],
                             kit_cluster.system_nodegroup])
+
+        if log_groups is not None:
+            # The agent's role comes through Pod Identity (the agent add-on first); its operator
+            # is a Deployment on the system nodes.
+            self.observability = CloudWatchObservability(
+                self, "Observability", cluster=self.cluster,
+                addon_name=versions.CLOUDWATCH_OBSERVABILITY_ADDON,
+                addon_version=versions.CLOUDWATCH_OBSERVABILITY_ADDON_VERSION,
+                log_groups=log_groups,
+                depends_on=[kit_cluster.addons["eks-pod-identity-agent"],
+                            kit_cluster.system_nodegroup])
+            dashboard = RunDashboard(self, "RunDashboard",
+                                     dashboard_name=names.dashboard_name(config.name),
+                                     cluster_name=cluster_name, log_groups=log_groups,
+                                     trainer_namespace=names.TRAINER_NAMESPACE)
+            CfnOutput(self, OutputKeys.DASHBOARD_NAME, value=dashboard.dashboard.dashboard_name)
 
         cluster_name = self.cluster.cluster_name
         CfnOutput(self, OutputKeys.CLUSTER_NAME, value=cluster_name)

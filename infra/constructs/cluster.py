@@ -33,7 +33,7 @@ class KitCluster(Construct):
                  system_nodes: SystemNodesConfig, managed_addons: dict[str, str | None],
                  node_monitoring_agent: bool, gpu_tolerations: list[dict[str, str]],
                  kubectl_layer_factory,
-                 key_removal_policy: RemovalPolicy) -> None:
+                 key_removal_policy: RemovalPolicy, cluster_name: str | None = None) -> None:
         super().__init__(scope, id)
         self.secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
                                    description="Envelope encryption of Kubernetes secrets",
@@ -43,6 +43,7 @@ class KitCluster(Construct):
                   eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*endpoint_access.public_cidrs))
         self.cluster = eks.Cluster(
             self, "Cluster",
+            cluster_name=cluster_name,
             version=eks.KubernetesVersion.of(kubernetes_version),
             vpc=vpc,
             vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],

@@ -1,0 +1,245 @@
+"""See the run: CloudWatch metrics and logs for the cluster, and one dashboard per environment.
+
+- ``ClusterLogGroups``: every log group the control plane, the add-on and the trainer write to,
+  created by the stack (retention from the config, encrypted with a kit key) so that nothing
+  creates them on the fly with no retention. EKS writes to /aws/eks/<cluster>/cluster only, so
+  the cluster has a fixed name and is created after that group.
+- ``CloudWatchObservability``: the amazon-cloudwatch-observability EKS managed add-on (CloudWatch
+  agent with Container Insights, enhanced observability: GPU metrics through its DCGM exporter,
+  EFA metrics, pod and node metrics; Fluent Bit for container logs) with its role through Pod
+  Identity, plus one Fluent Bit output that sends the launcher's EMF lines to their own log
+  group in the ``json/emf`` format, which is what makes CloudWatch extract metrics from them.
+- ``RunDashboard``: GPU utilisation, memory and power per node; EFA bytes and drops per node;
+  node failures and replacements; pod restarts; training progress.
+
+Synth stays offline: names come from the config, nothing is looked up.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk import ArnFormat, Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from constructs import Construct, IConstruct
+
+from infra import names
+from infra.constructs.nag import acknowledge, managed_policy_finding
+
+# The add-on's agent and Fluent Bit run as this service account [chart amazon-cloudwatch-
+# observability 6.4.0 templates/_helpers.tpl "cloudwatch-agent.serviceAccountName": the agent's
+# name, cloudwatch-agent; the chart's namespace is amazon-cloudwatch].
+ADDON_NAMESPACE = "amazon-cloudwatch"
+ADDON_SERVICE_ACCOUNT = "cloudwatch-agent"
+# The AWS-managed policy the CloudWatch docs attach for the add-on [CloudWatch user guide, "Quick
+# start with the Amazon CloudWatch Observability EKS add-on"].
+AGENT_POLICY = "CloudWatchAgentServerPolicy"
+# Every DaemonSet of the add-on inherits the chart's root tolerations unless it sets its own
+# [chart 6.4.0 values.yaml `tolerations` and each component's "Override root tolerations"]. The
+# kit passes the chart's own default explicitly, so a change of default cannot strand the GPU
+# nodes; tests/test_observability.py checks it tolerates every GPU group's taints.
+ADDON_TOLERATIONS = [{"operator": "Exists"}]
+# Fluent Bit file the kit adds (chart values containerLogs.fluentBit.config.extraFiles: each key
+# becomes a file and an @INCLUDE in fluent-bit.conf, templates/linux/fluent-bit-configmap.yaml).
+# Its filter runs after the chart's application-log.conf (files are included in key order), on
+# records already tagged application.*; lines starting with the EMF marker are re-tagged, removed
+# from the application group and sent alone (log_key log) with log_format json/emf [Fluent Bit
+# cloudwatch_logs output: log_key, log_format].
+TRAINING_METRICS_FLUENT_BIT_FILE = "training-metrics.conf"
+_TRAINING_METRICS_FLUENT_BIT = """\
+[FILTER]
+    Name                rewrite_tag
+    Match               application.*
+    Rule                $log ^\\{"_aws": training-metrics.$TAG false
+    Emitter_Name        training_metrics_emitter
+
+[OUTPUT]
+    Name                cloudwatch_logs
+    Match               training-metrics.*
+    region              ${AWS_REGION}
+    log_group_name      /aws/containerinsights/${CLUSTER_NAME}/training-metrics
+    log_stream_prefix   ${HOST_NAME}-
+    log_key             log
+    log_format          json/emf
+    auto_create_group   false
+"""
+
+
+def addon_configuration() -> dict[str, Any]:
+    """The add-on's configuration values (the chart's values; the add-on takes the same keys
+    [CloudWatch user guide, "Configuring the add-on and the Helm chart"])."""
+    return {
+        "tolerations": ADDON_TOLERATIONS,
+        "containerLogs": {"fluentBit": {"config": {"extraFiles": {
+            TRAINING_METRICS_FLUENT_BIT_FILE: _TRAINING_METRICS_FLUENT_BIT}}}},
+    }
+
+
+class ClusterLogGroups(Construct):
+    """The control-plane, Container Insights and training-metric log groups of one cluster,
+    encrypted with one rotating KMS key that only CloudWatch Logs (for these groups) may use."""
+
+    def __init__(self, scope: Construct, id: str, *, cluster_name: str, retention_days: int,
+                 removal_policy: RemovalPolicy, key_removal_policy: RemovalPolicy) -> None:
+        super().__init__(scope, id)
+        stack = Stack.of(self)
+        self.key = kms.Key(self, "Key", enable_key_rotation=True,
+                           description=f"CloudWatch Logs of EKS cluster {cluster_name}",
+                           removal_policy=key_removal_policy)
+        self.names = {"control-plane": names.control_plane_log_group(cluster_name)}
+        self.names.update({kind: names.container_insights_log_group(cluster_name, kind)
+                           for kind in (*names.CONTAINER_INSIGHTS_LOG_KINDS,
+                                        names.TRAINING_METRICS_LOG_KIND)})
+        # CloudWatch Logs encrypts with the key as its regional service principal, and only for
+        # these groups [CloudWatch Logs user guide, "Encrypt log data in CloudWatch Logs using
+        # AWS KMS": key policy and the aws:logs:arn encryption context].
+        group_arns = [stack.format_arn(service="logs", resource="log-group", resource_name=name,
+                                       arn_format=ArnFormat.COLON_RESOURCE_NAME) for name in self.names.values()]
+        self.key.add_to_resource_policy(iam.PolicyStatement(
+            sid="CloudWatchLogsOfThisCluster",
+            principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*",
+                     "kms:Describe*"],
+            resources=["*"],
+            conditions={"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": group_arns}},
+        ))
+        self.groups: dict[str, logs.LogGroup] = {}
+        for kind, name in self.names.items():
+            group = logs.LogGroup(self, _construct_id(kind), log_group_name=name,
+                                  encryption_key=self.key, removal_policy=removal_policy)
+            # The config's number of days (infra.config.LOG_RETENTION_DAYS, CloudWatch's list).
+            group.node.default_child.retention_in_days = retention_days
+            self.groups[kind] = group
+
+    @property
+    def control_plane(self) -> logs.LogGroup:
+        return self.groups["control-plane"]
+
+
+def _construct_id(kind: str) -> str:
+    return "".join(part.capitalize() for part in kind.split("-"))
+
+
+class CloudWatchObservability(Construct):
+    """The amazon-cloudwatch-observability managed add-on with its own role (Pod Identity)."""
+
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster,
+                 addon_name: str, addon_version: str | None,
+                 log_groups: ClusterLogGroups, depends_on: list[IConstruct]) -> None:
+        super().__init__(scope, id)
+        self.role = iam.Role(
+            self, "Role",
+            # Pod Identity needs both sts:AssumeRole and sts:TagSession in the trust policy.
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            description="CloudWatch agent and Fluent Bit of the amazon-cloudwatch-observability add-on",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(AGENT_POLICY)],
+        )
+        acknowledge(self.role, managed_policy_finding(AGENT_POLICY),
+                    "The CloudWatch user guide attaches the AWS-managed CloudWatchAgentServerPolicy "
+                    "for this add-on; it follows the agent's needs as the add-on changes.")
+        self.addon = eks.CfnAddon(
+            self, "Addon",
+            cluster_name=cluster.cluster_name,
+            addon_name=addon_name,
+            addon_version=addon_version,
+            configuration_values=json.dumps(addon_configuration()),
+            pod_identity_associations=[eks.CfnAddon.PodIdentityAssociationProperty(
+                role_arn=self.role.role_arn, service_account=ADDON_SERVICE_ACCOUNT)],
+            # The add-on owns the fields it manages; a value changed by hand is put back.
+            resolve_conflicts="OVERWRITE",
+        )
+        # Its Fluent Bit writes into these groups: they exist first, with retention and the key.
+        for group in log_groups.groups.values():
+            self.addon.node.add_dependency(group)
+        for dependency in depends_on:
+            self.addon.node.add_dependency(dependency)
+
+
+def _search(namespace_dims: str, metric: str, filters: dict[str, str], stat: str) -> str:
+    terms = " ".join(f'{k}="{v}"' for k, v in filters.items())
+    return f"SEARCH('{{{namespace_dims}}} MetricName=\"{metric}\" {terms}', '{stat}', 60)"
+
+
+# Training-progress panels: Logs Insights over this environment's training-metrics group (the
+# EMF lines themselves), so the panels show this environment's runs only; the same numbers are
+# CloudWatch metrics in names.TRAINING_METRICS_NAMESPACE for alarms.
+TRAINING_QUERIES = {
+    "Reward (mean per rollout)": "stats avg(reward) as reward by bin(5m)",
+    "Loss and gradient norm": "stats avg(loss) as loss, avg(grad_norm) as grad_norm by bin(5m)",
+    "Rollout throughput (tokens/s per GPU)":
+        "stats avg(rollout_tokens_per_gpu_per_s) as tokens_per_gpu_per_s by bin(5m)",
+    "Step time (s)": "stats avg(step_time) as step_time, avg(rollout_time) as rollout_time "
+                     "by bin(5m)",
+}
+
+
+class RunDashboard(Construct):
+    """One CloudWatch dashboard for one environment: is the run healthy?"""
+
+    def __init__(self, scope: Construct, id: str, *, dashboard_name: str, cluster_name: str,
+                 log_groups: ClusterLogGroups, trainer_namespace: str) -> None:
+        super().__init__(scope, id)
+        node = "{ContainerInsights,ClusterName,InstanceId,NodeName}"
+
+        def per_node(title: str, metrics: list[tuple[str, str]], *, stat: str = "Average",
+                     left_label: str = "") -> cw.GraphWidget:
+            return cw.GraphWidget(
+                title=title, width=8, height=6, left_y_axis=cw.YAxisProps(label=left_label,
+                                                                          show_units=False),
+                left=[cw.MathExpression(
+                    expression=_search(node[1:-1], metric, {"ClusterName": cluster_name}, stat),
+                    label=label, period=Duration.minutes(1)) for metric, label in metrics])
+
+        training_group = log_groups.names[names.TRAINING_METRICS_LOG_KIND]
+        audit_group = log_groups.names["control-plane"]
+        self.dashboard = cw.Dashboard(
+            self, "Dashboard", dashboard_name=dashboard_name,
+            default_interval=Duration.hours(6),
+            widgets=[
+                [cw.TextWidget(width=24, height=2, markdown=(
+                    f"# Run health: EKS cluster `{cluster_name}`\n"
+                    "GPU and EFA panels need the GPU nodes up (Container Insights, one point per "
+                    "node per minute). Training panels read the launcher's EMF lines; "
+                    "`rlkit logs` reads the same logs after the pods are gone."))],
+                [per_node("GPU utilisation per node (%)", [("node_gpu_utilization", "")]),
+                 per_node("GPU memory used per node (%)", [("node_gpu_memory_utilization", "")]),
+                 per_node("GPU power per node (W, mean over GPUs)", [("node_gpu_power_draw", "")])],
+                [per_node("EFA bytes per node (B/s)", [("node_efa_rx_bytes", "rx"),
+                                                       ("node_efa_tx_bytes", "tx")]),
+                 per_node("EFA received packets dropped per node (/s)",
+                          [("node_efa_rx_dropped", "")], stat="Sum"),
+                 per_node("Node Ready (1 = Ready; 0 before a repair)",
+                          [("node_status_condition_ready", "")], stat="Minimum")],
+                [cw.GraphWidget(
+                    title="Failed nodes in the cluster", width=8, height=6,
+                    left=[cw.Metric(namespace="ContainerInsights",
+                                    metric_name="cluster_failed_node_count",
+                                    dimensions_map={"ClusterName": cluster_name},
+                                    statistic="Maximum", period=Duration.minutes(1))]),
+                 cw.LogQueryWidget(
+                    title="Node replacements (Node objects deleted, from the API audit log)",
+                    width=8, height=6, log_group_names=[audit_group],
+                    view=cw.LogQueryVisualizationType.TABLE,
+                    query_lines=["fields @timestamp, objectRef.name as node, user.username as by",
+                                 'filter @logStream like /audit/ and objectRef.resource = "nodes" '
+                                 'and verb = "delete" and responseStatus.code < 300',
+                                 "sort @timestamp desc", "limit 50"]),
+                 cw.GraphWidget(
+                    title=f"Container restarts per pod ({trainer_namespace})", width=8, height=6,
+                    left=[cw.MathExpression(expression=_search(
+                        "ContainerInsights,ClusterName,Namespace,PodName",
+                        "pod_number_of_container_restarts",
+                        {"ClusterName": cluster_name, "Namespace": trainer_namespace}, "Maximum"),
+                        label="", period=Duration.minutes(1))])],
+                [cw.LogQueryWidget(title=title, width=6, height=6,
+                                   log_group_names=[training_group],
+                                   view=cw.LogQueryVisualizationType.LINE,
+                                   query_lines=[f"filter ispresent(Run) | {query}"])
+                 for title, query in TRAINING_QUERIES.items()],
+            ],
+        )

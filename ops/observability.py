@@ -1,0 +1,217 @@
+"""The operator side of the CloudWatch view: dashboard URL, a health line, logs after the pods.
+
+Plain functions over boto3 clients (``ops.aws.client``: timeouts and bounded retries on every
+call), so tests hand them Stubber-wrapped clients. Names come from ``infra.names``, the same
+definitions the stacks use.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, TextIO
+
+from infra import names
+from infra.config import KitConfig
+from infra.versions import CLOUDWATCH_OBSERVABILITY_ADDON
+from ops import scheduling
+
+# --- the dashboard and the health line ------------------------------------------------------------
+
+
+def dashboard_url(config: KitConfig) -> str:
+    """The CloudWatch console page of the environment's dashboard."""
+    region = config.region
+    return (f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}"
+            f"#dashboards/dashboard/{names.dashboard_name(config.name)}")
+
+
+@dataclass(frozen=True)
+class HealthQuery:
+    id: str
+    label: str
+    namespace: str
+    metric: str
+    stat: str
+    fmt: Callable[[float], str]
+
+
+def health_queries(config: KitConfig) -> tuple[list[HealthQuery], dict[str, list[dict]]]:
+    """The queries of the health line and, per query id, its metric dimensions."""
+    cluster = {"ClusterName": names.eks_cluster_name(config.name)}
+    run = {"Run": config.training.run_name}
+    queries = [
+        HealthQuery("gpu", "GPU util", "ContainerInsights", "node_gpu_utilization", "Average",
+                    lambda v: f"{v:.0f}%"),
+        HealthQuery("efadrop", "EFA rx drops", "ContainerInsights", "node_efa_rx_dropped", "Sum",
+                    lambda v: f"{v:.0f}"),
+        HealthQuery("failed", "failed nodes", "ContainerInsights", "cluster_failed_node_count",
+                    "Maximum", lambda v: f"{v:.0f}"),
+        HealthQuery("restarts", "container restarts", "ContainerInsights",
+                    "pod_number_of_container_restarts", "Maximum", lambda v: f"{v:.0f}"),
+        HealthQuery("reward", "reward", names.TRAINING_METRICS_NAMESPACE, "reward", "Average",
+                    lambda v: f"{v:.3g}"),
+        HealthQuery("steptime", "step time", names.TRAINING_METRICS_NAMESPACE, "step_time",
+                    "Average", lambda v: f"{v:.0f} s"),
+    ]
+    dims = {q.id: [{"Name": k, "Value": v} for k, v in
+                   (run if q.namespace == names.TRAINING_METRICS_NAMESPACE else cluster).items()]
+            for q in queries}
+    return queries, dims
+
+
+HEALTH_WINDOW = dt.timedelta(minutes=15)
+
+
+def health_line(cloudwatch: Any, config: KitConfig, *, now: dt.datetime) -> str:
+    """One line: the latest value of each health metric over the last 15 minutes; 'problem'
+    when a node failed, EFA dropped packets or a container restarted."""
+    queries, dims = health_queries(config)
+    response = cloudwatch.get_metric_data(
+        MetricDataQueries=[{"Id": q.id, "ReturnData": True, "MetricStat": {
+            "Metric": {"Namespace": q.namespace, "MetricName": q.metric, "Dimensions": dims[q.id]},
+            "Period": 60, "Stat": q.stat}} for q in queries],
+        StartTime=now - HEALTH_WINDOW, EndTime=now, ScanBy="TimestampDescending")
+    latest = {r["Id"]: r["Values"][0] for r in response.get("MetricDataResults", [])
+              if r.get("Values")}
+    parts = [f"{q.label} {q.fmt(latest[q.id]) if q.id in latest else 'n/a'}" for q in queries]
+    problems = [q.label for q in queries
+                if q.id in ("efadrop", "failed", "restarts") and latest.get(q.id, 0) > 0]
+    verdict = f"problem ({', '.join(problems)})" if problems else (
+        "ok" if latest else "no data yet (no GPU node up, or the add-on is not running)")
+    return f"health, last {int(HEALTH_WINDOW.total_seconds() // 60)} min: {verdict}: " + \
+        ", ".join(parts)
+
+
+# --- logs after the pods ------------------------------------------------------------------------
+
+_SINCE = re.compile(r"(\d+)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str) -> dt.timedelta:
+    """'90s', '30m', '2h', '3d' -> a duration; ValueError names the accepted forms."""
+    match = _SINCE.fullmatch(text.strip())
+    if not match or int(match[1]) == 0:
+        raise ValueError(f"--since {text!r}: not a duration; use a number and a unit, e.g. 30m, "
+                         "2h or 3d (s, m, h, d)")
+    return dt.timedelta(seconds=int(match[1]) * _UNIT_S[match[2]])
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    group: str
+    filter_pattern: str
+    stream_prefix: str | None  # Fluent Bit names streams <node name>-<tag>
+    show_source: bool  # prefix each line with pod/container (several containers mixed)
+
+    def describe(self) -> str:
+        where = f"log streams of node {self.stream_prefix[:-1]}" if self.stream_prefix else \
+            "all nodes"
+        return f"CloudWatch Logs {self.group}, {where}, filter {self.filter_pattern}"
+
+
+def log_query(config: KitConfig, *, node: str | None, submitter_container: str) -> LogQuery:
+    """What `rlkit logs` reads from CloudWatch: the submitter's output (what `kubectl logs
+    job/<run>` shows), or, with a node, every container of the run's namespace on that node."""
+    group = names.container_insights_log_group(names.eks_cluster_name(config.name), "application")
+    terms = [f'$.kubernetes.namespace_name = "{names.TRAINER_NAMESPACE}"']
+    if node is None:
+        terms += [f'$.kubernetes.container_name = "{submitter_container}"',
+                  f'$.kubernetes.pod_name = "{config.training.run_name}*"']
+    return LogQuery(group=group, filter_pattern="{ " + " && ".join(terms) + " }",
+                    stream_prefix=None if node is None else f"{node}-", show_source=node is not None)
+
+
+def _line(message: str, show_source: bool) -> str:
+    """The container's own line out of a Fluent Bit record (JSON with `log` and `kubernetes`)."""
+    try:
+        record = json.loads(message)
+    except ValueError:
+        return message.rstrip("\n")
+    if not isinstance(record, dict) or "log" not in record:
+        return message.rstrip("\n")
+    text = str(record["log"]).rstrip("\n")
+    if show_source:
+        k = record.get("kubernetes") or {}
+        text = f"[{k.get('pod_name', '?')}/{k.get('container_name', '?')}] {text}"
+    return text
+
+
+def read_logs(logs_client: Any, query: LogQuery, *, start: dt.datetime, out: TextIO,
+              follow: bool = False, poll_s: float = 5.0,
+              sleep: Callable[[float], None] = time.sleep, max_polls: int | None = None) -> int:
+    """Print the matching events from ``start`` in time order; with ``follow``, keep polling
+    (until interrupted, or ``max_polls`` polls for tests). Returns the number of lines."""
+    start_ms = int(start.timestamp() * 1000)
+    seen_at_last_ms: set[str] = set()
+    printed = polls = 0
+    while True:
+        kwargs: dict[str, Any] = {"logGroupName": query.group, "startTime": start_ms,
+                                  "filterPattern": query.filter_pattern}
+        if query.stream_prefix:
+            kwargs["logStreamNamePrefix"] = query.stream_prefix
+        events: list[dict] = []
+        while True:
+            page = logs_client.filter_log_events(**kwargs)
+            events.extend(page.get("events", []))
+            if not page.get("nextToken"):
+                break
+            kwargs["nextToken"] = page["nextToken"]
+        events.sort(key=lambda e: (e["timestamp"], e.get("eventId", "")))
+        for event in events:
+            if event["timestamp"] == start_ms and event.get("eventId") in seen_at_last_ms:
+                continue  # the next poll starts at the last timestamp: skip what it repeats
+            print(_line(event["message"], query.show_source), file=out, flush=True)
+            printed += 1
+            if event["timestamp"] > start_ms:
+                start_ms, seen_at_last_ms = event["timestamp"], set()
+            seen_at_last_ms.add(event.get("eventId"))
+        polls += 1
+        if not follow or (max_polls is not None and polls >= max_polls):
+            return printed
+        sleep(poll_s)
+
+
+# --- the scheduling check: the add-on's DaemonSets on the GPU nodes -------------------------------
+
+
+def addon_configuration(cluster_template: dict) -> dict | None:
+    """The configuration values of the amazon-cloudwatch-observability add-on in a synthesized
+    cluster template ({} when it passes none), or None when the template has no such add-on."""
+    for resource in cluster_template.get("Resources", {}).values():
+        props = resource.get("Properties", {})
+        if resource.get("Type") == "AWS::EKS::Addon" and \
+                props.get("AddonName") == CLOUDWATCH_OBSERVABILITY_ADDON:
+            return json.loads(props.get("ConfigurationValues") or "{}")
+    return None
+
+
+# The chart's own default root tolerations (chart 6.4.0 values.yaml), which apply when the add-on
+# is given none.
+CHART_DEFAULT_TOLERATIONS = [{"operator": "Exists"}]
+
+
+def addon_findings(cluster_template: dict,
+                   nodes: list[scheduling.NodeGroupModel]) -> list[scheduling.Finding]:
+    """A finding for each node group whose taints the add-on's DaemonSets (CloudWatch agent,
+    Fluent Bit, DCGM exporter: all take the chart's root tolerations) would not tolerate."""
+    values = addon_configuration(cluster_template)
+    if values is None:
+        return []
+    tolerations = values.get("tolerations", CHART_DEFAULT_TOLERATIONS)
+    findings = []
+    for node in nodes:
+        missing = [t for t in node.taints
+                   if not any(scheduling._tolerates(tol, t) for tol in tolerations)]
+        if missing:
+            findings.append(scheduling.Finding(
+                pod=f"EKS add-on {CLOUDWATCH_OBSERVABILITY_ADDON} DaemonSets",
+                node_group=node.name,
+                problem=f"its tolerations {tolerations} do not tolerate the taint(s) "
+                        f"{missing}: no GPU, EFA or log collection there. Fix: pass tolerations "
+                        "for them (infra/constructs/observability.py ADDON_TOLERATIONS)"))
+    return findings
