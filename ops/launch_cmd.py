@@ -7,8 +7,13 @@ expert-parallel backend is, in order: --ep-backend, the backend the gate measure
 these shapes (.rlkit/<name>/gate.json), the config's training.expert_parallel.backend.
 
 status prints the RayJob's jobStatus and jobDeploymentStatus (KubeRay); --watch polls until the
-job ends. logs prints the trainer's output: the KubeRay submitter Job (named like the RayJob)
-runs `ray job submit`, which follows the driver's log; -f keeps following.
+job ends. Then, on stderr, the environment's CloudWatch dashboard URL and a one-line health
+summary (GPU use, EFA drops, failed nodes, restarts, reward, step time; --no-health skips it).
+logs prints the trainer's output: the KubeRay submitter Job (named like the RayJob) runs
+`ray job submit`, which follows the driver's log; -f keeps following. Once the pods are gone
+(or with --node NODE, or --source cloudwatch) it reads the same output from CloudWatch Logs,
+where the observability add-on's Fluent Bit ships every container's output; it says which
+source it used. --since limits either source to the last 30m, 2h, 3d, ...
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from infra import names
 from infra.config import ConfigError, KitConfig, load_config, training_ep_backend_problems
 from manifests import RenderError
-from manifests.render import SHARED_FS_FILES
+from manifests.render import SHARED_FS_FILES, SUBMITTER_CONTAINER
 from ops.gate_cmd import (
     GateStateError,
     add_common,
@@ -34,6 +40,7 @@ from ops.gate_cmd import (
 )
 from ops.config_source import announce
 from ops.kube import Kubectl, KubectlError, check_cluster
+from ops import aws, observability
 
 # KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
 TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -216,6 +223,7 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     except KeyboardInterrupt:
         print("Stopped watching; the job keeps running.", file=sys.stderr)
         return 130
+    _print_health(args, cfg)
     st = doc.get("status", {})
     if st.get("jobStatus") == "FAILED" or st.get("jobDeploymentStatus") in ("Failed",
                                                                             "ValidationFailed"):
@@ -225,6 +233,22 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     return 0
 
 
+def _print_health(args: argparse.Namespace, cfg: KitConfig) -> None:
+    """The dashboard URL and the health line, on stderr (stdout stays the job state)."""
+    if not cfg.observability.enabled:
+        print("dashboard: none (observability.enabled is false in the config)", file=sys.stderr)
+        return
+    print(f"dashboard: {observability.dashboard_url(cfg)}", file=sys.stderr)
+    if args.no_health:
+        return
+    try:
+        cloudwatch = aws.client(aws.session(cfg.region, args.profile), "cloudwatch")
+        line = observability.health_line(cloudwatch, cfg, now=datetime.now(timezone.utc))
+    except aws.AWS_ERRORS as err:
+        line = f"health: unavailable ({aws.describe_error(err)})"
+    print(line, file=sys.stderr)
+
+
 # --- logs ----------------------------------------------------------------------------------------
 
 
@@ -232,28 +256,78 @@ def _logs(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if cfg is None:
         return 2
+    try:
+        since = observability.parse_since(args.since) if args.since else None
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.source == "cloudwatch" or (args.source == "auto" and args.node):
+        return _logs_from_cloudwatch(args, cfg, since)
     k = _kubectl(args)
     job, ns = cfg.training.run_name, names.TRAINER_NAMESPACE
     try:
         if k.get_json(["job", job, "-n", ns]) is None:
             doc = k.get_json(["rayjob", job, "-n", ns])
-            if doc is None:
-                print(f"No RayJob named {job} in namespace {ns}. Start it with: rlkit launch "
-                      "--config <config>", file=sys.stderr)
-            else:
+            if doc is not None and not finished(doc):
                 print(f"The RayJob has no submitter yet ({describe_rayjob(doc)}); the Ray cluster "
                       "is probably still starting. Try again in a minute, or watch it with: rlkit "
                       "status --config <config> --watch", file=sys.stderr)
-            return 1
+                return 1
+            if args.source == "kubectl":
+                print(f"No submitter Job {job} in namespace {ns}: its pods are gone. Read its "
+                      "output from CloudWatch Logs: rlkit logs --config <config> --source "
+                      "cloudwatch", file=sys.stderr)
+                return 1
+            print(f"No submitter Job {job} in namespace {ns} (the pods are gone"
+                  + ("" if doc is None else f"; {describe_rayjob(doc)}") + ").", file=sys.stderr)
+            return _logs_from_cloudwatch(args, cfg, since)
         argv = ["logs", "-n", ns, f"job/{job}", "--all-containers"]
+        if since is not None:
+            argv.append(f"--since={int(since.total_seconds())}s")
         if args.follow:
             argv.append("-f")
+        print(f"source: kubectl logs job/{job} in namespace {ns} (the submitter pod exists)",
+              file=sys.stderr)
         return k.stream(argv)
     except KubectlError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+# CloudWatch Logs with no --since: the last day.
+CLOUDWATCH_DEFAULT_SINCE = timedelta(days=1)
+
+
+def _logs_from_cloudwatch(args: argparse.Namespace, cfg: KitConfig, since: timedelta | None) -> int:
+    if not cfg.observability.enabled:
+        print("error: no CloudWatch logs: observability.enabled is false in the config, so no "
+              "add-on ships container output. Fix: read the pods with --source kubectl while they "
+              "exist, or enable observability and deploy the cluster stack", file=sys.stderr)
+        return 1
+    query = observability.log_query(cfg, node=args.node, submitter_container=SUBMITTER_CONTAINER)
+    start = datetime.now(timezone.utc) - (since or CLOUDWATCH_DEFAULT_SINCE)
+    print(f"source: {query.describe()}, since {start:%Y-%m-%d %H:%M:%S} UTC", file=sys.stderr)
+    try:
+        logs_client = aws.client(aws.session(cfg.region, args.profile), "logs")
+        printed = observability.read_logs(logs_client, query, start=start, out=sys.stdout,
+                                          follow=args.follow)
+    except aws.AWS_ERRORS as err:
+        if aws.error_code(err) == "ResourceNotFoundException":
+            print(f"error: log group {query.group} does not exist: the cluster stack is not "
+                  "deployed (its log groups go with it) or was deployed without observability. "
+                  "Fix: check the config and region", file=sys.stderr)
+        else:
+            print(f"error: {aws.describe_error(err)}. Fix: {aws.CREDENTIALS_FIX}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    if printed == 0:
+        print("No matching log lines in that window; widen it with --since (e.g. --since 3d)",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -274,6 +348,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_common(s)
     s.add_argument("--watch", action="store_true", help="poll until the job ends")
     s.add_argument("--poll", type=float, default=15.0, help="seconds between polls")
+    s.add_argument("--profile", default=None, help="AWS profile for the health line")
+    s.add_argument("--no-health", action="store_true",
+                   help="skip the CloudWatch health line (no AWS call)")
     s.set_defaults(func=_status)
 
     lg = subparsers.add_parser("logs", help="the trainer's output (the RayJob's submitter)",
@@ -281,4 +358,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common(lg)
     lg.add_argument("-f", "--follow", action="store_true", help="keep following the log")
+    lg.add_argument("--since", default=None,
+                    help="only the last 30m, 2h, 3d, ... (default: all of the pod's log; the last "
+                    "day from CloudWatch)")
+    lg.add_argument("--node", default=None,
+                    help="every container of the run on this node (Kubernetes node name), from "
+                    "CloudWatch Logs")
+    lg.add_argument("--source", choices=("auto", "kubectl", "cloudwatch"), default="auto",
+                    help="where to read: the pod (kubectl) or CloudWatch Logs; auto: the pod "
+                    "while it exists")
+    lg.add_argument("--profile", default=None, help="AWS profile for CloudWatch Logs")
     lg.set_defaults(func=_logs)
