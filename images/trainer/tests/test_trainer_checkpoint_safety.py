@@ -180,6 +180,8 @@ def test_a_missing_data_cursor_in_s3_falls_back(s3, tmp_path: Path):
 
 MALFORMED = {
     "not json": b"{not json",
+    "not utf-8": b'{"format": "\xff\xfe"}',
+    "deeply nested": b"[" * 100_000 + b"]" * 100_000,
     "a list": b"[]",
     "files null": {"files": None},
     "files empty": {"files": []},
@@ -240,8 +242,8 @@ def test_a_malformed_manifest_falls_back_to_the_previous_checkpoint(s3, tmp_path
 
 @pytest.mark.parametrize("case", sorted(set(MALFORMED) - {"iteration mismatch"}))
 def test_every_malformed_manifest_is_a_manifest_error_never_a_crash(case: str):
-    """Before (v1 schema, sha256 for crc32): 3 raised AttributeError/TypeError, 1 KeyError, 3 a ValueError
-    the store caught, and 11 were accepted (an empty file list, string sizes, foreign paths, ...)."""
+    """Before (v1 schema, sha256 for crc32): 3 raised AttributeError/TypeError, 1 KeyError, 1 RecursionError,
+    4 a ValueError the store caught, and 11 were accepted (an empty file list, string sizes, foreign paths, ...)."""
     from rltrainer.checkpoints import Manifest, ManifestError
 
     good = {"format": "rltrainer.checkpoint/v2", "iteration": 20, "created_at": "", "total_bytes": 12, "files": [

@@ -308,8 +308,8 @@ class Manifest:
         """Parse and validate strictly; every problem is a ``ManifestError`` naming the field."""
         try:
             body = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"{where}: not JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise ManifestError(f"{where}: not JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
         if not isinstance(body, dict):
             raise ManifestError(f"{where}: must be a JSON object, got {type(body).__name__}")
         missing = sorted(_TOP_REQUIRED - body.keys())
