@@ -24,6 +24,7 @@ import yaml
 from infra import names
 from infra.config import EP_BACKENDS, KitConfig
 from infra.names import OutputKeys
+from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE
 from manifests.context import image_tag_for
 
 TRAINER_DIR = Path(__file__).resolve().parent.parent / "images" / "trainer"
@@ -332,8 +333,6 @@ def plan_build(cfg: KitConfig, target: BuildTarget, *, backend: str | None, vcs_
 
 def plan_values(plan: BuildPlan, region: str) -> dict[str, str]:
     """The buildspec variables a plan knows before the build runs."""
-    from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE
-
     repo = plan.target.repository_uri
     values = {
         "REPOSITORY_URI": repo, "CACHE_REPOSITORY_URI": plan.target.cache_repository_uri,

@@ -42,7 +42,11 @@ class DataStack(Stack):
         CfnOutput(self, OutputKeys.TRAINER_ROLE_ARN, value=self.trainer_role.role_arn)
         self.image_build = TrainerImageBuild(
             self, "ImageBuild", repository=self.repository, bucket=self.bucket,
-            bucket_key=self.bucket_key, default_image_tag=config.training.image_tag,
+            bucket_key=self.bucket_key,
+            default_backend=config.training.expert_parallel.backend,
+            # <image_tag>-<backend>, as manifests.context.image_tag_for (a test keeps them equal)
+            default_image_tag=f"{config.training.image_tag}-"
+                              f"{config.training.expert_parallel.backend}",
             log_retention_days=config.image_build.log_retention_days, removal_policy=policy)
         CfnOutput(self, OutputKeys.IMAGE_BUILD_PROJECT, value=self.image_build.project.project_name)
         CfnOutput(self, OutputKeys.IMAGE_BUILD_LOG_GROUP,

@@ -20,6 +20,7 @@ from infra import names
 from infra.config import EP_BACKENDS, LOG_RETENTION_DAYS, ConfigError, parse_config
 from infra.names import OutputKeys
 from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE, IMAGE_BUILD_HOST_IMAGE
+from manifests.context import image_tag_for
 from ops.image_build import (
     TRAINER_DIR,
     BuildTarget,
@@ -77,7 +78,8 @@ def test_data_stack_carries_the_build_project(synth, example):
     assert trainer_repo in json.dumps(variables["REPOSITORY_URI"])
     assert cache_repo in json.dumps(variables["CACHE_REPOSITORY_URI"])
     assert variables["BUILDKIT_IMAGE"] == IMAGE_BUILD_BUILDKIT_IMAGE
-    assert variables["IMAGE_TAG"] == f"{s.config.training.image_tag}-{variables['EP_BACKEND']}"
+    assert variables["EP_BACKEND"] == s.config.training.expert_parallel.backend
+    assert variables["IMAGE_TAG"] == image_tag_for(s.config)  # what the manifests pull
     # The cache repository's tags are rewritten by every build; the trainer's stay immutable.
     assert cache["Properties"]["ImageTagMutability"] == "MUTABLE"
     assert t["Resources"][trainer_repo]["Properties"]["ImageTagMutability"] == "IMMUTABLE"

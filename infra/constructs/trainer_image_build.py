@@ -37,7 +37,6 @@ QUEUED_TIMEOUT = Duration.hours(1)
 # build at it (StartBuild sourceLocationOverride).
 DEFAULT_CONTEXT_KEY = f"{names.IMAGE_BUILDS_PREFIX}context.zip"
 BUILDSPEC_FILE = "buildspec.yml"  # inside the build context (images/trainer)
-DEFAULT_EP_BACKEND = "nccl"
 
 
 class TrainerImageBuild(Construct):
@@ -46,8 +45,9 @@ class TrainerImageBuild(Construct):
     nothing else."""
 
     def __init__(self, scope: Construct, id: str, *, repository: ecr.IRepository,
-                 bucket: s3.IBucket, bucket_key: kms.IKey | None, default_image_tag: str,
-                 log_retention_days: int, removal_policy: RemovalPolicy) -> None:
+                 bucket: s3.IBucket, bucket_key: kms.IKey | None, default_backend: str,
+                 default_image_tag: str, log_retention_days: int,
+                 removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, id)
         self.cache_repository = ecr.Repository(
             self, "CacheRepository",
@@ -130,10 +130,10 @@ class TrainerImageBuild(Construct):
                     value=self.cache_repository.repository_uri),
                 "BUILDKIT_IMAGE": codebuild.BuildEnvironmentVariable(
                     value=IMAGE_BUILD_BUILDKIT_IMAGE),
-                # Defaults for a build started without overrides (the console, say).
-                "EP_BACKEND": codebuild.BuildEnvironmentVariable(value=DEFAULT_EP_BACKEND),
-                "IMAGE_TAG": codebuild.BuildEnvironmentVariable(
-                    value=f"{default_image_tag}-{DEFAULT_EP_BACKEND}"),
+                # Defaults for a build started without overrides (the console, say): the
+                # config's backend and its tag; `rlkit image build` always overrides both.
+                "EP_BACKEND": codebuild.BuildEnvironmentVariable(value=default_backend),
+                "IMAGE_TAG": codebuild.BuildEnvironmentVariable(value=default_image_tag),
                 "VCS_REF": codebuild.BuildEnvironmentVariable(value="unknown"),
             },
             logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(
