@@ -567,3 +567,21 @@ def test_a_full_object_checksum_is_recorded_as_one(tmp_path: Path, monkeypatch):
         full = store._upload_file(src, "iter_0000001/f.bin", 1000, Progress("t", 1000, io.StringIO()))
         composite = store._upload_file(src, "iter_0000001/f.bin", 1000, Progress("t", 1000, io.StringIO()))
     assert (full.part_size, composite.part_size) == (0, 8 << 20)
+
+
+def test_checkpoint_cli_lists_a_malformed_manifest_as_an_error_and_restore_falls_back(s3, tmp_path: Path):
+    """Before: `rltrainer checkpoint list` died with a traceback on the first malformed manifest."""
+    from rltrainer.checkpoint_cli import main as checkpoint_main
+
+    _two_checkpoints(s3, tmp_path)
+    s3.put_object(Bucket=BUCKET, Key=PREFIX + "iter_0000020/_COMPLETE.json", Body=b'{"files": null}')
+    out = io.StringIO()
+    assert checkpoint_main(["list", "--s3-uri", URI], out=out, err=io.StringIO(), client=s3) == 0
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["iteration"] for r in rows] == [10, 20]
+    assert "files" in rows[0] and "missing keys ['format', 'iteration']" in rows[1]["error"]
+    out, err = io.StringIO(), io.StringIO()
+    assert checkpoint_main(["restore", "--s3-uri", URI, "--local-dir", str(tmp_path / "dst")], out=out, err=err,
+                           client=s3) == 0
+    assert json.loads(out.getvalue()) == {"iteration": 10, "source": "s3"}
+    assert "falling back to the next-newest" in err.getvalue()
