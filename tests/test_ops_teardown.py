@@ -414,3 +414,16 @@ def test_mistyped_profile_is_a_clean_error(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "The config profile (prdo) could not be found" in err
     assert "check the spelling of --profile" in err and "Traceback" not in err
+
+
+def test_every_synthesized_stack_carries_the_environment_tag_teardown_checks(synth):
+    # The contract teardown relies on: `cdk deploy` puts each stack's tags (the cloud assembly's
+    # artifact tags) on the CloudFormation stack, and every stack of the environment has
+    # rlkit:environment=<name> among them.
+    s = synth("default")
+    stacks = {name: a for name, a in s.manifest["artifacts"].items()
+              if a.get("type") == "aws:cloudformation:stack"}
+    assert set(names_of_default := stacks) >= {"moe-rl-network", "moe-rl-data", "moe-rl-cluster",
+                                               "moe-rl-gpu-p5"}, names_of_default
+    for name, artifact in stacks.items():
+        assert artifact["properties"]["tags"]["rlkit:environment"] == "moe-rl", name
