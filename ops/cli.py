@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+DEBUG_ENV = "RLKIT_DEBUG"  # set: unexpected errors show their traceback
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     args = build_parser().parse_args(argv)
@@ -50,6 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # noqa: BLE001 - one line, exit 2, never a traceback by default
+        if os.environ.get(DEBUG_ENV):
+            raise
+        text = str(err)
+        text = text if len(text) <= 500 else f"{text[:500]}... ({len(text)} characters)"
+        print(f"error: rlkit {args.command} failed: {type(err).__name__}: {text}\nThis is a bug "
+              f"in rlkit, not in your input: please report it (set {DEBUG_ENV}=1 to see the "
+              "traceback).", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

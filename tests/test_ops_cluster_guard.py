@@ -179,3 +179,37 @@ def test_gate_replaces_a_corrupt_gate_json(tmp_path, capsys):
     state.write_text("{not json")
     with pytest.raises(gate_cmd.GateStateError):
         gate_cmd.load_state(state)
+
+
+# --- no traceback from the CLI -------------------------------------------------------------------
+
+
+def test_an_unexpected_error_exits_2_with_one_line(monkeypatch, capsys, tmp_path):
+    from ops import cli, teardown_cmd
+
+    def boom(*_args, **_kw):
+        raise RuntimeError("x" * 2000)
+
+    monkeypatch.setattr(teardown_cmd, "_run", boom)
+    monkeypatch.delenv("RLKIT_DEBUG", raising=False)
+    parser_defaults = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser_defaults(), boom))
+    assert cli.main(["teardown", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: rlkit teardown failed: RuntimeError: " + "x" * 500 + "... (2000")
+    assert "Traceback" not in err and "set RLKIT_DEBUG=1 to see the traceback" in err
+    monkeypatch.setenv("RLKIT_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        cli.main(["teardown", "--dry-run"])
+
+
+def _with_func(parser, func):
+    real = parser.parse_args
+
+    def parse_args(argv=None):
+        args = real(argv)
+        args.func = func
+        return args
+
+    parser.parse_args = parse_args
+    return parser
