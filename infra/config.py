@@ -1126,6 +1126,10 @@ def trainer_problems(cfg: KitConfig, already: list[Problem]) -> list[Problem]:
     itype = INSTANCE_TYPES.get(group.instance_type) if group is not None else None
     if itype is None:
         return []  # reported already (unknown group or instance type)
+    if not 1 <= cfg.training.nodes <= min(group.max_size, MAX_GPU_NODES_PER_GROUP):
+        # Reported already; and the trainer's hints enumerate divisors of the GPU count, which
+        # must stay small (10**9 nodes would take minutes).
+        return []
     # The bucket is known only after deploy; any valid name stands in for it.
     doc = run_config_document(cfg, itype, bucket="rlkit-config-check",
                               prompt_data=cfg.training.prompt_data if

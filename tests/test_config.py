@@ -440,3 +440,12 @@ def test_private_and_open_endpoints_are_warned_about():
     assert "open to the internet" in open_
     assert config_warnings(parse_config({**admin, "endpoint_access": {
         "mode": "public-and-private", "public_cidrs": ["203.0.113.0/24"]}})) == []
+
+
+def test_a_huge_node_count_is_refused_quickly():
+    import time
+
+    start = time.monotonic()
+    got = problems_of({"training": {"nodes": 10**9, "parallel": {"ep": 3}}})
+    assert time.monotonic() - start < 2
+    assert got[0].startswith("training.nodes = 1000000000: must be 1 to the group's max_size (2)")

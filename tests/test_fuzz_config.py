@@ -111,7 +111,7 @@ FIELD_CASES: list[tuple[str, object]] = [
     ("cost_guard.max_gpu_nodes", 1), ("cost_guard.ttl_hours", 0), ("cost_guard.ttl_hours", "6h"),
     ("training.run_name", "Bad Name"), ("training.run_name", "x" * 41),
     ("training.node_group", "missing"), ("training.nodes", 0), ("training.nodes", 3),
-    ("training.nodes", "two"), ("training.parallel.tp", 0), ("training.parallel.tp", 16),
+    ("training.nodes", "two"), ("training.nodes", 10**9), ("training.parallel.tp", 0), ("training.parallel.tp", 16),
     ("training.parallel.ep", 7), ("training.parallel.vpp", 2), ("training.rollout.gpus_per_engine", 3),
     ("training.expert_parallel.backend", "mpi"), ("training.expert_parallel.gin_mode", "gpu"),
     ("training.grpo.lr", 0.0), ("training.grpo.lr", -1e-6), ("training.grpo.eps_clip", 2.0),
