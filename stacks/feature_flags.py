@@ -62,4 +62,8 @@ def recommended_flags() -> dict[str, object]:
 
 def cdk_json_context() -> dict[str, object]:
     """The ``context`` of the kit's cdk.json: the feature flags (and any context a user adds)."""
+    if not CDK_JSON.is_file():
+        raise FileNotFoundError(
+            f"{CDK_JSON} is missing: the kit builds with the feature flags in its cdk.json. "
+            "Fix: use the kit from its clone (requirements.txt installs it with pip -e).")
     return dict(json.loads(CDK_JSON.read_text())["context"])
