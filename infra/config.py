@@ -948,6 +948,13 @@ def config_warnings(cfg: KitConfig) -> list[str]:
             "creator is CloudFormation's role anyway). kubectl, rlkit gate and rlkit launch will "
             "get Unauthorized. Fix: list the IAM role ARN you (or your CI) deploy and operate with "
             "under admin_role_arns, e.g. arn:aws:iam::123456789012:role/ml-platform-admin.")
+    if (cfg.observability.enabled and cfg.addons.enabled("dcgm_exporter")
+            and not cfg.addons.dcgm_exporter.service_monitor):
+        warnings.append(
+            "addons.dcgm_exporter is on (with no ServiceMonitor) and so is observability: the "
+            "CloudWatch observability add-on already runs a DCGM exporter on every GPU node, so "
+            "each node gets two. Fix: turn addons.dcgm_exporter off unless your own Prometheus "
+            "scrapes it.")
     return warnings
 
 

@@ -91,7 +91,9 @@ FSX_CSI_ADDON: str | None = None
 # read 2026-11-30]. Its values are those of the aws-observability/helm-charts chart
 # amazon-cloudwatch-observability (6.4.0 at 71a298f, read 2026-11-30): root tolerations
 # [{operator: Exists}], containerLogs (Fluent Bit) on, containerInsights (classic) on,
-# otelContainerInsights off. None = EKS's default version for the cluster's Kubernetes version:
+# otelContainerInsights off; its DCGM exporter's required node affinity lists p5, p5e, p5en,
+# p6-b200 and p6-b300 (values.yaml dcgmExporter.affinity; an older add-on may list fewer).
+# None = EKS's default version for the cluster's Kubernetes version:
 # no add-on build could be listed offline (`aws eks describe-addon-versions --addon-name
 # amazon-cloudwatch-observability` needs AWS), so that the default is at least v3.1.0 (Pod
 # Identity) is unverified. Pin a build here once verified on a live cluster.

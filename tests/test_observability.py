@@ -210,6 +210,24 @@ def test_retention_must_be_a_cloudwatch_period():
     assert "Fix: use one of those, e.g. 60." in str(err.value)
 
 
+def test_two_dcgm_exporters_are_warned_about():
+    from infra.config import config_warnings
+
+    raw = yaml.safe_load((REPO_ROOT / "examples" / "default.yaml").read_text())
+    assert not [w for w in config_warnings(parse_config(raw)) if "dcgm_exporter" in w]
+    raw["addons"] = {**(raw.get("addons") or {}), "dcgm_exporter": {"enabled": True}}
+    [warning] = [w for w in config_warnings(parse_config(raw)) if "dcgm_exporter" in w]
+    assert warning.startswith("addons.dcgm_exporter is on (with no ServiceMonitor) and so is "
+                              "observability: the CloudWatch observability add-on already runs a "
+                              "DCGM exporter")
+    raw["observability"] = {"enabled": False}
+    assert not [w for w in config_warnings(parse_config(raw)) if "dcgm_exporter" in w]
+    # A Prometheus of the team's own scrapes it (the p5-2node example): no warning.
+    raw["observability"] = {"enabled": True}
+    raw["addons"]["dcgm_exporter"]["service_monitor"] = True
+    assert not [w for w in config_warnings(parse_config(raw)) if "dcgm_exporter" in w]
+
+
 # --- rlkit status: dashboard URL and health line ------------------------------------------------
 
 
