@@ -37,6 +37,9 @@ class HealthQuery:
     metric: str
     stat: str
     fmt: Callable[[float], str]
+    # Dimensions the metric is published with but which the line sums over (the CloudWatch
+    # docs list pod_number_of_container_restarts with PodName, Namespace, ClusterName only).
+    search_dims: tuple[str, ...] = ()
 
 
 def health_queries(config: KitConfig) -> tuple[list[HealthQuery], dict[str, list[dict]]]:
@@ -50,8 +53,9 @@ def health_queries(config: KitConfig) -> tuple[list[HealthQuery], dict[str, list
                     lambda v: f"{v:.0f}"),
         HealthQuery("failed", "failed nodes", "ContainerInsights", "cluster_failed_node_count",
                     "Maximum", lambda v: f"{v:.0f}"),
-        HealthQuery("restarts", "container restarts", "ContainerInsights",
-                    "pod_number_of_container_restarts", "Maximum", lambda v: f"{v:.0f}"),
+        HealthQuery("restarts", f"container restarts in {names.TRAINER_NAMESPACE}",
+                    "ContainerInsights", "pod_number_of_container_restarts", "Maximum",
+                    lambda v: f"{v:.0f}", search_dims=("Namespace", "PodName")),
         HealthQuery("reward", "reward", names.TRAINING_METRICS_NAMESPACE, "reward", "Average",
                     lambda v: f"{v:.3g}"),
         HealthQuery("steptime", "step time", names.TRAINING_METRICS_NAMESPACE, "step_time",
@@ -60,7 +64,20 @@ def health_queries(config: KitConfig) -> tuple[list[HealthQuery], dict[str, list
     dims = {q.id: [{"Name": k, "Value": v} for k, v in
                    (run if q.namespace == names.TRAINING_METRICS_NAMESPACE else cluster).items()]
             for q in queries}
+    dims["restarts"].append({"Name": "Namespace", "Value": names.TRAINER_NAMESPACE})
     return queries, dims
+
+
+def _query(q: HealthQuery, dims: list[dict]) -> dict:
+    if not q.search_dims:
+        return {"Id": q.id, "ReturnData": True, "MetricStat": {
+            "Metric": {"Namespace": q.namespace, "MetricName": q.metric, "Dimensions": dims},
+            "Period": 60, "Stat": q.stat}}
+    # One series for all pods: the largest restart count of any pod of the namespace.
+    schema = ",".join([q.namespace, *sorted({d["Name"] for d in dims} | set(q.search_dims))])
+    terms = " ".join(f'{d["Name"]}="{d["Value"]}"' for d in dims)
+    return {"Id": q.id, "ReturnData": True, "Period": 60, "Expression":
+            f"MAX(SEARCH('{{{schema}}} MetricName=\"{q.metric}\" {terms}', '{q.stat}', 60))"}
 
 
 HEALTH_WINDOW = dt.timedelta(minutes=15)
@@ -71,9 +88,7 @@ def health_line(cloudwatch: Any, config: KitConfig, *, now: dt.datetime) -> str:
     when a node failed, EFA dropped packets or a container restarted."""
     queries, dims = health_queries(config)
     response = cloudwatch.get_metric_data(
-        MetricDataQueries=[{"Id": q.id, "ReturnData": True, "MetricStat": {
-            "Metric": {"Namespace": q.namespace, "MetricName": q.metric, "Dimensions": dims[q.id]},
-            "Period": 60, "Stat": q.stat}} for q in queries],
+        MetricDataQueries=[_query(q, dims[q.id]) for q in queries],
         StartTime=now - HEALTH_WINDOW, EndTime=now, ScanBy="TimestampDescending")
     latest = {r["Id"]: r["Values"][0] for r in response.get("MetricDataResults", [])
               if r.get("Values")}

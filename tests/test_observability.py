@@ -252,6 +252,11 @@ def test_health_line_reports_latest_values_and_problems():
     queries, dims = observability.health_queries(CFG)
     assert dims["gpu"] == [{"Name": "ClusterName", "Value": names.eks_cluster_name(CFG.name)}]
     assert dims["reward"] == [{"Name": "Run", "Value": CFG.training.run_name}]
+    restarts = observability._query(queries[3], dims["restarts"])
+    assert restarts["Expression"] == (
+        "MAX(SEARCH('{ContainerInsights,ClusterName,Namespace,PodName} MetricName="
+        f"\"pod_number_of_container_restarts\" ClusterName=\"{names.eks_cluster_name(CFG.name)}\" "
+        "Namespace=\"rl-training\"', 'Maximum', 60))")
     values = {"gpu": [87.4, 50.0], "efadrop": [0.0], "failed": [1.0], "restarts": [],
               "reward": [0.6251], "steptime": [305.7]}
     stub.add_response("get_metric_data", {"MetricDataResults": [
@@ -262,7 +267,7 @@ def test_health_line_reports_latest_values_and_problems():
     with stub:
         line = observability.health_line(cw, CFG, now=NOW)
     assert line == ("health, last 15 min: problem (failed nodes): GPU util 87%, EFA rx drops 0, "
-                    "failed nodes 1, container restarts n/a, reward 0.625, step time 306 s")
+                    "failed nodes 1, container restarts in rl-training n/a, reward 0.625, step time 306 s")
 
 
 def test_health_line_without_data():

@@ -208,7 +208,7 @@ class RunDashboard(Construct):
                     "`rlkit logs` reads the same logs after the pods are gone."))],
                 [per_node("GPU utilisation per node (%)", [("node_gpu_utilization", "")]),
                  per_node("GPU memory used per node (%)", [("node_gpu_memory_utilization", "")]),
-                 per_node("GPU power per node (W, mean over GPUs)", [("node_gpu_power_draw", "")])],
+                 per_node("GPU power per node (W)", [("node_gpu_power_draw", "")])],
                 [per_node("EFA bytes per node (B/s)", [("node_efa_rx_bytes", "rx"),
                                                        ("node_efa_tx_bytes", "tx")]),
                  per_node("EFA received packets dropped per node (/s)",
