@@ -145,6 +145,11 @@ def test_real_miles_lines_become_emf(name):
     assert record.get("rollout_id", record.get("train_step")) == (42 if name == "step" else 7)
 
 
+def test_ray_dedup_suffix_is_tolerated():
+    line = real_lines()["step"].rstrip("\n") + " [repeated 3x across cluster]\n"
+    assert emf_of(line)["loss"] == 0.0123
+
+
 def test_units():
     record = emf_of(real_lines()["train_perf"])
     units = {m["Name"]: m["Unit"] for m in record["_aws"]["CloudWatchMetrics"][0]["Metrics"]}

@@ -53,8 +53,10 @@ METRICS: dict[str, tuple[str, str]] = {
     "train/grad_norm": ("grad_norm", "None"),
 }
 
-# "... - <kind> <id>: {<python dict>}" at the end of the line, whatever prefix Ray adds.
-_LINE = re.compile(r"(?:^|\s)- (?P<kind>rollout|perf|step) (?P<id>\d+): (?P<body>\{.*\})\s*$")
+# "... - <kind> <id>: {<python dict>}" at the end of the line, whatever prefix Ray adds, and
+# the " [repeated Nx across cluster]" Ray's log deduplication may append.
+_LINE = re.compile(r"(?:^|\s)- (?P<kind>rollout|perf|step) (?P<id>\d+): (?P<body>\{.*\})"
+                   r"(?: \[repeated \d+x across cluster\])?\s*$")
 # Reprs literal_eval cannot read: numpy scalars (np.float64(0.5)) and non-finite floats.
 _NUMPY_SCALAR = re.compile(r"\bnp\.\w+\(([^()]*)\)")
 _NON_FINITE = re.compile(r"(?<![\w'\"])-?(?:nan|inf)(?![\w'\"])")
