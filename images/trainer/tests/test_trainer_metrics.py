@@ -148,6 +148,9 @@ def test_real_miles_lines_become_emf(name):
 def test_ray_dedup_suffix_is_tolerated():
     line = real_lines()["step"].rstrip("\n") + " [repeated 3x across cluster]\n"
     assert emf_of(line)["loss"] == 0.0123
+    colored = ("\x1b[36m(MegatronTrainRayActor pid=52)\x1b[0m " + real_lines()["step"].rstrip("\n")
+               + "\x1b[2m [repeated 3x across cluster]\x1b[0m\n")
+    assert emf_of(colored)["grad_norm"] == 1.7
 
 
 def test_units():

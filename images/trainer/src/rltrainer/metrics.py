@@ -57,6 +57,8 @@ METRICS: dict[str, tuple[str, str]] = {
 # the " [repeated Nx across cluster]" Ray's log deduplication may append.
 _LINE = re.compile(r"(?:^|\s)- (?P<kind>rollout|perf|step) (?P<id>\d+): (?P<body>\{.*\})"
                    r"(?: \[repeated \d+x across cluster\])?\s*$")
+# Terminal colour codes Ray may put around its prefix and suffix.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Reprs literal_eval cannot read: numpy scalars (np.float64(0.5)) and non-finite floats.
 _NUMPY_SCALAR = re.compile(r"\bnp\.\w+\(([^()]*)\)")
 _NON_FINITE = re.compile(r"(?<![\w'\"])-?(?:nan|inf)(?![\w'\"])")
@@ -71,7 +73,7 @@ class MetricLine:
 
 def parse_line(line: str) -> MetricLine | None:
     """The metrics in one Miles log line, or None for any other line (never raises)."""
-    match = _LINE.search(line)
+    match = _LINE.search(_ANSI.sub("", line))
     if match is None:
         return None
     body = _NON_FINITE.sub("None", _NUMPY_SCALAR.sub(r"\1", match["body"]))
