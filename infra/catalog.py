@@ -61,6 +61,8 @@ class InstanceType:
     ami_type: str  # EKS managed node group AMI type
     vcpus: int
     memory_gib: int
+    # False for an entry whose facts are not yet cross-checked against EC2's data: preflight,
+    # `rlkit check` and `rlkit render` then warn (note says what is unverified).
     facts_verified: bool = True
     note: str = ""
 
@@ -121,18 +123,17 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         nvme_count=8, nvme_size_gb=3800, architecture="x86_64", ami_type=_X86_NVIDIA_AMI,
         vcpus=192, memory_gib=2048,
     ),
-    # [moto] 8x B300 275040 MiB (268 GiB); 17 cards but MaximumEfaInterfaces 16; 6400 Gigabit;
-    # 4 TiB. 17 cards with 16 EFAs means one card carries no EFA; we take it to be card 0 (a plain
-    # ENA primary) with EFA-only on cards 1-16. [design] marks this uncertain: verify on hardware.
+    # [moto] 8x B300 275040 MiB (268 GiB); 17 cards, MaximumEfaInterfaces 16; 6400 Gigabit;
+    # 4 TiB. Per card ([moto] NetworkInfo.NetworkCards): card 0 offers InterfaceTypes
+    # ["interface"] only (ENA, no EFA), cards 1-16 ["interface", "efa", "efa-only"]; so an ENA
+    # primary on card 0 and EFA-only on cards 1-16. tests/test_catalog.py checks every card of
+    # every type against that data (read 2026-11-30).
     "p6-b300.48xlarge": InstanceType(
         name="p6-b300.48xlarge", gpu_model="B300", gpu_count=8, gpu_memory_gib=268,
         network_cards=17, efa_devices=16, efa_bandwidth_gbps=6400,
         primary_interface_type=InterfaceType.ENA, efa_card_indexes=tuple(range(1, 17)),
         nvme_count=8, nvme_size_gb=3800, architecture="x86_64", ami_type=_X86_NVIDIA_AMI,
         vcpus=192, memory_gib=4096,
-        facts_verified=False,
-        note="interface layout (ENA primary on card 0, EFA-only on cards 1-16) inferred from "
-        "17 cards / 16 EFA interfaces; verify on a real instance",
     ),
 }
 

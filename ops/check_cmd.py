@@ -1,8 +1,12 @@
 """`rlkit check`: is this config ready for `cdk deploy`? One verdict, offline.
 
 1. Validates the config (every problem at once) and prints its warnings.
-2. Synthesizes every stack into a temporary directory (no AWS calls, no credentials).
-3. Renders the Helm charts the cluster stack installs with the exact values in the synthesized
+2. Runs the preflight checks that need no AWS call: the Kubernetes version (pinned, its kubectl
+   layer installed, not about to leave EKS standard support), cluster access (admin roles), and
+   per GPU node group the placement group against reservations and whether the instance type's
+   catalog facts are verified. (`rlkit preflight` adds the checks that read your account.)
+3. Synthesizes every stack into a temporary directory (no AWS calls, no credentials).
+4. Renders the Helm charts the cluster stack installs with the exact values in the synthesized
    template, through the real Helm in the kubectl layer package, and checks where every pod would
    land (device plugins on every GPU group, the Ray head and submitter on system nodes with room
    for the trainer image, workers and fabric jobs on their group with GPUs, EFA devices and huge
@@ -10,7 +14,8 @@
 
 Charts come from --chart-dir (default: ../shared/charts beside the repository when present), else
 they are pulled once from their repositories into the cache (~/.cache/rlkit). Exit code 0 when the
-check passes, 1 when a pod would not land where it should, 2 for a bad config or a missing input.
+check passes (warnings allowed), 1 when a preflight check failed or a pod would not land where it
+should, 2 for a bad config or a missing input.
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ from infra.config import (
     training_ep_backend_problems,
 )
 from ops import helm
+from ops.config_source import describe
 from ops.contract import check_cluster_contract
+from ops.output import add_output_option
+from ops.preflight import FAIL, WARN, offline_checks
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
@@ -54,11 +62,12 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
-    source = str(args.config) if args.config else "the built-in default config"
+    source = describe(args)
     # The gate may benchmark deepep-gin, so loading allows it; a training run may not use it.
     refused = training_ep_backend_problems(config)
     if refused:
-        print(ConfigError(refused, source), file=sys.stderr)
+        print(ConfigError(refused, str(args.config) if args.config else
+                          "the built-in default config"), file=sys.stderr)
         return 2
     warnings = config_warnings(config)
     chart_dir = args.chart_dir if args.chart_dir else (SHARED_CHARTS if SHARED_CHARTS.is_dir()
@@ -66,11 +75,29 @@ def _run(args: argparse.Namespace) -> int:
     if args.chart_dir is not None and not args.chart_dir.is_dir():
         print(f"error: --chart-dir {args.chart_dir} is not a directory", file=sys.stderr)
         return 2
+    preflight = offline_checks(config)
+    preflight_failed = [c for c in preflight if c.status == FAIL]
     if args.output == "text":
         print(f"check: environment {config.name!r} from {source}")
         print("  config: valid")
+        # A warning the preflight lines below repeat is said there, once, with its check.
+        told = [c.detail for c in preflight if c.status == WARN]
         for w in warnings:
-            print(f"  WARNING: {w}")
+            if not any(w.startswith(detail) for detail in told):
+                print(f"  WARNING: {w}")
+        for c in preflight:
+            print(f"  preflight {c.status.upper()}: {c.name} ({c.subject}): {c.detail}"
+                  + (f". Fix: {c.fix}" if c.status != "pass" and c.fix else ""))
+    if preflight_failed:  # e.g. no kubectl layer for this version: synth would fail on it
+        if args.output == "json":
+            print(json.dumps({"environment": config.name, "config": source, "ok": False,
+                              "warnings": warnings, "preflight": [c.to_dict() for c in preflight],
+                              "charts": [], "findings": [], "notes": [
+                                  "synth and the scheduling check did not run"]}, indent=2))
+        else:
+            print(f"FAILED: {len(preflight_failed)} preflight failure(s); synth and the "
+                  "scheduling check did not run. Fix them before `cdk deploy`")
+        return 1
     with tempfile.TemporaryDirectory(prefix="rlkit-check-") as tmp:
         _synth(config, Path(tmp))
         try:
@@ -82,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps({
             "environment": config.name, "config": source, "ok": report.ok,
-            "warnings": warnings,
+            "warnings": warnings, "preflight": [c.to_dict() for c in preflight],
             "charts": [f"{r.chart} {r.version}" for r in report.releases],
             "findings": [{"pod": f.pod, "node_group": f.node_group, "problem": f.problem}
                          for f in report.findings],
@@ -94,7 +121,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  note: {note}")
     if report.ok:
         print("  scheduling: every pod lands exactly where it should")
-        print("OK: ready for `cdk deploy`" + (" (read the warnings)" if warnings else ""))
+        warned = warnings or any(c.status == WARN for c in preflight)
+        print("OK: ready for `cdk deploy`" + (" (read the warnings)" if warned else ""))
         return 0
     for finding in report.findings:
         print(f"  FAIL: {finding}")
@@ -104,8 +132,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "check", help="offline: validate a config, synthesize it, render the charts and check "
-        "where every pod would land", description=__doc__,
+        "check", help="offline: validate a config, run the offline preflight checks, synthesize "
+        "it, render the charts and check where every pod would land", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, default=None,
                    help="kit config YAML (default: the built-in default config)")
@@ -116,5 +144,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="where the Helm binary is unpacked and pulled charts are kept")
     p.add_argument("--offline", action="store_true",
                    help="never pull a chart; a chart missing from --chart-dir is an error")
-    p.add_argument("--output", choices=("text", "json"), default="text")
+    add_output_option(p)
     p.set_defaults(func=_run)

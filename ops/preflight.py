@@ -286,6 +286,30 @@ def check_placement(group_name: str, group: GpuNodeGroupConfig) -> Check:
     return Check("placement group", subject, PASS, f"new cluster placement group {where}")
 
 
+def check_instance_facts(group_name: str, group: GpuNodeGroupConfig) -> Check:
+    """The catalog facts the launch template and the pods are built from (GPU and EFA counts,
+    which network cards carry EFA) are verified for this instance type, or the user hears it."""
+    subject, itype = _group_subject(group_name), INSTANCE_TYPES[group.instance_type]
+    if not itype.facts_verified:
+        return Check("instance facts", subject, WARN,
+                     f"the catalog's facts for {itype.name} are not verified: {itype.note}",
+                     "after deploying, run `rlkit gate`: its node check compares each node's "
+                     "allocatable vpc.amazonaws.com/efa and GPUs with what the pods request")
+    return Check("instance facts", subject, PASS,
+                 f"{itype.name}: {itype.gpu_count} GPUs, {itype.efa_devices} EFA on "
+                 f"{itype.network_cards} network cards (verified catalog entry)")
+
+
+def offline_checks(cfg: KitConfig, installed: Callable[[str], bool] | None = None,
+                   today: date | None = None) -> list[Check]:
+    """The checks that need no AWS call: Kubernetes version and support window, cluster access,
+    placement and instance facts per GPU node group (`rlkit check` runs these too)."""
+    checks = [check_kubernetes_version(cfg, installed, today), check_admin_access(cfg)]
+    for n, g in cfg.gpu_node_groups.items():
+        checks += [check_placement(n, g), check_instance_facts(n, g)]
+    return checks
+
+
 def check_kubernetes_version(cfg: KitConfig,
                              installed: Callable[[str], bool] | None = None,
                              today: date | None = None) -> Check:
@@ -382,8 +406,7 @@ def run_preflight(cfg: KitConfig, clients: Clients, region: str | None = None,
                   installed: Callable[[str], bool] | None = None) -> list[Check]:
     """Every check for one config; AWS checks are skipped (one failure) without credentials."""
     region = region or cfg.region
-    checks = [check_kubernetes_version(cfg, installed), check_admin_access(cfg)]
-    checks += [check_placement(n, g) for n, g in cfg.gpu_node_groups.items()]
+    checks = offline_checks(cfg, installed)
     identity = check_identity(clients.sts, cfg, region)
     if identity.status == FAIL:
         skipped = "; the AWS checks (offering, quota, reservations, stacks) did not run"

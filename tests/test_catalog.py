@@ -48,3 +48,26 @@ def test_interface_layout(name):
     assert [i.network_card_index for i in layout] == list(range(it.network_cards))
     efa = [i for i in layout if i.interface_type in (InterfaceType.EFA, InterfaceType.EFA_ONLY)]
     assert len(efa) == it.efa_devices
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
+def test_every_card_matches_moto(name, ec2_data):
+    """Which cards carry EFA, and that each interface the launch template asks for is a type that
+    card offers (p6-b300: card 0 is ENA-only, cards 1-16 EFA)."""
+    ours = INSTANCE_TYPES[name]
+    cards = {c["NetworkCardIndex"]: c["InterfaceTypes"]
+             for c in ec2_data[name]["NetworkInfo"]["NetworkCards"]}
+    assert sorted(cards) == list(range(ours.network_cards))
+    assert [i for i, types in sorted(cards.items()) if "efa" in types] == list(ours.efa_card_indexes)
+    for spec in ours.interfaces:
+        assert spec.interface_type.value in cards[spec.network_card_index], spec
+    assert ours.facts_verified and ours.note == ""
+
+
+def test_p6_b300_layout_is_ena_primary_then_efa_only(ec2_data):
+    cards = ec2_data["p6-b300.48xlarge"]["NetworkInfo"]["NetworkCards"]
+    assert cards[0]["InterfaceTypes"] == ["interface"]
+    assert all(c["InterfaceTypes"] == ["interface", "efa", "efa-only"] for c in cards[1:])
+    layout = INSTANCE_TYPES["p6-b300.48xlarge"].interfaces
+    assert layout[0].interface_type is InterfaceType.ENA
+    assert [i.network_card_index for i in layout[1:]] == list(range(1, 17))

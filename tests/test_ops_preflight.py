@@ -418,4 +418,23 @@ def test_run_preflight_stops_at_credentials():
     assert checks[0].status == FAIL
     assert "ExpiredToken" in checks[0].detail
     assert [c.name for c in checks] == ["credentials", "kubernetes version", "cluster access",
-                                        "placement group"]
+                                        "placement group", "instance facts"]
+
+
+def test_unverified_instance_facts_are_a_warning(monkeypatch):
+    from dataclasses import replace as dc_replace
+
+    from infra import catalog
+    from ops.preflight import check_instance_facts
+
+    cfg = config()
+    name, group = next(iter(cfg.gpu_node_groups.items()))
+    verified = check_instance_facts(name, group)
+    assert verified.status == PASS and "verified catalog entry" in verified.detail
+    entry = catalog.INSTANCE_TYPES[group.instance_type]
+    monkeypatch.setitem(catalog.INSTANCE_TYPES, group.instance_type,
+                        dc_replace(entry, facts_verified=False, note="layout inferred"))
+    c = check_instance_facts(name, group)
+    assert c.status == WARN and c.subject == f"gpu_node_groups.{name}"
+    assert c.detail == f"the catalog's facts for {group.instance_type} are not verified: layout inferred"
+    assert "rlkit gate" in c.fix
