@@ -210,6 +210,7 @@ class ValidationReport:
     strict: bool
     results: list[ObjectResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    crd_source: str | None = None  # where the CRDs in crd_dir came from, when not a user's dir
 
     @property
     def errors(self) -> list[ObjectResult]:
@@ -234,7 +235,7 @@ class ValidationReport:
             f"Kubernetes {self.kubernetes_version}: built-in kinds checked with "
             f"kubernetes-validate {kubernetes_validate.__version__} (strict, schemas "
             f"{self.schema_version}); custom resources with CRD schemas from "
-            f"{self.crd_dir if self.crd_dir else '(no --crd-dir)'}"
+            f"{self.crd_source or self.crd_dir or '(no --crd-dir)'}"
             f"{'; strict mode: a kind without a schema is an error' if self.strict else ''}.",
         ]
         lines += [f"note: {n}" for n in self.notes]
@@ -300,11 +301,15 @@ def _check_crd(obj: dict[str, Any], crd: CrdVersion, schema_version: str) -> lis
 
 
 def validate_objects(objects: list[tuple[str, Any]], *, kubernetes_version: str,
-                     crd_dir: str | Path | None, strict: bool) -> ValidationReport:
-    """Validate ``(source, object)`` pairs; see the module docstring for what is checked."""
+                     crd_dir: str | Path | None, strict: bool,
+                     crd_source: str | None = None) -> ValidationReport:
+    """Validate ``(source, object)`` pairs; see the module docstring for what is checked.
+    ``crd_source`` names where the CRDs in ``crd_dir`` came from (e.g. a live cluster) in the
+    messages, instead of the directory."""
     schema_version, note = schema_version_for(kubernetes_version)
     crd_path = Path(crd_dir) if crd_dir is not None else None
-    report = ValidationReport(kubernetes_version, schema_version, crd_path, strict)
+    report = ValidationReport(kubernetes_version, schema_version, crd_path, strict,
+                              crd_source=crd_source)
     if note:
         report.notes.append(note)
     crds: CrdIndex | None = None
@@ -336,8 +341,9 @@ def validate_objects(objects: list[tuple[str, Any]], *, kubernetes_version: str,
             elif isinstance(crd, str):
                 result.messages.append(crd)
             else:
-                where = (f"no CustomResourceDefinition for {kind} ({api_version}) under "
-                         f"{crd_path}" if crds is not None else
+                where = (f"no CustomResourceDefinition for {kind} ({api_version}) "
+                         + (f"on {crd_source}" if crd_source else f"under {crd_path}")
+                         if crds is not None else
                          f"no schema for {kind} ({api_version}): kubernetes-validate knows only "
                          "built-in kinds and no CRD directory was given")
                 if strict:
@@ -370,14 +376,14 @@ def load_objects(path: str | Path) -> tuple[list[tuple[str, Any]], list[ObjectRe
 
 
 def validate_path(path: str | Path, *, kubernetes_version: str, crd_dir: str | Path | None,
-                  strict: bool) -> ValidationReport:
+                  strict: bool, crd_source: str | None = None) -> ValidationReport:
     """Validate every object in a rendered tree (or one file)."""
     root = Path(path)
     if not root.exists():
         raise FileNotFoundError(f"{root} does not exist: render first (rlkit render ... --out {root})")
     objects, broken = load_objects(root)
     report = validate_objects(objects, kubernetes_version=kubernetes_version, crd_dir=crd_dir,
-                              strict=strict)
+                              strict=strict, crd_source=crd_source)
     report.results = broken + report.results
     if not objects and not broken:
         report.results.append(ObjectResult(str(root), "?", "?", "error", "", [

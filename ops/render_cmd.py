@@ -4,12 +4,17 @@ Every value comes from the kit config, the instance catalog and the deployed sta
 --outputs reads the JSON `cdk deploy --outputs-file` wrote, --from-stacks asks CloudFormation
 (credentials needed). With neither, outputs are placeholders and every object says so: good for
 review and CI, not for `kubectl apply`.
+
+Custom kinds (RayJob) are validated against CRD schemas from --crd-dir (default: ../shared/crds
+where CI keeps them), or with --from-cluster against the CRDs installed on the cluster kubectl
+points at (read-only `kubectl get crd`). A kind with no schema is reported as NOT validated.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 from infra.config import ConfigError, load_config
@@ -24,7 +29,11 @@ from manifests import (
     write,
 )
 from manifests.render import comment_line
+from manifests.validate import load_objects
 from ops import aws
+from ops.cluster_crds import context_name, custom_kinds, fetch_crds
+from ops.kube import Kubectl, KubectlError
+from ops.preflight import PASS, check_instance_facts
 from ops.validate_cmd import add_validation_options, run_validation
 
 
@@ -49,10 +58,22 @@ def _run(args: argparse.Namespace) -> int:
 
     out = args.out if args.out is not None else Path("out") / cfg.name
     codes: list[int] = []
+    if args.from_cluster and (args.crd_dir is not None or args.no_validate):
+        print("error: --from-cluster validates against the cluster's CRDs; it cannot be combined "
+              "with --crd-dir or --no-validate. Fix: drop one of them", file=sys.stderr)
+        return 2
+    for name, group in cfg.gpu_node_groups.items():
+        facts = check_instance_facts(name, group)
+        if facts.status != PASS:
+            print(f"WARNING: {facts.detail}. Fix: {facts.fix}.", file=sys.stderr)
 
     def validate_staged(staged: Path) -> bool:
         print(f"Validating before writing to {out}/:")
-        codes.append(run_validation(staged, args, cfg.kubernetes_version))
+        with tempfile.TemporaryDirectory(prefix="rlkit-crds-") as crds:
+            if args.from_cluster and not crds_from_cluster(staged, Path(crds), args):
+                codes.append(2)
+                return False
+            codes.append(run_validation(staged, args, cfg.kubernetes_version))
         return codes[-1] == 0
 
     try:
@@ -84,6 +105,27 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def crds_from_cluster(staged: Path, directory: Path, args: argparse.Namespace) -> bool:
+    """Fetch the CRDs of the rendered custom kinds into ``directory`` and point the validation
+    at them; False (after printing the error) when the cluster cannot be asked."""
+    kubectl = Kubectl(context=args.context)
+    kinds = custom_kinds(load_objects(staged)[0])
+    try:
+        context = context_name(kubectl)
+        found, missing = fetch_crds(kubectl, kinds, directory)
+    except KubectlError as err:
+        print(f"error: could not read the CRDs from the cluster: {err}", file=sys.stderr)
+        return False
+    where = f"the cluster of kubectl context {context}"
+    print(f"CRD schemas from {where}: {', '.join(found) or 'none'}")
+    for name in missing:
+        print(f"NOT VALIDATED: {where} has no CustomResourceDefinition {name}, so its kind is "
+              "not validated (below). Fix: install the operator that defines it (the cluster "
+              "stack installs KubeRay), check the context, or pass --crd-dir instead.")
+    args.crd_dir, args.crd_source = directory, where
+    return True
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "render", help="render the Kubernetes manifests (RL job, fabric jobs) and validate them",
@@ -99,4 +141,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="output directory (default: out/<config name>)")
     p.add_argument("--no-validate", action="store_true", help="skip offline validation")
     add_validation_options(p)
+    p.add_argument("--from-cluster", action="store_true",
+                   help="validate custom kinds (RayJob) against the CRDs installed on the cluster "
+                   "kubectl points at, instead of --crd-dir")
+    p.add_argument("--context", default=None,
+                   help="kubectl context for --from-cluster (default: the current one)")
     p.set_defaults(func=_run)

@@ -76,7 +76,8 @@ def run_validation(path: Path, args: argparse.Namespace, kubernetes_version: str
     strict = strict_from_env(args.strict)
     try:
         report: ValidationReport = validate_path(
-            path, kubernetes_version=kubernetes_version, crd_dir=crd_dir, strict=strict)
+            path, kubernetes_version=kubernetes_version, crd_dir=crd_dir, strict=strict,
+            crd_source=getattr(args, "crd_source", None))
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

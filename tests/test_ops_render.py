@@ -106,3 +106,19 @@ def test_successful_render_replaces_the_tree_and_keeps_foreign_files(tmp_path, c
     rayjob = yaml.safe_load((out / "rl-job" / "01-rayjob.yaml").read_text())
     assert rayjob["metadata"]["name"] == "other-run"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kit.yaml", "out"]
+
+
+def test_render_warns_when_the_instance_facts_are_unverified(tmp_path, capsys, monkeypatch):
+    from dataclasses import replace
+
+    from infra import catalog
+
+    config = write_config(tmp_path)
+    group = next(iter(load_config(config).gpu_node_groups.values()))
+    entry = catalog.INSTANCE_TYPES[group.instance_type]
+    monkeypatch.setitem(catalog.INSTANCE_TYPES, group.instance_type,
+                        replace(entry, facts_verified=False, note="card layout inferred"))
+    assert rlkit(["render", "--config", str(config), "--out", str(tmp_path / "a"),
+                  "--no-validate"]) == 0
+    assert (f"WARNING: the catalog's facts for {group.instance_type} are not verified: card "
+            "layout inferred. Fix: after deploying, run `rlkit gate`") in capsys.readouterr().err
