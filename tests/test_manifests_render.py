@@ -313,8 +313,9 @@ def test_ep_benchmark_uses_the_model_shape_and_backend():
     files = objects(rendered("p6-b200-odcr"))  # deepep-nvshmem
     command = files["fabric/ep/01-job.yaml"]["spec"]["template"]["spec"]["containers"][0]["command"]
     tail = command[command.index("rltrainer.bench") + 1:]
+    # 2 x 8 GPUs divide DeepEP's published 256 experts, so the job also measures that shape.
     assert tail == ["ep", "--backend", "deepep", "--tokens-per-rank", "4096", "--hidden", "2048",
-                    "--topk", "8", "--experts", "128"]
+                    "--topk", "8", "--experts", "128", "--acceptance"]
     files = objects(rendered("default"))  # nccl
     command = files["fabric/ep/01-job.yaml"]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--backend") + 1] == "nccl"
