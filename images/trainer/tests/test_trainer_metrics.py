@@ -85,8 +85,8 @@ def real_lines() -> dict[str, str]:
     }
 
 
-def emf_of(line: str, run: str = "qwen3-grpo") -> dict | None:
-    [(_, emf)] = list(metrics.emf_lines([line], run=run, clock=lambda: 1_700_000_000.5))
+def emf_of(line: str, run: str = "qwen3-grpo", now: float = 1_700_000_000.5) -> dict | None:
+    [(_, emf)] = list(metrics.emf_lines([line], run=run, clock=lambda: now))
     return None if emf is None else json.loads(emf)
 
 
@@ -151,6 +151,35 @@ def test_ray_dedup_suffix_is_tolerated():
     colored = ("\x1b[36m(MegatronTrainRayActor pid=52)\x1b[0m " + real_lines()["step"].rstrip("\n")
                + "\x1b[2m [repeated 3x across cluster]\x1b[0m\n")
     assert emf_of(colored)["grad_norm"] == 1.7
+
+
+def test_emf_equals_what_the_aws_reference_library_writes():
+    """AWS's own EMF library (aws-embedded-metrics, pinned in requirements-dev.txt) validates
+    the namespace, dimension, names, units and values, and serializes the same record."""
+    import datetime as dt
+
+    from aws_embedded_metrics.logger.metrics_context import MetricsContext
+    from aws_embedded_metrics.serializers.log_serializer import LogSerializer
+    from aws_embedded_metrics.validator import validate_namespace
+
+    import time
+
+    for line in real_lines().values():
+        mine = emf_of(line, now=round(time.time(), 3))  # the library refuses old timestamps
+        directive = mine["_aws"]["CloudWatchMetrics"][0]
+        ctx = MetricsContext()
+        validate_namespace(directive["Namespace"])
+        ctx.namespace = directive["Namespace"]
+        ctx.set_dimensions([{"Run": mine["Run"]}], use_default=False)
+        for metric in directive["Metrics"]:
+            ctx.put_metric(metric["Name"], mine[metric["Name"]], metric["Unit"])
+        for key in ("miles_line", "rollout_id", "train_step"):
+            if key in mine:
+                ctx.set_property(key, mine[key])
+        ctx.set_timestamp(dt.datetime.fromtimestamp(mine["_aws"]["Timestamp"] / 1000,
+                                                    tz=dt.timezone.utc))
+        [theirs] = LogSerializer.serialize(ctx)
+        assert json.loads(theirs) == mine
 
 
 def test_units():
