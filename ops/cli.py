@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "ops.gate_cmd",
     "ops.launch_cmd",
     "ops.teardown_cmd",
+    "ops.completion_cmd",
 ]
 
 
