@@ -49,7 +49,10 @@ ADDON_TOLERATIONS = [{"operator": "Exists"}]
 # Its filter runs after the chart's application-log.conf (files are included in key order), on
 # records already tagged application.*; lines starting with the EMF marker are re-tagged, removed
 # from the application group and sent alone (log_key log) with log_format json/emf [Fluent Bit
-# cloudwatch_logs output: log_key, log_format].
+# cloudwatch_logs output: log_key, log_format]. Rendered once (2026-11-30) through the real chart
+# 6.4.0 with helm and these values: the ConfigMap gets the file and its @INCLUDE after the chart's
+# three, and every DaemonSet (Fluent Bit, agent, DCGM exporter) the tolerations below. Not run in
+# CI: the chart is not among ../shared/charts.
 TRAINING_METRICS_FLUENT_BIT_FILE = "training-metrics.conf"
 _TRAINING_METRICS_FLUENT_BIT = """\
 [FILTER]
@@ -99,7 +102,8 @@ class ClusterLogGroups(Construct):
         # these groups [CloudWatch Logs user guide, "Encrypt log data in CloudWatch Logs using
         # AWS KMS": key policy and the aws:logs:arn encryption context].
         group_arns = [stack.format_arn(service="logs", resource="log-group", resource_name=name,
-                                       arn_format=ArnFormat.COLON_RESOURCE_NAME) for name in self.names.values()]
+                                       arn_format=ArnFormat.COLON_RESOURCE_NAME)
+                      for name in self.names.values()]
         self.key.add_to_resource_policy(iam.PolicyStatement(
             sid="CloudWatchLogsOfThisCluster",
             principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
