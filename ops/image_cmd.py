@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from infra.config import EP_BACKENDS, ConfigError, KitConfig, load_config
 from ops import aws
+from ops.config_source import announce
 from ops.image_build import (
     TRAINER_DIR,
     BuildTarget,
@@ -113,6 +114,7 @@ def _build(args: argparse.Namespace) -> int:
     if cfg is None:
         return 2
     region = args.region or cfg.region
+    announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Image build for", region)
     clients = _lazy(args, region)
     echo: Callable[[str], None] = print
     try:

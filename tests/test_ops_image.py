@@ -243,6 +243,9 @@ def test_outputs_from_cloudformation_and_dry_run(capsys):
     assert run([*BASE, "--dry-run"], st) == 0
     st.done()  # only the outputs were read: no upload, no build
     out = capsys.readouterr().out
+    head, _, out = out.partition("\n")  # the environment is named before anything happens
+    assert head == ("[dry-run] Image build for environment 'moe-rl' (us-east-1); config: the "
+                    "built-in default config (no --config given and RLKIT_CONFIG not set)")
     assert out.startswith(f"[dry-run] rlkit image build would, for {REPO}:0.1.0-nccl:\n")
     assert f"--tag {REPO}:0.1.0-nccl --metadata-file" in out
     assert out.rstrip().endswith("[dry-run] nothing uploaded or started")
