@@ -84,11 +84,13 @@ FSX_CSI_ADDON: str | None = None
 # Metrics, logs and the dashboard (config `observability`): the Amazon CloudWatch Observability
 # EKS add-on. Its Container Insights (enhanced observability) collects NVIDIA GPU metrics from
 # add-on v1.3.0-eksbuild.1 and EFA metrics from v1.5.2-eksbuild.1, needs v3.1.0 for Pod Identity,
-# and v6.0.1-eksbuild.1 for the OpenTelemetry/PromQL mode, which is a preview in five regions
-# and off by default [CloudWatch user guide: "Container Insights with enhanced observability
-# metrics" (NVIDIA GPU metrics; EFA metrics), "Quick start with the Amazon CloudWatch
-# Observability EKS add-on", "Container Insights with OpenTelemetry metrics for Amazon EKS";
-# read 2026-11-30]. Its values are those of the aws-observability/helm-charts chart
+# and v6.0.1-eksbuild.1 (v6.2.0-eksbuild.1 on another page) for the OpenTelemetry/PromQL mode,
+# off by default, called a preview in five regions on one page and recommended on another
+# [CloudWatch user guide: "Container Insights with enhanced observability metrics" (NVIDIA GPU
+# metrics; EFA metrics), "Quick start with the Amazon CloudWatch Observability EKS add-on",
+# "Container Insights with OpenTelemetry metrics for Amazon EKS", "Install the CloudWatch agent
+# with the Amazon CloudWatch Observability EKS add-on or the Helm chart", "OTel Container
+# Insights (Recommended)"; read 2026-11-30]. Its values are those of the aws-observability/helm-charts chart
 # amazon-cloudwatch-observability (6.4.0 at 71a298f, read 2026-11-30): root tolerations
 # [{operator: Exists}], containerLogs (Fluent Bit) on, containerInsights (classic) on,
 # otelContainerInsights off; its DCGM exporter's required node affinity lists p5, p5e, p5en,
