@@ -115,7 +115,9 @@ def test_identity_fails_without_credentials(monkeypatch, tmp_path):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    check = check_identity(boto3.client("sts", region_name="us-east-1"), config(), "us-east-1")
+    # A fresh session: boto3's default session keeps credentials an earlier test's env gave it.
+    sts = boto3.session.Session().client("sts", region_name="us-east-1")
+    check = check_identity(sts, config(), "us-east-1")
     assert check.status == FAIL
     assert check.detail.startswith("no AWS credentials found")
     assert "configure AWS credentials" in check.fix
