@@ -235,3 +235,10 @@ def test_numbers_in_megatron_args_are_accepted_as_strings():
     data["model"]["megatron_args"] = ["--num-layers", 48, "--norm-epsilon", 1e-6]
     cfg = parse_run_config(copy.deepcopy(data))
     assert cfg.model.megatron_args == ("--num-layers", "48", "--norm-epsilon", "1e-06")
+
+
+def test_divisors_in_fix_texts_stay_fast_for_huge_gpu_counts():
+    from rltrainer.config import _divisors
+    assert _divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert _divisors(8 * 10**9)[:4] == [1, 2, 4, 5]
+    assert _divisors(10**18 + 3)[:1] == [1]  # bounded scan: returns at once

@@ -562,8 +562,18 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
     )
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def _divisors(n: int, limit: int = 12) -> list[int]:
+    """Up to ``limit`` of the smallest divisors of ``n``, for fix texts. Scans at most a million
+    candidates, so a huge GPU count in a bad config cannot hang validation."""
+    small, large = [], []
+    d = 1
+    while d * d <= n and d <= 1_000_000 and len(small) < limit:
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+        d += 1
+    return (small + large[::-1])[:limit]
 
 
 def _cross_checks(
