@@ -182,8 +182,11 @@ def outputs_from_stacks(cfg: KitConfig, client: Any = None) -> StackOutputs:
     """Read the outputs with CloudFormation DescribeStacks (boto3; credentials needed)."""
     if client is None:
         import boto3  # only the --from-stacks path needs AWS
+        from botocore.config import Config
 
-        client = boto3.client("cloudformation", region_name=cfg.region)
+        # Never hang: the same limits the CLI's clients use (ops/aws.py).
+        client = boto3.client("cloudformation", region_name=cfg.region, config=Config(
+            connect_timeout=10, read_timeout=60, retries={"max_attempts": 4, "mode": "standard"}))
     from botocore.exceptions import BotoCoreError, ClientError
 
     data: dict[str, dict[str, str]] = {}
