@@ -168,7 +168,19 @@ class CrdIndex:
         return v
 
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # trusted CRD files: fast
+
+
+class _ManifestLoader(yaml.SafeLoader):
+    """For manifests a user points at: Kubernetes objects need no anchors or aliases, and
+    refusing aliases keeps a few hundred bytes from expanding into gigabytes (an alias bomb)."""
+
+    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases are not allowed in manifests", event.start_mark)
+        return super().compose_node(parent, index)
 
 
 @functools.lru_cache(maxsize=8)
@@ -366,7 +378,8 @@ def load_objects(path: str | Path) -> tuple[list[tuple[str, Any]], list[ObjectRe
     for f in files:
         rel = str(f.relative_to(root)) if root.is_dir() else str(f)
         try:
-            docs = [d for d in yaml.load_all(f.read_text(), Loader=_LOADER) if d is not None]
+            docs = [d for d in yaml.load_all(f.read_text(), Loader=_ManifestLoader)
+                    if d is not None]
         except yaml.YAMLError as err:
             broken.append(ObjectResult(rel, "?", "?", "error", "", [f"not valid YAML: {err}"]))
             continue

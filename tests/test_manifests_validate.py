@@ -303,3 +303,15 @@ def test_cli_validate_reports_an_invalid_file(tmp_path, crd_dir, capsys):
 def test_cli_validate_refuses_a_missing_crd_dir(tmp_path, capsys):
     assert run("validate", str(tmp_path), "--crd-dir", str(tmp_path / "nope")) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+def test_an_alias_bomb_is_refused_not_expanded(tmp_path):
+    from manifests.validate import load_objects
+    bomb = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}]" for i in range(8)]
+    (tmp_path / "bomb.yaml").write_text("\n".join(bomb) + "\n")
+    objects, broken = load_objects(tmp_path)
+    assert objects == []
+    assert "YAML aliases are not allowed in manifests" in broken[0].messages[0]
