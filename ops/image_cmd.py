@@ -19,6 +19,7 @@ Exit codes: 0 done, 1 the build failed or timed out, 2 bad input or AWS refused 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from typing import Any, Callable
 from infra.config import EP_BACKENDS, ConfigError, KitConfig, load_config
 from ops import aws
 from ops.config_source import announce
+from ops.output import add_output_option, wants_json
 from ops.image_build import (
     TRAINER_DIR,
     BuildTarget,
@@ -214,6 +216,10 @@ def _status(args: argparse.Namespace) -> int:
     except aws.AWS_ERRORS as err:
         print(f"error: {aws.describe_error(err)}. Fix: {aws.CREDENTIALS_FIX}", file=sys.stderr)
         return 2
+    if wants_json(args):
+        print(json.dumps({"repository": target.repository_uri,
+                          "images": [dataclasses.asdict(r) for r in rows]}, indent=2))
+        return 0
     print(f"{target.repository_uri}: {len(rows)} image(s)")
     if not rows:
         print("  none yet: `rlkit image build --wait` builds and pushes one")
@@ -275,4 +281,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(s)
     s.add_argument("--no-labels", action="store_true",
                    help="take the backend from the tag only (no image config download)")
+    add_output_option(s)
     s.set_defaults(func=_status, fetch=fetch_url)

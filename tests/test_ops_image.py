@@ -325,3 +325,16 @@ def test_cli_lists_image_commands():
     assert "image" in help_text
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["image", "build", "--backend", "none"])
+
+
+def test_status_json_parses(outputs_file, capsys):
+    st = Stubbed()
+    st.ecr.add_response("describe_images", {"imageDetails": [
+        image_detail(IMAGE_DIGEST, ["0.1.0-nccl"], 29, {"HIGH": 2})]})
+    assert run(["image", "status", "--outputs", str(outputs_file), "--no-labels", "-o", "json"],
+               st) == 0
+    st.done()
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["repository"] == REPO
+    assert [(i["tags"], i["digest"], i["backend"], i["backend_from"]) for i in doc["images"]] == \
+        [(["0.1.0-nccl"], IMAGE_DIGEST, "nccl", "tag")]

@@ -118,6 +118,10 @@ def test_output_option_is_on_every_command_that_prints_a_table():
     from ops.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    for name in ("plan", "check", "preflight", "gate"):
-        options = {o for a in sub.choices[name]._actions for o in a.option_strings}
-        assert "--output" in options, name
+    image = next(a for a in sub.choices["image"]._actions
+                 if isinstance(a, argparse._SubParsersAction))
+    tables = {name: sub.choices[name] for name in ("plan", "check", "preflight", "gate")}
+    tables["image status"] = image.choices["status"]
+    for name, parser in tables.items():
+        options = {o for a in parser._actions for o in a.option_strings}
+        assert {"--output", "-o", "--json"} <= options, name
