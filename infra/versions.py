@@ -22,6 +22,17 @@ KUBERNETES_VERSIONS: dict[str, dict[str, str]] = {
     "1.35": {"layer_module": "aws_cdk.lambda_layer_kubectl_v35", "layer_class": "KubectlV35Layer",
              "end_of_standard_support": "2027-03-27"},
 }
+# NVIDIA driver branch the EKS AL2023 NVIDIA AMI installs, per Kubernetes version: 580 for every
+# version above [awslabs/amazon-eks-ami 81fec2e (2026-07-23) templates/al2023/variables-default.json
+# `nvidia_driver_major_version: "580"`; only variables-1.28.json overrides it, with 570], read
+# 2026-11-30. Node groups take the newest AMI release when created; an older group keeps its
+# release until it is updated.
+AL2023_NVIDIA_DRIVER_BRANCH: dict[str, int] = {v: 580 for v in KUBERNETES_VERSIONS}
+# The trainer image's CUDA major and the oldest driver branch that runs it (Miles v0.1.0 is CUDA 13;
+# images/trainer/Dockerfile CUDA_MAJOR / MIN_NVIDIA_DRIVER, a test keeps them equal).
+TRAINER_IMAGE_CUDA_MAJOR = 13
+TRAINER_IMAGE_MIN_DRIVER_BRANCH = 580
+
 # The newest version above that EKS has in standard support.
 DEFAULT_KUBERNETES_VERSION = "1.35"
 # Preflight warns this many days before a version's standard support ends.

@@ -16,7 +16,13 @@ from typing import Any, Callable
 from infra import names
 from infra.catalog import INSTANCE_TYPES
 from infra.config import GpuNodeGroupConfig, KitConfig, config_warnings
-from infra.versions import KUBERNETES_VERSIONS, standard_support_warning
+from infra.versions import (
+    AL2023_NVIDIA_DRIVER_BRANCH,
+    KUBERNETES_VERSIONS,
+    TRAINER_IMAGE_CUDA_MAJOR,
+    TRAINER_IMAGE_MIN_DRIVER_BRANCH,
+    standard_support_warning,
+)
 from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, describe_error, error_code
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -304,7 +310,8 @@ def offline_checks(cfg: KitConfig, installed: Callable[[str], bool] | None = Non
                    today: date | None = None) -> list[Check]:
     """The checks that need no AWS call: Kubernetes version and support window, cluster access,
     placement and instance facts per GPU node group (`rlkit check` runs these too)."""
-    checks = [check_kubernetes_version(cfg, installed, today), check_admin_access(cfg)]
+    checks = [check_kubernetes_version(cfg, installed, today), check_gpu_driver(cfg),
+              check_admin_access(cfg)]
     for n, g in cfg.gpu_node_groups.items():
         checks += [check_placement(n, g), check_instance_facts(n, g)]
     return checks
@@ -335,6 +342,23 @@ def check_kubernetes_version(cfg: KitConfig,
     return Check("kubernetes version", subject, PASS,
                  f"{version} with {package}; standard support until "
                  f"{entry['end_of_standard_support']}")
+
+
+def check_gpu_driver(cfg: KitConfig) -> Check:
+    """The AMI's NVIDIA driver branch runs the trainer image's CUDA."""
+    branch = AL2023_NVIDIA_DRIVER_BRANCH.get(cfg.kubernetes_version)
+    subject = "kubernetes_version"
+    need = TRAINER_IMAGE_MIN_DRIVER_BRANCH
+    if branch is None or branch < need:
+        return Check("gpu driver", subject, FAIL,
+                     f"the AL2023 NVIDIA AMI for Kubernetes {cfg.kubernetes_version} installs "
+                     f"driver branch {branch or 'unknown'}; the trainer image (CUDA "
+                     f"{TRAINER_IMAGE_CUDA_MAJOR}) needs R{need} or newer",
+                     "use a Kubernetes version whose AMI ships a newer driver (infra/versions.py)")
+    return Check("gpu driver", subject, PASS,
+                 f"AL2023 NVIDIA AMI driver branch R{branch} runs the trainer image's CUDA "
+                 f"{TRAINER_IMAGE_CUDA_MAJOR} (needs R{need}+); node groups created earlier keep "
+                 "their AMI release until updated, and rlkit gate's node check reads the real driver")
 
 
 def check_admin_access(cfg: KitConfig) -> Check:

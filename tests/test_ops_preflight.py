@@ -419,7 +419,8 @@ def test_run_preflight_stops_at_credentials():
         checks = run_preflight(config(), Clients(sts, None, None, None), installed=lambda p: True)
     assert checks[0].status == FAIL
     assert "ExpiredToken" in checks[0].detail
-    assert [c.name for c in checks] == ["credentials", "kubernetes version", "cluster access",
+    assert [c.name for c in checks] == ["credentials", "kubernetes version", "gpu driver",
+                                        "cluster access",
                                         "placement group", "instance facts"]
 
 
@@ -440,3 +441,27 @@ def test_unverified_instance_facts_are_a_warning(monkeypatch):
     assert c.status == WARN and c.subject == f"gpu_node_groups.{name}"
     assert c.detail == f"the catalog's facts for {group.instance_type} are not verified: layout inferred"
     assert "rlkit gate" in c.fix
+
+
+def test_gpu_driver_of_the_ami_runs_the_trainer_images_cuda(monkeypatch):
+    from ops import preflight
+    ok = preflight.check_gpu_driver(config())
+    assert ok.status == PASS and ok.detail.startswith(
+        "AL2023 NVIDIA AMI driver branch R580 runs the trainer image's CUDA 13 (needs R580+)")
+    monkeypatch.setitem(preflight.AL2023_NVIDIA_DRIVER_BRANCH, "1.35", 570)
+    bad = preflight.check_gpu_driver(config())
+    assert bad.status == FAIL and bad.detail == (
+        "the AL2023 NVIDIA AMI for Kubernetes 1.35 installs driver branch 570; the trainer image "
+        "(CUDA 13) needs R580 or newer")
+
+
+def test_trainer_image_driver_floor_matches_the_dockerfile():
+    import re
+
+    from infra.versions import TRAINER_IMAGE_CUDA_MAJOR, TRAINER_IMAGE_MIN_DRIVER_BRANCH
+    from conftest import REPO_ROOT
+    dockerfile = (REPO_ROOT / "images/trainer/Dockerfile").read_text()
+    assert re.search(r"^ARG CUDA_MAJOR=(\d+)$", dockerfile, re.M).group(1) == \
+        str(TRAINER_IMAGE_CUDA_MAJOR)
+    assert re.search(r"^ARG MIN_NVIDIA_DRIVER=(\d+)\.", dockerfile, re.M).group(1) == \
+        str(TRAINER_IMAGE_MIN_DRIVER_BRANCH)
