@@ -21,15 +21,18 @@ from rich.table import Table
 PIPE_WIDTH = 400
 
 
-def make_console(width: int | None = None, *, stderr: bool = False) -> Console:
-    """A console for tables: ``width`` when given (tests, --width), the terminal's own width on
-    a terminal, else PIPE_WIDTH."""
+def make_console(width: int | None = None, *, stderr: bool = False,
+                 min_width: int = 0) -> Console:
+    """A console for tables: ``width`` when given (tests, --width), the terminal's own width
+    (at least ``min_width``) on a terminal, else PIPE_WIDTH."""
     if width:
         return Console(width=width, stderr=stderr)
     console = Console(stderr=stderr)
-    if console.is_terminal:
-        return console
-    return Console(width=PIPE_WIDTH, stderr=stderr)
+    if not console.is_terminal:
+        return Console(width=PIPE_WIDTH, stderr=stderr)
+    if console.width < min_width:
+        return Console(width=min_width, stderr=stderr)
+    return console
 
 
 def plain_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

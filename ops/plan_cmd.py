@@ -23,7 +23,7 @@ from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
 from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
 from infra.planner.search import DEFAULT_MAX_NODES, PlanResult
-from ops.output import add_output_option, wants_json
+from ops.output import add_output_option, make_console, wants_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -259,10 +259,9 @@ def _money(x: float | None, fmt: str = "{:,.2f}") -> str:
 
 
 def _print_table(result: PlanResult) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 140))
+    console = make_console(min_width=140)  # a pipe gets PIPE_WIDTH: no folded lines
     m, s, setup = result.model, result.system, result.setup
     searched = (f"{result.node_counts[0]} node(s)" if len(result.node_counts) == 1
                 else f"1-{result.node_counts[-1]} nodes")
@@ -322,10 +321,9 @@ def _print_table(result: PlanResult) -> None:
 
 
 def _print_rl_table(result: RLPlan) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 160))
+    console = make_console(min_width=160)  # a pipe gets PIPE_WIDTH: no folded lines
     m, s, rl = result.model, result.system, result.rl
     console.print(
         f"[bold]GRPO step[/bold] for [bold]{m.name}[/bold] on [bold]{s.name}[/bold]: "

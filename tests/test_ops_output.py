@@ -125,3 +125,11 @@ def test_output_option_is_on_every_command_that_prints_a_table():
     for name, parser in tables.items():
         options = {o for a in parser._actions for o in a.option_strings}
         assert {"--output", "-o", "--json"} <= options, name
+
+
+def test_plan_in_a_pipe_does_not_fold_its_sentences(capsys):
+    args = parse(plan_cmd, ["plan", "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                            "--max-nodes", "2"])
+    assert args.func(args) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("Qwen3-30B-A3B") and first.rstrip().endswith("ranked by cost")
