@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlkit",
         description="Plan, check, render, gate, launch and tear down MoE RL runs on EKS over EFA.",
+        epilog="Each command's config is --config FILE, else $RLKIT_CONFIG, else the built-in "
+        "default. Tables: -o json for machines. Tab completion: source <(rlkit completion bash).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in COMMAND_MODULES:
