@@ -12,24 +12,14 @@ save the model, tracker last, then the cursor), with torch_dist saves.
 from __future__ import annotations
 
 import ast
-import os
 import textwrap
 from pathlib import Path
 
-import pytest
-
-UPSTREAM = Path(__file__).resolve().parents[3].parent / "shared" / "upstream" / "miles-v0.1.0"
+from trainer_helpers import pinned_source
 
 
 def upstream_source(rel: str) -> str:
-    path = UPSTREAM / rel
-    if not path.is_file():
-        message = (f"Miles v0.1.0's pinned sources are missing: {path} (the ../shared/upstream/miles-v0.1.0 folder "
-                   "beside the repository clone; see shared/upstream/README.md)")
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path.read_text()
+    return pinned_source("miles-v0.1.0", rel, "Miles v0.1.0")
 
 
 def function(tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef:

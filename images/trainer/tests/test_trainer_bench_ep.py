@@ -5,13 +5,12 @@ against a stand-in whose signatures are checked against the pinned DeepEP source
 from __future__ import annotations
 
 import ast
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from trainer_helpers import (STANDIN, broken_split_ep_worker, cli_worker, json_lines, run_ranks,
+from trainer_helpers import (STANDIN, pinned_source, broken_split_ep_worker, cli_worker, json_lines, run_ranks,
                              small_acceptance_worker, standin_deepep_worker, unweighted_combine_ep_worker)
 from rltrainer.bench.ep import PUBLISHED_SHAPE, EPShape, expert_scale, make_tokens, rdma_tokens_sent, tokens_per_rank
 
@@ -226,18 +225,8 @@ def test_acceptance_adds_the_published_shape_after_the_model_shape(tmp_path: Pat
 
 # --- the DeepEP code path, against the pinned API -------------------------------------------------
 
-PINNED = Path(__file__).resolve().parents[3].parent / "shared" / "upstream" / "deepep-567632d"
-
-
 def _pinned_source(rel: str) -> str:
-    path = PINNED / rel
-    if not path.is_file():
-        message = (f"DeepEP's pinned sources are missing: {path} (the ../shared/upstream/deepep-567632d folder "
-                   "beside the repository clone; see shared/upstream/README.md)")
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path.read_text()
+    return pinned_source("deepep-567632d", rel, "DeepEP")
 
 
 def _methods(tree: ast.Module, cls: str) -> dict[str, ast.FunctionDef]:
@@ -379,7 +368,8 @@ def _cpu_ok(init):
 def test_missing_pinned_sources_fail_in_ci_and_skip_elsewhere(monkeypatch, tmp_path, ci, outcome):
     import _pytest.outcomes as outcomes
 
-    monkeypatch.setattr(__import__(__name__), "PINNED", tmp_path / "deepep-567632d")
+    import trainer_helpers
+    monkeypatch.setattr(trainer_helpers, "SHARED_UPSTREAM", tmp_path)
     if ci:
         monkeypatch.setenv("CI", ci)
     else:

@@ -16,6 +16,23 @@ from pathlib import Path
 from typing import Any, Callable
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# ../shared/upstream beside the repository clone: the exact sources the image runs.
+SHARED_UPSTREAM = Path(__file__).resolve().parents[3].parent / "shared" / "upstream"
+
+
+def pinned_source(folder: str, rel: str, what: str) -> str:
+    """One file of the pinned upstream sources (``../shared/upstream/<folder>/<rel>``). Missing:
+    a test failure in CI (CI=true), elsewhere a skip that says what is missing."""
+    import pytest
+
+    path = SHARED_UPSTREAM / folder / rel
+    if not path.is_file():
+        message = (f"{what}'s pinned sources are missing: {path} (the ../shared/upstream/{folder} "
+                   "folder beside the repository clone; see shared/upstream/README.md)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path.read_text()
 
 
 def free_port() -> int:
