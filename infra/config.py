@@ -1098,7 +1098,7 @@ _RUN_CONFIG_PATHS = (
     ("parallel.training.", "training.parallel."),
     ("parallel.rollout.", "training.rollout."),
     ("parallel.nodes", "training.nodes"),
-    ("parallel.gpus_per_node", f"gpu_node_groups.<training.node_group>.instance_type"),
+    ("parallel.gpus_per_node", "gpu_node_groups.<training.node_group>.instance_type"),
     ("model.hf_checkpoint", "training.hf_checkpoint"),
     ("model.name", "training.model"),
     ("data.prompt_data", "training.prompt_data"),

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from infra import names
 from infra.catalog import INSTANCE_TYPES, InstanceType
 from infra.config import KitConfig, checkpoint_local_dir, has_shared_fs
-from infra.run_config import CHECKPOINT_LOCAL_DIR, CHECKPOINT_SAVE_INTERVAL, run_config_document
+from infra.run_config import run_config_document
 from infra.planner.models import MODEL_CATALOG
 from manifests.efa_env import EfaEnvProfile, extra_env_problems, merge_extra_env
 from manifests.errors import RenderError, RenderProblem

@@ -3,7 +3,6 @@ commands that delete or bill naming the environment and its config before they a
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from botocore.exceptions import NoCredentialsError

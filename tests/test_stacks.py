@@ -141,7 +141,6 @@ def test_update_strategy_needs_no_surge_for_reserved_capacity(synth, example, gr
 
 
 def test_gpu_nodes_reserve_the_huge_pages_the_pods_request(synth):
-    import base64  # noqa: F401  (user data is a plain Fn::Base64 string in the template)
     lt = launch_template(synth, "default", "p5")
     user_data = lt["UserData"]["Fn::Base64"]
     pages = names.HUGEPAGES_2MI_MIB // 2
