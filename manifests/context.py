@@ -36,6 +36,7 @@ TRAINER_ENTRYPOINT = f"rltrainer launch --config {RUN_CONFIG_PATH}"
 # scripts set it in the Ray job's runtime env: Megatron imported from its checkout in the image,
 # one CUDA hardware queue so Megatron overlaps TP communication with compute. Equal to
 # rltrainer.miles.train_env (tests/test_training_job.py checks).
+RAYJOB_NAME_ENV = "RLTRAINER_RAYJOB"  # rltrainer.no_retry.RAYJOB_ENV; a test keeps them equal
 TRAINER_RUNTIME_ENV = {
     "PYTHONPATH": "/root/Megatron-LM",
     "CUDA_DEVICE_MAX_CONNECTIONS": "1",
@@ -370,9 +371,12 @@ def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
         env=env,
         capabilities=["IPC_LOCK"],
     )
+    # The launcher runs on the head (the job's driver inherits its environment); on a
+    # configuration error it stops KubeRay's retries of this RayJob (rltrainer.no_retry).
     head = HeadPod(image=image, node_selector={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
                    cpu=HEAD_CPU, memory=HEAD_MEMORY,
-                   env=[{"name": k, "value": v} for k, v in TRAINER_RUNTIME_ENV.items()])
+                   env=[{"name": k, "value": v} for k, v in TRAINER_RUNTIME_ENV.items()]
+                   + [{"name": RAYJOB_NAME_ENV, "value": t.run_name}])
     if has_shared_fs(cfg) and _is_bucket_key(t.prompt_data):
         # The bucket's datasets/ prefix is linked into the shared file system: read it there.
         prompt_data = f"{names.SHARED_FS_MOUNT_PATH}/{t.prompt_data}"

@@ -14,6 +14,7 @@ Output tree (``kubectl apply -f <dir>`` applies one directory's files in name or
     rl-job/00-run-config.yaml    ConfigMap holding run.yaml
     rl-job/01-rayjob.yaml        KubeRay RayJob
     rl-job/02-head-networkpolicy.yaml  NetworkPolicy: who may reach the Ray head
+    rl-job/03-rayjob-retry-role.yaml, 04-...-rolebinding.yaml  the launcher may stop retries
     fabric/nodecheck/00-job.yaml
     fabric/allreduce/00-service.yaml, 01-job.yaml
     fabric/ep/00-service.yaml, 01-job.yaml
@@ -138,6 +139,11 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
                      "meta": _meta(ctx, f"{ctx.rayjob_name}-ray-head", "ray-head-ingress"),
                      "head_labels": _pod_labels(ctx, "ray-head", f"{ctx.rayjob_name}-head"),
                      "operator_namespace": HELM_CHARTS["kuberay_operator"]["namespace"]}),
+        FileSpec("rl-job/03-rayjob-retry-role.yaml", "rayjob-retry-role.yaml.j2", "Role",
+                 {"meta": _meta(ctx, f"{ctx.rayjob_name}-retry", "rayjob-retry")}),
+        FileSpec("rl-job/04-rayjob-retry-rolebinding.yaml", "rayjob-retry-rolebinding.yaml.j2",
+                 "RoleBinding", {"meta": _meta(ctx, f"{ctx.rayjob_name}-retry", "rayjob-retry"),
+                                 "role_name": f"{ctx.rayjob_name}-retry"}),
     ]
     if ctx.shared_fs is not None:
         pv_file, pvc_file = SHARED_FS_FILES

@@ -261,7 +261,7 @@ def test_cli_render_writes_validates_and_prints_the_tree(tmp_path, crd_dir, caps
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "├── rl-job/" in printed and "01-rayjob.yaml" in printed
-    assert "12 object(s): 12 valid, 0 invalid, 0 NOT validated (no schema)" in printed
+    assert "14 object(s): 14 valid, 0 invalid, 0 NOT validated (no schema)" in printed
     assert f"kubectl apply -f {out}/rl-job" in printed
     assert (out / "rl-job" / "01-rayjob.yaml").is_file()
 

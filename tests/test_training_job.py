@@ -95,7 +95,7 @@ def test_every_ray_actor_gets_the_trainer_and_efa_environment(example, backend_v
     assert {k: v for k, v in env_vars.items() if k not in TRAINER_RUNTIME_ENV} == _env(worker)
     # ...and the head, where the driver imports Megatron, the trainer variables
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    assert _env(head) == TRAINER_RUNTIME_ENV
+    assert _env(head) == {**TRAINER_RUNTIME_ENV, "RLTRAINER_RAYJOB": job["metadata"]["name"]}
 
 
 def test_the_manifests_and_the_launcher_agree_on_the_trainer_environment():
@@ -125,3 +125,26 @@ def test_the_rayjob_retries_as_configured():
     none = cfg.model_copy(update={"training": cfg.training.model_copy(update={"backoff_limit": 0})})
     job = next(f.obj for f in render(build_context(none, placeholder_outputs(none))) if f.kind == "RayJob")
     assert job["spec"]["backoffLimit"] == 0
+
+
+def test_the_launcher_may_stop_retries_of_its_own_rayjob_only():
+    """A config error (exit 2) must not be retried by KubeRay: the head's launcher gets the
+    RayJob's name and a Role to patch exactly that RayJob (rltrainer.no_retry)."""
+    from rltrainer.no_retry import RAYJOB_ENV
+
+    from manifests.context import RAYJOB_NAME_ENV
+    assert RAYJOB_NAME_ENV == RAYJOB_ENV
+    cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
+    files = {f.path: f.obj for f in render(build_context(cfg, placeholder_outputs(cfg)))}
+    job = files["rl-job/01-rayjob.yaml"]
+    role = files["rl-job/03-rayjob-retry-role.yaml"]
+    binding = files["rl-job/04-rayjob-retry-rolebinding.yaml"]
+    assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"],
+                              "resourceNames": [job["metadata"]["name"]],
+                              "verbs": ["get", "patch"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": head["serviceAccountName"],
+                                    "namespace": job["metadata"]["namespace"]}]
+    env = {e["name"]: e["value"] for e in head["containers"][0]["env"]}
+    assert env[RAYJOB_ENV] == job["metadata"]["name"]

@@ -285,10 +285,22 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     """Launch a Miles GRPO run from the run config.
 
     ``image_backend`` is the expert-parallel backend the image was built for; the console
-    entry reads it from ``RLTRAINER_IMAGE_EP_BACKEND``, which the Dockerfile sets.
+    entry reads it from ``RLTRAINER_IMAGE_EP_BACKEND``, which the Dockerfile sets. A
+    configuration error (exit 2) fails every attempt alike, so inside the kit's RayJob it also
+    stops KubeRay's retries (``no_retry``).
     """
     out = out or sys.stdout
     err = err or sys.stderr
+    code = _launch(argv, out, err, image_backend=image_backend, mounts_file=mounts_file)
+    if code == EXIT_CONFIG:
+        from .no_retry import stop_retries
+
+        stop_retries(err)
+    return code
+
+
+def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
+            image_backend: str | None, mounts_file: str) -> int:
     args = build_parser().parse_args(argv)
     if image_backend is None:
         image_backend = os.environ.get(IMAGE_BACKEND_ENV)

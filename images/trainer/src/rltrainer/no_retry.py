@@ -1,0 +1,63 @@
+"""Keep KubeRay from retrying a run that failed on its configuration.
+
+KubeRay v1.7.0 retries a failed RayJob on a new Ray cluster while ``status.failed <
+spec.backoffLimit + 1``, whatever the exit code, and it reads ``spec.backoffLimit`` when an
+attempt fails (ray-project/kuberay v1.7.0, 9c13e71, ray-operator/controllers/ray/
+rayjob_controller.go ``checkBackoffLimitAndUpdateStatusIfNeeded``). A configuration error fails
+the same way on every attempt, so before the launcher exits 2 it sets its own RayJob's
+``spec.backoffLimit`` to 0 through the Kubernetes API. Node loss and other failures keep the
+configured retries.
+
+The kit's manifests name the RayJob in ``RLTRAINER_RAYJOB`` (the RayJob's runtime env) and let
+the trainer ServiceAccount get and patch that one RayJob (``rl-job/03-rayjob-retry-role.yaml``).
+Outside such a RayJob this does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import TextIO
+
+RAYJOB_ENV = "RLTRAINER_RAYJOB"
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+TIMEOUT_S = 10.0
+
+
+def stop_retries(log: TextIO, *, rayjob: str | None = None, api_url: str | None = None,
+                 service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+                 timeout_s: float = TIMEOUT_S) -> bool:
+    """Set ``spec.backoffLimit`` of this run's RayJob to 0; True when the API accepted it.
+
+    Never raises: a failure here must not hide the configuration error being reported.
+    """
+    rayjob = rayjob if rayjob is not None else os.environ.get(RAYJOB_ENV)
+    if not rayjob:
+        return False  # not launched by the kit's RayJob: nothing to stop
+    try:
+        token = (service_account_dir / "token").read_text().strip()
+        namespace = (service_account_dir / "namespace").read_text().strip()
+        context = None
+        if api_url is None:
+            host = os.environ["KUBERNETES_SERVICE_HOST"]
+            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            api_url = f"https://{host}:{port}"
+            context = ssl.create_default_context(cafile=str(service_account_dir / "ca.crt"))
+        request = urllib.request.Request(
+            f"{api_url}/apis/ray.io/v1/namespaces/{namespace}/rayjobs/{rayjob}",
+            data=json.dumps({"spec": {"backoffLimit": 0}}).encode(), method="PATCH",
+            headers={"Authorization": f"Bearer {token}",
+                     "Content-Type": "application/merge-patch+json"})
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
+            response.read()
+    except (OSError, KeyError, urllib.error.URLError, ssl.SSLError) as exc:
+        print(f"rltrainer: could not stop KubeRay's retries of RayJob {rayjob} ({exc}); it may run "
+              "this failing configuration again up to its backoffLimit", file=log, flush=True)
+        return False
+    print(f"rltrainer: configuration error: RayJob {rayjob} will not be retried (backoffLimit "
+          "set to 0); fix the config and launch again", file=log, flush=True)
+    return True
