@@ -610,21 +610,13 @@ def validate(cfg: KitConfig) -> list[Problem]:
     if cfg.storage.noncurrent_version_days < 1:
         add(Problem("storage.noncurrent_version_days", cfg.storage.noncurrent_version_days,
                     "must be at least 1", "set a number of days such as 30"))
-    if cfg.image_build.log_retention_days not in LOG_RETENTION_DAYS:
-        days = cfg.image_build.log_retention_days
-        above = [d for d in LOG_RETENTION_DAYS if d >= days] or [LOG_RETENTION_DAYS[-1]]
-        add(Problem("image_build.log_retention_days", days,
-                    "not a CloudWatch Logs retention period "
-                    f"({', '.join(str(d) for d in LOG_RETENTION_DAYS)})",
-                    f"use one of those, e.g. {above[0]}"))
-
-    if cfg.observability.log_retention_days not in LOG_RETENTION_DAYS:
-        days = cfg.observability.log_retention_days
-        above = [d for d in LOG_RETENTION_DAYS if d >= days] or [LOG_RETENTION_DAYS[-1]]
-        add(Problem("observability.log_retention_days", days,
-                    "not a CloudWatch Logs retention period "
-                    f"({', '.join(str(d) for d in LOG_RETENTION_DAYS)})",
-                    f"use one of those, e.g. {above[0]}"))
+    for path, days in (("image_build.log_retention_days", cfg.image_build.log_retention_days),
+                       ("observability.log_retention_days", cfg.observability.log_retention_days)):
+        if days not in LOG_RETENTION_DAYS:
+            above = [d for d in LOG_RETENTION_DAYS if d >= days] or [LOG_RETENTION_DAYS[-1]]
+            add(Problem(path, days, "not a CloudWatch Logs retention period "
+                        f"({', '.join(str(d) for d in LOG_RETENTION_DAYS)})",
+                        f"use one of those, e.g. {above[0]}"))
 
     for name in AddonsConfig.model_fields:
         addon = getattr(cfg.addons, name)
