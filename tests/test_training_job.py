@@ -148,3 +148,12 @@ def test_the_launcher_may_stop_retries_of_its_own_rayjob_only():
                                     "namespace": job["metadata"]["namespace"]}]
     env = {e["name"]: e["value"] for e in head["containers"][0]["env"]}
     assert env[RAYJOB_ENV] == job["metadata"]["name"]
+
+
+def test_the_kit_and_the_trainer_name_the_same_ep_backends():
+    """infra.config and rltrainer.config each list the backends (the trainer stands alone)."""
+    import rltrainer.config as trainer
+
+    from infra import config as kit
+    assert kit.EP_BACKENDS == trainer.EP_BACKENDS
+    assert kit.TRAINING_EP_BACKENDS == trainer.TRAINING_EP_BACKENDS

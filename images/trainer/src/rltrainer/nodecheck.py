@@ -50,10 +50,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
+from .config import EP_BACKENDS  # the run config's expert-parallel backend names
+
 CHECK_NAMES = ("gpus", "efa_devices", "nvidia_driver", "gdrcopy", "efa_driver", "peer_mapping_override",
                "hugepages_2Mi", "memlock", "shm", "nccl_ofi_plugin")
 
-EP_BACKENDS = ("nccl", "deepep-nvshmem", "deepep-gin")  # the kit's training.expert_parallel.backend names
 GDRCOPY_BACKENDS = ("deepep-nvshmem", "deepep-gin")
 GIN_TYPE_EFA_GDA = 5  # NCCL_GIN_TYPE for GPU-initiated EFA (aws-ofi-nccl doc/gin-getting-started.md)
 
