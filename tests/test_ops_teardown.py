@@ -348,11 +348,11 @@ def test_environment_names_that_could_collide_are_refused():
 
 def test_wrong_account_refuses_and_deletes_nothing(tmp_path, capsys):
     make_env()
-    code, cfn = run(tmp_path, "--yes", account="210987654321")  # moto's caller is 123456789012
+    code, cfn = run(tmp_path, "--yes", account="999999999999")  # moto's caller is 123456789012
     assert code == 2 and cfn.deleted == []
     assert len(live_names()) == 4
     assert ("error: these credentials are for account 123456789012, but the config's account is "
-            "210987654321; nothing deleted.") in capsys.readouterr().err
+            "999999999999; nothing deleted.") in capsys.readouterr().err
 
 
 def test_matching_account_proceeds(tmp_path):
