@@ -10,8 +10,10 @@ from __future__ import annotations
 # kubectl Lambda layer (PyPI: aws-cdk.lambda-layer-kubectl-vNN; aws_eks_v2 needs one whose minor
 # matches the cluster for Helm charts and manifests; the enum is aws_eks_v2.KubernetesVersion) and
 # the day EKS standard support ends (extended support costs more per cluster hour after that).
-# End-of-standard-support dates: AWS EKS user guide "Amazon EKS Kubernetes release calendar",
-# read 2026-11-30 (1.33: 2026-07-29, 1.34: 2026-12-02, 1.35: 2027-03-27). 1.36 is not listed: its
+# End-of-standard-support dates (1.33: 2026-07-29, 1.34: 2026-12-02, 1.35: 2027-03-27), read
+# 2026-11-30 from endoflife.date/amazon-eks and the aws-samples "EKS Version Support Calendar"
+# (sample-apex-skills, verified 2026-04-24), which both copy the AWS EKS user guide's release
+# calendar (not reachable from here; its rule: 14 months of standard support). 1.36 is not listed: its
 # EKS release date could not be confirmed offline, although aws-cdk-lib 2.275 has V1_36 and PyPI
 # has aws-cdk.lambda-layer-kubectl-v36 2.0.1. Add it here, with its date, once confirmed.
 KUBERNETES_VERSIONS: dict[str, dict[str, str]] = {
