@@ -14,7 +14,7 @@ from pathlib import Path
 
 from infra import names
 from infra.config import KitConfig
-from infra.versions import HELM_CHARTS
+from infra.versions import HELM_CHARTS, NODE_MONITORING_ADDON
 from ops import helm, observability, scheduling
 
 
@@ -100,11 +100,20 @@ def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path 
     # The CloudWatch observability add-on is a managed add-on, not a rendered chart: its
     # DaemonSets' tolerations are read from the add-on's configuration in the template.
     findings += observability.addon_findings(cluster_template, nodes)
+    # The EKS node monitoring agent: its agent DaemonSet tolerates every taint; its DCGM
+    # DaemonSet serves the GPU nodes and tolerates nothing unless told [aws/eks-node-monitoring-
+    # agent 51af549 charts/eks-node-monitoring-agent/values.yaml `dcgmAgent.tolerations: []`].
+    findings += scheduling.managed_addon_findings(
+        scheduling.managed_addon_values(cluster_template, NODE_MONITORING_ADDON), nodes,
+        pod=f"EKS add-on {NODE_MONITORING_ADDON} DCGM DaemonSet", key=("dcgmAgent", "tolerations"),
+        default=[], serves=set(config.gpu_node_groups),
+        fix="no GPU health checks there; pass the GPU tolerations as dcgmAgent.tolerations "
+            "(infra/constructs/cluster.py)")
     notes = [f"node group {n.name!r}: {note}" for n in nodes for note in n.notes]
     if config.node_health.monitoring_agent:
         notes.append("the EKS node monitoring agent is an EKS managed add-on, not a rendered "
-                     "chart: its agent tolerates every taint and the kit passes the GPU "
-                     "tolerations to its DCGM DaemonSet; it is not modelled here")
+                     "chart: its DCGM DaemonSet's tolerations are checked above; the rest of its "
+                     "scheduling is not modelled here")
     if observability.addon_configuration(cluster_template) is not None:
         notes.append("the CloudWatch observability add-on (GPU, EFA and container metrics, "
                      "container logs) is an EKS managed add-on: its DaemonSets take the chart's "

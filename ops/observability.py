@@ -197,12 +197,7 @@ def read_logs(logs_client: Any, query: LogQuery, *, start: dt.datetime, out: Tex
 def addon_configuration(cluster_template: dict) -> dict | None:
     """The configuration values of the amazon-cloudwatch-observability add-on in a synthesized
     cluster template ({} when it passes none), or None when the template has no such add-on."""
-    for resource in cluster_template.get("Resources", {}).values():
-        props = resource.get("Properties", {})
-        if resource.get("Type") == "AWS::EKS::Addon" and \
-                props.get("AddonName") == CLOUDWATCH_OBSERVABILITY_ADDON:
-            return json.loads(props.get("ConfigurationValues") or "{}")
-    return None
+    return scheduling.managed_addon_values(cluster_template, CLOUDWATCH_OBSERVABILITY_ADDON)
 
 
 # The chart's own default root tolerations (chart 6.4.0 values.yaml), which apply when the add-on
@@ -214,19 +209,9 @@ def addon_findings(cluster_template: dict,
                    nodes: list[scheduling.NodeGroupModel]) -> list[scheduling.Finding]:
     """A finding for each node group whose taints the add-on's DaemonSets (CloudWatch agent,
     Fluent Bit, DCGM exporter: all take the chart's root tolerations) would not tolerate."""
-    values = addon_configuration(cluster_template)
-    if values is None:
-        return []
-    tolerations = values.get("tolerations", CHART_DEFAULT_TOLERATIONS)
-    findings = []
-    for node in nodes:
-        missing = [t for t in node.taints
-                   if not any(scheduling._tolerates(tol, t) for tol in tolerations)]
-        if missing:
-            findings.append(scheduling.Finding(
-                pod=f"EKS add-on {CLOUDWATCH_OBSERVABILITY_ADDON} DaemonSets",
-                node_group=node.name,
-                problem=f"its tolerations {tolerations} do not tolerate the taint(s) "
-                        f"{missing}: no GPU, EFA or log collection there. Fix: pass tolerations "
-                        "for them (infra/constructs/observability.py ADDON_TOLERATIONS)"))
-    return findings
+    return scheduling.managed_addon_findings(
+        addon_configuration(cluster_template), nodes,
+        pod=f"EKS add-on {CLOUDWATCH_OBSERVABILITY_ADDON} DaemonSets", key=("tolerations",),
+        default=CHART_DEFAULT_TOLERATIONS, serves={n.name for n in nodes},
+        fix="no GPU, EFA or log collection there; pass tolerations for them "
+            "(infra/constructs/observability.py ADDON_TOLERATIONS)")

@@ -16,6 +16,7 @@ group and nothing else. A finding names the pod, the node group and the unmet te
 from __future__ import annotations
 
 import base64
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -397,4 +398,42 @@ def check(nodes: list[NodeGroupModel], chart: list[PodModel],
             if name not in pod.intended:
                 findings.append(Finding(pod.name, name, "could be scheduled here, but it belongs "
                                         f"only on {sorted(pod.intended)}"))
+    return findings
+
+
+# --- EKS managed add-ons (not rendered charts: their tolerations come from the template) --------
+
+
+def managed_addon_values(cluster_template: dict, addon: str) -> dict | None:
+    """The configuration values of EKS add-on ``addon`` in a synthesized cluster template ({} when
+    it passes none), or None when the template has no such add-on."""
+    for resource in cluster_template.get("Resources", {}).values():
+        props = resource.get("Properties", {})
+        if resource.get("Type") == "AWS::EKS::Addon" and props.get("AddonName") == addon:
+            values = props.get("ConfigurationValues") or "{}"
+            return json.loads(values) if isinstance(values, str) else values
+    return None
+
+
+def managed_addon_findings(values: dict | None, nodes: list[NodeGroupModel], *, pod: str,
+                           key: tuple[str, ...], default: list[dict], serves: set[str],
+                           fix: str) -> list[Finding]:
+    """A finding for each node group in ``serves`` whose taints the add-on DaemonSet ``pod``
+    would not tolerate. Its tolerations are ``values`` at ``key`` (the chart's ``default`` when
+    the add-on does not set them); ``values`` None means the add-on is not installed."""
+    if values is None:
+        return []
+    tolerations: Any = values
+    for part in key:
+        tolerations = tolerations.get(part, {}) if isinstance(tolerations, dict) else {}
+    tolerations = tolerations or default
+    findings = []
+    for node in nodes:
+        if node.name not in serves:
+            continue
+        missing = [t for t in node.taints if t["effect"] != "PreferNoSchedule"
+                   and not any(_tolerates(tol, t) for tol in tolerations)]
+        if missing:
+            findings.append(Finding(pod, node.name, f"its tolerations {tolerations} do not "
+                                    f"tolerate the taint(s) {missing}. Fix: {fix}"))
     return findings

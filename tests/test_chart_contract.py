@@ -245,3 +245,23 @@ def test_pod_that_could_land_on_the_wrong_group_is_reported(rendered, chart_dir,
     assert [str(f) for f in report.findings] == [
         "Deployment kuberay-system/kuberay-operator on node group 'p5': could be scheduled here, "
         "but it belongs only on ['system']"]
+
+
+def test_node_monitoring_dcgm_without_gpu_tolerations_fails(rendered, chart_dir, helm_cache):
+    """The agent's DCGM DaemonSet tolerates nothing by default: without the kit's values it
+    would miss every GPU node."""
+    import json
+
+    s, templates, _ = rendered("default")
+    broken = copy.deepcopy(templates)
+    for r in broken[s.config.stack_names["cluster"]]["Resources"].values():
+        if r["Type"] == "AWS::EKS::Addon" and \
+                r["Properties"]["AddonName"] == "eks-node-monitoring-agent":
+            r["Properties"]["ConfigurationValues"] = json.dumps({})
+    report = run(rendered, "default", templates=broken, chart_dir=chart_dir,
+                 helm_cache=helm_cache)
+    assert [str(f) for f in report.findings] == [
+        "EKS add-on eks-node-monitoring-agent DCGM DaemonSet on node group 'p5': its tolerations "
+        "[] do not tolerate the taint(s) [{'key': 'nvidia.com/gpu', 'value': 'true', "
+        "'effect': 'NoSchedule'}]. Fix: no GPU health checks there; pass the GPU tolerations as "
+        "dcgmAgent.tolerations (infra/constructs/cluster.py)"]
