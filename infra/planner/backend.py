@@ -34,14 +34,6 @@ class BackendChoice:
     warning: str | None = None
 
 
-def _deepep_flavour(instance_type: str) -> str:
-    # DeepEP V1 over NVSHMEM on every type: V2 over NCCL GIN (deepep-gin) cannot train yet, since
-    # the pinned Megatron's flex dispatcher drives V1's Buffer (infra.config
-    # training_ep_backend_problems); the fabric gate may still benchmark it.
-    del instance_type
-    return "deepep-nvshmem"
-
-
 def recommend_backend(instance_type: str, nodes: int, ep_span_nodes: int,
                       override: str | None = None) -> BackendChoice:
     """Recommend (and, with ``override``, check) the expert-parallel backend for a job."""
@@ -49,7 +41,9 @@ def recommend_backend(instance_type: str, nodes: int, ep_span_nodes: int,
         rec, why = "nccl", ("expert groups stay inside one node, so the all-to-all runs on NVLink "
                             "and DeepEP's inter-node savings do not apply")
     elif nodes >= DEEPEP_MIN_NODES:
-        rec = _deepep_flavour(instance_type)
+        # DeepEP V1 over NVSHMEM on every type: V2 over NCCL GIN (deepep-gin) cannot train yet
+        # (infra.config training_ep_backend_problems); the fabric gate may still benchmark it.
+        rec = "deepep-nvshmem"
         route = "DeepEP V1 over NVSHMEM/libfabric (V2 over GIN cannot train yet)"
         why = (f"{nodes} nodes: published EFA runs show DeepEP ahead of NCCL all-to-all from "
                f"{DEEPEP_MIN_NODES}-32 nodes; {route}")
