@@ -200,7 +200,7 @@ def _run_rl(args: argparse.Namespace) -> int:
     except PlannerError as err:
         print(f"rlkit plan: error: {err}", file=sys.stderr)
         return 2
-    shared_fs = plan_for_model(result.model)
+    shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments)
     if wants_json(args):
         print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
     else:
