@@ -6,7 +6,7 @@ them): the JSON lines that ``rltrainer nodecheck`` and ``rltrainer bench allredu
 jobs run with NCCL_DEBUG=INFO and NVSHMEM_DEBUG=INFO), and the GPU nodes as ``kubectl get nodes
 -o json`` returns them. Output is a list of findings, each pass, warn or fail with the measured
 and expected figure and, for anything that is not a pass, what to do. Thresholds live in
-``infra.acceptance``. No kubectl or AWS here: ``gate_cmd`` collects the logs, this module only
+``infra.catalog.acceptance``. No kubectl or AWS here: ``gate_cmd`` collects the logs, this module only
 reads them, so recorded logs test it.
 
 What it catches (docs/gate.md explains each number):
@@ -29,7 +29,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from infra import acceptance
+from infra.catalog import acceptance
 from infra.catalog import INSTANCE_TYPES
 
 PASS, WARN, FAIL = "pass", "warn", "fail"

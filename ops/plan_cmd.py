@@ -15,10 +15,11 @@ import argparse
 import json
 import sys
 
-from infra.planner import MODEL_CATALOG, SYSTEMS, PlannerError, Pins, load_model_file, plan
+from infra.catalog.instances import INSTANCE_TYPES
+from infra.planner import MODEL_CATALOG, PlannerError, Pins, load_model_file, plan
 from infra.planner.config_writer import write_config
 from infra.config import EP_BACKENDS
-from infra.shared_fs_cost import plan_for_model
+from infra.catalog.fsx import plan_for_model
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
 from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
@@ -80,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     where = p.add_argument_group("where")
     where.add_argument("--instance", required=True, metavar="TYPE",
-                       help=f"EC2 instance type: {', '.join(SYSTEMS)}")
+                       help=f"EC2 instance type: {', '.join(INSTANCE_TYPES)}")
     where.add_argument("--nodes", type=int, help="node count (default: search 1..--max-nodes)")
     where.add_argument("--max-nodes", type=int,
                        help=f"node quota; the search never exceeds it (default "

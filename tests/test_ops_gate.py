@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import acceptance
+from infra.catalog import acceptance
 from infra.config import parse_config
 from ops import gate_cmd
 from manifests.efa_env import EfaEnvProfile

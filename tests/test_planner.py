@@ -13,7 +13,10 @@ from infra.planner import (
     MODEL_CATALOG, Layout, Pins, PlannerError, TrainingSetup, estimate_memory, evaluate,
     get_model, get_system, load_model_file, plan, recommend_backend, step_time,
 )
-from infra.planner.hardware import GIB, GPU_SPECS, ON_DEMAND_USD_PER_HOUR, SYSTEMS
+from infra.catalog.gpus import GPU_SPECS
+from infra.planner.hardware import GIB, plannable_systems
+
+SYSTEMS = plannable_systems()
 from infra.planner.memory import stage_params
 from infra.planner.timing import expected_remote_nodes
 
@@ -118,8 +121,8 @@ def test_efa_all_to_all_rate_reproduces_the_p5_nccl_tests_measurement():
 
 
 def test_prices_are_dated_and_missing_ones_are_explicit():
-    assert ON_DEMAND_USD_PER_HOUR["p5.48xlarge"] > 0
-    assert ON_DEMAND_USD_PER_HOUR["p5e.48xlarge"] is None
+    assert INSTANCE_TYPES["p5.48xlarge"].on_demand_usd_per_hour > 0
+    assert INSTANCE_TYPES["p5e.48xlarge"].on_demand_usd_per_hour is None
     r = plan("qwen3-30b-a3b", "p5e.48xlarge", nodes=1)
     assert r.best.cost.dollars_per_hour is None
     assert any("--price-per-hour" in w for w in r.warnings)
@@ -335,7 +338,7 @@ def test_node_search_stays_within_the_quota_and_prefers_cheap_tokens():
 def test_cost_per_hour_and_per_million_tokens():
     r = plan("qwen3-30b-a3b", P5, nodes=2)
     c = r.best
-    assert c.cost.dollars_per_hour == pytest.approx(2 * ON_DEMAND_USD_PER_HOUR[P5])
+    assert c.cost.dollars_per_hour == pytest.approx(2 * INSTANCE_TYPES[P5].on_demand_usd_per_hour)
     tokens_per_hour = c.time.tokens_per_s_per_gpu * 16 * 3600
     assert c.cost.dollars_per_million_tokens == pytest.approx(
         c.cost.dollars_per_hour / tokens_per_hour * 1e6)
