@@ -156,7 +156,7 @@ class RenderContext(_Frozen):
 
 def image_tag_for(cfg: KitConfig) -> str:
     """Each expert-parallel backend is its own image build, tagged <version>-<backend>."""
-    return f"{cfg.training.image_tag}-{cfg.training.expert_parallel.backend}"
+    return names.image_tag(cfg.training.image_tag, cfg.training.expert_parallel.backend)
 
 
 def image_for(cfg: KitConfig, outputs: StackOutputs) -> str:

@@ -29,8 +29,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from infra.catalog import acceptance
-from infra.catalog import INSTANCE_TYPES
+from infra import names
+from infra.catalog import INSTANCE_TYPES, acceptance
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 RECORDED = "recorded"  # a figure kept for a decision (the EP backend), compared with nothing
@@ -207,7 +207,7 @@ def judge_nodecheck(text: str, nodes: int, efa_expected: int) -> list[Finding]:
     return findings
 
 
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
+EFA_RESOURCE = names.EFA_RESOURCE
 
 
 def judge_allocatable(nodes_json: str, requested: int) -> list[Finding]:
