@@ -250,7 +250,7 @@ def judge_allocatable(nodes_json: str, requested: int) -> list[Finding]:
                 f"the node offers {have} {EFA_RESOURCE}, more than the {requested} the pods "
                 "request: the kit's instance catalog is wrong for this instance type and the "
                 "job would leave rails unused",
-                "correct efa_devices for this instance type in infra/catalog.py (the EC2 "
+                "correct efa_devices for this instance type in infra/catalog/instances.py (the EC2 "
                 "MaximumEfaInterfaces figure), render again and rerun `rlkit gate`"))
     if not findings:
         findings.append(Finding("allocatable EFA", PASS, f"{requested} on {len(items)} node(s)",
