@@ -24,7 +24,7 @@ from infra.config.addons import AddonsConfig
 from infra.config.errors import problem
 from infra.config.model import LOG_RETENTION_DAYS, GpuNodeGroupConfig, KitConfig
 from infra.config.trainer import EP_BACKENDS, trainer_problems
-from infra.config.values import LABEL_KEY_RE, LABEL_VALUE_RE, _validate_values
+from infra.config.values import LABEL_KEY_RE, LABEL_VALUE_RE, validate_values
 from infra.problems import Problem
 from infra.versions import (
     DEFAULT_SYSTEM_INSTANCE_TYPE,
@@ -169,7 +169,7 @@ def validate(cfg: KitConfig) -> list[Problem]:
 
     _validate_training(cfg, add)
     _validate_shared_filesystem(cfg, add)
-    _validate_values(cfg, add)
+    validate_values(cfg, add)
     p += trainer_problems(cfg, p)
     return p
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from infra.catalog.instances import INSTANCE_TYPES
 from infra.config.errors import problem
 from infra.config.model import KitConfig
-from infra.config.values import MAX_GPU_NODES_PER_GROUP
 from infra.config.run_config import run_config_document
+from infra.config.values import MAX_GPU_NODES_PER_GROUP
 from infra.problems import Problem
 
 EP_BACKENDS = ("nccl", "deepep-nvshmem", "deepep-gin")

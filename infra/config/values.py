@@ -28,7 +28,8 @@ KIT_TAG_PREFIX = "rlkit:"
 _INSTANCE_TYPE_RE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
 
 
-def _validate_values(cfg: KitConfig, add) -> None:
+def validate_values(cfg: KitConfig, add) -> None:
+    """Problems of plain values (tags, taints, caps, input locations), passed to ``add``."""
     if len(cfg.tags) > MAX_USER_TAGS:
         add(problem("tags", f"{len(cfg.tags)} tags", f"at most {MAX_USER_TAGS} tags (AWS allows "
                     "50 per resource and the kit adds its own)", "drop some tags"))
