@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infra.planner import plan  # noqa: E402
+from infra.planner import PlanRequest, RLPlanRequest, TrainingSetup, plan  # noqa: E402
 from infra.planner import memory, timing  # noqa: E402
 from infra.planner.rl import RLSetup, plan_rl  # noqa: E402
 
@@ -38,8 +38,8 @@ def main() -> int:
     for _ in range(RUNS):
         _cold()  # measure cold searches, not cache hits
         started, cpu0 = time.perf_counter(), time.process_time()
-        result = plan("deepseek-v3", "p5.48xlarge", nodes=128, global_batch=8192,
-                      precision="fp8", seq_len=4096)
+        result = plan(PlanRequest("deepseek-v3", "p5.48xlarge", nodes=128, setup=TrainingSetup(
+            global_batch=8192, precision="fp8", seq_len=4096)))
         times.append(time.perf_counter() - started)
         cpu.append(time.process_time() - cpu0)
     best = result.best
@@ -55,7 +55,8 @@ def main() -> int:
     for _ in range(RUNS):
         _cold()
         started, cpu0 = time.perf_counter(), time.process_time()
-        rl = plan_rl("deepseek-v3", "p5en.48xlarge", RLSetup(), nodes=128, precision="fp8")
+        rl = plan_rl(RLPlanRequest("deepseek-v3", "p5en.48xlarge", RLSetup(), nodes=128,
+                                  precision="fp8"))
         rl_times.append(time.perf_counter() - started)
         rl_cpu.append(time.process_time() - cpu0)
     b = rl.best

@@ -23,8 +23,16 @@ class Taint:
         return {"key": self.key, "operator": "Exists"}
 
 
-# Every kit GPU node carries this taint, so only pods that ask for GPUs land there.
-GPU_TAINT = Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
+# Extended resources a GPU pod requests and the device plugins advertise on each node: the
+# launch template and the catalog size them, the manifests request them, the scheduling check and
+# the gate compare them with what a node offers.
+GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA device plugin
+EFA_RESOURCE = "vpc.amazonaws.com/efa"  # EFA device plugin: a pod owns the node's EFA devices
+HUGEPAGES_2MI_RESOURCE = "hugepages-2Mi"  # reserved by the launch template (HUGEPAGES_2MI_MIB)
+
+# Every kit GPU node carries this taint (keyed like the GPU resource, the EKS convention), so only
+# pods that ask for GPUs land there.
+GPU_TAINT = Taint(key=GPU_RESOURCE, value="true", effect="NoSchedule")
 
 # Labels the kit puts on its nodes (managed node group labels) and selects on in manifests/charts.
 LABEL_PREFIX = "rlkit.aws"
@@ -46,6 +54,12 @@ NVIDIA_GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 # 5120Mi [design.md]). The GPU launch template reserves exactly this before kubelet starts, and the
 # manifests request it: one number for both.
 HUGEPAGES_2MI_MIB = 5120
+
+
+def image_tag(version: str, backend: str) -> str:
+    """The trainer image tag the build pushes and the manifests pull: each expert-parallel backend
+    is its own build, tagged ``<training.image_tag>-<backend>``."""
+    return f"{version}-{backend}"
 
 
 def gpu_node_labels(group: str) -> dict[str, str]:

@@ -68,9 +68,11 @@ class Problem:
 
     def __str__(self) -> str:
         # User-supplied keys and values are cut short: a 10 kB value must not flood the terminal.
+        # A problem without a value (render, scheduling) prints its subject as its author wrote it.
+        if self.value is NO_VALUE:
+            return f"{self.subject}: {self.rule}. Fix: {self.fix}."
         subject = self.subject if len(self.subject) <= MAX_QUOTED_CHARS else shorten(self.subject)
-        where = subject if self.value is NO_VALUE else f"{subject} = {shorten(self.value)}"
-        return f"{where}: {self.rule}. Fix: {self.fix}."
+        return f"{subject} = {shorten(self.value)}: {self.rule}. Fix: {self.fix}."
 
 
 def failed(problems: list[Problem]) -> list[Problem]:

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict
 from infra import names
 from infra.catalog import INSTANCE_TYPES, InstanceType
 from infra.config import KitConfig, checkpoint_local_dir, has_shared_fs
-from infra.run_config import run_config_document
-from infra.planner.models import MODEL_CATALOG
+from infra.config.run_config import run_config_document
+from infra.catalog.models import MODEL_CATALOG
 from manifests.efa_env import EfaEnvProfile, extra_env_problems, merge_extra_env
 from manifests.errors import RenderError, RenderProblem
 from manifests.outputs import PLACEHOLDER, StackOutputs
@@ -156,7 +156,7 @@ class RenderContext(_Frozen):
 
 def image_tag_for(cfg: KitConfig) -> str:
     """Each expert-parallel backend is its own image build, tagged <version>-<backend>."""
-    return f"{cfg.training.image_tag}-{cfg.training.expert_parallel.backend}"
+    return names.image_tag(cfg.training.image_tag, cfg.training.expert_parallel.backend)
 
 
 def image_for(cfg: KitConfig, outputs: StackOutputs) -> str:
@@ -194,7 +194,7 @@ def prompt_data_uri(cfg: KitConfig, bucket: str) -> tuple[str | None, RenderProb
 
 def run_config(cfg: KitConfig, itype: InstanceType, bucket: str, prompt_data: str) -> dict[str, Any]:
     """The trainer's run.yaml, exactly the schema ``rltrainer`` validates (defined once, in
-    ``infra.run_config``, where config validation runs the trainer's validator on it)."""
+    ``infra.config.run_config``, where config validation runs the trainer's validator on it)."""
     return run_config_document(cfg, itype, bucket=bucket, prompt_data=prompt_data)
 
 
@@ -236,7 +236,7 @@ def _torchrun(job: str, service: str, nodes: int, gpus: int) -> list[str]:
 
 # DeepEP's published shape (tests/test_internode.py defaults): the EP job measures it too
 # (--acceptance) when its 256 experts spread evenly over the GPUs, so the gate can compare like
-# with like [infra/acceptance.py].
+# with like [infra/catalog/acceptance.py].
 EP_ACCEPTANCE_EXPERTS = 256
 
 
@@ -272,7 +272,7 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
             f"training.model = {t.model!r}", "the expert-parallel benchmark needs the model's MoE "
             "shape (hidden size, experts, top-k) and the kit does not know this model",
             f"use one of {', '.join(MODEL_CATALOG)}, or add the model's config.json values to "
-            "infra/planner/models.py")]
+            "infra/catalog/models.py")]
     if shape.num_experts % (nodes * gpus):
         return jobs, [RenderProblem(
             f"training.nodes = {nodes}", f"the expert-parallel benchmark spreads {t.model}'s "

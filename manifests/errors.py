@@ -1,26 +1,21 @@
-"""Errors the renderer and the validator raise: every problem at once, each with its fix."""
+"""Errors the renderer and the validator raise: every problem at once, each with its fix.
+
+A render problem is an ``infra.problems.Problem`` with no value: ``RenderProblem(subject, rule,
+fix)`` builds one (the subject says where, e.g. "training.extra_env.RDMAV_FORK_SAFE = '1'" or
+"stack moe-rl-data").
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from infra.problems import Problem
 
-
-@dataclass(frozen=True)
-class RenderProblem:
-    """One reason the manifests cannot be rendered: what, which rule, and how to fix it."""
-
-    subject: str  # e.g. "training.extra_env.RDMAV_FORK_SAFE = '1'" or "stack moe-rl-data"
-    rule: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.subject}: {self.rule}. Fix: {self.fix}."
+RenderProblem = Problem  # RenderProblem(subject, rule, fix): the shared type, no value quoted
 
 
 class RenderError(ValueError):
     """Raised with every problem found while building the render context."""
 
-    def __init__(self, problems: list[RenderProblem], source: str = "render"):
+    def __init__(self, problems: list[Problem], source: str = "render"):
         self.problems = list(problems)
         self.source = source
         lines = [f"{source}: {len(self.problems)} problem(s):"]

@@ -79,6 +79,10 @@ TEMPLATES.filters["q"] = _yaml_scalar
 TEMPLATES.filters["to_yaml"] = _to_yaml
 TEMPLATES.globals["HOSTNAME_LABEL"] = HOSTNAME_LABEL
 TEMPLATES.globals["WORKLOAD_LABEL"] = WORKLOAD_LABEL
+# Resource names a GPU pod requests: one definition, shared with the CDK side (infra/names.py).
+TEMPLATES.globals["GPU_RESOURCE"] = names.GPU_RESOURCE
+TEMPLATES.globals["EFA_RESOURCE"] = names.EFA_RESOURCE
+TEMPLATES.globals["HUGEPAGES_2MI_RESOURCE"] = names.HUGEPAGES_2MI_RESOURCE
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ them): the JSON lines that ``rltrainer nodecheck`` and ``rltrainer bench allredu
 jobs run with NCCL_DEBUG=INFO and NVSHMEM_DEBUG=INFO), and the GPU nodes as ``kubectl get nodes
 -o json`` returns them. Output is a list of findings, each pass, warn or fail with the measured
 and expected figure and, for anything that is not a pass, what to do. Thresholds live in
-``infra.acceptance``. No kubectl or AWS here: ``gate_cmd`` collects the logs, this module only
+``infra.catalog.acceptance``. No kubectl or AWS here: ``gate_cmd`` collects the logs, this module only
 reads them, so recorded logs test it.
 
 What it catches (docs/gate.md explains each number):
@@ -29,8 +29,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from infra import acceptance
-from infra.catalog import INSTANCE_TYPES
+from infra import names
+from infra.catalog import INSTANCE_TYPES, acceptance
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 RECORDED = "recorded"  # a figure kept for a decision (the EP backend), compared with nothing
@@ -207,7 +207,7 @@ def judge_nodecheck(text: str, nodes: int, efa_expected: int) -> list[Finding]:
     return findings
 
 
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
+EFA_RESOURCE = names.EFA_RESOURCE
 
 
 def judge_allocatable(nodes_json: str, requested: int) -> list[Finding]:
@@ -250,7 +250,7 @@ def judge_allocatable(nodes_json: str, requested: int) -> list[Finding]:
                 f"the node offers {have} {EFA_RESOURCE}, more than the {requested} the pods "
                 "request: the kit's instance catalog is wrong for this instance type and the "
                 "job would leave rails unused",
-                "correct efa_devices for this instance type in infra/catalog.py (the EC2 "
+                "correct efa_devices for this instance type in infra/catalog/instances.py (the EC2 "
                 "MaximumEfaInterfaces figure), render again and rerun `rlkit gate`"))
     if not findings:
         findings.append(Finding("allocatable EFA", PASS, f"{requested} on {len(items)} node(s)",

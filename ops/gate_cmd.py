@@ -3,7 +3,7 @@
 Renders the manifests (like `rlkit render`), then one job at a time: node check, NCCL
 all-reduce, expert-parallel dispatch/combine. Each job is applied with kubectl, waited for with
 progress, its pod logs collected and the job deleted. A failed node check stops the gate before
-the benchmarks. The figures are compared with infra/acceptance.py; the verdict and the EP
+the benchmarks. The figures are compared with infra/catalog/acceptance.py; the verdict and the EP
 figures go to .rlkit/<name>/gate.json, which `rlkit launch` reads (it refuses to launch after a
 failed gate, and uses the faster measured EP backend).
 
@@ -462,7 +462,7 @@ def _run(args: argparse.Namespace) -> int:
                   f"--ignore-not-found {' '.join('-f ' + d for d in left)})", file=sys.stderr)
         return 2
     if args.dry_run:
-        echo(f"[dry-run] would judge the logs against infra/acceptance.py and write "
+        echo(f"[dry-run] would judge the logs against infra/catalog/acceptance.py and write "
              f"{sdir / 'gate.json'}")
         return 0
     report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)

@@ -15,15 +15,40 @@ import argparse
 import json
 import sys
 
-from infra.planner import MODEL_CATALOG, SYSTEMS, PlannerError, Pins, load_model_file, plan
+from infra.catalog.instances import INSTANCE_TYPES
+from infra.planner import (
+    MODEL_CATALOG,
+    Pins,
+    PlannerError,
+    PlanRequest,
+    RLPlanRequest,
+    TrainingSetup,
+    load_model_file,
+    plan,
+)
 from infra.planner.config_writer import write_config
 from infra.config import EP_BACKENDS
-from infra.shared_fs_cost import plan_for_model
+from infra.catalog.fsx import plan_for_model
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
 from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
 from infra.planner.search import DEFAULT_MAX_NODES, PlanResult
 from ops.output import add_output_option, make_console, wants_json
+
+
+# The planner's errors name request fields; the CLI names its flags instead.
+FLAGS = {
+    "nodes": "--nodes",
+    "max_nodes": "--max-nodes",
+    "precision": "--precision",
+    "price_per_hour": "--price-per-hour",
+    "max_response_len": "--max-response-len",
+}
+
+
+def _error(err: PlannerError) -> int:
+    print(f"rlkit plan: error: {err.naming(FLAGS)}", file=sys.stderr)
+    return 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -80,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     where = p.add_argument_group("where")
     where.add_argument("--instance", required=True, metavar="TYPE",
-                       help=f"EC2 instance type: {', '.join(SYSTEMS)}")
+                       help=f"EC2 instance type: {', '.join(INSTANCE_TYPES)}")
     where.add_argument("--nodes", type=int, help="node count (default: search 1..--max-nodes)")
     where.add_argument("--max-nodes", type=int,
                        help=f"node quota; the search never exceeds it (default "
@@ -129,8 +154,7 @@ def run(args: argparse.Namespace) -> int:
             write_config(args.write_config, result.best, result.model.key, result.system.name,
                          args.node_group)
     except PlannerError as err:
-        print(f"rlkit plan: error: {err}", file=sys.stderr)
-        return 2
+        return _error(err)
     shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments)
     if wants_json(args):
         print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
@@ -187,19 +211,18 @@ def _run_rl(args: argparse.Namespace) -> int:
                     mbs=args.mbs, recompute=args.recompute)
         placements = (("colocated", "disaggregated") if args.placement == "both"
                       else (args.placement,))
-        result = plan_rl(
+        result = plan_rl(RLPlanRequest(
             model, args.instance, _rl_setup(args), nodes=args.nodes,
             max_nodes=args.max_nodes, precision=args.precision,
             placements=placements, objective=args.objective, top=args.top, pins=pins,
             engine=(args.engine_gpus, args.engine_ep) if args.engine_gpus else None,
-            ep_backend=args.ep_backend, price_per_hour=args.price_per_hour)
+            ep_backend=args.ep_backend, price_per_hour=args.price_per_hour))
         if args.plot:
             draw(from_rl_plan(result), args.plot)
         if args.write_config:
             _write_rl_config(args, result)
     except PlannerError as err:
-        print(f"rlkit plan: error: {err}", file=sys.stderr)
-        return 2
+        return _error(err)
     shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments)
     if wants_json(args):
         print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
@@ -240,18 +263,19 @@ def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:
     model = load_model_file(args.model_file) if args.model_file else args.model
     pins = Pins(tp=args.tp, pp=args.pp, ep=args.ep, etp=args.etp, cp=args.cp, vpp=args.vpp,
                 mbs=args.mbs, recompute=args.recompute)
-    return plan(
-        model, args.instance, nodes=args.nodes, max_nodes=args.max_nodes,
+    setup = TrainingSetup(
         seq_len=args.seq_len or 4096, global_batch=args.global_batch or 256,
-        precision=args.precision, ep_backend=args.ep_backend,
-        objective=args.objective, top=top or args.top, pins=pins,
-        price_per_hour=args.price_per_hour,
-        memory_headroom_gib=args.headroom_gib,
-        schedule=args.schedule, optimizer_bf16_moments=args.bf16_moments,
+        precision=args.precision, schedule=args.schedule,
+        optimizer_bf16_moments=args.bf16_moments,
         colocate_rollout=args.colocate, rollout_offload=not args.no_rollout_offload,
         rollout_mem_fraction=args.rollout_mem_fraction if args.colocate else 0.0,
         rollout_tokens_per_gpu=args.rollout_kv_tokens if args.colocate else 0,
     )
+    return plan(PlanRequest(
+        model, args.instance, nodes=args.nodes, max_nodes=args.max_nodes, setup=setup,
+        pins=pins, ep_backend=args.ep_backend, objective=args.objective, top=top or args.top,
+        price_per_hour=args.price_per_hour, memory_headroom_gib=args.headroom_gib,
+    ))
 
 
 def _money(x: float | None, fmt: str = "{:,.2f}") -> str:

@@ -14,7 +14,7 @@ from datetime import date, datetime, timezone
 from typing import Any, Callable
 
 from infra import names
-from infra.catalog import INSTANCE_TYPES
+from infra.catalog import INSTANCE_TYPES, P_ON_DEMAND_QUOTA_CODE, P_ON_DEMAND_QUOTA_NAME
 from infra.config import GpuNodeGroupConfig, KitConfig, config_warnings
 from infra.versions import (
     AL2023_NVIDIA_DRIVER_BRANCH,
@@ -27,11 +27,6 @@ from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, describe_error, error_code
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 
-# Service Quotas code of "Running On-Demand P instances" (vCPUs, per region), the quota every
-# on-demand p5/p5e/p5en/p6 instance counts against [Service Quotas console, EC2 quota
-# L-417A185B].
-P_ON_DEMAND_QUOTA_CODE = "L-417A185B"
-P_ON_DEMAND_QUOTA_NAME = "Running On-Demand P instances"
 
 # Capacity reservation states [EC2 API, CapacityReservation.State; EC2 User Guide, "View Capacity
 # Blocks"]. A Capacity Block is scheduled until its start date, then active.
@@ -135,7 +130,8 @@ def check_quota(quotas: Any, cfg: KitConfig, region: str) -> Check:
     """On-demand P-instance vCPU quota covers the on-demand groups' nodes x vCPUs."""
     name, subject = "on-demand P vCPU quota", f"{P_ON_DEMAND_QUOTA_CODE} ({region})"
     on_demand = {n: g for n, g in cfg.gpu_node_groups.items()
-                 if g.capacity.type == "on-demand" and g.instance_type.startswith("p")}
+                 if g.capacity.type == "on-demand"
+                 and INSTANCE_TYPES[g.instance_type].quota_code == P_ON_DEMAND_QUOTA_CODE}
     if not on_demand:
         return Check(name, subject, PASS, "no on-demand P-instance groups: reservations do not "
                      "count against this quota")

@@ -14,7 +14,8 @@ from pathlib import Path
 from rich.console import Console
 
 from infra.config import ConfigError, load_config
-from infra.shared_fs_cost import PRICE_REGION, config_cost
+from infra.catalog.fsx import PRICE_REGION
+from infra.config import config_cost
 from ops import aws
 from ops.output import add_output_option, make_console, wants_json
 from ops.output import print_table as print_rows

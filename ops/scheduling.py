@@ -26,9 +26,9 @@ from infra.catalog import INSTANCE_TYPES
 from infra.config import KitConfig
 from infra.versions import TRAINER_IMAGE_DISK_GIB
 
-GPU_RESOURCE = "nvidia.com/gpu"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
-HUGEPAGES_RESOURCE = "hugepages-2Mi"
+GPU_RESOURCE = names.GPU_RESOURCE
+EFA_RESOURCE = names.EFA_RESOURCE
+HUGEPAGES_RESOURCE = names.HUGEPAGES_2MI_RESOURCE
 NODEGROUP_TYPE = "AWS::EKS::Nodegroup"
 LAUNCH_TEMPLATE_TYPE = "AWS::EC2::LaunchTemplate"
 SYSTEM_GROUP = "system"

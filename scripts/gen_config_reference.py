@@ -77,7 +77,7 @@ def reference_markdown() -> str:
     lines = [
         "# Config reference",
         "",
-        "Generated from `infra/config.py` by `python scripts/gen_config_reference.py`; do not edit.",
+        "Generated from `infra/config/` by `python scripts/gen_config_reference.py`; do not edit.",
         "Editors can autocomplete config files with `config.schema.json` (for VS Code YAML: add",
         "`# yaml-language-server: $schema=../config.schema.json` at the top of a config).",
         "",

@@ -71,3 +71,71 @@ def test_p6_b300_layout_is_ena_primary_then_efa_only(ec2_data):
     layout = INSTANCE_TYPES["p6-b300.48xlarge"].interfaces
     assert layout[0].interface_type is InterfaceType.ENA
     assert [i.network_card_index for i in layout[1:]] == list(range(1, 17))
+
+
+# --- capabilities are fields, and every entry's fields hold up ------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _dockerfile_arch_list() -> list[str]:
+    import re
+
+    text = (REPO / "images" / "trainer" / "Dockerfile").read_text()
+    match = re.search(r'^ARG TORCH_CUDA_ARCH_LIST="([^"]+)"', text, re.M)
+    assert match, "images/trainer/Dockerfile declares no TORCH_CUDA_ARCH_LIST default"
+    return match.group(1).split(";")
+
+
+def _runs_on(built: str, gpu: str) -> bool:
+    """A cubin for compute capability X.y runs on X.z with z >= y (CUDA C++ Programming Guide,
+    "Binary Compatibility"); TORCH_CUDA_ARCH_LIST entries without a suffix build such cubins."""
+    b_major, b_minor = (int(x) for x in built.removesuffix("+PTX").split("."))
+    g_major, g_minor = (int(x) for x in gpu.split("."))
+    return b_major == g_major and b_minor <= g_minor
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
+def test_the_trainer_image_is_built_for_every_catalog_gpu(name):
+    from infra.catalog import GPUS
+
+    gpu = GPUS[INSTANCE_TYPES[name].gpu_model]
+    built = _dockerfile_arch_list()
+    assert any(_runs_on(b, gpu.cuda_arch) for b in built), (
+        f"{name} has {gpu.name} (compute capability {gpu.cuda_arch}), but the trainer image's "
+        f"TORCH_CUDA_ARCH_LIST {';'.join(built)} builds nothing that runs on it")
+
+
+def test_the_arch_rule_refuses_what_does_not_run():
+    assert _runs_on("10.0", "10.3") and _runs_on("9.0", "9.0")
+    assert not _runs_on("10.3", "10.0") and not _runs_on("9.0", "10.0")
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
+def test_every_ami_type_is_an_eks_node_group_ami_type(name):
+    from infra.constructs.efa_node_group import ami_type
+
+    assert ami_type(INSTANCE_TYPES[name]).name.lower() == INSTANCE_TYPES[name].ami_type.lower()
+
+
+def test_an_unknown_ami_type_is_a_clear_error():
+    from dataclasses import replace
+
+    from infra.constructs.efa_node_group import ami_type
+
+    with pytest.raises(ValueError, match="catalog ami_type 'AL2099_NVIDIA' is not an EKS"):
+        ami_type(replace(INSTANCE_TYPES["p5.48xlarge"], ami_type="AL2099_NVIDIA"))
+
+
+def test_capabilities_are_catalog_fields_not_name_prefixes():
+    from infra.catalog import P_ON_DEMAND_QUOTA_CODE, supports_gin_gpu
+
+    gin = {n for n, it in INSTANCE_TYPES.items() if it.gin_gpu}
+    # [design.md, DeepEP over EFA]: GPU-initiated GIN on p5en and the p6 family only.
+    assert gin == {"p5en.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge"}
+    assert all(supports_gin_gpu(n) == (n in gin) for n in INSTANCE_TYPES)
+    assert not supports_gin_gpu("p9.unknown")
+    assert {it.quota_code for it in INSTANCE_TYPES.values()} == {P_ON_DEMAND_QUOTA_CODE}
+    for it in INSTANCE_TYPES.values():
+        assert it.price_source and (it.on_demand_usd_per_hour is None
+                                    or it.on_demand_usd_per_hour > 0)

@@ -330,7 +330,7 @@ def test_unknown_model_cannot_render_the_ep_benchmark():
         "  - training.model = 'mystery-moe': the expert-parallel benchmark needs the model's MoE "
         "shape (hidden size, experts, top-k) and the kit does not know this model. Fix: use one "
         "of qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, mixtral-8x7b, mixtral-8x22b, kimi-k2, or "
-        "add the model's config.json values to infra/planner/models.py.")
+        "add the model's config.json values to infra/catalog/models.py.")
 
 
 def test_ep_benchmark_needs_experts_divisible_by_the_gpu_count():

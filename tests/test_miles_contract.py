@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import load_config
-from infra.planner.models import MODEL_CATALOG
+from infra.catalog.models import MODEL_CATALOG
 from manifests.context import build_context
 from manifests.outputs import placeholder_outputs
 from rltrainer.config import parse_run_config

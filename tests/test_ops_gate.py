@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import acceptance
+from infra.catalog import acceptance
 from infra.config import parse_config
 from ops import gate_cmd
 from manifests.efa_env import EfaEnvProfile
@@ -238,7 +238,7 @@ def test_allocatable_above_the_request_points_at_the_catalog():
                                    "status": {"allocatable": {"vpc.amazonaws.com/efa": "32"}}}]})
     (f,) = judge_allocatable(nodes, 16)
     assert f.status == FAIL and (f.measured, f.expected) == ("32", "16")
-    assert "infra/catalog.py" in f.fix
+    assert "infra/catalog/instances.py" in f.fix
     (f,) = judge_allocatable(json.dumps({"items": []}), 16)
     assert f.status == FAIL and f.measured == "no GPU nodes"
 

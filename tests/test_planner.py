@@ -10,10 +10,13 @@ import pytest
 
 from infra.catalog import INSTANCE_TYPES
 from infra.planner import (
-    MODEL_CATALOG, Layout, Pins, PlannerError, TrainingSetup, estimate_memory, evaluate,
+    MODEL_CATALOG, Layout, Pins, PlannerError, PlanRequest, TrainingSetup, estimate_memory, evaluate,
     get_model, get_system, load_model_file, plan, recommend_backend, step_time,
 )
-from infra.planner.hardware import GIB, GPU_SPECS, ON_DEMAND_USD_PER_HOUR, SYSTEMS
+from infra.catalog.gpus import GPU_SPECS
+from infra.planner.hardware import GIB, plannable_systems
+
+SYSTEMS = plannable_systems()
 from infra.planner.memory import stage_params
 from infra.planner.timing import expected_remote_nodes
 
@@ -68,7 +71,7 @@ def test_model_file_accepts_hugging_face_names(tmp_path):
     m = load_model_file(f)
     assert (m.key, m.num_layers, m.num_experts, m.top_k, m.expert_ffn) == ("tiny-moe", 4, 16, 2, 512)
     assert m.name == "tiny-moe"
-    result = plan(m, P5, nodes=1)
+    result = plan(PlanRequest(m, P5, nodes=1))
     assert result.best.memory.fits
 
 
@@ -118,12 +121,12 @@ def test_efa_all_to_all_rate_reproduces_the_p5_nccl_tests_measurement():
 
 
 def test_prices_are_dated_and_missing_ones_are_explicit():
-    assert ON_DEMAND_USD_PER_HOUR["p5.48xlarge"] > 0
-    assert ON_DEMAND_USD_PER_HOUR["p5e.48xlarge"] is None
-    r = plan("qwen3-30b-a3b", "p5e.48xlarge", nodes=1)
+    assert INSTANCE_TYPES["p5.48xlarge"].on_demand_usd_per_hour > 0
+    assert INSTANCE_TYPES["p5e.48xlarge"].on_demand_usd_per_hour is None
+    r = plan(PlanRequest("qwen3-30b-a3b", "p5e.48xlarge", nodes=1))
     assert r.best.cost.dollars_per_hour is None
     assert any("--price-per-hour" in w for w in r.warnings)
-    r = plan("qwen3-30b-a3b", "p5e.48xlarge", nodes=1, price_per_hour=60.0)
+    r = plan(PlanRequest("qwen3-30b-a3b", "p5e.48xlarge", nodes=1, price_per_hour=60.0))
     assert r.best.cost.dollars_per_hour == 60.0
 
 
@@ -283,17 +286,19 @@ def test_backend_override_is_kept_with_a_warning():
 
 def test_node_count_beyond_quota_is_refused():
     with pytest.raises(PlannerError) as err:
-        plan("qwen3-30b-a3b", P5, nodes=8, max_nodes=4)
-    assert str(err.value) == "--nodes 8 exceeds the quota given by --max-nodes (4)"
+        plan(PlanRequest("qwen3-30b-a3b", P5, nodes=8, max_nodes=4))
+    # The planner names its request's fields; the CLI spells them as flags (test_planner_cli.py).
+    assert str(err.value) == "nodes 8 exceeds the quota given by max_nodes (4)"
+    assert err.value.fields == ("nodes", "max_nodes")
 
 
 def test_pinned_layout_that_does_not_divide_is_refused():
     with pytest.raises(PlannerError) as err:
-        plan("qwen3-30b-a3b", P5, nodes=2, pins=Pins(ep=24))
+        plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2, pins=Pins(ep=24)))
     assert str(err.value) == ("requested layout does not divide: ep=24 does not divide the 128 "
                               "routed experts of qwen3-30b-a3b")
     with pytest.raises(PlannerError) as err:
-        plan("qwen3-30b-a3b", P5, nodes=3, pins=Pins(tp=8, pp=2))
+        plan(PlanRequest("qwen3-30b-a3b", P5, nodes=3, pins=Pins(tp=8, pp=2)))
     assert str(err.value) == ("requested layout does not divide: tp x cp x pp = 16 does not "
                               "divide the 24 GPUs of 3 x p5.48xlarge")
     with pytest.raises(PlannerError) as err:
@@ -304,14 +309,14 @@ def test_pinned_layout_that_does_not_divide_is_refused():
 
 def test_model_too_big_for_the_quota_says_how_close_it_got():
     with pytest.raises(PlannerError) as err:
-        plan("kimi-k2", P5, max_nodes=2)
+        plan(PlanRequest("kimi-k2", P5, max_nodes=2))
     msg = str(err.value)
     assert msg.startswith("kimi-k2 does not fit on 1 to 2 nodes of p5.48xlarge: the closest layout")
     assert "GiB per GPU" in msg and "p5.48xlarge has 80" in msg
 
 
 def test_search_ranks_fitting_layouts_and_explains_rejections():
-    r = plan("qwen3-235b-a22b", "p5en.48xlarge", nodes=4, top=5)
+    r = plan(PlanRequest("qwen3-235b-a22b", "p5en.48xlarge", nodes=4, top=5))
     assert 1 <= len(r.candidates) <= 5
     tps = [c.time.tokens_per_s_per_gpu for c in r.candidates]
     assert tps == sorted(tps, reverse=True)
@@ -323,32 +328,34 @@ def test_search_ranks_fitting_layouts_and_explains_rejections():
 
 
 def test_node_search_stays_within_the_quota_and_prefers_cheap_tokens():
-    r = plan("qwen3-30b-a3b", P5, max_nodes=4, top=50)
+    r = plan(PlanRequest("qwen3-30b-a3b", P5, max_nodes=4, top=50))
     assert r.node_counts == (1, 2, 3, 4)
     assert all(c.nodes <= 4 for c in r.candidates)
     costs = [c.cost.dollars_per_million_tokens for c in r.candidates]
     assert costs == sorted(costs)
-    fast = plan("qwen3-30b-a3b", P5, max_nodes=4, objective="throughput")
+    fast = plan(PlanRequest("qwen3-30b-a3b", P5, max_nodes=4, objective="throughput"))
     assert fast.best.nodes == 4
 
 
 def test_cost_per_hour_and_per_million_tokens():
-    r = plan("qwen3-30b-a3b", P5, nodes=2)
+    r = plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2))
     c = r.best
-    assert c.cost.dollars_per_hour == pytest.approx(2 * ON_DEMAND_USD_PER_HOUR[P5])
+    assert c.cost.dollars_per_hour == pytest.approx(2 * INSTANCE_TYPES[P5].on_demand_usd_per_hour)
     tokens_per_hour = c.time.tokens_per_s_per_gpu * 16 * 3600
     assert c.cost.dollars_per_million_tokens == pytest.approx(
         c.cost.dollars_per_hour / tokens_per_hour * 1e6)
 
 
 def test_pins_are_respected():
-    r = plan("qwen3-30b-a3b", P5, nodes=2, pins=Pins(tp=2, ep=8, recompute="full"))
+    r = plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2,
+                         pins=Pins(tp=2, ep=8, recompute="full")))
     assert all((c.layout.tp, c.layout.ep, c.layout.recompute) == (2, 8, "full")
                for c in r.candidates)
 
 
 def test_colocated_rollout_search_reports_both_phases():
-    r = plan("qwen3-30b-a3b", P5, nodes=2, colocate_rollout=True, rollout_mem_fraction=0.7)
+    r = plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2, setup=TrainingSetup(
+        colocate_rollout=True, rollout_mem_fraction=0.7)))
     m = r.best.memory
     assert m.rollout_peak > 0.7 * m.capacity
     assert m.fits
@@ -358,7 +365,7 @@ def test_colocated_rollout_search_reports_both_phases():
 def test_plan_result_serialises_to_plain_json():
     import json
 
-    r = plan("mixtral-8x7b", P5, nodes=2, top=2)
+    r = plan(PlanRequest("mixtral-8x7b", P5, nodes=2, top=2))
     d = json.loads(json.dumps(r.to_dict()))
     assert d["model"] == "mixtral-8x7b" and len(d["candidates"]) == 2
     best = d["candidates"][0]
@@ -367,15 +374,16 @@ def test_plan_result_serialises_to_plain_json():
 
 
 def test_deepseek_1024_gpu_search_is_fast():
-    r = plan("deepseek-v3", P5, nodes=128, global_batch=8192, precision="fp8")
+    r = plan(PlanRequest("deepseek-v3", P5, nodes=128,
+                         setup=TrainingSetup(global_batch=8192, precision="fp8")))
     assert r.best.layout.world == 1024
     assert math.isfinite(r.best.time.step)
 
 
 def test_partial_pins_leave_the_rest_to_the_search():
-    r = plan("qwen3-30b-a3b", P5, nodes=4, pins=Pins(tp=8, pp=2, ep=16))
+    r = plan(PlanRequest("qwen3-30b-a3b", P5, nodes=4, pins=Pins(tp=8, pp=2, ep=16)))
     assert (r.best.layout.tp, r.best.layout.pp, r.best.layout.ep) == (8, 2, 16)
-    assert plan("qwen3-30b-a3b", P5, nodes=2, pins=Pins(mbs=2)).best.layout.mbs == 2
+    assert plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2, pins=Pins(mbs=2))).best.layout.mbs == 2
 
 
 def test_rollout_engine_spans_enough_nodes_for_large_models():
@@ -390,10 +398,10 @@ def test_rollout_engine_spans_enough_nodes_for_large_models():
 
 
 def test_colocate_warning_names_the_cli_flag():
-    from infra.planner import plan
+    from infra.planner import PlanRequest, plan
 
-    result = plan("qwen3-30b-a3b", "p5en.48xlarge", nodes=1, colocate_rollout=True,
-                  rollout_mem_fraction=0.5)
+    result = plan(PlanRequest("qwen3-30b-a3b", "p5en.48xlarge", nodes=1, setup=TrainingSetup(
+        colocate_rollout=True, rollout_mem_fraction=0.5)))
     text = " ".join(result.warnings)
     assert "--no-rollout-offload" in text and "rollout_offload=False" in text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.planner import PlannerError, get_model, get_system
+from infra.planner import PlannerError, RLPlanRequest, get_model, get_system
 from infra.planner.rl import (
     EngineLayout, RLSetup, decode_iteration_s, engine_kv_tokens, plan_rl, rollout_time,
 )
@@ -48,11 +48,12 @@ def test_kv_cache_is_what_the_memory_share_leaves_after_weights():
 
 
 def test_colocated_step_is_the_sum_and_overlap_takes_the_longer_phase():
-    plain = plan_rl("qwen3-30b-a3b", "p5en.48xlarge", SHORT, nodes=3,
-                    placements=("disaggregated",), top=50)
-    over = plan_rl("qwen3-30b-a3b", "p5en.48xlarge",
-                   RLSetup(prompts=16, samples_per_prompt=8, max_response_len=2048, overlap=True),
-                   nodes=3, placements=("disaggregated",), top=50)
+    plain = plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge", SHORT, nodes=3,
+                                  placements=("disaggregated",), top=50))
+    over = plan_rl(RLPlanRequest(
+        "qwen3-30b-a3b", "p5en.48xlarge",
+        RLSetup(prompts=16, samples_per_prompt=8, max_response_len=2048, overlap=True),
+        nodes=3, placements=("disaggregated",), top=50))
     for c in plain.candidates:
         t = c.time
         assert t.step == pytest.approx(t.rollout + t.sync + t.train)
@@ -63,7 +64,7 @@ def test_colocated_step_is_the_sum_and_overlap_takes_the_longer_phase():
 
 
 def test_engines_divide_the_rollout_pool_and_cost_follows_nodes():
-    result = plan_rl("qwen3-30b-a3b", "p5en.48xlarge", SHORT, max_nodes=3, top=100)
+    result = plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge", SHORT, max_nodes=3, top=100))
     for c in result.candidates:
         pool = c.rollout_nodes * P5EN.gpus_per_node
         assert c.engine.gpus * c.engine.engines == pool
@@ -76,17 +77,17 @@ def test_engines_divide_the_rollout_pool_and_cost_follows_nodes():
 
 
 def test_throughput_objective_ranks_by_step_time():
-    result = plan_rl("qwen3-30b-a3b", "p5en.48xlarge", SHORT, max_nodes=3, top=20,
-                     objective="throughput")
+    result = plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge", SHORT, max_nodes=3, top=20,
+                                   objective="throughput"))
     steps = [c.time.step for c in result.candidates]
     assert steps == sorted(steps)
 
 
 def test_mxfp8_rl_plan_is_refused_on_hopper():
     with pytest.raises(PlannerError, match="precision='mxfp8' needs Blackwell"):
-        plan_rl("qwen3-30b-a3b", "p5en.48xlarge", SHORT, nodes=1, precision="mxfp8")
+        plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge", SHORT, nodes=1, precision="mxfp8"))
 
 
 def test_nothing_fits_is_one_error_with_the_fix():
     with pytest.raises(PlannerError, match="allow more nodes"):
-        plan_rl("kimi-k2", "p5.48xlarge", SHORT, nodes=1)
+        plan_rl(RLPlanRequest("kimi-k2", "p5.48xlarge", SHORT, nodes=1))

@@ -58,7 +58,7 @@ inside a 72-GPU NVLink domain, which no EC2 p5/p6 instance type has.
 
 Goal: median absolute error of tokens/s/GPU <= 15%, no point worse than 30%, every published
 layout predicted to fit in memory. The constants used are the per-GPU-type fractions in
-``infra/planner/hardware.py`` (one Hopper set for H100/H800/H200); nothing here is per point.
+``infra/catalog/gpus.py`` (one Hopper set for H100/H800/H200); nothing here is per point.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from infra.planner import MODEL_CATALOG, Layout, TrainingSetup, evaluate
-from infra.planner.models import MoEModel
+from infra.catalog.models import MoEModel
 
 
 def megatron_v09_flops_per_token(m: MoEModel, seq_len: int) -> float:

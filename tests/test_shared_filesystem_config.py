@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from infra.config import ConfigError, parse_config, shared_fs_required_gib
-from infra.planner.checkpoint import (
+from infra.catalog.models import (
     CHECKPOINT_BYTES_PER_PARAM,
     GIB,
     checkpoint_bytes,
     reference_weights_bytes,
 )
-from infra.planner.models import MODEL_CATALOG
+from infra.catalog.models import MODEL_CATALOG
 
 
 def problems(data: dict, path_prefix: str = "") -> list[str]:
@@ -102,7 +102,7 @@ def test_required_size_is_the_planners_checkpoint_size():
 def test_run_config_checkpoints_on_the_shared_file_system_in_one_place():
     """Validation and the manifests use the same run config: saves go to /fsx/checkpoints/<run>."""
     from infra.catalog import INSTANCE_TYPES
-    from infra.run_config import run_config_document
+    from infra.config.run_config import run_config_document
 
     cfg = parse_config({})
     itype = INSTANCE_TYPES[cfg.gpu_node_groups[cfg.training.node_group].instance_type]

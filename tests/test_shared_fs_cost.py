@@ -6,11 +6,10 @@ import json
 
 import pytest
 
-from infra.config import parse_config
-from infra.planner.models import MODEL_CATALOG
-from infra.shared_fs_cost import (
+from infra.config import config_cost, parse_config
+from infra.catalog.models import MODEL_CATALOG
+from infra.catalog.fsx import (
     PERSISTENT_2_USD_PER_GB_MONTH,
-    config_cost,
     cost_for,
     plan_for_model,
 )

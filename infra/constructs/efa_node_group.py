@@ -29,6 +29,18 @@ _TAINT_EFFECT = {
     "NoExecute": eks.TaintEffect.NO_EXECUTE,
 }
 
+
+
+def ami_type(instance: InstanceType) -> eks.NodegroupAmiType:
+    """The managed node group AMI type the catalog names for ``instance`` (EKS spells the value
+    ``AL2023_x86_64_NVIDIA``; the CDK enum member is its upper-case form)."""
+    for member in eks.NodegroupAmiType:
+        if member.name.lower() == instance.ami_type.lower():
+            return member
+    raise ValueError(f"{instance.name}: catalog ami_type {instance.ami_type!r} is not an EKS "
+                     "managed node group AMI type; fix the entry in infra/catalog/instances.py")
+
+
 # 2 MiB pages to reserve per node: what the one GPU pod per node requests.
 HUGEPAGES_2MI_PAGES = names.HUGEPAGES_2MI_MIB // 2
 
@@ -151,7 +163,7 @@ class EfaNodeGroup(Construct):
         self.nodegroup = eks.Nodegroup(
             self, "Nodegroup",
             cluster=cluster,
-            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+            ami_type=ami_type(instance),
             capacity_type=_CAPACITY_TYPE[group.capacity.type],
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.launch_template.ref,

@@ -2,35 +2,39 @@
 
 Given an MoE model and an EC2 GPU instance type, the planner answers: how many nodes, which
 tensor / pipeline / expert / data parallel sizes, whether the layout fits in GPU memory, how long
-a training step takes, which expert-parallel backend to use and what it costs. It needs only the
-instance catalog (``infra.catalog``); it imports no CDK and reads no environment. See
+a training step takes, which expert-parallel backend to use and what it costs. It reads the
+catalogs (``infra.catalog``: instances, GPUs, models); it imports no CDK and reads no environment. See
 docs/planner.md for the model, its sources, its calibration and its limits.
 
-    from infra.planner import plan
-    result = plan("qwen3-30b-a3b", "p5.48xlarge", nodes=4)
+    from infra.planner import PlanRequest, plan
+    result = plan(PlanRequest("qwen3-30b-a3b", "p5.48xlarge", nodes=4))
     best = result.best
     print(best.layout.label(), best.time.tokens_per_s_per_gpu, best.cost.dollars_per_million_tokens)
 
-    from infra.planner import RLSetup, plan_rl  # a GRPO step: rollout + weight sync + training
-    rl = plan_rl("qwen3-30b-a3b", "p5en.48xlarge", RLSetup(prompts=32, samples_per_prompt=8))
+    from infra.planner import RLPlanRequest, RLSetup, plan_rl  # rollout + weight sync + training
+    rl = plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge",
+                               RLSetup(prompts=32, samples_per_prompt=8)))
     print(rl.best.placement, rl.best.engine.label(), rl.best.time.step, rl.best.dollars_per_step)
 """
 
+from infra.catalog.gpus import GPU_SPECS
+from infra.config import EP_BACKENDS
 from infra.planner.backend import BackendChoice, recommend_backend
 from infra.planner.errors import PlannerError
-from infra.planner.hardware import GPU_SPECS, REFERENCE_SYSTEMS, SYSTEMS, System, get_system
-from infra.config import EP_BACKENDS
+from infra.planner.hardware import REFERENCE_SYSTEMS, System, get_system, plannable_systems
 from infra.planner.layout import Layout, TrainingSetup
 from infra.planner.memory import MemoryBreakdown, estimate_memory
 from infra.planner.models import MODEL_CATALOG, MoEModel, get_model, load_model_file
-from infra.planner.rl import RLCandidate, RLPlan, RLSetup, plan_rl
-from infra.planner.search import Candidate, Cost, Pins, PlanResult, Rejection, evaluate, plan
+from infra.planner.request import Pins, PlanRequest, RLPlanRequest, RLSetup
+from infra.planner.rl import RLCandidate, RLPlan, plan_rl
+from infra.planner.search import Candidate, Cost, PlanResult, Rejection, evaluate, plan
 from infra.planner.timing import StepTime, step_time
 
 __all__ = [
     "BackendChoice", "Candidate", "Cost", "EP_BACKENDS", "GPU_SPECS", "Layout", "MODEL_CATALOG",
-    "MemoryBreakdown", "MoEModel", "Pins", "PlanResult", "PlannerError", "REFERENCE_SYSTEMS",
-    "RLCandidate", "RLPlan", "RLSetup", "Rejection", "SYSTEMS", "StepTime", "System",
-    "TrainingSetup", "estimate_memory", "evaluate", "get_model", "get_system", "load_model_file",
-    "plan", "plan_rl", "recommend_backend", "step_time",
+    "MemoryBreakdown", "MoEModel", "Pins", "PlanRequest", "PlanResult", "PlannerError",
+    "REFERENCE_SYSTEMS", "RLCandidate", "RLPlan", "RLPlanRequest", "RLSetup", "Rejection",
+    "StepTime", "System", "TrainingSetup", "estimate_memory", "evaluate", "get_model",
+    "get_system", "load_model_file", "plan", "plan_rl", "plannable_systems", "recommend_backend",
+    "step_time",
 ]

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.planner.errors import PlannerError
-from infra.config import EP_BACKENDS, supports_gin_gpu
+from infra.catalog.instances import supports_gin_gpu
+from infra.config import EP_BACKENDS
 
 DEEPEP_MIN_NODES = 16  # DeepEP measured ahead from here
 NCCL_MAX_MEASURED_NODES = 8  # NCCL measured at least as fast up to here

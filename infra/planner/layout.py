@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
 from infra.planner.errors import PlannerError
-from infra.planner.models import MoEModel
+from infra.catalog.models import MoEModel
 
 # "fp8": per-tensor / block-scaled FP8 (Transformer Engine delayed or current scaling, DeepSeek's
 # 1x128/128x128 tiles). "mxfp8": OCP microscaling FP8 (one E8M0 scale per 32 elements), which

@@ -41,7 +41,7 @@ from functools import lru_cache
 
 from infra.planner.hardware import GIB, System
 from infra.planner.layout import Layout, TrainingSetup, is_fp8
-from infra.planner.models import MoEModel
+from infra.catalog.models import MoEModel
 
 NCCL_BUFFERS_GIB = 1.5  # all NCCL communicators of a rank (TP, CP, DP, EP, PP groups); estimate
 DEEPEP_BUFFERS_GIB = 2.0  # DeepEP normal-mode NVLink + RDMA buffers (~1 GB each); estimate

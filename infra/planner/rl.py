@@ -35,14 +35,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Literal
 
-from infra.planner.errors import PlannerError
+from infra.planner.errors import PlannerError, field as named
 from infra.planner.hardware import GB, GIB, System, get_system
 from infra.planner.models import MoEModel, get_model
-from infra.planner.search import Candidate, Pins, check_precision, plan
-
-Placement = Literal["colocated", "disaggregated"]
+from infra.planner.layout import TrainingSetup
+from infra.planner.request import Pins, Placement, PlanRequest, RLPlanRequest, RLSetup
+from infra.planner.search import Candidate, check_node_counts, check_precision, plan
 
 # --- decode constants (see module docstring; calibration in docs/planner.md) ------------------
 DECODE_FIXED_MS = 1.0  # per iteration: scheduler, sampling, graph launch; estimate
@@ -60,61 +59,6 @@ SYNC_FABRIC_EFF = 0.5  # share of the line rate an NCCL broadcast of weights rea
 OFFLOAD_FIXED_S = 10.0  # colocated: release/resume of engine and trainer memory; calibrated (RL)
 ENGINE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_RL_MAX_NODES = 16  # search range without --nodes / --max-nodes
-
-
-@dataclass(frozen=True)
-class RLSetup:
-    """What one GRPO step generates and trains."""
-
-    prompts: int = 32  # rollout_batch_size
-    samples_per_prompt: int = 8  # n_samples_per_prompt
-    prompt_len: int = 512
-    max_response_len: int = 8192  # rollout_max_response_len
-    mean_response_len: int = 0  # 0: 60% of the maximum (long-tailed reasoning lengths)
-    steps_per_rollout: int = 1  # optimizer steps per rollout (num_steps_per_rollout)
-    logprob_passes: int = 1  # forward-only passes before training (old policy; +1 with KL)
-    mem_fraction: float = 0.7  # SGLang mem_fraction_static
-    overlap: bool = False  # disaggregated only: one-step off-policy overlap
-
-    def __post_init__(self) -> None:
-        problems = []
-        for f in ("prompts", "samples_per_prompt", "prompt_len", "max_response_len",
-                  "steps_per_rollout"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                problems.append(f"{f}={v!r} must be a whole number >= 1")
-        for f in ("mean_response_len", "logprob_passes"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                problems.append(f"{f}={v!r} must be a whole number >= 0")
-        if not problems and self.mean_response_len > self.max_response_len:
-            problems.append(f"mean_response_len={self.mean_response_len} exceeds "
-                            f"max_response_len={self.max_response_len}; lower it")
-        if not problems and self.samples % self.steps_per_rollout:
-            problems.append(f"steps_per_rollout={self.steps_per_rollout} does not divide the "
-                            f"{self.samples} samples of a rollout (prompts x samples_per_prompt); "
-                            "Miles needs rollout_batch_size x n_samples_per_prompt = "
-                            "global_batch_size x num_steps_per_rollout")
-        if not (isinstance(self.mem_fraction, float | int) and 0.1 <= self.mem_fraction < 1.0):
-            problems.append(f"mem_fraction={self.mem_fraction!r} must be from 0.1 to below 1")
-        if problems:
-            raise PlannerError("invalid RL setup: " + "; ".join(problems))
-
-    @property
-    def samples(self) -> int:
-        return self.prompts * self.samples_per_prompt
-
-    @property
-    def mean_response(self) -> int:
-        return self.mean_response_len or int(0.6 * self.max_response_len)
-
-    @property
-    def mean_sequence(self) -> int:
-        return self.prompt_len + self.mean_response
-
-    @property
-    def train_batch(self) -> int:
-        return self.samples // self.steps_per_rollout
 
 
 @dataclass(frozen=True)
@@ -350,11 +294,12 @@ def _best_training(model, system, rl, precision, counts, colocate, pins, ep_back
 def _search_training(model, system, rl, precision, where, colocate, pins, ep_backend,
                      price_per_hour) -> dict[int, Candidate]:
     try:
-        result = plan(model, system.name, **where, seq_len=_seq_len(rl),
-                      global_batch=rl.train_batch, precision=precision, ep_backend=ep_backend,
-                      top=10**9, pins=pins, price_per_hour=price_per_hour,
-                      colocate_rollout=colocate, rollout_offload=True,
-                      rollout_mem_fraction=rl.mem_fraction if colocate else 0.0)
+        setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch,
+                              precision=precision, colocate_rollout=colocate, rollout_offload=True,
+                              rollout_mem_fraction=rl.mem_fraction if colocate else 0.0)
+        result = plan(PlanRequest(model, system.name, **where, setup=setup,
+                                  pins=pins or Pins(), ep_backend=ep_backend, top=10**9,
+                                  price_per_hour=price_per_hour))
     except PlannerError:
         return {}
     best: dict[int, Candidate] = {}
@@ -363,32 +308,28 @@ def _search_training(model, system, rl, precision, where, colocate, pins, ep_bac
     return best
 
 
-def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: int | None = None,
-            max_nodes: int | None = None, precision: str = "bf16",
-            placements: tuple[Placement, ...] = ("colocated", "disaggregated"),
-            objective: str = "cost", top: int = 5,
-            pins: Pins | None = None, engine: tuple[int, int] | None = None,
-            ep_backend: str | None = None, price_per_hour: float | None = None) -> RLPlan:
-    """Rank colocated and disaggregated GRPO layouts by cost per step (or step time).
-
-    ``nodes`` fixes the job's node count (training and rollout pools together); otherwise
-    1..``max_nodes`` (default 16) are searched. Raises PlannerError with the fix when nothing fits.
+def plan_rl(request: RLPlanRequest) -> RLPlan:
+    """Rank colocated and disaggregated GRPO layouts by cost per step (or step time); see
+    :class:`RLPlanRequest`. Raises PlannerError, naming the request's fields, with the fix when
+    nothing fits.
     """
     started = time.perf_counter()
-    m = get_model(model) if isinstance(model, str) else model
-    system = get_system(instance_type)
+    req = request
+    m = get_model(req.model) if isinstance(req.model, str) else req.model
+    system = get_system(req.instance_type)
+    rl, nodes, precision, placements = req.rl, req.nodes, req.precision, req.placements
+    objective, pins, engine, ep_backend = req.objective, req.pins, req.engine, req.ep_backend
+    price_per_hour = req.price_per_hour
     check_precision(system, precision)
     if nodes is not None and nodes < 1:
-        raise PlannerError(f"--nodes must be at least 1, got {nodes}")
+        check_node_counts(nodes, None)
     if objective not in ("cost", "throughput"):
         raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
     for p in placements:
         if p not in ("colocated", "disaggregated"):
             raise PlannerError(f"placement {p!r} is not one of colocated, disaggregated")
-    if max_nodes is not None and max_nodes < 1:
-        raise PlannerError(f"--max-nodes must be at least 1, got {max_nodes}")
-    if nodes is not None and max_nodes is not None and nodes > max_nodes:
-        raise PlannerError(f"--nodes {nodes} exceeds the quota given by --max-nodes ({max_nodes})")
+    check_node_counts(nodes, req.max_nodes)
+    max_nodes = req.max_nodes
     max_nodes = max_nodes or DEFAULT_RL_MAX_NODES
     top_n = nodes or max_nodes
     counts = [nodes] if nodes else list(range(1, max_nodes + 1))
@@ -427,7 +368,8 @@ def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: in
         where = f"{nodes} node(s)" if nodes else f"1 to {max_nodes} nodes"
         raise PlannerError(f"no GRPO layout for {m.key} fits on {where} of {system.name}: no "
                            "training layout fits, or no engine size leaves room for KV cache; "
-                           "allow more nodes (--max-nodes) or lower --max-response-len")
+                           f"allow more nodes ({named('max_nodes')}) or lower "
+                           f"{named('max_response_len')}")
 
     def key(c: RLCandidate):
         if objective == "cost" and c.dollars_per_step is not None:
@@ -445,6 +387,6 @@ def plan_rl(model: str | MoEModel, instance_type: str, rl: RLSetup, *, nodes: in
     if cands[0].placement == "colocated":
         warnings.append("colocated rollout assumes the engine's weights and KV cache are released "
                         "while training (Miles/slime offload)")
-    return RLPlan(m, system, rl, precision, tuple(cands[:max(1, top)]),
+    return RLPlan(m, system, rl, precision, tuple(cands[:max(1, req.top)]),
                   tuple(per_nodes[n] for n in sorted(per_nodes)),
                   time.perf_counter() - started, tuple(warnings))

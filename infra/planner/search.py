@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterable, Literal
+from typing import Iterable
 
 from infra.planner.backend import BackendChoice, recommend_backend
-from infra.planner.errors import PlannerError
+from infra.planner.errors import PlannerError, field as named
 from infra.planner.hardware import PRICE_DATE, System, get_system
 from infra.planner.layout import Layout, Recompute, TrainingSetup, layout_problem
 from infra.planner.memory import MemoryBreakdown, estimate_memory, static_memory_gib
 from infra.planner.models import MoEModel, get_model
+from infra.planner.request import Objective, Pins, PlanRequest
 from infra.planner.timing import StepTime, ep_span, step_time
 
-Objective = Literal["cost", "throughput"]
 RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
 DEFAULT_MAX_NODES = 32
 _TP = (1, 2, 4, 8)
@@ -121,23 +121,6 @@ class PlanResult:
         }
 
 
-@dataclass(frozen=True)
-class Pins:
-    """Parts of the layout the caller fixed (None = search)."""
-
-    tp: int | None = None
-    pp: int | None = None
-    ep: int | None = None
-    etp: int | None = None
-    cp: int | None = None
-    vpp: int | None = None
-    mbs: int | None = None
-    recompute: Recompute | None = None
-
-    def fixed(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -200,7 +183,8 @@ def check_precision(system: System, precision: str) -> None:
     if precision == "mxfp8" and not system.efficiency.supports_mxfp8:
         raise PlannerError(
             f"precision='mxfp8' needs Blackwell tensor cores (B200/B300); {system.name} has "
-            f"{system.gpu.name}, which supports bf16, fp8; use --precision fp8 or a p6 type")
+            f"{system.gpu.name}, which supports bf16, fp8; use {named('precision')} fp8 or a p6 "
+            "type")
 
 
 def _cost(system: System, nodes: int, t: StepTime, price_override: float | None) -> Cost:
@@ -221,52 +205,34 @@ def _node_counts(nodes: int | None, max_nodes: int | None) -> tuple[int, ...]:
     return tuple(range(1, top + 1))
 
 
-def plan(
-    model: str | MoEModel,
-    instance_type: str,
-    *,
-    nodes: int | None = None,
-    max_nodes: int | None = None,
-    seq_len: int = 4096,
-    global_batch: int = 256,
-    precision: str = "bf16",
-    ep_backend: str | None = None,
-    objective: Objective = "cost",
-    top: int = 5,
-    pins: Pins | None = None,
-    price_per_hour: float | None = None,
-    allow_reference_systems: bool = False,
-    memory_headroom_gib: float = 0.0,
-    **setup_fields,
-) -> PlanResult:
-    """Size the cluster and pick the parallel layout for ``model`` on ``instance_type``.
+def check_node_counts(nodes: int | None, max_nodes: int | None) -> None:
+    """Refuse node counts below 1 and a node count beyond the ``max_nodes`` quota."""
+    if nodes is not None and nodes < 1:
+        raise PlannerError(f"{named('nodes')} must be at least 1, got {nodes}")
+    if max_nodes is not None and max_nodes < 1:
+        raise PlannerError(f"{named('max_nodes')} must be at least 1, got {max_nodes}")
+    if nodes is not None and max_nodes is not None and nodes > max_nodes:
+        raise PlannerError(f"{named('nodes')} {nodes} exceeds the quota given by "
+                           f"{named('max_nodes')} ({max_nodes})")
 
-    ``nodes`` fixes the node count; otherwise 1..``max_nodes`` (default 32) are searched.
-    ``max_nodes`` is a quota: asking for more nodes than it allows is an error.
-    ``memory_headroom_gib`` keeps that much GPU memory free on top of the model's own reserve
-    and fragmentation allowance. Extra keyword
-    arguments go to :class:`TrainingSetup` (schedule, optimizer_bf16_moments, moe_imbalance,
-    colocate_rollout, rollout_offload, rollout_tokens_per_gpu, rollout_mem_fraction).
-    Raises :class:`PlannerError` with a sentence meant for the user when the request cannot be
-    planned.
+
+def plan(request: PlanRequest) -> PlanResult:
+    """Size the cluster and pick the parallel layout for ``request.model`` on
+    ``request.instance_type`` (see :class:`PlanRequest`).
+
+    Raises :class:`PlannerError` with a sentence meant for the user, naming the request's fields,
+    when the request cannot be planned.
     """
     started = time.perf_counter()
-    m = get_model(model) if isinstance(model, str) else model
-    system = get_system(instance_type, allow_reference=allow_reference_systems)
-    if nodes is not None and nodes < 1:
-        raise PlannerError(f"--nodes must be at least 1, got {nodes}")
-    if max_nodes is not None and max_nodes < 1:
-        raise PlannerError(f"--max-nodes must be at least 1, got {max_nodes}")
-    if nodes is not None and max_nodes is not None and nodes > max_nodes:
-        raise PlannerError(f"--nodes {nodes} exceeds the quota given by --max-nodes ({max_nodes})")
-    try:
-        setup = TrainingSetup(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                              **setup_fields)
-    except TypeError as err:
-        raise PlannerError(f"unknown training option: {err}") from None
+    r = request
+    m = get_model(r.model) if isinstance(r.model, str) else r.model
+    system = get_system(r.instance_type, allow_reference=r.allow_reference_systems)
+    check_node_counts(r.nodes, r.max_nodes)
+    setup = r.setup
     check_precision(system, setup.precision)
-    pins = pins or Pins()
-    counts = _node_counts(nodes, max_nodes)
+    pins = r.pins
+    counts = _node_counts(r.nodes, r.max_nodes)
+    objective, ep_backend, memory_headroom_gib = r.objective, r.ep_backend, r.memory_headroom_gib
 
     candidates: list[Candidate] = []
     rejected: list[Rejection] = []
@@ -311,7 +277,8 @@ def plan(
                 continue
             Lf, mem = fitted
             t = step_time(m, system, Lf, setup, choice.backend)
-            candidates.append(Candidate(n, Lf, mem, t, choice, _cost(system, n, t, price_per_hour)))
+            candidates.append(Candidate(n, Lf, mem, t, choice,
+                                        _cost(system, n, t, r.price_per_hour)))
 
     if not candidates:
         closest = min((r for r in rejected if r.needed_gib is not None),
@@ -345,7 +312,7 @@ def plan(
                         "(rollout_offload=False from Python) if not")
     return PlanResult(
         model=m, system=system, setup=setup, objective=objective,
-        candidates=tuple(candidates[:max(1, top)]), rejected=tuple(rejected),
+        candidates=tuple(candidates[:max(1, r.top)]), rejected=tuple(rejected),
         evaluated=evaluated, search_seconds=time.perf_counter() - started,
         node_counts=counts, warnings=tuple(warnings),
     )

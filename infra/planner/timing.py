@@ -39,7 +39,7 @@ from functools import lru_cache
 from infra.planner.hardware import GB, System
 from infra.planner.layout import Layout, TrainingSetup, is_fp8
 from infra.planner.memory import stage_params
-from infra.planner.models import MoEModel
+from infra.catalog.models import MoEModel
 
 COMM_SMS = 20  # SMs given to communication kernels when they overlap compute (DeepSeek-V3 3.2.2)
 INTRA_NODE_A2A_LATENCY_MS = 0.03  # one all-to-all call inside a node over NVLink; estimate

@@ -8,23 +8,19 @@ The trainer package never imports the kit; the kit may call the trainer's valida
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from infra import names
+from infra.catalog.instances import InstanceType
+from infra.config.derived import checkpoint_local_dir
+from infra.config.model import KitConfig
 
-if TYPE_CHECKING:  # infra.config imports this module
-    from infra.catalog import InstanceType
-    from infra.config import KitConfig
-
-CHECKPOINT_LOCAL_DIR = "/checkpoints"  # single-node runs without a shared file system
 CHECKPOINT_SAVE_INTERVAL = 20
 
 
 def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
                         prompt_data: str) -> dict[str, Any]:
     """The trainer's run.yaml, exactly the schema ``rltrainer`` validates."""
-    from infra.config import checkpoint_local_dir  # infra.config imports this module
-
     t = cfg.training
     g = t.grpo
     p = t.parallel

@@ -1,4 +1,7 @@
-"""What the shared file system costs per month, for `rlkit plan` and `rlkit preflight`.
+"""The shared file system catalog: FSx for Lustre PERSISTENT_2 sizes, throughput tiers and
+prices, and what a run of a catalog model needs.
+
+Config validation reads the size rules; `rlkit plan` and `rlkit preflight` the prices.
 
 FSx for Lustre bills provisioned storage per GB-month; on PERSISTENT_2 SSD the price per GB-month
 depends on the throughput tier (MB/s per TiB), and throughput is bought with the capacity [Amazon
@@ -10,14 +13,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.config import (
-    KitConfig,
-    SharedFileSystemConfig,
-    has_shared_fs,
-    valid_shared_fs_capacity_gib,
-)
-from infra.planner.checkpoint import GIB, shared_fs_bytes
-from infra.planner.models import MoEModel
+from infra.catalog.models import GIB, MODEL_CATALOG, MoEModel, shared_fs_bytes
+
+# FSx for Lustre PERSISTENT_2 (SSD): storage capacity is 1200 GiB, 2400 GiB or a multiple of
+# 2400 GiB; throughput per TiB is 125, 250, 500 or 1000 MB/s [Amazon FSx API Reference,
+# CreateFileSystem StorageCapacity and CreateFileSystemLustreConfiguration PerUnitStorageThroughput].
+SHARED_FS_CAPACITY_STEP_GIB = 2400
+SHARED_FS_MIN_CAPACITY_GIB = 1200
+SHARED_FS_THROUGHPUTS = (125, 250, 500, 1000)
+# The config's default tier (storage.shared_filesystem.throughput_mb_s_per_tib).
+DEFAULT_THROUGHPUT = 250
+
+
+def valid_shared_fs_capacity_gib(gib: int) -> int:
+    """The smallest valid PERSISTENT_2 capacity that holds ``gib``."""
+    if gib <= SHARED_FS_MIN_CAPACITY_GIB:
+        return SHARED_FS_MIN_CAPACITY_GIB
+    return -(-gib // SHARED_FS_CAPACITY_STEP_GIB) * SHARED_FS_CAPACITY_STEP_GIB
+
+
+def shared_fs_required_gib(model_key: str) -> int | None:
+    """GiB the shared file system needs for ``model_key``: the BF16 reference weights plus two
+    checkpoints (weights + optimizer state). None for a model the catalog does not know (the
+    renderer reports that)."""
+    model = MODEL_CATALOG.get(model_key)
+    if model is None:
+        return None
+    return -(-shared_fs_bytes(model) // GIB)
 
 # USD per GB-month of PERSISTENT_2 SSD storage, by throughput tier, US East (N. Virginia).
 # 0.145 (125 MB/s/TiB) matches a third-party estimate page (c3x.dev, aws_fsx_lustre_file_system:
@@ -61,17 +83,6 @@ class SharedFsCost:
 def cost_for(capacity_gib: int, throughput_mb_s_per_tib: int) -> SharedFsCost:
     return SharedFsCost(capacity_gib, throughput_mb_s_per_tib,
                         PERSISTENT_2_USD_PER_GB_MONTH[throughput_mb_s_per_tib])
-
-
-def config_cost(cfg: KitConfig) -> SharedFsCost | None:
-    """The configured file system's cost; None when the config has none."""
-    if not has_shared_fs(cfg):
-        return None
-    fs = cfg.storage.shared_filesystem
-    return cost_for(fs.capacity_gib, fs.throughput_mb_s_per_tib)
-
-
-DEFAULT_THROUGHPUT = SharedFileSystemConfig().throughput_mb_s_per_tib
 
 
 @dataclass(frozen=True)

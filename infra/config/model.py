@@ -1,0 +1,381 @@
+"""The config's typed model: every section of the YAML file as a frozen pydantic model, and
+``KitConfig``, one environment of the kit.
+
+Types and defaults only; the semantic rules live in ``infra.config.rules`` and reading the file
+in ``infra.config.loader``. The JSON schema (config.schema.json) is generated from these models.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from infra import names
+from infra.catalog.fsx import DEFAULT_THROUGHPUT, SHARED_FS_MIN_CAPACITY_GIB
+from infra.config.addons import AddonsConfig
+from infra.config.base import _Model
+from infra.versions import (
+    DEFAULT_KUBERNETES_VERSION,
+    DEFAULT_SYSTEM_INSTANCE_TYPE,
+    DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
+    TRAINER_IMAGE_DISK_GIB,
+)
+
+
+# --- sections -----------------------------------------------------------------------------------
+
+
+class ExistingVpc(_Model):
+    """An existing VPC, imported by IDs (no lookups at synth)."""
+
+    vpc_id: str = Field(description="ID of the VPC, e.g. vpc-0123456789abcdef0.")
+    private_subnet_ids: dict[str, str] = Field(
+        description="Private subnet per availability zone (AZ name -> subnet ID); one for every "
+        "AZ in availability_zones."
+    )
+    public_subnet_ids: dict[str, str] = Field(
+        default_factory=dict, description="Optional public subnet per AZ (AZ name -> subnet ID)."
+    )
+
+
+class VpcConfig(_Model):
+    cidr: str = Field("10.0.0.0/16", description="CIDR of a new VPC (/16 to /18).")
+    nat_gateways: int = Field(1, description="NAT gateways of a new VPC (1 .. number of AZs).")
+    existing: ExistingVpc | None = Field(
+        None, description="Import this VPC instead of creating one; cidr and nat_gateways are "
+        "then ignored."
+    )
+
+
+class EndpointAccessConfig(_Model):
+    mode: Literal["private", "public-and-private"] = Field(
+        "private",
+        description="EKS API endpoint access. private: reachable only from inside the VPC (VPN, "
+        "bastion, peered network). public-and-private: also from public_cidrs; node traffic "
+        "stays in the VPC either way. (A public-only endpoint cannot be restricted to CIDRs, so "
+        "the kit does not offer it.)",
+    )
+    public_cidrs: list[str] = Field(
+        default_factory=list,
+        description="With public-and-private: the CIDRs allowed to reach the public endpoint, "
+        "e.g. your office or CI egress range. 0.0.0.0/0 opens it to the internet and must be "
+        "written out on purpose.",
+    )
+
+
+class SystemNodesConfig(_Model):
+    instance_type: str = Field(
+        DEFAULT_SYSTEM_INSTANCE_TYPE,
+        description="Instance type of the small non-GPU node group (Ray head, operators, CoreDNS).",
+    )
+    min_size: int = 2
+    desired_size: int = 2
+    max_size: int = 4
+    root_volume_gib: int = Field(
+        DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
+        description="Root volume of each system node in GiB. The Ray head and KubeRay's job "
+        f"submitter pull the trainer image here, which needs about {TRAINER_IMAGE_DISK_GIB} GiB.",
+    )
+
+
+class CapacityConfig(_Model):
+    type: Literal["on-demand", "capacity-block", "odcr"] = Field(
+        "on-demand",
+        description="on-demand; capacity-block (EC2 Capacity Blocks for ML); odcr (an On-Demand "
+        "Capacity Reservation).",
+    )
+    reservation_id: str | None = Field(
+        None, description="Capacity reservation ID (cr-...), required for capacity-block and odcr."
+    )
+
+
+
+class NodeHealthConfig(_Model):
+    """Detect and replace broken GPU nodes instead of letting a job hang on them."""
+
+    monitoring_agent: bool = Field(
+        True, description="Install the EKS node monitoring agent add-on: it reports GPU (DCGM), "
+        "kernel, network and storage faults as node conditions."
+    )
+    auto_repair: bool = Field(
+        True, description="Turn on EKS node auto-repair for the GPU node groups: a node whose "
+        "conditions report a fault is replaced by the managed node group."
+    )
+
+
+class TaintConfig(_Model):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class GpuNodeGroupConfig(_Model):
+    instance_type: str = Field(description="A GPU instance type from the kit's catalog.")
+    availability_zone: str = Field(
+        description="The one AZ this group lives in (EFA traffic must stay in one AZ)."
+    )
+    min_size: int = 0
+    desired_size: int = 2
+    max_size: int = 2
+    capacity: CapacityConfig = Field(default_factory=CapacityConfig)
+    placement_group: bool | None = Field(
+        None,
+        description="Launch into a new cluster placement group. Default: on for on-demand, off for "
+        "capacity blocks and ODCRs (a forced placement group can conflict with the reservation: "
+        "eksctl issue 7949 / PR 8220, terraform-aws-eks PR 3730).",
+    )
+    placement_group_name: str | None = Field(
+        None,
+        description="Launch into this existing placement group instead, e.g. the one an ODCR was "
+        "created in. Excludes placement_group: true.",
+    )
+    force_update: bool = Field(
+        False,
+        description="On a node group update, replace nodes even when pod disruption budgets "
+        "block draining them (running jobs are evicted). Off: the update waits for them.",
+    )
+    root_volume_gib: int = Field(200, description="Encrypted gp3 root volume size in GiB.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Extra Kubernetes node labels."
+    )
+    taints: list[TaintConfig] = Field(
+        default_factory=list,
+        description="Extra taints. The kit always adds its GPU taint "
+        f"({names.GPU_TAINT.key}={names.GPU_TAINT.value}:{names.GPU_TAINT.effect}).",
+    )
+
+    def node_labels(self, group_name: str) -> dict[str, str]:
+        """All Kubernetes labels of this group's nodes: the user's, then the kit's."""
+        return {**self.labels, **names.gpu_node_labels(group_name),
+                names.NVIDIA_GPU_PRESENT_LABEL: "true"}
+
+    def node_taints(self) -> list[names.Taint]:
+        """The kit's GPU taint first, then the group's extra taints."""
+        return [names.GPU_TAINT] + [names.Taint(t.key, t.value, t.effect) for t in self.taints]
+
+    @property
+    def uses_placement_group(self) -> bool:
+        """Whether the kit creates a new cluster placement group for this group."""
+        if self.placement_group_name is not None:
+            return False
+        if self.placement_group is not None:
+            return self.placement_group
+        return not self.is_reserved
+
+    @property
+    def is_reserved(self) -> bool:
+        """Reserved capacity (capacity block or ODCR): no spare instance for a surge update."""
+        return self.capacity.type in ("capacity-block", "odcr")
+
+
+
+class SharedFileSystemConfig(_Model):
+    """The file system the Ray head, the workers and the job submitter share."""
+
+    type: Literal["fsx-lustre", "none"] = Field(
+        "fsx-lustre",
+        description="fsx-lustre: an FSx for Lustre PERSISTENT_2 file system in the training "
+        f"group's AZ, mounted at {names.SHARED_FS_MOUNT_PATH} in every pod of the RL job, with "
+        f"{names.SHARED_FS_MOUNT_PATH}/{names.DATASETS_PREFIX} and "
+        f"{names.SHARED_FS_MOUNT_PATH}/{names.MODELS_PREFIX} read lazily from the bucket. none: no "
+        "shared file system (single-node runs only).",
+    )
+    capacity_gib: int = Field(
+        SHARED_FS_MIN_CAPACITY_GIB,
+        description="Storage capacity in GiB: 1200, 2400 or a multiple of 2400 (PERSISTENT_2 SSD). "
+        "Must hold the reference weights plus two checkpoints of the model.",
+    )
+    throughput_mb_s_per_tib: int = Field(
+        DEFAULT_THROUGHPUT, description="Throughput per TiB of storage in MB/s: 125, 250, 500 or 1000. The file "
+        "system's throughput is this times the capacity in TiB; it sets how long a save takes.",
+    )
+
+
+class StorageConfig(_Model):
+    retain: bool = Field(
+        True, description="Keep the bucket, the ECR repository and the shared file system when "
+        "their stacks are deleted (ignored in ephemeral mode, where everything is destroyable)."
+    )
+    kms: bool = Field(False, description="Encrypt the bucket with a customer-managed KMS key.")
+    noncurrent_version_days: int = Field(
+        30, description="Days before old (noncurrent) object versions expire."
+    )
+    shared_filesystem: SharedFileSystemConfig = Field(
+        default_factory=SharedFileSystemConfig,
+        description="Shared file system for models, inputs and checkpoints; retained with the "
+        "data unless ephemeral or retain is off.",
+    )
+
+
+# Retention periods CloudWatch Logs accepts (PutRetentionPolicy `retentionInDays`); the build's
+# log group takes one of these. tests/test_image_build.py checks them against aws_cdk's
+# aws_logs.RetentionDays.
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827,
+                      2192, 2557, 2922, 3288, 3653)
+
+
+class ImageBuildConfig(_Model):
+    log_retention_days: int = Field(
+        90, description="Days the trainer image build's CloudWatch logs are kept (a CloudWatch "
+        "Logs retention period: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, ...)."
+    )
+
+
+class ObservabilityConfig(_Model):
+    """Metrics, logs and a dashboard in CloudWatch (the amazon-cloudwatch-observability add-on)."""
+
+    enabled: bool = Field(
+        True, description="Install the Amazon CloudWatch Observability EKS add-on (GPU, EFA and "
+        "container metrics; container logs through Fluent Bit), the log groups it and the "
+        "control plane write to, and the environment's CloudWatch dashboard."
+    )
+    log_retention_days: int = Field(
+        30, description="Days the control-plane, container and training-metric log groups keep "
+        "their events (a CloudWatch Logs retention period: 1, 3, 5, 7, 14, 30, 60, 90, ...)."
+    )
+
+
+class CostGuardConfig(_Model):
+    max_gpu_nodes: int | None = Field(
+        None, description="Upper bound on the sum of max_size over all GPU node groups."
+    )
+    ttl_hours: int | None = Field(
+        None, description="Time-to-live tag put on every resource; required when ephemeral."
+    )
+
+
+class ParallelConfig(_Model):
+    tp: int = Field(4, description="Tensor parallel size.")
+    pp: int = Field(1, description="Pipeline parallel size.")
+    cp: int = Field(1, description="Context parallel size.")
+    ep: int = Field(8, description="Expert parallel size.")
+    etp: int = Field(1, description="Expert tensor parallel size.")
+    vpp: int | None = Field(None, description="Virtual pipeline stages per rank (optional).")
+
+
+class RolloutConfig(_Model):
+    gpus_per_engine: int = Field(8, description="GPUs per SGLang rollout engine.")
+    ep: int = Field(8, description="Expert parallel size inside a rollout engine.")
+
+
+
+class ExpertParallelConfig(_Model):
+    backend: str = Field(
+        "nccl",
+        description="Expert-parallel all-to-all: nccl (plain NCCL all-to-all), deepep-nvshmem "
+        "(DeepEP over NVSHMEM/libfabric) or deepep-gin (DeepEP V2 over NCCL GIN).",
+    )
+    gin_mode: Literal["gpu", "proxy"] | None = Field(
+        None,
+        description="deepep-gin only: gpu (GPU-initiated, p5en/p6 only) or proxy (CPU proxy). "
+        "Default: gpu where supported, else proxy.",
+    )
+
+
+class GrpoConfig(_Model):
+    num_rollout: int = 1000
+    rollout_batch_size: int = 32
+    n_samples_per_prompt: int = 8
+    global_batch_size: int = 256
+    num_steps_per_rollout: int = 1
+    rollout_max_response_len: int = 8192
+    rollout_temperature: float = 1.0
+    lr: float = 1.0e-6
+    kl_loss_coef: float = 0.0
+    eps_clip: float = 0.2
+
+
+class TrainingConfig(_Model):
+    run_name: str = Field("qwen3-30b-a3b-grpo", description="Name of the RL run (DNS label).")
+    model: str = Field("qwen3-30b-a3b", description="Model key (see `rlkit plan --help`).")
+    hf_checkpoint: str = Field(
+        f"{names.SHARED_FS_MODELS_DIR}/Qwen3-30B-A3B",
+        description="Hugging Face weights: a path every pod sees (under "
+        f"{names.SHARED_FS_MODELS_DIR}, which shows the bucket's {names.MODELS_PREFIX} prefix), a "
+        "path in the image, or s3://."
+    )
+    prompt_data: str = Field(
+        "datasets/dapo-math-17k.jsonl",
+        description="Prompt data: a key under the data bucket, an s3:// URI or a local path.",
+    )
+    node_group: str = Field("p5", description="The GPU node group the job runs on.")
+    nodes: int = Field(2, description="GPU nodes (Ray workers) the job uses.")
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    expert_parallel: ExpertParallelConfig = Field(default_factory=ExpertParallelConfig)
+    grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    image: str | None = Field(
+        None, description="Trainer image URI; default: the data stack's ECR repository at image_tag."
+    )
+    image_tag: str = Field(
+        "0.1.0", description="Version tag of the trainer image in the ECR repository (tags are "
+        "immutable there, so use a version, not latest). Each expert-parallel backend is its own "
+        "build, pushed as <image_tag>-<backend>; the manifests pull the one for "
+        "expert_parallel.backend."
+    )
+    extra_env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for trainer pods."
+    )
+    backoff_limit: int = Field(
+        2, description="Times KubeRay retries the RL job after a failed attempt (node loss, a "
+        "crash), each on a new Ray cluster that resumes from the last complete checkpoint. "
+        "KubeRay counts every failed attempt, whatever the exit code."
+    )
+
+
+class KitConfig(_Model):
+    """One environment of the kit."""
+
+    name: str = Field("moe-rl", description="Prefix of every stack and resource name.")
+    region: str = Field("us-east-1", description="AWS region.")
+    availability_zones: list[str] = Field(
+        default_factory=lambda: ["us-east-1a", "us-east-1b"],
+        description="AZs of the VPC, named explicitly so synth needs no lookup (at least two).",
+    )
+    account: str | None = Field(
+        None, description="12-digit account ID; absent = environment-agnostic stacks."
+    )
+    kubernetes_version: str = Field(DEFAULT_KUBERNETES_VERSION, description="EKS version.")
+    ephemeral: bool = Field(
+        False, description="CI mode: every resource destroyable, data included."
+    )
+    vpc: VpcConfig = Field(default_factory=VpcConfig)
+    endpoint_access: EndpointAccessConfig = Field(default_factory=EndpointAccessConfig)
+    admin_role_arns: list[str] = Field(
+        default_factory=list, description="IAM role ARNs granted cluster-admin access entries."
+    )
+    system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)
+    gpu_node_groups: dict[str, GpuNodeGroupConfig] = Field(
+        default_factory=lambda: {
+            "p5": GpuNodeGroupConfig(
+                instance_type="p5.48xlarge", availability_zone="us-east-1a",
+                min_size=0, desired_size=2, max_size=2,
+            )
+        },
+        description="EFA GPU node groups by name.",
+    )
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    image_build: ImageBuildConfig = Field(
+        default_factory=ImageBuildConfig,
+        description="The trainer image build (CodeBuild project in the data stack).",
+    )
+    addons: AddonsConfig = Field(default_factory=AddonsConfig)
+    node_health: NodeHealthConfig = Field(default_factory=NodeHealthConfig)
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    cost_guard: CostGuardConfig = Field(default_factory=CostGuardConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every resource.")
+
+    @property
+    def stack_names(self) -> dict[str, str]:
+        return names.stack_names(self.name)
+
+    def gpu_tolerations(self) -> list[dict[str, str]]:
+        """Tolerations for a DaemonSet that must run on every GPU node group: ``Exists`` on each
+        taint key any group carries (the kit's GPU taint and every user taint), once each."""
+        seen: dict[str, dict[str, str]] = {}
+        for group in self.gpu_node_groups.values():
+            for taint in group.node_taints():
+                seen.setdefault(taint.key, taint.toleration())
+        return list(seen.values())

@@ -1,0 +1,428 @@
+"""The config's semantic rules: what a type-valid config must also satisfy.
+
+``validate`` returns every problem at once, each naming the field path, the bad value, the rule
+and the fix. Value rules (tags, taints, absolute caps) live in ``infra.config.values``; the
+trainer's own run-config check in ``infra.config.trainer``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from infra import names
+from infra.catalog.fsx import (
+    SHARED_FS_CAPACITY_STEP_GIB,
+    SHARED_FS_MIN_CAPACITY_GIB,
+    SHARED_FS_THROUGHPUTS,
+    shared_fs_required_gib,
+    valid_shared_fs_capacity_gib,
+)
+from infra.catalog.gpus import GPUS
+from infra.catalog.instances import INSTANCE_TYPES, UNSUPPORTED_INSTANCE_TYPES
+from infra.config.addons import AddonsConfig
+from infra.config.errors import problem
+from infra.config.model import LOG_RETENTION_DAYS, GpuNodeGroupConfig, KitConfig
+from infra.config.trainer import EP_BACKENDS, trainer_problems
+from infra.config.values import LABEL_KEY_RE, LABEL_VALUE_RE, validate_values
+from infra.problems import Problem
+from infra.versions import (
+    DEFAULT_SYSTEM_INSTANCE_TYPE,
+    DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
+    HELM_CHARTS,
+    KUBERNETES_VERSIONS,
+    TRAINER_IMAGE_DISK_GIB,
+)
+
+MAX_BACKOFF_LIMIT = 10
+
+_NAME_RE = re.compile(r"[a-z]([a-z0-9-]{0,18}[a-z0-9])?")
+_GROUP_RE = names.GPU_GROUP_NAME_RE
+_REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+_ACCOUNT_RE = re.compile(r"^\d{12}$")
+_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
+_VPC_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+_SUBNET_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{17}$")
+_PLACEMENT_GROUP_RE = re.compile(r"[!-~]{1,255}")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _cidr_problem(path: str, value: str) -> Problem | None:
+    try:
+        ipaddress.ip_network(value, strict=True)
+    except ValueError:
+        return problem(path, value, "not a valid IPv4 CIDR block",
+                       "write it as a network address with prefix length, e.g. 203.0.113.0/24")
+    return None
+
+
+def validate(cfg: KitConfig) -> list[Problem]:
+    """Every semantic problem of a type-valid config (empty list = valid)."""
+    p: list[Problem] = []
+    add = p.append
+
+    if not _NAME_RE.fullmatch(cfg.name):
+        add(problem("name", cfg.name, "must be 1-20 characters: lowercase letters, digits and '-', "
+                    "starting with a letter and ending with a letter or digit (it prefixes stack "
+                    "and cluster names)",
+                    "choose a short lowercase name such as 'moe-rl'"))
+    elif names.environment_names_can_collide(cfg.name):
+        add(problem("name", cfg.name, f"the word 'gpu' after a '-' is reserved: stacks of this "
+                    f"environment could share names with another environment's GPU stacks "
+                    f"({names.gpu_stack_name('<env>', '<group>')}), and teardown must tell them "
+                    "apart", "choose a name without '-gpu', e.g. 'moe-rl-h100'"))
+    if not _REGION_RE.fullmatch(cfg.region):
+        add(problem("region", cfg.region, "not an AWS region name", "use a name like 'us-east-1'"))
+    if cfg.account is not None and not _ACCOUNT_RE.fullmatch(cfg.account):
+        add(problem("account", cfg.account, "must be a 12-digit AWS account ID",
+                    "use the ID from `aws sts get-caller-identity`, or remove it for "
+                    "environment-agnostic stacks"))
+    if cfg.kubernetes_version not in KUBERNETES_VERSIONS:
+        add(problem("kubernetes_version", cfg.kubernetes_version,
+                    f"not a version the kit supports ({', '.join(KUBERNETES_VERSIONS)})",
+                    f"use one of {', '.join(KUBERNETES_VERSIONS)}"))
+
+    azs = cfg.availability_zones
+    if len(azs) < 2:
+        add(problem("availability_zones", azs, "EKS needs subnets in at least two AZs",
+                    f"list two or more AZs of {cfg.region}, e.g. {cfg.region}a and {cfg.region}b"))
+    if len(set(azs)) != len(azs):
+        add(problem("availability_zones", azs, "AZs must not repeat", "list each AZ once"))
+    if len(azs) > 4:
+        add(problem("availability_zones", azs, "at most four AZs fit the kit's subnet plan",
+                    "list two to four AZs"))
+    for i, az in enumerate(azs):
+        if not re.fullmatch(re.escape(cfg.region) + r"[a-z]", az):
+            add(problem(f"availability_zones[{i}]", az, f"not an AZ of region {cfg.region}",
+                        f"use a name of the form {cfg.region}a"))
+
+    _validate_vpc(cfg, add)
+
+    _validate_endpoint(cfg, add)
+
+    for i, arn in enumerate(cfg.admin_role_arns):
+        if not _ROLE_ARN_RE.fullmatch(arn):
+            add(problem(f"admin_role_arns[{i}]", arn, "not an IAM role ARN",
+                        "use arn:aws:iam::123456789012:role/NAME"))
+
+    sn = cfg.system_nodes
+    if not (0 < sn.min_size <= sn.desired_size <= sn.max_size):
+        add(problem("system_nodes", {"min_size": sn.min_size, "desired_size": sn.desired_size,
+                                     "max_size": sn.max_size},
+                    "sizes must satisfy 1 <= min_size <= desired_size <= max_size",
+                    "the Ray head and operators need at least one system node; e.g. 2/2/4"))
+    if sn.instance_type in INSTANCE_TYPES:
+        add(problem("system_nodes.instance_type", sn.instance_type,
+                    "the system node group is for CPU work, not a GPU instance type",
+                    f"use a general-purpose type such as {DEFAULT_SYSTEM_INSTANCE_TYPE}"))
+    # The Ray head and the job submitter pull the trainer image onto system nodes.
+    if not TRAINER_IMAGE_DISK_GIB + 20 <= sn.root_volume_gib <= 16384:
+        add(problem("system_nodes.root_volume_gib", sn.root_volume_gib,
+                    f"must be {TRAINER_IMAGE_DISK_GIB + 20} to 16384 GiB: the Ray head and KubeRay's "
+                    f"submitter pull the trainer image (about {TRAINER_IMAGE_DISK_GIB} GiB on disk) "
+                    "onto system nodes, next to the AMI and system images",
+                    f"use e.g. {DEFAULT_SYSTEM_ROOT_VOLUME_GIB}"))
+
+    if not cfg.gpu_node_groups:
+        add(problem("gpu_node_groups", {}, "at least one GPU node group is required",
+                    "add a group, e.g. p5: {instance_type: p5.48xlarge, availability_zone: ...}"))
+    for name, g in cfg.gpu_node_groups.items():
+        _validate_gpu_group(cfg, name, g, add)
+
+    total_max = sum(g.max_size for g in cfg.gpu_node_groups.values())
+    cg = cfg.cost_guard
+    if cg.max_gpu_nodes is not None and total_max > cg.max_gpu_nodes:
+        add(problem("cost_guard.max_gpu_nodes", cg.max_gpu_nodes,
+                    f"the GPU node groups can scale to {total_max} nodes in all (sum of max_size)",
+                    f"lower max_size of the groups or raise max_gpu_nodes to {total_max}"))
+    if cg.ttl_hours is not None and cg.ttl_hours < 1:
+        add(problem("cost_guard.ttl_hours", cg.ttl_hours, "must be at least 1", "set 1 or more"))
+    if cfg.ephemeral and cg.ttl_hours is None:
+        add(problem("cost_guard.ttl_hours", None,
+                    "an ephemeral environment must carry a time-to-live tag",
+                    "set cost_guard.ttl_hours, e.g. 6"))
+    if cfg.ephemeral and cg.max_gpu_nodes is None:
+        add(problem("cost_guard.max_gpu_nodes", None,
+                    "an ephemeral environment must cap its GPU node count",
+                    f"set cost_guard.max_gpu_nodes, e.g. {max(total_max, 1)}"))
+    if cfg.storage.noncurrent_version_days < 1:
+        add(problem("storage.noncurrent_version_days", cfg.storage.noncurrent_version_days,
+                    "must be at least 1", "set a number of days such as 30"))
+    for path, days in (("image_build.log_retention_days", cfg.image_build.log_retention_days),
+                       ("observability.log_retention_days", cfg.observability.log_retention_days)):
+        if days not in LOG_RETENTION_DAYS:
+            above = [d for d in LOG_RETENTION_DAYS if d >= days] or [LOG_RETENTION_DAYS[-1]]
+            add(problem(path, days, "not a CloudWatch Logs retention period "
+                        f"({', '.join(str(d) for d in LOG_RETENTION_DAYS)})",
+                        f"use one of those, e.g. {above[0]}"))
+
+    for name in AddonsConfig.model_fields:
+        addon = getattr(cfg.addons, name)
+        known = HELM_CHARTS[name]["versions"]
+        if addon.version is not None and addon.version not in known:
+            add(problem(f"addons.{name}.version", addon.version,
+                        f"not a version the kit knows for chart {HELM_CHARTS[name]['chart']} "
+                        f"({', '.join(known)})",
+                        "use one of those, or add the version to HELM_CHARTS in infra/versions.py "
+                        "after checking its values"))
+
+    _validate_training(cfg, add)
+    _validate_shared_filesystem(cfg, add)
+    validate_values(cfg, add)
+    p += trainer_problems(cfg, p)
+    return p
+
+
+def _validate_shared_filesystem(cfg: KitConfig, add) -> None:
+    fs = cfg.storage.shared_filesystem
+    path = "storage.shared_filesystem"
+    t = cfg.training
+    if fs.type == "none":
+        if t.nodes > 1:
+            add(problem(f"{path}.type", "none",
+                        f"a multi-node run (training.nodes = {t.nodes}) needs a file system that "
+                        "the Ray head, every worker and the job submitter share: the launcher "
+                        "runs on the head and must see the workers' saves and inputs",
+                        "set storage.shared_filesystem.type: fsx-lustre (the default), or "
+                        "training.nodes: 1"))
+        if t.hf_checkpoint.startswith(names.SHARED_FS_MOUNT_PATH + "/"):
+            add(problem("training.hf_checkpoint", t.hf_checkpoint,
+                        f"{names.SHARED_FS_MOUNT_PATH} is the shared file system's mount, and "
+                        "storage.shared_filesystem.type is none",
+                        "use a path in the image or an s3:// URI in the data bucket, or set "
+                        "storage.shared_filesystem.type: fsx-lustre"))
+        return
+    if fs.throughput_mb_s_per_tib not in SHARED_FS_THROUGHPUTS:
+        add(problem(f"{path}.throughput_mb_s_per_tib", fs.throughput_mb_s_per_tib,
+                    "FSx for Lustre PERSISTENT_2 offers "
+                    f"{', '.join(map(str, SHARED_FS_THROUGHPUTS))} MB/s per TiB",
+                    "use one of those, e.g. 250"))
+    cap = fs.capacity_gib
+    if cap != SHARED_FS_MIN_CAPACITY_GIB and (cap < SHARED_FS_CAPACITY_STEP_GIB
+                                              or cap % SHARED_FS_CAPACITY_STEP_GIB):
+        add(problem(f"{path}.capacity_gib", cap,
+                    f"FSx for Lustre PERSISTENT_2 capacity is {SHARED_FS_MIN_CAPACITY_GIB} GiB or "
+                    f"a multiple of {SHARED_FS_CAPACITY_STEP_GIB} GiB",
+                    f"use {valid_shared_fs_capacity_gib(max(cap, 1))}, the next valid size"))
+        return
+    need = shared_fs_required_gib(t.model)
+    if need is not None and cap < need:
+        add(problem(f"{path}.capacity_gib", cap,
+                    f"too small for {t.model}: its reference weights plus two checkpoints "
+                    f"(weights + optimizer state; the newest complete save stays while the next is "
+                    f"written) take {need} GiB",
+                    f"set capacity_gib: {valid_shared_fs_capacity_gib(need)}"))
+
+
+
+def _validate_endpoint(cfg: KitConfig, add) -> None:
+    e = cfg.endpoint_access
+    if e.mode == "public-and-private" and not e.public_cidrs:
+        add(problem("endpoint_access.public_cidrs", [], "a public endpoint needs the CIDRs allowed "
+                    "to reach it; the kit never opens it to everyone by default",
+                    "list your office or CI egress ranges, e.g. [203.0.113.0/24], or use "
+                    "mode: private"))
+    if e.mode == "private" and e.public_cidrs:
+        add(problem("endpoint_access.public_cidrs", e.public_cidrs,
+                    "a private endpoint has no public access for these CIDRs to restrict",
+                    "set mode: public-and-private, or remove public_cidrs"))
+    for i, cidr in enumerate(e.public_cidrs):
+        if (prob := _cidr_problem(f"endpoint_access.public_cidrs[{i}]", cidr)) is not None:
+            add(prob)
+
+
+def _validate_vpc(cfg: KitConfig, add) -> None:
+    v = cfg.vpc
+    if v.existing is None:
+        if (prob := _cidr_problem("vpc.cidr", v.cidr)) is not None:
+            add(prob)
+        elif not 16 <= ipaddress.ip_network(v.cidr).prefixlen <= 18:
+            add(problem("vpc.cidr", v.cidr, "prefix length must be /16 to /18 so every AZ gets a "
+                        "large private subnet for GPU pods", "use e.g. 10.0.0.0/16"))
+        if not 1 <= v.nat_gateways <= len(cfg.availability_zones):
+            add(problem("vpc.nat_gateways", v.nat_gateways,
+                        f"must be between 1 and the number of AZs ({len(cfg.availability_zones)})",
+                        "use 1 for cost, or one per AZ for resilience"))
+        return
+    e = v.existing
+    if not _VPC_RE.fullmatch(e.vpc_id):
+        add(problem("vpc.existing.vpc_id", e.vpc_id, "not a VPC ID", "use vpc-0123456789abcdef0"))
+    for kind in ("private_subnet_ids", "public_subnet_ids"):
+        subnets = getattr(e, kind)
+        for az, sid in subnets.items():
+            if az not in cfg.availability_zones:
+                add(problem(f"vpc.existing.{kind}.{az}", sid,
+                            f"AZ {az} is not in availability_zones {cfg.availability_zones}",
+                            "add the AZ to availability_zones or remove this subnet"))
+            if not _SUBNET_RE.fullmatch(sid):
+                add(problem(f"vpc.existing.{kind}.{az}", sid, "not a subnet ID",
+                            "use subnet-0123456789abcdef0"))
+    missing = [az for az in cfg.availability_zones if az not in e.private_subnet_ids]
+    if missing:
+        add(problem("vpc.existing.private_subnet_ids", e.private_subnet_ids,
+                    f"no private subnet for AZ(s) {', '.join(missing)}",
+                    "give one private subnet ID for every AZ in availability_zones"))
+
+
+def _validate_gpu_group(cfg: KitConfig, name: str, g: GpuNodeGroupConfig, add) -> None:
+    path = f"gpu_node_groups.{name}"
+    if not _GROUP_RE.fullmatch(name):
+        add(problem(path, name, "group names must be 1-20 characters: lowercase letters, digits "
+                    "and '-', starting with a letter", "rename the group, e.g. 'p5'"))
+    if g.instance_type in UNSUPPORTED_INSTANCE_TYPES:
+        add(problem(f"{path}.instance_type", g.instance_type,
+                    f"not supported yet: {UNSUPPORTED_INSTANCE_TYPES[g.instance_type]}",
+                    f"use one of {', '.join(INSTANCE_TYPES)}"))
+    elif g.instance_type not in INSTANCE_TYPES:
+        add(problem(f"{path}.instance_type", g.instance_type,
+                    "not in the kit's instance catalog",
+                    f"use one of {', '.join(INSTANCE_TYPES)}"))
+    elif (gpu := INSTANCE_TYPES[g.instance_type].gpu_model) not in GPUS:
+        # A catalog entry added without its GPU's record: nothing could size or build for it.
+        add(problem(f"{path}.instance_type", g.instance_type,
+                    f"its catalog entry names GPU model {gpu!r}, which has no record in the GPU "
+                    f"catalog (infra/catalog/gpus.py knows {', '.join(GPUS)})",
+                    f"add a GpuSpec for {gpu} to GPUS in infra/catalog/gpus.py"))
+    if g.min_size < 0 or g.max_size < 1 or not g.min_size <= g.desired_size <= g.max_size:
+        add(problem(path, {"min_size": g.min_size, "desired_size": g.desired_size,
+                           "max_size": g.max_size},
+                    "sizes must satisfy 0 <= min_size <= desired_size <= max_size and max_size >= 1",
+                    f"e.g. min_size: 0, desired_size: {max(g.desired_size, 1)}, "
+                    f"max_size: {max(g.desired_size, g.max_size, 1)}"))
+    if g.availability_zone not in cfg.availability_zones:
+        add(problem(f"{path}.availability_zone", g.availability_zone,
+                    f"not among the VPC's AZs {cfg.availability_zones}",
+                    "use one of availability_zones, or add this AZ there"))
+    cap = g.capacity
+    if cap.type in ("capacity-block", "odcr"):
+        if cap.reservation_id is None:
+            add(problem(f"{path}.capacity.reservation_id", None,
+                        f"capacity type {cap.type} needs the reservation it launches into",
+                        "set reservation_id to the cr-... ID from the EC2 console or "
+                        "`aws ec2 describe-capacity-reservations`"))
+        elif not _RESERVATION_RE.fullmatch(cap.reservation_id):
+            add(problem(f"{path}.capacity.reservation_id", cap.reservation_id,
+                        "not a capacity reservation ID", "use cr- followed by 17 hex digits"))
+    elif cap.reservation_id is not None:
+        add(problem(f"{path}.capacity.reservation_id", cap.reservation_id,
+                    "on-demand groups do not use a reservation",
+                    "remove reservation_id or set capacity.type to odcr or capacity-block"))
+    if not 50 <= g.root_volume_gib <= 16384:
+        add(problem(f"{path}.root_volume_gib", g.root_volume_gib,
+                    "must be 50 to 16384 GiB (the NVIDIA AMI and images need room)",
+                    "use e.g. 200"))
+    if g.placement_group_name is not None:
+        if g.placement_group:
+            add(problem(f"{path}.placement_group", True,
+                        "placement_group: true creates a new group, placement_group_name selects an "
+                        "existing one; a node group launches into one",
+                        "remove placement_group (or placement_group_name)"))
+        if not _PLACEMENT_GROUP_RE.fullmatch(g.placement_group_name):
+            add(problem(f"{path}.placement_group_name", g.placement_group_name,
+                        "not a placement group name (1-255 ASCII characters, no spaces)",
+                        "use the name shown by `aws ec2 describe-placement-groups`"))
+    for key, value in g.labels.items():
+        if key.startswith(names.LABEL_PREFIX + "/"):
+            add(problem(f"{path}.labels.{key}", value, f"the {names.LABEL_PREFIX}/ prefix is "
+                        "reserved for labels the kit sets", "use another prefix"))
+        elif not LABEL_KEY_RE.fullmatch(key) or not LABEL_VALUE_RE.fullmatch(value):
+            add(problem(f"{path}.labels.{key}", value, "not a valid Kubernetes label",
+                        "keys are [prefix/]name of up to 63 characters; values up to 63 "
+                        "alphanumerics, '-', '_' or '.'"))
+    for i, t in enumerate(g.taints):
+        if t.key == names.GPU_TAINT.key:
+            add(problem(f"{path}.taints[{i}].key", t.key,
+                        "the kit already sets this taint on every GPU node",
+                        "remove this taint"))
+
+
+def _validate_training(cfg: KitConfig, add) -> None:
+    t = cfg.training
+    if not _DNS_LABEL_RE.fullmatch(t.run_name) or len(t.run_name) > 40:
+        add(problem("training.run_name", t.run_name,
+                    "must be a DNS label of at most 40 characters (it names Kubernetes objects)",
+                    "use lowercase letters, digits and '-'"))
+    group = cfg.gpu_node_groups.get(t.node_group)
+    if group is None:
+        add(problem("training.node_group", t.node_group, "no GPU node group has this name",
+                    f"use one of {', '.join(cfg.gpu_node_groups) or '(none configured)'}"))
+        return
+    if not 1 <= t.nodes <= group.max_size:
+        add(problem("training.nodes", t.nodes,
+                    f"must be 1 to the group's max_size ({group.max_size})",
+                    f"lower training.nodes or raise gpu_node_groups.{t.node_group}.max_size"))
+    itype = INSTANCE_TYPES.get(group.instance_type)
+    if itype is None:
+        return  # already reported on the group
+    gpus = t.nodes * itype.gpu_count
+    par = t.parallel
+    for field in ("tp", "pp", "cp", "ep", "etp"):
+        if getattr(par, field) < 1:
+            add(problem(f"training.parallel.{field}", getattr(par, field), "must be at least 1",
+                        "use 1 to disable this kind of parallelism"))
+    if min(par.tp, par.pp, par.cp, par.ep, par.etp) < 1:
+        return
+    if par.tp > itype.gpu_count:
+        add(problem("training.parallel.tp", par.tp,
+                    f"tensor parallelism must stay inside one node ({itype.gpu_count} GPUs)",
+                    f"use tp <= {itype.gpu_count}"))
+    model_parallel = par.tp * par.pp * par.cp
+    if gpus % model_parallel:
+        add(problem("training.parallel", {"tp": par.tp, "pp": par.pp, "cp": par.cp},
+                    f"tp x pp x cp = {model_parallel} does not divide the job's {gpus} GPUs "
+                    f"({t.nodes} x {itype.gpu_count})",
+                    "pick sizes whose product divides the GPU count"))
+    # Megatron: expert-model-parallel groups are carved out of the world as etp x ep x pp
+    # (megatron/core/parallel_state.py, initialize_model_parallel: the expert data-parallel size is
+    # world / (etp * ep * pp) and must be a whole number).
+    expert_group = par.etp * par.ep * par.pp
+    if gpus % expert_group:
+        add(problem("training.parallel.ep", par.ep,
+                    f"etp x ep x pp = {expert_group} does not divide the job's {gpus} GPUs",
+                    "pick ep so that etp x ep x pp divides the GPU count"))
+    if par.vpp is not None and (par.vpp < 1 or par.pp == 1):
+        add(problem("training.parallel.vpp", par.vpp,
+                    "virtual pipeline stages need pp > 1 and vpp >= 1",
+                    "remove vpp or raise pp"))
+    ro = t.rollout
+    if ro.gpus_per_engine < 1 or gpus % ro.gpus_per_engine:
+        add(problem("training.rollout.gpus_per_engine", ro.gpus_per_engine,
+                    f"must divide the job's {gpus} GPUs", f"use e.g. {itype.gpu_count}"))
+    elif ro.ep < 1 or ro.gpus_per_engine % ro.ep:
+        add(problem("training.rollout.ep", ro.ep, "must divide gpus_per_engine "
+                    f"({ro.gpus_per_engine})", f"use e.g. {ro.gpus_per_engine}"))
+
+    ep = t.expert_parallel
+    if ep.backend not in EP_BACKENDS:
+        add(problem("training.expert_parallel.backend", ep.backend,
+                    "unknown expert-parallel backend", f"use one of {', '.join(EP_BACKENDS)}"))
+    if ep.gin_mode is not None and ep.backend != "deepep-gin":
+        add(problem("training.expert_parallel.gin_mode", ep.gin_mode,
+                    "gin_mode applies only to the deepep-gin backend",
+                    "remove gin_mode or set backend: deepep-gin"))
+    if ep.backend == "deepep-gin" and ep.gin_mode == "gpu" and not itype.gin_gpu:
+        add(problem("training.expert_parallel.gin_mode", "gpu",
+                    f"GPU-initiated NCCL GIN is available only on p5en and p6 instances, not "
+                    f"{itype.name}", "set gin_mode: proxy (CPU proxy) or use a p5en/p6 node group"))
+
+    if not 0 <= t.backoff_limit <= MAX_BACKOFF_LIMIT:
+        add(problem("training.backoff_limit", t.backoff_limit,
+                    f"must be 0 to {MAX_BACKOFF_LIMIT} (each retry starts a new Ray cluster on the GPU "
+                    "nodes)", "use a small number such as 2; 0 turns retries off"))
+
+    g = t.grpo
+    rollout_samples = g.rollout_batch_size * g.n_samples_per_prompt
+    trained_samples = g.global_batch_size * g.num_steps_per_rollout
+    if rollout_samples != trained_samples:
+        add(problem("training.grpo", {
+            "rollout_batch_size": g.rollout_batch_size,
+            "n_samples_per_prompt": g.n_samples_per_prompt,
+            "global_batch_size": g.global_batch_size,
+            "num_steps_per_rollout": g.num_steps_per_rollout},
+            f"Miles needs rollout_batch_size x n_samples_per_prompt = global_batch_size x "
+            f"num_steps_per_rollout, but {g.rollout_batch_size} x {g.n_samples_per_prompt} = "
+            f"{rollout_samples} and {g.global_batch_size} x {g.num_steps_per_rollout} = "
+            f"{trained_samples}",
+            "change one of the four so both products are equal, e.g. global_batch_size: "
+            f"{rollout_samples // g.num_steps_per_rollout if g.num_steps_per_rollout else rollout_samples}"))

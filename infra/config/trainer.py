@@ -1,0 +1,105 @@
+"""The trainer's contract as the kit config sees it: expert-parallel backend names, which of them
+can train, and the trainer's own run-config validation run on the run.yaml this config renders.
+
+These are trainer-owned rules held here until the trainer's contract module provides them.
+"""
+
+from __future__ import annotations
+
+from infra.catalog.instances import INSTANCE_TYPES
+from infra.config.errors import problem
+from infra.config.model import KitConfig
+from infra.config.run_config import run_config_document
+from infra.config.values import MAX_GPU_NODES_PER_GROUP
+from infra.problems import Problem
+
+EP_BACKENDS = ("nccl", "deepep-nvshmem", "deepep-gin")
+# Backends a training run may use; the fabric gate may benchmark every one of EP_BACKENDS.
+# deepep-gin cannot train yet: the Megatron-LM that Miles v0.1.0 pins (37f9161) imports DeepEP
+# V1's Buffer in its flex dispatcher (megatron/core/transformer/moe/fused_a2a.py), and DeepEP V2's
+# ElasticBuffer (the GIN route) is not supported there. The launcher (rltrainer) refuses it too.
+TRAINING_EP_BACKENDS = ("nccl", "deepep-nvshmem")
+
+
+def training_ep_backend_problems(cfg: KitConfig) -> list[Problem]:
+    """Why ``cfg`` cannot *train* with its expert-parallel backend (empty = it can).
+
+    Not part of ``validate``: the same config, with ``--ep-backend deepep-gin``, is what the
+    fabric gate benchmarks. Call it where a training job is launched.
+    """
+    backend = cfg.training.expert_parallel.backend
+    if backend in TRAINING_EP_BACKENDS or backend not in EP_BACKENDS:
+        return []
+    return [problem(
+        "training.expert_parallel.backend", backend,
+        "DeepEP V2 over NCCL GIN cannot train yet: the Megatron-LM that Miles v0.1.0 pins "
+        "(37f9161) drives DeepEP V1's Buffer in its flex dispatcher "
+        "(megatron/core/transformer/moe/fused_a2a.py) and does not support V2's ElasticBuffer",
+        "use deepep-nvshmem (DeepEP V1 over NVSHMEM/libfabric) or nccl for training; "
+        "`rlkit gate --ep-backend deepep-gin` may still benchmark it")]
+
+
+# Where each run-config field comes from in the kit config (rltrainer's paths -> ours).
+_RUN_CONFIG_PATHS = (
+    ("parallel.training.", "training.parallel."),
+    ("parallel.rollout.", "training.rollout."),
+    ("parallel.nodes", "training.nodes"),
+    ("parallel.gpus_per_node", "gpu_node_groups.<training.node_group>.instance_type"),
+    ("model.hf_checkpoint", "training.hf_checkpoint"),
+    ("model.name", "training.model"),
+    ("data.prompt_data", "training.prompt_data"),
+    ("run_name", "training.run_name"),
+    ("grpo", "training.grpo"),
+    ("expert_parallel", "training.expert_parallel"),
+    ("parallel", "training.parallel"),
+)
+
+
+def _kit_path(run_config_path: str) -> str:
+    for theirs, ours in _RUN_CONFIG_PATHS:
+        if run_config_path.startswith(theirs):
+            return ours + run_config_path[len(theirs):]
+    return f"training ({run_config_path})"
+
+
+def trainer_problems(cfg: KitConfig, already: list[Problem]) -> list[Problem]:
+    """The trainer's own run-config validation (rltrainer.config), run on the run.yaml this
+    config renders, so that what the trainer would refuse after the GPUs start fails here. Its
+    problems are reported with the kit config's field paths; those the kit already reported are
+    left out."""
+    try:
+        from rltrainer.config import ConfigError as RunConfigError
+        from rltrainer.config import parse_run_config
+    except ImportError:  # the trainer package ships with the kit (requirements.txt)
+        return [problem("training", "rltrainer", "the trainer package is not installed, so the "
+                        "run config cannot be checked", "pip install -r requirements.txt")]
+    group = cfg.gpu_node_groups.get(cfg.training.node_group)
+    itype = INSTANCE_TYPES.get(group.instance_type) if group is not None else None
+    if itype is None:
+        return []  # reported already (unknown group or instance type)
+    if not 1 <= cfg.training.nodes <= min(group.max_size, MAX_GPU_NODES_PER_GROUP):
+        # Reported already; and the trainer's hints enumerate divisors of the GPU count, which
+        # must stay small (10**9 nodes would take minutes).
+        return []
+    # The bucket is known only after deploy; any valid name stands in for it.
+    doc = run_config_document(cfg, itype, bucket="rlkit-config-check",
+                              prompt_data=cfg.training.prompt_data if
+                              cfg.training.prompt_data.startswith(("s3://", "/"))
+                              else f"s3://rlkit-config-check/{cfg.training.prompt_data}")
+    try:
+        parse_run_config(doc, "run config")
+    except RunConfigError as err:
+        reported = [p.path for p in already]
+        found = []
+        for rp in err.problems:
+            if rp.path == "expert_parallel.backend":
+                # The kit checks the backend itself; the fabric gate renders configs with
+                # deepep-gin to benchmark it, which the trainer refuses only for training.
+                continue
+            path = _kit_path(rp.path)
+            if any(path == r or path.startswith(r + ".") or r.startswith(path + ".")
+                   for r in reported):
+                continue
+            found.append(problem(path, rp.value, f"the trainer refuses it: {rp.rule}", rp.fix))
+        return found
+    return []

@@ -1,0 +1,114 @@
+"""Config rules on plain values: AWS tag rules, Kubernetes label and taint syntax, absolute
+size caps and where the trainer may read its inputs."""
+
+from __future__ import annotations
+
+import re
+
+from infra import names
+from infra.catalog.instances import INSTANCE_TYPES
+from infra.config.errors import problem
+from infra.config.model import KitConfig
+from infra.versions import DEFAULT_SYSTEM_INSTANCE_TYPE
+
+LABEL_KEY_RE = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
+
+# Absolute caps, whatever cost_guard says: a typo such as max_size: 2000 must never reach
+# CloudFormation. They are the kit's own guard rails, not AWS quotas; raise them here if a real
+# environment needs more.
+MAX_GPU_NODES_PER_GROUP = 256
+MAX_SYSTEM_NODES = 32
+# AWS tag rules [AWS General Reference, "Tagging AWS resources", tag naming limits]: keys 1-128
+# and values 0-256 Unicode characters of letters, digits, spaces and _ . : / = + - @; the aws:
+# prefix is reserved for AWS; at most 50 tags per resource (the kit adds its own).
+_TAG_CHARS_RE = re.compile(r"[\w .:/=+\-@]*")
+MAX_USER_TAGS = 40
+KIT_TAG_PREFIX = "rlkit:"
+_INSTANCE_TYPE_RE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
+
+
+def validate_values(cfg: KitConfig, add) -> None:
+    """Problems of plain values (tags, taints, caps, input locations), passed to ``add``."""
+    if len(cfg.tags) > MAX_USER_TAGS:
+        add(problem("tags", f"{len(cfg.tags)} tags", f"at most {MAX_USER_TAGS} tags (AWS allows "
+                    "50 per resource and the kit adds its own)", "drop some tags"))
+    for key, value in cfg.tags.items():
+        path = f"tags.{key}"
+        if key.lower().startswith("aws:"):
+            add(problem(path, key, "the aws: prefix is reserved for AWS",
+                        "use another key, e.g. team or cost-center"))
+        elif key.startswith(KIT_TAG_PREFIX):
+            add(problem(path, key, f"the {KIT_TAG_PREFIX} prefix is reserved for the kit's own "
+                        f"tags ({names.ENVIRONMENT_TAG}, {names.TTL_TAG})",
+                        "use another key; the kit sets these itself"))
+        elif not 1 <= len(key) <= 128 or not _TAG_CHARS_RE.fullmatch(key):
+            add(problem(path, key, "a tag key is 1-128 letters, digits, spaces and _ . : / = + - @",
+                        "rename the key"))
+        if len(value) > 256 or not _TAG_CHARS_RE.fullmatch(value):
+            add(problem(path, value, "a tag value is up to 256 letters, digits, spaces and "
+                        "_ . : / = + - @", "shorten or simplify the value"))
+
+    sn = cfg.system_nodes
+    if not _INSTANCE_TYPE_RE.fullmatch(sn.instance_type):
+        add(problem("system_nodes.instance_type", sn.instance_type,
+                    "not an EC2 instance type name (family.size)",
+                    "use e.g. m7i.xlarge"))
+    else:
+        family = sn.instance_type.split(".")[0]
+        parts = re.fullmatch(r"([a-z]+)(\d+)([a-z-]*)", family)
+        if family.startswith(("p", "g", "trn", "inf", "dl")) and sn.instance_type not in \
+                INSTANCE_TYPES:
+            add(problem("system_nodes.instance_type", sn.instance_type,
+                        "an accelerated instance type costs GPU prices for CPU work",
+                        f"use a general-purpose type such as {DEFAULT_SYSTEM_INSTANCE_TYPE}"))
+        elif family == "a1" or (parts is not None and "g" in parts.group(3)):
+            add(problem("system_nodes.instance_type", sn.instance_type,
+                        "an Arm (Graviton) type, but system nodes run the x86_64 AL2023 AMI",
+                        f"use an x86_64 type such as {DEFAULT_SYSTEM_INSTANCE_TYPE}"))
+    if sn.max_size > MAX_SYSTEM_NODES:
+        add(problem("system_nodes.max_size", sn.max_size,
+                    f"at most {MAX_SYSTEM_NODES} system nodes (the kit's absolute cap)",
+                    "use a small number such as 4"))
+
+    for group, g in cfg.gpu_node_groups.items():
+        path = f"gpu_node_groups.{group}"
+        if g.max_size > MAX_GPU_NODES_PER_GROUP:
+            add(problem(f"{path}.max_size", g.max_size,
+                        f"at most {MAX_GPU_NODES_PER_GROUP} nodes per GPU group (the kit's "
+                        "absolute cap, whatever cost_guard says)",
+                        "check for a typo; split a larger fleet into several groups"))
+        seen: set[tuple[str, str]] = set()
+        for i, t in enumerate(g.taints):
+            if not LABEL_KEY_RE.fullmatch(t.key):
+                add(problem(f"{path}.taints[{i}].key", t.key, "not a valid Kubernetes taint key",
+                            "use [prefix/]name, the name up to 63 letters, digits, '-', '_', '.'"))
+            if not LABEL_VALUE_RE.fullmatch(t.value):
+                add(problem(f"{path}.taints[{i}].value", t.value,
+                            "not a valid Kubernetes taint value",
+                            "use up to 63 letters, digits, '-', '_' or '.'"))
+            if (t.key, t.effect) in seen:
+                add(problem(f"{path}.taints[{i}]", f"{t.key}:{t.effect}",
+                            "the same key and effect twice", "keep one"))
+            seen.add((t.key, t.effect))
+
+    t = cfg.training
+    if not t.prompt_data.startswith(("s3://", "/")) and \
+            not t.prompt_data.startswith(names.DATASETS_PREFIX):
+        add(problem("training.prompt_data", t.prompt_data,
+                    f"a data-bucket key must live under {names.DATASETS_PREFIX} (the trainer's "
+                    f"role may read only {names.DATASETS_PREFIX} and {names.CHECKPOINTS_PREFIX})",
+                    f"upload the file to s3://<bucket>/{names.DATASETS_PREFIX} and use "
+                    f"{names.DATASETS_PREFIX}{t.prompt_data.rsplit('/', 1)[-1]}, or give an "
+                    "absolute path inside the image"))
+    for field_name in ("prompt_data", "hf_checkpoint"):
+        value = getattr(t, field_name)
+        key = value[len("s3://"):].partition("/")[2] if value.startswith("s3://") else None
+        if key is not None and not key.startswith(names.DATASETS_PREFIX):
+            add(problem(f"training.{field_name}", value,
+                        f"the trainer's role may read only the data bucket's "
+                        f"{names.DATASETS_PREFIX} and {names.CHECKPOINTS_PREFIX} prefixes; this "
+                        "URI is outside them, so the job would fail after the GPUs start",
+                        f"copy the data into the data bucket under {names.DATASETS_PREFIX} and "
+                        f"give its key, e.g. {names.DATASETS_PREFIX}"
+                        f"{value.rstrip('/').rsplit('/', 1)[-1]}"))

@@ -1,0 +1,35 @@
+"""Warnings about a valid config: what it allows but a user should hear before deploying."""
+
+from __future__ import annotations
+
+from infra.config.model import KitConfig
+
+
+def config_warnings(cfg: KitConfig) -> list[str]:
+    """Things a valid config allows but a user should hear about before deploying."""
+    warnings = []
+    if cfg.endpoint_access.mode == "private":
+        warnings.append(
+            "endpoint_access.mode is private: the Kubernetes API is reachable only from inside "
+            "the VPC (VPN, bastion, peered network), so kubectl and rlkit gate/launch/status must "
+            "run there. Fix: to use them from your workstation or CI, set mode: "
+            "public-and-private and public_cidrs: [<your egress CIDR>].")
+    elif "0.0.0.0/0" in cfg.endpoint_access.public_cidrs:
+        warnings.append(
+            "endpoint_access.public_cidrs contains 0.0.0.0/0: the Kubernetes API endpoint is open "
+            "to the internet (authentication still applies). Fix: list only your egress CIDRs.")
+    if not cfg.admin_role_arns:
+        warnings.append(
+            "admin_role_arns is empty: NO IAM principal will have Kubernetes access to this "
+            "cluster (API authentication mode; the creator gets no admin access entry, and the "
+            "creator is CloudFormation's role anyway). kubectl, rlkit gate and rlkit launch will "
+            "get Unauthorized. Fix: list the IAM role ARN you (or your CI) deploy and operate with "
+            "under admin_role_arns, e.g. arn:aws:iam::123456789012:role/ml-platform-admin.")
+    if (cfg.observability.enabled and cfg.addons.enabled("dcgm_exporter")
+            and not cfg.addons.dcgm_exporter.service_monitor):
+        warnings.append(
+            "addons.dcgm_exporter is on (with no ServiceMonitor) and so is observability: the "
+            "CloudWatch observability add-on already runs a DCGM exporter on every GPU node, so "
+            "each node gets two. Fix: turn addons.dcgm_exporter off unless your own Prometheus "
+            "scrapes it.")
+    return warnings

@@ -1,0 +1,142 @@
+"""What the planner is asked: ``PlanRequest`` for a training step, ``RLPlanRequest`` for a GRPO
+step, and the parts they are made of (``Pins``, ``RLSetup``).
+
+Every request is a frozen dataclass; ``plan(request)`` and ``plan_rl(request)`` check it and raise
+``PlannerError`` naming the request's fields (``nodes``, ``max_nodes``, ...), which a front end
+spells its own way (the CLI: ``--nodes``, ``--max-nodes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from infra.catalog.models import MoEModel
+from infra.planner.errors import PlannerError
+from infra.planner.layout import Recompute, TrainingSetup
+
+Objective = Literal["cost", "throughput"]
+Placement = Literal["colocated", "disaggregated"]
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Parts of the layout the caller fixed (None = search)."""
+
+    tp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    cp: int | None = None
+    vpp: int | None = None
+    mbs: int | None = None
+    recompute: Recompute | None = None
+
+    def fixed(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class RLSetup:
+    """What one GRPO step generates and trains."""
+
+    prompts: int = 32  # rollout_batch_size
+    samples_per_prompt: int = 8  # n_samples_per_prompt
+    prompt_len: int = 512
+    max_response_len: int = 8192  # rollout_max_response_len
+    mean_response_len: int = 0  # 0: 60% of the maximum (long-tailed reasoning lengths)
+    steps_per_rollout: int = 1  # optimizer steps per rollout (num_steps_per_rollout)
+    logprob_passes: int = 1  # forward-only passes before training (old policy; +1 with KL)
+    mem_fraction: float = 0.7  # SGLang mem_fraction_static
+    overlap: bool = False  # disaggregated only: one-step off-policy overlap
+
+    def __post_init__(self) -> None:
+        problems = []
+        for f in ("prompts", "samples_per_prompt", "prompt_len", "max_response_len",
+                  "steps_per_rollout"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                problems.append(f"{f}={v!r} must be a whole number >= 1")
+        for f in ("mean_response_len", "logprob_passes"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                problems.append(f"{f}={v!r} must be a whole number >= 0")
+        if not problems and self.mean_response_len > self.max_response_len:
+            problems.append(f"mean_response_len={self.mean_response_len} exceeds "
+                            f"max_response_len={self.max_response_len}; lower it")
+        if not problems and self.samples % self.steps_per_rollout:
+            problems.append(f"steps_per_rollout={self.steps_per_rollout} does not divide the "
+                            f"{self.samples} samples of a rollout (prompts x samples_per_prompt); "
+                            "Miles needs rollout_batch_size x n_samples_per_prompt = "
+                            "global_batch_size x num_steps_per_rollout")
+        if not (isinstance(self.mem_fraction, float | int) and 0.1 <= self.mem_fraction < 1.0):
+            problems.append(f"mem_fraction={self.mem_fraction!r} must be from 0.1 to below 1")
+        if problems:
+            raise PlannerError("invalid RL setup: " + "; ".join(problems))
+
+    @property
+    def samples(self) -> int:
+        return self.prompts * self.samples_per_prompt
+
+    @property
+    def mean_response(self) -> int:
+        return self.mean_response_len or int(0.6 * self.max_response_len)
+
+    @property
+    def mean_sequence(self) -> int:
+        return self.prompt_len + self.mean_response
+
+    @property
+    def train_batch(self) -> int:
+        return self.samples // self.steps_per_rollout
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A training-step plan: ``model`` on ``instance_type``.
+
+    ``nodes`` fixes the node count; otherwise 1..``max_nodes`` (default 32) are searched.
+    ``max_nodes`` is a quota: asking for more nodes than it allows is an error. ``setup`` is what
+    is trained and how (sequence, batch, precision, schedule, a colocated rollout engine);
+    ``pins`` fixes parts of the layout. ``memory_headroom_gib`` keeps that much GPU memory free on
+    top of the model's own reserve and fragmentation allowance. ``price_per_hour`` overrides the
+    catalog's on-demand price; ``allow_reference_systems`` admits the validation-only InfiniBand
+    systems.
+    """
+
+    model: str | MoEModel
+    instance_type: str
+    nodes: int | None = None
+    max_nodes: int | None = None
+    setup: TrainingSetup = field(default_factory=TrainingSetup)
+    pins: Pins = field(default_factory=Pins)
+    ep_backend: str | None = None
+    objective: Objective = "cost"
+    top: int = 5
+    price_per_hour: float | None = None
+    memory_headroom_gib: float = 0.0
+    allow_reference_systems: bool = False
+
+
+@dataclass(frozen=True)
+class RLPlanRequest:
+    """A GRPO-step plan: ``model`` on ``instance_type``, generating and training what ``rl`` says.
+
+    ``nodes`` fixes the job's node count (training and rollout pools together); otherwise
+    1..``max_nodes`` (default 16) are searched. ``engine`` pins (GPUs, expert-parallel size) of
+    one SGLang engine; ``pins`` parts of the training layout.
+    """
+
+    model: str | MoEModel
+    instance_type: str
+    rl: RLSetup = field(default_factory=RLSetup)
+    nodes: int | None = None
+    max_nodes: int | None = None
+    precision: str = "bf16"
+    placements: tuple[Placement, ...] = ("colocated", "disaggregated")
+    objective: Objective = "cost"
+    top: int = 5
+    pins: Pins = field(default_factory=Pins)
+    engine: tuple[int, int] | None = None
+    ep_backend: str | None = None
+    price_per_hour: float | None = None
