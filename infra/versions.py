@@ -1,7 +1,8 @@
 """Every version the kit pins for things that run on (or build) the cluster, in one place.
 
 Each entry names its source. Change a version here and the CDK side, the manifests and the
-preflight checks all follow.
+preflight checks all follow. The exception is the Helm add-ons: each one's chart versions live in
+its own record (infra/addons/<key>.py), which ``HELM_CHARTS`` below only mirrors.
 """
 
 from __future__ import annotations
