@@ -1,10 +1,15 @@
 """Every version the kit pins for things that run on (or build) the cluster, in one place.
 
 Each entry names its source. Change a version here and the CDK side, the manifests and the
-preflight checks all follow.
+preflight checks all follow. The exception is the Helm add-ons: each one's chart versions live in
+its own record (infra/addons/<key>.py), which ``HELM_CHARTS`` below only mirrors.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from infra import addons
 
 # Kubernetes versions the kit is tested with -> the Python package and module of the matching
 # kubectl Lambda layer (PyPI: aws-cdk.lambda-layer-kubectl-vNN; aws_eks_v2 needs one whose minor
@@ -140,58 +145,41 @@ IMAGE_BUILD_HOST_IMAGE = "aws/codebuild/standard:7.0"
 IMAGE_BUILD_BUILDKIT_IMAGE = "moby/buildkit:v0.32.2"
 
 
-# Helm charts the cluster stack installs. `versions` lists what the kit knows to work with its
-# values: each was rendered with the kit's values by the chart contract test
-# (tests/test_chart_contract.py, charts from ../shared/charts); config validation refuses anything
-# else (add a version here only after that test passes for it).
-HELM_CHARTS: dict[str, dict] = {
-    # aws/eks-charts stable/aws-efa-k8s-device-plugin, chart v0.5.30 at commit 5239609 (2026-08-03),
-    # read 2026-11-30. Its DaemonSet is placed by a required node affinity on an instance-type
-    # allowlist (`supportedInstanceLabels`); v0.5.30's list has every catalog type (p5, p5e, p5en,
-    # p6-b200, p6-b300), v0.5.7's has no p6. Default tolerations are empty, so the kit passes the
-    # GPU groups' tolerations.
-    "efa_device_plugin": {
-        "repository": "https://aws.github.io/eks-charts",
-        "chart": "aws-efa-k8s-device-plugin",
-        "namespace": "kube-system",
-        "release": "aws-efa-k8s-device-plugin",
-        "version": "v0.5.30",
-        "versions": ["v0.5.30"],
-    },
-    # NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin, tag v0.20.0 (1b826ac), read
-    # 2026-11-30. The AL2023 NVIDIA AMI ships the driver and container toolkit, not the device
-    # plugin [EKS user guide, AL2023 accelerated AMIs]. Its required node affinity wants
-    # nvidia.com/gpu.present=true or NFD labels: the kit labels GPU nodes (infra/names.py).
-    "nvidia_device_plugin": {
-        "repository": "https://nvidia.github.io/k8s-device-plugin",
-        "chart": "nvidia-device-plugin",
-        "namespace": "nvidia-device-plugin",
-        "release": "nvidia-device-plugin",
-        "version": "0.20.0",
-        "versions": ["0.20.0", "0.17.1"],
-    },
-    # ray-project/kuberay helm-chart/kuberay-operator, tag v1.7.0 (59d663a), read 2026-11-30. It
-    # ships the RayJob/RayCluster CRDs the manifests are validated against
-    # (../shared/crds/kuberay-v1.7.0).
-    "kuberay_operator": {
-        "repository": "https://ray-project.github.io/kuberay-helm/",
-        "chart": "kuberay-operator",
-        "namespace": "kuberay-system",
-        "release": "kuberay-operator",
-        "version": "1.7.0",
-        "versions": ["1.7.0"],
-    },
-    # NVIDIA/dcgm-exporter deployment/ chart 4.8.2 at commit d5e5f51 (2026-05-12), read 2026-11-30.
-    # Optional, off by default. Its ServiceMonitor (on by default in the chart) needs the Prometheus
-    # Operator CRDs, so the kit renders it only when the config says they exist.
-    "dcgm_exporter": {
-        "repository": "https://nvidia.github.io/dcgm-exporter/helm-charts",
-        "chart": "dcgm-exporter",
-        "namespace": "gpu-monitoring",
-        "release": "dcgm-exporter",
-        "version": "4.8.2",
-        "versions": ["4.8.2"],
-    },
-}
-ADDONS_ENABLED_BY_DEFAULT = {"efa_device_plugin": True, "nvidia_device_plugin": True,
-                             "kuberay_operator": True, "dcgm_exporter": False}
+# Helm charts the cluster stack installs: each add-on's module in infra/addons/ declares its
+# chart, repository, pinned version and the versions the chart contract test
+# (tests/test_chart_contract.py, charts from ../shared/charts) rendered with the kit's values,
+# each with where it was read; config validation refuses any other version. The two names below
+# are read-only views of that registry for code that reads them by add-on key; they follow it
+# (records added or a registry patched in a test included).
+
+
+class _HelmChartsView(Mapping):
+    """Add-on key -> {repository, chart, namespace, release, version, versions}."""
+
+    def __getitem__(self, key: str) -> dict:
+        a = addons.addon(key)
+        return {"repository": a.repository, "chart": a.chart, "namespace": a.namespace,
+                "release": a.release, "version": a.version, "versions": a.versions}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([a.key for a in addons.ADDONS])
+
+    def __len__(self) -> int:
+        return len(addons.ADDONS)
+
+
+class _EnabledByDefaultView(Mapping):
+    """Add-on key -> whether it is installed when the config does not say."""
+
+    def __getitem__(self, key: str) -> bool:
+        return addons.addon(key).enabled_by_default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([a.key for a in addons.ADDONS])
+
+    def __len__(self) -> int:
+        return len(addons.ADDONS)
+
+
+HELM_CHARTS: Mapping[str, dict] = _HelmChartsView()
+ADDONS_ENABLED_BY_DEFAULT: Mapping[str, bool] = _EnabledByDefaultView()

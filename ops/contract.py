@@ -12,9 +12,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra import addons as registry
 from infra import names
 from infra.config import KitConfig
-from infra.versions import HELM_CHARTS, NODE_MONITORING_ADDON
+from infra.versions import NODE_MONITORING_ADDON
 from ops import helm, observability, scheduling
 
 
@@ -24,6 +25,8 @@ class ContractReport:
     releases: list[helm.ChartRelease]
     nodes: list[scheduling.NodeGroupModel]
     notes: list[str] = field(default_factory=list)
+    # Pod name -> the node groups it would land on (rendered charts and kit manifests).
+    lands: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -44,16 +47,20 @@ def assembly_templates(cdk_out: Path) -> dict[str, dict]:
 
 
 def intended_chart_targets(config: KitConfig) -> dict[str, frozenset[str]]:
-    """Chart workload name -> the node groups it serves. Device plugins and the DCGM exporter
-    serve every GPU group; the KubeRay operator runs on the system nodes; anything else a chart
-    renders (e.g. the NVIDIA plugin's MPS daemon, for MPS-labelled nodes only) serves none."""
+    """Chart workload name -> the node groups it serves, from each add-on record's workloads
+    (GPU: every GPU group; system: the system group; both). Anything else a chart renders
+    (e.g. the NVIDIA plugin's MPS daemon, for MPS-labelled nodes only) serves none."""
     gpu = frozenset(config.gpu_node_groups)
-    return {
-        HELM_CHARTS["efa_device_plugin"]["release"]: gpu,
-        HELM_CHARTS["nvidia_device_plugin"]["release"]: gpu,
-        HELM_CHARTS["dcgm_exporter"]["release"]: gpu,
-        HELM_CHARTS["kuberay_operator"]["release"]: frozenset({scheduling.SYSTEM_GROUP}),
-    }
+    system = frozenset({scheduling.SYSTEM_GROUP})
+    return {w.name: (gpu if w.lands.on_gpu else frozenset())
+            | (system if w.lands.on_system else frozenset())
+            for addon in registry.ADDONS for w in addon.workloads}
+
+
+def chart_advertised_resources() -> dict[str, str]:
+    """Device plugin workload name -> the extended resource it makes allocatable."""
+    return {w.name: w.advertises for addon in registry.ADDONS for w in addon.workloads
+            if w.advertises}
 
 
 def render_charts(releases: list[helm.ChartRelease], *, kubernetes_version: str,
@@ -93,10 +100,12 @@ def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path 
                                       chart_dir=chart_dir, cache_dir=cache_dir,
                                       allow_pull=allow_pull)
     nodes = scheduling.node_groups(config, templates)
-    chart_pods = scheduling.chart_pods(chart_objects, intended_chart_targets(config))
+    chart_pods = scheduling.chart_pods(chart_objects, intended_chart_targets(config),
+                                       chart_advertised_resources())
     kit_pods = scheduling.kit_pods(kit_objects(config),
                                    training_group=config.training.node_group)
-    findings = scheduling.check(nodes, chart_pods, kit_pods)
+    placed = scheduling.schedule(nodes, chart_pods, kit_pods)
+    findings = placed.findings
     # The CloudWatch observability add-on is a managed add-on, not a rendered chart: its
     # DaemonSets' tolerations are read from the add-on's configuration in the template.
     findings += observability.addon_findings(cluster_template, nodes)
@@ -119,4 +128,5 @@ def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path 
                      "container logs) is an EKS managed add-on: its DaemonSets take the chart's "
                      "root tolerations, checked above against every node group's taints; its "
                      "pods' other scheduling is not modelled here")
-    return ContractReport(findings=findings, releases=releases, nodes=nodes, notes=notes)
+    return ContractReport(findings=findings, releases=releases, nodes=nodes, notes=notes,
+                          lands=placed.lands)

@@ -36,9 +36,10 @@ SYSTEM_GROUP = "system"
 NODE_DISK_RESERVE_GIB = 20
 _EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
             "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
-# Which device plugin DaemonSet advertises which extended resource.
-_PLUGIN_RESOURCES = {"nvidia-device-plugin": GPU_RESOURCE,
-                     "aws-efa-k8s-device-plugin": EFA_RESOURCE}
+# How much of an extended resource a node has where the device plugin that advertises it runs
+# (which DaemonSet advertises what is declared by its add-on record, infra/addons/).
+_ADVERTISED_AMOUNT = {GPU_RESOURCE: lambda itype: itype.gpu_count,
+                      EFA_RESOURCE: lambda itype: itype.efa_devices}
 # vCPUs and GiB per vCPU of common general-purpose/compute/memory families, for system nodes
 # (EC2 instance type naming: large = 2 vCPUs, xlarge = 4, Nxlarge = 4N).
 _GIB_PER_VCPU = {"m": 4, "c": 2, "r": 8}
@@ -66,6 +67,7 @@ class PodModel:
     intended: frozenset[str]  # node groups it must land on (and no others)
     daemonset: bool = False
     kit_image: bool = False  # runs the trainer image (needs TRAINER_IMAGE_DISK_GIB of disk)
+    advertises: str | None = None  # extended resource a device plugin pod makes allocatable
 
 
 @dataclass(frozen=True)
@@ -205,9 +207,12 @@ def _pod_spec(obj: dict) -> dict | None:
     return None
 
 
-def chart_pods(objects: Iterable[dict], intended: dict[str, frozenset[str]]) -> list[PodModel]:
+def chart_pods(objects: Iterable[dict], intended: dict[str, frozenset[str]],
+               advertises: dict[str, str] | None = None) -> list[PodModel]:
     """Pods of rendered chart objects. ``intended`` maps a workload name to the node groups it
-    serves; a workload missing there is intended for no node group."""
+    serves; a workload missing there is intended for no node group. ``advertises`` maps a device
+    plugin's workload name to the extended resource it makes allocatable."""
+    advertises = advertises or {}
     pods = []
     for obj in objects:
         spec = _pod_spec(obj)
@@ -217,7 +222,8 @@ def chart_pods(objects: Iterable[dict], intended: dict[str, frozenset[str]]) -> 
         ns = obj["metadata"].get("namespace", "default")
         pods.append(PodModel(name=f"{obj['kind']} {ns}/{name}", spec=spec,
                              intended=intended.get(name, frozenset()),
-                             daemonset=obj["kind"] == "DaemonSet"))
+                             daemonset=obj["kind"] == "DaemonSet",
+                             advertises=advertises.get(name)))
     return pods
 
 
@@ -361,13 +367,30 @@ def _fmt(resource: str, amount: float) -> str:
     return f"{amount:g}"
 
 
+@dataclass
+class Schedule:
+    """The check's result: every finding, and per pod the node groups it would land on."""
+
+    findings: list[Finding]
+    lands: dict[str, list[str]]  # pod name -> node groups, in node-group order
+
+
 def check(nodes: list[NodeGroupModel], chart: list[PodModel],
           kit: list[PodModel]) -> list[Finding]:
     """Every way the pods would not land exactly where they should."""
+    return schedule(nodes, chart, kit).findings
+
+
+def schedule(nodes: list[NodeGroupModel], chart: list[PodModel],
+             kit: list[PodModel]) -> Schedule:
+    """Place every pod on the node groups (DaemonSets first, as they decide which extended
+    resources exist): where each lands, and every way that differs from where it should."""
     findings: list[Finding] = []
+    lands: dict[str, list[str]] = {}
     used: dict[str, dict[str, float]] = {n.name: {} for n in nodes}
     # DaemonSets first: they decide which extended resources exist and take their share.
     for pod in [p for p in chart if p.daemonset]:
+        lands[pod.name] = []
         for node in nodes:
             problem = placement_problem(pod.spec, node)
             if problem is None and node.name not in pod.intended:
@@ -375,13 +398,12 @@ def check(nodes: list[NodeGroupModel], chart: list[PodModel],
                                         f"{sorted(pod.intended) or 'no node group'}"))
             elif problem is not None and node.name in pod.intended:
                 findings.append(Finding(pod.name, node.name, problem))
+            if problem is None:
+                lands[pod.name].append(node.name)
             itype = INSTANCE_TYPES.get(node.instance_type)
             if problem is None and itype is not None:
-                resource = _PLUGIN_RESOURCES.get(pod.name.rsplit("/", 1)[-1])
-                if resource == GPU_RESOURCE:
-                    node.allocatable[resource] = itype.gpu_count
-                elif resource == EFA_RESOURCE:
-                    node.allocatable[resource] = itype.efa_devices
+                if pod.advertises in _ADVERTISED_AMOUNT:
+                    node.allocatable[pod.advertises] = _ADVERTISED_AMOUNT[pod.advertises](itype)
                 for r, amount in _requests(pod.spec).items():
                     used[node.name][r] = used[node.name].get(r, 0.0) + amount
     for pod in [p for p in chart if not p.daemonset] + kit:
@@ -394,11 +416,12 @@ def check(nodes: list[NodeGroupModel], chart: list[PodModel],
                 fits.append(node.name)
             elif node.name in pod.intended:
                 findings.append(Finding(pod.name, node.name, problem))
+        lands[pod.name] = fits
         for name in fits:
             if name not in pod.intended:
                 findings.append(Finding(pod.name, name, "could be scheduled here, but it belongs "
                                         f"only on {sorted(pod.intended)}"))
-    return findings
+    return Schedule(findings=findings, lands=lands)
 
 
 # --- EKS managed add-ons (not rendered charts: their tolerations come from the template) --------

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from conftest import EXAMPLES, resources
+from infra import addons as registry
 from infra import names
+from infra.addons import Wait
 from infra.config import ConfigError, parse_config
-from infra.versions import HELM_CHARTS
 
 HELM = "Custom::AWSCDK-EKS-HelmChart"
 
@@ -26,22 +27,30 @@ def values(chart: dict) -> dict:
     return json.loads(chart["Values"]) if isinstance(chart["Values"], str) else chart["Values"]
 
 
-@pytest.mark.parametrize("key", ["efa_device_plugin", "nvidia_device_plugin", "kuberay_operator"])
+@pytest.mark.parametrize("key", [a.key for a in registry.ADDONS if a.enabled_by_default])
 def test_default_charts_repository_version_namespace(synth, key):
-    spec = HELM_CHARTS[key]
-    chart = charts(synth("default"))[spec["chart"]]
-    assert chart["Repository"] == spec["repository"]
-    assert chart["Version"] == spec["version"]
-    assert chart["Namespace"] == spec["namespace"]
+    spec = registry.addon(key)
+    chart = charts(synth("default"))[spec.chart]
+    assert chart["Repository"] == spec.repository
+    assert chart["Version"] == spec.version
+    assert chart["Namespace"] == spec.namespace
+    assert chart["Release"] == spec.release
     assert chart["CreateNamespace"] is True
+
+
+def test_default_charts_are_the_records_on_by_default(synth):
+    assert list(charts(synth("default"))) == [a.chart for a in registry.ADDONS
+                                              if a.enabled_by_default]
+    assert [a.key for a in registry.ADDONS if a.enabled_by_default] == [
+        "efa_device_plugin", "nvidia_device_plugin", "kuberay_operator"]
 
 
 def test_pinned_versions():
     # v0.5.30's instance-type allowlist has p6-b200/p6-b300 (v0.5.7's does not).
-    assert HELM_CHARTS["efa_device_plugin"]["version"] == "v0.5.30"
-    assert HELM_CHARTS["nvidia_device_plugin"]["version"] == "0.20.0"
+    assert registry.addon("efa_device_plugin").version == "v0.5.30"
+    assert registry.addon("nvidia_device_plugin").version == "0.20.0"
     # Must match the CRDs the manifests are validated against (../shared/crds/kuberay-v1.7.0).
-    assert HELM_CHARTS["kuberay_operator"]["version"] == "1.7.0"
+    assert registry.addon("kuberay_operator").version == "1.7.0"
 
 
 def test_device_plugin_values(synth):
@@ -61,7 +70,9 @@ def test_chart_tolerations_match_every_gpu_node_group(synth, example):
     """Compares the synthesized node groups with the synthesized charts, so changing the node
     group's taint without the charts' tolerations (or the reverse) fails here."""
     s = synth(example)
-    gpu_charts = [c for name, c in charts(s).items() if name != "kuberay-operator"]
+    on_gpu = {a.chart for a in registry.ADDONS if any(w.lands.on_gpu for w in a.workloads)}
+    assert on_gpu == {"aws-efa-k8s-device-plugin", "nvidia-device-plugin", "dcgm-exporter"}
+    gpu_charts = [c for name, c in charts(s).items() if name in on_gpu]
     for group in s.config.gpu_node_groups:
         ng = next(iter(resources(s.template("gpu", group), "AWS::EKS::Nodegroup").values()))
         labels = ng["Properties"]["Labels"]
@@ -78,12 +89,18 @@ def test_device_plugins_do_not_wait_for_gpu_nodes(synth):
     nothing in the cluster stack depends on a GPU stack."""
     s = synth("default")
     c = charts(s)
+    assert [a.key for a in registry.ADDONS if a.waits_for] == ["kuberay_operator"]
     for name in ("aws-efa-k8s-device-plugin", "nvidia-device-plugin"):
         assert c[name].get("Wait") in (None, False)
         assert not any("Nodegroup" in d for d in c[name]["_depends"])
     kuberay = c["kuberay-operator"]
     assert kuberay["Wait"] is True
     assert any("NodegroupSystemNodes" in d for d in kuberay["_depends"])
+    for a in registry.ADDONS:  # every chart on the cluster follows its record
+        if a.chart in c:
+            assert bool(c[a.chart].get("Wait")) == bool(a.waits_for)
+            assert any("NodegroupSystemNodes" in d for d in c[a.chart]["_depends"]) == (
+                Wait.SYSTEM_NODES in a.waits_for)
     assert names.gpu_stack_name(s.config.name, "p5") not in json.dumps(s.template("cluster"))
 
 
@@ -91,7 +108,7 @@ def test_overrides_and_optional_dcgm(synth):
     c = charts(synth("p5-2node"))
     assert c["nvidia-device-plugin"]["Version"] == "0.17.1"
     dcgm = c["dcgm-exporter"]
-    assert dcgm["Repository"] == HELM_CHARTS["dcgm_exporter"]["repository"]
+    assert dcgm["Repository"] == registry.addon("dcgm_exporter").repository
     assert values(dcgm)["tolerations"] == [names.GPU_TAINT.toleration()]
     assert values(dcgm)["serviceMonitor"] == {"enabled": True}  # the example opts in
     assert "dcgm-exporter" not in charts(synth("default"))

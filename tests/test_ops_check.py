@@ -11,6 +11,8 @@ from conftest import REPO_ROOT
 from ops import cli, contract
 from ops.scheduling import Finding
 
+pytestmark = pytest.mark.external  # renders the charts in ../shared/charts
+
 SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
 
 

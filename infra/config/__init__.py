@@ -27,7 +27,8 @@ from infra.catalog.fsx import (
     valid_shared_fs_capacity_gib,
 )
 from infra.catalog.instances import supports_gin_gpu
-from infra.config.addons import AddonConfig, AddonsConfig, DcgmExporterConfig
+from infra.addons.config import AddonConfig, AddonsConfig
+from infra.addons.dcgm_exporter import DcgmExporterConfig
 from infra.config.derived import (
     CHECKPOINT_LOCAL_DIR,
     checkpoint_local_dir,

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from infra import names
 from infra.catalog.fsx import DEFAULT_THROUGHPUT, SHARED_FS_MIN_CAPACITY_GIB
-from infra.config.addons import AddonsConfig
+from infra.addons.config import AddonsConfig
 from infra.config.base import _Model
 from infra.versions import (
     DEFAULT_KUBERNETES_VERSION,

@@ -20,7 +20,7 @@ from infra.catalog.fsx import (
 )
 from infra.catalog.gpus import GPUS
 from infra.catalog.instances import INSTANCE_TYPES, UNSUPPORTED_INSTANCE_TYPES
-from infra.config.addons import AddonsConfig
+from infra.addons.config import AddonsConfig
 from infra.config.errors import problem
 from infra.config.model import LOG_RETENTION_DAYS, GpuNodeGroupConfig, KitConfig
 from infra.config.trainer import EP_BACKENDS, trainer_problems

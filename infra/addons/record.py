@@ -1,0 +1,128 @@
+"""What one Helm add-on declares: the record type every module in ``infra.addons`` fills in.
+
+A record carries everything the rest of the kit needs to know about one chart: where it comes
+from and which versions were checked (with where each was read), whether it is on by default,
+its own config section, its Helm values as a function of the kit's context, where its pods must
+land and what its install waits for. Config, the cluster construct, the scheduling contract and
+the chart contract tests read these records; none of them names an add-on.
+
+This module is part of the ground layer: it imports pydantic and ``infra.names`` only (never
+``infra.config``, which builds its ``addons`` section from these records).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from infra import names
+
+# Node selectors the charts' values use; the node groups set these labels (infra.names).
+EFA_NODES = {names.EFA_LABEL: "true"}
+GPU_NODES = {names.NODE_ROLE_LABEL: names.NODE_ROLE_GPU}
+SYSTEM_NODES = {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
+
+
+# The config section every add-on has (``addons.<key>``); a record may extend it. No docstring:
+# pydantic would publish it in config.schema.json.
+class AddonConfig(BaseModel):
+    # Same settings as every other config section (infra.config's base model).
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool | None = Field(
+        None, description="Install this Helm chart. Default: the add-on's own default (see "
+        "each add-on); setting only `version` never turns on an add-on that is off by default."
+    )
+    version: str | None = Field(
+        None, description="Chart version; default: the version pinned in infra/versions.py. "
+        "Must be one the kit lists there."
+    )
+
+
+class Placement(enum.Enum):
+    """Where a workload's pods must land, and nowhere else."""
+
+    GPU = "every GPU node group"
+    SYSTEM = "the system node group"
+    BOTH = "every GPU node group and the system node group"
+
+    @property
+    def on_gpu(self) -> bool:
+        return self in (Placement.GPU, Placement.BOTH)
+
+    @property
+    def on_system(self) -> bool:
+        return self in (Placement.SYSTEM, Placement.BOTH)
+
+
+class Wait(enum.Enum):
+    """What a chart's install waits for (Helm ``--wait`` plus a CloudFormation dependency)."""
+
+    # A Deployment on the system nodes: without them its pods never become ready.
+    SYSTEM_NODES = "the system node group"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload the chart renders, by ``metadata.name``, and where its pods must land.
+
+    Workloads a chart renders that its record does not list must land nowhere (e.g. the NVIDIA
+    plugin's MPS daemon, which only MPS-labelled nodes run)."""
+
+    name: str
+    lands: Placement
+    # The extended resource this DaemonSet makes allocatable where it runs (device plugins).
+    advertises: str | None = None
+
+
+@dataclass(frozen=True)
+class ChartVersion:
+    """A chart version and where it was read (repository path, commit or tag, date)."""
+
+    version: str
+    read: str
+
+
+@dataclass(frozen=True)
+class AddonContext:
+    """What an add-on's values may depend on."""
+
+    gpu_tolerations: list[dict[str, str]]  # tolerate every GPU group's taints
+    settings: AddonConfig  # this add-on's own config section
+
+
+@dataclass(frozen=True)
+class HelmAddon:
+    """One Helm add-on. ``key`` is its config key (``addons.<key>``) and construct ID."""
+
+    key: str
+    chart: str
+    repository: str
+    namespace: str
+    release: str
+    pinned: ChartVersion
+    # Every version config accepts, the pinned one included: each was rendered with the kit's
+    # values by the chart contract test (tests/test_chart_contract.py, charts from
+    # ../shared/charts). Add one only after that test passes for it.
+    tested: tuple[ChartVersion, ...]
+    enabled_by_default: bool
+    workloads: tuple[Workload, ...]
+    values: Callable[[AddonContext], dict[str, Any]]
+    waits_for: tuple[Wait, ...] = ()
+    settings: type[AddonConfig] = AddonConfig
+
+    @property
+    def version(self) -> str:
+        return self.pinned.version
+
+    @property
+    def versions(self) -> list[str]:
+        return [v.version for v in self.tested]
+
+    def __post_init__(self) -> None:
+        if self.pinned not in self.tested:
+            raise ValueError(f"add-on {self.key}: the pinned version {self.pinned.version} must "
+                             "be one of its tested versions")
