@@ -27,16 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infra.config import (
-    ConfigError,
-    config_warnings,
-    load_config,
-    training_ep_backend_problems,
-)
-from ops import helm
+from infra.config import ConfigError, config_warnings, training_ep_backend_problems
+from ops import helm, options
 from ops.config_source import describe
 from ops.contract import check_cluster_contract
-from ops.output import add_output_option
 from ops.preflight import FAIL, WARN, offline_checks
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -57,10 +51,8 @@ def _synth(config, outdir: Path) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.config)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
+    config = options.load_config(args)
+    if config is None:
         return 2
     source = describe(args)
     # The gate may benchmark deepep-gin, so loading allows it; a training run may not use it.
@@ -135,8 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check", help="offline: validate a config, run the offline preflight checks, synthesize "
         "it, render the charts and check where every pod would land", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, default=None,
-                   help="kit config YAML (default: the built-in default config)")
+    options.add_config(p)
     p.add_argument("--chart-dir", type=Path, default=None,
                    help="directory of packaged charts (<chart>-<version>.tgz); default: "
                    "../shared/charts beside the repository when present")
@@ -144,5 +135,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="where the Helm binary is unpacked and pulled charts are kept")
     p.add_argument("--offline", action="store_true",
                    help="never pull a chart; a chart missing from --chart-dir is an error")
-    add_output_option(p)
+    options.add_output_option(p)
     p.set_defaults(func=_run)

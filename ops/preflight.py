@@ -23,7 +23,7 @@ from infra.versions import (
     TRAINER_IMAGE_MIN_DRIVER_BRANCH,
     standard_support_warning,
 )
-from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, describe_error, error_code
+from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, AwsClients, describe_error, error_code
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 
@@ -59,12 +59,8 @@ class Check:
         return asdict(self)
 
 
-@dataclass
-class Clients:
-    sts: Any
-    ec2: Any
-    quotas: Any  # service-quotas
-    cloudformation: Any
+# run_preflight reads the sts, ec2, quotas (service-quotas) and cloudformation clients of a bundle.
+Clients = AwsClients
 
 
 def _group_subject(name: str) -> str:
@@ -425,7 +421,7 @@ def check_existing_stacks(cfn: Any, cfg: KitConfig) -> Check:
 # --- all together --------------------------------------------------------------------------------
 
 
-def run_preflight(cfg: KitConfig, clients: Clients, region: str | None = None,
+def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None,
                   now: datetime | None = None,
                   installed: Callable[[str], bool] | None = None) -> list[Check]:
     """Every check for one config; AWS checks are skipped (one failure) without credentials."""
