@@ -13,8 +13,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
-RECORDED = "recorded"  # a figure kept for a decision (the EP backend), compared with nothing
+from infra.problems import FAIL, PASS, RECORDED, WARN, Problem
+
+# RECORDED: a figure kept for a decision (the EP backend), compared with nothing.
 
 JOB_KEYS = ("nodecheck", "allreduce", "ep")
 
@@ -65,17 +66,24 @@ DEGRADED_FIX = ("run `rlkit gate` again to rule out a noisy neighbour; if it rep
                 "failing, " + BAD_NODE_FIX)
 
 
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    status: str  # pass | warn | fail | recorded
-    measured: str = ""
-    expected: str = ""
-    detail: str = ""
-    fix: str = ""
+@dataclass(frozen=True, init=False)
+class Finding(Problem):
+    """One gate check: how it came out, the measured and expected figures, what was found and the
+    fix. A ``Problem`` whose subject is the check (``detail`` is its ``rule``); its JSON view
+    keeps the keys gate.json has always had."""
+
+    def __init__(self, check: str, status: str, measured: str = "", expected: str = "",
+                 detail: str = "", fix: str = "") -> None:
+        super().__init__(subject=check, rule=detail, fix=fix, status=status, check=check,
+                         measured=measured, expected=expected)
+
+    @property
+    def detail(self) -> str:
+        return self.rule
 
     def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {"check": self.check, "status": self.status, "measured": self.measured,
+                "expected": self.expected, "detail": self.detail, "fix": self.fix}
 
 
 @dataclass
