@@ -32,6 +32,7 @@ from ops import helm, options
 from ops.config_source import describe
 from ops.contract import check_cluster_contract
 from ops.preflight import FAIL, WARN, offline_checks
+from ops.synth import synth_offline
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
@@ -39,15 +40,6 @@ SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlkit"
-
-
-def _synth(config, outdir: Path) -> None:
-    os.environ.setdefault("CDK_VALIDATION", "false")  # cfn-lint/checkov run in the tests instead
-    from stacks.kit import build_stacks, make_app
-
-    app = make_app(outdir=str(outdir))
-    build_stacks(app, config)
-    app.synth()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -91,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
                   "scheduling check did not run. Fix them before `cdk deploy`")
         return 1
     with tempfile.TemporaryDirectory(prefix="rlkit-check-") as tmp:
-        _synth(config, Path(tmp))
+        synth_offline(config, Path(tmp))
         try:
             report = check_cluster_contract(config, Path(tmp), chart_dir=chart_dir,
                                             cache_dir=args.cache_dir, allow_pull=not args.offline)

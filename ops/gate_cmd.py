@@ -43,12 +43,10 @@ from ops.gate import (
     WARN,
     Finding,
     GateReport,
-    GateStateError,
     compare,
     evaluate,
-    load_state,
     state_dir,
-    state_document,
+    write_record,
 )
 from ops.gate.runner import GateInterrupted, GateRunner
 from ops.kube import Kubectl, KubectlError, check_cluster
@@ -87,20 +85,8 @@ def _print_ep(doc: dict[str, Any], console: Console) -> None:
 def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
            console: Console, extra: list[Finding] | None = None, as_json: bool = False) -> int:
     report.findings[:0] = extra or []
-    sdir.mkdir(parents=True, exist_ok=True)
-    logdir = sdir / "gate-logs"
-    logdir.mkdir(exist_ok=True)
-    for key, text in logs.items():
-        (logdir / (f"{key}.json" if key == "nodes" else f"{key}.log")).write_text(text)
-    path = sdir / "gate.json"
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    try:
-        previous = load_state(path)
-    except GateStateError as err:  # this run's result replaces it
-        plain(console)(f"warning: {err}; writing a fresh one.")
-        previous = None
-    doc = state_document(report, cfg.name, now, previous)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    path, doc = write_record(report, cfg.name, sdir, logs, now, warn=plain(console))
     if as_json:  # the document gate.json holds; the verdict is also the exit code
         print(json.dumps(doc, indent=2))
         return 0 if report.ok else 1

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import re
+import subprocess
 import time
 import urllib.request
 import zipfile
@@ -232,6 +233,19 @@ def target_from_cloudformation(cfg: KitConfig, cloudformation: Any) -> BuildTarg
         return image_build_outputs_from_stacks(cfg, cloudformation)
     except StackOutputsError as err:
         raise ImageBuildError(str(err)) from None
+
+
+def vcs_ref(repo_root: Path = TRAINER_DIR.parent.parent) -> str:
+    """The commit being built, ``-dirty`` when images/trainer has uncommitted changes."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root, capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "images/trainer"],
+                               cwd=repo_root, capture_output=True, text=True, check=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{sha}-dirty" if dirty else sha
 
 
 # --- the plan ------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
@@ -47,6 +46,7 @@ from ops.image_build import (
     target_from_cloudformation,
     target_from_file,
     upload_context,
+    vcs_ref,
 )
 
 DEFAULT_TIMEOUT_S = 5 * 3600  # the project's 4 h build timeout plus queueing
@@ -54,19 +54,6 @@ DEFAULT_TIMEOUT_S = 5 * 3600  # the project's 4 h build timeout plus queueing
 
 # The name callers of the old per-command bundle use.
 Clients = AwsClients
-
-
-def vcs_ref(repo_root: Path = TRAINER_DIR.parent.parent) -> str:
-    """The commit being built, ``-dirty`` when images/trainer has uncommitted changes."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root, capture_output=True,
-                             text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "images/trainer"],
-                               cwd=repo_root, capture_output=True, text=True, check=True,
-                               timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{sha}-dirty" if dirty else sha
 
 
 def _target(args: argparse.Namespace, cfg: KitConfig, clients: AwsClients) -> BuildTarget:

@@ -28,13 +28,10 @@ from ops.aws import AwsClients
 from ops.config_source import announce
 from ops.teardown import (
     TeardownError,
-    belongs_to,
-    data_resources,
-    delete_images,
     delete_stacks,
-    empty_bucket,
+    empty_data_stack,
     plan_teardown,
-    stack_physical_ids,
+    split_leftovers,
     tagged_resources,
 )
 
@@ -110,7 +107,8 @@ def _run(args: argparse.Namespace) -> int:
             if stage == [plan.data_stack]:
                 # Data last: every other stack is gone by now, so emptying the bucket can no
                 # longer leave a running environment without its data.
-                kept_ids += empty_data_stack(c, plan.data_stack, args.dry_run, echo, dry)
+                kept_ids += empty_data_stack(c.cloudformation, c.s3, c.ecr, plan.data_stack,
+                                             args.dry_run, echo, dry)
             if args.dry_run:
                 for s in stage:
                     echo(f"[dry-run] would run: aws cloudformation delete-stack --stack-name {s} "
@@ -143,26 +141,6 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if plan.refused else code
 
 
-def empty_data_stack(c: AwsClients, stack: str, dry_run: bool, echo: Callable[[str], None],
-                     dry: str) -> list[str]:
-    """Empty the data stack's buckets and repository; returns the IDs CloudFormation keeps."""
-    kept_ids = []
-    for res in data_resources(c.cloudformation, stack):
-        if res.retained:
-            kept_ids.append(res.name)
-            echo(f"{res.kind} {res.name} has DeletionPolicy Retain (storage.retain: true): "
-                 "CloudFormation keeps it with its data. To delete it as well, empty and "
-                 "delete it by hand afterwards.")
-        elif res.kind == "bucket":
-            n = empty_bucket(c.s3, res.name, dry_run)
-            echo(f"{dry or 'Deleted: '}{n} object version(s) and delete marker(s) in "
-                 f"bucket {res.name}")
-        else:
-            n = delete_images(c.ecr, res.name, dry_run)
-            echo(f"{dry or 'Deleted: '}{n} image(s) in ECR repository {res.name}")
-    return kept_ids
-
-
 def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], kept_ids: list[str],
                      echo: Callable[[str], None], whole_stacks: list[str] = ()) -> int:
     """List what still carries the environment tag. Of the data stack only its bucket(s) and
@@ -175,13 +153,7 @@ def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], kept_ids:
               f"hand: aws resourcegroupstaggingapi get-resources --tag-filters "
               f"Key={names.ENVIRONMENT_TAG},Values={name}", file=sys.stderr)
         return 1
-    if kept_stacks:
-        for stack in kept_stacks:
-            kept_ids += [r.name for r in data_resources(c.cloudformation, stack)]
-            if stack in whole_stacks:
-                kept_ids += stack_physical_ids(c.cloudformation, stack)
-    kept = [a for a in arns if belongs_to(a, kept_stacks, kept_ids)]
-    left = [a for a in arns if a not in kept]
+    kept, left = split_leftovers(c.cloudformation, arns, kept_stacks, kept_ids, whole_stacks)
     for a in kept:
         echo(f"kept on purpose: {a}")
     if not left:

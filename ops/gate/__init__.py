@@ -80,4 +80,5 @@ from ops.gate.record import (  # noqa: F401
     load_state,
     state_dir,
     state_document,
+    write_record,
 )

@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from infra.problems import FAIL, PASS, RECORDED, WARN, Problem
+from infra.problems import FAIL, PASS, RECORDED, WARN, Problem  # noqa: F401 (the gate's statuses)
 
 # RECORDED: a figure kept for a decision (the EP backend), compared with nothing.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ops.gate.findings import GateReport, size_text
 
@@ -145,3 +145,24 @@ def load_state(path: Path) -> dict[str, Any] | None:
             for m in ep.get("measurements", {}).values()):
         raise corrupt("ep.measurements must map backends to figures")
     return doc
+
+
+def write_record(report: GateReport, config_name: str, sdir: Path, logs: dict[str, str],
+                 finished_at: str, warn: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
+    """Write the judged logs to ``sdir/gate-logs/`` and the result to ``sdir/gate.json`` (EP
+    figures merged with the previous result's, which a corrupt file cannot give: ``warn`` says
+    so); returns the path and the document."""
+    sdir.mkdir(parents=True, exist_ok=True)
+    logdir = sdir / "gate-logs"
+    logdir.mkdir(exist_ok=True)
+    for key, text in logs.items():
+        (logdir / (f"{key}.json" if key == "nodes" else f"{key}.log")).write_text(text)
+    path = sdir / "gate.json"
+    try:
+        previous = load_state(path)
+    except GateStateError as err:  # this run's result replaces it
+        warn(f"warning: {err}; writing a fresh one.")
+        previous = None
+    doc = state_document(report, config_name, finished_at, previous)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path, doc
