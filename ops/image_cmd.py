@@ -52,8 +52,6 @@ from ops.image_build import (
 DEFAULT_TIMEOUT_S = 5 * 3600  # the project's 4 h build timeout plus queueing
 
 
-# The name callers of the old per-command bundle use.
-Clients = AwsClients
 
 
 def _target(args: argparse.Namespace, cfg: KitConfig, clients: AwsClients) -> BuildTarget:

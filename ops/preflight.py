@@ -69,10 +69,6 @@ class Check(Problem):
                 "detail": self.detail, "fix": self.fix}
 
 
-# run_preflight reads the sts, ec2, quotas (service-quotas) and cloudformation clients of a bundle.
-Clients = AwsClients
-
-
 def _group_subject(name: str) -> str:
     return f"gpu_node_groups.{name}"
 
