@@ -10,11 +10,17 @@
 Stack names come from ``infra.names.stack_names`` / ``gpu_stack_name`` and keys from
 ``infra.names.OutputKeys``, the same names the stacks declare. A missing stack or key is an error
 naming the stack, the key and the command that produces it; all of them are reported at once.
+
+This is the kit's one reader of stack outputs: the renderer (and so `rlkit render`, `gate` and
+`launch`) takes a ``StackOutputs``; `rlkit image` takes the data stack's image-build outputs
+(``image_build_outputs``), read from the same two sources (``load_outputs_json``,
+``describe_stack_outputs``).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -178,6 +184,15 @@ def outputs_from_file(cfg: KitConfig, path: str | Path) -> StackOutputs:
     return outputs_from_mapping(cfg, data, "file", str(path))
 
 
+def describe_stack_outputs(client: Any, stack: str) -> dict[str, str] | None:
+    """One stack's outputs ``{OutputKey: OutputValue}`` through CloudFormation DescribeStacks;
+    None when CloudFormation lists no such stack. botocore's errors reach the caller."""
+    response = client.describe_stacks(StackName=stack)
+    for described in response.get("Stacks", [])[:1]:
+        return {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+    return None
+
+
 def outputs_from_stacks(cfg: KitConfig, client: Any = None) -> StackOutputs:
     """Read the outputs with CloudFormation DescribeStacks (boto3; credentials needed)."""
     if client is None:
@@ -192,7 +207,7 @@ def outputs_from_stacks(cfg: KitConfig, client: Any = None) -> StackOutputs:
     data: dict[str, dict[str, str]] = {}
     for stack in dict.fromkeys(needed_stacks(cfg).values()):
         try:
-            response = client.describe_stacks(StackName=stack)
+            found = describe_stack_outputs(client, stack)
         except ClientError as err:
             message = err.response.get("Error", {}).get("Message", str(err))
             if "does not exist" in message:
@@ -206,8 +221,8 @@ def outputs_from_stacks(cfg: KitConfig, client: Any = None) -> StackOutputs:
                 f"stack {stack}", f"could not call CloudFormation in {cfg.region}: {err}",
                 "configure AWS credentials, or render with --outputs cdk-outputs.json")],
                 "stack outputs") from None
-        for s in response.get("Stacks", [])[:1]:
-            data[stack] = {o["OutputKey"]: o["OutputValue"] for o in s.get("Outputs", [])}
+        if found is not None:
+            data[stack] = found
     return outputs_from_mapping(cfg, data, "cloudformation", f"CloudFormation ({cfg.region})")
 
 
@@ -227,3 +242,69 @@ def placeholder_outputs(cfg: KitConfig) -> StackOutputs:
         **({"shared_fs_id": PLACEHOLDER, "shared_fs_dns_name": PLACEHOLDER,
             "shared_fs_mount_name": PLACEHOLDER} if has_shared_fs(cfg) else {}),
     )
+
+
+# --- the data stack's image-build outputs (`rlkit image`) -----------------------------------------
+
+
+class StackOutputsError(ValueError):
+    """Outputs that are missing or unreadable; the message names the source, the stack and the
+    fix (one line, unlike RenderError's list)."""
+
+
+@dataclass(frozen=True)
+class ImageBuildOutputs:
+    """The data stack's outputs a trainer image build needs."""
+
+    stack: str
+    bucket: str
+    repository_uri: str
+    cache_repository_uri: str
+    project: str
+    log_group: str
+
+    @property
+    def repository_name(self) -> str:
+        return self.repository_uri.split("/", 1)[1]
+
+
+# field of ImageBuildOutputs -> output key (all on the data stack)
+_IMAGE_BUILD_KEYS = {"bucket": OutputKeys.BUCKET_NAME,
+                     "repository_uri": OutputKeys.ECR_REPOSITORY_URI,
+                     "cache_repository_uri": OutputKeys.IMAGE_CACHE_REPOSITORY_URI,
+                     "project": OutputKeys.IMAGE_BUILD_PROJECT,
+                     "log_group": OutputKeys.IMAGE_BUILD_LOG_GROUP}
+
+
+def load_outputs_json(path: str | Path) -> Any:
+    """The JSON of a `cdk deploy --outputs-file` file; StackOutputsError when it cannot be read."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise StackOutputsError(f"--outputs {path}: cannot read it as JSON ({err}). Fix: pass "
+                                "the file `cdk deploy --outputs-file` wrote") from err
+
+
+def image_build_outputs(cfg: KitConfig, data: Any, origin: str) -> ImageBuildOutputs:
+    """Pick the data stack's image-build outputs from ``{stack: {key: value}}``."""
+    stack = names.stack_names(cfg.name)["data"]
+    fix = (f"deploy it with `cdk deploy {stack} -c config=<your config> --outputs-file "
+           "cdk-outputs.json` and pass --outputs cdk-outputs.json, or leave --outputs out to read "
+           "the deployed stack from CloudFormation")
+    found = data.get(stack) if isinstance(data, dict) else None
+    if not isinstance(found, dict):
+        raise StackOutputsError(f"{origin}: no outputs for stack {stack}. Fix: {fix}")
+    missing = [key for key in _IMAGE_BUILD_KEYS.values() if not found.get(key)]
+    if missing:
+        raise StackOutputsError(
+            f"{origin}: stack {stack} has no output {', '.join(missing)} (a data stack deployed "
+            f"before the image build existed). Fix: {fix}")
+    return ImageBuildOutputs(stack=stack, **{f: found[k] for f, k in _IMAGE_BUILD_KEYS.items()})
+
+
+def image_build_outputs_from_stacks(cfg: KitConfig, client: Any) -> ImageBuildOutputs:
+    """The same, read with CloudFormation DescribeStacks (botocore's errors reach the caller)."""
+    stack = names.stack_names(cfg.name)["data"]
+    found = describe_stack_outputs(client, stack)
+    return image_build_outputs(cfg, {stack: found} if found is not None else {},
+                               f"CloudFormation ({cfg.region})")

@@ -1,7 +1,8 @@
-"""boto3 plumbing shared by the operator commands: one session, clients, readable errors.
+"""boto3 plumbing shared by the operator commands: one client bundle, readable errors.
 
-Commands build clients here and pass them into plain functions (preflight checks, teardown
-steps), so tests hand those functions moto-backed or Stubber-wrapped clients instead.
+Commands get an ``AwsClients`` bundle (built by ``args.clients_factory``, whose default is
+``AwsClients``) and pass its clients into plain functions (preflight checks, teardown steps, the
+image build), so tests hand in a bundle of moto-backed or Stubber-wrapped clients instead.
 """
 
 from __future__ import annotations
@@ -45,6 +46,59 @@ def session(region: str, profile: str | None = None) -> boto3.session.Session:
 def client(sess: boto3.session.Session, service: str) -> Any:
     """A client whose every call has connect/read timeouts and bounded retries."""
     return sess.client(service, config=CLIENT_CONFIG)
+
+
+class AwsClients:
+    """The boto3 clients of one region and profile, each created on first use.
+
+    ``AwsClients(region, profile)`` makes nothing until a client is read, so a command that ends
+    early (a dry run, outputs from a file) never needs credentials; every client it does make has
+    the kit's timeouts and retries (``client``). Pass clients by keyword to use those instead
+    (tests: ``AwsClients(sts=stubbed_sts)``); a client that was neither passed nor can be made
+    (no region) raises AttributeError naming it.
+    """
+
+    # attribute -> boto3 service name
+    SERVICES = {
+        "sts": "sts", "ec2": "ec2", "quotas": "service-quotas",
+        "cloudformation": "cloudformation", "s3": "s3", "ecr": "ecr",
+        "tagging": "resourcegroupstaggingapi", "codebuild": "codebuild", "logs": "logs",
+        "cloudwatch": "cloudwatch",
+    }
+
+    def __init__(self, region: str | None = None, profile: str | None = None,
+                 **clients: Any) -> None:
+        unknown = sorted(set(clients) - set(self.SERVICES))
+        if unknown:
+            raise TypeError(f"AwsClients: unknown client(s) {', '.join(unknown)}; known: "
+                            f"{', '.join(self.SERVICES)}")
+        self.region = region
+        self.profile = profile
+        self._session: boto3.session.Session | None = None
+        self._clients: dict[str, Any] = dict(clients)
+
+    @classmethod
+    def opened(cls, region: str, profile: str | None = None) -> "AwsClients":
+        """A bundle whose session exists already: a mistyped --profile fails here, at once."""
+        bundle = cls(region, profile)
+        bundle.session()
+        return bundle
+
+    def session(self) -> boto3.session.Session:
+        if self._session is None:
+            self._session = session(self.region, self.profile)
+        return self._session
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in self.SERVICES:
+            raise AttributeError(name)
+        if name not in self._clients:
+            if self.region is None:
+                raise AttributeError(f"AwsClients: no {name} client was given and no region to "
+                                     "make one in")
+            # ``client`` is looked up at call time, so a test may replace ``ops.aws.client``.
+            self._clients[name] = client(self.session(), self.SERVICES[name])
+        return self._clients[name]
 
 
 def error_code(err: BaseException) -> str:

@@ -27,17 +27,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infra.config import (
-    ConfigError,
-    config_warnings,
-    load_config,
-    training_ep_backend_problems,
-)
-from ops import helm
+from infra.config import ConfigError, config_warnings, training_ep_backend_problems
+from ops import helm, options
 from ops.config_source import describe
 from ops.contract import check_cluster_contract
-from ops.output import add_output_option
 from ops.preflight import FAIL, WARN, offline_checks
+from ops.synth import synth_offline
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
@@ -47,20 +42,9 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlkit"
 
 
-def _synth(config, outdir: Path) -> None:
-    os.environ.setdefault("CDK_VALIDATION", "false")  # cfn-lint/checkov run in the tests instead
-    from stacks.kit import build_stacks, make_app
-
-    app = make_app(outdir=str(outdir))
-    build_stacks(app, config)
-    app.synth()
-
-
 def _run(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.config)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
+    config = options.load_config(args)
+    if config is None:
         return 2
     source = describe(args)
     # The gate may benchmark deepep-gin, so loading allows it; a training run may not use it.
@@ -99,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
                   "scheduling check did not run. Fix them before `cdk deploy`")
         return 1
     with tempfile.TemporaryDirectory(prefix="rlkit-check-") as tmp:
-        _synth(config, Path(tmp))
+        synth_offline(config, Path(tmp))
         try:
             report = check_cluster_contract(config, Path(tmp), chart_dir=chart_dir,
                                             cache_dir=args.cache_dir, allow_pull=not args.offline)
@@ -135,8 +119,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check", help="offline: validate a config, run the offline preflight checks, synthesize "
         "it, render the charts and check where every pod would land", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, default=None,
-                   help="kit config YAML (default: the built-in default config)")
+    options.add_config(p)
     p.add_argument("--chart-dir", type=Path, default=None,
                    help="directory of packaged charts (<chart>-<version>.tgz); default: "
                    "../shared/charts beside the repository when present")
@@ -144,5 +127,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="where the Helm binary is unpacked and pulled charts are kept")
     p.add_argument("--offline", action="store_true",
                    help="never pull a chart; a chart missing from --chart-dir is an error")
-    add_output_option(p)
+    options.add_output_option(p)
     p.set_defaults(func=_run)

@@ -1,8 +1,12 @@
 """`rlkit`: one command-line tool for the kit's day-to-day steps.
 
-Each subcommand lives in its own module under ``ops/`` and exposes ``register(subparsers)``,
-which adds its parser and sets ``func`` to a callable taking the parsed args and returning an exit
-code. Modules are listed here in the order a newcomer uses them.
+Each subcommand lives in its own command module, ``ops/<name>_cmd.py``, which exposes
+``register(subparsers)``: it adds its parser (the shared options come from ``ops.options``) and
+sets ``func`` to a callable taking the parsed args and returning an exit code. A command module
+only parses, calls the operations layer (the other modules of ``ops/``: ``gate``, ``rendering``,
+``validation``, ``preflight``, ``teardown``, ``image_build``, ``kube``, ``aws``, ...), prints and
+returns; it never imports another command module. Modules are listed here in the order a newcomer
+uses them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The trainer image build without a local Docker engine: context zip, build plan, CodeBuild run,
 log streaming, and the repository's images.
 
-Plain functions over boto3 clients that the caller passes in (``ops.image_cmd`` builds them), so
-tests hand in Stubber-wrapped clients. The commands the build runs are images/trainer/buildspec.yml;
+Plain functions over boto3 clients that the caller passes in (from the command's
+``ops.aws.AwsClients`` bundle), so tests hand in Stubber-wrapped clients. The commands the build runs are images/trainer/buildspec.yml;
 ``render_buildspec`` fills in the values a plan knows, which is what ``--dry-run`` prints.
 """
 
@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import re
+import subprocess
 import time
 import urllib.request
 import zipfile
@@ -23,9 +24,15 @@ import yaml
 
 from infra import names
 from infra.config import EP_BACKENDS, KitConfig
-from infra.names import OutputKeys
 from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE
 from manifests.context import image_tag_for
+from manifests.outputs import (
+    ImageBuildOutputs,
+    StackOutputsError,
+    image_build_outputs,
+    image_build_outputs_from_stacks,
+    load_outputs_json,
+)
 
 TRAINER_DIR = Path(__file__).resolve().parent.parent / "images" / "trainer"
 BUILDSPEC = "buildspec.yml"
@@ -199,49 +206,46 @@ def build_args_passed(spec: dict[str, Any]) -> list[str]:
 # --- stack outputs -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BuildTarget:
-    """The data stack's outputs a build needs."""
-
-    stack: str
-    bucket: str
-    repository_uri: str
-    cache_repository_uri: str
-    project: str
-    log_group: str
-
-    @property
-    def repository_name(self) -> str:
-        return self.repository_uri.split("/", 1)[1]
-
-
-_TARGET_KEYS = {"bucket": OutputKeys.BUCKET_NAME, "repository_uri": OutputKeys.ECR_REPOSITORY_URI,
-                "cache_repository_uri": OutputKeys.IMAGE_CACHE_REPOSITORY_URI,
-                "project": OutputKeys.IMAGE_BUILD_PROJECT,
-                "log_group": OutputKeys.IMAGE_BUILD_LOG_GROUP}
+# The data stack's outputs a build needs, read by manifests/outputs.py (the kit's one reader).
+BuildTarget = ImageBuildOutputs
 
 
 def target_from_outputs(cfg: KitConfig, outputs: dict[str, Any], origin: str) -> BuildTarget:
     """Pick the data stack's outputs from ``{stack: {key: value}}`` (cdk --outputs-file form)."""
-    stack = cfg.stack_names["data"]
-    fix = (f"deploy it with `cdk deploy {stack} -c config=<your config> --outputs-file "
-           "cdk-outputs.json` and pass --outputs cdk-outputs.json, or leave --outputs out to read "
-           "the deployed stack from CloudFormation")
-    found = outputs.get(stack) if isinstance(outputs, dict) else None
-    if not isinstance(found, dict):
-        raise ImageBuildError(f"{origin}: no outputs for stack {stack}. Fix: {fix}")
-    missing = [key for key in _TARGET_KEYS.values() if not found.get(key)]
-    if missing:
-        raise ImageBuildError(f"{origin}: stack {stack} has no output {', '.join(missing)} (a data "
-                              f"stack deployed before the image build existed). Fix: {fix}")
-    return BuildTarget(stack=stack, **{f: found[k] for f, k in _TARGET_KEYS.items()})
+    try:
+        return image_build_outputs(cfg, outputs, origin)
+    except StackOutputsError as err:
+        raise ImageBuildError(str(err)) from None
+
+
+def target_from_file(cfg: KitConfig, path: Path) -> BuildTarget:
+    """The same from the file `cdk deploy --outputs-file` wrote."""
+    try:
+        data = load_outputs_json(path)
+    except StackOutputsError as err:
+        raise ImageBuildError(str(err)) from err.__cause__
+    return target_from_outputs(cfg, data, str(path))
 
 
 def target_from_cloudformation(cfg: KitConfig, cloudformation: Any) -> BuildTarget:
-    stack = cfg.stack_names["data"]
-    described = cloudformation.describe_stacks(StackName=stack)["Stacks"][0]
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
-    return target_from_outputs(cfg, {stack: outputs}, f"CloudFormation ({cfg.region})")
+    """The same read from CloudFormation (botocore's errors reach the caller)."""
+    try:
+        return image_build_outputs_from_stacks(cfg, cloudformation)
+    except StackOutputsError as err:
+        raise ImageBuildError(str(err)) from None
+
+
+def vcs_ref(repo_root: Path = TRAINER_DIR.parent.parent) -> str:
+    """The commit being built, ``-dirty`` when images/trainer has uncommitted changes."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root, capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "images/trainer"],
+                               cwd=repo_root, capture_output=True, text=True, check=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{sha}-dirty" if dirty else sha
 
 
 # --- the plan ------------------------------------------------------------------------------------

@@ -21,16 +21,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from infra.config import EP_BACKENDS, ConfigError, KitConfig, load_config
-from ops import aws
+from infra.config import EP_BACKENDS, KitConfig
+from ops import aws, options
+from ops.aws import AwsClients
 from ops.config_source import announce
-from ops.output import add_output_option, wants_json
+from ops.output import wants_json
 from ops.image_build import (
     TRAINER_DIR,
     BuildTarget,
@@ -45,79 +44,29 @@ from ops.image_build import (
     plan_build,
     start_build,
     target_from_cloudformation,
-    target_from_outputs,
+    target_from_file,
     upload_context,
+    vcs_ref,
 )
 
 DEFAULT_TIMEOUT_S = 5 * 3600  # the project's 4 h build timeout plus queueing
 
 
-@dataclass
-class Clients:
-    cloudformation: Any
-    s3: Any
-    codebuild: Any
-    logs: Any
-    ecr: Any
 
 
-def make_clients(region: str, profile: str | None = None) -> Clients:
-    sess = aws.session(region, profile)
-    return Clients(**{name: aws.client(sess, service) for name, service in (
-        ("cloudformation", "cloudformation"), ("s3", "s3"), ("codebuild", "codebuild"),
-        ("logs", "logs"), ("ecr", "ecr"))})
-
-
-def vcs_ref(repo_root: Path = TRAINER_DIR.parent.parent) -> str:
-    """The commit being built, ``-dirty`` when images/trainer has uncommitted changes."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root, capture_output=True,
-                             text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "images/trainer"],
-                               cwd=repo_root, capture_output=True, text=True, check=True,
-                               timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{sha}-dirty" if dirty else sha
-
-
-def _config(args: argparse.Namespace) -> KitConfig | None:
-    try:
-        return load_config(args.config)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-        return None
-
-
-def _target(args: argparse.Namespace, cfg: KitConfig,
-            clients: Callable[[], Clients]) -> BuildTarget:
+def _target(args: argparse.Namespace, cfg: KitConfig, clients: AwsClients) -> BuildTarget:
     if args.outputs is not None:
-        try:
-            data = json.loads(Path(args.outputs).read_text())
-        except (OSError, ValueError) as err:
-            raise ImageBuildError(f"--outputs {args.outputs}: cannot read it as JSON ({err}). "
-                                  "Fix: pass the file `cdk deploy --outputs-file` wrote") from err
-        return target_from_outputs(cfg, data, str(args.outputs))
-    return target_from_cloudformation(cfg, clients().cloudformation)
-
-
-def _lazy(args: argparse.Namespace, region: str) -> Callable[[], Clients]:
-    made: list[Clients] = []
-
-    def get() -> Clients:
-        if not made:
-            made.append(args.clients_factory(region, args.profile))
-        return made[0]
-    return get
+        return target_from_file(cfg, args.outputs)
+    return target_from_cloudformation(cfg, clients.cloudformation)
 
 
 def _build(args: argparse.Namespace) -> int:
-    cfg = _config(args)
+    cfg = options.load_config(args)
     if cfg is None:
         return 2
     region = args.region or cfg.region
     announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Image build for", region)
-    clients = _lazy(args, region)
+    clients = options.aws_clients(args, region)  # each client made on first use
     echo: Callable[[str], None] = print
     try:
         target = _target(args, cfg, clients)
@@ -143,7 +92,7 @@ def _build(args: argparse.Namespace) -> int:
         echo("[dry-run] nothing uploaded or started")
         return 0
 
-    c = clients()
+    c = clients
     try:
         existing = existing_image(c.ecr, target.repository_name, plan.image_tag)
         if existing is not None:
@@ -200,14 +149,14 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    cfg = _config(args)
+    cfg = options.load_config(args)
     if cfg is None:
         return 2
     region = args.region or cfg.region
-    clients = _lazy(args, region)
+    clients = options.aws_clients(args, region)
     try:
         target = _target(args, cfg, clients)
-        rows = list_images(clients().ecr, target.repository_name, labels=not args.no_labels,
+        rows = list_images(clients.ecr, target.repository_name, labels=not args.no_labels,
                            fetch=args.fetch,
                            warn=lambda m: print(f"warning: {m}", file=sys.stderr))
     except ImageBuildError as err:
@@ -235,14 +184,10 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, default=None,
-                   help="kit config YAML (default: the built-in default config)")
-    p.add_argument("--outputs", type=Path, default=None,
-                   help="cdk --outputs-file JSON (default: read the data stack from "
-                   "CloudFormation)")
-    p.add_argument("--region", default=None, help="AWS region (default: the config's region)")
-    p.add_argument("--profile", default=None, help="AWS profile (default: the usual chain)")
-    p.set_defaults(clients_factory=make_clients)
+    options.add_config(p)
+    options.add_outputs_source(p, "cdk --outputs-file JSON (default: read the data stack from "
+                               "CloudFormation)")
+    options.add_aws(p)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -258,8 +203,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="EP backend variant (default: the config's expert_parallel.backend)")
     b.add_argument("--wait", action="store_true",
                    help="stream the build's log until it ends; print the image URI and digest")
-    b.add_argument("--dry-run", action="store_true",
-                   help="print the upload, the overrides and every build command; start nothing")
+    options.add_dry_run(b, "print the upload, the overrides and every build command; start "
+                        "nothing")
     b.add_argument("--reuse", action="store_true",
                    help="when the tag already exists, print it and succeed instead of refusing")
     b.add_argument("--base-digest", default=None,
@@ -281,5 +226,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(s)
     s.add_argument("--no-labels", action="store_true",
                    help="take the backend from the tag only (no image config download)")
-    add_output_option(s)
+    options.add_output_option(s)
     s.set_defaults(func=_status, fetch=fetch_url)

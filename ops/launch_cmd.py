@@ -22,93 +22,33 @@ import argparse
 import sys
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from infra import names
-from infra.config import ConfigError, KitConfig, load_config, training_ep_backend_problems
+from infra.config import ConfigError, KitConfig, training_ep_backend_problems
 from manifests import RenderError
 from manifests.render import SHARED_FS_FILES, SUBMITTER_CONTAINER
-from ops.gate_cmd import (
-    GateStateError,
-    add_common,
-    add_render_source,
-    load_state,
-    render_for_run,
-    state_dir,
-    with_ep_backend,
-)
+from ops import aws, observability, options
 from ops.config_source import announce
+from ops.gate import GateStateError, load_state, state_dir
 from ops.kube import Kubectl, KubectlError, check_cluster
-from ops import aws, observability
-
-# KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
-TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
-TERMINAL_DEPLOYMENT_STATUS = {"Complete", "Failed", "ValidationFailed"}
-
-
-def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path) -> str | None:
-    """Why launch must not start (None = the last gate passed for this node group and size)."""
-    group = cfg.gpu_node_groups[cfg.training.node_group]
-    gate = "rlkit gate --config <this config> --outputs cdk-outputs.json"
-    if state is None:
-        return (f"no fabric gate has run for {cfg.name!r} (no {state_path}). Run `{gate}` first: "
-                "it checks the EFA fabric in minutes before the job spends GPU hours. Or pass "
-                "--force to launch without it")
-    if not state.get("ok"):
-        failed = [f"{f['check']} ({f['measured']}; expected {f['expected']})"
-                  for f in state.get("findings", []) if f.get("status") == "fail"]
-        return (f"the last fabric gate for {cfg.name!r} FAILED ({state.get('finished_at', '?')}): "
-                f"{'; '.join(failed[:3]) or 'see ' + str(state_path)}. Fix what it reported "
-                f"(`rlkit gate --logs-dir {state_path.parent / 'gate-logs'}` shows it again), run "
-                f"`{gate}` until it passes, or pass --force to launch anyway")
-    if (state.get("instance_type"), state.get("nodes")) != (group.instance_type,
-                                                           cfg.training.nodes):
-        return (f"the last gate measured {state.get('nodes')} x {state.get('instance_type')}, but "
-                f"the job runs on {cfg.training.nodes} x {group.instance_type}. Run `{gate}` for "
-                "this shape, or pass --force")
-    return None
-
-
-def choose_backend(state: dict[str, Any] | None, cfg: KitConfig,
-                   override: str | None) -> tuple[str, str]:
-    """(backend, why) in order: --ep-backend, the gate's faster backend, the config."""
-    configured = cfg.training.expert_parallel.backend
-    if override is not None:
-        return override, "--ep-backend"
-    ep = (state or {}).get("ep") or {}
-    faster = ep.get("faster")
-    if faster:
-        times = ", ".join(f"{b} {m['time_us'] / 1000:.2f} ms"
-                          for b, m in sorted(ep.get("measurements", {}).items()))
-        if faster == configured:
-            return faster, f"config; the gate measured it fastest ({times})"
-        return faster, (f"measured faster by the gate ({times}); the config says {configured}; "
-                        "--ep-backend overrides")
-    return configured, "config (the gate measured no EP backend)"
+from ops.launching import choose_backend, describe_rayjob, finished, gate_verdict
+from ops.rendering import render_for_run, with_ep_backend
 
 
 def _kubectl(args: argparse.Namespace) -> Kubectl:
     return Kubectl(context=args.context, dry_run=getattr(args, "dry_run", False), echo=print)
 
 
-def _load(args: argparse.Namespace) -> KitConfig | None:
-    try:
-        return load_config(args.config)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-        return None
-
-
 # --- launch --------------------------------------------------------------------------------------
 
 
 def _launch(args: argparse.Namespace) -> int:
-    cfg = _load(args)
+    cfg = options.load_config(args)
     if cfg is None:
         return 2
     announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Launch into")
-    path = state_dir(args, cfg) / "gate.json"
+    path = state_dir(args.state_dir, cfg.name) / "gate.json"
     try:
         state = load_state(path)
     except GateStateError as err:
@@ -135,7 +75,8 @@ def _launch(args: argparse.Namespace) -> int:
         return 2
     print(f"EP backend: {backend} ({why})")
     try:
-        ctx, out, outputs = render_for_run(cfg, args, print)
+        ctx, out, outputs = render_for_run(cfg, args.outputs, args.out, args.dry_run,
+                                           options.aws_clients(args, cfg.region), print)
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2
@@ -177,27 +118,8 @@ def _launch(args: argparse.Namespace) -> int:
 # --- status --------------------------------------------------------------------------------------
 
 
-def describe_rayjob(doc: dict[str, Any]) -> str:
-    st = doc.get("status", {})
-    fields = [("jobStatus", st.get("jobStatus") or "-"),
-              ("jobDeploymentStatus", st.get("jobDeploymentStatus") or "-"),
-              ("rayCluster", st.get("rayClusterName") or "-"),
-              ("started", st.get("startTime") or "-"),
-              ("ended", st.get("endTime") or "-")]
-    text = ", ".join(f"{k} {v}" for k, v in fields)
-    if st.get("message"):
-        text += f"; message: {st['message']}"
-    return f"{doc.get('metadata', {}).get('name', '?')}: {text}"
-
-
-def finished(doc: dict[str, Any]) -> bool:
-    st = doc.get("status", {})
-    return (st.get("jobStatus") in TERMINAL_JOB_STATUS
-            or st.get("jobDeploymentStatus") in TERMINAL_DEPLOYMENT_STATUS)
-
-
 def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
-    cfg = _load(args)
+    cfg = options.load_config(args)
     if cfg is None:
         return 2
     k = _kubectl(args)
@@ -242,7 +164,7 @@ def _print_health(args: argparse.Namespace, cfg: KitConfig) -> None:
     if args.no_health:
         return
     try:
-        cloudwatch = aws.client(aws.session(cfg.region, args.profile), "cloudwatch")
+        cloudwatch = options.aws_clients(args, cfg.region).cloudwatch
         line = observability.health_line(cloudwatch, cfg, now=datetime.now(timezone.utc))
     except aws.AWS_ERRORS as err:
         line = f"health: unavailable ({aws.describe_error(err)})"
@@ -253,7 +175,7 @@ def _print_health(args: argparse.Namespace, cfg: KitConfig) -> None:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    cfg = _load(args)
+    cfg = options.load_config(args)
     if cfg is None:
         return 2
     try:
@@ -310,7 +232,7 @@ def _logs_from_cloudwatch(args: argparse.Namespace, cfg: KitConfig, since: timed
     start = datetime.now(timezone.utc) - (since or CLOUDWATCH_DEFAULT_SINCE)
     print(f"source: {query.describe()}, since {start:%Y-%m-%d %H:%M:%S} UTC", file=sys.stderr)
     try:
-        logs_client = aws.client(aws.session(cfg.region, args.profile), "logs")
+        logs_client = options.aws_clients(args, cfg.region).logs
         printed = observability.read_logs(logs_client, query, start=start, out=sys.stdout,
                                           follow=args.follow)
     except aws.AWS_ERRORS as err:
@@ -334,8 +256,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "launch", help="apply the RayJob (refuses after a failed or missing fabric gate)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(p)
-    add_render_source(p)
+    options.add_run_options(p)
+    options.add_run_source(p)
     p.add_argument("--force", action="store_true",
                    help="launch even though the last gate failed, or none ran")
     p.add_argument("--replace", action="store_true",
@@ -345,10 +267,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = subparsers.add_parser("status", help="the RayJob's state (KubeRay jobStatus)",
                               description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(s)
+    options.add_run_options(s)
     s.add_argument("--watch", action="store_true", help="poll until the job ends")
     s.add_argument("--poll", type=float, default=15.0, help="seconds between polls")
-    s.add_argument("--profile", default=None, help="AWS profile for the health line")
+    options.add_aws(s, region=False, profile_help="AWS profile for the health line")
     s.add_argument("--no-health", action="store_true",
                    help="skip the CloudWatch health line (no AWS call)")
     s.set_defaults(func=_status)
@@ -356,7 +278,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lg = subparsers.add_parser("logs", help="the trainer's output (the RayJob's submitter)",
                                description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(lg)
+    options.add_run_options(lg)
     lg.add_argument("-f", "--follow", action="store_true", help="keep following the log")
     lg.add_argument("--since", default=None,
                     help="only the last 30m, 2h, 3d, ... (default: all of the pod's log; the last "
@@ -367,5 +289,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lg.add_argument("--source", choices=("auto", "kubectl", "cloudwatch"), default="auto",
                     help="where to read: the pod (kubectl) or CloudWatch Logs; auto: the pod "
                     "while it exists")
-    lg.add_argument("--profile", default=None, help="AWS profile for CloudWatch Logs")
+    options.add_aws(lg, region=False, profile_help="AWS profile for CloudWatch Logs")
     lg.set_defaults(func=_logs)

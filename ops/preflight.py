@@ -9,13 +9,14 @@ creates, changes or deletes an AWS resource.
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from typing import Any, Callable
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES, P_ON_DEMAND_QUOTA_CODE, P_ON_DEMAND_QUOTA_NAME
 from infra.config import GpuNodeGroupConfig, KitConfig, config_warnings
+from infra.problems import FAIL, PASS, WARN, Problem
 from infra.versions import (
     AL2023_NVIDIA_DRIVER_BRANCH,
     KUBERNETES_VERSIONS,
@@ -23,9 +24,8 @@ from infra.versions import (
     TRAINER_IMAGE_MIN_DRIVER_BRANCH,
     standard_support_warning,
 )
-from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, describe_error, error_code
+from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, AwsClients, describe_error, error_code
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
 
 
 # Capacity reservation states [EC2 API, CapacityReservation.State; EC2 User Guide, "View Capacity
@@ -42,24 +42,26 @@ _STUCK_STACK_STATES = {"ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "DELETE_FAILED",
                        "UPDATE_ROLLBACK_FAILED"}
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    subject: str
-    status: str  # pass | warn | fail
-    detail: str
-    fix: str = ""
+@dataclass(frozen=True, init=False)
+class Check(Problem):
+    """One preflight check: its name, what it looked at (``subject``), how it came out, what it
+    found and the fix. A ``Problem`` (``name`` is its ``check``, ``detail`` its ``rule``), whose
+    JSON view keeps the preflight keys."""
+
+    def __init__(self, name: str, subject: str, status: str, detail: str, fix: str = "") -> None:
+        super().__init__(subject=subject, rule=detail, fix=fix, status=status, check=name)
+
+    @property
+    def name(self) -> str:
+        return self.check
+
+    @property
+    def detail(self) -> str:
+        return self.rule
 
     def to_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-
-@dataclass
-class Clients:
-    sts: Any
-    ec2: Any
-    quotas: Any  # service-quotas
-    cloudformation: Any
+        return {"name": self.name, "subject": self.subject, "status": self.status,
+                "detail": self.detail, "fix": self.fix}
 
 
 def _group_subject(name: str) -> str:
@@ -421,7 +423,7 @@ def check_existing_stacks(cfn: Any, cfg: KitConfig) -> Check:
 # --- all together --------------------------------------------------------------------------------
 
 
-def run_preflight(cfg: KitConfig, clients: Clients, region: str | None = None,
+def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None,
                   now: datetime | None = None,
                   installed: Callable[[str], bool] | None = None) -> list[Check]:
     """Every check for one config; AWS checks are skipped (one failure) without credentials."""
@@ -430,7 +432,8 @@ def run_preflight(cfg: KitConfig, clients: Clients, region: str | None = None,
     identity = check_identity(clients.sts, cfg, region)
     if identity.status == FAIL:
         skipped = "; the AWS checks (offering, quota, reservations, stacks) did not run"
-        return [replace(identity, detail=identity.detail + skipped)] + checks
+        return [Check(identity.name, identity.subject, identity.status,
+                      identity.detail + skipped, identity.fix)] + checks
     checks.insert(0, identity)
     for n, g in cfg.gpu_node_groups.items():
         checks.append(check_offering(clients.ec2, n, g, region))

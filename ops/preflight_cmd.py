@@ -9,26 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from rich.console import Console
 
-from infra.config import ConfigError, load_config
 from infra.catalog.fsx import PRICE_REGION
 from infra.config import config_cost
-from ops import aws
-from ops.output import add_output_option, make_console, wants_json
+from ops import aws, options
+from ops.output import make_console, wants_json
 from ops.output import print_table as print_rows
-from ops.preflight import FAIL, PASS, WARN, Check, Clients, run_preflight, summary
+from ops.preflight import FAIL, PASS, WARN, Check, run_preflight, summary
 
 _STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
-
-
-def make_clients(region: str, profile: str | None = None) -> Clients:
-    sess = aws.session(region, profile)
-    return Clients(sts=aws.client(sess, "sts"), ec2=aws.client(sess, "ec2"),
-                   quotas=aws.client(sess, "service-quotas"),
-                   cloudformation=aws.client(sess, "cloudformation"))
 
 
 def print_table(checks: list[Check], title: str, console: Console) -> None:
@@ -38,14 +29,12 @@ def print_table(checks: list[Check], title: str, console: Console) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
+    cfg = options.load_config(args)
+    if cfg is None:
         return 2
     region = args.region or cfg.region
     try:
-        clients = args.clients_factory(region, args.profile)
+        clients = options.aws_clients(args, region)
     except aws.AWS_ERRORS as err:  # e.g. a mistyped --profile
         print(f"error: {aws.describe_error(err)}. Fix: {aws.CREDENTIALS_FIX}", file=sys.stderr)
         return 2
@@ -78,10 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "preflight", help="read-only AWS checks before deploying (quota, capacity, AZ, stacks)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, default=None,
-                   help="kit config YAML (default: the built-in default config)")
-    p.add_argument("--region", default=None, help="AWS region (default: the config's region)")
-    p.add_argument("--profile", default=None, help="AWS profile (default: the usual chain)")
-    add_output_option(p)
+    options.add_config(p)
+    # The session is made at once: a mistyped --profile is reported before any check runs.
+    options.add_aws(p, factory=aws.AwsClients.opened)
+    options.add_output_option(p)
     p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
-    p.set_defaults(func=_run, clients_factory=make_clients)
+    p.set_defaults(func=_run)

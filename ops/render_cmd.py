@@ -17,40 +17,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infra.config import ConfigError, load_config
-from manifests import (
-    RenderError,
-    build_context,
-    outputs_from_file,
-    outputs_from_stacks,
-    placeholder_outputs,
-    render,
-    tree,
-    write,
-)
+from manifests import RenderError, build_context, render, tree, write
 from manifests.render import comment_line
-from manifests.validate import load_objects
-from ops import aws
-from ops.cluster_crds import context_name, custom_kinds, fetch_crds
-from ops.kube import Kubectl, KubectlError
+from ops import options
 from ops.preflight import PASS, check_instance_facts
-from ops.validate_cmd import add_validation_options, run_validation
+from ops.rendering import resolve_outputs
+from ops.validation import crds_from_cluster, run_validation
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
+    cfg = options.load_config(args)
+    if cfg is None:
         return 2
     try:
-        if args.outputs is not None:
-            outputs = outputs_from_file(cfg, args.outputs)
-        elif args.from_stacks:
-            outputs = outputs_from_stacks(
-                cfg, client=aws.client(aws.session(cfg.region), "cloudformation"))
-        else:
-            outputs = placeholder_outputs(cfg)
+        outputs = resolve_outputs(cfg, args.outputs, placeholder=not args.from_stacks,
+                                  clients=options.aws_clients(args, cfg.region))
         files = render(build_context(cfg, outputs))
     except RenderError as err:
         print(err, file=sys.stderr)
@@ -105,42 +86,17 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def crds_from_cluster(staged: Path, directory: Path, args: argparse.Namespace) -> bool:
-    """Fetch the CRDs of the rendered custom kinds into ``directory`` and point the validation
-    at them; False (after printing the error) when the cluster cannot be asked."""
-    kubectl = Kubectl(context=args.context)
-    kinds = custom_kinds(load_objects(staged)[0])
-    try:
-        context = context_name(kubectl)
-        found, missing = fetch_crds(kubectl, kinds, directory)
-    except KubectlError as err:
-        print(f"error: could not read the CRDs from the cluster: {err}", file=sys.stderr)
-        return False
-    where = f"the cluster of kubectl context {context}"
-    print(f"CRD schemas from {where}: {', '.join(found) or 'none'}")
-    for name in missing:
-        print(f"NOT VALIDATED: {where} has no CustomResourceDefinition {name}, so its kind is "
-              "not validated (below). Fix: install the operator that defines it (the cluster "
-              "stack installs KubeRay), check the context, or pass --crd-dir instead.")
-    args.crd_dir, args.crd_source = directory, where
-    return True
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "render", help="render the Kubernetes manifests (RL job, fabric jobs) and validate them",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, default=None,
-                   help="kit config YAML (default: the built-in default config)")
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--outputs", type=Path, default=None,
-                        help="the JSON written by `cdk deploy --outputs-file`")
-    source.add_argument("--from-stacks", action="store_true",
-                        help="read the outputs from CloudFormation (DescribeStacks)")
+    options.add_config(p)
+    options.add_outputs_source(p, "the JSON written by `cdk deploy --outputs-file`",
+                               from_stacks=True)
     p.add_argument("--out", type=Path, default=None,
                    help="output directory (default: out/<config name>)")
     p.add_argument("--no-validate", action="store_true", help="skip offline validation")
-    add_validation_options(p)
+    options.add_validation_options(p)
     p.add_argument("--from-cluster", action="store_true",
                    help="validate custom kinds (RayJob) against the CRDs installed on the cluster "
                    "kubectl points at, instead of --crd-dir")

@@ -279,3 +279,37 @@ def belongs_to(arn: str, stacks: list[str], physical_ids: list[str]) -> bool:
     if any(f":stack/{stack}/" in arn for stack in stacks):
         return True
     return any(arn.endswith(f":::{pid}") or arn.endswith(f"/{pid}") for pid in physical_ids)
+
+
+def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
+                     echo: Callable[[str], None], dry: str) -> list[str]:
+    """Empty the data stack's buckets and repository; returns the IDs CloudFormation keeps."""
+    kept_ids = []
+    for res in data_resources(cfn, stack):
+        if res.retained:
+            kept_ids.append(res.name)
+            echo(f"{res.kind} {res.name} has DeletionPolicy Retain (storage.retain: true): "
+                 "CloudFormation keeps it with its data. To delete it as well, empty and "
+                 "delete it by hand afterwards.")
+        elif res.kind == "bucket":
+            n = empty_bucket(s3, res.name, dry_run)
+            echo(f"{dry or 'Deleted: '}{n} object version(s) and delete marker(s) in "
+                 f"bucket {res.name}")
+        else:
+            n = delete_images(ecr, res.name, dry_run)
+            echo(f"{dry or 'Deleted: '}{n} image(s) in ECR repository {res.name}")
+    return kept_ids
+
+
+def split_leftovers(cfn: Any, arns: list[str], kept_stacks: list[str], kept_ids: list[str],
+                    whole_stacks: list[str] = ()) -> tuple[list[str], list[str]]:
+    """(kept on purpose, left) of the ARNs still tagged with the environment. Of a kept data stack
+    only its bucket(s) and repository count as kept; of ``whole_stacks`` (a kept network or
+    storage stack) every resource does."""
+    kept_ids = list(kept_ids)
+    for stack in kept_stacks:
+        kept_ids += [r.name for r in data_resources(cfn, stack)]
+        if stack in whole_stacks:
+            kept_ids += stack_physical_ids(cfn, stack)
+    kept = [a for a in arns if belongs_to(a, kept_stacks, kept_ids)]
+    return kept, [a for a in arns if a not in kept]

@@ -20,42 +20,24 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from infra import names
-from infra.config import ConfigError, load_config
-from ops import aws
+from ops import aws, options
+from ops.aws import AwsClients
 from ops.config_source import announce
 from ops.teardown import (
     TeardownError,
-    belongs_to,
-    data_resources,
-    delete_images,
     delete_stacks,
-    empty_bucket,
+    empty_data_stack,
     plan_teardown,
-    stack_physical_ids,
+    split_leftovers,
     tagged_resources,
 )
 
 
-@dataclass
-class Clients:
-    cloudformation: Any
-    s3: Any
-    ecr: Any
-    tagging: Any
-    sts: Any
-
-
-def make_clients(region: str, profile: str | None = None) -> Clients:
-    sess = aws.session(region, profile)
-    return Clients(cloudformation=aws.client(sess, "cloudformation"), s3=aws.client(sess, "s3"),
-                   ecr=aws.client(sess, "ecr"),
-                   tagging=aws.client(sess, "resourcegroupstaggingapi"),
-                   sts=aws.client(sess, "sts"))
+# The name callers of the old per-command bundle use (tests/test_teardown_storage.py).
+Clients = AwsClients
 
 
 def _confirm(name: str, args: argparse.Namespace, ask: Callable[[str], str]) -> bool:
@@ -73,10 +55,8 @@ def _confirm(name: str, args: argparse.Namespace, ask: Callable[[str], str]) -> 
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
+    cfg = options.load_config(args)
+    if cfg is None:
         return 2
     region = args.region or cfg.region
     announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Teardown of", region)
@@ -86,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     echo: Callable[[str], None] = print
     dry = "[dry-run] would delete " if args.dry_run else ""
     try:
-        c = args.clients_factory(region, args.profile)
+        c = options.aws_clients(args, region)
         account = c.sts.get_caller_identity()["Account"]
         if cfg.account is not None and account != cfg.account:
             print(f"error: these credentials are for account {account}, but the config's account "
@@ -127,7 +107,8 @@ def _run(args: argparse.Namespace) -> int:
             if stage == [plan.data_stack]:
                 # Data last: every other stack is gone by now, so emptying the bucket can no
                 # longer leave a running environment without its data.
-                kept_ids += empty_data_stack(c, plan.data_stack, args.dry_run, echo, dry)
+                kept_ids += empty_data_stack(c.cloudformation, c.s3, c.ecr, plan.data_stack,
+                                             args.dry_run, echo, dry)
             if args.dry_run:
                 for s in stage:
                     echo(f"[dry-run] would run: aws cloudformation delete-stack --stack-name {s} "
@@ -160,27 +141,7 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if plan.refused else code
 
 
-def empty_data_stack(c: Clients, stack: str, dry_run: bool, echo: Callable[[str], None],
-                     dry: str) -> list[str]:
-    """Empty the data stack's buckets and repository; returns the IDs CloudFormation keeps."""
-    kept_ids = []
-    for res in data_resources(c.cloudformation, stack):
-        if res.retained:
-            kept_ids.append(res.name)
-            echo(f"{res.kind} {res.name} has DeletionPolicy Retain (storage.retain: true): "
-                 "CloudFormation keeps it with its data. To delete it as well, empty and "
-                 "delete it by hand afterwards.")
-        elif res.kind == "bucket":
-            n = empty_bucket(c.s3, res.name, dry_run)
-            echo(f"{dry or 'Deleted: '}{n} object version(s) and delete marker(s) in "
-                 f"bucket {res.name}")
-        else:
-            n = delete_images(c.ecr, res.name, dry_run)
-            echo(f"{dry or 'Deleted: '}{n} image(s) in ECR repository {res.name}")
-    return kept_ids
-
-
-def report_leftovers(c: Clients, name: str, kept_stacks: list[str], kept_ids: list[str],
+def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], kept_ids: list[str],
                      echo: Callable[[str], None], whole_stacks: list[str] = ()) -> int:
     """List what still carries the environment tag. Of the data stack only its bucket(s) and
     repository count as kept; of ``whole_stacks`` (a kept network or storage stack) every
@@ -192,13 +153,7 @@ def report_leftovers(c: Clients, name: str, kept_stacks: list[str], kept_ids: li
               f"hand: aws resourcegroupstaggingapi get-resources --tag-filters "
               f"Key={names.ENVIRONMENT_TAG},Values={name}", file=sys.stderr)
         return 1
-    if kept_stacks:
-        for stack in kept_stacks:
-            kept_ids += [r.name for r in data_resources(c.cloudformation, stack)]
-            if stack in whole_stacks:
-                kept_ids += stack_physical_ids(c.cloudformation, stack)
-    kept = [a for a in arns if belongs_to(a, kept_stacks, kept_ids)]
-    left = [a for a in arns if a not in kept]
+    kept, left = split_leftovers(c.cloudformation, arns, kept_stacks, kept_ids, whole_stacks)
     for a in kept:
         echo(f"kept on purpose: {a}")
     if not left:
@@ -217,17 +172,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "teardown", help="delete the stacks (GPU, cluster, network; data on request) and list "
         "leftovers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, default=None,
-                   help="kit config YAML (default: the built-in default config)")
-    p.add_argument("--region", default=None, help="AWS region (default: the config's region)")
-    p.add_argument("--profile", default=None, help="AWS profile (default: the usual chain)")
+    options.add_config(p)
+    options.add_aws(p)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation (CI)")
     p.add_argument("--delete-data", action="store_true",
                    help="delete the data stack too: empties the bucket (all versions) and the ECR "
                    "repository (always done when the config is ephemeral)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print what would be deleted; change nothing")
+    options.add_dry_run(p, "print what would be deleted; change nothing")
     p.add_argument("--poll", type=float, default=15.0, help="seconds between status polls")
     p.add_argument("--timeout", type=float, default=3600.0,
                    help="seconds to wait for each stage (default 3600)")
-    p.set_defaults(func=_run, clients_factory=make_clients, ask=input)
+    p.set_defaults(func=_run, ask=input)

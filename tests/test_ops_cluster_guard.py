@@ -13,7 +13,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ReadTimeoutError
 
-from ops import aws, gate_cmd
+from ops import aws, gate
 from ops.kube import Kubectl, KubectlError, check_cluster
 from test_ops_gate import FakeKubectl, kubeconfig
 from test_ops_launch import rayjob, run, write_state
@@ -177,8 +177,8 @@ def test_corrupt_gate_json_is_a_clean_error(tmp_path, kubectl, capsys, content, 
 def test_gate_replaces_a_corrupt_gate_json(tmp_path, capsys):
     state = tmp_path / "gate.json"
     state.write_text("{not json")
-    with pytest.raises(gate_cmd.GateStateError):
-        gate_cmd.load_state(state)
+    with pytest.raises(gate.GateStateError):
+        gate.load_state(state)
 
 
 # --- no traceback from the CLI -------------------------------------------------------------------

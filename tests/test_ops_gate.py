@@ -15,7 +15,7 @@ from ops import gate_cmd
 from manifests.efa_env import EfaEnvProfile
 from ops.gate import (FAIL, PASS, WARN, compare, evaluate, faster_backend, judge_allocatable, nccl_transport,
                       state_document)
-from ops.gate_cmd import GateInterrupted, GateRunner
+from ops.gate.runner import GateInterrupted, GateRunner
 from ops.kube import Kubectl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gate"

@@ -13,7 +13,7 @@ from botocore.stub import ANY, Stubber
 from infra.names import OutputKeys
 from ops import cli
 from ops.image_build import BACKEND_LABEL, context_key, context_zip, follow_build
-from ops.image_cmd import Clients
+from ops.aws import AwsClients
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -43,7 +43,7 @@ class Stubbed:
 
     def __init__(self):
         services = ("cloudformation", "s3", "codebuild", "logs", "ecr")
-        self.clients = Clients(**{s: boto3.client(s, region_name=REGION) for s in services})
+        self.clients = AwsClients(**{s: boto3.client(s, region_name=REGION) for s in services})
         self.stubs = {s: Stubber(getattr(self.clients, s)) for s in services}
         for s in self.stubs.values():
             s.activate()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ops import launch_cmd
+from ops import launch_cmd, launching
 from test_ops_gate import CONFIG, FakeKubectl, outputs_file  # tests/ is on sys.path (rootdir)
 
 
@@ -214,7 +214,7 @@ def test_gate_verdict_passes_for_a_matching_passed_gate():
 
     cfg = parse_config(yaml.safe_load(CONFIG))
     state = {"ok": True, "instance_type": "p5.48xlarge", "nodes": 2}
-    assert launch_cmd.gate_verdict(state, cfg, __import__("pathlib").Path("g.json")) is None
+    assert launching.gate_verdict(state, cfg, __import__("pathlib").Path("g.json")) is None
 
 
 def test_dry_run_previews_without_a_gate_and_says_the_real_run_would_refuse(tmp_path, kubectl,

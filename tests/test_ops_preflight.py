@@ -15,11 +15,11 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from infra.config import parse_config
+from ops.aws import AwsClients
 from ops.preflight import (
     FAIL,
     PASS,
     WARN,
-    Clients,
     check_existing_stacks,
     check_identity,
     check_kubernetes_version,
@@ -367,7 +367,7 @@ def parse(argv):
 
 def _factory(quotas):
     def make(region, profile):
-        return Clients(sts=boto3.client("sts", region_name=region),
+        return AwsClients(sts=boto3.client("sts", region_name=region),
                        ec2=boto3.client("ec2", region_name=region), quotas=quotas,
                        cloudformation=boto3.client("cloudformation", region_name=region))
     return make
@@ -416,7 +416,7 @@ def test_run_preflight_stops_at_credentials():
     stub.add_client_error("get_caller_identity", service_error_code="ExpiredToken",
                           service_message="The security token included in the request is expired")
     with stub:
-        checks = run_preflight(config(), Clients(sts, None, None, None), installed=lambda p: True)
+        checks = run_preflight(config(), AwsClients(sts=sts), installed=lambda p: True)
     assert checks[0].status == FAIL
     assert "ExpiredToken" in checks[0].detail
     assert [c.name for c in checks] == ["credentials", "kubernetes version", "gpu driver",

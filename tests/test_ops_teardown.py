@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from ops import teardown_cmd
 from ops.teardown import TeardownError, delete_images, delete_stacks, empty_bucket
-from ops.teardown_cmd import Clients
+from ops.aws import AwsClients
 
 REGION = "us-east-1"
 TOPIC = {"T": {"Type": "AWS::SNS::Topic"}}
@@ -102,7 +102,7 @@ def run(tmp_path, *flags, ephemeral=False, answer=None, name="tt", account=None,
     config = write_config(tmp_path, ephemeral, name=name, account=account)
     args = parser.parse_args(["teardown", "--config", str(config), "--poll", "0", *flags])
     cfn = cfn or Recording(boto3.client("cloudformation", region_name=REGION))
-    clients = Clients(cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
+    clients = AwsClients(cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
                       ecr=boto3.client("ecr", region_name=REGION),
                       tagging=boto3.client("resourcegroupstaggingapi", region_name=REGION),
                       sts=boto3.client("sts", region_name=REGION))

@@ -1,171 +1,46 @@
-"""Fabric gate: judge the acceptance jobs' output against published figures.
+"""The gate's verdicts: each job's log judged against the thresholds in ``infra.catalog.acceptance``.
 
-Input is the text of each job's pod logs (stdout and stderr mixed, as ``kubectl logs`` returns
-them): the JSON lines that ``rltrainer nodecheck`` and ``rltrainer bench allreduce|ep`` print
-(formats in images/trainer/README.md) plus what NCCL, aws-ofi-nccl and NVSHMEM logged (the fabric
-jobs run with NCCL_DEBUG=INFO and NVSHMEM_DEBUG=INFO), and the GPU nodes as ``kubectl get nodes
--o json`` returns them. Output is a list of findings, each pass, warn or fail with the measured
-and expected figure and, for anything that is not a pass, what to do. Thresholds live in
-``infra.catalog.acceptance``. No kubectl or AWS here: ``gate_cmd`` collects the logs, this module only
-reads them, so recorded logs test it.
-
-What it catches (docs/gate.md explains each number):
-
-- node check failures: missing EFA devices, an NVIDIA driver older than the image's CUDA needs,
-  an EFA driver or PeerMappingOverride missing for EFA-GDA, GDRCopy missing where the backend
-  uses it; and allocatable ``vpc.amazonaws.com/efa`` on a node that differs from the pod request;
-- the transport, proved from the libraries' own log lines (each finding names the line it
-  looked for): NCCL loaded aws-ofi-nccl and uses it rather than sockets; NVSHMEM initialised its
-  libfabric transport on the EFA provider; NCCL's GIN type is the one the profile set;
-- a degraded fabric: all-reduce or DeepEP-accounted expert-parallel bandwidth below the
-  published figure for the same tool, shape and instance type;
-- anything without a published figure: a warning saying the numbers were recorded only.
+Node check (devices, drivers, allocatable EFA), transport (aws-ofi-nccl, NVSHMEM over libfabric,
+NCCL GIN), all-reduce bandwidth and expert-parallel dispatch/combine; ``evaluate`` runs them all on
+the logs of the jobs that ran. docs/gate.md explains each number.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES, acceptance
-
-PASS, WARN, FAIL = "pass", "warn", "fail"
-RECORDED = "recorded"  # a figure kept for a decision (the EP backend), compared with nothing
-
-JOB_KEYS = ("nodecheck", "allreduce", "ep")
-
-# --- log lines that prove the transport -----------------------------------------------------------
-# Exact texts from the sources of the versions the image installs (read 2026-11-30):
-# - aws-ofi-nccl v1.21.1 (EFA installer 1.50.0; tag commit 2475c4c736907e68ebeadb3848f31231ee4a44d0):
-#   every plugin line starts "NET/OFI " (include/nccl_ofi_log.h); src/nccl_ofi_net.cpp logs
-#   "Initializing " PACKAGE_STRING ("aws-ofi-nccl <version>") at init and PACKAGE_NAME
-#   " initialization failed" when it gives up; the plugin's NCCL name is "Libfabric"
-#   (src/nccl_ofi_interface_nvidia.cpp, older releases "AWS Libfabric"); the GIN EFA-GDA path logs
-#   "gin GDAKI: createContext done (" (src/rdma/gin/nccl_ofi_gin_gdaki.cpp), and
-#   doc/gin-getting-started.md names that line and "NCCL_GIN_TYPE set by environment to 5." as the
-#   proof that EFA-GDA ran.
-# - NCCL v2.30.7-1 (73cf112295c33aee2b895f329f592f2a9b4b0f97; the newest tag we could read, the GIN
-#   image builds v2.31.2-1): src/init.cc "Using network %s" with the net plugin's name ("Socket" is
-#   src/transport/net_socket.cc's); src/misc/param.cc "%s set by environment to %lld." for integer
-#   parameters such as NCCL_GIN_TYPE.
-# - NVSHMEM v3.4.5-0 (2d7d25f0816235e3c2b51779571ec032606ea0dd; the image builds 3.7.0, whose
-#   source we could not read): src/host/transport/transport.cpp "Successfully initialized the
-#   transport: %s" (the NVSHMEM_REMOTE_TRANSPORT value) and "init failed for remote transport: %s";
-#   src/modules/transport/libfabric/libfabric.cpp "Selected provider %s, fabric %s, nic %s, hmem %s".
-OFI_LOADED = "NET/OFI Initializing aws-ofi-nccl"
-OFI_FAILED = "NET/OFI aws-ofi-nccl initialization failed"
-NET_OFI = re.compile(r"Using network (AWS )?Libfabric\b")
-NET_ANY = re.compile(r"Using network (\S[^\n]*)")
-NET_SOCKET = "Using network Socket"
-NVSHMEM_OK = "Successfully initialized the transport: libfabric"
-NVSHMEM_FAILED = "init failed for remote transport:"
-NVSHMEM_TRANSPORT = re.compile(r"Successfully initialized the transport: (\S+)")
-NVSHMEM_EFA = "Selected provider efa,"
-GIN_TYPE = re.compile(r"NCCL_GIN_TYPE set by environment to (-?\d+)\.")
-GIN_GDAKI = "NET/OFI gin GDAKI: createContext done ("
-DEBUG_HINT = ("the fabric jobs set NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV,NET and "
-              "NVSHMEM_DEBUG=INFO; a log without these lines either ran with other settings or "
-              "never initialised the library")
-
-SOCKET_FIX = ("make NCCL load aws-ofi-nccl: NCCL_NET_PLUGIN=ofi and FI_PROVIDER=efa in the pod, "
-              "the plugin in the image (nodecheck's nccl_ofi_plugin check), and the node's full "
-              "vpc.amazonaws.com/efa count requested; then run `rlkit gate` again")
-# Managed node groups repair nodes that are cordoned or report unhealthy (node auto-repair); a
-# manual terminate of the instance has the node group launch a replacement.
-BAD_NODE_FIX = ("cordon the node and taint it (kubectl cordon <node>; kubectl taint nodes <node> "
-                "rlkit/fabric=failed:NoSchedule) so that node auto-repair, or terminating the "
-                "instance by hand, replaces it; then run `rlkit gate` again")
-DEGRADED_FIX = ("run `rlkit gate` again to rule out a noisy neighbour; if it repeats, check that "
-                "both nodes are in one cluster placement group and one AZ, that every pod got all "
-                "EFA devices (nodecheck), and the EFA driver/installer versions; if one node keeps "
-                "failing, " + BAD_NODE_FIX)
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    status: str  # pass | warn | fail | recorded
-    measured: str = ""
-    expected: str = ""
-    detail: str = ""
-    fix: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-
-@dataclass
-class EpMeasurement:
-    backend: str  # config name: nccl | deepep-nvshmem | deepep-gin
-    time_us: float  # dispatch + combine step time at the model's shape: what picks the backend
-    shape: dict[str, int]  # the model shape
-    acceptance: dict[str, Any] | None = None  # DeepEP-accounted figures at the published shape
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class GateReport:
-    instance_type: str
-    nodes: int
-    ep_backend: str
-    findings: list[Finding] = field(default_factory=list)
-    ep: EpMeasurement | None = None
-    allreduce: dict[int, float] = field(default_factory=dict)  # size -> busbw GB/s
-
-    @property
-    def ok(self) -> bool:
-        return not any(f.status == FAIL for f in self.findings)
-
-    def add(self, *findings: Finding) -> None:
-        self.findings.extend(findings)
-
-
-def parse_rows(text: str) -> list[dict[str, Any]]:
-    """Every JSON object with a ``kind`` in a log; other lines (tables, NCCL INFO) are skipped."""
-    rows = []
-    for line in text.splitlines():
-        start = line.find("{")
-        if start < 0:
-            continue
-        try:
-            obj = json.loads(line[start:])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and "kind" in obj:
-            rows.append(obj)
-    return rows
-
-
-def nccl_transport(text: str) -> str | None:
-    """"socket" or "ofi" from NCCL's "Using network" line, None when NCCL did not log it."""
-    if NET_SOCKET in text:
-        return "socket"
-    if NET_OFI.search(text):
-        return "ofi"
-    return None
-
-
-def _first_line(text: str, needle: str) -> str | None:
-    for line in text.splitlines():
-        if needle in line:
-            return line.strip()
-    return None
-
-
-def _gb(value: float) -> str:
-    return f"{value:.1f} GB/s"
-
-
-def _size(n: int) -> str:
-    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= factor and n % factor == 0:
-            return f"{n // factor} {unit}"
-    return f"{n} B"
+from ops.gate.findings import (
+    BAD_NODE_FIX,
+    DEBUG_HINT,
+    DEGRADED_FIX,
+    FAIL,
+    GIN_GDAKI,
+    GIN_TYPE,
+    JOB_KEYS,
+    NET_ANY,
+    NET_OFI,
+    NET_SOCKET,
+    NVSHMEM_EFA,
+    NVSHMEM_FAILED,
+    NVSHMEM_OK,
+    NVSHMEM_TRANSPORT,
+    OFI_FAILED,
+    OFI_LOADED,
+    PASS,
+    RECORDED,
+    SOCKET_FIX,
+    WARN,
+    EpMeasurement,
+    Finding,
+    GateReport,
+    first_line,
+    gbps,
+    parse_rows,
+    size_text,
+)
 
 
 # --- node check ----------------------------------------------------------------------------------
@@ -266,9 +141,9 @@ def judge_nccl_net(text: str, job: str) -> list[Finding]:
     findings = []
     if OFI_LOADED in text and OFI_FAILED not in text:
         findings.append(Finding("NCCL OFI plugin", PASS, "loaded", "loaded",
-                                _first_line(text, OFI_LOADED) or OFI_LOADED))
+                                first_line(text, OFI_LOADED) or OFI_LOADED))
     else:
-        found = _first_line(text, OFI_FAILED) or _first_line(text, "NET/Plugin") or "no such line"
+        found = first_line(text, OFI_FAILED) or first_line(text, "NET/Plugin") or "no such line"
         findings.append(Finding(
             "NCCL OFI plugin", FAIL, "not loaded", "loaded",
             f"the {job} log has no {OFI_LOADED!r} line without a later {OFI_FAILED!r} (found: "
@@ -276,7 +151,7 @@ def judge_nccl_net(text: str, job: str) -> list[Finding]:
     network = NET_ANY.search(text)
     if NET_OFI.search(text) and NET_SOCKET not in text:
         findings.append(Finding("NCCL network", PASS, "Libfabric (EFA)", "Libfabric (EFA)",
-                                _first_line(text, "Using network") or ""))
+                                first_line(text, "Using network") or ""))
     elif NET_SOCKET in text:
         findings.append(Finding("NCCL network", FAIL, "TCP sockets", "Libfabric (EFA)",
                                 f"NCCL fell back to sockets: the {job} log says {NET_SOCKET!r} "
@@ -297,10 +172,10 @@ def judge_nvshmem(text: str) -> list[Finding]:
     ok_provider = NVSHMEM_EFA in text
     if ok_transport and ok_provider:
         return [Finding("NVSHMEM transport", PASS, "libfabric, provider efa", "libfabric, provider efa",
-                        _first_line(text, NVSHMEM_EFA) or "")]
+                        first_line(text, NVSHMEM_EFA) or "")]
     got = NVSHMEM_TRANSPORT.search(text)
-    found = (_first_line(text, NVSHMEM_FAILED) or (got.group(0) if got else None)
-             or _first_line(text, "Selected provider") or "no NVSHMEM transport line")
+    found = (first_line(text, NVSHMEM_FAILED) or (got.group(0) if got else None)
+             or first_line(text, "Selected provider") or "no NVSHMEM transport line")
     missing = " and ".join(repr(x) for x, ok in ((NVSHMEM_OK, ok_transport), (NVSHMEM_EFA, ok_provider)) if not ok)
     return [Finding("NVSHMEM transport", FAIL, got.group(1) if got else "not libfabric/efa",
                     "libfabric, provider efa",
@@ -330,12 +205,12 @@ def judge_gin(text: str, expected_type: str) -> list[Finding]:
     if expected_type == "5":
         if GIN_GDAKI in text:
             findings.append(Finding("GIN EFA-GDA", PASS, "context created", "context created",
-                                    _first_line(text, GIN_GDAKI) or ""))
+                                    first_line(text, GIN_GDAKI) or ""))
         else:
             findings.append(Finding(
                 "GIN EFA-GDA", FAIL, "no context", "context created",
                 f"looked for {GIN_GDAKI!r} in the ep log (aws-ofi-nccl's proof that EFA-GDA "
-                f"ran) and found {_first_line(text, 'gin GDAKI') or 'no gin GDAKI line'}",
+                f"ran) and found {first_line(text, 'gin GDAKI') or 'no gin GDAKI line'}",
                 "check the node check's efa_driver and peer_mapping_override results, or use "
                 "gin_mode: proxy"))
     return findings
@@ -368,33 +243,33 @@ def judge_allreduce(text: str, instance_type: str, nodes: int, world: int) -> tu
     itype = INSTANCE_TYPES.get(instance_type)
     suspect = acceptance.socket_suspect_GBps(instance_type, itype.efa_bandwidth_gbps if itype else 0)
     if peak < suspect:
-        findings.append(Finding("all-reduce bandwidth", FAIL, f"peak {_gb(peak)}",
-                                f">= {_gb(suspect)} on EFA",
+        findings.append(Finding("all-reduce bandwidth", FAIL, f"peak {gbps(peak)}",
+                                f">= {gbps(suspect)} on EFA",
                                 "bandwidth far below EFA: NCCL most likely runs on TCP sockets",
                                 SOCKET_FIX))
 
     refs = acceptance.allreduce_references(instance_type, nodes)
     if not refs:
         findings.append(Finding(
-            "all-reduce busbw", WARN, f"peak {_gb(peak)} at {_size(peak_size)}", "-",
+            "all-reduce busbw", WARN, f"peak {gbps(peak)} at {size_text(peak_size)}", "-",
             f"no published threshold for {instance_type}: recorded only",
             "compare with earlier gate runs on this instance type (rlkit gate --compare)"))
         return findings, by_size
     for ref in refs:
-        check = f"all-reduce busbw @ {_size(ref.size_bytes)}"
-        expected = (f">= {_gb(ref.required_GBps)} ({ref.pass_fraction:.0%} of "
+        check = f"all-reduce busbw @ {size_text(ref.size_bytes)}"
+        expected = (f">= {gbps(ref.required_GBps)} ({ref.pass_fraction:.0%} of "
                     f"{ref.published_GBps:g} published)")
         if ref.size_bytes not in by_size:
             findings.append(Finding(check, WARN, "not measured", expected,
-                                    f"the run did not include {_size(ref.size_bytes)}",
+                                    f"the run did not include {size_text(ref.size_bytes)}",
                                     f"run the all-reduce benchmark up to at least "
-                                    f"{_size(ref.size_bytes)} (--max-bytes)"))
+                                    f"{size_text(ref.size_bytes)} (--max-bytes)"))
             continue
         got = by_size[ref.size_bytes]
         if got >= ref.required_GBps:
-            findings.append(Finding(check, PASS, _gb(got), expected, f"{ref.tool}; {ref.source}"))
+            findings.append(Finding(check, PASS, gbps(got), expected, f"{ref.tool}; {ref.source}"))
         else:
-            findings.append(Finding(check, FAIL if ref.strict else WARN, _gb(got), expected,
+            findings.append(Finding(check, FAIL if ref.strict else WARN, gbps(got), expected,
                                     f"degraded fabric: {got / ref.published_GBps:.0%} of the "
                                     f"published figure ({ref.tool}; {ref.source})", DEGRADED_FIX))
     return findings, by_size
@@ -484,8 +359,8 @@ def judge_ep(text: str, instance_type: str, nodes: int, world: int, configured_b
         "dispatch_rdma_GBps": ad.get("rdma_GBps"), "combine_rdma_GBps": ac.get("rdma_GBps"),
         "dispatch_nvl_GBps": ad.get("nvl_GBps"), "combine_nvl_GBps": ac.get("nvl_GBps")}
     refs = acceptance.ep_references(instance_type, nodes, backend, shape)
-    got_words = (f"dispatch {_gb(float(ad['rdma_GBps']))} RDMA / {_gb(float(ad['nvl_GBps']))} NVL, "
-                 f"combine {_gb(float(ac['rdma_GBps']))} RDMA / {_gb(float(ac['nvl_GBps']))} NVL")
+    got_words = (f"dispatch {gbps(float(ad['rdma_GBps']))} RDMA / {gbps(float(ad['nvl_GBps']))} NVL, "
+                 f"combine {gbps(float(ac['rdma_GBps']))} RDMA / {gbps(float(ac['nvl_GBps']))} NVL")
     if not refs:
         findings.append(Finding(
             f"EP {backend} bandwidth", WARN, got_words, "-",
@@ -497,18 +372,18 @@ def judge_ep(text: str, instance_type: str, nodes: int, world: int, configured_b
         direction = ref.metric.removeprefix("ep_")
         row = ad if direction == "dispatch" else ac
         got = float(row["rdma_GBps"])
-        expected = (f">= {_gb(ref.required_GBps)} RDMA ({ref.pass_fraction:.0%} of "
+        expected = (f">= {gbps(ref.required_GBps)} RDMA ({ref.pass_fraction:.0%} of "
                     f"{ref.published_GBps:g} published{', ' + ref.note if ref.note else ''})")
         check = f"EP {backend} {direction} RDMA"
         if row.get("timing") != "kernel":
-            findings.append(Finding(check, WARN, _gb(got), expected,
+            findings.append(Finding(check, WARN, gbps(got), expected,
                                     "timed with wall clock, not DeepEP's kernel timer: not "
                                     "comparable with the published figure (recorded only)",
                                     "run the ep job on GPUs with the DeepEP image"))
         elif got >= ref.required_GBps:
-            findings.append(Finding(check, PASS, _gb(got), expected, f"{ref.tool}; {ref.source}"))
+            findings.append(Finding(check, PASS, gbps(got), expected, f"{ref.tool}; {ref.source}"))
         else:
-            findings.append(Finding(check, FAIL if ref.strict else WARN, _gb(got), expected,
+            findings.append(Finding(check, FAIL if ref.strict else WARN, gbps(got), expected,
                                     f"{got / ref.published_GBps:.0%} of the published figure "
                                     f"({ref.tool}; {ref.source})", DEGRADED_FIX))
     return findings, measurement
@@ -547,86 +422,3 @@ def evaluate(logs: dict[str, str], instance_type: str, nodes: int, ep_backend: s
                                "interrupted)", "fix the failures above and run `rlkit gate` again"))
     return report
 
-
-# --- state file ----------------------------------------------------------------------------------
-
-STATE_VERSION = 2
-
-
-def faster_backend(measurements: dict[str, dict[str, Any]]) -> str | None:
-    """The EP backend with the lowest dispatch + combine step time for the same shape."""
-    if not measurements:
-        return None
-    return min(measurements, key=lambda b: measurements[b]["time_us"])
-
-
-def state_document(report: GateReport, config_name: str, finished_at: str,
-                   previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    """gate.json: the verdict, every measured figure, and the EP step times merged with earlier
-    runs of the same shape (for the backend choice)."""
-    measurements: dict[str, dict[str, Any]] = {}
-    if previous and report.ep is not None:
-        prev_ep = previous.get("ep") or {}
-        if (previous.get("instance_type") == report.instance_type
-                and previous.get("nodes") == report.nodes
-                and prev_ep.get("shape") == report.ep.shape):
-            measurements.update(prev_ep.get("measurements", {}))
-    ep_doc = None
-    if report.ep is not None:
-        measurements[report.ep.backend] = {
-            "time_us": report.ep.time_us, "acceptance": report.ep.acceptance,
-            "measured_at": finished_at}
-        ep_doc = {"shape": report.ep.shape, "measurements": measurements,
-                  "faster": faster_backend(measurements)}
-    elif previous:
-        ep_doc = previous.get("ep")
-    return {
-        "version": STATE_VERSION,
-        "config": config_name,
-        "finished_at": finished_at,
-        "ok": report.ok,
-        "instance_type": report.instance_type,
-        "nodes": report.nodes,
-        "ep_backend_measured": report.ep_backend,
-        "findings": [f.to_dict() for f in report.findings],
-        "figures": figures(report),
-        "ep": ep_doc,
-    }
-
-
-def figures(report: GateReport) -> dict[str, float]:
-    """This run's numbers, flat, for `rlkit gate --compare` (name -> value)."""
-    out: dict[str, float] = {}
-    for size, busbw in sorted(report.allreduce.items()):
-        out[f"all-reduce busbw @ {_size(size)} (GB/s)"] = busbw
-    ep = report.ep
-    if ep is not None:
-        out[f"EP {ep.backend} step time, model shape (us)"] = ep.time_us
-        for key in ("dispatch_rdma_GBps", "combine_rdma_GBps", "dispatch_nvl_GBps", "combine_nvl_GBps"):
-            value = (ep.acceptance or {}).get(key)
-            if value is not None:
-                direction, link, _ = key.split("_")
-                out[f"EP {ep.backend} {direction} {link.upper()}, published shape (GB/s)"] = float(value)
-    return out
-
-
-def compare(documents: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[list[str]]]:
-    """A table of every figure across recorded runs: (header, rows), the last column the change
-    from the first run to the last. Runs of another instance type or node count are marked."""
-    header = ["figure"] + [f"{label} ({d.get('nodes')} x {d.get('instance_type')}, "
-                           f"{d.get('finished_at', '?')})" for label, d in documents] + ["change"]
-    names: list[str] = []
-    for _, d in documents:
-        for name in (d.get("figures") or {}):
-            if name not in names:
-                names.append(name)
-    rows = []
-    for name in names:
-        values = [(d.get("figures") or {}).get(name) for _, d in documents]
-        cells = [f"{v:.6g}" if v is not None else "-" for v in values]
-        first = next((v for v in values if v is not None), None)
-        last = next((v for v in reversed(values) if v is not None), None)
-        change = (f"{(last - first) / first:+.1%}" if first and last is not None and
-                  sum(v is not None for v in values) > 1 else "-")
-        rows.append([name, *cells, change])
-    return header, rows

@@ -1,0 +1,168 @@
+"""What a gate run leaves behind: the gate.json document, its figures, and the comparison of
+recorded runs (`rlkit gate --compare`), and reading gate.json back (what `rlkit launch` trusts).
+
+The file lives at ``<state dir>/<config name>/gate.json`` (state dir ``.rlkit`` by default), with
+the logs it judged in ``gate-logs/`` beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from ops.gate.findings import GateReport, size_text
+
+
+def state_dir(root: str | Path, config_name: str) -> Path:
+    """Where one config's gate result and logs live."""
+    return Path(root) / config_name
+
+# --- state file ----------------------------------------------------------------------------------
+
+STATE_VERSION = 2
+
+
+def faster_backend(measurements: dict[str, dict[str, Any]]) -> str | None:
+    """The EP backend with the lowest dispatch + combine step time for the same shape."""
+    if not measurements:
+        return None
+    return min(measurements, key=lambda b: measurements[b]["time_us"])
+
+
+def state_document(report: GateReport, config_name: str, finished_at: str,
+                   previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """gate.json: the verdict, every measured figure, and the EP step times merged with earlier
+    runs of the same shape (for the backend choice)."""
+    measurements: dict[str, dict[str, Any]] = {}
+    if previous and report.ep is not None:
+        prev_ep = previous.get("ep") or {}
+        if (previous.get("instance_type") == report.instance_type
+                and previous.get("nodes") == report.nodes
+                and prev_ep.get("shape") == report.ep.shape):
+            measurements.update(prev_ep.get("measurements", {}))
+    ep_doc = None
+    if report.ep is not None:
+        measurements[report.ep.backend] = {
+            "time_us": report.ep.time_us, "acceptance": report.ep.acceptance,
+            "measured_at": finished_at}
+        ep_doc = {"shape": report.ep.shape, "measurements": measurements,
+                  "faster": faster_backend(measurements)}
+    elif previous:
+        ep_doc = previous.get("ep")
+    return {
+        "version": STATE_VERSION,
+        "config": config_name,
+        "finished_at": finished_at,
+        "ok": report.ok,
+        "instance_type": report.instance_type,
+        "nodes": report.nodes,
+        "ep_backend_measured": report.ep_backend,
+        "findings": [f.to_dict() for f in report.findings],
+        "figures": figures(report),
+        "ep": ep_doc,
+    }
+
+
+def figures(report: GateReport) -> dict[str, float]:
+    """This run's numbers, flat, for `rlkit gate --compare` (name -> value)."""
+    out: dict[str, float] = {}
+    for size, busbw in sorted(report.allreduce.items()):
+        out[f"all-reduce busbw @ {size_text(size)} (GB/s)"] = busbw
+    ep = report.ep
+    if ep is not None:
+        out[f"EP {ep.backend} step time, model shape (us)"] = ep.time_us
+        for key in ("dispatch_rdma_GBps", "combine_rdma_GBps", "dispatch_nvl_GBps", "combine_nvl_GBps"):
+            value = (ep.acceptance or {}).get(key)
+            if value is not None:
+                direction, link, _ = key.split("_")
+                out[f"EP {ep.backend} {direction} {link.upper()}, published shape (GB/s)"] = float(value)
+    return out
+
+
+def compare(documents: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[list[str]]]:
+    """A table of every figure across recorded runs: (header, rows), the last column the change
+    from the first run to the last. Runs of another instance type or node count are marked."""
+    header = ["figure"] + [f"{label} ({d.get('nodes')} x {d.get('instance_type')}, "
+                           f"{d.get('finished_at', '?')})" for label, d in documents] + ["change"]
+    names: list[str] = []
+    for _, d in documents:
+        for name in (d.get("figures") or {}):
+            if name not in names:
+                names.append(name)
+    rows = []
+    for name in names:
+        values = [(d.get("figures") or {}).get(name) for _, d in documents]
+        cells = [f"{v:.6g}" if v is not None else "-" for v in values]
+        first = next((v for v in values if v is not None), None)
+        last = next((v for v in reversed(values) if v is not None), None)
+        change = (f"{(last - first) / first:+.1%}" if first and last is not None and
+                  sum(v is not None for v in values) > 1 else "-")
+        rows.append([name, *cells, change])
+    return header, rows
+
+
+# --- reading it back -----------------------------------------------------------------------------
+
+
+class GateStateError(ValueError):
+    """A gate.json that cannot be trusted; the message names the file and the fix."""
+
+
+# gate.json fields `rlkit launch` reads, with the types they must have.
+_STATE_FIELDS: dict[str, tuple[type, ...]] = {
+    "ok": (bool,), "instance_type": (str,), "nodes": (int,), "findings": (list,),
+    "ep": (dict, type(None)),
+}
+
+
+def load_state(path: Path) -> dict[str, Any] | None:
+    """The last gate result, None when no gate ran; GateStateError when the file is corrupt."""
+    if not path.is_file():
+        return None
+
+    def corrupt(why: str) -> GateStateError:
+        return GateStateError(
+            f"{path} is corrupt ({why}), so the last gate result cannot be trusted. Fix: delete "
+            f"it and run `rlkit gate` again (or judge saved logs: rlkit gate --logs-dir "
+            f"{path.parent / 'gate-logs'})")
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise corrupt(f"not JSON: {str(err)[:120]}") from None
+    if not isinstance(doc, dict):
+        raise corrupt("not a JSON object")
+    for key, types in _STATE_FIELDS.items():
+        if key in doc and (not isinstance(doc[key], types)
+                           or (bool not in types and isinstance(doc[key], bool))):
+            raise corrupt(f"{key} is {type(doc[key]).__name__}")
+    if not all(isinstance(f, dict) for f in doc.get("findings", [])):
+        raise corrupt("findings must be objects")
+    ep = doc.get("ep") or {}
+    if not isinstance(ep.get("measurements", {}), dict) or not all(
+            isinstance(m, dict) and isinstance(m.get("time_us", 0), (int, float))
+            for m in ep.get("measurements", {}).values()):
+        raise corrupt("ep.measurements must map backends to figures")
+    return doc
+
+
+def write_record(report: GateReport, config_name: str, sdir: Path, logs: dict[str, str],
+                 finished_at: str, warn: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
+    """Write the judged logs to ``sdir/gate-logs/`` and the result to ``sdir/gate.json`` (EP
+    figures merged with the previous result's, which a corrupt file cannot give: ``warn`` says
+    so); returns the path and the document."""
+    sdir.mkdir(parents=True, exist_ok=True)
+    logdir = sdir / "gate-logs"
+    logdir.mkdir(exist_ok=True)
+    for key, text in logs.items():
+        (logdir / (f"{key}.json" if key == "nodes" else f"{key}.log")).write_text(text)
+    path = sdir / "gate.json"
+    try:
+        previous = load_state(path)
+    except GateStateError as err:  # this run's result replaces it
+        warn(f"warning: {err}; writing a fresh one.")
+        previous = None
+    doc = state_document(report, config_name, finished_at, previous)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path, doc

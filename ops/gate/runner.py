@@ -1,0 +1,162 @@
+"""Running the fabric acceptance jobs on the cluster: one job at a time through kubectl.
+
+``GateRunner`` applies a job, waits for it with progress, collects its pods' logs and deletes it;
+a failed node check stops it before the benchmarks. After Ctrl-C it deletes what it applied, or
+says exactly what is left (``GateInterrupted``). Judging the logs is ``ops.gate.judges``'.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from infra.catalog import INSTANCE_TYPES
+from ops.gate.findings import FAIL, Finding
+from ops.gate.judges import judge_allocatable, judge_nodecheck
+from ops.kube import Kubectl, KubectlError, objects_in
+
+
+class GateInterrupted(Exception):
+    """Ctrl-C during the gate; the message says what was cleaned up or is left."""
+
+
+class GateRunner:
+    """Applies one fabric job at a time, waits, collects logs, deletes it."""
+
+    def __init__(self, kubectl: Kubectl, namespace: str, out: Path,
+                 jobs: list[tuple[str, str]], instance_type: str, nodes: int,
+                 timeout_s: float, poll_s: float, echo: Callable[[str], None],
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic,
+                 node_selector: str | None = None):
+        self.k = kubectl
+        self.ns = namespace
+        self.out = out
+        self.jobs = jobs
+        self.instance_type = instance_type
+        self.nodes = nodes
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self.echo = echo
+        self.sleep = sleep
+        self.clock = clock
+        self.node_selector = node_selector
+        self.applied: list[Path] = []
+        self.problems: list[Finding] = []
+
+    def job_dir(self, key: str) -> Path:
+        return self.out / "fabric" / key
+
+    def run(self) -> dict[str, str]:
+        logs: dict[str, str] = {}
+        try:
+            self.k.apply([self.out / "00-namespace.yaml", self.out / "01-serviceaccount.yaml"])
+            for key, name in self.jobs:
+                directory = self.job_dir(key)
+                # A finished Job of an earlier run would not run again: remove it first.
+                self.k.delete([directory])
+                self.applied.append(directory)
+                self.k.apply([directory])
+                state = self.wait(key, name)
+                if self.k.dry_run:
+                    self.k.run(["logs", "-n", self.ns, "-l", f"job-name={name}",
+                                "--all-containers", "--tail=-1"])
+                else:
+                    logs[key] = self.collect(name)
+                self.k.delete([directory], wait=False)
+                self.applied.remove(directory)
+                if key == "nodecheck" and self.node_selector is not None and not self.k.dry_run:
+                    # Read even when the job did not finish: a node offering fewer EFA devices
+                    # than the pod requests is the usual reason a pod stays Pending.
+                    nodes = self.k.get_json(["nodes", "-l", self.node_selector]) or {}
+                    logs["nodes"] = json.dumps(nodes, indent=1)
+                if state != "complete":
+                    self.problems.append(self._job_problem(key, name, state))
+                    break
+                if key == "nodecheck" and not self.k.dry_run:
+                    itype = INSTANCE_TYPES[self.instance_type]
+                    findings = judge_nodecheck(logs[key], self.nodes, itype.efa_devices)
+                    if "nodes" in logs:
+                        findings += judge_allocatable(logs["nodes"], itype.efa_devices)
+                    if any(f.status == FAIL for f in findings):
+                        self.echo("Node check failed: the benchmarks are skipped.")
+                        break
+        except KeyboardInterrupt:
+            raise GateInterrupted(self.cleanup()) from None
+        return logs
+
+    def _job_problem(self, key: str, name: str, state: str) -> Finding:
+        if state == "timeout":
+            return Finding(f"{key} job", FAIL, f"still running after {self.timeout_s:.0f} s",
+                           "finished", f"job {name} did not finish in time (deleted)",
+                           "look for pods stuck Pending (kubectl describe pods -n "
+                           f"{self.ns} -l job-name={name}); raise --timeout if the nodes are slow "
+                           "to join")
+        return Finding(f"{key} job", FAIL, "failed", "complete",
+                       f"job {name} failed; its logs are judged below and kept in gate-logs/",
+                       "read the job's log for the error")
+
+    def _pods(self, name: str) -> list[dict[str, Any]]:
+        doc = self.k.get_json(["pods", "-n", self.ns, "-l", f"job-name={name}"])
+        return sorted((doc or {}).get("items", []), key=lambda p: p["metadata"]["name"])
+
+    def wait(self, key: str, name: str) -> str:
+        """complete | failed | timeout, printing progress when something changes."""
+        if self.k.dry_run:
+            self.k.run(["wait", "-n", self.ns, f"job/{name}", "--for=condition=Complete",
+                        f"--timeout={self.timeout_s:.0f}s"])
+            return "complete"
+        start = self.clock()
+        last = None
+        while True:
+            job = self.k.get_json(["job", name, "-n", self.ns]) or {}
+            status = job.get("status", {})
+            conditions = {c["type"]: c.get("status") for c in status.get("conditions", [])}
+            elapsed = self.clock() - start
+            pods = self._pods(name)
+            phases: dict[str, int] = {}
+            for p in pods:
+                phase = p.get("status", {}).get("phase", "Unknown")
+                phases[phase] = phases.get(phase, 0) + 1
+            line = (f"  {key}: {status.get('succeeded', 0)} succeeded, {status.get('failed', 0)} "
+                    f"failed, pods {', '.join(f'{n} {ph}' for ph, n in sorted(phases.items())) or 'none yet'}")
+            pending = [p for p in pods if p.get("status", {}).get("phase") == "Pending"]
+            for p in pending[:1]:
+                for c in p.get("status", {}).get("conditions", []):
+                    if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                        line += f" ({c.get('message', c.get('reason', 'unschedulable'))})"
+            if line != last:
+                self.echo(f"{line} [{elapsed:.0f} s]")
+                last = line
+            if conditions.get("Complete") == "True" or conditions.get("SuccessCriteriaMet") == "True":
+                return "complete"
+            if conditions.get("Failed") == "True":
+                return "failed"
+            if elapsed >= self.timeout_s:
+                return "timeout"
+            self.sleep(self.poll_s)
+
+    def collect(self, name: str) -> str:
+        parts = []
+        for p in self._pods(name):
+            pod = p["metadata"]["name"]
+            parts.append(self.k.logs(pod, self.ns))
+        return "\n".join(parts)
+
+    def cleanup(self) -> str:
+        """After Ctrl-C: delete what this run applied, or say exactly what is left."""
+        if not self.applied:
+            return "Interrupted; nothing of the gate is left on the cluster."
+        objects = [f"{kind.lower()}/{name}" for d in self.applied
+                   for kind, name, _ in objects_in(d)]
+        try:
+            self.k.delete(self.applied, wait=True, timeout_s=60)
+        except (KubectlError, KeyboardInterrupt) as err:
+            cmd = " ".join(f"-f {d}" for d in self.applied)
+            why = "interrupted again" if isinstance(err, KeyboardInterrupt) else str(err)
+            return (f"Interrupted; could not delete what the gate applied ({why}). Left in "
+                    f"namespace {self.ns}: {', '.join(objects)}. Delete them with: kubectl delete "
+                    f"--ignore-not-found {cmd}")
+        return f"Interrupted; deleted {', '.join(objects)} from namespace {self.ns}."

@@ -1,0 +1,74 @@
+"""What `rlkit launch` and `rlkit status` decide from what they read: whether the last fabric gate
+allows a launch, which EP backend the run uses, and a RayJob's state in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from infra.config import KitConfig
+
+# KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
+TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
+TERMINAL_DEPLOYMENT_STATUS = {"Complete", "Failed", "ValidationFailed"}
+
+
+def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path) -> str | None:
+    """Why launch must not start (None = the last gate passed for this node group and size)."""
+    group = cfg.gpu_node_groups[cfg.training.node_group]
+    gate = "rlkit gate --config <this config> --outputs cdk-outputs.json"
+    if state is None:
+        return (f"no fabric gate has run for {cfg.name!r} (no {state_path}). Run `{gate}` first: "
+                "it checks the EFA fabric in minutes before the job spends GPU hours. Or pass "
+                "--force to launch without it")
+    if not state.get("ok"):
+        failed = [f"{f['check']} ({f['measured']}; expected {f['expected']})"
+                  for f in state.get("findings", []) if f.get("status") == "fail"]
+        return (f"the last fabric gate for {cfg.name!r} FAILED ({state.get('finished_at', '?')}): "
+                f"{'; '.join(failed[:3]) or 'see ' + str(state_path)}. Fix what it reported "
+                f"(`rlkit gate --logs-dir {state_path.parent / 'gate-logs'}` shows it again), run "
+                f"`{gate}` until it passes, or pass --force to launch anyway")
+    if (state.get("instance_type"), state.get("nodes")) != (group.instance_type,
+                                                           cfg.training.nodes):
+        return (f"the last gate measured {state.get('nodes')} x {state.get('instance_type')}, but "
+                f"the job runs on {cfg.training.nodes} x {group.instance_type}. Run `{gate}` for "
+                "this shape, or pass --force")
+    return None
+
+
+def choose_backend(state: dict[str, Any] | None, cfg: KitConfig,
+                   override: str | None) -> tuple[str, str]:
+    """(backend, why) in order: --ep-backend, the gate's faster backend, the config."""
+    configured = cfg.training.expert_parallel.backend
+    if override is not None:
+        return override, "--ep-backend"
+    ep = (state or {}).get("ep") or {}
+    faster = ep.get("faster")
+    if faster:
+        times = ", ".join(f"{b} {m['time_us'] / 1000:.2f} ms"
+                          for b, m in sorted(ep.get("measurements", {}).items()))
+        if faster == configured:
+            return faster, f"config; the gate measured it fastest ({times})"
+        return faster, (f"measured faster by the gate ({times}); the config says {configured}; "
+                        "--ep-backend overrides")
+    return configured, "config (the gate measured no EP backend)"
+
+
+def describe_rayjob(doc: dict[str, Any]) -> str:
+    st = doc.get("status", {})
+    fields = [("jobStatus", st.get("jobStatus") or "-"),
+              ("jobDeploymentStatus", st.get("jobDeploymentStatus") or "-"),
+              ("rayCluster", st.get("rayClusterName") or "-"),
+              ("started", st.get("startTime") or "-"),
+              ("ended", st.get("endTime") or "-")]
+    text = ", ".join(f"{k} {v}" for k, v in fields)
+    if st.get("message"):
+        text += f"; message: {st['message']}"
+    return f"{doc.get('metadata', {}).get('name', '?')}: {text}"
+
+
+def finished(doc: dict[str, Any]) -> bool:
+    st = doc.get("status", {})
+    return (st.get("jobStatus") in TERMINAL_JOB_STATUS
+            or st.get("jobDeploymentStatus") in TERMINAL_DEPLOYMENT_STATUS)

@@ -1,0 +1,125 @@
+"""The options several commands share, declared once, and the config every command loads.
+
+- ``--config`` (``add_config``): the kit config; ops/cli.py fills it from RLKIT_CONFIG when not
+  given (ops/config_source.py), else the built-in default config is used.
+- ``--region``/``--profile`` (``add_aws``) where a command calls AWS, with ``clients_factory`` (an
+  ``ops.aws.AwsClients`` by default; tests put a bundle of stubbed clients there).
+- The stack-outputs source (``add_outputs_source``): ``--outputs FILE``, else CloudFormation (or,
+  for `rlkit render`, ``--from-stacks``; without either it renders with placeholders).
+- ``-o/--output json`` (``add_output_option``, defined with the printing in ops/output.py).
+- ``--dry-run`` (``add_dry_run``), whose help says what the command would do.
+
+``load_config`` loads and validates the config of ``args``; on a bad config it prints the
+problems on stderr and returns None, and the command exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+from infra import config as kit_config
+from infra.config import EP_BACKENDS, ConfigError, KitConfig
+from ops.aws import AwsClients
+from ops.output import add_output_option
+
+__all__ = [
+    "CONFIG_HELP", "STATE_DIR", "add_aws", "add_config", "add_dry_run", "add_output_option",
+    "add_outputs_source", "add_run_options", "add_run_source", "add_validation_options",
+    "aws_clients", "load_config",
+]
+
+CONFIG_HELP = "kit config YAML (default: the built-in default config)"
+REGION_HELP = "AWS region (default: the config's region)"
+PROFILE_HELP = "AWS profile (default: the usual chain)"
+STATE_DIR = Path(".rlkit")  # where `rlkit gate` records its result for `rlkit launch`
+
+
+# --- declaring ------------------------------------------------------------------------------------
+
+
+def add_config(parser, help: str = CONFIG_HELP) -> None:
+    """--config FILE (``parser`` may be a mutually exclusive group)."""
+    parser.add_argument("--config", type=Path, default=None, help=help)
+
+
+def add_aws(parser: argparse.ArgumentParser, *, region: bool = True,
+            profile_help: str = PROFILE_HELP,
+            factory: Callable[..., AwsClients] = AwsClients) -> None:
+    """--region (optional) and --profile, and the factory of the command's AWS client bundle."""
+    if region:
+        parser.add_argument("--region", default=None, help=REGION_HELP)
+    parser.add_argument("--profile", default=None, help=profile_help)
+    parser.set_defaults(clients_factory=factory)
+
+
+def add_outputs_source(parser: argparse.ArgumentParser, help: str, *,
+                       from_stacks: bool = False) -> None:
+    """--outputs FILE (the JSON `cdk deploy --outputs-file` writes); with ``from_stacks``, a
+    --from-stacks flag excludes it (and neither means placeholders)."""
+    target = parser.add_mutually_exclusive_group() if from_stacks else parser
+    target.add_argument("--outputs", type=Path, default=None, help=help)
+    if from_stacks:
+        target.add_argument("--from-stacks", action="store_true",
+                            help="read the outputs from CloudFormation (DescribeStacks)")
+    parser.set_defaults(clients_factory=AwsClients)
+
+
+def add_dry_run(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--dry-run", action="store_true", help=help)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the commands that act on the cluster (gate, launch, status, logs)."""
+    add_config(parser)
+    parser.add_argument("--state-dir", default=str(STATE_DIR),
+                        help="where gate results live (default .rlkit; one subdirectory per "
+                        "config)")
+    parser.add_argument("--context", default=None,
+                        help="kubectl context (default: the current one)")
+    parser.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def add_run_source(parser: argparse.ArgumentParser) -> None:
+    """What gate and launch render from, where to, with which EP backend, and --dry-run."""
+    add_outputs_source(parser, "the JSON written by `cdk deploy --outputs-file` (default: read "
+                       "the outputs from CloudFormation)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to render the manifests (default: out/<config name>)")
+    parser.add_argument("--ep-backend", choices=EP_BACKENDS, default=None,
+                        help="override training.expert_parallel.backend for this run")
+    add_dry_run(parser, "print the kubectl commands instead of running them")
+
+
+def add_validation_options(parser: argparse.ArgumentParser) -> None:
+    """How `rlkit render` and `rlkit validate` validate custom kinds."""
+    parser.add_argument(
+        "--crd-dir", type=Path, default=None,
+        help="directory of CustomResourceDefinition YAML for custom kinds (RayJob, RayCluster); "
+        "default: ../shared/crds/kuberay-v<pinned operator version> next to the repository")
+    parser.add_argument(
+        "--strict", action="store_true",
+        help="a kind without a schema is an error (always on when CI=true)")
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+def load_config(args: argparse.Namespace,
+                adjust: Callable[[KitConfig], KitConfig] | None = None) -> KitConfig | None:
+    """The validated config of ``args.config`` (then ``adjust``ed, e.g. another EP backend);
+    None after printing every problem on stderr (the command then exits 2)."""
+    try:
+        cfg = kit_config.load_config(args.config)
+        return adjust(cfg) if adjust is not None else cfg
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return None
+
+
+def aws_clients(args: argparse.Namespace, region: str) -> AwsClients:
+    """The command's AWS client bundle for ``region`` (clients made on first use)."""
+    factory = getattr(args, "clients_factory", AwsClients)
+    return factory(region, getattr(args, "profile", None))

@@ -1,0 +1,80 @@
+"""Rendering for the commands that act: the stack outputs from their source, the manifests of a
+gate or launch run, and the config with another EP backend.
+
+The outputs come from manifests/outputs.py, the one reader of the deployed stacks' outputs:
+``--outputs FILE`` (the JSON `cdk deploy --outputs-file` writes), else CloudFormation, else (dry
+runs, offline renders) placeholders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from infra.config import KitConfig, parse_config
+from manifests import (
+    StackOutputs,
+    build_context,
+    outputs_from_file,
+    outputs_from_stacks,
+    placeholder_outputs,
+    render,
+    write,
+)
+from manifests.efa_env import EfaEnvProfile
+from ops.aws import AwsClients
+
+
+def resolve_outputs(cfg: KitConfig, outputs_file: Path | None, *, placeholder: bool,
+                    clients: AwsClients) -> StackOutputs:
+    """From ``outputs_file``, else placeholders when ``placeholder``, else CloudFormation (the
+    bundle's cloudformation client, made only then). Raises RenderError."""
+    if outputs_file is not None:
+        return outputs_from_file(cfg, outputs_file)
+    if placeholder:
+        return placeholder_outputs(cfg)
+    return outputs_from_stacks(cfg, client=clients.cloudformation)
+
+
+def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, dry_run: bool,
+                   clients: AwsClients, echo: Callable[[str], None]
+                   ) -> tuple[Any, Path, StackOutputs]:
+    """Resolve the stack outputs (placeholders only for a dry run) and render the tree to ``out``
+    (default out/<name>); returns the render context, the directory and the outputs (whose
+    cluster kubectl must point at). Raises RenderError."""
+    outputs = resolve_outputs(cfg, outputs_file, placeholder=dry_run, clients=clients)
+    out = out if out is not None else Path("out") / cfg.name
+    return render_manifests(cfg, outputs, out, dry_run, echo), out, outputs
+
+
+def render_manifests(cfg: KitConfig, outputs: StackOutputs, out: Path, dry_run: bool,
+                     echo: Callable[[str], None]) -> Any:
+    """Render (and, unless dry-run, write) the tree; returns the render context."""
+    ctx = build_context(cfg, outputs)
+    files = render(ctx)
+    if dry_run:
+        echo(f"[dry-run] would render {len(files)} object(s) to {out}/ "
+             f"(stack outputs: {outputs.origin})")
+    else:
+        write(files, out)
+        echo(f"Rendered {len(files)} object(s) to {out}/ (stack outputs: {outputs.origin})")
+    return ctx
+
+
+def with_ep_backend(cfg: KitConfig, backend: str | None) -> KitConfig:
+    """The config with training.expert_parallel.backend replaced, validated again."""
+    if backend is None or backend == cfg.training.expert_parallel.backend:
+        return cfg
+    data = cfg.model_dump(mode="json")
+    ep = data["training"]["expert_parallel"]
+    ep["backend"] = backend
+    if not backend.startswith("deepep-gin"):
+        ep["gin_mode"] = None
+    return parse_config(data, f"{cfg.name} with expert_parallel.backend={backend}")
+
+
+def gin_type_for(cfg: KitConfig) -> str | None:
+    """The NCCL_GIN_TYPE the kit's EFA profile sets for this config (None: not a GIN backend)."""
+    group = cfg.gpu_node_groups[cfg.training.node_group]
+    ep = cfg.training.expert_parallel
+    return EfaEnvProfile(group.instance_type, ep.backend, ep.gin_mode).as_dict().get("NCCL_GIN_TYPE")
