@@ -122,3 +122,14 @@ class KitCluster(Construct):
                 addon_version=versions.NODE_MONITORING_ADDON_VERSION,
                 configuration_values={"dcgmAgent": {"tolerations": gpu_tolerations}},
             )
+        # EKS bootstraps its own vpc-cni, CoreDNS and kube-proxy into every new cluster; a managed
+        # add-on created over them with ResolveConflicts NONE (the CloudFormation default) fails
+        # on the first field they disagree on, e.g. vpc-cni's network policy switch
+        # [aws/amazon-network-policy-controller-k8s#200]. The kit owns these add-ons' settings,
+        # so the managed add-on overwrites the bootstrapped fields. Turning the bootstrap off
+        # instead (BootstrapSelfManagedAddons: false, as terraform-aws-eks does) would replace
+        # every deployed cluster: it is a create-time setting of the cluster (EKS CreateCluster;
+        # the Terraform AWS provider forces a new cluster when it changes). docs/operations.md,
+        # "Over time", records the choice.
+        for addon in self.addons.values():
+            addon.node.default_child.resolve_conflicts = "OVERWRITE"
