@@ -41,3 +41,22 @@ def test_every_kms_key_lives_exactly_as_long_as_what_it_encrypts(synth, example)
                     f"encrypts, is {_policy(r)}")
                 checked += 1
     assert checked  # every example has at least the cluster's secrets key
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_gpu_instances_their_volumes_and_interfaces_carry_the_environment_tags(synth, example):
+    # Node group tags do not propagate to the instances EKS launches, so before this the p5s,
+    # their EBS volumes and their 32 ENIs carried no environment tag: teardown's leftover check
+    # and the cost trail could not see them.
+    from stacks.kit import resource_tags
+
+    s = synth(example)
+    expected = resource_tags(s.config)
+    assert expected["rlkit:environment"] == s.config.name
+    for group in s.config.gpu_node_groups:
+        (lt,) = resources(s.template("gpu", group), "AWS::EC2::LaunchTemplate").values()
+        specs = {spec["ResourceType"]: {t["Key"]: t["Value"] for t in spec["Tags"]}
+                 for spec in lt["Properties"]["LaunchTemplateData"].get("TagSpecifications", [])}
+        assert set(specs) == {"instance", "volume", "network-interface"}, (group, sorted(specs))
+        for kind, tags in specs.items():
+            assert tags == {**expected, "rlkit:node-group": group}, (group, kind)
