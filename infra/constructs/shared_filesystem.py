@@ -31,7 +31,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from infra import names
-from infra.constructs.nag import acknowledge, managed_policy_finding, skip_checkov
+from infra.constructs.nag import skip_checkov
 
 # Lustre traffic: TCP 988 and TCP 1018-1023, between the file servers and between the file system
 # and its clients [FSx for Lustre User Guide, "File system access control with Amazon VPC" and
@@ -51,10 +51,9 @@ AUTO_IMPORT_EVENTS = ["NEW", "CHANGED", "DELETED"]
 
 # The EKS managed add-on and the service account its controller runs as
 # (kubernetes-sigs/aws-fsx-csi-driver, charts/aws-fsx-csi-driver/values.yaml at 5b227125:
-# controller.serviceAccount.name). The driver's install guide attaches AmazonFSxFullAccess.
+# controller.serviceAccount.name).
 FSX_CSI_ADDON_NAME = "aws-fsx-csi-driver"
 FSX_CSI_CONTROLLER_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
-FSX_CSI_POLICY = "AmazonFSxFullAccess"
 
 # FSx reads and writes linked S3 prefixes as this service-linked role, one per file system
 # (FSx for Lustre User Guide, "Working with server-side encrypted Amazon S3 buckets").
@@ -204,12 +203,16 @@ class FsxCsiDriver(Construct):
             self, "ControllerRole",
             # Pod Identity needs both sts:AssumeRole and sts:TagSession in the trust policy.
             assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(FSX_CSI_POLICY)],
-            description="FSx for Lustre CSI driver controller (EKS Pod Identity)",
+            # No permissions. The driver's install guide attaches AmazonFSxFullAccess for
+            # dynamic provisioning; the controller calls the FSx API only in CreateVolume,
+            # DeleteVolume, ValidateVolumeCapabilities and ControllerExpandVolume
+            # [kubernetes-sigs/aws-fsx-csi-driver v1.9.0 (chart 1.17.0) pkg/driver/controller.go].
+            # The kit's volume is a static PersistentVolume with reclaim policy Retain whose claim
+            # is never expanded, so none of those runs. The role stays so that the add-on's
+            # Pod Identity association (and the SDK's credential chain) has something to bind.
+            description="FSx for Lustre CSI driver controller (EKS Pod Identity; no permissions: "
+                        "static provisioning only)",
         )
-        acknowledge(self.role, managed_policy_finding(FSX_CSI_POLICY),
-                    "The FSx CSI driver's install guide attaches the AWS-managed "
-                    "AmazonFSxFullAccess to its controller; a hand-written copy would drift.")
         self.addon = eks.CfnAddon(
             self, "Addon",
             addon_name=FSX_CSI_ADDON_NAME,
