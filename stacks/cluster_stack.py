@@ -35,7 +35,6 @@ class ClusterStack(Stack):
             retention_days=observability.log_retention_days,
             # Logs live as long as the environment; the retention period bounds them before that.
             removal_policy=RemovalPolicy.DESTROY,
-            key_removal_policy=RemovalPolicy.DESTROY if config.ephemeral else RemovalPolicy.RETAIN,
         ) if observability.enabled else None
         kit_cluster = KitCluster(
             self, "Eks", vpc=vpc,
@@ -47,9 +46,6 @@ class ClusterStack(Stack):
             node_monitoring_agent=config.node_health.monitoring_agent,
             gpu_tolerations=config.gpu_tolerations(),
             kubectl_layer_factory=versions.kubectl_layer_class(config.kubernetes_version),
-            # The cluster holds no data: always delete it with the stack. Its secrets key is
-            # kept unless the environment is ephemeral.
-            key_removal_policy=RemovalPolicy.DESTROY if config.ephemeral else RemovalPolicy.RETAIN,
             cluster_name=cluster_name,
         )
         self.cluster = kit_cluster.cluster

@@ -15,14 +15,15 @@ from infra.names import OutputKeys
 
 class GpuStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: KitConfig, group_name: str,
-                 cluster: eks.Cluster, vpc: ec2.IVpc, **kwargs) -> None:
+                 cluster: eks.Cluster, vpc: ec2.IVpc, instance_tags: dict[str, str],
+                 **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         group = config.gpu_node_groups[group_name]
         self.node_group = EfaNodeGroup(
             self, "EfaNodeGroup", cluster=cluster, vpc=vpc, group_name=group_name, group=group,
             instance=INSTANCE_TYPES[group.instance_type],
             cluster_security_group_id=cluster.cluster_security_group_id,
-            auto_repair=config.node_health.auto_repair,
+            auto_repair=config.node_health.auto_repair, instance_tags=instance_tags,
         )
         CfnOutput(self, OutputKeys.NODEGROUP_NAME,
                   value=self.node_group.nodegroup.nodegroup_name)

@@ -25,6 +25,15 @@ def make_app(outdir: str | None = None) -> App:
     return App(outdir=outdir, context=cdk_json_context())
 
 
+def resource_tags(config: KitConfig) -> dict[str, str]:
+    """Tags on every resource of the environment: the user's, then the kit's own last, since
+    teardown finds resources by them and no user tag may replace them."""
+    tags = {**config.tags, names.ENVIRONMENT_TAG: config.name}
+    if config.cost_guard.ttl_hours is not None:
+        tags[names.TTL_TAG] = str(config.cost_guard.ttl_hours)
+    return tags
+
+
 @dataclass
 class KitStacks:
     network: NetworkStack | None
@@ -76,13 +85,11 @@ def build_stacks(app: App, config: KitConfig) -> KitStacks:
         stacks.gpu[group_name] = GpuStack(
             app, names.gpu_stack_name(config.name, group_name), config=config,
             group_name=group_name, cluster=cluster.cluster, vpc=cluster.vpc, env=env,
+            instance_tags=resource_tags(config),
             description=f"MoE RL kit: EFA GPU node group {group_name}",
         )
 
-    # The kit's own tags last: teardown finds resources by them, so no user tag may replace them.
-    tags = {**config.tags, names.ENVIRONMENT_TAG: config.name}
-    if config.cost_guard.ttl_hours is not None:
-        tags[names.TTL_TAG] = str(config.cost_guard.ttl_hours)
+    tags = resource_tags(config)
     for stack in stacks.all():
         for key, value in tags.items():
             Tags.of(stack).add(key, value)  # every resource in the stack

@@ -32,12 +32,14 @@ class KitCluster(Construct):
                  endpoint_access: EndpointAccessConfig, admin_role_arns: list[str],
                  system_nodes: SystemNodesConfig, managed_addons: dict[str, str | None],
                  node_monitoring_agent: bool, gpu_tolerations: list[dict[str, str]],
-                 kubectl_layer_factory,
-                 key_removal_policy: RemovalPolicy, cluster_name: str | None = None) -> None:
+                 kubectl_layer_factory, cluster_name: str | None = None) -> None:
         super().__init__(scope, id)
+        # The key lives as long as the secrets it protects: the cluster is always deleted with
+        # its stack, so a kept key would only be a monthly charge and a teardown leftover. Deleting
+        # it schedules the deletion (KMS waits 30 days), so an accidental delete can be undone.
         self.secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True,
                                    description="Envelope encryption of Kubernetes secrets",
-                                   removal_policy=key_removal_policy)
+                                   removal_policy=RemovalPolicy.DESTROY)
         # Public access only for the CIDRs the config lists (validation requires at least one).
         access = (eks.EndpointAccess.PRIVATE if endpoint_access.mode == "private" else
                   eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*endpoint_access.public_cidrs))
@@ -122,3 +124,14 @@ class KitCluster(Construct):
                 addon_version=versions.NODE_MONITORING_ADDON_VERSION,
                 configuration_values={"dcgmAgent": {"tolerations": gpu_tolerations}},
             )
+        # EKS bootstraps its own vpc-cni, CoreDNS and kube-proxy into every new cluster; a managed
+        # add-on created over them with ResolveConflicts NONE (the CloudFormation default) fails
+        # on the first field they disagree on, e.g. vpc-cni's network policy switch
+        # [aws/amazon-network-policy-controller-k8s#200]. The kit owns these add-ons' settings,
+        # so the managed add-on overwrites the bootstrapped fields. Turning the bootstrap off
+        # instead (BootstrapSelfManagedAddons: false, as terraform-aws-eks does) would replace
+        # every deployed cluster: it is a create-time setting of the cluster (EKS CreateCluster;
+        # the Terraform AWS provider forces a new cluster when it changes). docs/operations.md,
+        # "Over time", records the choice.
+        for addon in self.addons.values():
+            addon.node.default_child.resolve_conflicts = "OVERWRITE"

@@ -8,7 +8,7 @@ capacity block or ODCR), the GPU taint and the labels the manifests select on.
 
 from __future__ import annotations
 
-from aws_cdk import Fn, Tags
+from aws_cdk import CfnTag, Fn, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -78,6 +78,9 @@ sysctl -w vm.nr_hugepages={HUGEPAGES_2MI_PAGES}
 """
 
 
+NODE_GROUP_TAG = "rlkit:node-group"
+
+
 class EfaNodeGroup(Construct):
     """An EKS managed node group of EFA GPU instances in one AZ.
 
@@ -88,7 +91,8 @@ class EfaNodeGroup(Construct):
 
     def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
                  group_name: str, group: GpuNodeGroupConfig, instance: InstanceType,
-                 cluster_security_group_id: str, auto_repair: bool) -> None:
+                 cluster_security_group_id: str, auto_repair: bool,
+                 instance_tags: dict[str, str]) -> None:
         super().__init__(scope, id)
         self.security_group = ec2.SecurityGroup(
             self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
@@ -157,6 +161,16 @@ class EfaNodeGroup(Construct):
                         .CapacityReservationTargetProperty(
                             capacity_reservation_id=group.capacity.reservation_id))
                     if group.capacity.reservation_id else None),
+                # Tags on the node group (and on this template) do not reach what EC2 launches
+                # from it: the instances, their interfaces and volumes carry the environment's tags
+                # only through the template's own tag specifications. Teardown's check for
+                # leftovers and the cost trail both find GPU nodes by these tags.
+                tag_specifications=[
+                    ec2.CfnLaunchTemplate.TagSpecificationProperty(
+                        resource_type=kind,
+                        tags=[CfnTag(key=k, value=v) for k, v in
+                              {**instance_tags, NODE_GROUP_TAG: group_name}.items()])
+                    for kind in ("instance", "volume", "network-interface")],
             ),
         )
 
@@ -186,5 +200,5 @@ class EfaNodeGroup(Construct):
             # reservation [EKS API reference, NodegroupUpdateConfig.updateStrategy].
             cfn_nodegroup = self.nodegroup.node.default_child
             cfn_nodegroup.add_property_override("UpdateConfig.UpdateStrategy", "MINIMAL")
-        Tags.of(self.nodegroup).add("rlkit:node-group", group_name)
+        Tags.of(self.nodegroup).add(NODE_GROUP_TAG, group_name)
         acknowledge_eks_node_role(self.nodegroup.role)

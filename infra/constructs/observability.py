@@ -88,12 +88,13 @@ class ClusterLogGroups(Construct):
     encrypted with one rotating KMS key that only CloudWatch Logs (for these groups) may use."""
 
     def __init__(self, scope: Construct, id: str, *, cluster_name: str, retention_days: int,
-                 removal_policy: RemovalPolicy, key_removal_policy: RemovalPolicy) -> None:
+                 removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, id)
         stack = Stack.of(self)
+        # The key follows the groups it encrypts: kept with them, or scheduled for deletion.
         self.key = kms.Key(self, "Key", enable_key_rotation=True,
                            description=f"CloudWatch Logs of EKS cluster {cluster_name}",
-                           removal_policy=key_removal_policy)
+                           removal_policy=removal_policy)
         self.names = {"control-plane": names.control_plane_log_group(cluster_name)}
         self.names.update({kind: names.container_insights_log_group(cluster_name, kind)
                            for kind in (*names.CONTAINER_INSIGHTS_LOG_KINDS,

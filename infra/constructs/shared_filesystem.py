@@ -31,11 +31,16 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from infra import names
-from infra.constructs.nag import acknowledge, managed_policy_finding, skip_checkov
+from infra.constructs.nag import skip_checkov
 
 # Lustre traffic: TCP 988 and TCP 1018-1023, between the file servers and between the file system
 # and its clients [FSx for Lustre User Guide, "File system access control with Amazon VPC" and
 # "Creating an FSx for Lustre file system fails" (ports 988 and 1018-1023)].
+# Lustre 2.15: "supported by all Lustre deployment types and recommended for all new file systems";
+# without it PERSISTENT_2 defaults to 2.12 [FSx API Reference, CreateFileSystem,
+# FileSystemTypeVersion]. The nodes' AL2023 kernel 6.12 is a current kernel: see the FSx guide's
+# "Lustre file system and client kernel compatibility" before changing it.
+LUSTRE_VERSION = "2.15"
 LUSTRE_PORTS: tuple[tuple[int, int], ...] = ((988, 988), (1018, 1023))
 
 DEPLOYMENT_TYPE = "PERSISTENT_2"
@@ -46,10 +51,9 @@ AUTO_IMPORT_EVENTS = ["NEW", "CHANGED", "DELETED"]
 
 # The EKS managed add-on and the service account its controller runs as
 # (kubernetes-sigs/aws-fsx-csi-driver, charts/aws-fsx-csi-driver/values.yaml at 5b227125:
-# controller.serviceAccount.name). The driver's install guide attaches AmazonFSxFullAccess.
+# controller.serviceAccount.name).
 FSX_CSI_ADDON_NAME = "aws-fsx-csi-driver"
 FSX_CSI_CONTROLLER_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
-FSX_CSI_POLICY = "AmazonFSxFullAccess"
 
 # FSx reads and writes linked S3 prefixes as this service-linked role, one per file system
 # (FSx for Lustre User Guide, "Working with server-side encrypted Amazon S3 buckets").
@@ -119,17 +123,28 @@ class SharedFileSystem(Construct):
             # Persistent file systems are always encrypted at rest; with no key FSx uses its
             # AWS-managed key. The bucket's own key when it has one, so both sides match.
             kms_key_id=kms_key.key_arn if kms_key is not None else None,
+            file_system_type_version=LUSTRE_VERSION,
             lustre_configuration=fsx.CfnFileSystem.LustreConfigurationProperty(
                 deployment_type=DEPLOYMENT_TYPE,
                 per_unit_storage_throughput=throughput_mb_s_per_tib,
             ),
         )
+        # FSx checks at creation that its security group lets the file servers reach each other
+        # on the Lustre ports, and fails (InvalidNetworkSettings) when the self-referencing rules
+        # are not there yet. The reference to the group's ID orders the file system after the
+        # group only, not after its separate ingress resources: wait for those too
+        # [aws/aws-parallelcluster#6181, fixed by #6342 with this dependency; FSx for Lustre User
+        # Guide, "You can't create a file system"].
+        for rule in self.security_group.node.find_all():
+            if isinstance(rule, ec2.CfnSecurityGroupIngress):
+                self.file_system.add_dependency(rule)
         self.file_system.apply_removal_policy(removal_policy)
         # A retained file system keeps using its security group: CloudFormation must not try to
         # delete the group under it.
         self.security_group.apply_removal_policy(removal_policy)
 
         self.associations: dict[str, fsx.CfnDataRepositoryAssociation] = {}
+        previous: fsx.CfnDataRepositoryAssociation | None = None
         for prefix in LINKED_PREFIXES:
             directory = prefix.rstrip("/")
             self.associations[directory] = fsx.CfnDataRepositoryAssociation(
@@ -143,6 +158,11 @@ class SharedFileSystem(Construct):
                     auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(
                         events=AUTO_IMPORT_EVENTS)),
             )
+            # One at a time: associations on one file system created in parallel fail
+            # [hashicorp/terraform-provider-aws#24678].
+            if previous is not None:
+                self.associations[directory].add_dependency(previous)
+            previous = self.associations[directory]
 
 
 class SharedFileSystemAccess(Construct):
@@ -183,12 +203,16 @@ class FsxCsiDriver(Construct):
             self, "ControllerRole",
             # Pod Identity needs both sts:AssumeRole and sts:TagSession in the trust policy.
             assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(FSX_CSI_POLICY)],
-            description="FSx for Lustre CSI driver controller (EKS Pod Identity)",
+            # No permissions. The driver's install guide attaches AmazonFSxFullAccess for
+            # dynamic provisioning; the controller calls the FSx API only in CreateVolume,
+            # DeleteVolume, ValidateVolumeCapabilities and ControllerExpandVolume
+            # [kubernetes-sigs/aws-fsx-csi-driver v1.9.0 (chart 1.17.0) pkg/driver/controller.go].
+            # The kit's volume is a static PersistentVolume with reclaim policy Retain whose claim
+            # is never expanded, so none of those runs. The role stays so that the add-on's
+            # Pod Identity association (and the SDK's credential chain) has something to bind.
+            description="FSx for Lustre CSI driver controller (EKS Pod Identity; no permissions: "
+                        "static provisioning only)",
         )
-        acknowledge(self.role, managed_policy_finding(FSX_CSI_POLICY),
-                    "The FSx CSI driver's install guide attaches the AWS-managed "
-                    "AmazonFSxFullAccess to its controller; a hand-written copy would drift.")
         self.addon = eks.CfnAddon(
             self, "Addon",
             addon_name=FSX_CSI_ADDON_NAME,
@@ -196,6 +220,8 @@ class FsxCsiDriver(Construct):
             addon_version=addon_version,
             pod_identity_associations=[eks.CfnAddon.PodIdentityAssociationProperty(
                 service_account=FSX_CSI_CONTROLLER_SERVICE_ACCOUNT, role_arn=self.role.role_arn)],
+            # Like every add-on the kit installs: its fields are the kit's (see KitCluster).
+            resolve_conflicts="OVERWRITE",
         )
         for dependency in depends_on:
             self.addon.node.add_dependency(dependency)
