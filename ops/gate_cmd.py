@@ -32,7 +32,8 @@ from rich.console import Console
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES
-from infra.config import EP_BACKENDS, ConfigError, KitConfig, load_config, parse_config
+from infra.config import ConfigError, KitConfig, load_config, parse_config
+from infra.trainer_contract import EP_BACKENDS
 from manifests import (
     RenderError,
     build_context,

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from infra.config import EP_BACKENDS, ConfigError, KitConfig, load_config
+from infra.config import ConfigError, KitConfig, load_config
+from infra.trainer_contract import EP_BACKENDS
 from ops import aws
 from ops.config_source import announce
 from ops.output import add_output_option, wants_json

@@ -17,7 +17,7 @@ import sys
 
 from infra.planner import MODEL_CATALOG, SYSTEMS, PlannerError, Pins, load_model_file, plan
 from infra.planner.config_writer import write_config
-from infra.config import EP_BACKENDS
+from infra.trainer_contract import EP_BACKENDS
 from infra.shared_fs_cost import plan_for_model
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
