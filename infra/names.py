@@ -121,9 +121,7 @@ def eks_cluster_name(prefix: str) -> str:
 # lines in embedded metric format (its own Fluent Bit output, infra/constructs/observability.py).
 CONTAINER_INSIGHTS_LOG_KINDS = ("application", "dataplane", "host", "performance")
 TRAINING_METRICS_LOG_KIND = "training-metrics"
-# CloudWatch metric namespace of the launcher's training metrics (rltrainer.metrics writes it;
-# the image has its own copy, as it never imports infra).
-TRAINING_METRICS_NAMESPACE = "RLKit/Training"
+# The metric namespace of the training metrics is the trainer's: infra.trainer_contract.METRICS_NAMESPACE.
 
 
 def control_plane_log_group(cluster_name: str) -> str:

@@ -44,7 +44,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from infra.catalog import INSTANCE_TYPES
-from infra.config import EP_BACKENDS, supports_gin_gpu
+from infra.config import supports_gin_gpu
+from infra.trainer_contract import EP_BACKENDS
 from manifests.errors import RenderError, RenderProblem
 
 CHEATSHEET = "AWS EFA cheatsheet (aws-samples/awsome-distributed-training 1.architectures/efa-cheatsheet.md)"

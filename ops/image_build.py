@@ -23,7 +23,8 @@ from typing import Any, Callable
 import yaml
 
 from infra import names
-from infra.config import EP_BACKENDS, KitConfig
+from infra.config import KitConfig
+from infra.trainer_contract import EP_BACKENDS
 from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE
 from manifests.context import image_tag_for
 from manifests.outputs import (

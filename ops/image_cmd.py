@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from infra.config import EP_BACKENDS, KitConfig
+from infra.config import KitConfig
+from infra.trainer_contract import EP_BACKENDS
 from ops import aws, options
 from ops.aws import AwsClients
 from ops.config_source import announce

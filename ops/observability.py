@@ -16,6 +16,7 @@ from typing import Any, Callable, TextIO
 
 from infra import names
 from infra.config import KitConfig
+from infra.trainer_contract import METRICS_NAMESPACE, METRICS_RUN_DIMENSION
 from infra.versions import CLOUDWATCH_OBSERVABILITY_ADDON
 from ops import scheduling
 
@@ -45,7 +46,7 @@ class HealthQuery:
 def health_queries(config: KitConfig) -> tuple[list[HealthQuery], dict[str, list[dict]]]:
     """The queries of the health line and, per query id, its metric dimensions."""
     cluster = {"ClusterName": names.eks_cluster_name(config.name)}
-    run = {"Run": config.training.run_name}
+    run = {METRICS_RUN_DIMENSION: config.training.run_name}
     queries = [
         HealthQuery("gpu", "GPU util", "ContainerInsights", "node_gpu_utilization", "Average",
                     lambda v: f"{v:.0f}%"),
@@ -56,13 +57,13 @@ def health_queries(config: KitConfig) -> tuple[list[HealthQuery], dict[str, list
         HealthQuery("restarts", f"container restarts in {names.TRAINER_NAMESPACE}",
                     "ContainerInsights", "pod_number_of_container_restarts", "Maximum",
                     lambda v: f"{v:.0f}", search_dims=("Namespace", "PodName")),
-        HealthQuery("reward", "reward", names.TRAINING_METRICS_NAMESPACE, "reward", "Average",
+        HealthQuery("reward", "reward", METRICS_NAMESPACE, "reward", "Average",
                     lambda v: f"{v:.3g}"),
-        HealthQuery("steptime", "step time", names.TRAINING_METRICS_NAMESPACE, "step_time",
+        HealthQuery("steptime", "step time", METRICS_NAMESPACE, "step_time",
                     "Average", lambda v: f"{v:.0f} s"),
     ]
     dims = {q.id: [{"Name": k, "Value": v} for k, v in
-                   (run if q.namespace == names.TRAINING_METRICS_NAMESPACE else cluster).items()]
+                   (run if q.namespace == METRICS_NAMESPACE else cluster).items()]
             for q in queries}
     dims["restarts"].append({"Name": "Namespace", "Value": names.TRAINER_NAMESPACE})
     return queries, dims

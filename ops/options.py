@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from infra import config as kit_config
-from infra.config import EP_BACKENDS, ConfigError, KitConfig
+from infra.config import ConfigError, KitConfig
+from infra.trainer_contract import EP_BACKENDS
 from ops.aws import AwsClients
 from ops.output import add_output_option
 

@@ -27,7 +27,7 @@ from infra.planner import (
     plan,
 )
 from infra.planner.config_writer import write_config
-from infra.config import EP_BACKENDS
+from infra.trainer_contract import EP_BACKENDS
 from infra.catalog.fsx import plan_for_model
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan

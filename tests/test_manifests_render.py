@@ -549,7 +549,7 @@ def _rltrainer():
         import rltrainer  # noqa: F401
     except ImportError:
         sys.path.insert(0, str(REPO_ROOT / "images" / "trainer" / "src"))
-    import rltrainer.config
+    import rltrainer.contract
 
     return rltrainer
 
@@ -564,7 +564,7 @@ def test_run_config_passes_the_trainers_own_validator(name, tmp_path):
             cm = next(f.obj for f in _render_with_real_outputs(example(name), tmp_path)
                       if f.kind == "ConfigMap")
             run = yaml.safe_load(cm["data"]["run.yaml"])
-        parsed = rltrainer.config.parse_run_config(run, f"{name} run.yaml ({outputs})")
+        parsed = rltrainer.contract.parse_run_config(run, f"{name} run.yaml ({outputs})")
         assert parsed.run_name == example(name).training.run_name
 
 

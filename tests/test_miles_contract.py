@@ -28,7 +28,7 @@ from infra.config import load_config
 from infra.catalog.models import MODEL_CATALOG
 from manifests.context import build_context
 from manifests.outputs import placeholder_outputs
-from rltrainer.config import parse_run_config
+from rltrainer.contract import parse_run_config
 from rltrainer.miles import (
     MILES_MODEL_SCRIPTS,
     MILES_VERSION,

@@ -60,8 +60,8 @@ from pathlib import Path  # noqa: E402
 import yaml  # noqa: E402
 
 from infra.config import load_config  # noqa: E402
+from infra.trainer_contract import RAYJOB_ENV, TRAINER_RUNTIME_ENV  # noqa: E402
 from manifests import build_context, placeholder_outputs, render  # noqa: E402
-from manifests.context import TRAINER_RUNTIME_ENV  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,12 +98,6 @@ def test_every_ray_actor_gets_the_trainer_and_efa_environment(example, backend_v
     assert _env(head) == {**TRAINER_RUNTIME_ENV, "RLTRAINER_RAYJOB": job["metadata"]["name"]}
 
 
-def test_the_manifests_and_the_launcher_agree_on_the_trainer_environment():
-    from rltrainer.miles import train_env
-
-    assert TRAINER_RUNTIME_ENV == train_env(None)
-
-
 @pytest.mark.parametrize("example, backend", [("default", "nccl"), ("p5en-capacity-block", "deepep-nvshmem")])
 def test_pods_pull_the_image_built_for_the_configured_backend(example, backend):
     job = rayjob(example)
@@ -130,10 +124,6 @@ def test_the_rayjob_retries_as_configured():
 def test_the_launcher_may_stop_retries_of_its_own_rayjob_only():
     """A config error (exit 2) must not be retried by KubeRay: the head's launcher gets the
     RayJob's name and a Role to patch exactly that RayJob (rltrainer.no_retry)."""
-    from rltrainer.no_retry import RAYJOB_ENV
-
-    from manifests.context import RAYJOB_NAME_ENV
-    assert RAYJOB_NAME_ENV == RAYJOB_ENV
     cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
     files = {f.path: f.obj for f in render(build_context(cfg, placeholder_outputs(cfg)))}
     job = files["rl-job/01-rayjob.yaml"]
@@ -148,12 +138,3 @@ def test_the_launcher_may_stop_retries_of_its_own_rayjob_only():
                                     "namespace": job["metadata"]["namespace"]}]
     env = {e["name"]: e["value"] for e in head["containers"][0]["env"]}
     assert env[RAYJOB_ENV] == job["metadata"]["name"]
-
-
-def test_the_kit_and_the_trainer_name_the_same_ep_backends():
-    """infra.config and rltrainer.config each list the backends (the trainer stands alone)."""
-    import rltrainer.config as trainer
-
-    from infra import config as kit
-    assert kit.EP_BACKENDS == trainer.EP_BACKENDS
-    assert kit.TRAINING_EP_BACKENDS == trainer.TRAINING_EP_BACKENDS

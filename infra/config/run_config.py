@@ -1,7 +1,7 @@
 """The trainer's run config (run.yaml) as this kit config renders it, defined once.
 
 The manifests mount this document in the RL job (``manifests.context``), and config validation
-hands it to the trainer's own validator (``rltrainer.config.parse_run_config``) so that a value
+hands it to the trainer's own validator (``rltrainer.contract.parse_run_config``) so that a value
 the trainer would refuse after the GPUs start fails at ``cdk synth`` / ``rlkit render`` instead.
 The trainer package never imports the kit; the kit may call the trainer's validator.
 """

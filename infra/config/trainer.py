@@ -1,7 +1,8 @@
-"""The trainer's contract as the kit config sees it: expert-parallel backend names, which of them
-can train, and the trainer's own run-config validation run on the run.yaml this config renders.
+"""The trainer's contract as the kit config sees it: which expert-parallel backend can train, and
+the trainer's own run-config validation run on the run.yaml this config renders.
 
-These are trainer-owned rules held here until the trainer's contract module provides them.
+The trainer owns the rules (``rltrainer.contract``, imported through ``infra.trainer_contract``);
+this module maps its problems onto the kit config's field paths.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from infra.config.model import KitConfig
 from infra.config.run_config import run_config_document
 from infra.config.values import MAX_GPU_NODES_PER_GROUP
 from infra.problems import Problem
-
-EP_BACKENDS = ("nccl", "deepep-nvshmem", "deepep-gin")
-# Backends a training run may use; the fabric gate may benchmark every one of EP_BACKENDS.
-# deepep-gin cannot train yet: the Megatron-LM that Miles v0.1.0 pins (37f9161) imports DeepEP
-# V1's Buffer in its flex dispatcher (megatron/core/transformer/moe/fused_a2a.py), and DeepEP V2's
-# ElasticBuffer (the GIN route) is not supported there. The launcher (rltrainer) refuses it too.
-TRAINING_EP_BACKENDS = ("nccl", "deepep-nvshmem")
+from infra.trainer_contract import (
+    EP_BACKENDS,
+    GIN_TRAINING_RULE,
+    TRAINING_EP_BACKENDS,
+    RunConfigError,
+    parse_run_config,
+)
 
 
 def training_ep_backend_problems(cfg: KitConfig) -> list[Problem]:
@@ -30,11 +31,9 @@ def training_ep_backend_problems(cfg: KitConfig) -> list[Problem]:
     backend = cfg.training.expert_parallel.backend
     if backend in TRAINING_EP_BACKENDS or backend not in EP_BACKENDS:
         return []
+    # The trainer's own rule text; the fix names the kit's command for benchmarking it.
     return [problem(
-        "training.expert_parallel.backend", backend,
-        "DeepEP V2 over NCCL GIN cannot train yet: the Megatron-LM that Miles v0.1.0 pins "
-        "(37f9161) drives DeepEP V1's Buffer in its flex dispatcher "
-        "(megatron/core/transformer/moe/fused_a2a.py) and does not support V2's ElasticBuffer",
+        "training.expert_parallel.backend", backend, GIN_TRAINING_RULE,
         "use deepep-nvshmem (DeepEP V1 over NVSHMEM/libfabric) or nccl for training; "
         "`rlkit gate --ep-backend deepep-gin` may still benchmark it")]
 
@@ -63,16 +62,10 @@ def _kit_path(run_config_path: str) -> str:
 
 
 def trainer_problems(cfg: KitConfig, already: list[Problem]) -> list[Problem]:
-    """The trainer's own run-config validation (rltrainer.config), run on the run.yaml this
+    """The trainer's own run-config validation (rltrainer.contract), run on the run.yaml this
     config renders, so that what the trainer would refuse after the GPUs start fails here. Its
     problems are reported with the kit config's field paths; those the kit already reported are
     left out."""
-    try:
-        from rltrainer.config import ConfigError as RunConfigError
-        from rltrainer.config import parse_run_config
-    except ImportError:  # the trainer package ships with the kit (requirements.txt)
-        return [problem("training", "rltrainer", "the trainer package is not installed, so the "
-                        "run config cannot be checked", "pip install -r requirements.txt")]
     group = cfg.gpu_node_groups.get(cfg.training.node_group)
     itype = INSTANCE_TYPES.get(group.instance_type) if group is not None else None
     if itype is None:

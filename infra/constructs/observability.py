@@ -172,7 +172,7 @@ def _search(namespace_dims: str, metric: str, filters: dict[str, str], stat: str
 
 # Training-progress panels: Logs Insights over this environment's training-metrics group (the
 # EMF lines themselves), so the panels show this environment's runs only; the same numbers are
-# CloudWatch metrics in names.TRAINING_METRICS_NAMESPACE for alarms.
+# CloudWatch metrics in trainer_contract.METRICS_NAMESPACE for alarms.
 TRAINING_QUERIES = {
     "Reward (mean per rollout)": "stats avg(reward) as reward by bin(5m)",
     "Loss and gradient norm": "stats avg(loss) as loss, avg(grad_norm) as grad_norm by bin(5m)",

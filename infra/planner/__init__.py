@@ -18,7 +18,7 @@ docs/planner.md for the model, its sources, its calibration and its limits.
 """
 
 from infra.catalog.gpus import GPU_SPECS
-from infra.config import EP_BACKENDS
+from infra.trainer_contract import EP_BACKENDS
 from infra.planner.backend import BackendChoice, recommend_backend
 from infra.planner.errors import PlannerError
 from infra.planner.hardware import REFERENCE_SYSTEMS, System, get_system, plannable_systems

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from infra.planner.errors import PlannerError
 from infra.catalog.instances import supports_gin_gpu
-from infra.config import EP_BACKENDS
+from infra.trainer_contract import EP_BACKENDS
 
 DEEPEP_MIN_NODES = 16  # DeepEP measured ahead from here
 NCCL_MAX_MEASURED_NODES = 8  # NCCL measured at least as fast up to here

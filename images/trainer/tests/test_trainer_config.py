@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from trainer_helpers import FIXTURES
-from rltrainer.config import ConfigError, load_run_config, parse_run_config
+from rltrainer.contract import ConfigError, load_run_config, parse_run_config
 
 QWEN = FIXTURES / "qwen3-30b-a3b.yaml"
 
@@ -238,7 +238,7 @@ def test_numbers_in_megatron_args_are_accepted_as_strings():
 
 
 def test_divisors_in_fix_texts_stay_fast_for_huge_gpu_counts():
-    from rltrainer.config import _divisors
+    from rltrainer.contract.rules import _divisors
     assert _divisors(12) == [1, 2, 3, 4, 6, 12]
     assert _divisors(8 * 10**9)[:4] == [1, 2, 4, 5]
     assert _divisors(10**18 + 3)[:1] == [1]  # bounded scan: returns at once

@@ -71,7 +71,7 @@ def _stages(text: str) -> dict[str, str]:
 
 
 def test_each_variant_says_which_backend_it_was_built_for():
-    from rltrainer.config import EP_BACKENDS
+    from rltrainer.contract import EP_BACKENDS
     from rltrainer.launch import IMAGE_BACKEND_ENV
 
     for stage, block in _stages(DOCKERFILE.read_text()).items():
@@ -81,7 +81,7 @@ def test_each_variant_says_which_backend_it_was_built_for():
 
 
 def test_the_build_parses_a_bundled_example_with_miles_own_parser():
-    from rltrainer.config import TRAINING_EP_BACKENDS, load_run_config
+    from rltrainer.contract import TRAINING_EP_BACKENDS, load_run_config
 
     final = DOCKERFILE.read_text().split("FROM ep-${EP_BACKEND} AS final")[1]
     step = final.split("COPY examples/ /opt/rltrainer/examples/")[1].split("\n\n")[0]

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from trainer_helpers import FIXTURES
-from rltrainer.config import load_run_config, parse_run_config
+from rltrainer.contract import load_run_config, parse_run_config
 from rltrainer.launch import main as launch_main
 from rltrainer.miles import build_train_command, miles_train_args
 

@@ -117,7 +117,7 @@ def test_the_resume_wrapper_keeps_the_saved_start_that_miles_v010_resets(tmp_pat
 
 
 def test_the_launcher_passes_the_start_only_on_a_resume():
-    from rltrainer.config import load_run_config
+    from rltrainer.contract import load_run_config
     from rltrainer.miles import build_train_command
 
     cfg = load_run_config(str(QWEN))

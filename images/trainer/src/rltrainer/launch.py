@@ -35,7 +35,15 @@ from pathlib import Path, PurePosixPath
 from typing import Sequence, TextIO
 
 from . import metrics
-from .config import ConfigError, RunConfig, expert_count_problems, load_run_config, parse_s3_uri
+from .contract import (
+    IMAGE_BACKEND_ENV,
+    RUN_CONFIG_PATH,
+    ConfigError,
+    RunConfig,
+    expert_count_problems,
+    load_run_config,
+    parse_s3_uri,
+)
 from .miles import (
     MILES_DIR,
     ModelArgsError,
@@ -47,9 +55,7 @@ from .miles import (
     resolve_model_args,
 )
 
-DEFAULT_CONFIG = "/etc/rltrainer/run.yaml"
-# Set by the image (Dockerfile, per expert-parallel variant): the backend the image was built for.
-IMAGE_BACKEND_ENV = "RLTRAINER_IMAGE_EP_BACKEND"
+DEFAULT_CONFIG = RUN_CONFIG_PATH  # where the kit's RL job mounts it
 MOUNTS_FILE = "/proc/mounts"
 # Filesystems every node of a multi-node run can mount at once: Lustre (FSx for Lustre), NFS
 # (EFS mounts as nfs4), and the usual parallel filesystems. Anything else (ext4, xfs, overlay,

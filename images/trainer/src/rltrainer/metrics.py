@@ -30,10 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import IO, Callable, Iterable, TextIO
 
-# CloudWatch namespace and dimension; infra/names.py TRAINING_METRICS_NAMESPACE is the same
-# string (the image never imports infra).
-NAMESPACE = "RLKit/Training"
-RUN_DIMENSION = "Run"
+from .contract import METRICS_NAMESPACE as NAMESPACE  # CloudWatch namespace (the kit queries it)
+from .contract import METRICS_RUN_DIMENSION as RUN_DIMENSION
 
 # Miles key -> (EMF metric name, CloudWatch unit). Only the actor's keys: a critic's carry a
 # "critic-" role tag and are left alone.

@@ -38,10 +38,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import RunConfig
+from .contract import TRAINER_RUNTIME_ENV, RunConfig
 
 MILES_DIR = "/root/miles"  # where the Miles image clones Miles (docker/Dockerfile: /root/miles)
-MEGATRON_DIR = "/root/Megatron-LM"  # Miles scripts put this on PYTHONPATH for the Ray job
 
 # Same values as the Miles Qwen3-30B-A3B recipe unless noted; every one of them can be
 # overridden by giving the flag in model.megatron_args (the launcher then leaves it out).
@@ -234,15 +233,9 @@ def argument_errors(parser, train_args: list[str]) -> str | None:
 
 
 def train_env(cfg: RunConfig) -> dict[str, str]:
-    """Environment for the training processes (the Miles recipe's Ray runtime env)."""
-    return {
-        # Megatron is imported from its source checkout (Miles scripts: PYTHONPATH=/root/Megatron-LM/).
-        "PYTHONPATH": MEGATRON_DIR,
-        # Megatron overlaps TP communication with compute only with one hardware queue
-        # (Miles scripts set it in the runtime env of every recipe).
-        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
+    """Environment for the training processes (the Miles recipe's Ray runtime env): the
+    contract's ``TRAINER_RUNTIME_ENV``, which the kit's RayJob sets too."""
+    return dict(TRAINER_RUNTIME_ENV)
 
 
 def miles_train_args(

@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import TextIO
 
-RAYJOB_ENV = "RLTRAINER_RAYJOB"
+from .contract import RAYJOB_ENV
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TIMEOUT_S = 10.0
 

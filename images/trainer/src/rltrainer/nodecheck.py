@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
-from .config import EP_BACKENDS  # the run config's expert-parallel backend names
+from .contract import EP_BACKENDS  # the run config's expert-parallel backend names
 
 CHECK_NAMES = ("gpus", "efa_devices", "nvidia_driver", "gdrcopy", "efa_driver", "peer_mapping_override",
                "hugepages_2Mi", "memlock", "shm", "nccl_ofi_plugin")

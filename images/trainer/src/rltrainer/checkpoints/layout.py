@@ -1,0 +1,28 @@
+"""Where a checkpoint lives: Megatron's directory and tracker names, Miles' data cursor, and
+the markers the sync writes beside a save."""
+
+from __future__ import annotations
+
+import re
+
+
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+MANIFEST_NAME = "_COMPLETE.json"
+QUARANTINE_MARKER = "_QUARANTINED.json"
+LOCAL_QUARANTINE_DIR = "_quarantine"
+MANIFEST_FORMAT = "rltrainer.checkpoint/v2"
+LEGACY_MANIFEST_FORMAT = "rltrainer.checkpoint/v1"  # sha256 per file; still restorable
+CHECKSUM_ALGORITHM = "CRC32"
+ITER_DIR = re.compile(r"^iter_(\d{7})$")
+MARKER_KEY = re.compile(r"iter_(\d{7})/(" + re.escape(MANIFEST_NAME) + "|" + re.escape(QUARANTINE_MARKER) + r")$")
+STAGING_DIR = "_restore_staging"
+
+
+def iter_dirname(iteration: int) -> str:
+    """Megatron's directory name for a save: ``iter_`` and seven digits."""
+    return f"iter_{iteration:07d}"
+
+
+def rollout_state_relpath(iteration: int) -> str:
+    """Where Miles keeps the data-cursor state that belongs to a save."""
+    return f"rollout/global_dataset_state_dict_{iteration}.pt"

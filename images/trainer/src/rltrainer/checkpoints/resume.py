@@ -1,0 +1,185 @@
+"""Resuming a run from the newest whole checkpoint, and uploading new saves as they appear."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from .layout import TRACKER_FILE, iter_dirname
+from .local import (
+    check_local_save,
+    local_iterations,
+    quarantine_above_tracker,
+    quarantine_local,
+    read_tracker,
+    write_tracker,
+)
+from .manifest import CorruptCheckpoint, IncompleteCheckpoint, ManifestError
+from .store import S3CheckpointStore
+
+
+@dataclass
+class ResumeResult:
+    iteration: int | None
+    source: str  # "s3", "local", or "fresh"
+    uploaded: list[int] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)  # S3 checkpoints found bad and quarantined
+
+    @property
+    def start_rollout_id(self) -> int | None:
+        """The rollout Miles must start at: one past the saved one (Miles saves iteration == rollout id)."""
+        return None if self.iteration is None else self.iteration + 1
+
+
+def _newest_whole_local(root: Path, *, below: int, require_data_cursor: bool) -> int | None:
+    for iteration in reversed(local_iterations(root)):
+        if iteration < below:
+            try:
+                check_local_save(root, iteration, require_data_cursor=require_data_cursor)
+                return iteration
+            except IncompleteCheckpoint:
+                continue
+    return None
+
+
+def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO | None = None) -> ResumeResult:
+    """Make ``local_dir`` hold the newest complete checkpoint before training starts.
+
+    0. Saves above the tracker (torn by the stop) are moved to ``_quarantine/``.
+    1. A local save the tracker points at is complete if it passes ``check_local_save``
+       (an unfinished one -- e.g. the cursor not written yet -- is moved aside too); if S3
+       lacks it (the previous pod died mid-upload), upload it now.
+    2. If S3 has a newer complete checkpoint than the local tracker, download it and point the
+       tracker at it; a bad one is quarantined and the next-newest is tried.
+    3. Otherwise start from what is local, or fresh from the reference weights.
+    """
+    out = log or sys.stderr
+    root = Path(local_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    quarantine_above_tracker(root, out)
+    uploaded: list[int] = []
+    skipped: list[int] = []
+    local = read_tracker(root)
+    if local is not None:
+        try:
+            check_local_save(root, local, require_data_cursor=store.require_data_cursor)
+        except IncompleteCheckpoint as exc:
+            print(f"rltrainer: the tracker points at {iter_dirname(local)}, which is not whole ({exc}); "
+                  "setting it aside", file=out)
+            quarantine_local(root, [local], "incomplete save at the tracker", out)
+            (root / TRACKER_FILE).unlink(missing_ok=True)
+            local = _newest_whole_local(root, below=local, require_data_cursor=store.require_data_cursor)
+            if local is not None:
+                print(f"rltrainer: falling back to local {iter_dirname(local)}", file=out)
+                write_tracker(root, local)
+    if local is not None and not store.is_complete(local):
+        print(f"rltrainer: local {iter_dirname(local)} is complete but not in S3; uploading it before training", file=out)
+        if store.upload(root, local).status == "uploaded":
+            uploaded.append(local)
+    for iteration in reversed(store.list_complete()):
+        if local is not None and iteration <= local:
+            break
+        try:
+            manifest = store.read_manifest(iteration)
+            print(f"rltrainer: restoring {iter_dirname(iteration)} from {store.uri}", file=out)
+            store.restore(manifest, root)
+        except (ManifestError, CorruptCheckpoint) as exc:
+            store.quarantine(iteration, f"{type(exc).__name__}: {exc}")
+            print(f"rltrainer: {iter_dirname(iteration)} in S3 is bad ({exc}); falling back to the next-newest "
+                  "complete checkpoint", file=out)
+            skipped.append(iteration)
+            continue
+        return ResumeResult(iteration, "s3", uploaded, skipped)
+    if local is not None:
+        print(f"rltrainer: resuming from local {iter_dirname(local)}", file=out)
+        return ResumeResult(local, "local", uploaded, skipped)
+    print(f"rltrainer: no complete checkpoint in {store.uri}; starting from the reference weights", file=out)
+    return ResumeResult(None, "fresh", uploaded, skipped)
+
+
+class CheckpointWatcher:
+    """Uploads every save Megatron finishes, from a background thread.
+
+    A save is ready once the tracker has reached it and ``check_local_save`` passes (its
+    data cursor is written). A failed upload is logged and retried on the next scan; it
+    never stops training.
+    """
+
+    def __init__(self, store: S3CheckpointStore, local_dir: str | Path, interval_s: float = 30.0,
+                 log: TextIO | None = None):
+        self.store = store
+        self.local_dir = Path(local_dir)
+        self.interval_s = interval_s
+        self.log = log or sys.stderr
+        self.uploaded: list[int] = []
+        self.failures: list[tuple[int, str]] = []
+        self._known: set[int] | None = None  # complete (or quarantined) in S3: never uploaded again
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._scan_lock = threading.Lock()
+
+    def _known_now(self) -> set[int]:
+        if self._known is None:
+            manifests, quarantined = self.store._markers()
+            self._known = manifests | quarantined
+        return self._known
+
+    def scan_once(self) -> list[int]:
+        """Upload finished saves that S3 does not have yet; returns what it uploaded."""
+        with self._scan_lock:
+            tracker = read_tracker(self.local_dir)
+            if tracker is None:
+                return []
+            known = self._known_now()
+            done_now = []
+            for iteration in local_iterations(self.local_dir):
+                if iteration > tracker or iteration in known:
+                    continue  # still being written, or already in S3
+                try:
+                    result = self.store.upload(self.local_dir, iteration)
+                except IncompleteCheckpoint as exc:
+                    self.failures.append((iteration, str(exc)))
+                    print(f"rltrainer: {iter_dirname(iteration)} is not ready to upload, will look again: {exc}",
+                          file=self.log, flush=True)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - keep training; retry next scan
+                    self.failures.append((iteration, str(exc)))
+                    print(f"rltrainer: upload of {iter_dirname(iteration)} failed, will retry: {exc}",
+                          file=self.log, flush=True)
+                    continue
+                known.add(iteration)
+                if result.status != "uploaded":
+                    continue
+                self.uploaded.append(iteration)
+                done_now.append(iteration)
+                print(f"rltrainer: {iter_dirname(iteration)} is complete in {self.store.uri}", file=self.log, flush=True)
+            return done_now
+
+    def pending(self) -> list[int]:
+        """Finished saves (at or below the tracker) that are not complete in S3 yet."""
+        tracker = read_tracker(self.local_dir)
+        if tracker is None:
+            return []
+        known = self._known_now()
+        return [i for i in local_iterations(self.local_dir) if i <= tracker and i not in known]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.scan_once()
+            except Exception as exc:  # noqa: BLE001 - e.g. listing failed after retries
+                print(f"rltrainer: checkpoint scan failed, will retry: {exc}", file=self.log, flush=True)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rltrainer-checkpoint-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self, final_scan: bool = True) -> list[int]:
+        """Stop the thread; by default upload whatever finished since the last scan."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return self.scan_once() if final_scan else []

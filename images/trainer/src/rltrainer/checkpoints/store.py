@@ -1,0 +1,327 @@
+"""The S3 side: list, upload, restore and quarantine checkpoints under one run's prefix."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..contract import parse_s3_uri
+from .layout import CHECKSUM_ALGORITHM, MANIFEST_NAME, MARKER_KEY, QUARANTINE_MARKER, STAGING_DIR, iter_dirname
+from .local import check_local_save, stamp, write_tracker
+from .manifest import CorruptCheckpoint, FileEntry, IncompleteCheckpoint, Manifest, ManifestError, entry_matches
+from .progress import Progress
+from .retry import RetryPolicy
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """What ``upload`` did: ``uploaded``, or skipped because S3 already has it complete / quarantined."""
+
+    iteration: int
+    status: str  # "uploaded", "already-complete", "quarantined"
+    manifest: Manifest | None = None
+
+
+def _error_code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None) or {}
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code or str(status or "")
+
+
+class S3CheckpointStore:
+    """The checkpoints of one run under one S3 prefix."""
+
+    def __init__(
+        self,
+        s3_uri: str,
+        client: Any = None,
+        retry: RetryPolicy | None = None,
+        progress_stream: TextIO | None = None,
+        progress_interval_s: float = 10.0,
+        transfer_config: Any = None,
+        require_data_cursor: bool = True,
+    ):
+        bucket, key = parse_s3_uri(s3_uri)
+        self.bucket = bucket
+        self.prefix = key if (not key or key.endswith("/")) else key + "/"
+        if client is None:
+            import boto3
+
+            client = boto3.client("s3")
+        self.client = client
+        self.retry = retry or RetryPolicy()
+        self.progress_stream = progress_stream
+        self.progress_interval_s = progress_interval_s
+        if transfer_config is None:
+            from boto3.s3.transfer import TransferConfig
+
+            # 64 MiB parts, 16 in flight: Megatron shards are hundreds of MiB to GiBs each. The
+            # classic transfer manager, always: boto3's "auto" switches to the CRT one on p4d/p5
+            # when awscrt is installed, which ignores these settings and picks its own part size.
+            transfer_config = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 << 20,
+                                             max_concurrency=16, preferred_transfer_client="classic")
+        self.transfer_config = transfer_config
+        self.require_data_cursor = require_data_cursor
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def _log(self, message: str) -> None:
+        print(f"rltrainer: {message}", file=self.progress_stream or sys.stderr, flush=True)
+
+    def key(self, relpath: str) -> str:
+        return self.prefix + relpath
+
+    def manifest_key(self, iteration: int) -> str:
+        return self.key(f"{iter_dirname(iteration)}/{MANIFEST_NAME}")
+
+    def quarantine_key(self, iteration: int) -> str:
+        return self.key(f"{iter_dirname(iteration)}/{QUARANTINE_MARKER}")
+
+    # -- listing
+
+    def _markers(self) -> tuple[set[int], set[int]]:
+        def _list() -> tuple[set[int], set[int]]:
+            manifests: set[int] = set()
+            quarantined: set[int] = set()
+            token = None
+            while True:
+                kwargs = {"Bucket": self.bucket, "Prefix": self.key("iter_")}
+                if token:
+                    kwargs["ContinuationToken"] = token
+                page = self.client.list_objects_v2(**kwargs)
+                for obj in page.get("Contents", []):
+                    m = MARKER_KEY.fullmatch(obj["Key"][len(self.prefix):])
+                    if m:
+                        (manifests if m.group(2) == MANIFEST_NAME else quarantined).add(int(m.group(1)))
+                if not page.get("IsTruncated"):
+                    return manifests, quarantined
+                token = page.get("NextContinuationToken")
+
+        return self.retry.call(f"list {self.uri}", _list)
+
+    def list_complete(self) -> list[int]:
+        """Iterations with a manifest and no quarantine marker, ascending (manifests not parsed here)."""
+        manifests, quarantined = self._markers()
+        return sorted(manifests - quarantined)
+
+    def list_quarantined(self) -> list[int]:
+        return sorted(self._markers()[1])
+
+    def is_complete(self, iteration: int) -> bool:
+        return iteration in self.list_complete()
+
+    def read_manifest(self, iteration: int) -> Manifest:
+        """The manifest of ``iteration``; ``ManifestError`` if it is malformed."""
+
+        def _get() -> bytes:
+            return self.client.get_object(Bucket=self.bucket, Key=self.manifest_key(iteration))["Body"].read()
+
+        text = self.retry.call(f"read manifest of {iter_dirname(iteration)}", _get)
+        manifest = Manifest.from_json(text, where=f"s3://{self.bucket}/{self.manifest_key(iteration)}")
+        if manifest.iteration != iteration:
+            raise ManifestError(f"manifest at {self.manifest_key(iteration)} says iteration {manifest.iteration}")
+        return manifest
+
+    def newest_complete(self) -> Manifest | None:
+        """The newest checkpoint with a valid manifest; quarantines malformed ones on the way."""
+        for iteration in reversed(self.list_complete()):
+            try:
+                return self.read_manifest(iteration)
+            except ManifestError as exc:
+                self.quarantine(iteration, f"malformed manifest: {exc}")
+        return None
+
+    def quarantine(self, iteration: int, reason: str) -> None:
+        """Mark a checkpoint bad (nothing is deleted; remove the marker to undo)."""
+        from botocore.exceptions import ClientError
+
+        body = json.dumps({"iteration": iteration, "reason": reason, "at": stamp()}, indent=2).encode()
+        self._log(f"quarantining {iter_dirname(iteration)} in {self.uri}: {reason}")
+        try:
+            self.retry.call(f"quarantine {iter_dirname(iteration)}", lambda: self.client.put_object(
+                Bucket=self.bucket, Key=self.quarantine_key(iteration), Body=body,
+                ContentType="application/json", IfNoneMatch="*"))
+        except ClientError as exc:
+            if _error_code(exc) not in ("PreconditionFailed", "412"):
+                raise  # 412: somebody quarantined it already
+
+    # -- upload
+
+    def upload(self, local_dir: str | Path, iteration: int) -> UploadResult:
+        """Upload one finished save, then mark it complete by writing its manifest last.
+
+        Never writes to an iteration that S3 already has complete (or quarantined): that is a
+        second, stale writer, and it skips.
+        """
+        from botocore.exceptions import ClientError
+
+        root = Path(local_dir)
+        rels = check_local_save(root, iteration, require_data_cursor=self.require_data_cursor)
+        skip = self._skip_reason(iteration)
+        if skip:
+            return skip
+        sizes = {rel: (root / rel).stat().st_size for rel in rels}
+        progress = Progress(f"upload {iter_dirname(iteration)} to {self.uri}", sum(sizes.values()),
+                            self.progress_stream, self.progress_interval_s)
+        entries = []
+        for rel in rels:
+            skip = self._skip_reason(iteration)  # another writer may have finished it meanwhile
+            if skip:
+                return skip
+            entries.append(self._upload_file(root / rel, rel, sizes[rel], progress))
+        progress.finish()
+        # The manifest names the objects as they are now: if a concurrent writer replaced one
+        # while we uploaded the rest, do not publish a mix.
+        for entry in entries:
+            now = self._head_checksum(self.key(entry.path))
+            if now != (entry.size, entry.crc32):
+                skip = self._skip_reason(iteration)
+                if skip:
+                    return skip
+                raise IncompleteCheckpoint(f"s3://{self.bucket}/{self.key(entry.path)} changed during the upload "
+                                           f"of {iter_dirname(iteration)} (another writer?); not publishing it")
+        manifest = Manifest(iteration=iteration, files=tuple(entries), created_at=stamp())
+        body = manifest.to_json().encode("utf-8")
+        try:
+            self.retry.call(
+                f"write manifest of {iter_dirname(iteration)}",
+                lambda: self.client.put_object(Bucket=self.bucket, Key=self.manifest_key(iteration), Body=body,
+                                               ContentType="application/json", IfNoneMatch="*"),
+            )
+        except ClientError as exc:
+            if _error_code(exc) in ("PreconditionFailed", "412"):
+                self._log(f"{iter_dirname(iteration)} was completed by another writer first; keeping theirs")
+                return UploadResult(iteration, "already-complete")
+            raise
+        return UploadResult(iteration, "uploaded", manifest)
+
+    def _skip_reason(self, iteration: int) -> UploadResult | None:
+        """Skip an iteration S3 already has complete or quarantined (one LIST finds both markers)."""
+        prefix = self.key(f"{iter_dirname(iteration)}/_")
+        page = self.retry.call(f"list {self.uri}{iter_dirname(iteration)}/",
+                               lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix))
+        names = {obj["Key"][len(prefix) - 1:] for obj in page.get("Contents", [])}
+        if QUARANTINE_MARKER in names:
+            self._log(f"{iter_dirname(iteration)} is quarantined in {self.uri}; not uploading it again")
+            return UploadResult(iteration, "quarantined")
+        if MANIFEST_NAME in names:
+            self._log(f"{iter_dirname(iteration)} is already complete in {self.uri}; not overwriting it")
+            return UploadResult(iteration, "already-complete")
+        return None
+
+    def _part_size(self, size: int) -> int:
+        """The part size boto3 will use for ``size`` bytes (0: one PutObject)."""
+        if size < self.transfer_config.multipart_threshold:
+            return 0
+        from s3transfer.utils import ChunksizeAdjuster
+
+        return ChunksizeAdjuster().adjust_chunksize(self.transfer_config.multipart_chunksize, size)
+
+    def _head(self, key: str) -> dict:
+        return self.retry.call(f"stat s3://{self.bucket}/{key}",
+                               lambda: self.client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED"))
+
+    @staticmethod
+    def _size_and_crc(head: dict) -> tuple[int, str]:
+        value = str(head.get("ChecksumCRC32") or "")
+        return int(head["ContentLength"]), value.split("-", 1)[0]  # composite values end in -<parts>
+
+    def _head_checksum(self, key: str) -> tuple[int, str]:
+        return self._size_and_crc(self._head(key))
+
+    def _upload_file(self, path: Path, rel: str, size: int, progress: Progress) -> FileEntry:
+        key = self.key(rel)
+        sent = [0]
+
+        def callback(n: int) -> None:
+            sent[0] += n
+            progress(n)
+
+        def attempt() -> None:
+            progress.rewind(sent[0])
+            sent[0] = 0
+            self.client.upload_file(str(path), self.bucket, key, Callback=callback, Config=self.transfer_config,
+                                    ExtraArgs={"ChecksumAlgorithm": CHECKSUM_ALGORITHM})
+
+        self.retry.call(f"upload {path} to s3://{self.bucket}/{key}", attempt)
+        head = self._head(key)
+        got_size, crc = self._size_and_crc(head)
+        if not crc:
+            raise IncompleteCheckpoint(f"s3://{self.bucket}/{key} has no CRC32 checksum after the upload; "
+                                       "the store must support S3 additional checksums")
+        if got_size != size or path.stat().st_size != size:
+            raise IncompleteCheckpoint(f"{path} changed size during its upload ({size} -> {got_size} bytes)")
+        # S3 says which kind of checksum it kept; without that (moto), the part size decides
+        part_size = 0 if head.get("ChecksumType") == "FULL_OBJECT" else self._part_size(size)
+        return FileEntry(path=rel, size=size, crc32=crc, part_size=part_size)
+
+    # -- restore
+
+    def restore(self, manifest: Manifest, local_dir: str | Path) -> None:
+        """Download and verify every file of ``manifest``, move them into place, then point the tracker at it.
+
+        ``CorruptCheckpoint`` if a file is missing in S3 or does not match (after one re-download).
+        """
+        root = Path(local_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        staging = root / STAGING_DIR
+        shutil.rmtree(staging, ignore_errors=True)
+        progress = Progress(f"restore {iter_dirname(manifest.iteration)} from {self.uri}", manifest.total_bytes,
+                            self.progress_stream, self.progress_interval_s)
+        try:
+            staged: list[tuple[Path, Path]] = []
+            for entry in manifest.files:
+                dest = root / entry.path
+                if entry_matches(dest, entry):
+                    progress(entry.size)  # already here and intact (e.g. a restart on the same volume)
+                    continue
+                tmp = staging / entry.path
+                self._download_verified(entry, tmp, progress)
+                staged.append((tmp, dest))
+            progress.finish()
+            for tmp, dest in staged:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, dest)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        write_tracker(root, manifest.iteration)
+
+    def _download_verified(self, entry: FileEntry, tmp: Path, progress: Progress) -> None:
+        from botocore.exceptions import ClientError
+
+        key = self.key(entry.path)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        for attempt_no in (1, 2):  # a mismatch may be a bad transfer: fetch once more before calling it corrupt
+            got = [0]
+
+            def callback(n: int) -> None:
+                got[0] += n
+                progress(n)
+
+            def attempt() -> None:
+                progress.rewind(got[0])
+                got[0] = 0
+                self.client.download_file(self.bucket, key, str(tmp), Callback=callback, Config=self.transfer_config)
+
+            try:
+                self.retry.call(f"download s3://{self.bucket}/{key}", attempt)
+            except ClientError as exc:
+                if _error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+                    raise CorruptCheckpoint(f"s3://{self.bucket}/{key} is missing") from None
+                raise
+            if entry_matches(tmp, entry):
+                return
+            progress.rewind(got[0])
+        size = tmp.stat().st_size
+        tmp.unlink(missing_ok=True)
+        raise CorruptCheckpoint(
+            f"s3://{self.bucket}/{key} does not match its manifest: size {size} (expected {entry.size}), "
+            f"{'sha256' if entry.sha256 else 'crc32'} differs")

@@ -1,0 +1,66 @@
+"""The run-config contract between the kit and the trainer, owned by the trainer.
+
+The kit renders the run config (the YAML the RL job mounts at ``RUN_CONFIG_PATH``) from its own
+config, so the schema here is a contract: the keys are exactly those in ``SCHEMA_EXAMPLE``,
+unknown keys are errors, and every problem is reported at once. Each problem names the field
+path, the bad value, the rule it breaks and how to fix it; tests assert the exact text.
+
+Besides the schema and its validator, the contract holds the names both sides spell: the
+expert-parallel backends (and which of them can train), the environment variables the kit sets
+for the trainer, the run config's path and the CloudWatch namespace of the training metrics.
+
+This package needs PyYAML and the standard library only (images/trainer/tests/
+test_trainer_contract.py checks): the kit imports it at ``cdk synth`` and ``rlkit`` time
+(through infra/trainer_contract.py), where neither torch nor the trainer's S3 client is wanted.
+
+- ``names``     the shared names and constants;
+- ``problems``  ``Problem`` and ``ConfigError``;
+- ``schema``    the sections of run.yaml as frozen dataclasses, defaults, launcher-owned flags;
+- ``reader``    the problem-collecting reader the validator uses;
+- ``rules``     ``parse_run_config`` / ``load_run_config`` and the cross-field rules.
+"""
+
+from .names import (
+    EP_BACKENDS,
+    GIN_TRAINING_FIX,
+    GIN_TRAINING_RULE,
+    IMAGE_BACKEND_ENV,
+    MEGATRON_DIR,
+    METRICS_NAMESPACE,
+    METRICS_RUN_DIMENSION,
+    RAYJOB_ENV,
+    RUN_CONFIG_DIR,
+    RUN_CONFIG_FILE,
+    RUN_CONFIG_PATH,
+    TRAINER_RUNTIME_ENV,
+    TRAINING_EP_BACKENDS,
+)
+from .problems import MISSING, ConfigError, Problem, render_value
+from .rules import expert_count_problems, load_run_config, parse_run_config, parse_s3_uri
+from .schema import (
+    DEFAULT_LOCAL_DIR,
+    DEFAULT_SAVE_INTERVAL,
+    OWNED_FLAGS,
+    SCHEMA_EXAMPLE,
+    CheckpointConfig,
+    DataConfig,
+    ExpertParallelConfig,
+    GrpoConfig,
+    ModelConfig,
+    ParallelConfig,
+    RolloutParallel,
+    RunConfig,
+    TrainingParallel,
+    flag_value,
+)
+
+__all__ = [
+    "DEFAULT_LOCAL_DIR", "DEFAULT_SAVE_INTERVAL", "EP_BACKENDS", "GIN_TRAINING_FIX", "GIN_TRAINING_RULE",
+    "IMAGE_BACKEND_ENV", "MEGATRON_DIR", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "MISSING",
+    "OWNED_FLAGS", "RAYJOB_ENV", "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "SCHEMA_EXAMPLE",
+    "TRAINER_RUNTIME_ENV", "TRAINING_EP_BACKENDS",
+    "CheckpointConfig", "ConfigError", "DataConfig", "ExpertParallelConfig", "GrpoConfig", "ModelConfig",
+    "ParallelConfig", "Problem", "RolloutParallel", "RunConfig", "TrainingParallel",
+    "expert_count_problems", "flag_value", "load_run_config", "parse_run_config", "parse_s3_uri",
+    "render_value",
+]

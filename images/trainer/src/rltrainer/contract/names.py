@@ -1,0 +1,64 @@
+"""The names the kit and the trainer both spell: expert-parallel backends, the runtime
+environment the kit's RayJob sets, where the run config is mounted, and the CloudWatch
+metrics the launcher writes.
+
+The kit (infra/trainer_contract.py) imports these; the trainer never imports the kit.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+# --- expert-parallel backends --------------------------------------------------------------------
+
+EP_BACKENDS = ("nccl", "deepep-nvshmem", "deepep-gin")
+# Backends a training run may use. deepep-gin (DeepEP V2 over NCCL GIN) is benchmark-only for
+# now: the pinned Megatron-LM's flex dispatcher imports DeepEP V1's ``Buffer``
+# (megatron-lm 37f9161, megatron/core/transformer/moe/fused_a2a.py: ``from deep_ep import
+# Buffer``) and knows nothing of V2's ``ElasticBuffer``.
+TRAINING_EP_BACKENDS = ("nccl", "deepep-nvshmem")
+GIN_TRAINING_RULE = (
+    "DeepEP V2 over NCCL GIN cannot train yet: the Megatron-LM that Miles v0.1.0 pins (37f9161) drives "
+    "DeepEP V1's Buffer in its flex dispatcher (megatron/core/transformer/moe/fused_a2a.py) and does not "
+    "support V2's ElasticBuffer"
+)
+GIN_TRAINING_FIX = (
+    "use `deepep-nvshmem` (DeepEP V1 over NVSHMEM/libfabric) or `nccl`; the fabric gate may still "
+    "benchmark deepep-gin"
+)
+
+# --- the run config file -------------------------------------------------------------------------
+
+# Where the RL job mounts the run config (the kit's ConfigMap) and where ``rltrainer launch``
+# reads it by default.
+RUN_CONFIG_DIR = "/etc/rltrainer"
+RUN_CONFIG_FILE = "run.yaml"
+RUN_CONFIG_PATH = f"{RUN_CONFIG_DIR}/{RUN_CONFIG_FILE}"
+
+# --- environment ---------------------------------------------------------------------------------
+
+# The kit's RayJob names itself here, so that the launcher can stop KubeRay's retries of a run
+# that failed on its configuration (rltrainer.no_retry).
+RAYJOB_ENV = "RLTRAINER_RAYJOB"
+# Each image variant says which expert-parallel backend it was built for (the Dockerfile sets it).
+IMAGE_BACKEND_ENV = "RLTRAINER_IMAGE_EP_BACKEND"
+MEGATRON_DIR = "/root/Megatron-LM"  # the Miles image's Megatron-LM checkout
+# What Miles' training and rollout processes need besides the EFA profile, as Miles' own launch
+# scripts set it in the Ray job's runtime env. The kit puts it on the Ray head and in the
+# RayJob's runtime env; the launcher adds it to the training command (rltrainer.miles.train_env).
+TRAINER_RUNTIME_ENV = MappingProxyType({
+    # Megatron is imported from its source checkout (Miles scripts: PYTHONPATH=/root/Megatron-LM/).
+    "PYTHONPATH": MEGATRON_DIR,
+    # Megatron overlaps TP communication with compute only with one hardware queue
+    # (Miles scripts set it in the runtime env of every recipe).
+    "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+    "PYTHONUNBUFFERED": "1",
+})
+
+# --- training metrics ----------------------------------------------------------------------------
+
+# CloudWatch namespace and dimension of the launcher's embedded-metric-format lines
+# (rltrainer.metrics); the kit's dashboard and `rlkit status` query them.
+METRICS_NAMESPACE = "RLKit/Training"
+METRICS_RUN_DIMENSION = "Run"

@@ -1,0 +1,210 @@
+"""The run config's schema: the keys of run.yaml, their defaults and types, and the Megatron/Miles
+flags the launcher derives from them (so ``model.megatron_args`` may not set them again)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The whole schema, every key at a typical value (images/trainer/README.md documents each).
+SCHEMA_EXAMPLE = """\
+run_name: qwen3-30b-a3b-grpo
+model:
+  name: qwen3-30b-a3b
+  hf_checkpoint: /models/Qwen3-30B-A3B
+  megatron_args: []
+checkpoint:
+  s3_uri: s3://my-bucket/checkpoints/qwen3-30b-a3b-grpo/
+  local_dir: /checkpoints
+  save_interval: 20
+data:
+  prompt_data: s3://my-bucket/datasets/dapo-math-17k.jsonl
+  input_key: prompt
+  label_key: label
+grpo:
+  num_rollout: 1000
+  rollout_batch_size: 32
+  n_samples_per_prompt: 8
+  global_batch_size: 256
+  num_steps_per_rollout: 1
+  rollout_max_response_len: 8192
+  rollout_temperature: 1.0
+  lr: 1.0e-6
+  kl_loss_coef: 0.0
+  eps_clip: 0.2
+parallel:
+  nodes: 2
+  gpus_per_node: 8
+  training: {tp: 4, pp: 1, cp: 1, ep: 8, etp: 1}
+  rollout: {gpus_per_engine: 8, ep: 8}
+expert_parallel:
+  backend: nccl
+"""
+
+DEFAULT_LOCAL_DIR = "/checkpoints"
+DEFAULT_SAVE_INTERVAL = 20
+
+# Flags the launcher derives from the config. Passing one of them again through
+# model.megatron_args would silently fight the config (argparse keeps the last one),
+# so it is an error with a pointer to the config field that owns the value.
+OWNED_FLAGS: dict[str, str] = {
+    "--actor-num-nodes": "parallel.nodes",
+    "--actor-num-gpus-per-node": "parallel.gpus_per_node",
+    "--num-gpus-per-node": "parallel.gpus_per_node",
+    "--tensor-model-parallel-size": "parallel.training.tp",
+    "--pipeline-model-parallel-size": "parallel.training.pp",
+    "--context-parallel-size": "parallel.training.cp",
+    "--expert-model-parallel-size": "parallel.training.ep",
+    "--expert-tensor-parallel-size": "parallel.training.etp",
+    "--rollout-num-gpus-per-engine": "parallel.rollout.gpus_per_engine",
+    "--sglang-ep-size": "parallel.rollout.ep",
+    "--sglang-moe-a2a-backend": "expert_parallel.backend",
+    "--moe-flex-dispatcher-backend": "expert_parallel.backend",
+    "--moe-enable-deepep": "expert_parallel.backend",
+    "--hf-checkpoint": "model.hf_checkpoint",
+    "--load": "checkpoint.local_dir",
+    "--save": "checkpoint.local_dir",
+    "--save-interval": "checkpoint.save_interval",
+    "--prompt-data": "data.prompt_data",
+    "--input-key": "data.input_key",
+    "--label-key": "data.label_key",
+    "--num-rollout": "grpo.num_rollout",
+    "--rollout-batch-size": "grpo.rollout_batch_size",
+    "--n-samples-per-prompt": "grpo.n_samples_per_prompt",
+    "--global-batch-size": "grpo.global_batch_size",
+    "--num-steps-per-rollout": "grpo.num_steps_per_rollout",
+    "--rollout-max-response-len": "grpo.rollout_max_response_len",
+    "--rollout-temperature": "grpo.rollout_temperature",
+    "--lr": "grpo.lr",
+    "--kl-loss-coef": "grpo.kl_loss_coef",
+    "--eps-clip": "grpo.eps_clip",
+}
+
+# The keys each section allows (anything else is an error).
+TOP_KEYS = ("run_name", "model", "checkpoint", "data", "grpo", "parallel", "expert_parallel")
+MODEL_KEYS = ("name", "hf_checkpoint", "megatron_args")
+CHECKPOINT_KEYS = ("s3_uri", "local_dir", "save_interval")
+DATA_KEYS = ("prompt_data", "input_key", "label_key")
+GRPO_KEYS = (
+    "num_rollout",
+    "rollout_batch_size",
+    "n_samples_per_prompt",
+    "global_batch_size",
+    "num_steps_per_rollout",
+    "rollout_max_response_len",
+    "rollout_temperature",
+    "lr",
+    "kl_loss_coef",
+    "eps_clip",
+)
+PARALLEL_KEYS = ("nodes", "gpus_per_node", "training", "rollout")
+TRAINING_KEYS = ("tp", "pp", "cp", "ep", "etp")
+ROLLOUT_KEYS = ("gpus_per_engine", "ep")
+EXPERT_PARALLEL_KEYS = ("backend",)
+
+
+def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
+    """The last value given to ``flag`` (``--flag v`` or ``--flag=v``) in an argument list."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+# --- the sections of run.yaml ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    hf_checkpoint: str
+    megatron_args: tuple[str, ...] = ()
+
+    def megatron_flag_value(self, flag: str) -> str | None:
+        """The value given to ``flag`` in megatron_args (``--flag v`` or ``--flag=v``)."""
+        return flag_value(self.megatron_args, flag)
+
+    def has_flag(self, flag: str) -> bool:
+        return any(a == flag or a.startswith(flag + "=") for a in self.megatron_args)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    s3_uri: str
+    local_dir: str = DEFAULT_LOCAL_DIR
+    save_interval: int = DEFAULT_SAVE_INTERVAL
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    prompt_data: str
+    input_key: str = "prompt"
+    label_key: str = "label"
+
+
+@dataclass(frozen=True)
+class GrpoConfig:
+    num_rollout: int
+    rollout_batch_size: int
+    n_samples_per_prompt: int
+    global_batch_size: int
+    num_steps_per_rollout: int = 1
+    rollout_max_response_len: int = 8192
+    rollout_temperature: float = 1.0
+    lr: float = 1.0e-6
+    kl_loss_coef: float = 0.0
+    eps_clip: float = 0.2
+
+
+@dataclass(frozen=True)
+class TrainingParallel:
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+
+
+@dataclass(frozen=True)
+class RolloutParallel:
+    gpus_per_engine: int
+    ep: int = 1
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    nodes: int
+    gpus_per_node: int
+    training: TrainingParallel = field(default_factory=TrainingParallel)
+    rollout: RolloutParallel | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def data_parallel_size(self) -> int:
+        t = self.training
+        return self.world_size // (t.tp * t.pp * t.cp)
+
+
+@dataclass(frozen=True)
+class ExpertParallelConfig:
+    backend: str = "nccl"
+
+    @property
+    def uses_deepep(self) -> bool:
+        return self.backend.startswith("deepep")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    run_name: str
+    model: ModelConfig
+    checkpoint: CheckpointConfig
+    data: DataConfig
+    grpo: GrpoConfig
+    parallel: ParallelConfig
+    expert_parallel: ExpertParallelConfig = field(default_factory=ExpertParallelConfig)

@@ -1,0 +1,40 @@
+"""The trainer's run-config contract, as the kit uses it: the one place the kit imports ``rltrainer``.
+
+The trainer package (images/trainer, ``rltrainer``) owns the run config: its schema and validator,
+the expert-parallel backend names (and which of them can train), the environment variables the
+kit's RayJob sets for the trainer, where the run config is mounted, and the CloudWatch namespace
+of the training metrics. ``rltrainer.contract`` needs PyYAML only, so the ground layer can import
+it at module level; the kit declares the dependency (pyproject.toml, requirements.txt).
+
+Names the kit would confuse with its own are renamed here: the trainer's ``ConfigError`` and
+``Problem`` are ``RunConfigError`` and ``RunConfigProblem``.
+"""
+
+from __future__ import annotations
+
+try:
+    from rltrainer.contract import (
+        EP_BACKENDS,
+        GIN_TRAINING_RULE,
+        METRICS_NAMESPACE,
+        METRICS_RUN_DIMENSION,
+        RAYJOB_ENV,
+        RUN_CONFIG_DIR,
+        RUN_CONFIG_FILE,
+        RUN_CONFIG_PATH,
+        TRAINER_RUNTIME_ENV,
+        TRAINING_EP_BACKENDS,
+        parse_run_config,
+    )
+    from rltrainer.contract import ConfigError as RunConfigError
+    from rltrainer.contract import Problem as RunConfigProblem
+except ImportError as exc:  # pragma: no cover - the kit's requirements install it
+    raise ImportError(
+        "the kit needs the trainer package's run-config contract (rltrainer.contract): "
+        "pip install -r requirements.txt, or pip install -e images/trainer") from exc
+
+__all__ = [
+    "EP_BACKENDS", "GIN_TRAINING_RULE", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
+    "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "TRAINER_RUNTIME_ENV",
+    "TRAINING_EP_BACKENDS", "RunConfigError", "RunConfigProblem", "parse_run_config",
+]
