@@ -51,8 +51,7 @@ class ClusterStack(Stack):
         self.cluster = kit_cluster.cluster
         if log_groups is not None:
             self.cluster.node.add_dependency(log_groups.control_plane)
-        self.addons = ClusterAddons(self, "Addons", cluster=self.cluster, addons=config.addons,
-                                    gpu_tolerations=config.gpu_tolerations(),
+        self.addons = ClusterAddons(self, "Addons", cluster=self.cluster, config=config,
                                     system_nodegroup=kit_cluster.system_nodegroup)
         bind_trainer_role(self, "TrainerPodIdentity", cluster=self.cluster, role=trainer_role)
         if config.storage.shared_filesystem.type == "fsx-lustre":

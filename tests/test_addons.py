@@ -56,8 +56,12 @@ def test_pinned_versions():
 def test_device_plugin_values(synth):
     c = charts(synth("default"))
     efa = values(c["aws-efa-k8s-device-plugin"])
+    # The chart's instance-type allowlist is the configured GPU groups' types, not the chart
+    # release's own list (which cannot know a type a fork adds to the catalog).
     assert efa == {"tolerations": [names.GPU_TAINT.toleration()],
-                   "nodeSelector": {names.EFA_LABEL: "true"}}
+                   "nodeSelector": {names.EFA_LABEL: "true"},
+                   "supportedInstanceLabels": {"keys": [names.INSTANCE_TYPE_LABEL],
+                                               "values": ["p5.48xlarge"]}}
     nvidia = values(c["nvidia-device-plugin"])
     assert nvidia["tolerations"] == [names.GPU_TAINT.toleration()]
     assert nvidia["nodeSelector"] == {names.NODE_ROLE_LABEL: names.NODE_ROLE_GPU}
@@ -128,8 +132,7 @@ def test_user_taints_are_tolerated_by_the_gpu_charts():
     cfg = parse_config({"gpu_node_groups": {"p5": {
         "instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
         "taints": [{"key": "team.example.com/reserved", "value": "rl", "effect": "NoExecute"}]}}})
-    values = chart_values("efa_device_plugin", gpu_tolerations=cfg.gpu_tolerations(),
-                          addons=cfg.addons)
+    values = chart_values("efa_device_plugin", cfg)
     assert values["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"},
                                      {"key": "team.example.com/reserved", "operator": "Exists"}]
 

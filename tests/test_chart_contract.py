@@ -107,8 +107,7 @@ def test_every_listed_chart_version_renders_and_schedules(rendered, key, chart_d
                                     version=version, release=spec.release,
                                     namespace=spec.namespace,
                                     values=known.values if known else chart_values(
-                                        key, gpu_tolerations=s.config.gpu_tolerations(),
-                                        addons=s.config.addons))
+                                        key, s.config))
         archive = helm.chart_archive(release, chart_dir=chart_dir,
                                      helm=helm.helm_binary(s.config.kubernetes_version, helm_cache),
                                      cache_dir=None, allow_pull=False)
@@ -134,8 +133,7 @@ def test_dcgm_exporter_has_no_service_monitor_by_default(rendered, chart_dir, he
     release = helm.ChartRelease(
         chart=spec.chart, repository=spec.repository, version=spec.version,
         release=spec.release, namespace=spec.namespace,
-        values=chart_values("dcgm_exporter", gpu_tolerations=s.config.gpu_tolerations(),
-                            addons=s.config.addons))
+        values=chart_values("dcgm_exporter", s.config))
     binary = helm.helm_binary(s.config.kubernetes_version, helm_cache)
     objects = helm.render_release(release, kubernetes_version=s.config.kubernetes_version,
                                   helm=binary, archive=helm.chart_archive(
@@ -168,19 +166,29 @@ def test_wrong_toleration_fails_naming_pod_group_and_taint(rendered, chart_dir, 
                for m in messages)
 
 
-def test_efa_chart_without_p6_fails_on_the_p6_example(rendered, chart_dir, helm_cache):
+def test_efa_chart_own_allowlist_without_p6_fails_on_the_p6_example(rendered, chart_dir,
+                                                                     helm_cache):
+    # v0.5.7's own instance-type allowlist has no p6: without the kit's list (the configured
+    # GPU types) its DaemonSet strands the b200 nodes; with the kit's list it lands there.
     s, templates, objects = rendered("p6-b200-odcr")
     release = next(r for r in helm.chart_releases(templates[s.config.stack_names["cluster"]])
                    if r.chart == "aws-efa-k8s-device-plugin")
-    old = helm.ChartRelease(**{**release.__dict__, "version": "v0.5.7"})
     binary = helm.helm_binary(s.config.kubernetes_version, helm_cache)
-    old_objects = helm.render_release(
-        old, archive=helm.chart_archive(old, chart_dir=chart_dir, helm=binary, cache_dir=None,
-                                        allow_pull=False),
-        helm=binary, kubernetes_version=s.config.kubernetes_version)
     others = [o for o in objects if o["metadata"]["name"] != "aws-efa-k8s-device-plugin"]
-    report = run(rendered, "p6-b200-odcr", chart_objects=others + old_objects,
-                 chart_dir=chart_dir, helm_cache=helm_cache)
+
+    def report_for(values):
+        old = helm.ChartRelease(**{**release.__dict__, "version": "v0.5.7", "values": values})
+        old_objects = helm.render_release(
+            old, archive=helm.chart_archive(old, chart_dir=chart_dir, helm=binary,
+                                            cache_dir=None, allow_pull=False),
+            helm=binary, kubernetes_version=s.config.kubernetes_version)
+        return run(rendered, "p6-b200-odcr", chart_objects=others + old_objects,
+                   chart_dir=chart_dir, helm_cache=helm_cache)
+
+    assert release.values["supportedInstanceLabels"]["values"] == ["p6-b200.48xlarge"]
+    assert report_for(release.values).ok
+    chart_own_list = {k: v for k, v in release.values.items() if k != "supportedInstanceLabels"}
+    report = report_for(chart_own_list)
     first = str(report.findings[0])
     assert first.startswith("DaemonSet kube-system/aws-efa-k8s-device-plugin on node group "
                             "'b200': required node affinity unmet")

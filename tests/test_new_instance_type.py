@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import os
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -25,6 +28,19 @@ from infra.catalog import (
 from infra.config import ConfigError, parse_config
 from infra.planner import PlannerError, PlanRequest, RLPlanRequest, RLSetup, plan, plan_rl
 from infra.planner.hardware import plannable_systems
+
+SHARED_CHARTS = Path(__file__).resolve().parents[2] / "shared" / "charts"
+
+
+def shared_charts() -> Path:
+    """The pinned chart archives (../shared/charts): a failure in CI, a skip elsewhere."""
+    if not SHARED_CHARTS.is_dir():
+        message = f"{SHARED_CHARTS} is missing: the scheduling contract needs the chart archives"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return SHARED_CHARTS
+
 
 NEW_TYPE = "p7-r100.48xlarge"  # a made-up instance type with a made-up GPU model
 R100 = GpuSpec("R100", bf16_tflops=4000.0, fp8_tflops=8000.0, hbm_tbps=13.0,
@@ -80,6 +96,17 @@ def test_config_synth_render_and_plan_work_for_a_new_instance_type(new_instance_
     assert len(data["NetworkInterfaces"]) == 16
     nodegroups = [r for r in resources.values() if r["Type"] == "AWS::EKS::Nodegroup"]
     assert nodegroups[0]["Properties"]["AmiType"] == "AL2023_x86_64_NVIDIA"
+
+    # the scheduling contract, with the real charts through the real Helm: the device plugins
+    # land on the new type (the EFA plugin's instance allowlist comes from the config, not from
+    # the chart release's list, which cannot know a type added to the catalog)
+    from ops.contract import check_cluster_contract
+
+    report = check_cluster_contract(cfg, tmp_path / "cdk", chart_dir=shared_charts(),
+                                    cache_dir=tmp_path / "helm")
+    assert report.ok, [str(f) for f in report.findings]
+    lands = {pod: groups for pod, groups in report.lands.items() if "efa" in pod.lower()}
+    assert lands and all("r100" in groups for groups in lands.values()), lands
 
     # render: the trainer pods ask for the new type's GPUs and EFA devices
     from manifests import build_context, placeholder_outputs, render

@@ -10,6 +10,7 @@ from infra.addons.record import (
     Placement,
     Workload,
 )
+from infra.names import INSTANCE_TYPE_LABEL
 
 # aws/eks-charts stable/aws-efa-k8s-device-plugin, chart v0.5.30 at commit 5239609 (2026-08-03),
 # read 2026-11-30. Its DaemonSet is placed by a required node affinity on an instance-type
@@ -22,9 +23,14 @@ RELEASE = "aws-efa-k8s-device-plugin"
 
 
 def values(ctx: AddonContext) -> dict:
-    # eks-charts aws-efa-k8s-device-plugin: `tolerations` and `nodeSelector` are top level;
-    # the chart adds its own instance-type affinity.
-    return {"tolerations": ctx.gpu_tolerations, "nodeSelector": EFA_NODES}
+    # eks-charts aws-efa-k8s-device-plugin: `tolerations` and `nodeSelector` are top level. The
+    # chart also requires a node affinity on its own instance-type allowlist
+    # (`supportedInstanceLabels`, templates/daemonset.yaml); the kit replaces that list with the
+    # configured GPU groups' types, so an instance type added to the catalog gets its EFA plugin
+    # without waiting for a chart release that lists it.
+    return {"tolerations": ctx.gpu_tolerations, "nodeSelector": EFA_NODES,
+            "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL],
+                                        "values": list(ctx.gpu_instance_types)}}
 
 
 ADDON = HelmAddon(

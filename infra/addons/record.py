@@ -91,6 +91,7 @@ class AddonContext:
     """What an add-on's values may depend on."""
 
     gpu_tolerations: list[dict[str, str]]  # tolerate every GPU group's taints
+    gpu_instance_types: tuple[str, ...]  # the GPU groups' instance types, sorted, no repeats
     settings: AddonConfig  # this add-on's own config section
 
 

@@ -18,15 +18,18 @@ from constructs import Construct, IConstruct
 
 from infra import addons as registry
 from infra.addons import AddonContext, Wait
-from infra.addons.config import AddonsBase
+from infra.config import KitConfig
 
 
-def chart_values(name: str, *, gpu_tolerations: list[dict[str, str]],
-                 addons: AddonsBase) -> dict[str, Any]:
-    """Values the kit passes to add-on ``name``'s chart (its record's ``values`` with the kit's
-    context). ``gpu_tolerations`` tolerate every GPU group's taints."""
-    return registry.addon(name).values(
-        AddonContext(gpu_tolerations=gpu_tolerations, settings=getattr(addons, name)))
+def chart_values(name: str, config: KitConfig) -> dict[str, Any]:
+    """Values the kit passes to add-on ``name``'s chart: its record's ``values`` with the kit's
+    context, read from ``config`` (GPU groups' tolerations and instance types, the add-on's
+    own config section)."""
+    return registry.addon(name).values(AddonContext(
+        gpu_tolerations=config.gpu_tolerations(),
+        gpu_instance_types=tuple(sorted({g.instance_type
+                                         for g in config.gpu_node_groups.values()})),
+        settings=getattr(config.addons, name)))
 
 
 class ClusterAddons(Construct):
@@ -38,12 +41,12 @@ class ClusterAddons(Construct):
     nodes) uses Helm's wait and depends on what it waits for.
     """
 
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster,
-                 addons: AddonsBase, gpu_tolerations: list[dict[str, str]],
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, config: KitConfig,
                  system_nodegroup: IConstruct) -> None:
         super().__init__(scope, id)
         waitables: dict[Wait, IConstruct] = {Wait.SYSTEM_NODES: system_nodegroup}
         self.charts: dict[str, eks.HelmChart] = {}
+        addons = config.addons
         for record in registry.ADDONS:
             name = record.key
             if not addons.enabled(name):
@@ -58,7 +61,7 @@ class ClusterAddons(Construct):
                 namespace=record.namespace,
                 create_namespace=True,
                 version=addons.chart_version(name),
-                values=chart_values(name, gpu_tolerations=gpu_tolerations, addons=addons),
+                values=chart_values(name, config),
                 wait=waits,
                 timeout=Duration.minutes(10) if waits else None,
             )
