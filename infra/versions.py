@@ -2,14 +2,10 @@
 
 Each entry names its source. Change a version here and the CDK side, the manifests and the
 preflight checks all follow. The exception is the Helm add-ons: each one's chart versions live in
-its own record (infra/addons/<key>.py), which ``HELM_CHARTS`` below only mirrors.
+its own record (infra/addons/<key>.py).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator, Mapping
-
-from infra import addons
 
 # Kubernetes versions the kit is tested with -> the Python package and module of the matching
 # kubectl Lambda layer (PyPI: aws-cdk.lambda-layer-kubectl-vNN; aws_eks_v2 needs one whose minor
@@ -143,43 +139,3 @@ IMAGE_BUILD_HOST_IMAGE = "aws/codebuild/standard:7.0"
 # and cache separately)"; AWS Containers blog "Announcing remote cache support in Amazon ECR for
 # BuildKit clients", BuildKit >= 0.12]. Read 2026-11-30.
 IMAGE_BUILD_BUILDKIT_IMAGE = "moby/buildkit:v0.32.2"
-
-
-# Helm charts the cluster stack installs: each add-on's module in infra/addons/ declares its
-# chart, repository, pinned version and the versions the chart contract test
-# (tests/test_chart_contract.py, charts from ../shared/charts) rendered with the kit's values,
-# each with where it was read; config validation refuses any other version. The two names below
-# are read-only views of that registry for code that reads them by add-on key; they follow it
-# (records added or a registry patched in a test included).
-
-
-class _HelmChartsView(Mapping):
-    """Add-on key -> {repository, chart, namespace, release, version, versions}."""
-
-    def __getitem__(self, key: str) -> dict:
-        a = addons.addon(key)
-        return {"repository": a.repository, "chart": a.chart, "namespace": a.namespace,
-                "release": a.release, "version": a.version, "versions": a.versions}
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([a.key for a in addons.ADDONS])
-
-    def __len__(self) -> int:
-        return len(addons.ADDONS)
-
-
-class _EnabledByDefaultView(Mapping):
-    """Add-on key -> whether it is installed when the config does not say."""
-
-    def __getitem__(self, key: str) -> bool:
-        return addons.addon(key).enabled_by_default
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([a.key for a in addons.ADDONS])
-
-    def __len__(self) -> int:
-        return len(addons.ADDONS)
-
-
-HELM_CHARTS: Mapping[str, dict] = _HelmChartsView()
-ADDONS_ENABLED_BY_DEFAULT: Mapping[str, bool] = _EnabledByDefaultView()

@@ -33,7 +33,7 @@ import jinja2
 import yaml
 
 from infra import names
-from infra.versions import HELM_CHARTS
+from infra.addons import addon
 from manifests.context import GENERATED_MARKER, WORKLOAD_LABEL, RenderContext
 
 # KubeRay's name for the submitter container (ray-operator/controllers/ray/utils/constant.go,
@@ -142,7 +142,7 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
                  "NetworkPolicy", {
                      "meta": _meta(ctx, f"{ctx.rayjob_name}-ray-head", "ray-head-ingress"),
                      "head_labels": _pod_labels(ctx, "ray-head", f"{ctx.rayjob_name}-head"),
-                     "operator_namespace": HELM_CHARTS["kuberay_operator"]["namespace"]}),
+                     "operator_namespace": addon("kuberay_operator").namespace}),
         FileSpec("rl-job/03-rayjob-retry-role.yaml", "rayjob-retry-role.yaml.j2", "Role",
                  {"meta": _meta(ctx, f"{ctx.rayjob_name}-retry", "rayjob-retry")}),
         FileSpec("rl-job/04-rayjob-retry-rolebinding.yaml", "rayjob-retry-rolebinding.yaml.j2",

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from infra.versions import HELM_CHARTS
+from infra.addons import addon
 from manifests.validate import ValidationReport, load_objects, validate_path
 from ops.cluster_crds import context_name, custom_kinds, fetch_crds
 from ops.kube import Kubectl, KubectlError
@@ -30,7 +30,7 @@ def default_crd_dir() -> tuple[Path | None, str | None]:
     ../shared/crds/kuberay-v<pinned version> when it exists; else ../shared/crds as a whole
     (with a note: the schemas may belong to another operator version); else nothing.
     """
-    version = HELM_CHARTS["kuberay_operator"]["version"]
+    version = addon("kuberay_operator").version
     exact = SHARED_CRDS / f"kuberay-v{version}"
     if exact.is_dir():
         return exact, None

@@ -152,8 +152,8 @@ def test_unknown_chart_version_is_refused_with_fix():
         parse_config({"addons": {"kuberay_operator": {"version": "1.3.0"}}})
     assert [str(p) for p in err.value.problems] == [
         "addons.kuberay_operator.version = '1.3.0': not a version the kit knows for chart "
-        "kuberay-operator (1.7.0). Fix: use one of those, or add the version to HELM_CHARTS in "
-        "infra/versions.py after checking its values."]
+        "kuberay-operator (1.7.0). Fix: use one of those, or add the version to `tested` in "
+        "infra/addons/kuberay_operator.py once the chart contract test passes for it."]
 
 
 def test_kubectl_layer_matches_kubernetes_version(synth):

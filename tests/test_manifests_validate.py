@@ -15,7 +15,8 @@ import pytest
 from infra import names
 from infra.config import load_config
 from infra.names import OutputKeys
-from infra.versions import HELM_CHARTS, KUBERNETES_VERSIONS
+from infra.addons import addon
+from infra.versions import KUBERNETES_VERSIONS
 from manifests import build_context, placeholder_outputs, render
 from manifests.validate import crd_to_jsonschema, schema_version_for, validate_objects
 from ops import cli, render_cmd, validate_cmd
@@ -25,7 +26,7 @@ EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
 SHARED_CRDS = REPO_ROOT.parent / "shared" / "crds"
 
 
-KUBERAY = HELM_CHARTS["kuberay_operator"]["version"]
+KUBERAY = addon("kuberay_operator").version
 
 
 @pytest.fixture(scope="module")

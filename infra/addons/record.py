@@ -37,8 +37,8 @@ class AddonConfig(BaseModel):
         "each add-on); setting only `version` never turns on an add-on that is off by default."
     )
     version: str | None = Field(
-        None, description="Chart version; default: the version pinned in infra/versions.py. "
-        "Must be one the kit lists there."
+        None, description="Chart version; default: the version pinned in the add-on's record "
+        "(infra/addons/). Must be one the record lists as tested."
     )
 
 

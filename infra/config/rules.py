@@ -22,6 +22,7 @@ from infra.catalog.gpus import GPUS
 from infra.catalog.instances import INSTANCE_TYPES, UNSUPPORTED_INSTANCE_TYPES
 from infra.addons.config import AddonsConfig
 from infra.config.errors import problem
+from infra import addons as addons_registry
 from infra.config.model import LOG_RETENTION_DAYS, GpuNodeGroupConfig, KitConfig
 from infra.config.trainer import EP_BACKENDS, trainer_problems
 from infra.config.values import LABEL_KEY_RE, LABEL_VALUE_RE, validate_values
@@ -29,7 +30,6 @@ from infra.problems import Problem
 from infra.versions import (
     DEFAULT_SYSTEM_INSTANCE_TYPE,
     DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
-    HELM_CHARTS,
     KUBERNETES_VERSIONS,
     TRAINER_IMAGE_DISK_GIB,
 )
@@ -159,13 +159,13 @@ def validate(cfg: KitConfig) -> list[Problem]:
 
     for name in AddonsConfig.model_fields:
         addon = getattr(cfg.addons, name)
-        known = HELM_CHARTS[name]["versions"]
-        if addon.version is not None and addon.version not in known:
+        record = addons_registry.addon(name)
+        if addon.version is not None and addon.version not in record.versions:
             add(problem(f"addons.{name}.version", addon.version,
-                        f"not a version the kit knows for chart {HELM_CHARTS[name]['chart']} "
-                        f"({', '.join(known)})",
-                        "use one of those, or add the version to HELM_CHARTS in infra/versions.py "
-                        "after checking its values"))
+                        f"not a version the kit knows for chart {record.chart} "
+                        f"({', '.join(record.versions)})",
+                        f"use one of those, or add the version to `tested` in "
+                        f"infra/addons/{name}.py once the chart contract test passes for it"))
 
     _validate_training(cfg, add)
     _validate_shared_filesystem(cfg, add)
