@@ -151,13 +151,14 @@ def test_reserved_label_prefix_and_duplicate_gpu_taint():
 
 
 def test_batch_invariant_explained_with_numbers():
+    # The trainer owns this rule (rltrainer.contract); the kit reports it on its own field path.
     found = problems_of({"training": {"grpo": {"rollout_batch_size": 16}}})
     assert found == [
-        "training.grpo = {'rollout_batch_size': 16, 'n_samples_per_prompt': 8, "
-        "'global_batch_size': 256, 'num_steps_per_rollout': 1}: Miles needs rollout_batch_size "
-        "x n_samples_per_prompt = global_batch_size x num_steps_per_rollout, but 16 x 8 = 128 "
-        "and 256 x 1 = 256. Fix: change one of the four so both products are equal, e.g. "
-        "global_batch_size: 128."]
+        "training.grpo.global_batch_size = 256: the trainer refuses it: Miles needs "
+        "rollout_batch_size x n_samples_per_prompt = global_batch_size x num_steps_per_rollout, "
+        "but 16 x 8 = 128 and 256 x 1 = 256. Fix: set grpo.global_batch_size to 128 (16 x 8 / "
+        "1), or change rollout_batch_size, n_samples_per_prompt or num_steps_per_rollout so the "
+        "two products match."]
 
 
 def test_gin_gpu_mode_refused_on_p5():
@@ -176,12 +177,15 @@ def test_unknown_ep_backend():
 
 
 def test_layout_must_divide_gpus():
+    # Megatron's layout rules are the trainer's (rltrainer.contract), reported on kit paths.
     found = problems_of({"training": {"parallel": {"tp": 8, "pp": 3, "ep": 8}}})
     assert found == [
-        "training.parallel = {'tp': 8, 'pp': 3, 'cp': 1}: tp x pp x cp = 24 does not divide the "
-        "job's 16 GPUs (2 x 8). Fix: pick sizes whose product divides the GPU count.",
-        "training.parallel.ep = 8: etp x ep x pp = 24 does not divide the job's 16 GPUs. Fix: "
-        "pick ep so that etp x ep x pp divides the GPU count.",
+        "training.parallel = {'tp': 8, 'pp': 3, 'cp': 1}: the trainer refuses it: Megatron needs "
+        "tp x pp x cp to divide the GPU count (nodes x gpus_per_node = 16), but 8 x 3 x 1 = 24. "
+        "Fix: choose tp, pp and cp whose product divides 16.",
+        "training.parallel.ep = 8: the trainer refuses it: Megatron needs etp x ep x pp to "
+        "divide the GPU count (16), i.e. ep x etp must divide data-parallel x context-parallel "
+        "x tp = ?, but 1 x 8 x 3 = 24. Fix: make etp x pp divide 16 first, then pick ep.",
     ]
 
 

@@ -355,7 +355,8 @@ def _validate_training(cfg: KitConfig, add) -> None:
     itype = INSTANCE_TYPES.get(group.instance_type)
     if itype is None:
         return  # already reported on the group
-    gpus = t.nodes * itype.gpu_count
+    # How the GPUs divide among tp, pp, cp, ep and the rollout engines, and Miles' batch invariant,
+    # are the trainer's rules: trainer_problems reports them with these fields' paths.
     par = t.parallel
     for field in ("tp", "pp", "cp", "ep", "etp"):
         if getattr(par, field) < 1:
@@ -367,31 +368,10 @@ def _validate_training(cfg: KitConfig, add) -> None:
         add(problem("training.parallel.tp", par.tp,
                     f"tensor parallelism must stay inside one node ({itype.gpu_count} GPUs)",
                     f"use tp <= {itype.gpu_count}"))
-    model_parallel = par.tp * par.pp * par.cp
-    if gpus % model_parallel:
-        add(problem("training.parallel", {"tp": par.tp, "pp": par.pp, "cp": par.cp},
-                    f"tp x pp x cp = {model_parallel} does not divide the job's {gpus} GPUs "
-                    f"({t.nodes} x {itype.gpu_count})",
-                    "pick sizes whose product divides the GPU count"))
-    # Megatron: expert-model-parallel groups are carved out of the world as etp x ep x pp
-    # (megatron/core/parallel_state.py, initialize_model_parallel: the expert data-parallel size is
-    # world / (etp * ep * pp) and must be a whole number).
-    expert_group = par.etp * par.ep * par.pp
-    if gpus % expert_group:
-        add(problem("training.parallel.ep", par.ep,
-                    f"etp x ep x pp = {expert_group} does not divide the job's {gpus} GPUs",
-                    "pick ep so that etp x ep x pp divides the GPU count"))
     if par.vpp is not None and (par.vpp < 1 or par.pp == 1):
         add(problem("training.parallel.vpp", par.vpp,
                     "virtual pipeline stages need pp > 1 and vpp >= 1",
                     "remove vpp or raise pp"))
-    ro = t.rollout
-    if ro.gpus_per_engine < 1 or gpus % ro.gpus_per_engine:
-        add(problem("training.rollout.gpus_per_engine", ro.gpus_per_engine,
-                    f"must divide the job's {gpus} GPUs", f"use e.g. {itype.gpu_count}"))
-    elif ro.ep < 1 or ro.gpus_per_engine % ro.ep:
-        add(problem("training.rollout.ep", ro.ep, "must divide gpus_per_engine "
-                    f"({ro.gpus_per_engine})", f"use e.g. {ro.gpus_per_engine}"))
 
     ep = t.expert_parallel
     if ep.backend not in EP_BACKENDS:
@@ -411,18 +391,3 @@ def _validate_training(cfg: KitConfig, add) -> None:
                     f"must be 0 to {MAX_BACKOFF_LIMIT} (each retry starts a new Ray cluster on the GPU "
                     "nodes)", "use a small number such as 2; 0 turns retries off"))
 
-    g = t.grpo
-    rollout_samples = g.rollout_batch_size * g.n_samples_per_prompt
-    trained_samples = g.global_batch_size * g.num_steps_per_rollout
-    if rollout_samples != trained_samples:
-        add(problem("training.grpo", {
-            "rollout_batch_size": g.rollout_batch_size,
-            "n_samples_per_prompt": g.n_samples_per_prompt,
-            "global_batch_size": g.global_batch_size,
-            "num_steps_per_rollout": g.num_steps_per_rollout},
-            f"Miles needs rollout_batch_size x n_samples_per_prompt = global_batch_size x "
-            f"num_steps_per_rollout, but {g.rollout_batch_size} x {g.n_samples_per_prompt} = "
-            f"{rollout_samples} and {g.global_batch_size} x {g.num_steps_per_rollout} = "
-            f"{trained_samples}",
-            "change one of the four so both products are equal, e.g. global_batch_size: "
-            f"{rollout_samples // g.num_steps_per_rollout if g.num_steps_per_rollout else rollout_samples}"))

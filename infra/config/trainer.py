@@ -40,8 +40,8 @@ def training_ep_backend_problems(cfg: KitConfig) -> list[Problem]:
 
 # Where each run-config field comes from in the kit config (rltrainer's paths -> ours).
 _RUN_CONFIG_PATHS = (
-    ("parallel.training.", "training.parallel."),
-    ("parallel.rollout.", "training.rollout."),
+    ("parallel.training", "training.parallel"),
+    ("parallel.rollout", "training.rollout"),
     ("parallel.nodes", "training.nodes"),
     ("parallel.gpus_per_node", "gpu_node_groups.<training.node_group>.instance_type"),
     ("model.hf_checkpoint", "training.hf_checkpoint"),
@@ -56,7 +56,7 @@ _RUN_CONFIG_PATHS = (
 
 def _kit_path(run_config_path: str) -> str:
     for theirs, ours in _RUN_CONFIG_PATHS:
-        if run_config_path.startswith(theirs):
+        if run_config_path == theirs or run_config_path.startswith(theirs + "."):
             return ours + run_config_path[len(theirs):]
     return f"training ({run_config_path})"
 
