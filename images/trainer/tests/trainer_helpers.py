@@ -21,17 +21,23 @@ SHARED_UPSTREAM = Path(__file__).resolve().parents[3].parent / "shared" / "upstr
 
 
 def pinned_source(folder: str, rel: str, what: str) -> str:
-    """One file of the pinned upstream sources (``../shared/upstream/<folder>/<rel>``). Missing:
-    a test failure in CI (CI=true), elsewhere a skip that says what is missing."""
+    """One file of the pinned upstream sources (``../shared/upstream/<folder>/<rel>``, else the
+    artifact cache: tests/support/artifacts.py). Missing: a test failure in CI (CI=true), elsewhere
+    a skip that says what is missing and how to fetch it. Only tests marked ``external`` read it."""
     import pytest
 
-    path = SHARED_UPSTREAM / folder / rel
-    if not path.is_file():
-        message = (f"{what}'s pinned sources are missing: {path} (the ../shared/upstream/{folder} "
-                   "folder beside the repository clone; see shared/upstream/README.md)")
+    from tests.support import artifacts
+
+    candidates = [SHARED_UPSTREAM / folder / rel, artifacts.cache_root() / artifacts.entries()[folder]["path"] / rel]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        message = (f"{what}'s pinned sources are missing: {candidates[0]} (the ../shared/upstream/{folder} "
+                   "folder beside the repository clone; see shared/upstream/README.md), and "
+                   f"{candidates[1]}: {artifacts.FETCH_HINT}")
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+    artifacts.check_marked(folder)
     return path.read_text()
 
 
