@@ -75,14 +75,34 @@ def _synthesize(config: KitConfig, outdir: str, *, nag: bool) -> Synth:
 
 @functools.cache
 def _synth(example: str, outdir: str) -> Synth:
-    config = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
-    return _synthesize(config, outdir, nag=True)
+    """The example's synth: made here, or read back from ``outdir`` when another pytest-xdist
+    worker of this run already made it (one synth per example per run, not per worker)."""
+    import fcntl
+
+    out = Path(outdir)
+    record = out.parent / f"{example}.synth.json"  # written last: the assembly in outdir is whole
+    with open(out.parent / f"{example}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not record.is_file():
+            config = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
+            made = _synthesize(config, outdir, nag=True)
+            files = {s.stack_name: s.template_file for s in made.stacks.all()}
+            record.write_text(json.dumps({"templates": files, "nag_error": made.nag_error}))
+            return made
+    saved = json.loads(record.read_text())
+    return Synth(config=load_config(REPO_ROOT / "examples" / f"{example}.yaml"), outdir=out,
+                 templates={name: json.loads((out / file).read_text())
+                            for name, file in saved["templates"].items()},
+                 manifest=json.loads((out / "manifest.json").read_text()), nag_error=saved["nag_error"])
 
 
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory):
-    """synth(example_name) -> Synth, cached for the session (cdk-nag runs inside it)."""
-    base = tmp_path_factory.mktemp("cdk")
+    """synth(example_name) -> Synth, cached for the session (cdk-nag runs inside it); under
+    pytest-xdist the workers of one run share each example's synth."""
+    root = tmp_path_factory.getbasetemp()  # under xdist: <this run's folder>/popen-gwN
+    base = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "cdk-examples"
+    base.mkdir(exist_ok=True)
 
     def get(example: str) -> Synth:
         return _synth(example, str(base / example))
