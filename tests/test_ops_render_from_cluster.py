@@ -9,6 +9,7 @@ verdict, which proves the cluster's copy is the one used.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
 
@@ -22,11 +23,18 @@ from tests.support import artifacts
 CONTEXT = "arn:aws:eks:us-east-1:123456789012:cluster/rr-cluster"
 
 
+@functools.cache
+def _parsed_crd(path: Path) -> dict:
+    # 1.4 MB of YAML: parsed once per session (with libyaml when present), copied per test.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return next(d for d in yaml.load_all(path.read_text(), Loader=loader) if d)
+
+
 @pytest.fixture
 def rayjob_crd() -> dict:
     path = artifacts.require("kuberay-v1.7.0", what="the KubeRay v1.7.0 RayJob CRD (needed to test "
                              "--from-cluster)") / "ray.io_rayjobs.yaml"
-    crd = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    crd = copy.deepcopy(_parsed_crd(path))
     # What `kubectl get crd -o json` adds to the applied object.
     crd["metadata"].update({"uid": "0f8e2c1a-0000-4000-8000-000000000001",
                             "resourceVersion": "4242", "generation": 1,
