@@ -1,11 +1,15 @@
-"""Shared fixtures: every example config is synthesized once per test session."""
+"""Shared fixtures: every example config is synthesized once per test session (with cdk-nag), a
+config variant once per distinct config; the pinned external artifacts (``external`` tests)."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Before aws_cdk is imported: no Node EOL banner, and no built-in CloudFormation validation
 # plugin during synth (cfn-lint runs on the templates in test_cfn_lint.py instead).
@@ -15,6 +19,7 @@ os.environ["CDK_VALIDATION"] = "false"
 import pytest  # noqa: E402
 
 from infra.config import KitConfig, load_config  # noqa: E402
+from tests.support import artifacts  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
@@ -26,6 +31,8 @@ class Synth:
     outdir: Path
     templates: dict[str, dict]  # stack name -> template
     manifest: dict
+    stacks: Any = None  # stacks.kit.KitStacks
+    nag_error: str | None = None  # examples only: what cdk-nag's failed synth said, if it failed
 
     def template(self, kind: str, group: str | None = None) -> dict:
         from infra import names
@@ -33,32 +40,112 @@ class Synth:
             return self.templates[names.gpu_stack_name(self.config.name, group)]
         return self.templates[names.stack_names(self.config.name)[kind]]
 
+    @property
+    def nag_report(self) -> dict:
+        """cdk-nag's AwsSolutions report (examples only: they synthesize with it)."""
+        report = json.loads((self.outdir / "validation-report.json").read_text())
+        (nag,) = [p for p in report["pluginReports"] if p["pluginName"] == "AwsSolutions"]
+        return nag
+
+
+def _synthesize(config: KitConfig, outdir: str, *, nag: bool) -> Synth:
+    """One CDK synth of ``config`` into ``outdir``; with cdk-nag's AwsSolutions validation plugin
+    when ``nag`` (it only adds validation-report.json: the templates are the same)."""
+    from stacks.kit import build_stacks, make_app
+
+    app = make_app(outdir=outdir)
+    stacks = build_stacks(app, config)
+    nag_error = None
+    if nag:
+        from aws_cdk import Validations
+        from cdk_nag import AwsSolutionsChecks
+        Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    try:
+        app.synth()
+    except Exception as err:  # the plugin fails synth on open findings, after writing the assembly
+        if not (nag and (Path(outdir) / "validation-report.json").is_file()):
+            raise
+        nag_error = str(err)
+    templates = {s.stack_name: json.loads((Path(outdir) / s.template_file).read_text())
+                 for s in stacks.all()}
+    manifest = json.loads((Path(outdir) / "manifest.json").read_text())
+    return Synth(config=config, outdir=Path(outdir), templates=templates, manifest=manifest,
+                 stacks=stacks, nag_error=nag_error)
+
 
 @functools.cache
 def _synth(example: str, outdir: str) -> Synth:
-    import json
+    """The example's synth: made here, or read back from ``outdir`` when another pytest-xdist
+    worker of this run already made it (one synth per example per run, not per worker)."""
+    import fcntl
 
-    from stacks.kit import build_stacks, make_app
-
-    config = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
-    app = make_app(outdir=outdir)
-    stacks = build_stacks(app, config)
-    assembly = app.synth()
-    templates = {s.stack_name: assembly.get_stack_by_name(s.stack_name).template
-                 for s in stacks.all()}
-    manifest = json.loads((Path(outdir) / "manifest.json").read_text())
-    return Synth(config=config, outdir=Path(outdir), templates=templates, manifest=manifest)
+    out = Path(outdir)
+    record = out.parent / f"{example}.synth.json"  # written last: the assembly in outdir is whole
+    with open(out.parent / f"{example}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not record.is_file():
+            config = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
+            made = _synthesize(config, outdir, nag=True)
+            files = {s.stack_name: s.template_file for s in made.stacks.all()}
+            record.write_text(json.dumps({"templates": files, "nag_error": made.nag_error}))
+            return made
+    saved = json.loads(record.read_text())
+    return Synth(config=load_config(REPO_ROOT / "examples" / f"{example}.yaml"), outdir=out,
+                 templates={name: json.loads((out / file).read_text())
+                            for name, file in saved["templates"].items()},
+                 manifest=json.loads((out / "manifest.json").read_text()), nag_error=saved["nag_error"])
 
 
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory):
-    """synth(example_name) -> Synth, cached for the session."""
-    base = tmp_path_factory.mktemp("cdk")
+    """synth(example_name) -> Synth, cached for the session (cdk-nag runs inside it); under
+    pytest-xdist the workers of one run share each example's synth."""
+    root = tmp_path_factory.getbasetemp()  # under xdist: <this run's folder>/popen-gwN
+    base = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "cdk-examples"
+    base.mkdir(exist_ok=True)
 
     def get(example: str) -> Synth:
         return _synth(example, str(base / example))
 
     return get
+
+
+@pytest.fixture(scope="session")
+def synth_config(tmp_path_factory):
+    """synth_config(config) -> Synth of a config variant, cached for the session by the config's
+    content, so tests that build the same variant share one synth. Treat the result as read-only."""
+    base = tmp_path_factory.mktemp("cdk-variants")
+    cache: dict[str, Synth] = {}
+
+    def get(config: KitConfig) -> Synth:
+        key = hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:16]
+        if key not in cache:
+            cache[key] = _synthesize(config, str(base / key), nag=False)
+        return cache[key]
+
+    return get
+
+
+# --- pinned external artifacts (tests/support/artifacts.py): tests using these are `external` ---
+
+EXTERNAL_FIXTURES = {"chart_dir", "crd_dir", "rayjob_crd", "upstream"}
+
+
+@pytest.fixture(scope="session")
+def chart_dir() -> Path:
+    """The folder of locked chart archives (../shared/charts or the artifact cache)."""
+    return artifacts.require_chart_dir()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marker must be there when it does
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that uses an artifact fixture ``external``, and remember which tests are,
+    so an artifact read from an unmarked test fails (tests/support/artifacts.py)."""
+    for item in items:
+        if EXTERNAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.external)
+    artifacts.EXTERNAL_TESTS.update(i.nodeid for i in items if i.get_closest_marker("external"))
+    artifacts.collected = True
 
 
 def resources(template: dict, type_: str) -> dict[str, dict]:

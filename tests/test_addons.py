@@ -137,12 +137,10 @@ def test_user_taints_are_tolerated_by_the_gpu_charts():
                                      {"key": "team.example.com/reserved", "operator": "Exists"}]
 
 
-def test_disable_an_addon(tmp_path):
-    from stacks.kit import build_stacks, make_app
+def test_disable_an_addon(synth_config):
     cfg = parse_config({"addons": {"nvidia_device_plugin": {"enabled": False}}})
-    app = make_app(outdir=str(tmp_path))
-    stacks = build_stacks(app, cfg)
-    template = app.synth().get_stack_by_name(stacks.cluster.stack_name).template
+    s = synth_config(cfg)
+    template = s.templates[s.stacks.cluster.stack_name]
     chart_names = {r["Properties"]["Chart"] for r in resources(template, HELM).values()}
     assert chart_names == {"aws-efa-k8s-device-plugin", "kuberay-operator"}
 

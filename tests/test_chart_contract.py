@@ -1,39 +1,24 @@
 """Contract tests: the real charts, rendered by the real Helm with the synthesized values, and
 every pod's placement checked against the node groups the templates create.
 
-Charts come from ../shared/charts (the published packages, see its README); Helm is the binary
-inside the kubectl layer package the kit installs. In CI (CI=true) missing charts fail the test;
-elsewhere the test is skipped with a message saying what is missing. Which charts, versions and
-values: the add-on records (infra/addons/).
+Charts come from ../shared/charts (the published packages, see its README), else from the cache
+scripts/fetch_artifacts.py fills (tests/support/artifacts.py); Helm is the binary inside the kubectl
+layer package the kit installs. In CI (CI=true) missing charts fail the test; elsewhere the test is
+skipped with a message naming the script to run. Which charts, versions and values: the add-on
+records (infra/addons/).
 """
 
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 
-from conftest import EXAMPLES, REPO_ROOT
+from conftest import EXAMPLES
 from infra import addons as registry
 from infra import names
 from infra.constructs.cluster_addons import chart_values
 from ops import contract, helm, scheduling
-
-pytestmark = pytest.mark.external
-
-SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
-
-
-@pytest.fixture(scope="session")
-def chart_dir():
-    if not SHARED_CHARTS.is_dir():
-        message = (f"{SHARED_CHARTS} is missing: the chart contract tests need the published chart "
-                   "packages there (see the kit's docs: ../shared/charts beside the repository)")
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return SHARED_CHARTS
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ import argparse
 import copy
 import functools
 import json
-import os
 from pathlib import Path
 
 import jsonschema
@@ -20,10 +19,10 @@ from infra.versions import KUBERNETES_VERSIONS
 from manifests import build_context, placeholder_outputs, render
 from manifests.validate import crd_to_jsonschema, schema_version_for, validate_objects
 from ops import cli, render_cmd, validate_cmd
+from tests.support import artifacts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
-SHARED_CRDS = REPO_ROOT.parent / "shared" / "crds"
 
 
 KUBERAY = addon("kuberay_operator").version
@@ -31,19 +30,15 @@ KUBERAY = addon("kuberay_operator").version
 
 @pytest.fixture(scope="module")
 def crd_dir() -> Path:
-    """<repo>/../shared/crds/kuberay-v<pinned>: required in CI, an explained skip elsewhere."""
-    path = SHARED_CRDS / f"kuberay-v{KUBERAY}"
-    if not path.is_dir():
-        message = (f"KubeRay {KUBERAY} CRD schemas not found at {path}; put the CRD YAML of the "
-                   f"pinned operator (ray.io_rayjobs.yaml, ray.io_rayclusters.yaml from the "
-                   f"kuberay-operator {KUBERAY} Helm chart) there")
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
+    """kuberay-v<pinned> (../shared/crds, else the artifact cache): required in CI, an explained
+    skip elsewhere."""
+    return artifacts.require(f"kuberay-v{KUBERAY}", what=f"KubeRay {KUBERAY} CRD schemas")
 
 
 def test_default_crd_dir_is_the_pinned_operators(crd_dir):
+    if not crd_dir.is_relative_to(artifacts.SHARED):
+        pytest.skip(f"rlkit validate's default --crd-dir is ../shared/crds only; the CRDs here are "
+                    f"in the cache ({crd_dir})")
     assert validate_cmd.default_crd_dir() == (crd_dir, None)
 
 

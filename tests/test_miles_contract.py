@@ -37,9 +37,14 @@ from rltrainer.miles import (
     resolve_model_args,
 )
 
+from tests.support import artifacts  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
-UPSTREAM = REPO_ROOT.parent / "shared" / "upstream"
+# ../shared/upstream, else the artifact cache (tests/support/artifacts.py): the tools here take one
+# folder holding the pinned trees side by side.
+UPSTREAM = artifacts.common_root((f"miles-{MILES_VERSION}", "megatron-lm-37f9161", "sglang-0.5.16",
+                                  "deepep-567632d"), "upstream")
 MILES_DIR = UPSTREAM / f"miles-{MILES_VERSION}"
 MEGATRON_DIR = UPSTREAM / "megatron-lm-37f9161"
 SGLANG_FILE = UPSTREAM / "sglang-0.5.16" / "server_args.py"
@@ -57,7 +62,8 @@ def require_sources(paths=REQUIRED) -> None:
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         message = (f"the pinned upstream sources are missing: {', '.join(missing)}; put Miles {MILES_VERSION}, "
-                   "Megatron-LM 37f9161 and SGLang 0.5.16 there (see ../shared/upstream/README.md)")
+                   "Megatron-LM 37f9161 and SGLang 0.5.16 there (see ../shared/upstream/README.md), "
+                   f"or {artifacts.FETCH_HINT}")
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -65,7 +71,8 @@ def require_sources(paths=REQUIRED) -> None:
 
 @pytest.fixture(scope="module")
 def upstream() -> Path:
-    """../shared/upstream with the pinned sources: required in CI, an explained skip elsewhere."""
+    """The pinned upstream sources (../shared/upstream or the cache): required in CI, an explained
+    skip elsewhere."""
     require_sources()
     return UPSTREAM
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import os
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -28,19 +25,6 @@ from infra.catalog import (
 from infra.config import ConfigError, parse_config
 from infra.planner import PlannerError, PlanRequest, RLPlanRequest, RLSetup, plan, plan_rl
 from infra.planner.hardware import plannable_systems
-
-SHARED_CHARTS = Path(__file__).resolve().parents[2] / "shared" / "charts"
-
-
-def shared_charts() -> Path:
-    """The pinned chart archives (../shared/charts): a failure in CI, a skip elsewhere."""
-    if not SHARED_CHARTS.is_dir():
-        message = f"{SHARED_CHARTS} is missing: the scheduling contract needs the chart archives"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return SHARED_CHARTS
-
 
 NEW_TYPE = "p7-r100.48xlarge"  # a made-up instance type with a made-up GPU model
 R100 = GpuSpec("R100", bf16_tflops=4000.0, fp8_tflops=8000.0, hbm_tbps=13.0,
@@ -77,7 +61,8 @@ def _config(instance_type: str = NEW_TYPE) -> dict:
     }
 
 
-def test_config_synth_render_and_plan_work_for_a_new_instance_type(new_instance_type, tmp_path):
+def test_config_synth_render_and_plan_work_for_a_new_instance_type(new_instance_type, chart_dir,
+                                                                  tmp_path):
     cfg = parse_config(_config())
     assert cfg.gpu_node_groups["r100"].instance_type == NEW_TYPE
 
@@ -102,7 +87,7 @@ def test_config_synth_render_and_plan_work_for_a_new_instance_type(new_instance_
     # the chart release's list, which cannot know a type added to the catalog)
     from ops.contract import check_cluster_contract
 
-    report = check_cluster_contract(cfg, tmp_path / "cdk", chart_dir=shared_charts(),
+    report = check_cluster_contract(cfg, tmp_path / "cdk", chart_dir=chart_dir,
                                     cache_dir=tmp_path / "helm")
     assert report.ok, [str(f) for f in report.findings]
     lands = {pod: groups for pod, groups in report.lands.items() if "efa" in pod.lower()}

@@ -180,15 +180,13 @@ def test_narrowed_tolerations_are_reported_per_gpu_group(synth):
 # --- config --------------------------------------------------------------------------------------
 
 
-def test_observability_off_removes_addon_groups_and_dashboard(tmp_path):
-    from stacks.kit import build_stacks, make_app
-
+def test_observability_off_removes_addon_groups_and_dashboard(synth_config):
     cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
     cfg = cfg.model_copy(update={"observability": cfg.observability.model_copy(
         update={"enabled": False})})
-    app = make_app(outdir=str(tmp_path))
-    stacks = build_stacks(app, cfg)
-    t = app.synth().get_stack_by_name(cfg.stack_names["cluster"]).template
+    s = synth_config(cfg)
+    stacks = s.stacks
+    t = s.templates[cfg.stack_names["cluster"]]
     assert not [v for v in resources(t, "AWS::EKS::Addon").values()
                 if v["Properties"]["AddonName"] == CLOUDWATCH_OBSERVABILITY_ADDON]
     assert not resources(t, "AWS::CloudWatch::Dashboard")

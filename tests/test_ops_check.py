@@ -3,27 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from conftest import REPO_ROOT
 from ops import cli, contract
 from ops.scheduling import Finding
-
-pytestmark = pytest.mark.external  # renders the charts in ../shared/charts
-
-SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
-
-
-@pytest.fixture
-def chart_dir():
-    if not SHARED_CHARTS.is_dir():
-        message = f"{SHARED_CHARTS} is missing: rlkit check needs the packaged charts offline"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return SHARED_CHARTS
 
 
 def test_check_passes_the_p6_example_and_prints_json(chart_dir, tmp_path, capsys):

@@ -1,7 +1,7 @@
 """`rlkit render --from-cluster`: RayJob validated against the CRD the cluster has installed.
 
 A fake kubectl answers `kubectl get crd rayjobs.ray.io -o json` with what the API server returns
-for the real KubeRay v1.7.0 CRD (../shared/crds/kuberay-v1.7.0, plus the fields the server adds),
+for the real KubeRay v1.7.0 CRD (../shared/crds/kuberay-v1.7.0 or the artifact cache, plus the fields the server adds),
 so the schema that decides is KubeRay's own; a CRD altered on "the cluster" must change the
 verdict, which proves the cluster's copy is the one used.
 """
@@ -9,30 +9,32 @@ verdict, which proves the cluster's copy is the one used.
 from __future__ import annotations
 
 import copy
+import functools
 import json
-import os
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO_ROOT
 from ops.cli import main as rlkit
 from test_ops_gate import FakeKubectl
+from tests.support import artifacts
 
-SHARED_KUBERAY = REPO_ROOT.parent / "shared" / "crds" / "kuberay-v1.7.0"
 CONTEXT = "arn:aws:eks:us-east-1:123456789012:cluster/rr-cluster"
+
+
+@functools.cache
+def _parsed_crd(path: Path) -> dict:
+    # 1.4 MB of YAML: parsed once per session (with libyaml when present), copied per test.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return next(d for d in yaml.load_all(path.read_text(), Loader=loader) if d)
 
 
 @pytest.fixture
 def rayjob_crd() -> dict:
-    path = SHARED_KUBERAY / "ray.io_rayjobs.yaml"
-    if not path.is_file():
-        message = f"{path} is missing: the KubeRay v1.7.0 RayJob CRD is needed to test --from-cluster"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    crd = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    path = artifacts.require("kuberay-v1.7.0", what="the KubeRay v1.7.0 RayJob CRD (needed to test "
+                             "--from-cluster)") / "ray.io_rayjobs.yaml"
+    crd = copy.deepcopy(_parsed_crd(path))
     # What `kubectl get crd -o json` adds to the applied object.
     crd["metadata"].update({"uid": "0f8e2c1a-0000-4000-8000-000000000001",
                             "resourceVersion": "4242", "generation": 1,

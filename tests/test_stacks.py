@@ -391,16 +391,14 @@ def test_node_monitoring_agent_tolerates_the_gpu_taints_and_coredns_waits_for_no
     assert any("NodegroupSystemNodes" in d for d in addons["coredns"]["DependsOn"])
 
 
-def test_node_health_can_be_turned_off(tmp_path):
-    from stacks.kit import build_stacks, make_app
+def test_node_health_can_be_turned_off(synth_config):
     cfg = parse_config({"node_health": {"monitoring_agent": False, "auto_repair": False}})
-    app = make_app(outdir=str(tmp_path))
-    stacks = build_stacks(app, cfg)
-    assembly = app.synth()
-    cluster = assembly.get_stack_by_name(stacks.cluster.stack_name).template
+    s = synth_config(cfg)
+    stacks = s.stacks
+    cluster = s.templates[stacks.cluster.stack_name]
     assert "eks-node-monitoring-agent" not in {
         r["Properties"]["AddonName"] for r in resources(cluster, "AWS::EKS::Addon").values()}
-    gpu = assembly.get_stack_by_name(stacks.gpu["p5"].stack_name).template
+    gpu = s.templates[stacks.gpu["p5"].stack_name]
     repair = only(gpu, "AWS::EKS::Nodegroup")["Properties"].get("NodeRepairConfig")
     assert repair in (None, {"Enabled": False})  # absent = off (EKS default)
 
@@ -438,12 +436,10 @@ def test_vpc_cni_enforces_network_policies(synth):
     assert json.loads(cni["Properties"]["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
 
 
-def test_a_user_tag_cannot_replace_the_environment_tag(tmp_path):
-    from stacks.kit import build_stacks, make_app
+def test_a_user_tag_cannot_replace_the_environment_tag(synth_config):
     cfg = parse_config({"tags": {"team": "rl"}})
-    app = make_app(outdir=str(tmp_path))
-    stacks = build_stacks(app, cfg)
-    template = app.synth().get_stack_by_name(stacks.data.stack_name).template
+    s = synth_config(cfg)
+    template = s.templates[s.stacks.data.stack_name]
     bucket = next(iter(resources(template, "AWS::S3::Bucket").values()))
     tags = {t["Key"]: t["Value"] for t in bucket["Properties"]["Tags"]}
     assert tags[names.ENVIRONMENT_TAG] == cfg.name and tags["team"] == "rl"

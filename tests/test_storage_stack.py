@@ -175,15 +175,14 @@ def test_fsx_csi_driver_addon_with_pod_identity(synth, example):
     assert agent in addon["DependsOn"]
 
 
-def test_no_shared_file_system_means_no_storage_stacks_and_no_driver(tmp_path):
+def test_no_shared_file_system_means_no_storage_stacks_and_no_driver(synth_config):
     from infra.config import parse_config
-    from stacks.kit import build_stacks, make_app
 
     cfg = parse_config({"storage": {"shared_filesystem": {"type": "none"}},
                         "training": {"nodes": 1, "hf_checkpoint": "/models/Qwen3-30B-A3B"}})
-    app = make_app(outdir=str(tmp_path))
-    stacks = build_stacks(app, cfg)
+    s = synth_config(cfg)
+    stacks = s.stacks
     assert stacks.storage is None and stacks.storage_access is None
-    cluster = app.synth().get_stack_by_name(stacks.cluster.stack_name).template
+    cluster = s.templates[stacks.cluster.stack_name]
     assert "aws-fsx-csi-driver" not in {
         r["Properties"]["AddonName"] for r in resources(cluster, "AWS::EKS::Addon").values()}

@@ -137,7 +137,7 @@ class SharedFileSystem(Construct):
         # Guide, "You can't create a file system"].
         for rule in self.security_group.node.find_all():
             if isinstance(rule, ec2.CfnSecurityGroupIngress):
-                self.file_system.add_dependency(rule)
+                self.file_system.node.add_dependency(rule)
         self.file_system.apply_removal_policy(removal_policy)
         # A retained file system keeps using its security group: CloudFormation must not try to
         # delete the group under it.
@@ -161,7 +161,7 @@ class SharedFileSystem(Construct):
             # One at a time: associations on one file system created in parallel fail
             # [hashicorp/terraform-provider-aws#24678].
             if previous is not None:
-                self.associations[directory].add_dependency(previous)
+                self.associations[directory].node.add_dependency(previous)
             previous = self.associations[directory]
 
 

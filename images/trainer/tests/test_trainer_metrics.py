@@ -20,6 +20,9 @@ from rltrainer import metrics
 
 from trainer_helpers import pinned_source
 
+# Every test here reads Miles' own log formats from its pinned sources (../shared or the cache).
+pytestmark = pytest.mark.external
+
 
 def upstream(rel: str) -> str:
     return pinned_source("miles-v0.1.0", rel, "Miles v0.1.0")

@@ -31,6 +31,7 @@ QWEN = TESTS / "fixtures" / "qwen3-30b-a3b.yaml"
 # ----------------------------------------------------------------- contract with Miles v0.1.0
 
 
+@pytest.mark.external
 def test_miles_data_cursor_path_and_save_order_match_the_store():
     """The store's cursor path is Miles' own, and Miles writes it after the model save (so the store waits for it)."""
     data_source = upstream_source("miles/rollout/data_source.py")
@@ -53,6 +54,7 @@ def test_miles_data_cursor_path_and_save_order_match_the_store():
     assert "rollout_manager.load.remote(args.start_rollout_id - 1)" in body
 
 
+@pytest.mark.external
 def test_miles_bridge_mode_resets_the_start_and_the_launcher_can_restore_it():
     """Why the launcher needs rltrainer.miles_resume with v0.1.0, read from the source it runs."""
     src = upstream_source("miles/utils/arguments.py")
@@ -94,6 +96,7 @@ def _run_train(checkout: Path, load: Path, *, start: int | None, via_wrapper: bo
     return {**json.loads(log.read_text()), "stderr": proc.stderr}
 
 
+@pytest.mark.external
 def test_the_resume_wrapper_keeps_the_saved_start_that_miles_v010_resets(tmp_path: Path):
     checkout = build_checkout(tmp_path / "miles")
     ckpt = tmp_path / "ckpt"
@@ -199,6 +202,7 @@ class Launcher:
             self._fh.close()
 
 
+@pytest.mark.external
 def test_two_launchers_on_one_directory_save_upload_die_and_resume_exactly(tmp_path: Path, moto_server):
     endpoint, s3 = moto_server
     checkout = build_checkout(tmp_path / "miles")

@@ -1,7 +1,7 @@
 """Helpers for the trainer tests: real multi-process torch.distributed runs on gloo.
 
-Spawned children import this module by name (pytest puts this directory on sys.path
-and multiprocessing's spawn passes sys.path on), so every worker is a top-level
+Rank processes import this module by name (pytest puts this directory on sys.path and
+multiprocessing's forkserver is started with that sys.path), so every worker is a top-level
 function here. Workers write what they saw to ``<outdir>/rank<N>.json``.
 """
 
@@ -21,17 +21,23 @@ SHARED_UPSTREAM = Path(__file__).resolve().parents[3].parent / "shared" / "upstr
 
 
 def pinned_source(folder: str, rel: str, what: str) -> str:
-    """One file of the pinned upstream sources (``../shared/upstream/<folder>/<rel>``). Missing:
-    a test failure in CI (CI=true), elsewhere a skip that says what is missing."""
+    """One file of the pinned upstream sources (``../shared/upstream/<folder>/<rel>``, else the
+    artifact cache: tests/support/artifacts.py). Missing: a test failure in CI (CI=true), elsewhere
+    a skip that says what is missing and how to fetch it. Only tests marked ``external`` read it."""
     import pytest
 
-    path = SHARED_UPSTREAM / folder / rel
-    if not path.is_file():
-        message = (f"{what}'s pinned sources are missing: {path} (the ../shared/upstream/{folder} "
-                   "folder beside the repository clone; see shared/upstream/README.md)")
+    from tests.support import artifacts
+
+    candidates = [SHARED_UPSTREAM / folder / rel, artifacts.cache_root() / artifacts.entries()[folder]["path"] / rel]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        message = (f"{what}'s pinned sources are missing: {candidates[0]} (the ../shared/upstream/{folder} "
+                   "folder beside the repository clone; see shared/upstream/README.md), and "
+                   f"{candidates[1]}: {artifacts.FETCH_HINT}")
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+    artifacts.check_marked(folder)
     return path.read_text()
 
 
@@ -54,16 +60,22 @@ def dist_env(rank: int, world: int, port: int) -> dict[str, str]:
 
 
 def run_ranks(worker: Callable, world: int, outdir: Path, *args: Any, timeout_s: float = 90.0) -> list[dict]:
-    """Run ``worker(rank, world, port, outdir, *args)`` in ``world`` spawned processes.
+    """Run ``worker(rank, world, port, outdir, *args)`` in ``world`` new processes.
 
     Returns each rank's JSON record. Fails (instead of hanging) after ``timeout_s``.
     """
+    import multiprocessing
+
     import torch.multiprocessing as mp
 
+    # Each rank is a fresh process forked from a forkserver that imported torch once, instead of
+    # a spawned interpreter importing torch again (about 3 s of CPU per rank on the CI's 2 cores).
+    # The forkserver never runs torch code, so a rank starts with no threads and no torch state.
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "torch.distributed", "trainer_helpers"])
     outdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     ctx = mp.start_processes(worker, args=(world, port, str(outdir), *args), nprocs=world, join=False,
-                             start_method="spawn")
+                             start_method="forkserver")
     deadline = time.monotonic() + timeout_s
     while not ctx.join(timeout=1.0):
         if time.monotonic() > deadline:
