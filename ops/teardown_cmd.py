@@ -36,7 +36,7 @@ from ops.teardown import (
 )
 
 
-# The name callers of the old per-command bundle use (tests/test_teardown_storage.py).
+# The name callers of the old per-command bundle use (tests/ops/test_teardown_storage.py).
 Clients = AwsClients
 
 

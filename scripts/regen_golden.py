@@ -4,7 +4,7 @@
 
 Each examples/<name>.yaml is rendered with placeholder stack outputs (no AWS access) into
 tests/golden/<name>/, replacing what was there; golden directories of removed examples are
-deleted. tests/test_manifests_render.py compares fresh renders with these files, so a change to
+deleted. tests/manifests/test_manifests_render.py compares fresh renders with these files, so a change to
 a template, the context or an example shows up as a reviewable diff.
 """
 

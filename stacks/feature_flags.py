@@ -4,7 +4,7 @@
 ships as ``recommended-feature-flags.json``), at the recommended value except where
 ``NOT_RECOMMENDED`` below says otherwise and why (JSON has no comments). The CDK CLI hands that
 context to ``python3 app.py``; ``make_app`` reads the same file, so ``cdk synth``, ``python app.py``
-and the tests build identical templates. tests/test_feature_flags.py holds cdk.json to aws-cdk-lib's
+and the tests build identical templates. tests/stacks/test_feature_flags.py holds cdk.json to aws-cdk-lib's
 list and to this module; scripts/feature_flag_effects.py prints what each flag changes.
 
 Effect of turning the recommended flags on, measured on every example with aws-cdk-lib 2.275.0
@@ -43,8 +43,8 @@ NOT_RECOMMENDED: dict[str, tuple[object, str]] = {
         False,
         "Recommended true adds a Lambda-backed custom resource (Custom::VpcRestrictDefaultSG) to "
         "the network stack to strip the rules of the new VPC's default security group. The kit "
-        "accepts one Lambda-backed provider, the kubectl provider (tests/test_synth_offline.py), "
-        "and nothing it creates joins the default group (tests/test_feature_flags.py). Setting "
+        "accepts one Lambda-backed provider, the kubectl provider (tests/stacks/test_synth_offline.py), "
+        "and nothing it creates joins the default group (tests/stacks/test_feature_flags.py). Setting "
         "it true replaces nothing, for teams that want AWS Security Hub control EC2.2 clean."),
 }
 

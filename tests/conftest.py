@@ -21,8 +21,7 @@ import pytest  # noqa: E402
 from infra.config import KitConfig, load_config  # noqa: E402
 from tests.support import artifacts  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
+from tests.support.cdk import EXAMPLES, REPO_ROOT  # noqa: E402
 
 
 @dataclass
@@ -146,13 +145,3 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.external)
     artifacts.EXTERNAL_TESTS.update(i.nodeid for i in items if i.get_closest_marker("external"))
     artifacts.collected = True
-
-
-def resources(template: dict, type_: str) -> dict[str, dict]:
-    return {k: v for k, v in template["Resources"].items() if v["Type"] == type_}
-
-
-def only(template: dict, type_: str) -> dict:
-    found = resources(template, type_)
-    assert len(found) == 1, f"expected one {type_}, found {len(found)}"
-    return next(iter(found.values()))

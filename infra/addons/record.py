@@ -106,7 +106,7 @@ class HelmAddon:
     release: str
     pinned: ChartVersion
     # Every version config accepts, the pinned one included: each was rendered with the kit's
-    # values by the chart contract test (tests/test_chart_contract.py, charts from
+    # values by the chart contract test (tests/ops/test_chart_contract.py, charts from
     # ../shared/charts). Add one only after that test passes for it.
     tested: tuple[ChartVersion, ...]
     enabled_by_default: bool

@@ -64,7 +64,7 @@ class Efficiency:
 
 
 # Calibration, stated once (docs/planner.md "Calibration"). One Hopper set, chosen from the
-# published runs in tests/test_planner_validation.py and kept round; none is per data point:
+# published runs in tests/planner/test_planner_validation.py and kept round; none is per data point:
 # - gemm_bf16 0.66 (653 TFLOPS on H100): BF16 GEMMs at MoE shapes. cuBLAS measures 650-750
 #   TFLOPS on H100 at these sizes; Mixtral 8x7B (large experts, all-to-all on NVLink) reaching
 #   468 model TFLOPS needs about this once attention, memory-bound kernels and the bubble are
@@ -95,7 +95,7 @@ BLACKWELL_GEMM_BF16 = 0.42
 _HOPPER = Efficiency(gemm_bf16=0.66, gemm_fp8=0.45, attention=0.45, hbm=0.70, nvlink=0.80,
                      layer_overhead_us=1200.0)
 # Blackwell (B200, B300: one die family), calibrated on the in-sample Megatron-Bridge DGX-B200 /
-# DGX-B300 points of tests/test_planner_validation.py (docs/planner.md "Calibration"):
+# DGX-B300 points of tests/planner/test_planner_validation.py (docs/planner.md "Calibration"):
 # - gemm_bf16 / gemm_fp8 / gemm_mxfp8: BLACKWELL_GEMM_* above.
 # - attention, hbm, nvlink: Hopper's values (cuDNN flash attention and NCCL reach similar
 #   fractions; nothing published separates them on Blackwell).

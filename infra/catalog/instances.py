@@ -12,7 +12,7 @@ never disagree about a count.
 Sources, referred to below by tag:
 
 - [moto]   EC2 DescribeInstanceTypes data bundled with moto 5.2.5
-           (``moto/ec2/resources/instance_types.json.gz``); ``tests/test_catalog.py`` cross-checks
+           (``moto/ec2/resources/instance_types.json.gz``); ``tests/infra/test_catalog.py`` cross-checks
            every overlapping field against it.
 - [ec2-efa] AWS EC2 User Guide, "Maximize network bandwidth on Amazon EC2 instances with multiple
            network cards" (efa-acc-inst-types): primary interface = card 0 / device 0 of type
@@ -167,7 +167,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
     # [moto] 8x B300 275040 MiB (268 GiB); 17 cards, MaximumEfaInterfaces 16; 6400 Gigabit;
     # 4 TiB. Per card ([moto] NetworkInfo.NetworkCards): card 0 offers InterfaceTypes
     # ["interface"] only (ENA, no EFA), cards 1-16 ["interface", "efa", "efa-only"]; so an ENA
-    # primary on card 0 and EFA-only on cards 1-16. tests/test_catalog.py checks every card of
+    # primary on card 0 and EFA-only on cards 1-16. tests/infra/test_catalog.py checks every card of
     # every type against that data (read 2026-11-30).
     "p6-b300.48xlarge": InstanceType(
         name="p6-b300.48xlarge", gpu_model="B300", gpu_count=8, gpu_memory_gib=268,

@@ -6,7 +6,7 @@ checkpoints); the planner reads it to size layouts. It imports nothing from eith
 
 Every number below is copied from the model's published Hugging Face ``config.json`` (URL next to
 each entry); the comment names the config key when our field name differs. Parameter counts are
-derived, not copied, and ``tests/test_planner.py`` checks them against the totals the authors
+derived, not copied, and ``tests/planner/test_planner.py`` checks them against the totals the authors
 publish (e.g. DeepSeek-V3: 671B total, 37B activated).
 
 Two attention families are modelled:

@@ -209,7 +209,7 @@ class StorageConfig(_Model):
 
 
 # Retention periods CloudWatch Logs accepts (PutRetentionPolicy `retentionInDays`); the build's
-# log group takes one of these. tests/test_image_build.py checks them against aws_cdk's
+# log group takes one of these. tests/ops/test_image_build.py checks them against aws_cdk's
 # aws_logs.RetentionDays.
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827,
                       2192, 2557, 2922, 3288, 3653)

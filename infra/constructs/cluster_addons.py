@@ -4,7 +4,7 @@ Each record says which chart, which version, its values and what its install wai
 construct installs the enabled ones in registry order and names none of them. Tolerations, node
 selectors and labels come from ``infra.names`` and the config's node groups, the same
 definitions the EFA node group applies, so a chart can never miss the nodes it is meant for.
-``tests/test_chart_contract.py`` renders the real charts with these values and checks where
+``tests/ops/test_chart_contract.py`` renders the real charts with these values and checks where
 their pods land.
 """
 

@@ -42,7 +42,7 @@ AGENT_POLICY = "CloudWatchAgentServerPolicy"
 # Every DaemonSet of the add-on inherits the chart's root tolerations unless it sets its own
 # [chart 6.4.0 values.yaml `tolerations` and each component's "Override root tolerations"]. The
 # kit passes the chart's own default explicitly, so a change of default cannot strand the GPU
-# nodes; tests/test_observability.py checks it tolerates every GPU group's taints.
+# nodes; tests/stacks/test_observability.py checks it tolerates every GPU group's taints.
 ADDON_TOLERATIONS = [{"operator": "Exists"}]
 # Fluent Bit file the kit adds (chart values containerLogs.fluentBit.config.extraFiles: each key
 # becomes a file and an @INCLUDE in fluent-bit.conf, templates/linux/fluent-bit-configmap.yaml).

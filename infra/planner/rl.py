@@ -27,7 +27,7 @@ kit's launcher uses Miles ``--colocate``); ``disaggregated`` gives rollout its o
 synchronous (on-policy) GRPO the phases still run in turn; ``overlap=True`` (one-step off-policy,
 Miles ``train_async.py``) overlaps them, so the step is the longer phase plus the sync.
 
-Constants are calibrated in tests/test_planner_rl_validation.py; docs/planner.md lists sources.
+Constants are calibrated in tests/planner/test_planner_rl_validation.py; docs/planner.md lists sources.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def test_base_image_is_the_miles_release_the_launcher_and_contract_tests_target(
     from rltrainer.miles import MILES_VERSION
 
     args = _args(DOCKERFILE.read_text())
-    # The tag, the launcher's MILES_VERSION and the sources of tests/test_miles_contract.py
+    # The tag, the launcher's MILES_VERSION and the sources of tests/manifests/test_miles_contract.py
     # are one version; a digest may be appended with --build-arg (README, "Build").
     assert args["MILES_IMAGE"] == f"radixark/miles:{MILES_VERSION}"
     assert "FROM ${MILES_IMAGE} AS base" in DOCKERFILE.read_text()

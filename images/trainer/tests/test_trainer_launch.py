@@ -1,7 +1,7 @@
 """``rltrainer launch``: the Miles command line, the dry run, and a whole run against moto.
 
 Argument names are checked here against a hand-kept list from Miles' sources; the real
-proof is tests/test_miles_contract.py, which parses every example's command with the
+proof is tests/manifests/test_miles_contract.py, which parses every example's command with the
 parsers built from the pinned Miles v0.1.0, Megatron-LM and SGLang sources. Sources of
 the list (radixark/miles):
 scripts/run-qwen3-30B-A3B.sh (the Qwen3-30B-A3B GRPO recipe), miles/utils/arguments.py
@@ -299,7 +299,7 @@ def test_full_launch_stages_inputs_trains_uploads_and_resumes(tmp_path: Path, aw
 # (scripts/models/<name>.py with model_args(), importing model_args_utils) and a loader
 # program with the same command-line contract as Miles' own
 # miles/utils/external_utils/model_args_utils.py (print one model's flags on one line).
-# The real loader and real scripts run in tests/test_miles_contract.py.
+# The real loader and real scripts run in tests/manifests/test_miles_contract.py.
 MODEL_SCRIPT = '''
 import os
 from model_args_utils import moe_layer_freq

@@ -22,7 +22,7 @@ arguments (argparse keeps the last value); with NCCL it leaves the model's own v
 
 Every flag here is checked against the real Miles v0.1.0 / Megatron-LM 37f9161 /
 SGLang 0.5.16 argument definitions: offline in the kit's contract test
-(tests/test_miles_contract.py) and inside the image at build time
+(tests/manifests/test_miles_contract.py) and inside the image at build time
 (``rltrainer launch --dry-run --check-args``).
 
 The EFA/NCCL/NVSHMEM transport environment (FI_PROVIDER, NCCL_NET_PLUGIN,

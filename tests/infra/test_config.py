@@ -1,0 +1,455 @@
+"""Config validation: every problem at once, each with field path, value, rule and fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.support.cdk import EXAMPLES, REPO_ROOT
+from infra.config import ConfigError, KitConfig, load_config, parse_config
+
+
+def problems_of(data: dict) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    return [str(p) for p in err.value.problems]
+
+
+def group(**overrides) -> dict:
+    base = {"instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
+            "min_size": 0, "desired_size": 2, "max_size": 2}
+    return {**base, **overrides}
+
+
+def test_default_config_is_two_on_demand_p5_in_us_east_1():
+    cfg = load_config(None)
+    assert cfg.region == "us-east-1"
+    assert cfg.availability_zones == ["us-east-1a", "us-east-1b"]
+    (name, g), = cfg.gpu_node_groups.items()
+    assert (name, g.instance_type, g.desired_size, g.capacity.type) == (
+        "p5", "p5.48xlarge", 2, "on-demand")
+    assert cfg.account is None
+
+
+def test_default_example_file_equals_built_in_default():
+    assert load_config(REPO_ROOT / "examples" / "default.yaml") == load_config(None)
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_is_valid(example):
+    assert isinstance(load_config(REPO_ROOT / "examples" / f"{example}.yaml"), KitConfig)
+
+
+def test_config_is_frozen():
+    cfg = load_config(None)
+    with pytest.raises(Exception):
+        cfg.name = "other"
+
+
+def test_all_problems_reported_at_once_with_exact_text():
+    found = problems_of({
+        "gpu_node_groups": {
+            "p4": group(instance_type="p4d.24xlarge", availability_zone="us-west-2a",
+                        desired_size=3, max_size=2),
+            "cb": group(capacity={"type": "capacity-block"}),
+        },
+        "training": {"node_group": "cb"},
+    })
+    assert found == [
+        "gpu_node_groups.p4.instance_type = 'p4d.24xlarge': not in the kit's instance catalog. "
+        "Fix: use one of p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p6-b200.48xlarge, "
+        "p6-b300.48xlarge.",
+        "gpu_node_groups.p4 = {'min_size': 0, 'desired_size': 3, 'max_size': 2}: sizes must "
+        "satisfy 0 <= min_size <= desired_size <= max_size and max_size >= 1. Fix: e.g. "
+        "min_size: 0, desired_size: 3, max_size: 3.",
+        "gpu_node_groups.p4.availability_zone = 'us-west-2a': not among the VPC's AZs "
+        "['us-east-1a', 'us-east-1b']. Fix: use one of availability_zones, or add this AZ there.",
+        "gpu_node_groups.cb.capacity.reservation_id = None: capacity type capacity-block needs "
+        "the reservation it launches into. Fix: set reservation_id to the cr-... ID from the EC2 "
+        "console or `aws ec2 describe-capacity-reservations`.",
+    ]
+
+
+def test_az_outside_region():
+    found = problems_of({"availability_zones": ["us-east-1a", "us-west-2b"],
+                         "gpu_node_groups": {"p5": group()}})
+    assert found == ["availability_zones[1] = 'us-west-2b': not an AZ of region us-east-1. "
+                     "Fix: use a name of the form us-east-1a."]
+
+
+def test_gb200_is_known_but_unsupported_with_reason():
+    found = problems_of({"gpu_node_groups": {"p5": group(instance_type="p6e-gb200.36xlarge")}})
+    assert len(found) == 1
+    assert found[0].startswith("gpu_node_groups.p5.instance_type = 'p6e-gb200.36xlarge': not "
+                               "supported yet: GB200 UltraServers are Arm (Grace)")
+
+
+def test_unknown_field_and_wrong_type():
+    found = problems_of({"regoin": "us-east-1", "gpu_node_groups": {"p5": group(max_size="two")}})
+    assert found == [
+        "gpu_node_groups.p5.max_size = 'two': Input should be a valid integer, unable to parse "
+        "string as an integer. Fix: give a value of the documented type "
+        "(see docs/config-reference.md).",
+        "regoin = 'us-east-1': unknown field. Fix: remove it or correct its spelling "
+        "(see docs/config-reference.md).",
+    ]
+
+
+def test_existing_vpc_needs_a_private_subnet_in_every_az():
+    found = problems_of({"vpc": {"existing": {
+        "vpc_id": "vpc-0a1b2c3d4e5f60718",
+        "private_subnet_ids": {"us-east-1a": "subnet-0a1b2c3d4e5f60001"}}}})
+    assert found == [
+        "vpc.existing.private_subnet_ids = {'us-east-1a': 'subnet-0a1b2c3d4e5f60001'}: no "
+        "private subnet for AZ(s) us-east-1b. Fix: give one private subnet ID for every AZ in "
+        "availability_zones."]
+
+
+def test_ephemeral_requires_cost_guard():
+    found = problems_of({"ephemeral": True})
+    assert found == [
+        "cost_guard.ttl_hours = None: an ephemeral environment must carry a time-to-live tag. "
+        "Fix: set cost_guard.ttl_hours, e.g. 6.",
+        "cost_guard.max_gpu_nodes = None: an ephemeral environment must cap its GPU node count. "
+        "Fix: set cost_guard.max_gpu_nodes, e.g. 2.",
+    ]
+
+
+def test_cost_guard_caps_total_max_size():
+    found = problems_of({"cost_guard": {"max_gpu_nodes": 1}})
+    assert found == [
+        "cost_guard.max_gpu_nodes = 1: the GPU node groups can scale to 2 nodes in all (sum of "
+        "max_size). Fix: lower max_size of the groups or raise max_gpu_nodes to 2."]
+
+
+def test_on_demand_with_reservation_and_bad_reservation_id():
+    found = problems_of({"gpu_node_groups": {
+        "a": group(capacity={"type": "on-demand", "reservation_id": "cr-0123456789abcdef0"}),
+        "b": group(capacity={"type": "odcr", "reservation_id": "cr-123"})},
+        "training": {"node_group": "a"}})
+    assert found == [
+        "gpu_node_groups.a.capacity.reservation_id = 'cr-0123456789abcdef0': on-demand groups "
+        "do not use a reservation. Fix: remove reservation_id or set capacity.type to odcr or "
+        "capacity-block.",
+        "gpu_node_groups.b.capacity.reservation_id = 'cr-123': not a capacity reservation ID. "
+        "Fix: use cr- followed by 17 hex digits.",
+    ]
+
+
+def test_reserved_label_prefix_and_duplicate_gpu_taint():
+    found = problems_of({"gpu_node_groups": {"p5": group(
+        labels={"rlkit.aws/node-role": "x"}, taints=[{"key": "nvidia.com/gpu", "value": "y"}])}})
+    assert found == [
+        "gpu_node_groups.p5.labels.rlkit.aws/node-role = 'x': the rlkit.aws/ prefix is reserved "
+        "for labels the kit sets. Fix: use another prefix.",
+        "gpu_node_groups.p5.taints[0].key = 'nvidia.com/gpu': the kit already sets this taint "
+        "on every GPU node. Fix: remove this taint.",
+    ]
+
+
+def test_batch_invariant_explained_with_numbers():
+    # The trainer owns this rule (rltrainer.contract); the kit reports it on its own field path.
+    found = problems_of({"training": {"grpo": {"rollout_batch_size": 16}}})
+    assert found == [
+        "training.grpo.global_batch_size = 256: the trainer refuses it: Miles needs "
+        "rollout_batch_size x n_samples_per_prompt = global_batch_size x num_steps_per_rollout, "
+        "but 16 x 8 = 128 and 256 x 1 = 256. Fix: set grpo.global_batch_size to 128 (16 x 8 / "
+        "1), or change rollout_batch_size, n_samples_per_prompt or num_steps_per_rollout so the "
+        "two products match."]
+
+
+def test_gin_gpu_mode_refused_on_p5():
+    found = problems_of({"training": {"expert_parallel": {"backend": "deepep-gin",
+                                                          "gin_mode": "gpu"}}})
+    assert found == [
+        "training.expert_parallel.gin_mode = 'gpu': GPU-initiated NCCL GIN is available only on "
+        "p5en and p6 instances, not p5.48xlarge. Fix: set gin_mode: proxy (CPU proxy) or use a "
+        "p5en/p6 node group."]
+
+
+def test_unknown_ep_backend():
+    found = problems_of({"training": {"expert_parallel": {"backend": "mooncake"}}})
+    assert found == ["training.expert_parallel.backend = 'mooncake': unknown expert-parallel "
+                     "backend. Fix: use one of nccl, deepep-nvshmem, deepep-gin."]
+
+
+def test_layout_must_divide_gpus():
+    # Megatron's layout rules are the trainer's (rltrainer.contract), reported on kit paths.
+    found = problems_of({"training": {"parallel": {"tp": 8, "pp": 3, "ep": 8}}})
+    assert found == [
+        "training.parallel = {'tp': 8, 'pp': 3, 'cp': 1}: the trainer refuses it: Megatron needs "
+        "tp x pp x cp to divide the GPU count (nodes x gpus_per_node = 16), but 8 x 3 x 1 = 24. "
+        "Fix: choose tp, pp and cp whose product divides 16.",
+        "training.parallel.ep = 8: the trainer refuses it: Megatron needs etp x ep x pp to "
+        "divide the GPU count (16), i.e. ep x etp must divide data-parallel x context-parallel "
+        "x tp = ?, but 1 x 8 x 3 = 24. Fix: make etp x pp divide 16 first, then pick ep.",
+    ]
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "nope.yaml")
+    assert "no such config file. Fix: pass an existing path" in str(err.value)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    assert "not valid YAML" in str(err.value)
+    assert "Fix: fix the YAML syntax at the position shown" in str(err.value)
+
+
+def test_app_exits_2_with_the_report_and_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"gpu_node_groups": {"p5": group(max_size=0)}}))
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "app.py"], cwd=REPO_ROOT, capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin", "CDK_OUTDIR": str(out),
+             "CDK_CONTEXT_JSON": f'{{"config": "{bad}"}}',
+             "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"},
+    )
+    assert result.returncode == 2
+    assert "gpu_node_groups.p5 = {'min_size': 0, 'desired_size': 2, 'max_size': 0}" in result.stderr
+    assert not out.exists()
+
+
+def test_config_reference_and_schema_are_current():
+    result = subprocess.run([sys.executable, "scripts/gen_config_reference.py", "--check"],
+                            cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_json_schema_accepts_examples():
+    import json
+
+    import jsonschema
+    schema = json.loads((REPO_ROOT / "config.schema.json").read_text())
+    for example in EXAMPLES:
+        jsonschema.validate(yaml.safe_load((REPO_ROOT / "examples" / f"{example}.yaml").read_text()),
+                            schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"regoin": "x"}, schema)
+
+
+# --- reading the file: refuse what a config never needs (issue 12) -------------------------------
+
+
+def load_text(tmp_path, text: str | bytes) -> str:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    return str(err.value).replace(str(path), "c.yaml")
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n"])
+def test_empty_file_is_refused_not_the_default(tmp_path, text):
+    assert load_text(tmp_path, text) == (
+        "c.yaml: 1 problem(s):\n  - <file> = 'c.yaml': the file is empty (no keys): an empty "
+        "file would silently deploy the built-in default. Fix: write at least `name:` and "
+        "`region:`, or omit the config to use the built-in default on purpose.")
+
+
+def test_duplicate_keys_are_refused(tmp_path):
+    msg = load_text(tmp_path, "name: a\nregion: us-east-1\nname: b\n")
+    assert "duplicate key 'name' (line 3, column 1). Fix: keep one entry per key" in msg
+    msg = load_text(tmp_path, "gpu_node_groups:\n  p5: {max_size: 2, max_size: 4}\n")
+    assert "duplicate key 'max_size'" in msg
+
+
+def test_alias_bomb_is_refused_quickly(tmp_path):
+    import time
+
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+    bomb = "\n".join(levels) + "\n"
+    assert len(bomb) < 400
+    start = time.monotonic()
+    msg = load_text(tmp_path, bomb)
+    assert time.monotonic() - start < 1
+    assert "YAML anchors and aliases (&name, *name) are not allowed in a config" in msg
+
+
+def test_non_utf8_huge_integer_deep_nesting_and_nan_are_refused(tmp_path):
+    assert "is not UTF-8 text (byte 0xe9 at offset 6). Fix: save the file as UTF-8." in \
+        load_text(tmp_path, b"name: \xe9t\xe9\n")
+    assert "integer with 5000 digits is out of range" in \
+        load_text(tmp_path, "cost_guard: {max_gpu_nodes: " + "9" * 5000 + "}\n")
+    assert "nested deeper than 16 levels" in load_text(tmp_path, "tags: " + "[" * 5000)
+    assert "'.nan' is not a finite number" in load_text(tmp_path, "training: {grpo: {lr: .nan}}\n")
+    assert "'-.inf' is not a finite number" in \
+        load_text(tmp_path, "training: {grpo: {eps_clip: -.inf}}\n")
+
+
+def test_oversized_file_and_non_mapping_are_refused(tmp_path):
+    assert "a config is at most 262144 bytes" in load_text(tmp_path, "#" * 300_000)
+    assert "<root> = ['a']: a config file must be a YAML mapping" in load_text(tmp_path, "[a]\n")
+
+
+def test_schema_and_semantic_problems_are_reported_in_one_pass():
+    got = problems_of({"regoin": "us-east-1", "name": "Bad_Name",
+                       "system_nodes": {"min_size": "abc"},
+                       "gpu_node_groups": {"p5": group(availability_zone="us-east-1z")}})
+    assert got[0].startswith("system_nodes.min_size = 'abc': Input should be a valid integer")
+    assert got[1].startswith("regoin = 'us-east-1': unknown field")
+    assert any(p.startswith("name = 'Bad_Name': must be 1-20 characters") for p in got)
+    assert any(p.startswith("gpu_node_groups.p5.availability_zone = 'us-east-1z'") for p in got)
+    # the defaulted system_nodes section is not judged: it is not what the user wrote
+    assert not any(p.startswith("system_nodes = ") for p in got)
+
+
+def test_problem_values_are_truncated():
+    got = problems_of({"name": "x" * 5000})
+    assert got[0].startswith("name = '" + "x" * 159 + "... (5002 characters): must be 1-20")
+    assert len(got[0]) < 500
+
+
+def test_names_with_a_trailing_newline_or_dash_are_refused():
+    assert problems_of({"name": "moe-rl\n"})[0].startswith("name = 'moe-rl\\n': must be 1-20")
+    assert problems_of({"name": "moe-rl-"})[0].startswith("name = 'moe-rl-': must be 1-20")
+    assert problems_of({"region": "us-east-1\n", "availability_zones": ["us-east-1\na"]})[0] \
+        .startswith("region = 'us-east-1\\n': not an AWS region name")
+
+
+# --- values (issue 12) ---------------------------------------------------------------------------
+
+
+def test_tags_are_validated():
+    got = problems_of({"tags": {"aws:createdBy": "me", "rlkit:environment": "other",
+                                "team": "a\nb", "k" * 129: "v"}})
+    assert got[0] == ("tags.aws:createdBy = 'aws:createdBy': the aws: prefix is reserved for AWS. "
+                      "Fix: use another key, e.g. team or cost-center.")
+    assert got[1].startswith("tags.rlkit:environment = 'rlkit:environment': the rlkit: prefix is "
+                             "reserved for the kit's own tags")
+    assert got[2].startswith("tags.team = 'a\\nb': a tag value is up to 256 letters")
+    assert "a tag key is 1-128 letters" in got[3]
+
+
+def test_taints_are_validated():
+    got = problems_of({"gpu_node_groups": {"p5": group(taints=[
+        {"key": "bad key", "value": "x"}, {"key": "team", "value": "a" * 64},
+        {"key": "dedicated", "value": "a"}, {"key": "dedicated", "value": "b"}])}})
+    assert got == [
+        "gpu_node_groups.p5.taints[0].key = 'bad key': not a valid Kubernetes taint key. Fix: use "
+        "[prefix/]name, the name up to 63 letters, digits, '-', '_', '.'.",
+        f"gpu_node_groups.p5.taints[1].value = '{'a' * 64}': not a valid Kubernetes taint value. "
+        "Fix: use up to 63 letters, digits, '-', '_' or '.'.",
+        "gpu_node_groups.p5.taints[3] = 'dedicated:NoSchedule': the same key and effect twice. "
+        "Fix: keep one."]
+
+
+def test_group_sizes_have_an_absolute_cap_without_cost_guard():
+    got = problems_of({"gpu_node_groups": {"p5": group(max_size=100000)}})
+    assert got == ["gpu_node_groups.p5.max_size = 100000: at most 256 nodes per GPU group (the "
+                   "kit's absolute cap, whatever cost_guard says). Fix: check for a typo; split a "
+                   "larger fleet into several groups."]
+    got = problems_of({"system_nodes": {"max_size": 500}})
+    assert got[0].startswith("system_nodes.max_size = 500: at most 32 system nodes")
+
+
+@pytest.mark.parametrize("itype, rule", [
+    ("m7i xlarge", "not an EC2 instance type name (family.size)"),
+    ("g5.xlarge", "an accelerated instance type costs GPU prices for CPU work"),
+    ("m7g.xlarge", "an Arm (Graviton) type, but system nodes run the x86_64 AL2023 AMI"),
+])
+def test_system_instance_type_is_validated(itype, rule):
+    assert problems_of({"system_nodes": {"instance_type": itype}})[0] \
+        .startswith(f"system_nodes.instance_type = '{itype}': {rule}")
+
+
+def test_trainer_run_config_validation_runs_inside_kit_validation():
+    got = problems_of({"training": {"grpo": {"lr": 0.0, "eps_clip": -1.0,
+                                             "rollout_temperature": float("nan")}}})
+    assert any(p.startswith("training.grpo.lr = 0.0: the trainer refuses it: ") for p in got)
+    assert any(p.startswith("training.grpo.eps_clip = -1.0: the trainer refuses it: ")
+               for p in got)
+    assert any(p.startswith("training.grpo.rollout_temperature = nan: the trainer refuses it: "
+                            "must be a finite number") for p in got)
+
+
+def test_s3_inputs_outside_the_trainer_roles_scope_are_refused():
+    got = problems_of({"training": {"prompt_data": "s3://someone-elses-bucket/data.jsonl"}})
+    assert got == [
+        "training.prompt_data = 's3://someone-elses-bucket/data.jsonl': the trainer's role may "
+        "read only the data bucket's datasets/ and checkpoints/ prefixes; this URI is outside "
+        "them, so the job would fail after the GPUs start. Fix: copy the data into the data "
+        "bucket under datasets/ and give its key, e.g. datasets/data.jsonl."]
+
+
+def test_no_admin_roles_is_a_loud_warning_and_roles_silence_it():
+    from infra.config import config_warnings
+    warning = config_warnings(parse_config({}))[-1]
+    assert warning.startswith("admin_role_arns is empty: NO IAM principal will have Kubernetes "
+                              "access to this cluster")
+    assert "Fix: list the IAM role ARN" in warning
+    assert not any(w.startswith("admin_role_arns") for w in config_warnings(parse_config(
+        {"admin_role_arns": ["arn:aws:iam::123456789012:role/Admin"]})))
+
+
+def test_existing_placement_group_excludes_a_new_one():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"gpu_node_groups": {"p5": {
+            "instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
+            "placement_group": True, "placement_group_name": "my pg"}}})
+    assert [str(p) for p in err.value.problems] == [
+        "gpu_node_groups.p5.placement_group = True: placement_group: true creates a new group, "
+        "placement_group_name selects an existing one; a node group launches into one. Fix: "
+        "remove placement_group (or placement_group_name).",
+        "gpu_node_groups.p5.placement_group_name = 'my pg': not a placement group name (1-255 "
+        "ASCII characters, no spaces). Fix: use the name shown by `aws ec2 "
+        "describe-placement-groups`."]
+
+
+def test_reserved_capacity_gets_no_new_placement_group_by_default():
+    cfg = parse_config({"gpu_node_groups": {"p5": {
+        "instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
+        "capacity": {"type": "odcr", "reservation_id": "cr-0123456789abcdef0"}}}})
+    assert cfg.gpu_node_groups["p5"].uses_placement_group is False
+    assert parse_config({}).gpu_node_groups["p5"].uses_placement_group is True
+
+
+def test_system_root_volume_must_hold_the_trainer_image():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"system_nodes": {"root_volume_gib": 20}})
+    assert str(err.value.problems[0]).startswith(
+        "system_nodes.root_volume_gib = 20: must be 100 to 16384 GiB: the Ray head and KubeRay's "
+        "submitter pull the trainer image")
+
+
+def test_public_endpoint_needs_listed_cidrs_and_public_only_mode_is_gone():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"endpoint_access": {"mode": "public-and-private"}})
+    assert [str(p) for p in err.value.problems] == [
+        "endpoint_access.public_cidrs = []: a public endpoint needs the CIDRs allowed to reach it; "
+        "the kit never opens it to everyone by default. Fix: list your office or CI egress "
+        "ranges, e.g. [203.0.113.0/24], or use mode: private."]
+    with pytest.raises(ConfigError) as err:
+        parse_config({"endpoint_access": {"mode": "public", "public_cidrs": ["203.0.113.0/24"]}})
+    assert err.value.problems[0].path == "endpoint_access.mode"
+    cfg = parse_config({})
+    assert cfg.endpoint_access.mode == "private" and cfg.endpoint_access.public_cidrs == []
+
+
+def test_private_and_open_endpoints_are_warned_about():
+    from infra.config import config_warnings
+    admin = {"admin_role_arns": ["arn:aws:iam::123456789012:role/Admin"]}
+    (private,) = config_warnings(parse_config(admin))
+    assert private.startswith("endpoint_access.mode is private: the Kubernetes API is reachable "
+                              "only from inside the VPC")
+    (open_,) = config_warnings(parse_config({**admin, "endpoint_access": {
+        "mode": "public-and-private", "public_cidrs": ["0.0.0.0/0"]}}))
+    assert "open to the internet" in open_
+    assert config_warnings(parse_config({**admin, "endpoint_access": {
+        "mode": "public-and-private", "public_cidrs": ["203.0.113.0/24"]}})) == []
+
+
+def test_a_huge_node_count_is_refused_quickly():
+    import time
+
+    start = time.monotonic()
+    got = problems_of({"training": {"nodes": 10**9, "parallel": {"ep": 3}}})
+    assert time.monotonic() - start < 2
+    assert got[0].startswith("training.nodes = 1000000000: must be 1 to the group's max_size (2)")

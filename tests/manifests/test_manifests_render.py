@@ -1,0 +1,681 @@
+"""Rendered manifests: golden files, cross-layer consistency, stack outputs, run config."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra import names
+from infra.catalog import INSTANCE_TYPES
+from infra.config import ConfigError, KitConfig, load_config, parse_config
+from infra.names import OutputKeys
+from manifests import (
+    PLACEHOLDER,
+    RenderError,
+    build_context,
+    outputs_from_file,
+    outputs_from_stacks,
+    placeholder_outputs,
+    render,
+    write,
+)
+from manifests.context import GENERATED_MARKER, OUTPUTS_ANNOTATION, PLACEHOLDER_ANNOTATION, image_tag_for
+from manifests.outputs import outputs_from_mapping
+from manifests.render import TEMPLATES
+from tests.support.outputs import real_outputs
+from tests.support import REPO_ROOT
+
+GOLDEN = REPO_ROOT / "tests" / "golden"
+EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
+REGEN = "python scripts/regen_golden.py"
+
+
+@functools.cache
+def example(name: str) -> KitConfig:
+    return load_config(REPO_ROOT / "examples" / f"{name}.yaml")
+
+
+@functools.cache
+def rendered(name: str) -> tuple:
+    cfg = example(name)
+    return tuple(render(build_context(cfg, placeholder_outputs(cfg))))
+
+
+def objects(files) -> dict[str, dict]:
+    return {f.path: f.obj for f in files}
+
+
+def gpu_pod_specs(files) -> dict[str, dict]:
+    """Every pod spec that owns a GPU node: the Ray worker group and each fabric job."""
+    specs = {}
+    for f in files:
+        if f.kind == "RayJob":
+            for g in f.obj["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+                specs[f"{f.path}:{g['groupName']}"] = g["template"]["spec"]
+        elif f.kind == "Job":
+            specs[f.path] = f.obj["spec"]["template"]["spec"]
+    return specs
+
+
+# --- golden files -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_rendered_output_matches_golden_files(name):
+    golden = GOLDEN / name
+    expected = {str(p.relative_to(golden)): p.read_text()
+                for p in sorted(golden.rglob("*")) if p.is_file()}
+    actual = {f.path: f.text for f in rendered(name)}
+    assert sorted(actual) == sorted(expected), f"file set changed: run `{REGEN}` and review"
+    for path, text in actual.items():
+        assert text == expected[path], f"{name}/{path} differs from golden: run `{REGEN}` and review"
+
+
+def test_every_example_has_golden_files_and_nothing_else():
+    assert sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()) == EXAMPLES
+
+
+def test_written_tree_is_what_render_returned(tmp_path):
+    files = rendered("default")
+    write(files, tmp_path)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.yaml")) == \
+        sorted(f.path for f in files)
+
+
+def test_write_replaces_stale_rendered_files_but_keeps_foreign_ones(tmp_path):
+    stale = tmp_path / "fabric" / "old-job" / "00-job.yaml"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(f"{GENERATED_MARKER} for environment 'x'.\nkind: Job\n")
+    foreign = tmp_path / "my-extra.yaml"
+    foreign.write_text("kind: ConfigMap\n")
+    write(rendered("default"), tmp_path)
+    assert not stale.exists() and not stale.parent.exists()
+    assert foreign.exists()
+
+
+def test_templates_fail_on_undefined_values():
+    assert TEMPLATES.undefined.__name__ == "StrictUndefined"
+    cfg = example("default")
+    ctx = build_context(cfg, placeholder_outputs(cfg))
+    with pytest.raises(Exception, match="'meta' is undefined"):
+        TEMPLATES.get_template("namespace.yaml.j2").render(ctx=ctx)
+
+
+def test_each_file_holds_one_object():
+    for name in EXAMPLES:
+        for f in rendered(name):
+            docs = [d for d in yaml.safe_load_all(f.text) if d is not None]
+            assert len(docs) == 1 and docs[0]["kind"] == f.kind, f"{name}/{f.path}"
+
+
+# --- consistency with the catalog, the node groups and infra.names -----------------------------
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_gpu_pods_request_the_whole_node_from_the_catalog(name):
+    cfg = example(name)
+    itype = INSTANCE_TYPES[cfg.gpu_node_groups[cfg.training.node_group].instance_type]
+    specs = gpu_pod_specs(rendered(name))
+    assert len(specs) == 4  # Ray workers + nodecheck + allreduce + ep
+    for where, spec in specs.items():
+        (container,) = spec["containers"]
+        res = container["resources"]
+        for part in ("requests", "limits"):
+            assert res[part]["nvidia.com/gpu"] == itype.gpu_count, where
+            assert res[part]["vpc.amazonaws.com/efa"] == itype.efa_devices, where
+            assert res[part]["hugepages-2Mi"] == "5120Mi", where
+        assert int(res["requests"]["cpu"]) < itype.vcpus, where
+        assert int(res["requests"]["memory"].removesuffix("Gi")) < itype.memory_gib, where
+        assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"], where
+        shm = {m["name"] for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"}
+        (shm_volume,) = [v for v in spec["volumes"] if v["name"] in shm]
+        assert shm_volume["emptyDir"]["medium"] == "Memory", where
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_tolerations_match_the_node_group_taints(name):
+    cfg = example(name)
+    group = cfg.gpu_node_groups[cfg.training.node_group]
+    expected = [names.GPU_TAINT.toleration()] + [
+        names.Taint(t.key, t.value, t.effect).toleration() for t in group.taints]
+    for where, spec in gpu_pod_specs(rendered(name)).items():
+        assert spec["tolerations"] == expected, where
+
+
+def test_extra_node_group_taints_are_tolerated():
+    cfg = parse_config({"gpu_node_groups": {"p5": {
+        "instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
+        "taints": [{"key": "team.example.com/reserved", "value": "rl", "effect": "NoExecute"}]}}})
+    files = render(build_context(cfg, placeholder_outputs(cfg)))
+    for where, spec in gpu_pod_specs(files).items():
+        assert spec["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Exists"},
+            {"key": "team.example.com/reserved", "operator": "Exists"},
+        ], where
+
+
+def _tolerates(toleration: dict, taint: names.Taint) -> bool:
+    """Kubernetes' rule (k8s.io/api core/v1 toleration.go ToleratesTaint), for these fields."""
+    if toleration.get("effect") and toleration["effect"] != taint.effect:
+        return False
+    if toleration.get("key") != taint.key:
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return toleration.get("value", "") == taint.value
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_pods_land_on_the_nodes_the_cdk_node_group_creates(name):
+    """Cross-check against the construct's own labels and taints, not a copy of them."""
+
+    cfg = example(name)
+    group_name = cfg.training.node_group
+    group = cfg.gpu_node_groups[group_name]
+    labels = {**group.node_labels(group_name), names.ZONE_LABEL: group.availability_zone}
+    for where, spec in gpu_pod_specs(rendered(name)).items():
+        for taint in group.node_taints():
+            assert any(_tolerates(t, taint) for t in spec["tolerations"]), (where, taint)
+        (term,) = spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        for expr in term["matchExpressions"]:
+            assert expr["operator"] == "In" and labels.get(expr["key"]) in expr["values"], \
+                (where, expr)
+        keys = {e["key"] for e in term["matchExpressions"]}
+        assert {names.ZONE_LABEL, names.NODE_GROUP_LABEL} <= keys
+
+
+def gpu_pod_templates(files) -> dict[str, dict]:
+    """Pod templates (metadata + spec) of the Ray worker group and each fabric job."""
+    templates = {}
+    for f in files:
+        if f.kind == "RayJob":
+            for g in f.obj["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+                templates[f"{f.path}:{g['groupName']}"] = g["template"]
+        elif f.kind == "Job":
+            templates[f.path] = f.obj["spec"]["template"]
+    return templates
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_one_pod_per_node(name):
+    for where, pod in gpu_pod_templates(rendered(name)).items():
+        (rule,) = pod["spec"]["affinity"]["podAntiAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]
+        assert rule["topologyKey"] == "kubernetes.io/hostname", where
+        selector = rule["labelSelector"]["matchLabels"]
+        assert selector and selector.items() <= pod["metadata"]["labels"].items(), where
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_namespace_and_service_account_match_infra_names(name):
+    files = rendered(name)
+    by_kind = {f.kind: f.obj for f in files if f.kind in ("Namespace", "ServiceAccount")}
+    assert by_kind["Namespace"]["metadata"]["name"] == names.TRAINER_NAMESPACE
+    assert by_kind["ServiceAccount"]["metadata"]["name"] == names.TRAINER_SERVICE_ACCOUNT
+    for f in files:
+        if f.kind not in ("Namespace", "PersistentVolume"):  # the two cluster-scoped kinds
+            assert f.obj["metadata"]["namespace"] == names.TRAINER_NAMESPACE, f.path
+    rayjob = next(f.obj for f in files if f.kind == "RayJob")
+    pods = [rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"],
+            *gpu_pod_specs(files).values()]
+    assert {p["serviceAccountName"] for p in pods} == {names.TRAINER_SERVICE_ACCOUNT}
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_ray_cluster_shape(name):
+    cfg = example(name)
+    rayjob = next(f.obj for f in rendered(name) if f.kind == "RayJob")
+    cluster = rayjob["spec"]["rayClusterSpec"]
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    assert head["nodeSelector"] == {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
+    assert "nvidia.com/gpu" not in str(head["containers"][0]["resources"])
+    (workers,) = cluster["workerGroupSpecs"]
+    assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == cfg.training.nodes
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_rayjob_entrypoint_reads_the_mounted_run_config(name):
+    files = objects(rendered(name))
+    configmap = files["rl-job/00-run-config.yaml"]
+    rayjob = files["rl-job/01-rayjob.yaml"]
+    assert rayjob["spec"]["entrypoint"] == "rltrainer launch --config /etc/rltrainer/run.yaml"
+    cluster = rayjob["spec"]["rayClusterSpec"]
+    for spec in (cluster["headGroupSpec"]["template"]["spec"],
+                 cluster["workerGroupSpecs"][0]["template"]["spec"]):
+        (volume,) = [v for v in spec["volumes"] if "configMap" in v]
+        assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+        (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
+        assert f"{mount['mountPath']}/run.yaml" == "/etc/rltrainer/run.yaml"
+        assert "run.yaml" in configmap["data"]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_fabric_jobs_are_indexed_with_stable_rendezvous_names(name):
+    cfg = example(name)
+    files = objects(rendered(name))
+    for key in ("allreduce", "ep"):
+        service = files[f"fabric/{key}/00-service.yaml"]
+        job = files[f"fabric/{key}/01-job.yaml"]
+        spec = job["spec"]
+        assert spec["completionMode"] == "Indexed"
+        assert spec["completions"] == spec["parallelism"] == cfg.training.nodes
+        pod = spec["template"]
+        assert pod["spec"]["subdomain"] == service["metadata"]["name"]
+        assert service["spec"]["clusterIP"] == "None"
+        assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+        command = pod["spec"]["containers"][0]["command"]
+        assert command[command.index("--master-addr") + 1] == \
+            f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+        assert command[command.index("--node-rank") + 1] == "$(JOB_COMPLETION_INDEX)"
+        assert command[command.index("--nnodes") + 1] == str(cfg.training.nodes)
+    nodecheck = files["fabric/nodecheck/00-job.yaml"]["spec"]
+    assert nodecheck["completions"] == nodecheck["parallelism"] == cfg.training.nodes
+
+
+def test_ep_benchmark_uses_the_model_shape_and_backend():
+    files = objects(rendered("p6-b200-odcr"))  # deepep-nvshmem
+    command = files["fabric/ep/01-job.yaml"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    tail = command[command.index("rltrainer.bench") + 1:]
+    # 2 x 8 GPUs divide DeepEP's published 256 experts, so the job also measures that shape.
+    assert tail == ["ep", "--backend", "deepep", "--tokens-per-rank", "4096", "--hidden", "2048",
+                    "--topk", "8", "--experts", "128", "--acceptance"]
+    files = objects(rendered("default"))  # nccl
+    command = files["fabric/ep/01-job.yaml"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--backend") + 1] == "nccl"
+
+
+def test_unknown_model_cannot_render_the_ep_benchmark():
+    cfg = parse_config({"training": {"model": "mystery-moe"}})
+    with pytest.raises(RenderError) as err:
+        build_context(cfg, placeholder_outputs(cfg))
+    assert str(err.value) == (
+        "render context: 1 problem(s):\n"
+        "  - training.model = 'mystery-moe': the expert-parallel benchmark needs the model's MoE "
+        "shape (hidden size, experts, top-k) and the kit does not know this model. Fix: use one "
+        "of qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, mixtral-8x7b, mixtral-8x22b, kimi-k2, or "
+        "add the model's config.json values to infra/catalog/models.py.")
+
+
+def test_ep_benchmark_needs_experts_divisible_by_the_gpu_count():
+    cfg = parse_config({
+        "gpu_node_groups": {"p5": {"instance_type": "p5.48xlarge",
+                                   "availability_zone": "us-east-1a", "max_size": 24}},
+        # A batch Megatron accepts on 24 data-parallel ranks (config validation runs the trainer's
+        # checks), so that only the benchmark's expert split is wrong.
+        "training": {"nodes": 24, "parallel": {"tp": 8, "ep": 8},
+                     "grpo": {"rollout_batch_size": 24, "global_batch_size": 192}},
+    })
+    with pytest.raises(RenderError) as err:
+        build_context(cfg, placeholder_outputs(cfg))
+    assert err.value.problems[0].rule == (
+        "the expert-parallel benchmark spreads qwen3-30b-a3b's 128 experts evenly over all "
+        "24 x 8 = 192 GPUs, and that does not divide")
+
+
+# --- stack outputs ------------------------------------------------------------------------------
+
+
+def test_placeholder_outputs_are_marked_on_every_object():
+    for name in EXAMPLES:
+        for f in rendered(name):
+            assert f.text.startswith(GENERATED_MARKER), f.path
+            assert "# PLACEHOLDER STACK OUTPUTS" in f.text, f.path
+            annotations = f.obj["metadata"]["annotations"]
+            assert annotations[OUTPUTS_ANNOTATION] == "placeholder", f.path
+            assert PLACEHOLDER in annotations[PLACEHOLDER_ANNOTATION], f.path
+
+
+def _render_with_real_outputs(cfg, tmp_path):
+    path = tmp_path / "cdk-outputs.json"
+    path.write_text(json.dumps(real_outputs(cfg)))
+    return render(build_context(cfg, outputs_from_file(cfg, path)))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_real_outputs_leave_no_placeholder_and_set_the_ecr_image(name, tmp_path):
+    cfg = example(name)
+    files = _render_with_real_outputs(cfg, tmp_path)
+    data = real_outputs(cfg)[names.stack_names(cfg.name)["data"]]
+    expected_image = cfg.training.image or f"{data[OutputKeys.ECR_REPOSITORY_URI]}:{image_tag_for(cfg)}"
+    for f in files:
+        assert "placeholder" not in f.text.lower(), f.path
+        assert f.obj["metadata"]["annotations"][OUTPUTS_ANNOTATION] == "file"
+    rayjob = next(f.obj for f in files if f.kind == "RayJob")
+    head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    images = {c["image"] for spec in [head, *gpu_pod_specs(files).values()]
+              for c in spec["containers"]}
+    assert images == {expected_image}
+    run = yaml.safe_load(next(f.obj for f in files if f.kind == "ConfigMap")["data"]["run.yaml"])
+    bucket = data[OutputKeys.BUCKET_NAME]
+    assert run["checkpoint"]["s3_uri"] == f"s3://{bucket}/checkpoints/{cfg.training.run_name}/"
+
+
+def test_training_image_overrides_the_ecr_repository(tmp_path):
+    cfg = parse_config({"training": {"image": "public.ecr.aws/example/trainer:1.2.3"}})
+    outputs = real_outputs(cfg)
+    del outputs[names.stack_names(cfg.name)["data"]][OutputKeys.ECR_REPOSITORY_URI]
+    files = render(build_context(cfg, outputs_from_mapping(cfg, outputs, "file", "x.json")))
+    images = {c["image"] for spec in gpu_pod_specs(files).values() for c in spec["containers"]}
+    assert images == {"public.ecr.aws/example/trainer:1.2.3"}
+
+
+def test_missing_output_key_names_stack_key_and_fix(tmp_path):
+    cfg = example("default")
+    data = real_outputs(cfg)
+    del data["moe-rl-data"][OutputKeys.BUCKET_NAME]
+    path = tmp_path / "cdk-outputs.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(RenderError) as err:
+        outputs_from_file(cfg, path)
+    assert str(err.value) == (
+        "stack outputs: 1 problem(s):\n"
+        f"  - stack moe-rl-data, output DataBucketName: missing from {path} (the deployed stack "
+        "is older than this kit, or the outputs were edited). Fix: redeploy it with `cdk deploy "
+        "moe-rl-data --outputs-file cdk-outputs.json` (or `cdk deploy --all --outputs-file "
+        "cdk-outputs.json`), then render again with --outputs cdk-outputs.json.")
+
+
+def test_missing_stack_names_the_outputs_it_should_provide():
+    cfg = example("default")
+    data = real_outputs(cfg)
+    del data["moe-rl-gpu-p5"]
+    with pytest.raises(RenderError) as err:
+        outputs_from_mapping(cfg, data, "file", "cdk-outputs.json")
+    assert [str(p) for p in err.value.problems] == [
+        "stack moe-rl-gpu-p5: not found in cdk-outputs.json (its outputs are needed: "
+        "NodegroupName). Fix: deploy it with `cdk deploy moe-rl-gpu-p5 --outputs-file "
+        "cdk-outputs.json` (or `cdk deploy --all --outputs-file cdk-outputs.json`), then render "
+        "again with --outputs cdk-outputs.json."]
+
+
+def test_outputs_of_another_environment_or_kit_version_are_refused():
+    cfg = example("default")
+    data = real_outputs(cfg)
+    data["moe-rl-cluster"][OutputKeys.REGION] = "eu-west-1"
+    data["moe-rl-cluster"][OutputKeys.TRAINER_SERVICE_ACCOUNT] = "trainer"
+    with pytest.raises(RenderError) as err:
+        outputs_from_mapping(cfg, data, "file", "cdk-outputs.json")
+    assert [p.subject for p in err.value.problems] == [
+        "stack moe-rl-cluster, output Region = 'eu-west-1'",
+        "stack moe-rl-cluster, output TrainerServiceAccount = 'trainer'",
+    ]
+
+
+def test_missing_or_broken_outputs_file(tmp_path):
+    cfg = example("default")
+    with pytest.raises(RenderError, match="does not exist"):
+        outputs_from_file(cfg, tmp_path / "nope.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(RenderError, match="not valid JSON"):
+        outputs_from_file(cfg, broken)
+
+
+def _create_stack(client, name: str, outputs: dict[str, str]) -> None:
+    template = {
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
+    }
+    client.create_stack(StackName=name, TemplateBody=json.dumps(template))
+
+
+def test_outputs_from_cloudformation_stacks():
+    boto3 = pytest.importorskip("boto3")
+    from moto import mock_aws
+
+    cfg = example("p5-2node")
+    with mock_aws():
+        client = boto3.client("cloudformation", region_name=cfg.region)
+        for stack, outputs in real_outputs(cfg).items():
+            _create_stack(client, stack, outputs)
+        got = outputs_from_stacks(cfg)
+    assert got.source == "cloudformation"
+    assert got.bucket_name == "p5-team-data-123456789012"
+    assert got.nodegroup_name == "p5-team-p5"
+
+
+def test_outputs_from_cloudformation_report_undeployed_stacks():
+    boto3 = pytest.importorskip("boto3")
+    from moto import mock_aws
+
+    cfg = example("default")
+    with mock_aws():
+        client = boto3.client("cloudformation", region_name=cfg.region)
+        data = real_outputs(cfg)
+        _create_stack(client, "moe-rl-data", data["moe-rl-data"])
+        with pytest.raises(RenderError) as err:
+            outputs_from_stacks(cfg)
+    assert [p.subject for p in err.value.problems] == [
+        "stack moe-rl-cluster", "stack moe-rl-gpu-p5", "stack moe-rl-storage"]
+    assert "then render again with --from-stacks" in str(err.value)
+
+
+# --- the run config -----------------------------------------------------------------------------
+
+
+def run_yaml(name: str) -> dict:
+    cm = next(f.obj for f in rendered(name) if f.kind == "ConfigMap")
+    return yaml.safe_load(cm["data"]["run.yaml"])
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_run_config_follows_the_trainer_schema(name):
+    cfg = example(name)
+    t = cfg.training
+    run = run_yaml(name)
+    assert list(run) == ["run_name", "model", "checkpoint", "data", "grpo", "parallel",
+                         "expert_parallel"]
+    assert run["model"] == {"name": t.model, "hf_checkpoint": t.hf_checkpoint, "megatron_args": []}
+    # Every example has the shared file system: saves and inputs are where every pod sees them.
+    assert run["checkpoint"] == {
+        "s3_uri": f"s3://{PLACEHOLDER}/checkpoints/{t.run_name}/",
+        "local_dir": f"/fsx/checkpoints/{t.run_name}", "save_interval": 20}
+    assert run["data"] == {"prompt_data": f"/fsx/{t.prompt_data}",
+                           "input_key": "prompt", "label_key": "label"}
+    assert run["grpo"] == t.grpo.model_dump()
+    itype = INSTANCE_TYPES[cfg.gpu_node_groups[t.node_group].instance_type]
+    assert run["parallel"] == {
+        "nodes": t.nodes, "gpus_per_node": itype.gpu_count,
+        "training": t.parallel.model_dump(exclude={"vpp"}),
+        "rollout": t.rollout.model_dump()}
+    assert run["expert_parallel"] == {"backend": t.expert_parallel.backend}
+
+
+@pytest.mark.parametrize("shared_fs, prompt_data, expected", [
+    ("fsx-lustre", "/data/prompts.jsonl", "/data/prompts.jsonl"),
+    # A bucket key under datasets/ is read through the file system's link to that prefix.
+    ("fsx-lustre", "datasets/x/prompts.jsonl", "/fsx/datasets/x/prompts.jsonl"),
+    ("none", "datasets/x/prompts.jsonl", f"s3://{PLACEHOLDER}/datasets/x/prompts.jsonl"),
+])
+def test_prompt_data_locations(shared_fs, prompt_data, expected):
+    cfg = parse_config({"storage": {"shared_filesystem": {"type": shared_fs}},
+                        "training": {"nodes": 1, "prompt_data": prompt_data,
+                                     "hf_checkpoint": "/models/Qwen3-30B-A3B"}})
+    ctx = build_context(cfg, placeholder_outputs(cfg))
+    assert ctx.run_config["data"]["prompt_data"] == expected
+
+
+def test_prompt_data_key_outside_the_datasets_prefix_is_refused():
+    # Config validation refuses it now (before any render); the renderer keeps its own check.
+    with pytest.raises(ConfigError) as err:
+        parse_config({"training": {"prompt_data": "prompts/dapo.jsonl"}})
+    assert str(err.value.problems[0]) == (
+        "training.prompt_data = 'prompts/dapo.jsonl': a data-bucket key must live under datasets/ "
+        "(the trainer's role may read only datasets/ and checkpoints/). Fix: upload the file to "
+        "s3://<bucket>/datasets/ and use datasets/dapo.jsonl, or give an absolute path inside the "
+        "image.")
+
+
+def _rltrainer():
+    """The trainer package from images/trainer (installed, or straight from its source tree)."""
+    try:
+        import rltrainer  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(REPO_ROOT / "images" / "trainer" / "src"))
+    import rltrainer.contract
+
+    return rltrainer
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_run_config_passes_the_trainers_own_validator(name, tmp_path):
+    rltrainer = _rltrainer()
+    for outputs in ("placeholder", "real"):
+        if outputs == "placeholder":
+            run = run_yaml(name)
+        else:
+            cm = next(f.obj for f in _render_with_real_outputs(example(name), tmp_path)
+                      if f.kind == "ConfigMap")
+            run = yaml.safe_load(cm["data"]["run.yaml"])
+        parsed = rltrainer.contract.parse_run_config(run, f"{name} run.yaml ({outputs})")
+        assert parsed.run_name == example(name).training.run_name
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_fabric_commands_parse_with_the_trainers_own_parsers(name):
+    _rltrainer()
+    from rltrainer import bench, nodecheck
+
+    cfg = example(name)
+    itype = INSTANCE_TYPES[cfg.gpu_node_groups[cfg.training.node_group].instance_type]
+    files = objects(rendered(name))
+
+    def command(key: str, file: str) -> list[str]:
+        return files[f"fabric/{key}/{file}"]["spec"]["template"]["spec"]["containers"][0]["command"]
+
+    check = command("nodecheck", "00-job.yaml")
+    assert check[:2] == ["rltrainer", "nodecheck"]
+    args = nodecheck.build_parser().parse_args(check[2:])
+    assert (args.expect_gpus, args.expect_efa) == (itype.gpu_count, itype.efa_devices)
+    for key in ("allreduce", "ep"):
+        cmd = command(key, "01-job.yaml")
+        assert cmd[0] == "torchrun" and cmd[cmd.index("-m") + 1] == "rltrainer.bench"
+        args = bench.build_parser().parse_args(cmd[cmd.index("-m") + 2:])
+        assert args.bench == key
+
+
+def test_outputs_are_read_from_the_stacks_that_declare_them(synth):
+    """The renderer's (stack, output key) pairs exist in the synthesized templates."""
+    from manifests.outputs import _FIELDS, needed_stacks
+
+    s = synth("default")
+    stacks = needed_stacks(s.config)
+    for field, role, key in _FIELDS:
+        template = s.templates[stacks[role]]
+        assert key in template.get("Outputs", {}), f"{field}: {stacks[role]} declares no {key}"
+
+
+
+
+# --- the shared file system ---------------------------------------------------------------------
+
+
+def rayjob_pod_specs(files) -> dict[str, dict]:
+    """The three kinds of pod a RayJob makes: Ray head, Ray workers, KubeRay's job submitter."""
+    spec = next(f.obj for f in files if f.kind == "RayJob")["spec"]
+    return {"head": spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"],
+            "worker": spec["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"],
+            "submitter": spec["submitterPodTemplate"]["spec"]}
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_head_workers_and_submitter_share_one_file_system(name, tmp_path):
+    cfg = example(name)
+    files = _render_with_real_outputs(cfg, tmp_path)
+    by_path = objects(files)
+    pv, pvc = by_path["02-shared-fs-pv.yaml"], by_path["03-shared-fs-pvc.yaml"]
+    storage = real_outputs(cfg)[names.stack_names(cfg.name)["storage"]]
+    assert pv["kind"] == "PersistentVolume" and "namespace" not in pv["metadata"]
+    assert pv["spec"]["csi"] == {
+        "driver": "fsx.csi.aws.com",
+        "volumeHandle": storage[OutputKeys.SHARED_FS_ID],
+        "volumeAttributes": {"dnsname": storage[OutputKeys.SHARED_FS_DNS_NAME],
+                             "mountname": storage[OutputKeys.SHARED_FS_MOUNT_NAME]}}
+    capacity = f"{cfg.storage.shared_filesystem.capacity_gib}Gi"
+    assert pv["spec"]["capacity"] == {"storage": capacity}
+    assert pv["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert pv["spec"]["storageClassName"] == ""
+    assert pv["spec"]["claimRef"] == {"namespace": names.TRAINER_NAMESPACE,
+                                      "name": pvc["metadata"]["name"]}
+    assert pvc["metadata"]["namespace"] == names.TRAINER_NAMESPACE
+    assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                           "volumeName": pv["metadata"]["name"],
+                           "resources": {"requests": {"storage": capacity}}}
+
+    pods = rayjob_pod_specs(files)
+    assert set(pods) == {"head", "worker", "submitter"}
+    for kind, pod in pods.items():
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+                  for v in pod["volumes"] if "persistentVolumeClaim" in v}
+        assert list(claims.values()) == [pvc["metadata"]["name"]], kind
+        (volume,) = claims
+        (container,) = pod["containers"]
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert mounts.get(names.SHARED_FS_MOUNT_PATH) == volume, kind
+        # No node-local checkpoint directory hides the shared one.
+        assert not any(p.startswith("/checkpoints") for p in mounts), kind
+        assert not any("emptyDir" in v for v in pod["volumes"] if v["name"] != "dshm"), kind
+
+    run = yaml.safe_load(by_path["rl-job/00-run-config.yaml"]["data"]["run.yaml"])
+    for path in (run["checkpoint"]["local_dir"], run["model"]["hf_checkpoint"],
+                 run["data"]["prompt_data"]):
+        assert path.startswith(names.SHARED_FS_MOUNT_PATH + "/"), path
+
+
+def test_submitter_runs_on_a_system_node_as_kuberay_names_it():
+    files = rendered("default")
+    submitter = rayjob_pod_specs(files)["submitter"]
+    assert submitter["nodeSelector"] == {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
+    assert submitter["restartPolicy"] == "Never"  # a Job's pod template allows Never/OnFailure
+    (container,) = submitter["containers"]
+    # KubeRay v1.7.0 fills in the command of the container named SubmitterContainerName.
+    assert container["name"] == "ray-job-submitter" and "command" not in container
+
+
+def test_single_node_without_shared_fs_keeps_node_local_checkpoints():
+    cfg = parse_config({"storage": {"shared_filesystem": {"type": "none"}},
+                        "training": {"nodes": 1, "hf_checkpoint": "/models/Qwen3-30B-A3B"}})
+    files = render(build_context(cfg, placeholder_outputs(cfg)))
+    assert not any(f.kind in ("PersistentVolume", "PersistentVolumeClaim") for f in files)
+    pods = rayjob_pod_specs(files)
+    assert not any("persistentVolumeClaim" in v for p in pods.values() for v in p.get("volumes", []))
+    worker_mounts = {m["mountPath"] for m in pods["worker"]["containers"][0]["volumeMounts"]}
+    assert "/checkpoints" in worker_mounts
+    run = yaml.safe_load(next(f.obj for f in files if f.kind == "ConfigMap")["data"]["run.yaml"])
+    assert run["checkpoint"]["local_dir"] == "/checkpoints"
+
+
+def test_missing_storage_stack_outputs_are_named():
+    cfg = example("default")
+    data = real_outputs(cfg)
+    del data["moe-rl-storage"]
+    with pytest.raises(RenderError) as err:
+        outputs_from_mapping(cfg, data, "file", "cdk-outputs.json")
+    assert [str(p) for p in err.value.problems] == [
+        "stack moe-rl-storage: not found in cdk-outputs.json (its outputs are needed: "
+        "SharedFileSystemId, SharedFileSystemDnsName, SharedFileSystemMountName). Fix: deploy it "
+        "with `cdk deploy moe-rl-storage --outputs-file cdk-outputs.json` (or `cdk deploy --all "
+        "--outputs-file cdk-outputs.json`), then render again with --outputs cdk-outputs.json."]
+
+
+def test_only_the_jobs_pods_and_the_operator_reach_the_ray_head():
+    cfg = example("default")
+    files = {f.path: f for f in render(build_context(cfg, placeholder_outputs(cfg)))}
+    policy = files["rl-job/02-head-networkpolicy.yaml"].obj
+    rayjob = files["rl-job/01-rayjob.yaml"].obj
+    head_labels = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"]
+    assert policy["kind"] == "NetworkPolicy"
+    assert policy["metadata"]["namespace"] == names.TRAINER_NAMESPACE
+    assert policy["spec"]["podSelector"]["matchLabels"] == head_labels
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"from": [
+        {"podSelector": {}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}},
+    ]}]

@@ -1,0 +1,233 @@
+"""Contract: the launcher's Miles command is one Miles v0.1.0 accepts, for every example.
+
+For each example config the kit renders the run config (manifests), the launcher turns it
+into ``train.py`` arguments (rltrainer), and a child process parses them with the parser
+Miles' train.py builds, assembled from the pinned sources in ../shared/upstream: Miles
+v0.1.0, its Megatron-LM 37f9161 and SGLang 0.5.16 (tests/support/miles_offline.py says exactly what
+is real there and what is stubbed). The model flags must be exactly what the real
+``model_args()`` of the Miles model script returns, and nothing later may change them,
+except the dispatcher type the expert-parallel backend owns.
+
+The same parse runs inside the image at build time (``rltrainer launch --dry-run
+--check-args``, Dockerfile), against the Miles the image really contains.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.config import load_config
+from infra.catalog.models import MODEL_CATALOG
+from manifests.context import build_context
+from manifests.outputs import placeholder_outputs
+from rltrainer.contract import parse_run_config
+from rltrainer.miles import (
+    MILES_MODEL_SCRIPTS,
+    MILES_VERSION,
+    build_train_command,
+    model_script_name,
+    resolve_model_args,
+)
+
+from tests.support import artifacts  # noqa: E402
+from tests.support import REPO_ROOT
+
+EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
+# ../shared/upstream, else the artifact cache (tests/support/artifacts.py): the tools here take one
+# folder holding the pinned trees side by side.
+UPSTREAM = artifacts.common_root((f"miles-{MILES_VERSION}", "megatron-lm-37f9161", "sglang-0.5.16",
+                                  "deepep-567632d"), "upstream")
+MILES_DIR = UPSTREAM / f"miles-{MILES_VERSION}"
+MEGATRON_DIR = UPSTREAM / "megatron-lm-37f9161"
+SGLANG_FILE = UPSTREAM / "sglang-0.5.16" / "server_args.py"
+OFFLINE = REPO_ROOT / "tests" / "support" / "miles_offline.py"
+# The one Miles flag the launcher sets on purpose over model_args(): DeepEP needs the flex dispatcher.
+BACKEND_OWNED_DESTS = ["moe_token_dispatcher_type"]
+
+
+REQUIRED = (MILES_DIR / "miles" / "utils" / "arguments.py", MEGATRON_DIR / "megatron" / "training" / "arguments.py",
+            SGLANG_FILE)
+
+
+def require_sources(paths=REQUIRED) -> None:
+    """Fail in CI (CI=true), skip elsewhere, saying which pinned sources are missing."""
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        message = (f"the pinned upstream sources are missing: {', '.join(missing)}; put Miles {MILES_VERSION}, "
+                   "Megatron-LM 37f9161 and SGLang 0.5.16 there (see ../shared/upstream/README.md), "
+                   f"or {artifacts.FETCH_HINT}")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Path:
+    """The pinned upstream sources (../shared/upstream or the cache): required in CI, an explained
+    skip elsewhere."""
+    require_sources()
+    return UPSTREAM
+
+
+def test_missing_sources_fail_in_ci_and_skip_elsewhere(tmp_path, monkeypatch):
+    gone = tmp_path / "miles-v0.1.0" / "miles" / "utils" / "arguments.py"
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=f"the pinned upstream sources are missing: {gone}"):
+        require_sources((gone,))
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="put Miles v0.1.0, Megatron-LM 37f9161 and SGLang 0.5.16"):
+        require_sources((gone,))
+
+
+def parse_offline(cases: list[dict]) -> dict:
+    """Run tests/support/miles_offline.py on ``cases``; its JSON report."""
+    proc = subprocess.run([sys.executable, str(OFFLINE), str(UPSTREAM)], input=json.dumps(cases),
+                          capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
+def example_case(example: str) -> dict:
+    """The launcher's train.py arguments for one example, as the kit renders and the image runs it."""
+    kit = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
+    ctx = build_context(kit, placeholder_outputs(kit))
+    cfg = parse_run_config(ctx.run_config, f"{example} run config")
+    model_args, _source = resolve_model_args(cfg, str(MILES_DIR), sys.executable)
+    # Everything after train.py in the command the launcher really runs.
+    cmd = build_train_command(cfg, hf_checkpoint="/fsx/models/hf", prompt_data="/fsx/datasets/p.jsonl",
+                              miles_dir=str(MILES_DIR), python=sys.executable, model_args=model_args)
+    args = cmd.argv[cmd.argv.index(f"{MILES_DIR}/train.py") + 1:]
+    script = None if cfg.model.megatron_args else model_script_name(cfg.model.name, str(MILES_DIR))
+    return {"name": example, "train_args": args, "model_script": script, "owned_dests": BACKEND_OWNED_DESTS}
+
+
+@functools.cache
+def example_report() -> dict[str, dict]:
+    """Per example: the offline parser's findings, or the error that kept it from a command."""
+    cases, reports = [], {}
+    for name in EXAMPLES:
+        try:
+            cases.append(example_case(name))
+        except Exception as exc:  # reported by that example's test, not every test
+            reports[name] = {"name": name, "setup_error": f"{type(exc).__name__}: {exc}"}
+    reports.update({r["name"]: r for r in parse_offline(cases)["results"]} if cases else {})
+    return reports
+
+
+def report_for(example: str) -> dict:
+    report = example_report()[example]
+    assert "setup_error" not in report, report.get("setup_error")
+    return report
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_command_parses_with_miles_own_parser(upstream, example):
+    report = report_for(example)
+    assert report["flags"] > 2000  # Megatron's, Miles' and SGLang's: the parser really was built
+    assert report["error"] is None, f"{example}: Miles v0.1.0 refuses the launcher's command: {report['error']}"
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_model_flags_are_exactly_what_model_args_returns(upstream, example):
+    report = report_for(example)
+    assert report["model_args"], "the example names no model with a Miles model script"
+    assert "--num-experts" in report["model_args"]  # the real script ran, not an empty stand-in
+    assert report["model_args_in_argv"], "model_args() does not appear verbatim in the command"
+    assert report["model_flags_changed"] == []
+
+
+def test_the_check_fails_on_a_broken_flag_a_bad_choice_and_a_deprecated_flag(upstream):
+    good = example_case("default")
+    args = good["train_args"]
+    cases = [
+        {"name": "unknown", "train_args": args + ["--sglang-moe-a2a-backend-typo", "deepep"]},
+        {"name": "choice", "train_args": args + ["--moe-flex-dispatcher-backend", "deepepp"]},
+        {"name": "sglang-choice", "train_args": args + ["--sglang-moe-a2a-backend", "deep_ep"]},
+        {"name": "deprecated", "train_args": args + ["--sglang-stream-output"]},
+        {"name": "int", "train_args": args + ["--tensor-model-parallel-size", "four"]},
+        {"name": "model", "train_args": args + ["--num-experts", "64"], "model_script": good["model_script"],
+         "owned_dests": BACKEND_OWNED_DESTS},
+    ]
+    results = {r["name"]: r for r in parse_offline(cases)["results"]}
+    assert results["unknown"]["error"] == "unrecognized arguments: --sglang-moe-a2a-backend-typo deepep"
+    assert results["choice"]["error"] == ("argument --moe-flex-dispatcher-backend: invalid choice: 'deepepp' "
+                                          "(choose from 'deepep', 'hybridep')")
+    assert results["sglang-choice"]["error"].startswith(
+        "argument --sglang-moe-a2a-backend: invalid choice: 'deep_ep' (choose from 'none', 'deepep',")
+    assert results["deprecated"]["error"] == ("--sglang-stream-output is deprecated in SGLang 0.5.16; "
+                                              "use --incremental-streaming-output")
+    assert results["int"]["error"] == "argument --tensor-model-parallel-size: invalid int value: 'four'"
+    assert results["model"]["model_flags_changed"] == ["--num-experts: model_args() 128, argv 64"]
+
+
+# Flags whose value type lives in a Megatron module the pinned sources lack: the name is
+# checked here, the value only by the image build (Megatron-LM 37f9161 megatron/training/
+# arguments.py: --attention-backend's type is the AttnBackend enum of transformer/enums.py).
+VALUE_CHECKED_IN_THE_IMAGE_ONLY = {"--attention-backend"}
+
+
+def test_the_flags_the_launcher_relies_on_are_enforced_not_stubbed(upstream):
+    reports = [r for r in example_report().values() if "setup_error" not in r]
+    assert reports
+    unenforced = {flag for r in reports for flag in r["unenforced"]}
+    used = {a for r in reports for a in r["train_args"] if a.startswith("--")}
+    assert used & unenforced == VALUE_CHECKED_IN_THE_IMAGE_ONLY
+
+
+IMAGE_EXAMPLES = sorted((REPO_ROOT / "images" / "trainer" / "examples").glob("*.yaml"))
+
+
+def test_the_image_build_check_passes_on_the_bundled_examples_and_fails_on_a_broken_one(upstream, tmp_path):
+    """What the Dockerfile's last step runs: ``rltrainer launch --dry-run --check-args``."""
+    assert [p.stem for p in IMAGE_EXAMPLES] == ["qwen3-30b-a3b-deepep-nvshmem", "qwen3-30b-a3b-nccl"]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(IMAGE_EXAMPLES[1].read_text().replace("megatron_args: []",
+                                                          "megatron_args: [--moe-router-topk-typo, '8']"))
+    cases = [{"name": p.stem, "image_backend": p.stem.removeprefix("qwen3-30b-a3b-"),
+              "launch": ["--dry-run", "--check-args", "--config", str(p), "--miles-dir", str(MILES_DIR),
+                         "--python", sys.executable]} for p in IMAGE_EXAMPLES]
+    cases.append({"name": "broken", "launch": ["--dry-run", "--check-args", "--config", str(broken),
+                                               "--miles-dir", str(MILES_DIR), "--python", sys.executable]})
+    results = {r["name"]: r for r in parse_offline(cases)["results"]}
+    for example in IMAGE_EXAMPLES:
+        assert (results[example.stem]["exit"], results[example.stem]["stderr"]) == (
+            0, "rltrainer launch: Miles' own parser accepts every argument\n")
+    assert (results["broken"]["exit"], results["broken"]["stderr"]) == (
+        2, "rltrainer launch: Miles' argument parser refuses the command: unrecognized arguments: "
+           "--moe-router-topk-typo 8\n")
+
+
+def test_kit_models_map_to_real_miles_model_scripts(upstream):
+    for key, script in MILES_MODEL_SCRIPTS.items():
+        assert key in MODEL_CATALOG, key
+        assert (MILES_DIR / "scripts" / "models" / f"{script}.py").is_file(), script
+    assert not list((MILES_DIR / "scripts" / "models").glob("*.sh"))  # Miles #1910: no .sh any more
+    # Catalog models without a Miles v0.1.0 script must carry megatron_args; say which ones.
+    assert sorted(set(MODEL_CATALOG) - set(MILES_MODEL_SCRIPTS)) == ["mixtral-8x22b", "mixtral-8x7b"]
+
+
+def test_the_pinned_megatron_flex_dispatcher_is_deepep_v1_only(upstream):
+    """Why deepep-gin cannot train: Megatron's flex dispatcher imports DeepEP V1's Buffer."""
+    moe = MEGATRON_DIR / "megatron" / "core" / "transformer" / "moe"
+    fused = (moe / "fused_a2a.py").read_text()
+    assert "from deep_ep import Buffer" in fused
+    assert not [p.name for p in moe.glob("*.py") if "ElasticBuffer" in p.read_text()]
+    assert re.search(r"^class Buffer\b", (UPSTREAM / "deepep-567632d" / "deep_ep" / "buffer.py").read_text(), re.M)
+
+
+def test_image_sources_and_tests_pin_the_same_miles(upstream):
+    dockerfile = (REPO_ROOT / "images" / "trainer" / "Dockerfile").read_text()
+    assert f"ARG MILES_IMAGE=radixark/miles:{MILES_VERSION}" in dockerfile
+    lock = json.loads((MILES_DIR / "release-lock.json").read_text())
+    assert lock["release_branch"] == f"release/{MILES_VERSION}"
+    assert lock["megatron_commit"].startswith(MEGATRON_DIR.name.rsplit("-", 1)[1])
+    miles_dockerfile = (MILES_DIR / "docker" / "Dockerfile").read_text()
+    assert "ARG SGLANG_IMAGE_TAG=v0.5.16" in miles_dockerfile  # the SGLang whose server_args we read

@@ -1,0 +1,139 @@
+"""The RL job as it reaches KubeRay and Ray: retries, the image for the backend, the
+environment every Ray actor gets, and the backends that may train.
+
+Facts from the sources the kit pins:
+
+- KubeRay v1.7.0 RayJob CRD (../shared/crds/kuberay-v1.7.0/ray.io_rayjobs.yaml):
+  ``spec.backoffLimit`` is an int32 with default 0 and no per-exit-code policy, so every
+  failed attempt counts; ``spec.runtimeEnvYAML`` is a string.
+- Megatron-LM 37f9161 (Miles v0.1.0's pin) flex dispatcher imports DeepEP V1's ``Buffer``
+  (tests/manifests/test_miles_contract.py checks the source).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.config import (
+    MAX_BACKOFF_LIMIT,
+    TRAINING_EP_BACKENDS,
+    ConfigError,
+    parse_config,
+    training_ep_backend_problems,
+)
+
+
+def test_deepep_gin_is_refused_for_training_but_stays_a_valid_config_for_the_gate():
+    cfg = parse_config({"gpu_node_groups": {"p5en": {
+        "instance_type": "p5en.48xlarge", "availability_zone": "us-east-1a",
+        "min_size": 0, "desired_size": 2, "max_size": 2}},
+        "training": {"node_group": "p5en", "expert_parallel": {"backend": "deepep-gin"}}})
+    assert [str(p) for p in training_ep_backend_problems(cfg)] == [
+        "training.expert_parallel.backend = 'deepep-gin': DeepEP V2 over NCCL GIN cannot train yet: the "
+        "Megatron-LM that Miles v0.1.0 pins (37f9161) drives DeepEP V1's Buffer in its flex dispatcher "
+        "(megatron/core/transformer/moe/fused_a2a.py) and does not support V2's ElasticBuffer. Fix: use "
+        "deepep-nvshmem (DeepEP V1 over NVSHMEM/libfabric) or nccl for training; "
+        "`rlkit gate --ep-backend deepep-gin` may still benchmark it."]
+    assert TRAINING_EP_BACKENDS == ("nccl", "deepep-nvshmem")
+    for backend in TRAINING_EP_BACKENDS:
+        ok = parse_config({"training": {"expert_parallel": {"backend": backend}}})
+        assert training_ep_backend_problems(ok) == []
+
+
+@pytest.mark.parametrize("value", [-1, MAX_BACKOFF_LIMIT + 1])
+def test_backoff_limit_is_bounded(value):
+    with pytest.raises(ConfigError) as err:
+        parse_config({"training": {"backoff_limit": value}})
+    assert (f"training.backoff_limit = {value}: must be 0 to {MAX_BACKOFF_LIMIT} (each retry starts a new "
+            "Ray cluster on the GPU nodes). Fix: use a small number such as 2; 0 turns retries off.") in str(err.value)
+
+
+def test_backoff_limit_defaults_to_retrying():
+    assert parse_config({}).training.backoff_limit == 2
+
+
+# --- the rendered RayJob ------------------------------------------------------------------------
+
+import functools  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
+
+from infra.config import load_config  # noqa: E402
+from infra.trainer_contract import RAYJOB_ENV, TRAINER_RUNTIME_ENV  # noqa: E402
+from manifests import build_context, placeholder_outputs, render  # noqa: E402
+from tests.support import REPO_ROOT
+
+
+@functools.cache
+def rayjob(example: str) -> dict:
+    cfg = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
+    files = render(build_context(cfg, placeholder_outputs(cfg)))
+    return next(f.obj for f in files if f.kind == "RayJob")
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("example, backend_vars", [
+    ("default", {}),
+    ("p5en-capacity-block", {"NVSHMEM_REMOTE_TRANSPORT": "libfabric", "NVSHMEM_LIBFABRIC_PROVIDER": "efa"}),
+])
+def test_every_ray_actor_gets_the_trainer_and_efa_environment(example, backend_vars):
+    job = rayjob(example)
+    runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
+    assert set(runtime_env) == {"env_vars"}
+    env_vars = runtime_env["env_vars"]
+    expected = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONPATH": "/root/Megatron-LM", "FI_PROVIDER": "efa",
+                "FI_EFA_FORK_SAFE": "1", "NCCL_NET_PLUGIN": "ofi",
+                "NCCL_SOCKET_IFNAME": "^docker,lo,veth,eni,pod-id-link0", **backend_vars}
+    assert {k: env_vars.get(k) for k in expected} == expected
+    # the GPU pods carry the same EFA profile (Ray workers inherit the raylet's environment)...
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    assert {k: v for k, v in env_vars.items() if k not in TRAINER_RUNTIME_ENV} == _env(worker)
+    # ...and the head, where the driver imports Megatron, the trainer variables
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert _env(head) == {**TRAINER_RUNTIME_ENV, "RLTRAINER_RAYJOB": job["metadata"]["name"]}
+
+
+@pytest.mark.parametrize("example, backend", [("default", "nccl"), ("p5en-capacity-block", "deepep-nvshmem")])
+def test_pods_pull_the_image_built_for_the_configured_backend(example, backend):
+    job = rayjob(example)
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    assert head["image"].endswith(f":0.1.0-{backend}") and worker["image"] == head["image"]
+    run_config = yaml.safe_load(load_run_yaml(example))
+    assert run_config["expert_parallel"]["backend"] == backend
+
+
+def load_run_yaml(example: str) -> str:
+    cfg = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
+    return build_context(cfg, placeholder_outputs(cfg)).run_config_yaml
+
+
+def test_the_rayjob_retries_as_configured():
+    assert rayjob("default")["spec"]["backoffLimit"] == 2
+    cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
+    none = cfg.model_copy(update={"training": cfg.training.model_copy(update={"backoff_limit": 0})})
+    job = next(f.obj for f in render(build_context(none, placeholder_outputs(none))) if f.kind == "RayJob")
+    assert job["spec"]["backoffLimit"] == 0
+
+
+def test_the_launcher_may_stop_retries_of_its_own_rayjob_only():
+    """A config error (exit 2) must not be retried by KubeRay: the head's launcher gets the
+    RayJob's name and a Role to patch exactly that RayJob (rltrainer.no_retry)."""
+    cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
+    files = {f.path: f.obj for f in render(build_context(cfg, placeholder_outputs(cfg)))}
+    job = files["rl-job/01-rayjob.yaml"]
+    role = files["rl-job/03-rayjob-retry-role.yaml"]
+    binding = files["rl-job/04-rayjob-retry-rolebinding.yaml"]
+    assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"],
+                              "resourceNames": [job["metadata"]["name"]],
+                              "verbs": ["get", "patch"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": head["serviceAccountName"],
+                                    "namespace": job["metadata"]["namespace"]}]
+    env = {e["name"]: e["value"] for e in head["containers"][0]["env"]}
+    assert env[RAYJOB_ENV] == job["metadata"]["name"]

@@ -1,0 +1,270 @@
+"""Contract tests: the real charts, rendered by the real Helm with the synthesized values, and
+every pod's placement checked against the node groups the templates create.
+
+Charts come from ../shared/charts (the published packages, see its README), else from the cache
+scripts/fetch_artifacts.py fills (tests/support/artifacts.py); Helm is the binary inside the kubectl
+layer package the kit installs. In CI (CI=true) missing charts fail the test; elsewhere the test is
+skipped with a message naming the script to run. Which charts, versions and values: the add-on
+records (infra/addons/).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.support.cdk import EXAMPLES
+from infra import addons as registry
+from infra import names
+from infra.constructs.cluster_addons import chart_values
+from ops import contract, helm, scheduling
+
+
+@pytest.fixture(scope="session")
+def helm_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("helm-cache")
+
+
+@pytest.fixture(scope="session")
+def rendered(synth, chart_dir, helm_cache):
+    """example -> (Synth, templates read back from cdk.out, rendered chart objects)."""
+    cache = {}
+
+    def get(example):
+        if example not in cache:
+            s = synth(example)
+            templates = contract.assembly_templates(s.outdir)
+            releases = helm.chart_releases(templates[s.config.stack_names["cluster"]])
+            objects = contract.render_charts(releases, kubernetes_version=s.config.kubernetes_version,
+                                             chart_dir=chart_dir, cache_dir=helm_cache,
+                                             allow_pull=False)
+            cache[example] = (s, templates, objects)
+        return cache[example]
+
+    return get
+
+
+def run(rendered, example, *, chart_objects=None, templates=None, chart_dir, helm_cache):
+    s, synth_templates, objects = rendered(example)
+    return contract.check_cluster_contract(
+        s.config, s.outdir, chart_dir=chart_dir, cache_dir=helm_cache,
+        chart_objects=objects if chart_objects is None else chart_objects,
+        templates=synth_templates if templates is None else templates)
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_pod_lands_exactly_where_it_should(rendered, example, chart_dir, helm_cache):
+    report = run(rendered, example, chart_dir=chart_dir, helm_cache=helm_cache)
+    assert report.ok, "\n".join(str(f) for f in report.findings)
+    # The check really modelled the things the issue was about.
+    s, _, _ = rendered(example)
+    for node in report.nodes:
+        if node.name == scheduling.SYSTEM_GROUP:
+            continue
+        itype = s.config.gpu_node_groups[node.name].instance_type
+        from infra.catalog import INSTANCE_TYPES
+        assert node.allocatable[scheduling.GPU_RESOURCE] == INSTANCE_TYPES[itype].gpu_count
+        assert node.allocatable[scheduling.EFA_RESOURCE] == INSTANCE_TYPES[itype].efa_devices
+        assert node.allocatable[scheduling.HUGEPAGES_RESOURCE] == names.HUGEPAGES_2MI_MIB * 2**20
+
+
+def test_releases_are_the_pinned_charts(rendered):
+    s, templates, _ = rendered("default")
+    releases = helm.chart_releases(templates[s.config.stack_names["cluster"]])
+    pinned = {(a.chart, a.version) for a in registry.ADDONS if a.enabled_by_default}
+    assert pinned == {("aws-efa-k8s-device-plugin", "v0.5.30"), ("nvidia-device-plugin", "0.20.0"),
+                      ("kuberay-operator", "1.7.0")}
+    assert {(r.chart, r.version) for r in releases} == pinned
+
+
+@pytest.mark.parametrize("key", sorted(a.key for a in registry.ADDONS))
+def test_every_listed_chart_version_renders_and_schedules(rendered, key, chart_dir, helm_cache):
+    """Each version config validation accepts was rendered with the kit's values and checked."""
+    s, templates, objects = rendered("p5en-capacity-block")
+    base = helm.chart_releases(templates[s.config.stack_names["cluster"]])
+    spec = registry.addon(key)
+    assert spec.pinned in spec.tested
+    for version in spec.versions:
+        known = next((r for r in base if r.chart == spec.chart), None)
+        # An add-on this example leaves off gets the values synth would give it.
+        release = helm.ChartRelease(chart=spec.chart, repository=spec.repository,
+                                    version=version, release=spec.release,
+                                    namespace=spec.namespace,
+                                    values=known.values if known else chart_values(
+                                        key, s.config))
+        archive = helm.chart_archive(release, chart_dir=chart_dir,
+                                     helm=helm.helm_binary(s.config.kubernetes_version, helm_cache),
+                                     cache_dir=None, allow_pull=False)
+        mine = helm.render_release(release, archive=archive,
+                                   helm=helm.helm_binary(s.config.kubernetes_version, helm_cache),
+                                   kubernetes_version=s.config.kubernetes_version)
+        others = [o for o in objects
+                  if o.get("metadata", {}).get("namespace") != spec.namespace]
+        report = run(rendered, "p5en-capacity-block", chart_objects=others + mine,
+                     chart_dir=chart_dir, helm_cache=helm_cache)
+        assert report.ok, f"{spec.chart} {version}:\n" + "\n".join(map(str, report.findings))
+        # Every workload the record lists was rendered and lands where the record says.
+        for w in spec.workloads:
+            landed = [groups for pod, groups in report.lands.items()
+                      if pod.endswith(f"/{w.name}")]
+            assert landed, f"{spec.chart} {version} renders no workload {w.name}"
+
+
+def test_dcgm_exporter_has_no_service_monitor_by_default(rendered, chart_dir, helm_cache):
+    """The ServiceMonitor kind exists only with the Prometheus Operator CRDs."""
+    s, _, _ = rendered("default")
+    spec = registry.addon("dcgm_exporter")
+    release = helm.ChartRelease(
+        chart=spec.chart, repository=spec.repository, version=spec.version,
+        release=spec.release, namespace=spec.namespace,
+        values=chart_values("dcgm_exporter", s.config))
+    binary = helm.helm_binary(s.config.kubernetes_version, helm_cache)
+    objects = helm.render_release(release, kubernetes_version=s.config.kubernetes_version,
+                                  helm=binary, archive=helm.chart_archive(
+                                      release, chart_dir=chart_dir, helm=binary, cache_dir=None,
+                                      allow_pull=False))
+    kinds = {o["kind"] for o in objects}
+    assert "DaemonSet" in kinds and "ServiceMonitor" not in kinds
+
+
+# --- deliberately broken inputs: the check must fail, naming the pod, the group and the term ---
+
+
+def _daemonset(objects, name):
+    return next(o for o in objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == name)
+
+
+def test_wrong_toleration_fails_naming_pod_group_and_taint(rendered, chart_dir, helm_cache):
+    _, _, objects = rendered("default")
+    broken = copy.deepcopy(objects)
+    efa = _daemonset(broken, "aws-efa-k8s-device-plugin")
+    efa["spec"]["template"]["spec"]["tolerations"] = [
+        {"key": "nvidia.com/gpu-typo", "operator": "Exists"}]
+    report = run(rendered, "default", chart_objects=broken, chart_dir=chart_dir,
+                 helm_cache=helm_cache)
+    messages = [str(f) for f in report.findings]
+    assert ("DaemonSet kube-system/aws-efa-k8s-device-plugin on node group 'p5': taint "
+            "nvidia.com/gpu=true:NoSchedule is not tolerated") in messages[0]
+    # Without the EFA plugin the GPU pods cannot get their EFA devices either.
+    assert any("requests vpc.amazonaws.com/efa: 32 but the node has none allocatable" in m
+               for m in messages)
+
+
+def test_efa_chart_own_allowlist_without_p6_fails_on_the_p6_example(rendered, chart_dir,
+                                                                     helm_cache):
+    # v0.5.7's own instance-type allowlist has no p6: without the kit's list (the configured
+    # GPU types) its DaemonSet strands the b200 nodes; with the kit's list it lands there.
+    s, templates, objects = rendered("p6-b200-odcr")
+    release = next(r for r in helm.chart_releases(templates[s.config.stack_names["cluster"]])
+                   if r.chart == "aws-efa-k8s-device-plugin")
+    binary = helm.helm_binary(s.config.kubernetes_version, helm_cache)
+    others = [o for o in objects if o["metadata"]["name"] != "aws-efa-k8s-device-plugin"]
+
+    def report_for(values):
+        old = helm.ChartRelease(**{**release.__dict__, "version": "v0.5.7", "values": values})
+        old_objects = helm.render_release(
+            old, archive=helm.chart_archive(old, chart_dir=chart_dir, helm=binary,
+                                            cache_dir=None, allow_pull=False),
+            helm=binary, kubernetes_version=s.config.kubernetes_version)
+        return run(rendered, "p6-b200-odcr", chart_objects=others + old_objects,
+                   chart_dir=chart_dir, helm_cache=helm_cache)
+
+    assert release.values["supportedInstanceLabels"]["values"] == ["p6-b200.48xlarge"]
+    assert report_for(release.values).ok
+    chart_own_list = {k: v for k, v in release.values.items() if k != "supportedInstanceLabels"}
+    report = report_for(chart_own_list)
+    first = str(report.findings[0])
+    assert first.startswith("DaemonSet kube-system/aws-efa-k8s-device-plugin on node group "
+                            "'b200': required node affinity unmet")
+    assert "node.kubernetes.io/instance-type In" in first
+    assert "(node has p6-b200.48xlarge)" in first
+
+
+def _without_gpu_present_label(templates, config, version_below_135=True):
+    broken = copy.deepcopy(templates)
+    for group in config.gpu_node_groups:
+        tpl = broken[names.gpu_stack_name(config.name, group)]
+        for r in tpl["Resources"].values():
+            if r["Type"] == scheduling.NODEGROUP_TYPE:
+                r["Properties"]["Labels"].pop(names.NVIDIA_GPU_PRESENT_LABEL)
+    return broken
+
+
+def test_nvidia_plugin_needs_the_gpu_present_label_before_kubernetes_1_35(
+        rendered, chart_dir, helm_cache):
+    """Today's main: no label, Kubernetes 1.34, NFD off -> no nvidia.com/gpu anywhere."""
+    s, templates, objects = rendered("default")
+    old_config = s.config.model_copy(update={"kubernetes_version": "1.34"})
+    broken = _without_gpu_present_label(templates, s.config)
+    report = contract.check_cluster_contract(old_config, s.outdir, chart_dir=chart_dir,
+                                             cache_dir=helm_cache, chart_objects=objects,
+                                             templates=broken)
+    messages = [str(f) for f in report.findings]
+    assert messages[0].startswith(
+        "DaemonSet nvidia-device-plugin/nvidia-device-plugin on node group 'p5': required node "
+        "affinity unmet")
+    assert "nvidia.com/gpu.present In ['true'] (node has <absent>)" in messages[0]
+    assert any("worker group p5 on node group 'p5': requests nvidia.com/gpu: 8 but the node has "
+               "none allocatable" in m for m in messages)
+    # From 1.35 nodeadm adds the label itself, so the same templates schedule.
+    assert run(rendered, "default", templates=broken, chart_dir=chart_dir,
+               helm_cache=helm_cache).ok
+
+
+def test_missing_huge_pages_fail_the_gpu_pods(rendered, chart_dir, helm_cache):
+    s, templates, _ = rendered("default")
+    broken = copy.deepcopy(templates)
+    tpl = broken[names.gpu_stack_name(s.config.name, "p5")]
+    for r in tpl["Resources"].values():
+        if r["Type"] == scheduling.LAUNCH_TEMPLATE_TYPE:
+            r["Properties"]["LaunchTemplateData"]["UserData"] = {"Fn::Base64": "#!/bin/bash\n"}
+    report = run(rendered, "default", templates=broken, chart_dir=chart_dir,
+                 helm_cache=helm_cache)
+    assert any("worker group p5 on node group 'p5': requests hugepages-2Mi: 5120Mi but the node "
+               "has none allocatable" in str(f) for f in report.findings)
+
+
+def test_small_system_disk_fails_the_head_and_submitter(rendered, chart_dir, helm_cache):
+    s, templates, _ = rendered("default")
+    broken = copy.deepcopy(templates)
+    for r in broken[s.config.stack_names["cluster"]]["Resources"].values():
+        if r["Type"] == scheduling.NODEGROUP_TYPE:
+            r["Properties"]["DiskSize"] = 20
+    report = run(rendered, "default", templates=broken, chart_dir=chart_dir,
+                 helm_cache=helm_cache)
+    failing = {f.pod for f in report.findings}
+    assert {"RayJob qwen3-30b-a3b-grpo head", "RayJob qwen3-30b-a3b-grpo submitter"} <= failing
+
+
+def test_pod_that_could_land_on_the_wrong_group_is_reported(rendered, chart_dir, helm_cache):
+    _, _, objects = rendered("default")
+    broken = copy.deepcopy(objects)
+    dep = next(o for o in broken if o["kind"] == "Deployment")  # the KubeRay operator
+    dep["spec"]["template"]["spec"].pop("nodeSelector")
+    dep["spec"]["template"]["spec"]["tolerations"] = [{"operator": "Exists"}]
+    report = run(rendered, "default", chart_objects=broken, chart_dir=chart_dir,
+                 helm_cache=helm_cache)
+    assert [str(f) for f in report.findings] == [
+        "Deployment kuberay-system/kuberay-operator on node group 'p5': could be scheduled here, "
+        "but it belongs only on ['system']"]
+
+
+def test_node_monitoring_dcgm_without_gpu_tolerations_fails(rendered, chart_dir, helm_cache):
+    """The agent's DCGM DaemonSet tolerates nothing by default: without the kit's values it
+    would miss every GPU node."""
+    import json
+
+    s, templates, _ = rendered("default")
+    broken = copy.deepcopy(templates)
+    for r in broken[s.config.stack_names["cluster"]]["Resources"].values():
+        if r["Type"] == "AWS::EKS::Addon" and \
+                r["Properties"]["AddonName"] == "eks-node-monitoring-agent":
+            r["Properties"]["ConfigurationValues"] = json.dumps({})
+    report = run(rendered, "default", templates=broken, chart_dir=chart_dir,
+                 helm_cache=helm_cache)
+    assert [str(f) for f in report.findings] == [
+        "EKS add-on eks-node-monitoring-agent DCGM DaemonSet on node group 'p5': its tolerations "
+        "[] do not tolerate the taint(s) [{'key': 'nvidia.com/gpu', 'value': 'true', "
+        "'effect': 'NoSchedule'}]. Fix: no GPU health checks there; pass the GPU tolerations as "
+        "dcgmAgent.tolerations (infra/constructs/cluster.py)"]

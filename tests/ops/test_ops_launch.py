@@ -1,0 +1,286 @@
+"""`rlkit launch`, `status`, `logs` against a fake kubectl that records its argv."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ops import launch_cmd, launching
+from test_ops_gate import CONFIG, FakeKubectl, outputs_file  # tests/ is on sys.path (rootdir)
+from tests.support import FIXTURES as TEST_FIXTURES
+
+
+@pytest.fixture
+def kubectl(tmp_path, monkeypatch):
+    return FakeKubectl(tmp_path, monkeypatch)
+
+
+def write_state(tmp_path, ok=True, nodes=2, itype="p5.48xlarge", ep=None, findings=()):
+    d = tmp_path / ".rlkit" / "gt"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "gate.json").write_text(json.dumps({
+        "version": 1, "config": "gt", "finished_at": "2026-03-01T12:00:00+00:00", "ok": ok,
+        "instance_type": itype, "nodes": nodes, "findings": list(findings), "ep": ep}))
+
+
+def run(tmp_path, command, *flags):
+    cfg = tmp_path / "gt.yaml"
+    cfg.write_text(CONFIG)
+    parser = argparse.ArgumentParser(prog="rlkit")
+    launch_cmd.register(parser.add_subparsers(dest="command"))
+    argv = [command, "--config", str(cfg), "--state-dir", str(tmp_path / ".rlkit")]
+    if command == "launch":
+        argv += ["--outputs", str(outputs_file(tmp_path)), "--out", str(tmp_path / "out")]
+    args = parser.parse_args(argv + list(flags))
+    if command == "status":
+        args.poll = 0
+    return args.func(args)
+
+
+def rayjob(status="RUNNING", deployment="Running"):
+    return json.dumps({"metadata": {"name": "qwen3-30b-a3b-grpo"},
+                       "status": {"jobStatus": status, "jobDeploymentStatus": deployment,
+                                  "rayClusterName": "qwen3-30b-a3b-grpo-raycluster-x"}})
+
+
+# --- the gate decides ----------------------------------------------------------------------------
+
+
+def test_refuses_without_a_gate_and_says_what_to_do(tmp_path, kubectl, capsys):
+    assert run(tmp_path, "launch") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Not launching: no fabric gate has run for 'gt'")
+    assert "rlkit gate --config <this config> --outputs cdk-outputs.json" in err
+    assert "--force" in err
+    assert kubectl.calls == []
+
+
+def test_refuses_after_a_failed_gate_naming_the_failures(tmp_path, kubectl, capsys):
+    write_state(tmp_path, ok=False, findings=[{
+        "check": "all-reduce busbw @ 2 GiB", "status": "fail", "measured": "283.9 GB/s",
+        "expected": ">= 393.3 GB/s"}])
+    assert run(tmp_path, "launch") == 1
+    err = capsys.readouterr().err
+    assert "the last fabric gate for 'gt' FAILED (2026-03-01T12:00:00+00:00): all-reduce busbw " \
+           "@ 2 GiB (283.9 GB/s; expected >= 393.3 GB/s)" in err
+    assert kubectl.calls == []
+
+
+def test_refuses_when_the_gate_measured_another_shape(tmp_path, kubectl, capsys):
+    write_state(tmp_path, nodes=4)
+    assert run(tmp_path, "launch") == 1
+    assert "the last gate measured 4 x p5.48xlarge, but the job runs on 2 x p5.48xlarge" in \
+        capsys.readouterr().err
+
+
+def test_force_launches_despite_a_failed_gate(tmp_path, kubectl, capsys):
+    write_state(tmp_path, ok=False)
+    assert run(tmp_path, "launch", "--force") == 0
+    assert "WARNING (--force)" in capsys.readouterr().err
+    assert ["apply", "-f", str(tmp_path / "out/rl-job")] in kubectl.calls
+
+
+# --- applying ------------------------------------------------------------------------------------
+
+
+def test_launch_applies_namespace_shared_fs_claim_then_rayjob(tmp_path, kubectl, capsys):
+    write_state(tmp_path)
+    assert run(tmp_path, "launch") == 0
+    calls = kubectl.calls
+    assert calls[0][:3] == ["get", "rayjob", "qwen3-30b-a3b-grpo"]
+    assert calls[1] == ["apply", "-f", str(tmp_path / "out/00-namespace.yaml"), "-f",
+                        str(tmp_path / "out/01-serviceaccount.yaml")]
+    assert calls[2] == ["apply", "-f", str(tmp_path / "out/02-shared-fs-pv.yaml"), "-f",
+                        str(tmp_path / "out/03-shared-fs-pvc.yaml")]
+    assert calls[3] == ["apply", "-f", str(tmp_path / "out/rl-job")]
+    assert "kind: RayJob" in (tmp_path / "out/rl-job/01-rayjob.yaml").read_text()
+    assert "Launched RayJob qwen3-30b-a3b-grpo" in capsys.readouterr().out
+
+
+def test_uses_the_backend_the_gate_measured_faster(tmp_path, kubectl, capsys):
+    write_state(tmp_path, ep={"shape": {}, "faster": "deepep-nvshmem", "measurements": {
+        "nccl": {"time_us": 9000.0}, "deepep-nvshmem": {"time_us": 4000.0}}})
+    assert run(tmp_path, "launch") == 0
+    out = capsys.readouterr().out
+    assert ("EP backend: deepep-nvshmem (measured faster by the gate (deepep-nvshmem 4.00 ms, "
+            "nccl 9.00 ms); the config says nccl; --ep-backend overrides)") in out
+    assert "deepep" in (tmp_path / "out/rl-job/00-run-config.yaml").read_text()
+
+
+def test_a_gin_backend_the_gate_measured_faster_is_not_used_for_training(tmp_path, kubectl,
+                                                                         capsys):
+    """The gate may benchmark deepep-gin; the pinned Megatron cannot train with it."""
+    write_state(tmp_path, ep={"shape": {}, "faster": "deepep-gin", "measurements": {
+        "nccl": {"time_us": 9000.0}, "deepep-gin": {"time_us": 4000.0}}})
+    assert run(tmp_path, "launch") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Not launching: EP backend deepep-gin (measured faster by the gate")
+    assert "DeepEP V2 over NCCL GIN cannot train yet" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_ep_backend_flag_overrides_the_gate(tmp_path, kubectl, capsys):
+    write_state(tmp_path, ep={"shape": {}, "faster": "deepep-nvshmem", "measurements": {
+        "deepep-nvshmem": {"time_us": 4000.0}}})
+    assert run(tmp_path, "launch", "--ep-backend", "nccl") == 0
+    assert "EP backend: nccl (--ep-backend)" in capsys.readouterr().out
+
+
+def test_existing_rayjob_is_not_replaced_silently(tmp_path, kubectl, capsys):
+    write_state(tmp_path)
+    kubectl.rule(["get", "rayjob"], stdout=rayjob())
+    assert run(tmp_path, "launch") == 1
+    err = capsys.readouterr().err
+    assert "a RayJob named qwen3-30b-a3b-grpo already exists in rl-training (jobStatus RUNNING" in err
+    assert "--replace" in err
+    assert not any(c[0] == "apply" for c in kubectl.calls)
+
+
+def test_replace_deletes_the_old_rayjob_first(tmp_path, kubectl):
+    write_state(tmp_path)
+    kubectl.rule(["get", "rayjob"], stdout=rayjob())
+    assert run(tmp_path, "launch", "--replace") == 0
+    verbs = [c[0] for c in kubectl.calls]
+    assert verbs == ["get", "delete", "apply", "apply", "apply"]
+
+
+def test_launch_dry_run_prints_commands_only(tmp_path, kubectl, capsys):
+    write_state(tmp_path)
+    assert run(tmp_path, "launch", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert kubectl.calls == []
+    assert f"[dry-run] kubectl apply -f {tmp_path}/out/rl-job" in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_kubectl_failure_says_how_to_reach_the_cluster(tmp_path, kubectl, capsys):
+    write_state(tmp_path)
+    kubectl.rule(["get", "rayjob"], rc=1, stderr="error: You must be logged in to the server")
+    assert run(tmp_path, "launch") == 2
+    err = capsys.readouterr().err
+    assert "You must be logged in to the server" in err
+    assert "aws eks update-kubeconfig --name <cluster>" in err
+
+
+# --- status and logs -----------------------------------------------------------------------------
+
+
+def test_status_prints_job_and_deployment_state(tmp_path, kubectl, capsys):
+    kubectl.rule(["get", "rayjob"], stdout=rayjob())
+    assert run(tmp_path, "status") == 0
+    assert capsys.readouterr().out.startswith(
+        "qwen3-30b-a3b-grpo: jobStatus RUNNING, jobDeploymentStatus Running, rayCluster "
+        "qwen3-30b-a3b-grpo-raycluster-x")
+
+
+def test_status_watch_follows_until_the_job_ends(tmp_path, kubectl, capsys):
+    kubectl.rule(["get", "rayjob"], stdout_seq=[rayjob("PENDING", "Initializing"), rayjob(),
+                                                rayjob("FAILED", "Failed")])
+    assert run(tmp_path, "status", "--watch") == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert [l.split(",")[0] for l in lines] == ["qwen3-30b-a3b-grpo: jobStatus PENDING",
+                                                "qwen3-30b-a3b-grpo: jobStatus RUNNING",
+                                                "qwen3-30b-a3b-grpo: jobStatus FAILED"]
+    assert "The job failed. Read its output: rlkit logs" in captured.err
+
+
+def test_status_without_a_job_says_how_to_launch(tmp_path, kubectl, capsys):
+    assert run(tmp_path, "status") == 1
+    assert "No RayJob named qwen3-30b-a3b-grpo in namespace rl-training. Start it with: rlkit " \
+           "launch" in capsys.readouterr().err
+
+
+def test_logs_follow_streams_the_submitter(tmp_path, kubectl, capsys):
+    kubectl.rule(["get", "job"], stdout=json.dumps({"metadata": {"name": "x"}}))
+    kubectl.rule(["logs"], stdout="step 1 reward 0.12\n")
+    assert run(tmp_path, "logs", "-f") == 0
+    assert kubectl.calls[-1] == ["logs", "-n", "rl-training", "job/qwen3-30b-a3b-grpo",
+                                 "--all-containers", "-f"]
+
+
+def test_logs_before_the_submitter_exists(tmp_path, kubectl, capsys):
+    kubectl.rule(["get", "rayjob"], stdout=rayjob("", "Initializing"))
+    assert run(tmp_path, "logs") == 1
+    assert "the Ray cluster is probably still starting" in capsys.readouterr().err
+
+
+def test_gate_verdict_passes_for_a_matching_passed_gate():
+    from infra.config import parse_config
+    import yaml
+
+    cfg = parse_config(yaml.safe_load(CONFIG))
+    state = {"ok": True, "instance_type": "p5.48xlarge", "nodes": 2}
+    assert launching.gate_verdict(state, cfg, __import__("pathlib").Path("g.json")) is None
+
+
+def test_dry_run_previews_without_a_gate_and_says_the_real_run_would_refuse(tmp_path, kubectl,
+                                                                             capsys):
+    assert run(tmp_path, "launch", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("[dry-run] Launch into environment 'gt' (us-east-1)")
+    assert out.splitlines()[1].startswith("[dry-run] the real launch would REFUSE: no fabric "
+                                          "gate has run for 'gt'")
+    assert f"[dry-run] kubectl apply -f {tmp_path}/out/rl-job" in out
+    assert out.rstrip().endswith("without --dry-run this launch would refuse (exit 1) for the "
+                                 "reason at the top.")
+    assert kubectl.calls == []
+
+
+def test_dry_run_after_a_failed_gate_names_the_failure(tmp_path, kubectl, capsys):
+    write_state(tmp_path, ok=False, findings=[{
+        "check": "NCCL network", "status": "fail", "measured": "Socket", "expected": "EFA"}])
+    assert run(tmp_path, "launch", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "the real launch would REFUSE: the last fabric gate for 'gt' FAILED" in out
+    assert "NCCL network (Socket; expected EFA)" in out
+
+
+# --- an unreachable cluster: kubectl's error once, with the hint -----------------------------------
+
+UNREACHABLE = (TEST_FIXTURES / "kubectl" / "unreachable.stderr").read_text()
+
+
+@pytest.mark.parametrize("command", ["status", "logs"])
+def test_unreachable_cluster_error_is_printed_once_with_the_hint(tmp_path, kubectl, capsys,
+                                                                 command):
+    assert UNREACHABLE.count("connection refused") == 5  # what kubectl itself prints
+    kubectl.rule(["get"], rc=1, stderr=UNREACHABLE)
+    assert run(tmp_path, command) == 2
+    err = capsys.readouterr().err
+    assert err.count("127.0.0.1:9") == 1
+    assert "The connection to the server 127.0.0.1:9 was refused" in err
+    assert "memcache.go" not in err
+    assert "Fix: point kubectl at the cluster: aws eks update-kubeconfig --name <cluster>" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_klog_only_errors_are_each_given_once():
+    from ops.kube import error_text
+
+    klog = "\n".join(l for l in UNREACHABLE.splitlines() if l.startswith("E"))
+    assert error_text(klog) == ('couldn\'t get current server API group list: Get '
+                                '"https://127.0.0.1:9/api?timeout=32s": dial tcp 127.0.0.1:9: '
+                                'connect: connection refused')
+    assert error_text("error: You must be logged in to the server (Unauthorized)\n") == \
+        "error: You must be logged in to the server (Unauthorized)"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed here: "
+                    "the real-client check of the unreachable-cluster message did not run")
+def test_real_kubectl_unreachable_error_once(tmp_path, monkeypatch, capsys):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}]}))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert run(tmp_path, "status") == 2
+    err = capsys.readouterr().err
+    assert err.count("127.0.0.1:9") == 1, err
+    assert "update-kubeconfig" in err

@@ -1,0 +1,285 @@
+"""`rlkit plan`: table and JSON output, error texts, and writing the layout into a kit config."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ops.cli import main
+from tests.support import REPO_ROOT
+
+REPO = REPO_ROOT
+P5_EXAMPLE = REPO / "examples" / "p5-2node.yaml"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_table_output(capsys):
+    rc, out, _ = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--nodes", "2", "--top", "3")
+    assert rc == 0
+    for text in ("Qwen3-30B-A3B", "tok/s/GPU", "$/M tok", "Best", "memory per GPU", "step",
+                 "EP backend"):
+        assert text in out
+
+
+def test_json_output(capsys):
+    rc, out, _ = run(capsys, "--model", "deepseek-v3", "--instance", "p5en.48xlarge",
+                     "--max-nodes", "16", "--precision", "fp8", "--bf16-moments", "--json",
+                     "--top", "2")
+    assert rc == 0
+    d = json.loads(out)
+    assert d["model"] == "deepseek-v3" and d["instance_type"] == "p5en.48xlarge"
+    assert len(d["candidates"]) == 2
+    best = d["candidates"][0]
+    assert best["nodes"] <= 16 and best["memory_gib"]["fits"] is True
+    assert best["cost"]["dollars_per_million_tokens"] > 0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "gpt-moe", "--instance", "p5.48xlarge"],
+     "rlkit plan: error: unknown model 'gpt-moe'; known models: deepseek-v3, kimi-k2, "
+     "mixtral-8x22b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b (or describe your own with "
+     "--model-file)"),
+    (["--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes", "8", "--max-nodes", "4"],
+     "rlkit plan: error: --nodes 8 exceeds the quota given by --max-nodes (4)"),
+    (["--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes", "2", "--tp", "3"],
+     "rlkit plan: error: requested layout does not divide: tp=3 does not divide the 32 attention "
+     "heads of qwen3-30b-a3b"),
+    (["--model", "qwen3-30b-a3b", "--instance", "p4d.24xlarge"],
+     "rlkit plan: error: unknown instance type 'p4d.24xlarge'; known: p5.48xlarge, p5e.48xlarge, "
+     "p5en.48xlarge, p6-b200.48xlarge, p6-b300.48xlarge"),
+])
+def test_errors_are_one_clear_line(capsys, argv, message):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2
+    assert out == ""
+    assert err.strip() == message
+
+
+@pytest.fixture
+def config(tmp_path) -> Path:
+    path = tmp_path / "kit.yaml"
+    shutil.copy(P5_EXAMPLE, path)
+    return path
+
+
+def test_write_config_sets_the_training_layout_and_keeps_the_rest(capsys, config):
+    before = config.read_text()
+    original = yaml.safe_load(before)
+    rc, out, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                       "--nodes", "2", "--write-config", str(config), "--node-group", "p5",
+                       "--json")
+    assert rc == 0, err
+    best = json.loads(out)["candidates"][0]
+    data = yaml.safe_load(config.read_text())
+    t = data["training"]
+    assert t["model"] == "qwen3-30b-a3b" and t["node_group"] == "p5" and t["nodes"] == 2
+    lay = best["layout"]
+    assert t["parallel"] == {"tp": lay["tp"], "pp": lay["pp"], "cp": lay["cp"], "ep": lay["ep"],
+                             "etp": lay["etp"], "vpp": lay["vpp"] if lay["vpp"] > 1 else None}
+    assert t["expert_parallel"]["backend"] == best["ep_backend"]["backend"]
+    # every other key unchanged, and the text outside the training block byte-identical
+    for key in original:
+        if key != "training":
+            assert data[key] == original[key], key
+    head = before.split("\ntraining:")[0]
+    assert config.read_text().startswith(head)
+    assert "# Two p5.48xlarge on demand" in config.read_text()
+
+
+def test_written_config_passes_the_kit_config_validation(capsys, config):
+    from infra.config import load_config
+
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--nodes", "2", "--write-config", str(config), "--node-group", "p5")
+    assert rc == 0, err
+    cfg = load_config(config)
+    assert cfg.training.model == "qwen3-30b-a3b"
+    assert cfg.training.nodes == 2
+    assert cfg.training.expert_parallel.backend in ("nccl", "deepep-nvshmem", "deepep-gin")
+
+
+def test_write_config_refuses_a_missing_node_group(capsys, config):
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--nodes", "2", "--write-config", str(config), "--node-group", "p5en")
+    assert rc == 2
+    assert err.strip() == (
+        f"rlkit plan: error: node group 'p5en' is not in gpu_node_groups of {config} (it has: "
+        "p5); add it or pass --node-group with one of those")
+    assert config.read_text() == P5_EXAMPLE.read_text()
+
+
+def test_write_config_refuses_another_instance_type(capsys, config):
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5en.48xlarge",
+                     "--nodes", "2", "--write-config", str(config), "--node-group", "p5")
+    assert rc == 2
+    assert err.strip() == (
+        f"rlkit plan: error: node group 'p5' in {config} runs p5.48xlarge, but the plan is for "
+        "p5en.48xlarge; plan for p5.48xlarge or pick another group")
+    assert config.read_text() == P5_EXAMPLE.read_text()
+
+
+def test_write_config_refuses_more_nodes_than_the_group_allows(capsys, config):
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--nodes", "8", "--write-config", str(config), "--node-group", "p5")
+    assert rc == 2
+    assert "allows at most 4 (max_size)" in err
+
+
+def test_write_config_needs_a_node_group(capsys, config):
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--nodes", "2", "--write-config", str(config))
+    assert rc == 2
+    assert "--write-config needs --node-group NAME" in err
+
+
+def test_write_config_appends_a_training_block_when_there_is_none(capsys, tmp_path):
+    path = tmp_path / "kit.yaml"
+    data = yaml.safe_load(P5_EXAMPLE.read_text())
+    data.pop("training")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    # A model whose weights and checkpoints fit the example's shared filesystem: the writer
+    # refuses a result that fails validation.
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--nodes", "2", "--write-config", str(path), "--node-group", "p5")
+    assert rc == 0, err
+    assert yaml.safe_load(path.read_text())["training"]["model"] == "qwen3-30b-a3b"
+
+
+def test_benchmark_script_runs(capsys):
+    import runpy
+
+    module = runpy.run_path(str(REPO / "benchmarks" / "plan_search.py"))
+    assert module["main"]() == 0
+    out = capsys.readouterr().out
+    assert "DeepSeek-V3" in out and "1024 GPUs" in out
+
+
+# --- RL (GRPO) planning, plot, setup validation ---------------------------------------------
+
+RL_ARGS = ("--rl", "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--max-nodes", "3",
+           "--prompts", "16", "--samples-per-prompt", "8", "--max-response-len", "4096")
+
+
+def test_rl_table_shows_the_breakdown_and_the_best_placement(capsys):
+    rc, out, err = run(capsys, *RL_ARGS)
+    assert rc == 0, err
+    for text in ("GRPO step", "rollout", "sync", "train", "samples/s", "$/step",
+                 "Best placement", "weight sync"):
+        assert text in out
+
+
+def test_rl_json_ranks_by_cost_per_step(capsys):
+    rc, out, err = run(capsys, *RL_ARGS, "--json", "--top", "4")
+    assert rc == 0, err
+    d = json.loads(out)
+    costs = [c["dollars_per_step"] for c in d["candidates"]]
+    assert costs == sorted(costs)
+    best = d["candidates"][0]
+    t = best["time"]
+    assert t["step"] == pytest.approx(t["rollout"] + t["sync"] + t["train"], rel=1e-3)
+    assert {c["placement"] for c in d["best_per_nodes"]} <= {"colocated", "disaggregated"}
+
+
+def test_rl_disaggregated_only(capsys):
+    rc, out, err = run(capsys, *RL_ARGS, "--placement", "disaggregated", "--json")
+    assert rc == 0, err
+    for c in json.loads(out)["candidates"]:
+        assert c["placement"] == "disaggregated"
+        assert c["nodes"] == c["train_nodes"] + c["rollout_nodes"]
+
+
+def test_rl_write_config_writes_the_engine_layout(capsys, config):
+    from infra.config import load_config
+
+    rc, out, err = run(capsys, *RL_ARGS, "--placement", "colocated", "--max-nodes", "2",
+                       "--write-config", str(config), "--node-group", "p5", "--json")
+    assert rc == 0, err
+    best = json.loads(out)["candidates"][0]
+    cfg = load_config(config)
+    assert cfg.training.rollout.gpus_per_engine == best["engine"]["gpus"]
+    assert cfg.training.rollout.ep == best["engine"]["ep"]
+    assert cfg.training.nodes == best["nodes"]
+    assert cfg.training.grpo.rollout_batch_size == 16
+    assert cfg.training.grpo.global_batch_size == 128
+
+
+def test_rl_write_config_refuses_a_disaggregated_plan(capsys, config):
+    rc, _, err = run(capsys, *RL_ARGS, "--placement", "disaggregated", "--write-config",
+                     str(config), "--node-group", "p5")
+    assert rc == 2
+    assert "the kit's launcher runs rollout colocated" in err
+    assert "--placement colocated" in err
+    assert config.read_text() == P5_EXAMPLE.read_text()
+
+
+def test_plot_renders_a_png_from_a_fixed_plan(tmp_path):
+    from infra.planner.plot import PlotData, draw
+
+    data = PlotData(title="fixed plan", nodes=(1, 2, 4), dollars_per_million_tokens=(3.0, 2.5, 2.8),
+                    chosen_nodes=2, chosen_label="colocated, 2x SGLang TP8 EP8",
+                    breakdown=(("rollout", 90.0), ("weight sync", 10.0), ("training", 20.0)))
+    path = draw(data, tmp_path / "plan.png")
+    raw = path.read_bytes()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(raw) > 20_000  # two panels with axes, lines, bars and text
+
+
+def test_plot_from_the_cli(capsys, tmp_path):
+    png = tmp_path / "train.png"
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--max-nodes", "3", "--plot", str(png))
+    assert rc == 0, err
+    assert png.stat().st_size > 20_000
+
+
+def test_plot_without_prices_is_one_clear_error(capsys, tmp_path):
+    rc, _, err = run(capsys, *RL_ARGS[:3], "--instance", "p6-b300.48xlarge", "--max-nodes", "1",
+                     "--plot", str(tmp_path / "x.png"))
+    assert rc == 2
+    assert err.strip() == ("rlkit plan: error: nothing to plot: no layout has a price; "
+                           "pass --price-per-hour")
+
+
+def test_mxfp8_on_hopper_is_refused(capsys):
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--nodes", "1", "--precision", "mxfp8")
+    assert rc == 2
+    assert err.strip() == (
+        "rlkit plan: error: precision='mxfp8' needs Blackwell tensor cores (B200/B300); "
+        "p5.48xlarge has H100, which supports bf16, fp8; use --precision fp8 or a p6 type")
+
+
+def test_mxfp8_on_blackwell_plans(capsys):
+    rc, out, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p6-b200.48xlarge",
+                       "--nodes", "1", "--precision", "mxfp8", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["setup"]["precision"] == "mxfp8"
+
+
+def test_training_setup_rejects_unknown_values():
+    from infra.planner import PlannerError, TrainingSetup
+
+    with pytest.raises(PlannerError) as err:
+        TrainingSetup(precision="fp4", schedule="gpipe", moe_imbalance=0.5)
+    assert str(err.value) == (
+        "invalid training setup: precision='fp4' is not one of bf16, fp8, mxfp8; use one of "
+        "those; schedule='gpipe' is not one of 1f1b, a2a-overlap, dualpipe; use one of those; "
+        "moe_imbalance=0.5 must be a number from 1.0 (balanced routing) to 4.0")
+
+
+def test_rl_setup_rejects_a_broken_batch_invariant():
+    from infra.planner import PlannerError
+    from infra.planner.rl import RLSetup
+
+    with pytest.raises(PlannerError, match="steps_per_rollout=3 does not divide the 256 samples"):
+        RLSetup(prompts=32, samples_per_prompt=8, steps_per_rollout=3)

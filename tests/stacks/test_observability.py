@@ -1,0 +1,370 @@
+"""CloudWatch observability: the add-on, log groups and dashboard in every example's cluster
+stack; the add-on's tolerations against every GPU group; `rlkit status` / `rlkit logs` reading
+CloudWatch (botocore Stubber, no AWS)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from tests.support.cdk import EXAMPLES, REPO_ROOT, resources
+from infra import names
+from infra.config import ConfigError, load_config, parse_config
+from infra.constructs import observability as obs_construct
+from infra.versions import CLOUDWATCH_OBSERVABILITY_ADDON
+from ops import observability, scheduling
+
+import yaml
+
+
+def addon(template: dict) -> tuple[str, dict]:
+    found = {k: v for k, v in resources(template, "AWS::EKS::Addon").items()
+             if v["Properties"]["AddonName"] == CLOUDWATCH_OBSERVABILITY_ADDON}
+    assert len(found) == 1, found
+    return next(iter(found.items()))
+
+
+def log_groups(template: dict) -> dict[str, dict]:
+    return {v["Properties"]["LogGroupName"]: v for v in
+            resources(template, "AWS::Logs::LogGroup").values()
+            if isinstance(v["Properties"].get("LogGroupName"), str)}
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_cluster_stack_carries_addon_log_groups_and_dashboard(synth, example):
+    s = synth(example)
+    cfg = s.config
+    t = s.template("cluster")
+    cluster_name = names.eks_cluster_name(cfg.name)
+
+    # The add-on: Pod Identity with a role that has the policy the CloudWatch docs name.
+    addon_id, a = addon(t)
+    props = a["Properties"]
+    assert "AddonVersion" not in props  # EKS default: versions.py says why nothing is pinned
+    [association] = props["PodIdentityAssociations"]
+    assert association["ServiceAccount"] == "cloudwatch-agent"
+    role = t["Resources"][association["RoleArn"]["Fn::GetAtt"][0]]
+    assert "pods.eks.amazonaws.com" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+    assert "sts:TagSession" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+    assert "CloudWatchAgentServerPolicy" in json.dumps(role["Properties"]["ManagedPolicyArns"])
+    pod_identity_agent = next(k for k, v in resources(t, "AWS::EKS::Addon").items()
+                              if v["Properties"]["AddonName"] == "eks-pod-identity-agent")
+    assert pod_identity_agent in a["DependsOn"]
+
+    # Log groups: the fixed names, the config's retention, the kit's key.
+    groups = log_groups(t)
+    expected = {names.control_plane_log_group(cluster_name)} | {
+        names.container_insights_log_group(cluster_name, kind)
+        for kind in (*names.CONTAINER_INSIGHTS_LOG_KINDS, names.TRAINING_METRICS_LOG_KIND)}
+    assert expected <= set(groups)
+    for name in expected:
+        g = groups[name]["Properties"]
+        assert g["RetentionInDays"] == cfg.observability.log_retention_days, name
+        assert "Fn::GetAtt" in g["KmsKeyId"], name
+        assert g["KmsKeyId"]["Fn::GetAtt"][0] in t["Resources"]
+    key = t["Resources"][groups[names.control_plane_log_group(cluster_name)]["Properties"]
+                         ["KmsKeyId"]["Fn::GetAtt"][0]]
+    assert key["Properties"]["EnableKeyRotation"] is True
+    assert "logs." in json.dumps(key["Properties"]["KeyPolicy"])
+    # The add-on's Fluent Bit writes into the groups: they exist before it.
+    group_ids = {k for k, v in resources(t, "AWS::Logs::LogGroup").items()
+                 if json.dumps(v["Properties"].get("LogGroupName")).strip('"') in expected}
+    assert group_ids <= set(a["DependsOn"])
+
+    # EKS writes its control-plane logs to the group named after the cluster: fixed name, and
+    # the cluster is created after the group.
+    [(cluster_id, cluster)] = resources(t, "AWS::EKS::Cluster").items()
+    assert cluster["Properties"]["Name"] == cluster_name
+    control_plane_id = next(k for k, v in resources(t, "AWS::Logs::LogGroup").items()
+                            if v["Properties"].get("LogGroupName") ==
+                            names.control_plane_log_group(cluster_name))  # == on dicts is safe
+    assert control_plane_id in cluster["DependsOn"]
+
+    # The dashboard and its output.
+    dashboard = next(iter(resources(t, "AWS::CloudWatch::Dashboard").values()))
+    assert dashboard["Properties"]["DashboardName"] == names.dashboard_name(cfg.name)
+    assert t["Outputs"][names.OutputKeys.DASHBOARD_NAME]
+
+
+def dashboard_widgets(template: dict) -> list[dict]:
+    body = next(iter(resources(template, "AWS::CloudWatch::Dashboard").values()))["Properties"][
+        "DashboardBody"]
+    # Fn::Join of literal strings and {"Ref": "AWS::Region"}: put a region in for the check.
+    text = "".join(p if isinstance(p, str) else "us-east-1" for p in body["Fn::Join"][1])
+    return json.loads(text)["widgets"]
+
+
+def test_dashboard_answers_is_my_run_healthy(synth):
+    s = synth("p5-2node")
+    cluster_name = names.eks_cluster_name(s.config.name)
+    widgets = dashboard_widgets(s.template("cluster"))
+    metric_exprs = " ".join(json.dumps(w["properties"].get("metrics", [])) for w in widgets)
+    titles = [w["properties"].get("title", "") for w in widgets]
+    for metric in ("node_gpu_utilization", "node_gpu_memory_utilization", "node_gpu_power_draw",
+                   "node_efa_rx_bytes", "node_efa_tx_bytes", "node_efa_rx_dropped",
+                   "node_status_condition_ready", "cluster_failed_node_count",
+                   "pod_number_of_container_restarts"):
+        assert metric in metric_exprs, metric
+    # Every metric is this environment's cluster only; per-node panels split by node.
+    assert metric_exprs.count(f'ClusterName=\\\\\\"{cluster_name}\\\\\\"') >= 8 or \
+        metric_exprs.count(f'ClusterName=\\"{cluster_name}\\"') >= 8, metric_exprs[:400]
+    assert metric_exprs.count("InstanceId,NodeName}") >= 6
+    assert any("Node replacements" in t for t in titles)
+    logs_widgets = [w for w in widgets if w["type"] == "log"]
+    training = [w for w in logs_widgets if names.container_insights_log_group(
+        cluster_name, names.TRAINING_METRICS_LOG_KIND) in w["properties"]["query"]]
+    assert len(training) == len(obs_construct.TRAINING_QUERIES)
+    fields = " ".join(w["properties"]["query"] for w in training)
+    from rltrainer import metrics as trainer_metrics  # the names the launcher writes
+    emitted = {name for name, _ in trainer_metrics.METRICS.values()}
+    for field in ("reward", "loss", "grad_norm", "rollout_tokens_per_gpu_per_s", "step_time"):
+        assert field in fields and field in emitted, field
+
+
+def test_fluent_bit_output_sends_emf_lines_to_the_training_metrics_group():
+    """The kit's one Fluent Bit file: EMF lines re-tagged out of the application stream and sent
+    alone with the json/emf format (what makes CloudWatch extract metrics), to the group the
+    stack creates."""
+    config = obs_construct.addon_configuration()
+    extra = config["containerLogs"]["fluentBit"]["config"]["extraFiles"]
+    [(file_name, text)] = extra.items()
+    assert file_name > "application-log.conf"  # included after the chart's application input
+    assert "Match               application.*" in text
+    assert 'Rule                $log ^\\{"_aws": training-metrics.$TAG false' in text
+    assert "log_format          json/emf" in text and "log_key             log" in text
+    group = text.split("log_group_name")[1].split("\n")[0].strip()
+    assert group == names.container_insights_log_group("${CLUSTER_NAME}",
+                                                       names.TRAINING_METRICS_LOG_KIND)
+    # The launcher's EMF lines start with the marker the rule matches.
+    from rltrainer import metrics as trainer_metrics
+    line = "[2026-11-30 10:00:00.000 x] log_utils.py:542 - step 3: {'train/loss': 0.5}\n"
+    [(_, emf)] = list(trainer_metrics.emf_lines([line], run="r"))
+    assert emf.startswith('{"_aws":')
+
+
+# --- the add-on's tolerations on every GPU group ------------------------------------------------
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_addon_daemonsets_tolerate_every_gpu_group(synth, example):
+    s = synth(example)
+    nodes = scheduling.node_groups(s.config, s.templates)
+    gpu = [n for n in nodes if n.name in s.config.gpu_node_groups]
+    assert gpu and all(n.taints for n in gpu)  # the check has taints to check
+    assert observability.addon_findings(s.template("cluster"), nodes) == []
+    tolerations = observability.addon_configuration(s.template("cluster"))["tolerations"]
+    for taint in {t["key"] for n in gpu for t in n.taints}:
+        assert any(scheduling._tolerates(tol, {"key": taint, "value": "x", "effect": "NoSchedule"})
+                   for tol in tolerations)
+
+
+def test_narrowed_tolerations_are_reported_per_gpu_group(synth):
+    s = synth("p5-2node")
+    template = json.loads(json.dumps(s.template("cluster")))
+    _, a = addon(template)
+    values = json.loads(a["Properties"]["ConfigurationValues"])
+    values["tolerations"] = [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
+    a["Properties"]["ConfigurationValues"] = json.dumps(values)
+    nodes = scheduling.node_groups(s.config, s.templates)
+    findings = observability.addon_findings(template, nodes)
+    assert sorted(f.node_group for f in findings) == sorted(s.config.gpu_node_groups)
+    assert "nvidia.com/gpu" in str(findings[0]) and "ADDON_TOLERATIONS" in str(findings[0])
+
+
+# --- config --------------------------------------------------------------------------------------
+
+
+def test_observability_off_removes_addon_groups_and_dashboard(synth_config):
+    cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
+    cfg = cfg.model_copy(update={"observability": cfg.observability.model_copy(
+        update={"enabled": False})})
+    s = synth_config(cfg)
+    stacks = s.stacks
+    t = s.templates[cfg.stack_names["cluster"]]
+    assert not [v for v in resources(t, "AWS::EKS::Addon").values()
+                if v["Properties"]["AddonName"] == CLOUDWATCH_OBSERVABILITY_ADDON]
+    assert not resources(t, "AWS::CloudWatch::Dashboard")
+    assert not [g for g in log_groups(t) if g.startswith(("/aws/eks/", "/aws/containerinsights/"))]
+    assert names.OutputKeys.DASHBOARD_NAME not in t["Outputs"]
+    [cluster] = resources(t, "AWS::EKS::Cluster").values()
+    assert cluster["Properties"]["Name"] == cfg.name  # toggling never renames (replaces) it
+    assert stacks
+
+
+def test_retention_must_be_a_cloudwatch_period():
+    raw = yaml.safe_load((REPO_ROOT / "examples" / "default.yaml").read_text())
+    raw["observability"] = {"log_retention_days": 45}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    assert ("observability.log_retention_days = 45: not a CloudWatch Logs retention period "
+            "(1, 3, 5, 7, 14, 30, 60, 90, 120,") in str(err.value)
+    assert "Fix: use one of those, e.g. 60." in str(err.value)
+
+
+def test_two_dcgm_exporters_are_warned_about():
+    from infra.config import config_warnings
+
+    raw = yaml.safe_load((REPO_ROOT / "examples" / "default.yaml").read_text())
+    assert not [w for w in config_warnings(parse_config(raw)) if "dcgm_exporter" in w]
+    raw["addons"] = {**(raw.get("addons") or {}), "dcgm_exporter": {"enabled": True}}
+    [warning] = [w for w in config_warnings(parse_config(raw)) if "dcgm_exporter" in w]
+    assert warning.startswith("addons.dcgm_exporter is on (with no ServiceMonitor) and so is "
+                              "observability: the CloudWatch observability add-on already runs a "
+                              "DCGM exporter")
+    raw["observability"] = {"enabled": False}
+    assert not [w for w in config_warnings(parse_config(raw)) if "dcgm_exporter" in w]
+    # A Prometheus of the team's own scrapes it (the p5-2node example): no warning.
+    raw["observability"] = {"enabled": True}
+    raw["addons"]["dcgm_exporter"]["service_monitor"] = True
+    assert not [w for w in config_warnings(parse_config(raw)) if "dcgm_exporter" in w]
+
+
+# --- rlkit status: dashboard URL and health line ------------------------------------------------
+
+
+CFG = load_config(REPO_ROOT / "examples" / "p5-2node.yaml")
+NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+
+
+def stubbed(service: str):
+    client = boto3.client(service, region_name="us-east-1", aws_access_key_id="x",
+                          aws_secret_access_key="x")
+    return client, Stubber(client)
+
+
+def test_dashboard_url_names_region_and_dashboard():
+    assert observability.dashboard_url(CFG) == (
+        f"https://{CFG.region}.console.aws.amazon.com/cloudwatch/home?region={CFG.region}"
+        f"#dashboards/dashboard/{names.dashboard_name(CFG.name)}")
+
+
+def test_health_line_reports_latest_values_and_problems():
+    cw, stub = stubbed("cloudwatch")
+    queries, dims = observability.health_queries(CFG)
+    assert dims["gpu"] == [{"Name": "ClusterName", "Value": names.eks_cluster_name(CFG.name)}]
+    assert dims["reward"] == [{"Name": "Run", "Value": CFG.training.run_name}]
+    restarts = observability._query(queries[3], dims["restarts"])
+    assert restarts["Expression"] == (
+        "MAX(SEARCH('{ContainerInsights,ClusterName,Namespace,PodName} MetricName="
+        f"\"pod_number_of_container_restarts\" ClusterName=\"{names.eks_cluster_name(CFG.name)}\" "
+        "Namespace=\"rl-training\"', 'Maximum', 60))")
+    values = {"gpu": [87.4, 50.0], "efadrop": [0.0], "failed": [1.0], "restarts": [],
+              "reward": [0.6251], "steptime": [305.7]}
+    stub.add_response("get_metric_data", {"MetricDataResults": [
+        {"Id": k, "Values": v, "Timestamps": [NOW] * len(v), "StatusCode": "Complete"}
+        for k, v in values.items()]}, {
+        "MetricDataQueries": ANY, "StartTime": NOW - observability.HEALTH_WINDOW, "EndTime": NOW,
+        "ScanBy": "TimestampDescending"})
+    with stub:
+        line = observability.health_line(cw, CFG, now=NOW)
+    assert line == ("health, last 15 min: problem (failed nodes): GPU util 87%, EFA rx drops 0, "
+                    "failed nodes 1, container restarts in rl-training n/a, reward 0.625, step time 306 s")
+
+
+def test_health_line_without_data():
+    cw, stub = stubbed("cloudwatch")
+    stub.add_response("get_metric_data", {"MetricDataResults": []}, None)
+    with stub:
+        assert "no data yet" in observability.health_line(cw, CFG, now=NOW)
+
+
+# --- rlkit logs from CloudWatch ------------------------------------------------------------------
+
+
+def record(log: str, pod: str = "qwen3-30b-a3b-grpo-x7k2p", container: str = "ray-job-submitter"):
+    return json.dumps({"log": log + "\n", "stream": "stdout",
+                       "kubernetes": {"pod_name": pod, "container_name": container,
+                                      "namespace_name": "rl-training"}})
+
+
+def test_parse_since():
+    assert observability.parse_since("90s") == dt.timedelta(seconds=90)
+    assert observability.parse_since("2h") == dt.timedelta(hours=2)
+    assert observability.parse_since("3d") == dt.timedelta(days=3)
+    for bad in ("2 hours", "0m", "-1h", "1w", ""):
+        with pytest.raises(ValueError, match="use a number and a unit, e.g. 30m, 2h or 3d"):
+            observability.parse_since(bad)
+
+
+def test_log_query_submitter_or_node():
+    q = observability.log_query(CFG, node=None, submitter_container="ray-job-submitter")
+    cluster = names.eks_cluster_name(CFG.name)
+    assert q.group == f"/aws/containerinsights/{cluster}/application"
+    assert q.filter_pattern == (
+        '{ $.kubernetes.namespace_name = "rl-training" && $.kubernetes.container_name = '
+        f'"ray-job-submitter" && $.kubernetes.pod_name = "{CFG.training.run_name}*" }}')
+    assert q.stream_prefix is None
+    n = observability.log_query(CFG, node="ip-10-0-1-5.ec2.internal", submitter_container="x")
+    assert n.filter_pattern == '{ $.kubernetes.namespace_name = "rl-training" }'
+    assert n.stream_prefix == "ip-10-0-1-5.ec2.internal-" and n.show_source
+
+
+def test_read_logs_pages_in_time_order_and_follows_without_repeats():
+    logs, stub = stubbed("logs")
+    q = observability.log_query(CFG, node="node-a", submitter_container="ray-job-submitter")
+    start = NOW - dt.timedelta(hours=1)
+    t0 = int(start.timestamp() * 1000)
+    base = {"logGroupName": q.group, "startTime": t0, "filterPattern": q.filter_pattern,
+            "logStreamNamePrefix": "node-a-"}
+    stub.add_response("filter_log_events", {
+        "events": [{"eventId": "2", "timestamp": t0 + 20, "message": record("second", container="w")}],
+        "nextToken": "p2"}, base)
+    stub.add_response("filter_log_events", {
+        "events": [{"eventId": "1", "timestamp": t0 + 10, "message": record("first", container="w")}]},
+        {**base, "nextToken": "p2"})
+    # The follow poll starts at the last timestamp: event 2 comes again and is not printed again.
+    stub.add_response("filter_log_events", {"events": [
+        {"eventId": "2", "timestamp": t0 + 20, "message": record("second", container="w")},
+        {"eventId": "3", "timestamp": t0 + 30, "message": "not json"}]},
+        {**base, "startTime": t0 + 20})
+    out, sleeps = io.StringIO(), []
+    with stub:
+        n = observability.read_logs(logs, q, start=start, out=out, follow=True,
+                                    sleep=sleeps.append, max_polls=2)
+    stub.assert_no_pending_responses()
+    assert out.getvalue().splitlines() == ["[qwen3-30b-a3b-grpo-x7k2p/w] first",
+                                           "[qwen3-30b-a3b-grpo-x7k2p/w] second", "not json"]
+    assert n == 3 and sleeps == [5.0]
+
+
+def run_logs(tmp_path, monkeypatch, *flags, logs_client=None):
+    from ops import aws, launch_cmd
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text((REPO_ROOT / "examples" / "p5-2node.yaml").read_text())
+    if logs_client is not None:
+        monkeypatch.setattr(aws, "client", lambda sess, service: logs_client)
+    parser = argparse.ArgumentParser(prog="rlkit")
+    launch_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["logs", "--config", str(cfg), *flags])
+    return args.func(args)
+
+
+def test_rlkit_logs_from_cloudwatch_says_its_source(tmp_path, monkeypatch, capsys):
+    logs, stub = stubbed("logs")
+    stub.add_response("filter_log_events", {"events": [
+        {"eventId": "1", "timestamp": 1, "message": record("rollout 3 done")}]},
+        {"logGroupName": ANY, "startTime": ANY, "filterPattern": ANY})
+    with stub:
+        assert run_logs(tmp_path, monkeypatch, "--source", "cloudwatch", "--since", "2h",
+                        logs_client=logs) == 0
+    out, err = capsys.readouterr()
+    assert out == "rollout 3 done\n"
+    assert err.startswith(f"source: CloudWatch Logs /aws/containerinsights/"
+                          f"{names.eks_cluster_name(CFG.name)}/application, all nodes, filter {{ ")
+
+
+def test_rlkit_logs_missing_group_and_bad_since(tmp_path, monkeypatch, capsys):
+    logs, stub = stubbed("logs")
+    stub.add_client_error("filter_log_events", "ResourceNotFoundException", "not there")
+    with stub:
+        assert run_logs(tmp_path, monkeypatch, "--node", "n1", logs_client=logs) == 2
+    assert "does not exist: the cluster stack is not deployed" in capsys.readouterr().err
+    assert run_logs(tmp_path, monkeypatch, "--since", "yesterday") == 2
+    assert "--since 'yesterday': not a duration" in capsys.readouterr().err
