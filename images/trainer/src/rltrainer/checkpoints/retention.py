@@ -133,6 +133,10 @@ def _remove(root: Path, path: Path) -> str:
         shutil.rmtree(dest, ignore_errors=True)
     else:
         dest.unlink(missing_ok=True)
+    try:
+        dest.parent.rmdir()  # _pruning/ itself, once empty
+    except OSError:
+        pass
     return rel
 
 
