@@ -14,6 +14,7 @@ from __future__ import annotations
 
 try:
     from rltrainer.contract import (
+        DEFAULT_KEEP_LOCAL,
         EP_BACKENDS,
         GIN_TRAINING_RULE,
         METRICS_NAMESPACE,
@@ -34,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - the kit's requirements install 
         "pip install -r requirements.txt, or pip install -e images/trainer") from exc
 
 __all__ = [
-    "EP_BACKENDS", "GIN_TRAINING_RULE", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
+    "DEFAULT_KEEP_LOCAL", "EP_BACKENDS", "GIN_TRAINING_RULE", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
     "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "TRAINER_RUNTIME_ENV",
     "TRAINING_EP_BACKENDS", "RunConfigError", "RunConfigProblem", "parse_run_config",
 ]

@@ -1,6 +1,7 @@
 """`rlkit check`: is this config ready for `cdk deploy`? One verdict, offline.
 
-1. Validates the config (every problem at once) and prints its warnings.
+1. Validates the config (every problem at once) and prints its warnings, and what the shared
+   file system was sized for (weights plus training.checkpoint.keep_local + 1 saves).
 2. Runs the preflight checks that need no AWS call: the Kubernetes version (pinned, its kubectl
    layer installed, not about to leave EKS standard support), cluster access (admin roles), and
    per GPU node group the placement group against reservations and whether the instance type's
@@ -28,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from infra.config import ConfigError, config_warnings, training_ep_backend_problems
+from infra.config.derived import shared_fs_sizing
 from ops import helm, options
 from ops.config_source import describe
 from ops.contract import check_cluster_contract
@@ -64,6 +66,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.output == "text":
         print(f"check: environment {config.name!r} from {source}")
         print("  config: valid")
+        sizing = shared_fs_sizing(config)
+        if sizing is not None:  # validation refused a smaller one; say what it was sized for
+            print(f"  shared file system: {sizing}")
         # A warning the preflight lines below repeat is said there, once, with its check.
         told = [c.detail for c in preflight if c.status == WARN]
         for w in warnings:
@@ -94,6 +99,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "environment": config.name, "config": source, "ok": report.ok,
             "warnings": warnings, "preflight": [c.to_dict() for c in preflight],
+            "shared_filesystem": shared_fs_sizing(config),
             "charts": [f"{r.chart} {r.version}" for r in report.releases],
             "findings": [{"pod": f.pod, "node_group": f.node_group, "problem": f.problem}
                          for f in report.findings],

@@ -27,7 +27,7 @@ from infra.planner import (
     plan,
 )
 from infra.planner.config_writer import write_config
-from infra.trainer_contract import EP_BACKENDS
+from infra.trainer_contract import DEFAULT_KEEP_LOCAL, EP_BACKENDS
 from infra.catalog.fsx import plan_for_model
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
@@ -70,6 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="training precision; mxfp8 needs Blackwell (p6) (bf16)")
     what.add_argument("--bf16-moments", action="store_true",
                       help="Adam moments in BF16 (Megatron --use-precision-aware-optimizer)")
+    what.add_argument("--keep-local", type=_at_least_one, default=DEFAULT_KEEP_LOCAL, metavar="K",
+                      help="finished saves kept on the shared file system (training.checkpoint."
+                           f"keep_local); it is sized for the weights plus K + 1 saves "
+                           f"({DEFAULT_KEEP_LOCAL})")
     what.add_argument("--colocate", action="store_true",
                       help="RL: the rollout engine shares the training GPUs")
     what.add_argument("--rollout-mem-fraction", type=float, default=0.7,
@@ -139,6 +143,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:  # retention never deletes the newest finished save
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     """Plan, print, and optionally write the config and the plot."""
     if args.rl:
@@ -155,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
                          args.node_group)
     except PlannerError as err:
         return _error(err)
-    shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments)
+    shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments,
+                               keep_local=args.keep_local)
     if wants_json(args):
         print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
     else:
@@ -223,7 +235,8 @@ def _run_rl(args: argparse.Namespace) -> int:
             _write_rl_config(args, result)
     except PlannerError as err:
         return _error(err)
-    shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments)
+    shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments,
+                               keep_local=args.keep_local)
     if wants_json(args):
         print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
     else:

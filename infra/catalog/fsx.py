@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.catalog.models import GIB, MODEL_CATALOG, MoEModel, shared_fs_bytes
+from infra.catalog.models import GIB, MODEL_CATALOG, MoEModel, saves_on_disk, shared_fs_bytes
+from infra.trainer_contract import DEFAULT_KEEP_LOCAL
 
 # FSx for Lustre PERSISTENT_2 (SSD): storage capacity is 1200 GiB, 2400 GiB or a multiple of
 # 2400 GiB; throughput per TiB is 125, 250, 500 or 1000 MB/s [Amazon FSx API Reference,
@@ -32,14 +33,23 @@ def valid_shared_fs_capacity_gib(gib: int) -> int:
     return -(-gib // SHARED_FS_CAPACITY_STEP_GIB) * SHARED_FS_CAPACITY_STEP_GIB
 
 
-def shared_fs_required_gib(model_key: str) -> int | None:
-    """GiB the shared file system needs for ``model_key``: the BF16 reference weights plus two
-    checkpoints (weights + optimizer state). None for a model the catalog does not know (the
-    renderer reports that)."""
+def shared_fs_required_gib(model_key: str, keep_local: int = DEFAULT_KEEP_LOCAL) -> int | None:
+    """GiB the shared file system needs for ``model_key``: the BF16 reference weights plus
+    ``keep_local + 1`` checkpoints (weights + optimizer state: the kept saves and the one being
+    written). None for a model the catalog does not know (the renderer reports that)."""
     model = MODEL_CATALOG.get(model_key)
     if model is None:
         return None
-    return -(-shared_fs_bytes(model) // GIB)
+    return -(-shared_fs_bytes(model, keep_local=keep_local) // GIB)
+
+
+_COUNT_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+
+
+def checkpoints_phrase(keep_local: int = DEFAULT_KEEP_LOCAL) -> str:
+    """'two checkpoints' for keep_local 1: the words `rlkit plan` and validation both print."""
+    n = saves_on_disk(keep_local)
+    return f"{_COUNT_WORDS.get(n, str(n))} checkpoints"
 
 # USD per GB-month of PERSISTENT_2 SSD storage, by throughput tier, US East (N. Virginia).
 # 0.145 (125 MB/s/TiB) matches a third-party estimate page (c3x.dev, aws_fsx_lustre_file_system:
@@ -87,18 +97,23 @@ def cost_for(capacity_gib: int, throughput_mb_s_per_tib: int) -> SharedFsCost:
 
 @dataclass(frozen=True)
 class PlannedSharedFs:
-    required_gib: int  # reference weights + two checkpoints of the model
+    required_gib: int  # reference weights + keep_local + 1 checkpoints of the model
     cost: SharedFsCost  # the smallest valid file system holding that, at the default tier
+    keep_local: int = DEFAULT_KEEP_LOCAL
 
     def describe(self) -> str:
-        return (f"Shared file system: the reference weights plus two checkpoints take "
-                f"{self.required_gib:,} GiB -> {self.cost.describe()}")
+        kept = "" if self.keep_local == DEFAULT_KEEP_LOCAL else f" (keep_local {self.keep_local})"
+        return (f"Shared file system: the reference weights plus {checkpoints_phrase(self.keep_local)}{kept} "
+                f"take {self.required_gib:,} GiB -> {self.cost.describe()}")
 
     def to_dict(self) -> dict:
-        return {"required_gib": self.required_gib, **self.cost.to_dict()}
+        return {"required_gib": self.required_gib, "keep_local": self.keep_local,
+                "checkpoints_on_disk": saves_on_disk(self.keep_local), **self.cost.to_dict()}
 
 
-def plan_for_model(model: MoEModel, *, optimizer_bf16_moments: bool = False) -> PlannedSharedFs:
-    """The file system a run of ``model`` needs (what `rlkit plan` proposes) and its cost."""
-    need = -(-shared_fs_bytes(model, optimizer_bf16_moments=optimizer_bf16_moments) // GIB)
-    return PlannedSharedFs(need, cost_for(valid_shared_fs_capacity_gib(need), DEFAULT_THROUGHPUT))
+def plan_for_model(model: MoEModel, *, optimizer_bf16_moments: bool = False,
+                   keep_local: int = DEFAULT_KEEP_LOCAL) -> PlannedSharedFs:
+    """The file system a run of ``model`` needs (what `rlkit plan` proposes) and its cost: the
+    same ``keep_local`` the launcher's retention keeps and config validation checks."""
+    need = -(-shared_fs_bytes(model, optimizer_bf16_moments=optimizer_bf16_moments, keep_local=keep_local) // GIB)
+    return PlannedSharedFs(need, cost_for(valid_shared_fs_capacity_gib(need), DEFAULT_THROUGHPUT), keep_local)

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
+from infra.trainer_contract import DEFAULT_KEEP_LOCAL
+
 
 @dataclass(frozen=True)
 class MoEModel:
@@ -331,13 +333,21 @@ def reference_weights_bytes(model: MoEModel) -> int:
     return model.total_params * BF16_BYTES
 
 
-# A save is written while the newest complete one is kept (restore needs a whole save).
-CHECKPOINTS_KEPT = 2
+# Saves on the file system at once: the launcher keeps the newest ``keep_local`` finished saves
+# (training.checkpoint.keep_local; it deletes older ones once S3 holds them complete) while
+# Megatron writes the next one beside them. The trainer's default keeps one: two saves on disk.
+CHECKPOINTS_KEPT = DEFAULT_KEEP_LOCAL + 1
 
 
-def shared_fs_bytes(model: MoEModel, *, optimizer_bf16_moments: bool = False) -> int:
+def saves_on_disk(keep_local: int = DEFAULT_KEEP_LOCAL) -> int:
+    """Saves the shared file system holds at once with ``keep_local`` kept: those plus the one being written."""
+    return keep_local + 1
+
+
+def shared_fs_bytes(model: MoEModel, *, optimizer_bf16_moments: bool = False,
+                    keep_local: int = DEFAULT_KEEP_LOCAL) -> int:
     """Bytes the shared file system must hold for a run of ``model``: the reference weights plus
-    ``CHECKPOINTS_KEPT`` checkpoints."""
+    ``saves_on_disk(keep_local)`` checkpoints."""
     return (reference_weights_bytes(model)
-            + CHECKPOINTS_KEPT * checkpoint_bytes(model,
-                                                  optimizer_bf16_moments=optimizer_bf16_moments))
+            + saves_on_disk(keep_local) * checkpoint_bytes(model,
+                                                           optimizer_bf16_moments=optimizer_bf16_moments))

@@ -4,7 +4,7 @@ shared file system, where checkpoints are written, and what the file system cost
 from __future__ import annotations
 
 from infra import names
-from infra.catalog.fsx import SharedFsCost, cost_for
+from infra.catalog.fsx import SharedFsCost, checkpoints_phrase, cost_for, shared_fs_required_gib
 from infra.config.model import KitConfig
 
 CHECKPOINT_LOCAL_DIR = "/checkpoints"  # single-node runs without a shared file system
@@ -30,3 +30,18 @@ def config_cost(cfg: KitConfig) -> SharedFsCost | None:
         return None
     fs = cfg.storage.shared_filesystem
     return cost_for(fs.capacity_gib, fs.throughput_mb_s_per_tib)
+
+
+def shared_fs_sizing(cfg: KitConfig) -> str | None:
+    """What the shared file system must hold for this config's run, in the words validation uses
+    (the same ``training.checkpoint.keep_local`` the launcher's retention keeps); None without a
+    file system or for a model the catalog does not know."""
+    if not has_shared_fs(cfg):
+        return None
+    keep = cfg.training.checkpoint.keep_local
+    need = shared_fs_required_gib(cfg.training.model, keep) if keep >= 1 else None
+    if need is None:
+        return None
+    cap = cfg.storage.shared_filesystem.capacity_gib
+    return (f"{cap} GiB holds {cfg.training.model}'s reference weights plus {checkpoints_phrase(keep)} "
+            f"(training.checkpoint.keep_local {keep} kept + the save being written): {need} GiB needed")

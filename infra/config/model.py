@@ -13,6 +13,7 @@ from pydantic import Field
 
 from infra import names
 from infra.catalog.fsx import DEFAULT_THROUGHPUT, SHARED_FS_MIN_CAPACITY_GIB
+from infra.trainer_contract import DEFAULT_KEEP_LOCAL
 from infra.addons.config import AddonsConfig
 from infra.config.base import _Model
 from infra.versions import (
@@ -184,7 +185,8 @@ class SharedFileSystemConfig(_Model):
     capacity_gib: int = Field(
         SHARED_FS_MIN_CAPACITY_GIB,
         description="Storage capacity in GiB: 1200, 2400 or a multiple of 2400 (PERSISTENT_2 SSD). "
-        "Must hold the reference weights plus two checkpoints of the model.",
+        "Must hold the reference weights plus training.checkpoint.keep_local + 1 checkpoints of "
+        "the model (two by default).",
     )
     throughput_mb_s_per_tib: int = Field(
         DEFAULT_THROUGHPUT, description="Throughput per TiB of storage in MB/s: 125, 250, 500 or 1000. The file "
@@ -286,6 +288,16 @@ class GrpoConfig(_Model):
     eps_clip: float = 0.2
 
 
+class CheckpointConfig(_Model):
+    keep_local: int = Field(
+        DEFAULT_KEEP_LOCAL,
+        description="Finished saves the launcher keeps on the shared file system; older ones are "
+        "deleted once S3 holds them complete (never the newest complete one, never the one "
+        "resumed from). The file system is sized for the reference weights plus keep_local + 1 "
+        "saves (the kept ones and the one being written); at least 1.",
+    )
+
+
 class TrainingConfig(_Model):
     run_name: str = Field("qwen3-30b-a3b-grpo", description="Name of the RL run (DNS label).")
     model: str = Field("qwen3-30b-a3b", description="Model key (see `rlkit plan --help`).")
@@ -305,6 +317,11 @@ class TrainingConfig(_Model):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     expert_parallel: ExpertParallelConfig = Field(default_factory=ExpertParallelConfig)
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    checkpoint: CheckpointConfig = Field(
+        default_factory=CheckpointConfig,
+        description="What the launcher keeps of the run's saves on the shared file system (every "
+        "complete save stays in S3).",
+    )
     image: str | None = Field(
         None, description="Trainer image URI; default: the data stack's ECR repository at image_tag."
     )

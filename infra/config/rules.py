@@ -15,6 +15,7 @@ from infra.catalog.fsx import (
     SHARED_FS_CAPACITY_STEP_GIB,
     SHARED_FS_MIN_CAPACITY_GIB,
     SHARED_FS_THROUGHPUTS,
+    checkpoints_phrase,
     shared_fs_required_gib,
     valid_shared_fs_capacity_gib,
 )
@@ -206,13 +207,19 @@ def _validate_shared_filesystem(cfg: KitConfig, add) -> None:
                     f"a multiple of {SHARED_FS_CAPACITY_STEP_GIB} GiB",
                     f"use {valid_shared_fs_capacity_gib(max(cap, 1))}, the next valid size"))
         return
-    need = shared_fs_required_gib(t.model)
+    keep = t.checkpoint.keep_local
+    need = shared_fs_required_gib(t.model, keep) if keep >= 1 else None
     if need is not None and cap < need:
+        kept = ("the newest complete save stays" if keep == 1 else
+                f"the newest {keep} complete saves stay (training.checkpoint.keep_local)")
+        fix = f"set capacity_gib: {valid_shared_fs_capacity_gib(need)}"
+        if keep > 1:
+            fix += f", or keep fewer saves (training.checkpoint.keep_local: {keep - 1} needs " \
+                   f"{shared_fs_required_gib(t.model, keep - 1)} GiB)"
         add(problem(f"{path}.capacity_gib", cap,
-                    f"too small for {t.model}: its reference weights plus two checkpoints "
-                    f"(weights + optimizer state; the newest complete save stays while the next is "
-                    f"written) take {need} GiB",
-                    f"set capacity_gib: {valid_shared_fs_capacity_gib(need)}"))
+                    f"too small for {t.model}: its reference weights plus {checkpoints_phrase(keep)} "
+                    f"(weights + optimizer state; {kept} while the next is written) take {need} GiB",
+                    fix))
 
 
 

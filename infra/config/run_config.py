@@ -32,6 +32,8 @@ def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
             # On the shared file system every pod mounts (the head uploads what workers save).
             "local_dir": checkpoint_local_dir(cfg),
             "save_interval": CHECKPOINT_SAVE_INTERVAL,
+            # retention on the shared file system, the same K its size is checked against
+            "keep_local": t.checkpoint.keep_local,
         },
         "data": {"prompt_data": prompt_data, "input_key": "prompt", "label_key": "label"},
         "grpo": {

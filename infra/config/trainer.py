@@ -48,6 +48,7 @@ _RUN_CONFIG_PATHS = (
     ("model.name", "training.model"),
     ("data.prompt_data", "training.prompt_data"),
     ("run_name", "training.run_name"),
+    ("checkpoint.keep_local", "training.checkpoint.keep_local"),
     ("grpo", "training.grpo"),
     ("expert_parallel", "training.expert_parallel"),
     ("parallel", "training.parallel"),

@@ -112,3 +112,36 @@ def test_run_config_checkpoints_on_the_shared_file_system_in_one_place():
                            "training": {"nodes": 1, "hf_checkpoint": "/models/Qwen3-30B-A3B"}})
     doc = run_config_document(single, itype, bucket="b", prompt_data="/data/x.jsonl")
     assert doc["checkpoint"]["local_dir"] == "/checkpoints"
+
+
+def test_keep_local_sizes_the_file_system_and_reaches_the_run_config():
+    """Retention keeps training.checkpoint.keep_local saves; validation sizes for those plus the one
+    being written, and names the cheaper fix too (issue 21: "validation, rlkit plan and rlkit check
+    size the file system from the same K")."""
+    from infra.catalog import INSTANCE_TYPES
+    from infra.config.derived import shared_fs_sizing
+    from infra.config.run_config import run_config_document
+
+    model = MODEL_CATALOG["qwen3-30b-a3b"]
+    assert shared_fs_required_gib("qwen3-30b-a3b", 2) == -(
+        -(reference_weights_bytes(model) + 3 * checkpoint_bytes(model)) // GIB) == 1252
+    assert problems({"training": {"checkpoint": {"keep_local": 2}}}, "storage.shared_filesystem") == [
+        "storage.shared_filesystem.capacity_gib = 1200: too small for qwen3-30b-a3b: its reference "
+        "weights plus three checkpoints (weights + optimizer state; the newest 2 complete saves stay "
+        "(training.checkpoint.keep_local) while the next is written) take 1252 GiB. Fix: set "
+        "capacity_gib: 2400, or keep fewer saves (training.checkpoint.keep_local: 1 needs 854 GiB)."]
+    cfg = parse_config({"training": {"checkpoint": {"keep_local": 2}},
+                        "storage": {"shared_filesystem": {"capacity_gib": 2400}}})
+    itype = INSTANCE_TYPES[cfg.gpu_node_groups[cfg.training.node_group].instance_type]
+    doc = run_config_document(cfg, itype, bucket="b", prompt_data="/fsx/datasets/x.jsonl")
+    assert doc["checkpoint"]["keep_local"] == 2
+    assert shared_fs_sizing(cfg) == (
+        "2400 GiB holds qwen3-30b-a3b's reference weights plus three checkpoints "
+        "(training.checkpoint.keep_local 2 kept + the save being written): 1252 GiB needed")
+    assert parse_config({}).training.checkpoint.keep_local == 1
+
+
+def test_keep_local_below_one_is_the_trainers_refusal_on_the_kit_path():
+    assert problems({"training": {"checkpoint": {"keep_local": 0}}}, "training") == [
+        "training.checkpoint.keep_local = 0: the trainer refuses it: must be >= 1. "
+        "Fix: use a value of at least 1."]

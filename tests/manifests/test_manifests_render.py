@@ -475,7 +475,8 @@ def test_run_config_follows_the_trainer_schema(name):
     # Every example has the shared file system: saves and inputs are where every pod sees them.
     assert run["checkpoint"] == {
         "s3_uri": f"s3://{PLACEHOLDER}/checkpoints/{t.run_name}/",
-        "local_dir": f"/fsx/checkpoints/{t.run_name}", "save_interval": 20}
+        "local_dir": f"/fsx/checkpoints/{t.run_name}", "save_interval": 20,
+        "keep_local": t.checkpoint.keep_local}
     assert run["data"] == {"prompt_data": f"/fsx/{t.prompt_data}",
                            "input_key": "prompt", "label_key": "label"}
     assert run["grpo"] == t.grpo.model_dump()

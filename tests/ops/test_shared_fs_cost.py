@@ -74,3 +74,19 @@ def test_preflight_shows_the_monthly_cost(aws, tmp_path, capsys):  # noqa: F811
         else:
             assert "Shared file system: FSx for Lustre PERSISTENT_2, 2400 GiB at 250 MB/s/TiB" in out
             assert "~$504/month" in out
+
+
+def test_plan_sizes_the_file_system_from_keep_local(capsys):
+    """`rlkit plan --keep-local K` sizes for the weights plus K + 1 saves, as validation does."""
+    assert plan_for_model(MODEL_CATALOG["qwen3-30b-a3b"], keep_local=2).required_gib == 1252
+    args = ["plan", "--model", "qwen3-30b-a3b", "--instance", "p5en.48xlarge", "--nodes", "2",
+            "--top", "1", "--keep-local", "2"]
+    assert main(args) == 0
+    assert ("Shared file system: the reference weights plus three checkpoints (keep_local 2) take "
+            "1,252 GiB -> FSx for Lustre PERSISTENT_2, 2400 GiB") in capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    fs = json.loads(capsys.readouterr().out)["shared_filesystem"]
+    assert (fs["keep_local"], fs["checkpoints_on_disk"], fs["capacity_gib"]) == (2, 3, 2400)
+    with pytest.raises(SystemExit):
+        main([*args[:-1], "0"])
+    assert "must be at least 1, got 0" in capsys.readouterr().err

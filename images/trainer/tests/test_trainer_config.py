@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ def test_fixture_is_valid_and_fills_defaults():
         del minimal["grpo"][key]
     cfg = parse_run_config(minimal)
     assert (cfg.checkpoint.local_dir, cfg.checkpoint.save_interval) == ("/checkpoints", 20)
+    assert cfg.checkpoint.keep_local == 1  # the newest finished save; the kit sizes its file system from it
     assert (cfg.data.input_key, cfg.data.label_key) == ("prompt", "label")
     assert cfg.model.megatron_args == ()
     assert cfg.expert_parallel.backend == "nccl"
@@ -177,7 +179,7 @@ def test_every_problem_is_reported_at_once_in_order():
         '  - model.megatron_args[49] = "--tensor-model-parallel-size=2": the launcher sets '
         "--tensor-model-parallel-size from parallel.training.tp. Fix: remove it from megatron_args and set "
         "parallel.training.tp instead.",
-        "  - checkpoint.save_intervall = 10: unknown key (allowed here: s3_uri, local_dir, save_interval). "
+        "  - checkpoint.save_intervall = 10: unknown key (allowed here: s3_uri, local_dir, save_interval, keep_local). "
         "Fix: remove it or rename it to `save_interval`.",
         '  - checkpoint.s3_uri = "my-bucket/checkpoints": must be an s3:// URI with a bucket and a prefix. '
         "Fix: use e.g. s3://my-bucket/checkpoints/qwen3-30b-a3b-grpo/.",
@@ -196,7 +198,7 @@ def test_wrong_types_and_missing_sections():
         "model = (missing): this section is required. Fix: add a `model:` mapping with keys name, hf_checkpoint, "
         "megatron_args.",
         "checkpoint = (missing): this section is required. Fix: add a `checkpoint:` mapping with keys s3_uri, "
-        "local_dir, save_interval.",
+        "local_dir, save_interval, keep_local.",
         "data = (missing): this section is required. Fix: add a `data:` mapping with keys prompt_data, input_key, "
         "label_key.",
         "grpo = (missing): this section is required. Fix: add a `grpo:` mapping with keys num_rollout, "
@@ -242,3 +244,16 @@ def test_divisors_in_fix_texts_stay_fast_for_huge_gpu_counts():
     assert _divisors(12) == [1, 2, 3, 4, 6, 12]
     assert _divisors(8 * 10**9)[:4] == [1, 2, 4, 5]
     assert _divisors(10**18 + 3)[:1] == [1]  # bounded scan: returns at once
+
+
+def test_keep_local_is_a_whole_number_of_at_least_one():
+    """Retention never deletes the newest finished save, so keeping none is refused."""
+    data = base()
+    data["checkpoint"]["keep_local"] = 3
+    assert parse_run_config(data).checkpoint.keep_local == 3
+    for bad, rule in ((0, "must be >= 1. Fix: use a value of at least 1."),
+                      ("two", "must be an integer. Fix: write a whole number >= 1, e.g. `keep_local: 1`.")):
+        data["checkpoint"]["keep_local"] = bad
+        with pytest.raises(ConfigError) as exc:
+            parse_run_config(data)
+        assert [str(p) for p in exc.value.problems] == [f"checkpoint.keep_local = {json.dumps(bad)}: {rule}"]

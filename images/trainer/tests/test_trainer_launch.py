@@ -259,6 +259,9 @@ def test_full_launch_stages_inputs_trains_uploads_and_resumes(tmp_path: Path, aw
     data["data"]["prompt_data"] = "s3://my-bucket/datasets/prompts.jsonl"
     data["checkpoint"]["local_dir"] = str(local)
     data["checkpoint"]["s3_uri"] = "s3://my-bucket/checkpoints/run1/"
+    # keep every save locally: this test compares the restored save after the resumed run
+    # trained on (retention has its own tests: test_trainer_retention.py)
+    data["checkpoint"]["keep_local"] = 4
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump(data))
     argv = ["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable, "--upload-interval", "0.1"]
@@ -503,6 +506,9 @@ def test_a_missing_bucket_stops_before_training(tmp_path: Path, aws):
     assert launch_main(["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable],
                        out=io.StringIO(), err=err, mounts_file=lustre_mounts(tmp_path)) == 4
     assert err.getvalue() == (
+        # striping comes first (before anything is written there); no lfs on a test machine
+        f"rltrainer: no lfs command here; not striping {tmp_path / 'ckpt'} across storage targets (only "
+        "Lustre needs it: single-target ENOSPC, awsome-distributed-ai #1225)\n"
         "rltrainer launch: preparing the run failed, nothing was started: NoSuchBucket: An error occurred "
         "(NoSuchBucket) when calling the ListObjectsV2 operation: The specified bucket does not exist\n"
     )

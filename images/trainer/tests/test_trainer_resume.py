@@ -210,7 +210,10 @@ def test_two_launchers_on_one_directory_save_upload_die_and_resume_exactly(tmp_p
     data = yaml.safe_load(QWEN.read_text())
     data["model"]["hf_checkpoint"] = "/models/tiny"
     data["data"]["prompt_data"] = "/data/prompts.jsonl"
-    data["checkpoint"] = {"s3_uri": f"s3://{BUCKET}/runs/r1/", "local_dir": str(shared), "save_interval": 2}
+    # keep_local 3: every save stays local, so the saves of A can be compared after B trained on
+    # (retention has its own tests: test_trainer_retention.py, test_trainer_soak.py)
+    data["checkpoint"] = {"s3_uri": f"s3://{BUCKET}/runs/r1/", "local_dir": str(shared), "save_interval": 2,
+                          "keep_local": 3}
     data["grpo"]["num_rollout"] = 6
     data["parallel"] = {"nodes": 1, "gpus_per_node": 8, "training": {"tp": 1, "pp": 1, "cp": 1, "ep": 8, "etp": 1},
                         "rollout": {"gpus_per_engine": 8, "ep": 8}}

@@ -12,9 +12,16 @@ Steps, in order:
    ``<checkpoint.local_dir>/_inputs/`` -- on a multi-node run that directory must be on
    storage every node mounts, like the checkpoint directory itself (Miles' multi-node
    notes: model, data and checkpoints on a path all nodes can read);
-3. restore the newest complete checkpoint from S3 (``checkpoints.prepare_resume``);
-4. start the checkpoint watcher, run the Miles command, forward SIGTERM/SIGINT to it;
-5. when it exits, upload what finished since the last scan and exit with its code.
+3. stripe the checkpoint directory across Lustre's storage targets (``checkpoints.stripe``),
+   restore the newest complete checkpoint from S3 (``checkpoints.prepare_resume``) and delete
+   local saves beyond ``checkpoint.keep_local`` that S3 holds (``checkpoints.retention``); a
+   run whose saves already reach its last rollout trains nothing and only uploads;
+4. start the checkpoint watcher (which applies the same retention after every upload), run the
+   Miles command, forward SIGTERM/SIGINT to it;
+5. when it exits, upload what finished since the last scan and exit with its code. A run that
+   finished whose final upload fails retries the upload with backoff (``--final-upload-attempts``),
+   not the job: if it still fails, KubeRay's retries are stopped (each would start a fresh GPU
+   cluster only to upload), and the exact command that uploads the save is printed.
 
 ``--dry-run`` does none of 2-5: it prints the command and environment that would run.
 ``--check-args`` (with or without ``--dry-run``) also parses the Miles arguments with
@@ -31,8 +38,9 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path, PurePosixPath
-from typing import Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
 from . import metrics
 from .contract import (
@@ -280,6 +288,10 @@ def build_parser(prog: str = "rltrainer launch") -> argparse.ArgumentParser:
     p.add_argument("--python", default="python3", help="interpreter that runs train.py (default python3)")
     p.add_argument("--upload-interval", type=float, default=30.0, metavar="SECONDS",
                    help="how often to look for finished saves to upload (default 30)")
+    p.add_argument("--final-upload-attempts", type=int, default=6, metavar="N",
+                   help="after a finished run, try the upload of its remaining saves up to N times (default 6)")
+    p.add_argument("--final-upload-delay", type=float, default=30.0, metavar="SECONDS",
+                   help="first wait between those attempts; it doubles, up to 300 s (default 30)")
     p.add_argument("--check-args", action="store_true",
                    help="parse the Miles arguments with Miles' own parser (Megatron, Miles and SGLang definitions; "
                         "needs megatron and miles importable, as in the image) and exit 2 on any mismatch")
@@ -287,7 +299,8 @@ def build_parser(prog: str = "rltrainer launch") -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None, *,
-         image_backend: str | None = None, mounts_file: str = MOUNTS_FILE) -> int:
+         image_backend: str | None = None, mounts_file: str = MOUNTS_FILE,
+         sleep: Callable[[float], None] = time.sleep) -> int:
     """Launch a Miles GRPO run from the run config.
 
     ``image_backend`` is the expert-parallel backend the image was built for; the console
@@ -297,7 +310,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     """
     out = out or sys.stdout
     err = err or sys.stderr
-    code = _launch(argv, out, err, image_backend=image_backend, mounts_file=mounts_file)
+    code = _launch(argv, out, err, image_backend=image_backend, mounts_file=mounts_file, sleep=sleep)
     if code == EXIT_CONFIG:
         from .no_retry import stop_retries
 
@@ -306,7 +319,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
 
 
 def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
-            image_backend: str | None, mounts_file: str) -> int:
+            image_backend: str | None, mounts_file: str, sleep: Callable[[float], None]) -> int:
     args = build_parser().parse_args(argv)
     if image_backend is None:
         image_backend = os.environ.get(IMAGE_BACKEND_ENV)
@@ -361,16 +374,25 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         print(f"rltrainer launch: {storage}.", file=err)
         return EXIT_CONFIG
 
-    from .checkpoints import CheckpointWatcher, RetryPolicy, S3CheckpointStore, prepare_resume
+    from .checkpoints import (
+        CheckpointWatcher,
+        Retention,
+        RetryPolicy,
+        S3CheckpointStore,
+        prepare_resume,
+        stripe_across_targets,
+    )
 
     from botocore.exceptions import BotoCoreError, ClientError
 
+    retention = Retention(keep_local=cfg.checkpoint.keep_local)
     try:
+        stripe_across_targets(cfg.checkpoint.local_dir, err)
         hf, data = stage_inputs(cfg, log=err)
         # Miles writes a data cursor with every save unless the global dataset is off.
         store = S3CheckpointStore(cfg.checkpoint.s3_uri, retry=RetryPolicy(log=err), progress_stream=err,
                                   require_data_cursor="--disable-rollout-global-dataset" not in model_args)
-        resume = prepare_resume(store, cfg.checkpoint.local_dir, log=err)
+        resume = prepare_resume(store, cfg.checkpoint.local_dir, log=err, retention=retention)
     except (ClientError, BotoCoreError, OSError, RuntimeError, ValueError) as exc:
         # Before training nothing is lost yet: say what failed instead of a traceback.
         print(f"rltrainer launch: preparing the run failed, nothing was started: {type(exc).__name__}: {exc}",
@@ -378,24 +400,66 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         return EXIT_PREPARE
     print(f"rltrainer: start point: {resume.source}"
           + (f" iteration {resume.iteration}" if resume.iteration is not None else ""), file=err, flush=True)
+    watcher = CheckpointWatcher(store, cfg.checkpoint.local_dir, interval_s=args.upload_interval, log=err,
+                                retention=retention)
+    if resume.start_rollout_id is not None and resume.start_rollout_id >= cfg.grpo.num_rollout:
+        # Miles trains rollouts start..num_rollout-1 and always saves the last one: this run is
+        # done (e.g. an attempt whose final upload failed). Upload what is left; train nothing.
+        print(f"rltrainer: the run is finished (iteration {resume.iteration} is its last rollout, "
+              f"grpo.num_rollout = {cfg.grpo.num_rollout}); not training again, only uploading its saves",
+              file=err, flush=True)
+        return _finish_uploads(watcher, cfg, 0, args, err, sleep, scan_first=True)
     cmd = build_train_command(cfg, hf_checkpoint=hf, prompt_data=data, miles_dir=args.miles_dir,
                               python=args.python, ray_address=args.ray_address, model_args=model_args,
                               start_rollout_id=resume.start_rollout_id)
     print(f"rltrainer: model arguments from {model_args_source}", file=err, flush=True)
     print("rltrainer: running:\n" + cmd.shell(), file=err, flush=True)
-    watcher = CheckpointWatcher(store, cfg.checkpoint.local_dir, interval_s=args.upload_interval, log=err)
     code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed")
+    return _finish_uploads(watcher, cfg, code, args, err, sleep)
+
+
+def _final_scan(watcher, err: TextIO, *, stop: bool) -> list:
+    """Upload what finished since the last scan; the saves still missing from S3 (["?"] if unknown)."""
     try:
-        watcher.stop(final_scan=True)
-        missing = watcher.pending()
+        if stop:
+            watcher.stop(final_scan=True)
+        else:
+            watcher.scan_once()
+        return watcher.pending()
     except Exception as exc:  # noqa: BLE001 - report, but keep the trainer's exit code
         print(f"rltrainer: final checkpoint scan failed: {exc}", file=err, flush=True)
-        missing = ["?"]
-    if missing:
-        print(f"rltrainer: finished saves not in S3 after the final upload: {missing}; "
-              f"they remain in {cfg.checkpoint.local_dir}", file=err, flush=True)
-        code = code or EXIT_UPLOAD
-    return code
+        return ["?"]
+
+
+def _finish_uploads(watcher, cfg: RunConfig, code: int, args, err: TextIO, sleep: Callable[[float], None],
+                    scan_first: bool = False) -> int:
+    """The exit path: upload the last saves; a finished run retries the upload, not the job."""
+    missing = _final_scan(watcher, err, stop=not scan_first)
+    attempt, delay = 1, args.final_upload_delay
+    # Only a run that trained to the end retries here: after a failed run KubeRay's retry has
+    # training left to do anyway, and its resume uploads the local save first.
+    while missing and code == 0 and attempt < args.final_upload_attempts:
+        print(f"rltrainer: the run finished but saves {missing} are not in S3 yet; upload attempt "
+              f"{attempt + 1}/{args.final_upload_attempts} in {delay:g}s", file=err, flush=True)
+        sleep(delay)
+        missing = _final_scan(watcher, err, stop=False)
+        attempt, delay = attempt + 1, min(300.0, delay * 2)
+    if not missing:
+        return code
+    print(f"rltrainer: finished saves not in S3 after the final upload: {missing}; "
+          f"they remain in {cfg.checkpoint.local_dir}", file=err, flush=True)
+    if code == 0:
+        from .no_retry import stop_retries
+
+        # A KubeRay retry would start a whole GPU cluster only to find the run finished; the
+        # save is on the shared file system (retained), so upload it from any pod that mounts it.
+        stop_retries(err, why="training finished but its last upload failed",
+                     then="upload the save by hand (below); nothing is left to train")
+        iterations = " ".join(str(i) for i in missing if isinstance(i, int)) or "<N>"
+        print(f"rltrainer: to upload by hand, for each iteration N in {iterations}: rltrainer checkpoint upload "
+              f"--s3-uri {cfg.checkpoint.s3_uri} --local-dir {cfg.checkpoint.local_dir} --iteration N",
+              file=err, flush=True)
+    return code or EXIT_UPLOAD
 
 
 if __name__ == "__main__":  # python -m rltrainer.launch

@@ -10,7 +10,9 @@ configured retries.
 
 The kit's manifests name the RayJob in ``RLTRAINER_RAYJOB`` (the RayJob's runtime env) and let
 the trainer ServiceAccount get and patch that one RayJob (``rl-job/03-rayjob-retry-role.yaml``).
-Outside such a RayJob this does nothing.
+Outside such a RayJob this does nothing. The launcher also stops the retries of a run that
+trained to the end but could not upload its last save (``rltrainer.launch``): a retry would
+start a whole GPU cluster only to upload.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ TIMEOUT_S = 10.0
 
 def stop_retries(log: TextIO, *, rayjob: str | None = None, api_url: str | None = None,
                  service_account_dir: Path = SERVICE_ACCOUNT_DIR,
-                 timeout_s: float = TIMEOUT_S) -> bool:
+                 timeout_s: float = TIMEOUT_S, why: str = "configuration error",
+                 then: str = "fix the config and launch again") -> bool:
     """Set ``spec.backoffLimit`` of this run's RayJob to 0; True when the API accepted it.
 
     Never raises: a failure here must not hide the configuration error being reported.
@@ -58,6 +61,6 @@ def stop_retries(log: TextIO, *, rayjob: str | None = None, api_url: str | None 
         print(f"rltrainer: could not stop KubeRay's retries of RayJob {rayjob} ({exc}); it may run "
               "this failing configuration again up to its backoffLimit", file=log, flush=True)
         return False
-    print(f"rltrainer: configuration error: RayJob {rayjob} will not be retried (backoffLimit "
-          "set to 0); fix the config and launch again", file=log, flush=True)
+    print(f"rltrainer: {why}: RayJob {rayjob} will not be retried (backoffLimit "
+          f"set to 0); {then}", file=log, flush=True)
     return True

@@ -44,10 +44,18 @@ Rules:
   were being written when the pod died -- are moved to ``<local_dir>/_quarantine/``, so a torn
   save is never published later.
 
+- On a versioned bucket the manifest (format v3) records each object's S3 VersionId and
+  restore downloads exactly those versions: a second writer that puts the same keys after the
+  manifest exists cannot change what a restore reads.
+- Locally, saves that S3 holds complete are deleted beyond the newest ``keep_local``, and
+  quarantined torn saves are bounded (``retention``), so a run that saves for days stays
+  inside the file system the kit sized for it.
+
 The package, by concern: ``layout`` (names and paths), ``retry`` (which S3 errors to retry),
 ``progress``, ``manifest`` (``_COMPLETE.json`` and checksums), ``local`` (the tracker, whole
 and torn saves), ``store`` (``S3CheckpointStore``), ``resume`` (``prepare_resume``,
-``CheckpointWatcher``).
+``CheckpointWatcher``), ``retention`` (what stays on the local file system), ``stripe``
+(Lustre striping of the checkpoint directory).
 """
 
 from .layout import (
@@ -57,6 +65,7 @@ from .layout import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     QUARANTINE_MARKER,
+    VERSIONED_MANIFEST_FORMAT,
     TRACKER_FILE,
     iter_dirname,
     rollout_state_relpath,
@@ -84,8 +93,10 @@ from .manifest import (
 )
 from .progress import Progress, human_bytes
 from .resume import CheckpointWatcher, ResumeResult, prepare_resume
+from .retention import Retention
 from .retry import RETRYABLE_CODES, RetryPolicy, is_retryable
 from .store import S3CheckpointStore, UploadResult
+from .stripe import stripe_across_targets
 
 __all__ = [
     "CHECKSUM_ALGORITHM",
@@ -104,9 +115,11 @@ __all__ = [
     "ManifestError",
     "Progress",
     "ResumeResult",
+    "Retention",
     "RetryPolicy",
     "S3CheckpointStore",
     "UploadResult",
+    "VERSIONED_MANIFEST_FORMAT",
     "check_local_save",
     "checkpoint_files",
     "entry_matches",
@@ -123,5 +136,6 @@ __all__ = [
     "rollout_state_relpath",
     "s3_crc32",
     "sha256_file",
+    "stripe_across_targets",
     "write_tracker",
 ]

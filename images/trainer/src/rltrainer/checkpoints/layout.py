@@ -11,11 +11,15 @@ MANIFEST_NAME = "_COMPLETE.json"
 QUARANTINE_MARKER = "_QUARANTINED.json"
 LOCAL_QUARANTINE_DIR = "_quarantine"
 MANIFEST_FORMAT = "rltrainer.checkpoint/v2"
+# v2 plus each object's S3 VersionId: written when the bucket is versioned, so that restore reads
+# exactly the objects the manifest describes even if a second writer later puts the same keys.
+VERSIONED_MANIFEST_FORMAT = "rltrainer.checkpoint/v3"
 LEGACY_MANIFEST_FORMAT = "rltrainer.checkpoint/v1"  # sha256 per file; still restorable
 CHECKSUM_ALGORITHM = "CRC32"
 ITER_DIR = re.compile(r"^iter_(\d{7})$")
 MARKER_KEY = re.compile(r"iter_(\d{7})/(" + re.escape(MANIFEST_NAME) + "|" + re.escape(QUARANTINE_MARKER) + r")$")
 STAGING_DIR = "_restore_staging"
+PRUNING_DIR = "_pruning"  # saves being deleted (retention): renamed here first, then removed
 
 
 def iter_dirname(iteration: int) -> str:

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .layout import LEGACY_MANIFEST_FORMAT, MANIFEST_FORMAT, iter_dirname, rollout_state_relpath
+from .layout import (
+    LEGACY_MANIFEST_FORMAT,
+    MANIFEST_FORMAT,
+    VERSIONED_MANIFEST_FORMAT,
+    iter_dirname,
+    rollout_state_relpath,
+)
 
 
 class ManifestError(ValueError):
@@ -34,7 +40,8 @@ class FileEntry:
 
     ``crc32`` is S3's base64 CRC32 of the object (``part_size == 0``: single-part upload, the
     CRC32 of the whole file; otherwise the CRC32 of the CRC32s of ``part_size``-byte parts).
-    ``sha256`` is set instead only in legacy v1 manifests.
+    ``sha256`` is set instead only in legacy v1 manifests. ``version_id`` is the S3 VersionId
+    of the object the upload wrote (v3 manifests; None where the bucket kept no version).
     """
 
     path: str  # relative to the checkpoint root (local_dir / S3 prefix), POSIX separators
@@ -42,14 +49,19 @@ class FileEntry:
     crc32: str = ""
     part_size: int = 0
     sha256: str = ""
+    version_id: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self, versioned: bool = False) -> dict:
         if self.sha256:
             return {"path": self.path, "size": self.size, "sha256": self.sha256}
-        return {"path": self.path, "size": self.size, "crc32": self.crc32, "part_size": self.part_size}
+        body = {"path": self.path, "size": self.size, "crc32": self.crc32, "part_size": self.part_size}
+        if versioned:
+            body["version_id"] = self.version_id
+        return body
 
 
 _V2_FILE_KEYS = frozenset({"path", "size", "crc32", "part_size"})
+_V3_FILE_KEYS = _V2_FILE_KEYS | {"version_id"}
 _V1_FILE_KEYS = frozenset({"path", "size", "sha256"})
 _TOP_REQUIRED = frozenset({"format", "iteration", "files"})
 _TOP_OPTIONAL = frozenset({"created_at", "total_bytes"})
@@ -76,17 +88,24 @@ class Manifest:
     created_at: str = ""
     format: str = MANIFEST_FORMAT
 
+    @classmethod
+    def of(cls, iteration: int, files: tuple[FileEntry, ...], created_at: str = "") -> "Manifest":
+        """A new manifest: v3 (versions pinned) when S3 returned a VersionId for any file, else v2."""
+        fmt = VERSIONED_MANIFEST_FORMAT if any(f.version_id for f in files) else MANIFEST_FORMAT
+        return cls(iteration=iteration, files=files, created_at=created_at, format=fmt)
+
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
     def to_json(self) -> str:
+        versioned = self.format == VERSIONED_MANIFEST_FORMAT
         body = {
             "format": self.format,
             "iteration": self.iteration,
             "created_at": self.created_at,
             "total_bytes": self.total_bytes,
-            "files": [f.to_json() for f in self.files],
+            "files": [f.to_json(versioned) for f in self.files],
         }
         return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
@@ -104,8 +123,8 @@ class Manifest:
         if missing or unknown:
             raise ManifestError(f"{where}: missing keys {missing}, unknown keys {unknown}")
         fmt = body["format"]
-        if fmt not in (MANIFEST_FORMAT, LEGACY_MANIFEST_FORMAT):
-            raise ManifestError(f"{where}: format {fmt!r} is not {MANIFEST_FORMAT!r}")
+        if fmt not in (VERSIONED_MANIFEST_FORMAT, MANIFEST_FORMAT, LEGACY_MANIFEST_FORMAT):
+            raise ManifestError(f"{where}: format {fmt!r} is not {VERSIONED_MANIFEST_FORMAT!r} or {MANIFEST_FORMAT!r}")
         iteration = body["iteration"]
         if not _is_int(iteration) or iteration < 0:
             raise ManifestError(f"{where}: iteration must be a non-negative integer, got {iteration!r}")
@@ -115,7 +134,7 @@ class Manifest:
         files = body["files"]
         if not isinstance(files, list) or not files:
             raise ManifestError(f"{where}: files must be a non-empty list, got {files!r}"[:300])
-        wanted_keys = _V2_FILE_KEYS if fmt == MANIFEST_FORMAT else _V1_FILE_KEYS
+        wanted_keys = {VERSIONED_MANIFEST_FORMAT: _V3_FILE_KEYS, MANIFEST_FORMAT: _V2_FILE_KEYS}.get(fmt, _V1_FILE_KEYS)
         own_dir = iter_dirname(iteration) + "/"
         entries: list[FileEntry] = []
         seen: set[str] = set()
@@ -137,12 +156,16 @@ class Manifest:
             seen.add(path)
             if not _is_int(size) or size < 0:
                 raise ManifestError(f"{label}.size must be a non-negative integer, got {size!r}")
-            if fmt == MANIFEST_FORMAT:
+            if fmt != LEGACY_MANIFEST_FORMAT:
                 if not _crc32_ok(f["crc32"]):
                     raise ManifestError(f"{label}.crc32 must be a base64 CRC32 (4 bytes), got {f['crc32']!r}")
                 if not _is_int(f["part_size"]) or f["part_size"] < 0:
                     raise ManifestError(f"{label}.part_size must be a non-negative integer, got {f['part_size']!r}")
-                entries.append(FileEntry(path=path, size=size, crc32=f["crc32"], part_size=f["part_size"]))
+                version = f.get("version_id")
+                if version is not None and (not isinstance(version, str) or not version):
+                    raise ManifestError(f"{label}.version_id must be an S3 VersionId or null, got {version!r}")
+                entries.append(FileEntry(path=path, size=size, crc32=f["crc32"], part_size=f["part_size"],
+                                         version_id=version))
             else:
                 if not isinstance(f["sha256"], str) or not _SHA256.match(f["sha256"]):
                     raise ManifestError(f"{label}.sha256 must be 64 lowercase hex digits, got {f['sha256']!r}")

@@ -18,6 +18,7 @@ from .local import (
     write_tracker,
 )
 from .manifest import CorruptCheckpoint, IncompleteCheckpoint, ManifestError
+from .retention import Retention
 from .store import S3CheckpointStore
 
 
@@ -45,7 +46,8 @@ def _newest_whole_local(root: Path, *, below: int, require_data_cursor: bool) ->
     return None
 
 
-def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO | None = None) -> ResumeResult:
+def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO | None = None,
+                   retention: Retention | None = None) -> ResumeResult:
     """Make ``local_dir`` hold the newest complete checkpoint before training starts.
 
     0. Saves above the tracker (torn by the stop) are moved to ``_quarantine/``.
@@ -55,11 +57,24 @@ def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO 
     2. If S3 has a newer complete checkpoint than the local tracker, download it and point the
        tracker at it; a bad one is quarantined and the next-newest is tried.
     3. Otherwise start from what is local, or fresh from the reference weights.
+    4. With a ``retention`` policy, torn saves just moved aside are bounded first (so that a
+       restore has room), and once the start point is settled, older local saves that S3
+       holds are deleted (never the start point itself).
     """
     out = log or sys.stderr
     root = Path(local_dir)
     root.mkdir(parents=True, exist_ok=True)
     quarantine_above_tracker(root, out)
+    if retention is not None:
+        retention.bound_quarantine(root, out)
+    result = _resume(store, root, out)
+    if retention is not None:
+        retention.prune(root, store.list_complete(), protect=[] if result.iteration is None else [result.iteration],
+                        log=out)
+    return result
+
+
+def _resume(store: S3CheckpointStore, root: Path, out: TextIO) -> ResumeResult:
     uploaded: list[int] = []
     skipped: list[int] = []
     local = read_tracker(root)
@@ -105,18 +120,21 @@ class CheckpointWatcher:
 
     A save is ready once the tracker has reached it and ``check_local_save`` passes (its
     data cursor is written). A failed upload is logged and retried on the next scan; it
-    never stops training.
+    never stops training. With a ``retention`` policy, each scan then deletes the local saves
+    the policy allows (``checkpoints.retention``): only ones S3 holds complete.
     """
 
     def __init__(self, store: S3CheckpointStore, local_dir: str | Path, interval_s: float = 30.0,
-                 log: TextIO | None = None):
+                 log: TextIO | None = None, retention: Retention | None = None):
         self.store = store
         self.local_dir = Path(local_dir)
         self.interval_s = interval_s
         self.log = log or sys.stderr
         self.uploaded: list[int] = []
         self.failures: list[tuple[int, str]] = []
+        self.retention = retention
         self._known: set[int] | None = None  # complete (or quarantined) in S3: never uploaded again
+        self._complete: set[int] = set()  # complete in S3 (manifest, no quarantine marker): may be pruned
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._scan_lock = threading.Lock()
@@ -125,6 +143,7 @@ class CheckpointWatcher:
         if self._known is None:
             manifests, quarantined = self.store._markers()
             self._known = manifests | quarantined
+            self._complete = manifests - quarantined
         return self._known
 
     def scan_once(self) -> list[int]:
@@ -151,11 +170,18 @@ class CheckpointWatcher:
                           file=self.log, flush=True)
                     continue
                 known.add(iteration)
+                if result.status != "quarantined":
+                    self._complete.add(iteration)
                 if result.status != "uploaded":
                     continue
                 self.uploaded.append(iteration)
                 done_now.append(iteration)
                 print(f"rltrainer: {iter_dirname(iteration)} is complete in {self.store.uri}", file=self.log, flush=True)
+            if self.retention is not None:
+                try:
+                    self.retention.prune(self.local_dir, self._complete, log=self.log)
+                except OSError as exc:  # a failed delete must not stop uploads; the next scan tries again
+                    print(f"rltrainer: pruning local saves failed, will retry: {exc}", file=self.log, flush=True)
             return done_now
 
     def pending(self) -> list[int]:

@@ -179,16 +179,18 @@ class S3CheckpointStore:
             entries.append(self._upload_file(root / rel, rel, sizes[rel], progress))
         progress.finish()
         # The manifest names the objects as they are now: if a concurrent writer replaced one
-        # while we uploaded the rest, do not publish a mix.
+        # while we uploaded the rest, do not publish a mix. On a versioned bucket the manifest
+        # also pins each object's version, so a writer that comes after it changes nothing.
         for entry in entries:
-            now = self._head_checksum(self.key(entry.path))
-            if now != (entry.size, entry.crc32):
+            head = self._head(self.key(entry.path))
+            now = (*self._size_and_crc(head), head.get("VersionId") or None)
+            if now != (entry.size, entry.crc32, entry.version_id):
                 skip = self._skip_reason(iteration)
                 if skip:
                     return skip
                 raise IncompleteCheckpoint(f"s3://{self.bucket}/{self.key(entry.path)} changed during the upload "
                                            f"of {iter_dirname(iteration)} (another writer?); not publishing it")
-        manifest = Manifest(iteration=iteration, files=tuple(entries), created_at=stamp())
+        manifest = Manifest.of(iteration, tuple(entries), created_at=stamp())
         body = manifest.to_json().encode("utf-8")
         try:
             self.retry.call(
@@ -261,7 +263,11 @@ class S3CheckpointStore:
             raise IncompleteCheckpoint(f"{path} changed size during its upload ({size} -> {got_size} bytes)")
         # S3 says which kind of checksum it kept; without that (moto), the part size decides
         part_size = 0 if head.get("ChecksumType") == "FULL_OBJECT" else self._part_size(size)
-        return FileEntry(path=rel, size=size, crc32=crc, part_size=part_size)
+        # S3 returns a VersionId on a versioned bucket ("null" for objects put while versioning
+        # was off or suspended, which a later put overwrites in place: nothing to pin then)
+        version = head.get("VersionId")
+        version = version if version and version != "null" else None
+        return FileEntry(path=rel, size=size, crc32=crc, part_size=part_size, version_id=version)
 
     # -- restore
 
@@ -309,13 +315,17 @@ class S3CheckpointStore:
             def attempt() -> None:
                 progress.rewind(got[0])
                 got[0] = 0
-                self.client.download_file(self.bucket, key, str(tmp), Callback=callback, Config=self.transfer_config)
+                # exactly the version the manifest recorded (v3), not whatever the key holds now
+                extra = {"VersionId": entry.version_id} if entry.version_id else None
+                self.client.download_file(self.bucket, key, str(tmp), ExtraArgs=extra, Callback=callback,
+                                          Config=self.transfer_config)
 
             try:
                 self.retry.call(f"download s3://{self.bucket}/{key}", attempt)
             except ClientError as exc:
-                if _error_code(exc) in ("404", "NoSuchKey", "NotFound"):
-                    raise CorruptCheckpoint(f"s3://{self.bucket}/{key} is missing") from None
+                if _error_code(exc) in ("404", "NoSuchKey", "NotFound", "NoSuchVersion"):
+                    what = f" (version {entry.version_id})" if entry.version_id else ""
+                    raise CorruptCheckpoint(f"s3://{self.bucket}/{key}{what} is missing") from None
                 raise
             if entry_matches(tmp, entry):
                 return

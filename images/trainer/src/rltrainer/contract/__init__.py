@@ -38,6 +38,7 @@ from .names import (
 from .problems import MISSING, ConfigError, Problem, render_value
 from .rules import expert_count_problems, load_run_config, parse_run_config, parse_s3_uri
 from .schema import (
+    DEFAULT_KEEP_LOCAL,
     DEFAULT_LOCAL_DIR,
     DEFAULT_SAVE_INTERVAL,
     OWNED_FLAGS,
@@ -55,7 +56,7 @@ from .schema import (
 )
 
 __all__ = [
-    "DEFAULT_LOCAL_DIR", "DEFAULT_SAVE_INTERVAL", "EP_BACKENDS", "GIN_TRAINING_FIX", "GIN_TRAINING_RULE",
+    "DEFAULT_KEEP_LOCAL", "DEFAULT_LOCAL_DIR", "DEFAULT_SAVE_INTERVAL", "EP_BACKENDS", "GIN_TRAINING_FIX", "GIN_TRAINING_RULE",
     "IMAGE_BACKEND_ENV", "MEGATRON_DIR", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "MISSING",
     "OWNED_FLAGS", "RAYJOB_ENV", "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "SCHEMA_EXAMPLE",
     "TRAINER_RUNTIME_ENV", "TRAINING_EP_BACKENDS",

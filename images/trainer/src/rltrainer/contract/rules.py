@@ -40,6 +40,7 @@ from .reader import Reader
 from .schema import (
     CHECKPOINT_KEYS,
     DATA_KEYS,
+    DEFAULT_KEEP_LOCAL,
     DEFAULT_LOCAL_DIR,
     DEFAULT_SAVE_INTERVAL,
     EXPERT_PARALLEL_KEYS,
@@ -145,8 +146,10 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
             r.add("checkpoint.local_dir", local, "must be an absolute path", f"use e.g. {DEFAULT_LOCAL_DIR}")
             local = None
         interval = r.integer(c, "save_interval", "checkpoint", default=DEFAULT_SAVE_INTERVAL)
-        if s3 is not None and local is not None and interval is not None:
-            checkpoint = CheckpointConfig(s3_uri=s3 if s3.endswith("/") else s3 + "/", local_dir=local, save_interval=interval)
+        keep = r.integer(c, "keep_local", "checkpoint", default=DEFAULT_KEEP_LOCAL)
+        if s3 is not None and local is not None and interval is not None and keep is not None:
+            checkpoint = CheckpointConfig(s3_uri=s3 if s3.endswith("/") else s3 + "/", local_dir=local,
+                                          save_interval=interval, keep_local=keep)
 
     # data
     data_cfg = None

@@ -16,6 +16,7 @@ checkpoint:
   s3_uri: s3://my-bucket/checkpoints/qwen3-30b-a3b-grpo/
   local_dir: /checkpoints
   save_interval: 20
+  keep_local: 1
 data:
   prompt_data: s3://my-bucket/datasets/dapo-math-17k.jsonl
   input_key: prompt
@@ -42,6 +43,11 @@ expert_parallel:
 
 DEFAULT_LOCAL_DIR = "/checkpoints"
 DEFAULT_SAVE_INTERVAL = 20
+# Whole saves kept on the local (shared) file system once a newer one is complete in S3. One is
+# the least that keeps a save to resume from without a download; with the save being written
+# beside it that is two saves on disk, what the kit sizes the file system for (docs/operations.md,
+# "A run that saves for a week").
+DEFAULT_KEEP_LOCAL = 1
 
 # Flags the launcher derives from the config. Passing one of them again through
 # model.megatron_args would silently fight the config (argparse keeps the last one),
@@ -82,7 +88,7 @@ OWNED_FLAGS: dict[str, str] = {
 # The keys each section allows (anything else is an error).
 TOP_KEYS = ("run_name", "model", "checkpoint", "data", "grpo", "parallel", "expert_parallel")
 MODEL_KEYS = ("name", "hf_checkpoint", "megatron_args")
-CHECKPOINT_KEYS = ("s3_uri", "local_dir", "save_interval")
+CHECKPOINT_KEYS = ("s3_uri", "local_dir", "save_interval", "keep_local")
 DATA_KEYS = ("prompt_data", "input_key", "label_key")
 GRPO_KEYS = (
     "num_rollout",
@@ -135,6 +141,7 @@ class CheckpointConfig:
     s3_uri: str
     local_dir: str = DEFAULT_LOCAL_DIR
     save_interval: int = DEFAULT_SAVE_INTERVAL
+    keep_local: int = DEFAULT_KEEP_LOCAL
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,155 @@
+"""Keeping the local checkpoint directory inside its file system for a run that saves for days.
+
+Megatron keeps every save it writes, and the launcher moves torn saves to ``_quarantine/`` on
+the same file system. The kit sizes that file system for the reference weights plus
+``keep_local + 1`` saves (the kept ones and the one being written), so without a policy the
+run stops at the first save that does not fit, and every retry hits the same wall.
+
+The policy, applied by the upload watcher after each scan and by the resume before training:
+
+- A local save is deleted only when S3 holds it complete (its manifest is written), it is
+  older than the newest ``keep_local`` finished saves (at or below Megatron's tracker), it is
+  not the newest save complete in S3, not the one the tracker points at (the one restored or
+  resumed from) and not one the caller protects. A save above the tracker is being written and
+  is never touched here.
+- Deleting is two steps: the save's directory and data cursor are first renamed into
+  ``_pruning/`` (one rename each, atomic on one file system), then removed. A pod that dies
+  half way through a delete leaves a partial tree only under ``_pruning/``, never a partial
+  ``iter_*`` directory that a later resume could mistake for a save; the next prune clears it.
+- Quarantine is bounded: at most ``keep_quarantined`` batches of torn saves stay (newest
+  first), and fewer when the file system's free space is below what the next save needs (the
+  size of the newest finished save): a torn save kept for inspection must never be what makes
+  the next save fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, TextIO
+
+from .layout import LOCAL_QUARANTINE_DIR, PRUNING_DIR, iter_dirname, rollout_state_relpath
+from .local import local_iterations, read_tracker
+
+
+def disk_free_bytes(path: Path) -> int:
+    """Free bytes on the file system that holds ``path`` (what an unprivileged writer may use)."""
+    return shutil.disk_usage(path).free
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes in the regular files under ``path`` (0 when it does not exist)."""
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            if not os.path.islink(full):
+                total += os.path.getsize(full)
+    return total
+
+
+def save_bytes(local_dir: Path, iteration: int) -> int:
+    """Bytes of one local save: its directory and its data cursor."""
+    return tree_bytes(local_dir / iter_dirname(iteration)) + tree_bytes(local_dir / rollout_state_relpath(iteration))
+
+
+@dataclass
+class Retention:
+    """How many saves and quarantined torn saves stay on the local file system."""
+
+    keep_local: int = 1
+    keep_quarantined: int = 1
+    free_bytes: Callable[[Path], int] = disk_free_bytes
+
+    def __post_init__(self) -> None:
+        if self.keep_local < 1:
+            # the newest finished save is the resume point that needs no download; never delete it
+            raise ValueError(f"keep_local must be >= 1, got {self.keep_local}")
+        if self.keep_quarantined < 0:
+            raise ValueError(f"keep_quarantined must be >= 0, got {self.keep_quarantined}")
+
+    def prunable(self, local_dir: str | Path, complete_in_s3: Iterable[int], protect: Iterable[int] = ()) -> list[int]:
+        """The local saves this policy would delete now, ascending."""
+        root = Path(local_dir)
+        tracker = read_tracker(root)
+        if tracker is None:
+            return []  # no finished save yet, or a restore is under way: nothing is safe to delete
+        complete = set(complete_in_s3)
+        finished = [i for i in local_iterations(root) if i <= tracker]
+        keep = set(finished[-self.keep_local:]) | {tracker} | set(protect)
+        if complete:
+            keep.add(max(complete))
+        return [i for i in finished if i in complete and i not in keep]
+
+    def prune(self, local_dir: str | Path, complete_in_s3: Iterable[int], protect: Iterable[int] = (),
+              log: TextIO | None = None) -> list[int]:
+        """Delete what ``prunable`` names, then bound the quarantine; returns the iterations deleted."""
+        root = Path(local_dir)
+        out = log or sys.stderr
+        _clear_pruning(root)
+        doomed = self.prunable(root, complete_in_s3, protect)
+        for iteration in doomed:
+            _delete_save(root, iteration)
+        if doomed:
+            print(f"rltrainer: deleted local {', '.join(iter_dirname(i) for i in doomed)} (complete in S3; "
+                  f"keeping the newest {self.keep_local} finished save(s) on {root})", file=out, flush=True)
+        self.bound_quarantine(root, out)
+        return doomed
+
+    def bound_quarantine(self, local_dir: str | Path, log: TextIO | None = None) -> list[str]:
+        """Delete quarantine batches beyond ``keep_quarantined`` and any that crowd out the next save."""
+        root = Path(local_dir)
+        qroot = root / LOCAL_QUARANTINE_DIR
+        if not qroot.is_dir():
+            return []
+        batches = sorted(p for p in qroot.iterdir() if p.is_dir())  # named by UTC stamp: oldest first
+        removed: list[str] = []
+        while batches and len(batches) > self.keep_quarantined:
+            removed.append(_remove(root, batches.pop(0)))
+        if batches:
+            finished = [i for i in local_iterations(root) if i <= (read_tracker(root) or -1)]
+            need = save_bytes(root, finished[-1]) if finished else max(tree_bytes(b) for b in batches)
+            while batches and self.free_bytes(root) < need:
+                removed.append(_remove(root, batches.pop(0)))
+        if removed:
+            print(f"rltrainer: deleted quarantined torn saves {', '.join(removed)} (at most "
+                  f"{self.keep_quarantined} kept, and never at the cost of the next save's space)",
+                  file=log or sys.stderr, flush=True)
+        return removed
+
+
+def _remove(root: Path, path: Path) -> str:
+    """Rename ``path`` into ``_pruning/`` and delete it there; returns its name relative to ``root``."""
+    rel = path.relative_to(root).as_posix()
+    dest = root / PRUNING_DIR / rel.replace("/", "__")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, dest)
+    if dest.is_dir():
+        shutil.rmtree(dest, ignore_errors=True)
+    else:
+        dest.unlink(missing_ok=True)
+    try:
+        dest.parent.rmdir()  # _pruning/ itself, once empty
+    except OSError:
+        pass
+    return rel
+
+
+def _delete_save(root: Path, iteration: int) -> None:
+    # The cursor goes first: a save directory left without its cursor by a crash here fails
+    # check_local_save, so no resume falls back to it, and the next prune deletes it.
+    for rel in (rollout_state_relpath(iteration), iter_dirname(iteration)):
+        if (root / rel).exists():
+            _remove(root, root / rel)
+
+
+def _clear_pruning(root: Path) -> None:
+    """Finish deletes a previous process started (it died between the rename and the delete)."""
+    leftovers = root / PRUNING_DIR
+    if leftovers.exists():
+        shutil.rmtree(leftovers, ignore_errors=True)

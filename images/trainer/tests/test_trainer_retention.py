@@ -1,0 +1,335 @@
+"""A run that saves for a week: local retention, bounded quarantine, versions pinned in the
+manifest, a finished run that retries its upload and not the job, Lustre striping.
+
+Each test names what broke before (issue 21, section 2).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ckpt_helpers import BUCKET, PREFIX, URI, Crash, aws_test_env, files_of, make_save
+from rltrainer.checkpoints import (
+    CheckpointWatcher,
+    Retention,
+    RetryPolicy,
+    S3CheckpointStore,
+    VERSIONED_MANIFEST_FORMAT,
+    local_iterations,
+    prepare_resume,
+    read_tracker,
+    stripe_across_targets,
+)
+from rltrainer.checkpoints import retention as retention_module
+
+pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    aws_test_env(monkeypatch)
+    from moto import mock_aws
+
+    with mock_aws():
+        import boto3
+
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+def store_for(client, log=None) -> S3CheckpointStore:
+    return S3CheckpointStore(URI, client=client, retry=RetryPolicy(sleep=lambda s: None, log=io.StringIO()),
+                             progress_stream=log if log is not None else io.StringIO(), progress_interval_s=3600)
+
+
+def cursors(root: Path) -> list[int]:
+    return sorted(int(p.name[len("global_dataset_state_dict_"):-3]) for p in (root / "rollout").glob("*.pt"))
+
+
+# ------------------------------------------------------------------------ local retention
+
+
+def test_only_saves_complete_in_s3_beyond_the_newest_k_are_deleted(s3, tmp_path: Path):
+    """Before: every save stayed on the file system, so the third one failed with ENOSPC."""
+    root = tmp_path / "ckpt"
+    store = store_for(s3)
+    log = io.StringIO()
+    watcher = CheckpointWatcher(store, root, log=log, retention=Retention(keep_local=2))
+    for it in (10, 20, 30):
+        make_save(root, it, seed=it)
+        watcher.scan_once()
+    assert local_iterations(root) == [20, 30] and cursors(root) == [20, 30]
+    assert "deleted local iter_0000010 (complete in S3" in log.getvalue()
+    # a finished save S3 does not hold yet (its upload fails) is never deleted, however old
+    make_save(root, 40, seed=40)
+    make_save(root, 50, seed=50)
+    assert Retention(keep_local=1).prunable(root, complete_in_s3=[10, 20, 30, 50]) == [20, 30]
+    assert 40 not in Retention(keep_local=1).prunable(root, complete_in_s3=[10, 20, 30, 50])
+    # the newest complete in S3 and the tracker's save stay even with keep_local 1
+    assert Retention(keep_local=1).prunable(root, complete_in_s3=[20, 30]) == [20]
+    # a protected save (being restored / resumed from) stays
+    assert Retention(keep_local=1).prunable(root, complete_in_s3=[20, 30, 50], protect=[20]) == [30]
+    # no tracker: nothing is known finished, nothing is deleted
+    (root / "latest_checkpointed_iteration.txt").unlink()
+    assert Retention(keep_local=1).prunable(root, complete_in_s3=[10, 20, 30, 40, 50]) == []
+
+
+def test_a_save_being_written_above_the_tracker_is_never_deleted(s3, tmp_path: Path):
+    root = tmp_path / "ckpt"
+    make_save(root, 10)
+    make_save(root, 20)
+    (root / "iter_0000030").mkdir()  # Megatron is writing it; the tracker still says 20
+    assert Retention(keep_local=1).prunable(root, complete_in_s3=[10, 20, 30]) == [10]
+
+
+def test_keep_local_below_one_is_refused():
+    with pytest.raises(ValueError, match="keep_local must be >= 1"):
+        Retention(keep_local=0)
+
+
+def test_a_crash_half_way_through_a_delete_leaves_no_partial_save(s3, tmp_path: Path, monkeypatch):
+    """The save is renamed into _pruning/ before it is removed: a crash there leaves no iter_ directory."""
+    root = tmp_path / "ckpt"
+    store = store_for(s3)
+    for it in (10, 20):
+        make_save(root, it, seed=it)
+        store.upload(root, it)
+    real_rmtree = retention_module.shutil.rmtree
+
+    def die(path, *a, **kw):
+        raise Crash(f"killed while deleting {path}")
+
+    monkeypatch.setattr(retention_module.shutil, "rmtree", die)
+    with pytest.raises(Crash):
+        Retention(keep_local=1).prune(root, [10, 20], log=io.StringIO())
+    assert local_iterations(root) == [20] and cursors(root) == [20]
+    assert (root / "_pruning").is_dir()
+    monkeypatch.setattr(retention_module.shutil, "rmtree", real_rmtree)
+    result = prepare_resume(store, root, log=io.StringIO(), retention=Retention(keep_local=1))
+    assert result.iteration == 20 and not (root / "_pruning").exists()
+
+
+def test_resume_prunes_old_local_saves_but_never_its_start_point(s3, tmp_path: Path):
+    root = tmp_path / "ckpt"
+    store = store_for(s3)
+    for it in (10, 20, 30):
+        make_save(root, it, seed=it)
+        store.upload(root, it)
+    result = prepare_resume(store, root, log=io.StringIO(), retention=Retention(keep_local=1))
+    assert result.iteration == 30 and local_iterations(root) == [30]
+    assert read_tracker(root) == 30
+
+
+# ------------------------------------------------------------------------ quarantine
+
+
+def test_quarantine_keeps_at_most_n_batches_and_never_the_next_saves_room(tmp_path: Path):
+    """Before: every torn save stayed in _quarantine/ on the same file system, for good."""
+    root = tmp_path / "ckpt"
+    make_save(root, 10, extra_bytes=4000)
+    for batch in ("20260101T000000Z", "20260102T000000Z", "20260103T000000Z"):
+        torn = root / "_quarantine" / batch / "iter_0000020"
+        torn.mkdir(parents=True)
+        (torn / "__0_0.distcp").write_bytes(b"t" * 1000)
+    log = io.StringIO()
+    plenty = Retention(keep_local=1, keep_quarantined=2, free_bytes=lambda p: 10 << 30)
+    assert plenty.bound_quarantine(root, log) == ["_quarantine/20260101T000000Z"]
+    assert sorted(p.name for p in (root / "_quarantine").iterdir()) == ["20260102T000000Z", "20260103T000000Z"]
+    # less free space than the newest save takes: quarantine goes, oldest first, until it fits
+    free = {"bytes": 100}
+
+    def free_bytes(_path):
+        return free["bytes"] + 1000 * (2 - len(list((root / "_quarantine").iterdir())))
+
+    tight = Retention(keep_local=1, keep_quarantined=2, free_bytes=free_bytes)
+    save = retention_module.save_bytes(root, 10)
+    free["bytes"] = save - 1500  # one batch (1000 B) freed is not enough, two are
+    assert tight.bound_quarantine(root, log) == ["_quarantine/20260102T000000Z", "_quarantine/20260103T000000Z"]
+    assert "never at the cost of the next save's space" in log.getvalue()
+
+
+def test_torn_saves_moved_aside_at_resume_are_bounded(s3, tmp_path: Path, monkeypatch):
+    from rltrainer.checkpoints import local
+
+    days = iter(range(1, 10))
+    monkeypatch.setattr(local, "stamp", lambda: f"202601{next(days):02d}T000000Z")  # one batch per restart
+    root = tmp_path / "ckpt"
+    store = store_for(s3)
+    make_save(root, 10)
+    store.upload(root, 10)
+    for _ in range(3):  # three pods died while writing iteration 20
+        (root / "iter_0000020").mkdir()
+        (root / "iter_0000020" / "__0_0.distcp").write_bytes(b"x" * 100)
+        prepare_resume(store, root, log=io.StringIO(), retention=Retention(keep_local=1, keep_quarantined=1))
+    assert [p.name for p in (root / "_quarantine").iterdir()] == ["20260103T000000Z"]
+
+
+# ------------------------------------------------------------------------ versions pinned
+
+
+def test_restore_reads_the_versions_the_manifest_recorded(s3, tmp_path: Path):
+    """Before: a second writer that put a key of a published checkpoint changed what restore read
+    (a size-preserving overwrite with a matching checksum cannot be told apart without versions)."""
+    s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    first = make_save(tmp_path / "a", 20, seed=1)
+    store = store_for(s3)
+    manifest = store.upload(tmp_path / "a", 20).manifest
+    assert manifest.format == VERSIONED_MANIFEST_FORMAT
+    body = json.loads(s3.get_object(Bucket=BUCKET, Key=PREFIX + "iter_0000020/_COMPLETE.json")["Body"].read())
+    assert all(f["version_id"] for f in body["files"])
+    # a second writer puts every file of iteration 20 again, with its own bytes
+    other = make_save(tmp_path / "b", 20, seed=2)
+    for rel, data in other.items():
+        s3.put_object(Bucket=BUCKET, Key=PREFIX + rel, Body=data)
+    result = prepare_resume(store, tmp_path / "fresh", log=io.StringIO())
+    assert result.iteration == 20
+    assert files_of(tmp_path / "fresh", 20) == first
+
+
+def test_a_recorded_version_that_is_gone_is_a_corrupt_checkpoint(s3, tmp_path: Path):
+    s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    store = store_for(s3)
+    src = tmp_path / "src"
+    make_save(src, 10, seed=1)
+    store.upload(src, 10)
+    make_save(src, 20, seed=2)
+    manifest = store.upload(src, 20).manifest
+    entry = manifest.files[0]
+    s3.delete_object(Bucket=BUCKET, Key=PREFIX + entry.path, VersionId=entry.version_id)
+    s3.put_object(Bucket=BUCKET, Key=PREFIX + entry.path, Body=(src / entry.path).read_bytes())  # same bytes, new version
+    log = io.StringIO()
+    result = prepare_resume(store, tmp_path / "fresh", log=log)
+    assert result.iteration == 10 and result.skipped == [20]
+    assert f"(version {entry.version_id}) is missing" in log.getvalue()
+
+
+def test_an_unversioned_bucket_still_writes_v2_manifests(s3, tmp_path: Path):
+    make_save(tmp_path / "a", 5)
+    assert store_for(s3).upload(tmp_path / "a", 5).manifest.format == "rltrainer.checkpoint/v2"
+
+
+# ------------------------------------------------------------------------ striping
+
+
+def test_the_checkpoint_directory_is_striped_across_all_targets_when_lfs_exists(tmp_path: Path):
+    calls = []
+
+    def run(argv, **kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    log = io.StringIO()
+    assert stripe_across_targets(tmp_path / "ckpt", log, which=lambda name: "/usr/bin/lfs", run=run)
+    assert calls == [["/usr/bin/lfs", "setstripe", "-c", "-1", str(tmp_path / "ckpt")]]
+    log = io.StringIO()
+    assert not stripe_across_targets(tmp_path / "ckpt", log, which=lambda name: None, run=run)
+    assert "no lfs command here; not striping" in log.getvalue() and len(calls) == 1
+    failing = lambda argv, **kw: subprocess.CompletedProcess(argv, 22, "", "not a Lustre fs")  # noqa: E731
+    log = io.StringIO()
+    assert not stripe_across_targets(tmp_path / "ckpt", log, which=lambda name: "/usr/bin/lfs", run=failing)
+    assert "failed (exit 22: not a Lustre fs)" in log.getvalue()
+
+
+# ------------------------------------------------------------------------ the final upload
+
+
+FINISHING_TRAIN = '''
+import os, pathlib, sys, zipfile
+args = sys.argv[1:]
+def last(flag):
+    i = len(args) - 1 - args[::-1].index(flag)
+    return args[i + 1]
+save = pathlib.Path(last("--save"))
+it = int(last("--num-rollout")) - 1  # the last rollout: Miles always saves it
+d = save / f"iter_{it:07d}" / "model"
+d.mkdir(parents=True)
+(d / "__0_0.distcp").write_bytes(b"w" * 3000)
+(save / "latest_checkpointed_iteration.txt").write_text(str(it))
+(save / "rollout").mkdir(exist_ok=True)
+with zipfile.ZipFile(save / "rollout" / f"global_dataset_state_dict_{it}.pt", "w") as z:
+    z.writestr("data.pkl", b"cursor")
+with open(os.environ["FAKE_TRAIN_LOG"], "a") as log:
+    log.write("trained\\n")
+'''
+
+
+def _launch_config(tmp_path: Path) -> tuple[list[str], Path]:
+    data = yaml.safe_load((TESTS / "fixtures" / "qwen3-30b-a3b.yaml").read_text())
+    data["checkpoint"].update({"local_dir": str(tmp_path / "ckpt"), "s3_uri": URI})
+    data["model"]["hf_checkpoint"] = str(tmp_path / "hf")
+    data["data"]["prompt_data"] = str(tmp_path / "prompts.jsonl")
+    data["grpo"]["num_rollout"] = 4
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    miles = tmp_path / "miles"
+    miles.mkdir()
+    (miles / "train.py").write_text(FINISHING_TRAIN)
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"10.0.0.5@tcp:/abcdefgh {tmp_path} lustre rw 0 0\n")
+    argv = ["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable,
+            "--upload-interval", "3600", "--final-upload-attempts", "4", "--final-upload-delay", "5"]
+    return argv, mounts
+
+
+def test_a_finished_run_whose_last_upload_fails_retries_the_upload_not_the_job(s3, tmp_path: Path, monkeypatch):
+    """Before: the launcher exited 3 at once and KubeRay re-ran the whole job on a fresh GPU cluster."""
+    from rltrainer import launch
+
+    argv, mounts = _launch_config(tmp_path)
+    monkeypatch.setenv("FAKE_TRAIN_LOG", str(tmp_path / "train.log"))
+    real_upload = S3CheckpointStore.upload
+    failures = {"left": 2}  # S3 refuses the first two attempts (e.g. an outage), then recovers
+
+    def flaky_upload(self, local_dir, iteration):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError("S3 unreachable")
+        return real_upload(self, local_dir, iteration)
+
+    monkeypatch.setattr(S3CheckpointStore, "upload", flaky_upload)
+    sleeps: list[float] = []
+    err = io.StringIO()
+    code = launch.main(argv, out=io.StringIO(), err=err, mounts_file=str(mounts), sleep=sleeps.append)
+    assert code == 0, err.getvalue()
+    assert sleeps == [5, 10]
+    assert store_for(s3).list_complete() == [3]
+    assert "upload attempt 2/4 in 5s" in err.getvalue()
+
+    # A second attempt of the job (e.g. a retry anyway) finds the run finished and trains nothing.
+    err = io.StringIO()
+    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=str(mounts), sleep=sleeps.append) == 0
+    assert "the run is finished (iteration 3 is its last rollout" in err.getvalue()
+    assert (tmp_path / "train.log").read_text() == "trained\n"
+
+
+def test_a_final_upload_that_keeps_failing_stops_kuberays_retries_and_says_how_to_upload(
+        s3, tmp_path: Path, monkeypatch):
+    from rltrainer import launch, no_retry
+
+    argv, mounts = _launch_config(tmp_path)
+    monkeypatch.setenv("FAKE_TRAIN_LOG", str(tmp_path / "train.log"))
+
+    def down(self, local_dir, iteration):
+        raise OSError("S3 unreachable")
+
+    monkeypatch.setattr(S3CheckpointStore, "upload", down)
+    stopped = []
+    monkeypatch.setattr(no_retry, "stop_retries", lambda log, **kw: stopped.append(kw) or True)
+    sleeps: list[float] = []
+    err = io.StringIO()
+    code = launch.main(argv, out=io.StringIO(), err=err, mounts_file=str(mounts), sleep=sleeps.append)
+    assert code == launch.EXIT_UPLOAD
+    assert sleeps == [5, 10, 20]
+    assert stopped and stopped[0]["why"] == "training finished but its last upload failed"
+    assert (f"rltrainer checkpoint upload --s3-uri {URI} --local-dir {tmp_path / 'ckpt'} --iteration N"
+            in err.getvalue())
+    assert "for each iteration N in 3:" in err.getvalue()
