@@ -132,8 +132,11 @@ def container_insights_log_group(cluster_name: str, kind: str) -> str:
     return f"/aws/containerinsights/{cluster_name}/{kind}"
 
 
-def dashboard_name(prefix: str) -> str:
-    return f"{prefix}-run"
+def dashboard_name(prefix: str, region: str) -> str:
+    """CloudWatch dashboards are global to the account, not regional: the same environment name
+    deployed in two regions must not overwrite one dashboard [CloudWatch PutDashboard: "a
+    dashboard is a global resource"]."""
+    return f"{prefix}-{region}-run"
 
 
 GPU_STACK_INFIX = "-gpu-"

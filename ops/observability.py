@@ -27,7 +27,7 @@ def dashboard_url(config: KitConfig) -> str:
     """The CloudWatch console page of the environment's dashboard."""
     region = config.region
     return (f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}"
-            f"#dashboards/dashboard/{names.dashboard_name(config.name)}")
+            f"#dashboards/dashboard/{names.dashboard_name(config.name, config.region)}")
 
 
 @dataclass(frozen=True)

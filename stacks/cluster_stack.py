@@ -73,7 +73,7 @@ class ClusterStack(Stack):
                 depends_on=[kit_cluster.addons["eks-pod-identity-agent"],
                             kit_cluster.system_nodegroup])
             dashboard = RunDashboard(self, "RunDashboard",
-                                     dashboard_name=names.dashboard_name(config.name),
+                                     dashboard_name=names.dashboard_name(config.name, config.region),
                                      cluster_name=cluster_name, log_groups=log_groups,
                                      trainer_namespace=names.TRAINER_NAMESPACE)
             CfnOutput(self, OutputKeys.DASHBOARD_NAME, value=dashboard.dashboard.dashboard_name)

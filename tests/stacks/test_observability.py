@@ -88,7 +88,10 @@ def test_cluster_stack_carries_addon_log_groups_and_dashboard(synth, example):
 
     # The dashboard and its output.
     dashboard = next(iter(resources(t, "AWS::CloudWatch::Dashboard").values()))
-    assert dashboard["Properties"]["DashboardName"] == names.dashboard_name(cfg.name)
+    # Dashboards are account-global: the name carries the region, so one environment name in
+    # two regions keeps two dashboards.
+    assert dashboard["Properties"]["DashboardName"] == f"{cfg.name}-{cfg.region}-run"
+    assert dashboard["Properties"]["DashboardName"] == names.dashboard_name(cfg.name, cfg.region)
     assert t["Outputs"][names.OutputKeys.DASHBOARD_NAME]
 
 
@@ -241,7 +244,7 @@ def stubbed(service: str):
 def test_dashboard_url_names_region_and_dashboard():
     assert observability.dashboard_url(CFG) == (
         f"https://{CFG.region}.console.aws.amazon.com/cloudwatch/home?region={CFG.region}"
-        f"#dashboards/dashboard/{names.dashboard_name(CFG.name)}")
+        f"#dashboards/dashboard/{names.dashboard_name(CFG.name, CFG.region)}")
 
 
 def test_health_line_reports_latest_values_and_problems():
