@@ -24,6 +24,7 @@ from infra.catalog.instances import INSTANCE_TYPES, UNSUPPORTED_INSTANCE_TYPES
 from infra.addons.config import AddonsConfig
 from infra.config.errors import problem
 from infra import addons as addons_registry
+from infra.catalog.regions import botocore_version, regions
 from infra.config.model import LOG_RETENTION_DAYS, GpuNodeGroupConfig, KitConfig
 from infra.config.trainer import EP_BACKENDS, trainer_problems
 from infra.config.values import LABEL_KEY_RE, LABEL_VALUE_RE, validate_values
@@ -75,6 +76,17 @@ def validate(cfg: KitConfig) -> list[Problem]:
                     "apart", "choose a name without '-gpu', e.g. 'moe-rl-h100'"))
     if not _REGION_RE.fullmatch(cfg.region):
         add(problem("region", cfg.region, "not an AWS region name", "use a name like 'us-east-1'"))
+    elif cfg.region not in regions("eks"):
+        # botocore's bundled endpoint data, read offline: no AWS call at synth.
+        source = f"by the endpoint data of botocore {botocore_version()}"
+        if cfg.region not in regions("ec2"):
+            add(problem("region", cfg.region, f"no such AWS region, {source}",
+                        "check the spelling (e.g. 'us-east-1'); for a region newer than this "
+                        "botocore, upgrade boto3 and botocore"))
+        else:
+            add(problem("region", cfg.region, f"Amazon EKS is not offered in this region, {source}",
+                        "choose a region with EKS, or upgrade boto3 and botocore if EKS has "
+                        "launched there since"))
     if cfg.account is not None and not _ACCOUNT_RE.fullmatch(cfg.account):
         add(problem("account", cfg.account, "must be a 12-digit AWS account ID",
                     "use the ID from `aws sts get-caller-identity`, or remove it for "

@@ -453,3 +453,19 @@ def test_a_huge_node_count_is_refused_quickly():
     got = problems_of({"training": {"nodes": 10**9, "parallel": {"ep": 3}}})
     assert time.monotonic() - start < 2
     assert got[0].startswith("training.nodes = 1000000000: must be 1 to the group's max_size (2)")
+
+
+def test_a_region_that_does_not_exist_is_refused_offline():
+    # `region: us-fake-9` used to pass validation and render; only `cdk deploy` found out.
+    cfg = {"region": "us-fake-9", "availability_zones": ["us-fake-9a", "us-fake-9b"],
+           "gpu_node_groups": {"p5": {"instance_type": "p5.48xlarge",
+                                      "availability_zone": "us-fake-9a"}}}
+    import botocore
+
+    assert problems_of(cfg) == [
+        f"region = 'us-fake-9': no such AWS region, by the endpoint data of botocore "
+        f"{botocore.__version__}. Fix: check the spelling (e.g. 'us-east-1'); for a region newer "
+        "than this botocore, upgrade boto3 and botocore."]
+    from infra.catalog.regions import regions
+
+    assert {"us-east-1", "us-west-2", "eu-north-1"} <= regions("eks")
