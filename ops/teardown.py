@@ -265,6 +265,27 @@ def tagged_resources(tagging: Any, env_name: str) -> list[str]:
     return sorted(arns)
 
 
+def scheduled_key_deletions(kms: Any, arns: list[str]) -> list[str]:
+    """The KMS keys among ``arns`` already scheduled for deletion. Deleting a key schedules it
+    (KMS waits 7-30 days) and it keeps its tags meanwhile, so the tagging API still lists it."""
+    return [a for a in arns if ":kms:" in a and ":key/" in a and kms.describe_key(KeyId=a)[
+        "KeyMetadata"]["KeyState"] in ("PendingDeletion", "PendingReplicaDeletion")]
+
+
+def cluster_log_groups(logs: Any, cluster_name: str) -> list[str]:
+    """Log groups still named for the cluster. Found by name, not by tag: a Fluent Bit or an EKS
+    control plane still running while its stack's groups were deleted recreates them, untagged
+    and with no retention."""
+    prefixes = (names.control_plane_log_group(cluster_name).rsplit("/", 1)[0] + "/",
+                names.container_insights_log_group(cluster_name, ""))
+    found = []
+    for prefix in prefixes:
+        for page in logs.get_paginator("describe_log_groups").paginate(
+                logGroupNamePrefix=prefix):
+            found += [g["logGroupName"] for g in page.get("logGroups", [])]
+    return sorted(found)
+
+
 def stack_physical_ids(cfn: Any, stack: str) -> list[str]:
     """Physical IDs of every resource of a stack (to recognize a kept stack's resources)."""
     ids = []

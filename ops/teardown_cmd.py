@@ -28,16 +28,16 @@ from ops.aws import AwsClients
 from ops.config_source import announce
 from ops.teardown import (
     TeardownError,
+    cluster_log_groups,
     delete_stacks,
     empty_data_stack,
     plan_teardown,
+    scheduled_key_deletions,
     split_leftovers,
     tagged_resources,
 )
 
 
-# The name callers of the old per-command bundle use (tests/ops/test_teardown_storage.py).
-Clients = AwsClients
 
 
 def _confirm(name: str, args: argparse.Namespace, ask: Callable[[str], str]) -> bool:
@@ -154,17 +154,32 @@ def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], kept_ids:
               f"Key={names.ENVIRONMENT_TAG},Values={name}", file=sys.stderr)
         return 1
     kept, left = split_leftovers(c.cloudformation, arns, kept_stacks, kept_ids, whole_stacks)
+    try:
+        scheduled = scheduled_key_deletions(c.kms, left)
+        groups = cluster_log_groups(c.logs, names.eks_cluster_name(name))
+    except aws.AWS_ERRORS as err:
+        print(f"warning: could not check KMS keys and log groups: {aws.describe_error(err)}. "
+              "Check by hand: aws kms describe-key and aws logs describe-log-groups "
+              f"--log-group-name-prefix /aws/containerinsights/{names.eks_cluster_name(name)}/",
+              file=sys.stderr)
+        return 1
+    left = [a for a in left if a not in scheduled]
+    left += [f"log group {g}" for g in groups if not any(g in a for a in left)]
     for a in kept:
         echo(f"kept on purpose: {a}")
+    for a in scheduled:
+        echo(f"scheduled for deletion by KMS: {a}")
     if not left:
-        echo(f"Nothing else is tagged {names.ENVIRONMENT_TAG}={name}. Teardown complete.")
+        echo(f"Nothing else is tagged {names.ENVIRONMENT_TAG}={name}, and no log group is left "
+             "for its cluster. Teardown complete.")
         return 0
     echo(f"Still tagged {names.ENVIRONMENT_TAG}={name} ({len(left)}):")
     for a in left:
         echo(f"  {a}")
     echo("These may still be deleting (the tagging API lags a few minutes) or were created outside "
-         "the stacks (e.g. load balancers or volumes made by Kubernetes). Check again in a few "
-         "minutes; delete what remains in the console or with the service's CLI.")
+         "the stacks (e.g. load balancers or volumes made by Kubernetes, or log groups a "
+         "still-running Fluent Bit recreated). Check again in a few minutes; delete what remains "
+         "in the console or with the service's CLI.")
     return 1
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from infra.versions import DEFAULT_KUBERNETES_VERSION
 from ops import options
-from ops.validation import default_crd_dir, run_validation  # noqa: F401 (default_crd_dir: old path)
+from ops.validation import run_validation
 
 
 def _run(args: argparse.Namespace) -> int:

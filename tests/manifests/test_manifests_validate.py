@@ -18,7 +18,7 @@ from infra.addons import addon
 from infra.versions import KUBERNETES_VERSIONS
 from manifests import build_context, placeholder_outputs, render
 from manifests.validate import crd_to_jsonschema, schema_version_for, validate_objects
-from ops import cli, render_cmd, validate_cmd
+from ops import cli, render_cmd, validate_cmd, validation
 from tests.support import artifacts
 from tests.support import REPO_ROOT
 
@@ -39,7 +39,7 @@ def test_default_crd_dir_is_the_pinned_operators(crd_dir):
     if not crd_dir.is_relative_to(artifacts.SHARED):
         pytest.skip(f"rlkit validate's default --crd-dir is ../shared/crds only; the CRDs here are "
                     f"in the cache ({crd_dir})")
-    assert validate_cmd.default_crd_dir() == (crd_dir, None)
+    assert validation.default_crd_dir() == (crd_dir, None)
 
 
 @functools.cache

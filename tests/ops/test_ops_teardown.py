@@ -102,7 +102,7 @@ def run(tmp_path, *flags, ephemeral=False, answer=None, name="tt", account=None,
     config = write_config(tmp_path, ephemeral, name=name, account=account)
     args = parser.parse_args(["teardown", "--config", str(config), "--poll", "0", *flags])
     cfn = cfn or Recording(boto3.client("cloudformation", region_name=REGION))
-    clients = AwsClients(cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
+    clients = AwsClients(REGION, cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
                       ecr=boto3.client("ecr", region_name=REGION),
                       tagging=boto3.client("resourcegroupstaggingapi", region_name=REGION),
                       sts=boto3.client("sts", region_name=REGION))
@@ -196,6 +196,42 @@ def test_leftover_tagged_resource_is_listed_and_fails(tmp_path, capsys):
     assert code == 1
     assert "Still tagged rlkit:environment=tt (1):\n  arn:aws:s3:::stray-tt" in out
     assert "created outside the stacks" in out
+
+
+def test_a_kms_key_scheduled_for_deletion_is_not_a_leftover(tmp_path, capsys):
+    # Deleting a key schedules it and it keeps its tags, so the tagging API still lists it;
+    # counting it as left would fail every clean teardown now that keys follow their data.
+    make_env()
+    kms = boto3.client("kms", region_name=REGION)
+    key = kms.create_key(Tags=[{"TagKey": "rlkit:environment", "TagValue": "tt"}])["KeyMetadata"]
+    kms.schedule_key_deletion(KeyId=key["KeyId"], PendingWindowInDays=30)
+    code, _ = run(tmp_path, "--yes")
+    out = capsys.readouterr().out
+    assert f"scheduled for deletion by KMS: {key['Arn']}" in out
+    assert "Teardown complete." in out and code == 0
+
+
+def test_a_kms_key_still_enabled_is_a_leftover(tmp_path, capsys):
+    make_env()
+    kms = boto3.client("kms", region_name=REGION)
+    key = kms.create_key(Tags=[{"TagKey": "rlkit:environment", "TagValue": "tt"}])["KeyMetadata"]
+    code, _ = run(tmp_path, "--yes")
+    out = capsys.readouterr().out
+    assert code == 1 and f"Still tagged rlkit:environment=tt (1):\n  {key['Arn']}" in out
+
+
+def test_a_log_group_of_the_cluster_is_a_leftover_even_untagged(tmp_path, capsys):
+    # Fluent Bit (auto_create_group) or the control plane recreates a deleted group, untagged
+    # and with no retention: found by name, it fails the teardown.
+    make_env()
+    logs = boto3.client("logs", region_name=REGION)
+    logs.create_log_group(logGroupName="/aws/containerinsights/tt/application")
+    logs.create_log_group(logGroupName="/aws/containerinsights/other/application")
+    code, _ = run(tmp_path, "--yes")
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "Still tagged rlkit:environment=tt (1):\n  log group /aws/containerinsights/tt/application" in out
+    assert "recreated" in out and "/other/" not in out
 
 
 def test_kept_data_resources_are_not_counted_as_leftovers(tmp_path, capsys):

@@ -7,7 +7,7 @@ import argparse
 import boto3
 
 from ops import teardown_cmd
-from ops.teardown_cmd import Clients
+from ops.aws import AwsClients
 from test_ops_teardown import REGION, Recording, aws, live_names, make_env, make_stack  # noqa: F401
 
 
@@ -25,7 +25,7 @@ def run(tmp_path, config_text: str, *flags):
     config.write_text(config_text)
     args = parser.parse_args(["teardown", "--config", str(config), "--poll", "0", "--yes", *flags])
     cfn = Recording(boto3.client("cloudformation", region_name=REGION))
-    clients = Clients(cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
+    clients = AwsClients(REGION, cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
                       ecr=boto3.client("ecr", region_name=REGION),
                       tagging=boto3.client("resourcegroupstaggingapi", region_name=REGION),
                       sts=boto3.client("sts", region_name=REGION))
