@@ -13,8 +13,11 @@ Steps, in order:
    storage every node mounts, like the checkpoint directory itself (Miles' multi-node
    notes: model, data and checkpoints on a path all nodes can read);
 3. restore the newest complete checkpoint from S3 (``checkpoints.prepare_resume``);
-4. start the checkpoint watcher, run the Miles command, forward SIGTERM/SIGINT to it;
-5. when it exits, upload what finished since the last scan and exit with its code.
+4. start the checkpoint watcher, run the Miles command, forward SIGTERM/SIGINT to it; on a
+   Capacity Block, save, upload and stop before EKS drains the block's nodes
+   (``rltrainer.reservation``; a run that cannot reach one save in S3 does not start);
+5. when it exits, upload what finished since the last scan and exit with its code
+   (``EXIT_RESERVATION_END`` after a stop for the block's end).
 
 ``--dry-run`` does none of 2-5: it prints the command and environment that would run.
 ``--check-args`` (with or without ``--dry-run``) also parses the Miles arguments with
@@ -31,10 +34,12 @@ import re
 import signal
 import subprocess
 import sys
+import time
+from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
-from . import metrics
+from . import metrics, reservation
 from .contract import (
     IMAGE_BACKEND_ENV,
     RUN_CONFIG_PATH,
@@ -65,6 +70,15 @@ SHARED_FILESYSTEMS = frozenset({"lustre", "nfs", "nfs4", "efs", "ceph", "cephfs"
 EXIT_CONFIG = 2
 EXIT_UPLOAD = 3  # training succeeded but a finished save could not be uploaded
 EXIT_PREPARE = 4  # staging inputs or restoring the checkpoint failed; training never started
+EXIT_RESERVATION_END = reservation.EXIT_RESERVATION_END  # stopped for the Capacity Block's end
+
+
+def clock() -> datetime:
+    """Now, in UTC (tests replace it to run a reservation's end in a moment)."""
+    return datetime.now(timezone.utc)
+
+
+sleep = time.sleep  # the supervising loop's pause (tests replace it with the fake clock's)
 
 
 def staged_path(cfg: RunConfig, uri: str, kind: str) -> str:
@@ -231,8 +245,11 @@ def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_sourc
     print(cmd.shell(), file=out)
 
 
-def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None) -> int:
+def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None,
+                 wait: Callable[[subprocess.Popen], int] | None = None) -> int:
     """Run the command in its own process group, forwarding SIGTERM/SIGINT to it.
+
+    ``wait`` replaces ``proc.wait()`` (the reservation guard's supervising loop).
 
     With ``metrics_run``, its stdout and stderr are relayed line by line and Miles' metric lines
     are also written as CloudWatch EMF lines for that run name (``rltrainer.metrics``)."""
@@ -256,7 +273,7 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
     try:
         if watcher is not None:
             watcher.start()
-        code = proc.wait()
+        code = proc.wait() if wait is None else wait(proc)
         for thread in relays:
             thread.join()
         return code
@@ -302,6 +319,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         from .no_retry import stop_retries
 
         stop_retries(err)
+    elif code == EXIT_RESERVATION_END:
+        from .no_retry import stop_retries
+
+        # A retry would start a new Ray cluster on nodes that are being drained, or wait for them.
+        stop_retries(err, reason="stopped for the Capacity Block's end",
+                     next_step="launch again on the next reservation; it resumes from the newest save in S3")
     return code
 
 
@@ -361,7 +384,18 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         print(f"rltrainer launch: {storage}.", file=err)
         return EXIT_CONFIG
 
-    from .checkpoints import CheckpointWatcher, RetryPolicy, S3CheckpointStore, prepare_resume
+    guard = None
+    window = reservation.learn_window(os.environ, log=err)
+    if window is not None:
+        guard = reservation.EndGuard.from_env(window, os.environ, err)
+        late = guard.too_late_to_start(clock())
+        if late is not None:
+            print(f"rltrainer launch: {late}.", file=err, flush=True)
+            return EXIT_RESERVATION_END
+        print(f"rltrainer: on a Capacity Block: {guard.arithmetic(clock())}; a save is asked for by "
+              f"{guard.save_by:%Y-%m-%d %H:%M} UTC at the latest", file=err, flush=True)
+
+    from .checkpoints import CheckpointWatcher, RetryPolicy, S3CheckpointStore, local_iterations, prepare_resume
 
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -384,7 +418,17 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
     print(f"rltrainer: model arguments from {model_args_source}", file=err, flush=True)
     print("rltrainer: running:\n" + cmd.shell(), file=err, flush=True)
     watcher = CheckpointWatcher(store, cfg.checkpoint.local_dir, interval_s=args.upload_interval, log=err)
-    code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed")
+    local = cfg.checkpoint.local_dir
+    wait = None
+    if guard is not None:
+        reservation.clear_trigger(local)  # a request left by an earlier attempt is not this run's
+
+        def wait(proc: subprocess.Popen) -> int:
+            return reservation.supervise(
+                proc, guard, clock=clock, saves=lambda: local_iterations(local),
+                uploaded=lambda: list(watcher.uploaded), request_save=lambda: reservation.write_trigger(local),
+                stop=lambda: _stop_group(proc), sleep=lambda s: sleep(s), poll_s=args.upload_interval)
+    code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait)
     try:
         watcher.stop(final_scan=True)
         missing = watcher.pending()
@@ -395,7 +439,21 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         print(f"rltrainer: finished saves not in S3 after the final upload: {missing}; "
               f"they remain in {cfg.checkpoint.local_dir}", file=err, flush=True)
         code = code or EXIT_UPLOAD
+    if guard is not None and guard.state == reservation.STOP:
+        reservation.clear_trigger(local)
+        print(f"rltrainer: stopped before the Capacity Block ends; newest save in S3: "
+              f"{guard.stopped_with if guard.stopped_with is not None and guard.stopped_with >= 0 else 'none'}",
+              file=err, flush=True)
+        return EXIT_RESERVATION_END
     return code
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the training's process group (Ray, SGLang and Megatron children included)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
 
 
 if __name__ == "__main__":  # python -m rltrainer.launch
