@@ -14,14 +14,19 @@ from __future__ import annotations
 
 try:
     from rltrainer.contract import (
+        EKS_SCALE_DOWN_MARGIN_S,
         EP_BACKENDS,
         GIN_TRAINING_RULE,
         METRICS_NAMESPACE,
         METRICS_RUN_DIMENSION,
         RAYJOB_ENV,
+        RESERVATION_END_ENV,
+        RESERVATION_ID_ENV,
+        ROLLOUT_ESTIMATE_ENV,
         RUN_CONFIG_DIR,
         RUN_CONFIG_FILE,
         RUN_CONFIG_PATH,
+        SAVE_UPLOAD_ESTIMATE_ENV,
         TRAINER_RUNTIME_ENV,
         TRAINING_EP_BACKENDS,
         parse_run_config,
@@ -34,7 +39,8 @@ except ImportError as exc:  # pragma: no cover - the kit's requirements install 
         "pip install -r requirements.txt, or pip install -e images/trainer") from exc
 
 __all__ = [
-    "EP_BACKENDS", "GIN_TRAINING_RULE", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
+    "EKS_SCALE_DOWN_MARGIN_S", "RESERVATION_END_ENV", "RESERVATION_ID_ENV", "ROLLOUT_ESTIMATE_ENV",
+    "SAVE_UPLOAD_ESTIMATE_ENV", "EP_BACKENDS", "GIN_TRAINING_RULE", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
     "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "TRAINER_RUNTIME_ENV",
     "TRAINING_EP_BACKENDS", "RunConfigError", "RunConfigProblem", "parse_run_config",
 ]
