@@ -137,7 +137,21 @@ def test_update_strategy_needs_no_surge_for_reserved_capacity(synth, example, gr
     if reserved:
         assert ng["UpdateConfig"] == {"MaxUnavailablePercentage": 100, "UpdateStrategy": "MINIMAL"}
     else:
-        assert "UpdateStrategy" not in ng.get("UpdateConfig", {})
+        assert ng["UpdateConfig"] == {"MaxUnavailable": 1, "UpdateStrategy": "MINIMAL"}
+
+
+def test_an_on_demand_update_surges_no_extra_gpu_node(synth):
+    """Upstream failure: EKS's default update strategy launches the replacement nodes first, so an
+    update of an on-demand p5 group asks for p5s beyond the group's size, in its cluster placement
+    group (InsufficientInstanceCapacity when it has no room) and against the P-instance vCPU quota
+    that preflight sized for desired_size. MINIMAL, one node at a time, needs none."""
+    s = synth("default")
+    group = s.config.gpu_node_groups["p5"]
+    assert group.capacity.type == "on-demand" and group.uses_placement_group
+    ng = only(s.template("gpu", "p5"), "AWS::EKS::Nodegroup")["Properties"]
+    assert ng["UpdateConfig"]["UpdateStrategy"] == "MINIMAL"
+    assert ng["UpdateConfig"]["MaxUnavailable"] == 1
+    assert "MaxUnavailablePercentage" not in ng["UpdateConfig"]
 
 
 def test_gpu_nodes_reserve_the_huge_pages_the_pods_request(synth):
