@@ -109,3 +109,15 @@ def test_other_capacity_types_are_not_checked_and_rlkit_check_names_the_rule():
              if c.name == "capacity block update"]
     assert [(c.status, c.subject) for c in notes] == [(PASS, "gpu_node_groups.p5en")]
     assert "`rlkit preflight` reads the deployed group" in notes[0].detail
+
+
+def test_the_fix_points_at_a_section_that_exists():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
+    over_time = text[text.index("\n## Over time\n"):]
+    over_time = over_time[:over_time.index("\n## ", 1)]
+    assert "\n### A reservation's end\n" in over_time
+    for topic in ("**The window.**", "**Save before the end.**", "**No update while the block's nodes run.**",
+                  "**No drift fight.**", "**Scale-up at the block's start.**", "**On-demand groups**"):
+        assert topic in over_time
