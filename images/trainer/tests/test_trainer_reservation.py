@@ -217,3 +217,17 @@ def test_the_launcher_does_not_start_a_run_that_cannot_reach_a_save(run, monkeyp
     assert "too late to start" in err.getvalue()
     assert not (tmp_path / "started").exists()
     assert len(stops) == 1
+
+
+def test_a_trainer_that_ignores_sigterm_is_killed_after_the_grace_period():
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                             "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"],
+                            start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    started = time.monotonic()
+    launch._stop_group(proc, grace_s=0.3)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    assert time.monotonic() - started < 5

@@ -448,10 +448,20 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
     return code
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the training's process group (Ray, SGLang and Megatron children included)."""
+STOP_GRACE_S = 120.0  # after SIGTERM, before SIGKILL: the save is in S3 already
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the training's process group (Ray, SGLang and Megatron children included), then
+    SIGKILL if it is still there after ``grace_s``: the scale-down does not wait."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     except ProcessLookupError:
         pass
 

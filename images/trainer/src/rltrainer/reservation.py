@@ -90,8 +90,11 @@ def learn_window(env: Mapping[str, str], *, ec2: Any = None, log: TextIO | None 
     try:
         if ec2 is None:
             import boto3
+            from botocore.config import Config
 
-            ec2 = boto3.client("ec2")
+            # One quick try: the rendered end is there if this fails, and training waits meanwhile.
+            ec2 = boto3.client("ec2", config=Config(connect_timeout=5, read_timeout=10,
+                                                    retries={"max_attempts": 2, "mode": "standard"}))
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
         end = found[0].get("EndDate") if found else None
     except Exception as exc:  # noqa: BLE001 - the rendered value stands; say why it was not re-read
