@@ -12,8 +12,9 @@ these shapes (.rlkit/<name>/gate.json), the config's training.expert_parallel.ba
 
 status prints the RayJob's jobStatus and jobDeploymentStatus (KubeRay); --watch polls until the
 job ends. For Capacity Block groups it first shows the block's window on stderr (start, end, time
-left, when EKS drains the nodes). Then, on stderr, the environment's CloudWatch dashboard URL and a one-line health
-summary (GPU use, EFA drops, failed nodes, restarts, reward, step time; --no-health skips it).
+left, when EKS drains the nodes). Then, on stderr, the environment's CloudWatch dashboard URL and
+a one-line health summary (GPU use, EFA drops, failed nodes, restarts, reward, step time;
+--no-health skips it).
 logs prints the trainer's output: the KubeRay submitter Job (named like the RayJob) runs
 `ray job submit`, which follows the driver's log; -f keeps following. Once the pods are gone
 (or with --node NODE, or --source cloudwatch) it reads the same output from CloudWatch Logs,
