@@ -461,3 +461,22 @@ def test_a_user_tag_cannot_replace_the_environment_tag(tmp_path):
     bucket = next(iter(resources(template, "AWS::S3::Bucket").values()))
     tags = {t["Key"]: t["Value"] for t in bucket["Properties"]["Tags"]}
     assert tags[names.ENVIRONMENT_TAG] == cfg.name and tags["team"] == "rl"
+
+
+@pytest.mark.parametrize("example, reads", [("p5en-capacity-block", True), ("default", False)])
+def test_the_trainer_may_read_its_capacity_blocks_end_and_nothing_more(synth, example, reads):
+    """Upstream failure: a Capacity Block can be extended, and manifests applied without `rlkit
+    launch` carry no end; without ec2:DescribeCapacityReservations the launcher cannot learn the
+    end and EKS drains the nodes 40 minutes before it with no save taken (EKS user guide,
+    capacity-blocks-mng). Only configs with a Capacity Block grant it."""
+    t = synth(example).template("data")
+    (role_id,) = [k for k in resources(t, "AWS::IAM::Role") if k.startswith("TrainerRole")]
+    (policy,) = [p for p in resources(t, "AWS::IAM::Policy").values()
+                 if {"Ref": role_id} in p["Properties"]["Roles"]]
+    ec2 = [st for st in policy["Properties"]["PolicyDocument"]["Statement"]
+           if any(a.startswith("ec2:") for a in _list(st["Action"]))]
+    if reads:
+        assert ec2 == [{"Sid": "ReadCapacityBlockEnd", "Action": "ec2:DescribeCapacityReservations",
+                        "Effect": "Allow", "Resource": "*"}]
+    else:
+        assert ec2 == []
