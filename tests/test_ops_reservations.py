@@ -140,3 +140,16 @@ def test_status_before_the_block_starts_says_when(tmp_path, kubectl, capsys):
     ec2, _ = ec2_with_window(NOW + timedelta(days=1), start=NOW + timedelta(hours=2))
     assert run(tmp_path, ec2, "status") == 1  # no RayJob yet
     assert "; starts in 2 h 00 min" in capsys.readouterr().err
+
+
+def test_an_unreadable_window_is_a_warning_and_the_job_gets_no_end(tmp_path, kubectl, capsys):
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x",
+                       aws_secret_access_key="x")
+    stub = Stubber(ec2)
+    stub.add_client_error("describe_capacity_reservations", "UnauthorizedOperation", "not allowed")
+    stub.activate()
+    assert run(tmp_path, ec2, "launch") == 0
+    assert (f"WARNING: could not read the window of capacity block {RID} (DescribeCapacityReservations "
+            "failed: UnauthorizedOperation: not allowed)") in capsys.readouterr().err
+    env = head_env(tmp_path)
+    assert "RLTRAINER_RESERVATION_END" not in env and env["RLTRAINER_RESERVATION_ID"] == RID
