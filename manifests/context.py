@@ -7,6 +7,7 @@ env, commands, the run config) is made and checked here, and all problems are re
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 import yaml
@@ -19,6 +20,10 @@ from infra.config.run_config import run_config_document
 from infra.catalog.models import MODEL_CATALOG
 from infra.trainer_contract import (
     RAYJOB_ENV,
+    RESERVATION_END_ENV,
+    RESERVATION_ID_ENV,
+    ROLLOUT_ESTIMATE_ENV,
+    SAVE_UPLOAD_ESTIMATE_ENV,
     RUN_CONFIG_DIR,
     RUN_CONFIG_FILE,
     RUN_CONFIG_PATH,
@@ -315,8 +320,28 @@ def shared_fs_volume(cfg: KitConfig, outputs: StackOutputs) -> SharedFs | None:
 # --- the context --------------------------------------------------------------------------------
 
 
-def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
-    """Decide every rendered value; raise RenderError listing every problem found."""
+def reservation_env(cfg: KitConfig, reservation_end: datetime | None) -> list[dict[str, str]]:
+    """What the launcher needs to stop before a Capacity Block ends (rltrainer.reservation): the
+    block's ID, its end when known (``rlkit launch`` reads it), and the config's estimates of one
+    rollout and of one save plus its upload. Nothing for on-demand or ODCR capacity."""
+    t = cfg.training
+    cap = cfg.gpu_node_groups[t.node_group].capacity
+    if cap.type != "capacity-block" or cap.reservation_id is None:
+        return []
+    env = [{"name": RESERVATION_ID_ENV, "value": cap.reservation_id}]
+    if reservation_end is not None:
+        end = reservation_end.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        env.append({"name": RESERVATION_END_ENV, "value": end})
+    return env + [{"name": ROLLOUT_ESTIMATE_ENV, "value": f"{t.rollout_minutes * 60:g}"},
+                  {"name": SAVE_UPLOAD_ESTIMATE_ENV, "value": f"{t.save_upload_minutes * 60:g}"}]
+
+
+def build_context(cfg: KitConfig, outputs: StackOutputs,
+                  reservation_end: datetime | None = None) -> RenderContext:
+    """Decide every rendered value; raise RenderError listing every problem found.
+
+    ``reservation_end``: the end of the training group's Capacity Block, when the caller read it
+    (``rlkit launch``); the launcher then stops before it without needing EC2 permissions."""
     t = cfg.training
     problems: list[RenderProblem] = []
     group = cfg.gpu_node_groups.get(t.node_group)
@@ -370,7 +395,8 @@ def build_context(cfg: KitConfig, outputs: StackOutputs) -> RenderContext:
     head = HeadPod(image=image, node_selector={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
                    cpu=HEAD_CPU, memory=HEAD_MEMORY,
                    env=[{"name": k, "value": v} for k, v in TRAINER_RUNTIME_ENV.items()]
-                   + [{"name": RAYJOB_ENV, "value": t.run_name}])
+                   + [{"name": RAYJOB_ENV, "value": t.run_name}]
+                   + reservation_env(cfg, reservation_end))
     if has_shared_fs(cfg) and _is_bucket_key(t.prompt_data):
         # The bucket's datasets/ prefix is linked into the shared file system: read it there.
         prompt_data = f"{names.SHARED_FS_MOUNT_PATH}/{t.prompt_data}"

@@ -5,7 +5,9 @@
 2. Runs the preflight checks that need no AWS call: the Kubernetes version (pinned, its kubectl
    layer installed, not about to leave EKS standard support), cluster access (admin roles), and
    per GPU node group the placement group against reservations and whether the instance type's
-   catalog facts are verified. (`rlkit preflight` adds the checks that read your account.)
+   catalog facts are verified; for a Capacity Block group, the rule that a deploy must not roll
+   it while its nodes run. (`rlkit preflight` adds the checks that read your account, and
+   applies that rule to the deployed node group.)
 3. Synthesizes every stack into a temporary directory (no AWS calls, no credentials).
 4. Renders the Helm charts the cluster stack installs with the exact values in the synthesized
    template, through the real Helm in the kubectl layer package, and checks where every pod would

@@ -2,13 +2,19 @@
 
 launch renders the manifests (RayJob and its run config) and applies them with kubectl. It
 refuses when the last fabric gate of this config failed, or when none ran, unless --force;
---dry-run always previews (exit 0) and says whether, and why, the real run would refuse. The
+--dry-run always previews and says whether, and why, the real run would refuse. On a Capacity
+Block, launch reads the block's end (DescribeCapacityReservations), refuses a run that cannot have
+one complete save in S3 before EKS drains the block's nodes (40 minutes before the end), and
+renders the end into the job so that the launcher saves and stops in time; a dry run that the
+real launch would refuse for this exits 1. The
 expert-parallel backend is, in order: --ep-backend, the backend the gate measured faster for
 these shapes (.rlkit/<name>/gate.json), the config's training.expert_parallel.backend.
 
 status prints the RayJob's jobStatus and jobDeploymentStatus (KubeRay); --watch polls until the
-job ends. Then, on stderr, the environment's CloudWatch dashboard URL and a one-line health
-summary (GPU use, EFA drops, failed nodes, restarts, reward, step time; --no-health skips it).
+job ends. For Capacity Block groups it first shows the block's window on stderr (start, end, time
+left, when EKS drains the nodes). Then, on stderr, the environment's CloudWatch dashboard URL and
+a one-line health summary (GPU use, EFA drops, failed nodes, restarts, reward, step time;
+--no-health skips it).
 logs prints the trainer's output: the KubeRay submitter Job (named like the RayJob) runs
 `ray job submit`, which follows the driver's log; -f keeps following. Once the pods are gone
 (or with --node NODE, or --source cloudwatch) it reads the same output from CloudWatch Logs,
@@ -28,12 +34,16 @@ from infra import names
 from infra.config import ConfigError, KitConfig, training_ep_backend_problems
 from manifests import RenderError
 from manifests.render import SHARED_FS_FILES, SUBMITTER_CONTAINER
-from ops import aws, observability, options
+from ops import aws, observability, options, reservations
 from ops.config_source import announce
 from ops.gate import GateStateError, load_state, state_dir
 from ops.kube import Kubectl, KubectlError, check_cluster
 from ops.launching import choose_backend, describe_rayjob, finished, gate_verdict
 from ops.rendering import render_for_run, with_ep_backend
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)  # tests replace it: a block's end is a matter of the clock
 
 
 def _kubectl(args: argparse.Namespace) -> Kubectl:
@@ -74,9 +84,16 @@ def _launch(args: argparse.Namespace) -> int:
               + "\n".join(f"  - {p}" for p in refused), file=sys.stderr)
         return 2
     print(f"EP backend: {backend} ({why})")
+    window, too_short = _training_window(args, cfg)
+    if too_short and not args.dry_run:
+        print(f"Not launching: {too_short}.", file=sys.stderr)
+        return 1
+    if too_short:
+        print(f"[dry-run] the real launch would REFUSE: {too_short}.")
     try:
         ctx, out, outputs = render_for_run(cfg, args.outputs, args.out, args.dry_run,
-                                           options.aws_clients(args, cfg.region), print)
+                                           options.aws_clients(args, cfg.region), print,
+                                           reservation_end=window.end if window else None)
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2
@@ -104,15 +121,54 @@ def _launch(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.dry_run:
-        if problem and not args.force:
+        if (problem and not args.force) or too_short:
             print("[dry-run] preview only: without --dry-run this launch would refuse (exit 1) "
                   "for the reason at the top.")
-        return 0
+        return 1 if too_short else 0
     print(f"Launched RayJob {job} in namespace {ns} on {cfg.training.nodes} x "
           f"{cfg.gpu_node_groups[cfg.training.node_group].instance_type}.")
     print("Follow it with: rlkit status --config <config> --watch   and   rlkit logs --config "
           "<config> -f")
     return 0
+
+
+def _training_window(args: argparse.Namespace, cfg: KitConfig
+                     ) -> tuple[reservations.Window | None, str | None]:
+    """The training group's Capacity Block window (None when it is not on one, or unreadable),
+    and why a run launched now cannot save before its end (None: it can)."""
+    group = cfg.training.node_group
+    rid = reservations.capacity_block_groups(cfg).get(group)
+    if rid is None:
+        return None, None
+    try:
+        window = reservations.read_window(options.aws_clients(args, cfg.region).ec2, group, rid)
+    except aws.AWS_ERRORS as err:
+        print(f"WARNING: could not read the window of capacity block {rid} "
+              f"({aws.describe_error(err)}): the job gets no end time, and the launcher reads it "
+              "only if its role may call ec2:DescribeCapacityReservations", file=sys.stderr)
+        return None, None
+    if window is None:
+        return None, (f"capacity block {rid} (gpu_node_groups.{group}) not found in {cfg.region}; "
+                      "check it with rlkit preflight")
+    now = utcnow()
+    print(reservations.describe(window, now))
+    return window, reservations.first_save_problem(cfg, window, now)
+
+
+def _print_windows(args: argparse.Namespace, cfg: KitConfig) -> None:
+    """Each Capacity Block group's window, on stderr (stdout stays the job state)."""
+    groups = reservations.capacity_block_groups(cfg)
+    if not groups:
+        return
+    try:
+        ec2 = options.aws_clients(args, cfg.region).ec2
+        for group, rid in groups.items():
+            window = reservations.read_window(ec2, group, rid)
+            print(reservations.describe(window, utcnow()) if window else
+                  f"capacity block {rid} (gpu_node_groups.{group}): not found in {cfg.region}",
+                  file=sys.stderr)
+    except aws.AWS_ERRORS as err:
+        print(f"capacity block window: unavailable ({aws.describe_error(err)})", file=sys.stderr)
 
 
 # --- status --------------------------------------------------------------------------------------
@@ -122,6 +178,7 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     cfg = options.load_config(args)
     if cfg is None:
         return 2
+    _print_windows(args, cfg)
     k = _kubectl(args)
     job, ns = cfg.training.run_name, names.TRAINER_NAMESPACE
     last = None
@@ -270,7 +327,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     options.add_run_options(s)
     s.add_argument("--watch", action="store_true", help="poll until the job ends")
     s.add_argument("--poll", type=float, default=15.0, help="seconds between polls")
-    options.add_aws(s, region=False, profile_help="AWS profile for the health line")
+    options.add_aws(s, region=False, profile_help="AWS profile for the health line and the "
+                    "Capacity Block window")
     s.add_argument("--no-health", action="store_true",
                    help="skip the CloudWatch health line (no AWS call)")
     s.set_defaults(func=_status)

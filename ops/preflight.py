@@ -304,6 +304,86 @@ def check_instance_facts(group_name: str, group: GpuNodeGroupConfig) -> Check:
                  f"{itype.network_cards} network cards (verified catalog entry)")
 
 
+# --- no update while a Capacity Block's nodes run ---------------------------------------------------
+
+CAPACITY_BLOCK_UPDATE = "capacity block update"
+_UPDATE_RULE = ("EKS updates a Capacity Block node group only at desired size 0 [EKS user guide, "
+                "capacity-blocks-mng]")
+
+
+def scale_command(cfg: KitConfig, group: GpuNodeGroupConfig, cluster: str, nodegroup: str,
+                  desired: int) -> str:
+    scaling = f"desiredSize={desired}" if desired or group.min_size == 0 else \
+        "minSize=0,desiredSize=0"
+    return (f"aws eks update-nodegroup-config --cluster-name {cluster} --nodegroup-name "
+            f"{nodegroup} --scaling-config {scaling} --region {cfg.region}")
+
+
+def check_capacity_block_update_offline(group_name: str, group: GpuNodeGroupConfig) -> Check | None:
+    """`rlkit check` reads no AWS: it names the rule, and `rlkit preflight` applies it."""
+    if group.capacity.type != "capacity-block":
+        return None
+    return Check(CAPACITY_BLOCK_UPDATE, _group_subject(group_name), PASS,
+                 f"{_UPDATE_RULE}; `rlkit preflight` reads the deployed group and refuses a deploy "
+                 "while its nodes run")
+
+
+def _stack_outputs(cfn: Any, stack: str) -> dict[str, str] | None:
+    """A stack's outputs (None: no such stack)."""
+    try:
+        found = cfn.describe_stacks(StackName=stack).get("Stacks", [])
+    except AWS_ERRORS as err:
+        if "does not exist" in describe_error(err):
+            return None
+        raise
+    if not found:
+        return None
+    return {o["OutputKey"]: o["OutputValue"] for o in found[0].get("Outputs", [])}
+
+
+def check_capacity_block_update(cfn: Any, eks: Any, cfg: KitConfig, group_name: str,
+                                group: GpuNodeGroupConfig) -> Check | None:
+    """A deploy must not roll a Capacity Block group while its nodes run: the deployed group's
+    desired size (EKS DescribeNodegroup) must be 0. None for other capacity types."""
+    if group.capacity.type != "capacity-block":
+        return None
+    subject, stack = _group_subject(group_name), names.gpu_stack_name(cfg.name, group_name)
+    try:
+        gpu = _stack_outputs(cfn, stack)
+        if gpu is None:
+            return Check(CAPACITY_BLOCK_UPDATE, subject, PASS,
+                         f"{stack} is not deployed: the first deploy creates the group")
+        cluster_outputs = _stack_outputs(cfn, names.stack_names(cfg.name)["cluster"]) or {}
+        nodegroup = gpu.get(names.OutputKeys.NODEGROUP_NAME)
+        cluster = cluster_outputs.get(names.OutputKeys.CLUSTER_NAME)
+        if not nodegroup or not cluster:
+            return Check(CAPACITY_BLOCK_UPDATE, subject, WARN,
+                         f"cannot tell whether the block's nodes run: {stack} or the cluster stack "
+                         "has no node group or cluster name output",
+                         "deploy the cluster stack first; then run preflight again")
+        scaling = eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)[
+            "nodegroup"].get("scalingConfig", {})
+    except AWS_ERRORS as err:
+        return Check(CAPACITY_BLOCK_UPDATE, subject, WARN,
+                     f"cannot tell whether the block's nodes run: {describe_error(err)}",
+                     "allow cloudformation:DescribeStacks and eks:DescribeNodegroup, then run "
+                     "preflight again before deploying the GPU stack")
+    desired = int(scaling.get("desiredSize", 0) or 0)
+    if desired == 0:
+        return Check(CAPACITY_BLOCK_UPDATE, subject, PASS,
+                     f"node group {nodegroup} is at desired size 0: a deploy may update it")
+    return Check(
+        CAPACITY_BLOCK_UPDATE, subject, FAIL,
+        f"node group {nodegroup} runs at desired size {desired}; {_UPDATE_RULE}, so a deploy that "
+        f"changes its launch template or node group in {stack} rolls nodes the block cannot "
+        "replace, under the running job",
+        f"while the block's nodes run, deploy the other stacks only (cdk deploy --exclusively, "
+        f"naming every stack but {stack}); to update this group, stop the run (its last save is "
+        f"in S3), scale to 0 with `{scale_command(cfg, group, cluster, nodegroup, 0)}`, deploy, "
+        f"and scale back up with `{scale_command(cfg, group, cluster, nodegroup, desired)}` "
+        "(docs/operations.md, \"A reservation's end\")")
+
+
 def offline_checks(cfg: KitConfig, installed: Callable[[str], bool] | None = None,
                    today: date | None = None) -> list[Check]:
     """The checks that need no AWS call: Kubernetes version and support window, cluster access,
@@ -312,6 +392,9 @@ def offline_checks(cfg: KitConfig, installed: Callable[[str], bool] | None = Non
               check_admin_access(cfg)]
     for n, g in cfg.gpu_node_groups.items():
         checks += [check_placement(n, g), check_instance_facts(n, g)]
+        update = check_capacity_block_update_offline(n, g)
+        if update is not None:
+            checks.append(update)
     return checks
 
 
@@ -426,10 +509,13 @@ def check_existing_stacks(cfn: Any, cfg: KitConfig) -> Check:
 def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None,
                   now: datetime | None = None,
                   installed: Callable[[str], bool] | None = None) -> list[Check]:
-    """Every check for one config; AWS checks are skipped (one failure) without credentials."""
+    """Every check for one config; AWS checks are skipped (one failure) without credentials. A
+    Capacity Block group's offline note is replaced by the live check."""
     region = region or cfg.region
     checks = offline_checks(cfg, installed)
     identity = check_identity(clients.sts, cfg, region)
+    if identity.status != FAIL:
+        checks = [c for c in checks if c.name != CAPACITY_BLOCK_UPDATE]
     if identity.status == FAIL:
         skipped = "; the AWS checks (offering, quota, reservations, stacks) did not run"
         return [Check(identity.name, identity.subject, identity.status,
@@ -438,6 +524,9 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
     for n, g in cfg.gpu_node_groups.items():
         checks.append(check_offering(clients.ec2, n, g, region))
         checks += check_reservation(clients.ec2, n, g, region, now)
+        if g.capacity.type == "capacity-block":  # the EKS client is made only for these
+            update = check_capacity_block_update(clients.cloudformation, clients.eks, cfg, n, g)
+            checks += [update] if update is not None else []
     checks.append(check_quota(clients.quotas, cfg, region))
     checks.append(check_existing_stacks(clients.cloudformation, cfg))
     return checks

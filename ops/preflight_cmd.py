@@ -1,5 +1,8 @@
 """`rlkit preflight`: read-only AWS checks before `cdk deploy` (credentials, AZ offering, vCPU
 quota, capacity reservations and blocks, placement group, Kubernetes version, existing stacks).
+A Capacity Block group whose deployed node group runs nodes fails: EKS updates such a group only at
+desired size 0, and the fix names the scale-to-0 command (docs/operations.md, "A reservation's
+end").
 
 Exit code 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for a bad config.
 """

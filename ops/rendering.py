@@ -8,6 +8,7 @@ runs, offline renders) placeholders.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,20 +38,21 @@ def resolve_outputs(cfg: KitConfig, outputs_file: Path | None, *, placeholder: b
 
 
 def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, dry_run: bool,
-                   clients: AwsClients, echo: Callable[[str], None]
-                   ) -> tuple[Any, Path, StackOutputs]:
+                   clients: AwsClients, echo: Callable[[str], None],
+                   reservation_end: datetime | None = None) -> tuple[Any, Path, StackOutputs]:
     """Resolve the stack outputs (placeholders only for a dry run) and render the tree to ``out``
     (default out/<name>); returns the render context, the directory and the outputs (whose
-    cluster kubectl must point at). Raises RenderError."""
+    cluster kubectl must point at). ``reservation_end``: the training group's Capacity Block end,
+    rendered into the job. Raises RenderError."""
     outputs = resolve_outputs(cfg, outputs_file, placeholder=dry_run, clients=clients)
     out = out if out is not None else Path("out") / cfg.name
-    return render_manifests(cfg, outputs, out, dry_run, echo), out, outputs
+    return render_manifests(cfg, outputs, out, dry_run, echo, reservation_end), out, outputs
 
 
 def render_manifests(cfg: KitConfig, outputs: StackOutputs, out: Path, dry_run: bool,
-                     echo: Callable[[str], None]) -> Any:
+                     echo: Callable[[str], None], reservation_end: datetime | None = None) -> Any:
     """Render (and, unless dry-run, write) the tree; returns the render context."""
-    ctx = build_context(cfg, outputs)
+    ctx = build_context(cfg, outputs, reservation_end)
     files = render(ctx)
     if dry_run:
         echo(f"[dry-run] would render {len(files)} object(s) to {out}/ "

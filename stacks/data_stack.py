@@ -35,8 +35,10 @@ class DataStack(Stack):
         if self.bucket_key is not None and config.storage.shared_filesystem.type != "none":
             fsx_may_use_bucket_key(self.bucket_key)  # datasets/ and models/ links
         self.repository = TrainerRepository(self, "TrainerImage", removal_policy=policy).repository
-        self.trainer_role = TrainerRole(self, "Trainer", bucket=self.bucket,
-                                        bucket_key=self.bucket_key).role
+        self.trainer_role = TrainerRole(
+            self, "Trainer", bucket=self.bucket, bucket_key=self.bucket_key,
+            read_capacity_blocks=any(g.capacity.type == "capacity-block"
+                                     for g in config.gpu_node_groups.values())).role
         CfnOutput(self, OutputKeys.BUCKET_NAME, value=self.bucket.bucket_name)
         CfnOutput(self, OutputKeys.ECR_REPOSITORY_URI, value=self.repository.repository_uri)
         CfnOutput(self, OutputKeys.TRAINER_ROLE_ARN, value=self.trainer_role.role_arn)

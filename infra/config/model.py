@@ -339,6 +339,18 @@ class TrainingConfig(_Model):
         "crash), each on a new Ray cluster that resumes from the last complete checkpoint. "
         "KubeRay counts every failed attempt, whatever the exit code."
     )
+    rollout_minutes: float = Field(
+        10.0, description="Estimated wall time of one rollout (generation plus training step). On "
+        "a Capacity Block, `rlkit launch` refuses a run that cannot reach its first save before "
+        "the block ends, and the launcher asks for its last save this long plus "
+        "save_upload_minutes before EKS drains the nodes; the launcher replaces both estimates "
+        "with what it measures from the run's own saves."
+    )
+    save_upload_minutes: float = Field(
+        35.0, description="Estimated time of one save plus its upload to S3 (a 400 GiB save "
+        "through a Ray head with 1.56 Gbps takes about 35 minutes). Used with rollout_minutes "
+        "on a Capacity Block."
+    )
 
 
 class KitConfig(_Model):

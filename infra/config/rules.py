@@ -409,4 +409,8 @@ def _validate_training(cfg: KitConfig, add) -> None:
         add(problem("training.backoff_limit", t.backoff_limit,
                     f"must be 0 to {MAX_BACKOFF_LIMIT} (each retry starts a new Ray cluster on the GPU "
                     "nodes)", "use a small number such as 2; 0 turns retries off"))
+    for name in ("rollout_minutes", "save_upload_minutes"):
+        if not getattr(t, name) > 0:
+            add(problem(f"training.{name}", getattr(t, name), "must be more than 0 minutes",
+                        "set an estimate from an earlier run (the launcher logs what it measures)"))
 

@@ -193,12 +193,17 @@ class EfaNodeGroup(Construct):
             # Without force, an update waits for pod disruption budgets instead of evicting jobs.
             force_update=group.force_update,
             # Reserved capacity has no spare instance for a surge: replace all nodes in place.
+            # On-demand p5s have spares in principle, but a surged node must fit the cluster
+            # placement group (which may have no room left: InsufficientInstanceCapacity) and the
+            # account's P-instance vCPU quota (192 vCPUs a node), so they go one at a time.
             max_unavailable_percentage=100 if group.is_reserved else None,
+            max_unavailable=None if group.is_reserved else 1,
         )
-        if group.is_reserved:
-            # MINIMAL terminates old nodes before launching new ones, so an update fits inside the
-            # reservation [EKS API reference, NodegroupUpdateConfig.updateStrategy].
-            cfn_nodegroup = self.nodegroup.node.default_child
-            cfn_nodegroup.add_property_override("UpdateConfig.UpdateStrategy", "MINIMAL")
+        # MINIMAL terminates old nodes before launching new ones, so an update needs no instance
+        # beyond the group's own: it fits the reservation, the placement group and the vCPU quota.
+        # The default strategy launches new nodes first [EKS API reference,
+        # NodegroupUpdateConfig.updateStrategy].
+        cfn_nodegroup = self.nodegroup.node.default_child
+        cfn_nodegroup.add_property_override("UpdateConfig.UpdateStrategy", "MINIMAL")
         Tags.of(self.nodegroup).add(NODE_GROUP_TAG, group_name)
         acknowledge_eks_node_role(self.nodegroup.role)

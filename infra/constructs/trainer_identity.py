@@ -21,7 +21,7 @@ class TrainerRole(Construct):
     """
 
     def __init__(self, scope: Construct, id: str, *, bucket: s3.Bucket,
-                 bucket_key: kms.IKey | None) -> None:
+                 bucket_key: kms.IKey | None, read_capacity_blocks: bool = False) -> None:
         super().__init__(scope, id)
         self.role = iam.Role(
             self, "Role",
@@ -46,6 +46,16 @@ class TrainerRole(Construct):
             sid="ReadDatasets", actions=["s3:GetObject"],
             resources=[bucket.arn_for_objects(names.DATASETS_PREFIX + "*")],
         ))
+        if read_capacity_blocks:
+            # The launcher re-reads its Capacity Block's end (rltrainer.reservation): a block can be
+            # extended, and manifests applied without `rlkit launch` carry no end. A read-only call
+            # with no resource-level permissions [Service Authorization Reference, Amazon EC2].
+            self.role.add_to_policy(iam.PolicyStatement(
+                sid="ReadCapacityBlockEnd", actions=["ec2:DescribeCapacityReservations"],
+                resources=["*"]))
+            acknowledge(self.role, "AwsSolutions-IAM5[Resource::*]",
+                        "ec2:DescribeCapacityReservations supports no resource-level permissions; "
+                        "it only reads reservation metadata (the block's end).")
         bucket_id = Stack.of(bucket).get_logical_id(bucket.node.default_child)
         for prefix in (names.CHECKPOINTS_PREFIX, names.DATASETS_PREFIX):
             acknowledge(self.role, f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix}*]",

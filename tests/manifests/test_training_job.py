@@ -76,11 +76,19 @@ def _env(container: dict) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", [])}
 
 
-@pytest.mark.parametrize("example, backend_vars", [
-    ("default", {}),
-    ("p5en-capacity-block", {"NVSHMEM_REMOTE_TRANSPORT": "libfabric", "NVSHMEM_LIBFABRIC_PROVIDER": "efa"}),
+# On a Capacity Block the head (where the launcher runs) also learns the block and the estimates it
+# needs to save and stop before the block ends (rltrainer.reservation); the end itself is rendered
+# by `rlkit launch`, which reads it.
+CAPACITY_BLOCK_HEAD_ENV = {"RLTRAINER_RESERVATION_ID": "cr-0123456789abcdef0", "RLTRAINER_ROLLOUT_S": "600",
+                           "RLTRAINER_SAVE_UPLOAD_S": "2100"}
+
+
+@pytest.mark.parametrize("example, backend_vars, head_vars", [
+    ("default", {}, {}),
+    ("p5en-capacity-block", {"NVSHMEM_REMOTE_TRANSPORT": "libfabric", "NVSHMEM_LIBFABRIC_PROVIDER": "efa"},
+     CAPACITY_BLOCK_HEAD_ENV),
 ])
-def test_every_ray_actor_gets_the_trainer_and_efa_environment(example, backend_vars):
+def test_every_ray_actor_gets_the_trainer_and_efa_environment(example, backend_vars, head_vars):
     job = rayjob(example)
     runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
     assert set(runtime_env) == {"env_vars"}
@@ -94,7 +102,7 @@ def test_every_ray_actor_gets_the_trainer_and_efa_environment(example, backend_v
     assert {k: v for k, v in env_vars.items() if k not in TRAINER_RUNTIME_ENV} == _env(worker)
     # ...and the head, where the driver imports Megatron, the trainer variables
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    assert _env(head) == {**TRAINER_RUNTIME_ENV, "RLTRAINER_RAYJOB": job["metadata"]["name"]}
+    assert _env(head) == {**TRAINER_RUNTIME_ENV, "RLTRAINER_RAYJOB": job["metadata"]["name"], **head_vars}
 
 
 @pytest.mark.parametrize("example, backend", [("default", "nccl"), ("p5en-capacity-block", "deepep-nvshmem")])

@@ -137,7 +137,21 @@ def test_update_strategy_needs_no_surge_for_reserved_capacity(synth, example, gr
     if reserved:
         assert ng["UpdateConfig"] == {"MaxUnavailablePercentage": 100, "UpdateStrategy": "MINIMAL"}
     else:
-        assert "UpdateStrategy" not in ng.get("UpdateConfig", {})
+        assert ng["UpdateConfig"] == {"MaxUnavailable": 1, "UpdateStrategy": "MINIMAL"}
+
+
+def test_an_on_demand_update_surges_no_extra_gpu_node(synth):
+    """Upstream failure: EKS's default update strategy launches the replacement nodes first, so an
+    update of an on-demand p5 group asks for p5s beyond the group's size, in its cluster placement
+    group (InsufficientInstanceCapacity when it has no room) and against the P-instance vCPU quota
+    that preflight sized for desired_size. MINIMAL, one node at a time, needs none."""
+    s = synth("default")
+    group = s.config.gpu_node_groups["p5"]
+    assert group.capacity.type == "on-demand" and group.uses_placement_group
+    ng = only(s.template("gpu", "p5"), "AWS::EKS::Nodegroup")["Properties"]
+    assert ng["UpdateConfig"]["UpdateStrategy"] == "MINIMAL"
+    assert ng["UpdateConfig"]["MaxUnavailable"] == 1
+    assert "MaxUnavailablePercentage" not in ng["UpdateConfig"]
 
 
 def test_gpu_nodes_reserve_the_huge_pages_the_pods_request(synth):
@@ -443,3 +457,22 @@ def test_a_user_tag_cannot_replace_the_environment_tag(synth_config):
     bucket = next(iter(resources(template, "AWS::S3::Bucket").values()))
     tags = {t["Key"]: t["Value"] for t in bucket["Properties"]["Tags"]}
     assert tags[names.ENVIRONMENT_TAG] == cfg.name and tags["team"] == "rl"
+
+
+@pytest.mark.parametrize("example, reads", [("p5en-capacity-block", True), ("default", False)])
+def test_the_trainer_may_read_its_capacity_blocks_end_and_nothing_more(synth, example, reads):
+    """Upstream failure: a Capacity Block can be extended, and manifests applied without `rlkit
+    launch` carry no end; without ec2:DescribeCapacityReservations the launcher cannot learn the
+    end and EKS drains the nodes 40 minutes before it with no save taken (EKS user guide,
+    capacity-blocks-mng). Only configs with a Capacity Block grant it."""
+    t = synth(example).template("data")
+    (role_id,) = [k for k in resources(t, "AWS::IAM::Role") if k.startswith("TrainerRole")]
+    (policy,) = [p for p in resources(t, "AWS::IAM::Policy").values()
+                 if {"Ref": role_id} in p["Properties"]["Roles"]]
+    ec2 = [st for st in policy["Properties"]["PolicyDocument"]["Statement"]
+           if any(a.startswith("ec2:") for a in _list(st["Action"]))]
+    if reads:
+        assert ec2 == [{"Sid": "ReadCapacityBlockEnd", "Action": "ec2:DescribeCapacityReservations",
+                        "Effect": "Allow", "Resource": "*"}]
+    else:
+        assert ec2 == []

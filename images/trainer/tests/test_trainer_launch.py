@@ -48,7 +48,8 @@ MILES_RECIPE_FLAGS = {
     "--attention-backend",
 }
 # Defined in miles/utils/arguments.py (not used by that recipe).
-MILES_ARGUMENTS = {"--num-steps-per-rollout", "--num-gpus-per-node", "--megatron-to-hf-mode"}
+MILES_ARGUMENTS = {"--num-steps-per-rollout", "--num-gpus-per-node", "--megatron-to-hf-mode",
+                   "--save-trigger-sentinel"}
 # SGLang options passed through with the --sglang- prefix (Miles usage docs).
 SGLANG_PASSTHROUGH = {"--sglang-ep-size", "--sglang-moe-a2a-backend"}
 # Megatron-LM MoE dispatcher options.
@@ -99,6 +100,7 @@ def test_qwen3_30b_a3b_without_deepep():
         "--load": "/checkpoints",
         "--save": "/checkpoints",
         "--save-interval": "20",
+        "--save-trigger-sentinel": "/checkpoints/_rltrainer_save_now",
         "--prompt-data": "/data/dapo.jsonl",
         "--input-key": "prompt",
         "--label-key": "label",

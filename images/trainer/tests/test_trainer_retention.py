@@ -329,7 +329,7 @@ def test_a_final_upload_that_keeps_failing_stops_kuberays_retries_and_says_how_t
     code = launch.main(argv, out=io.StringIO(), err=err, mounts_file=str(mounts), sleep=sleeps.append)
     assert code == launch.EXIT_UPLOAD
     assert sleeps == [5, 10, 20]
-    assert stopped and stopped[0]["why"] == "training finished but its last upload failed"
+    assert stopped and stopped[0]["reason"] == "training finished but its last upload failed"
     assert (f"rltrainer checkpoint upload --s3-uri {URI} --local-dir {tmp_path / 'ckpt'} --iteration N"
             in err.getvalue())
     assert "for each iteration N in 3:" in err.getvalue()

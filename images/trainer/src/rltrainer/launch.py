@@ -17,11 +17,14 @@ Steps, in order:
    local saves beyond ``checkpoint.keep_local`` that S3 holds (``checkpoints.retention``); a
    run whose saves already reach its last rollout trains nothing and only uploads;
 4. start the checkpoint watcher (which applies the same retention after every upload), run the
-   Miles command, forward SIGTERM/SIGINT to it;
-5. when it exits, upload what finished since the last scan and exit with its code. A run that
-   finished whose final upload fails retries the upload with backoff (``--final-upload-attempts``),
-   not the job: if it still fails, KubeRay's retries are stopped (each would start a fresh GPU
-   cluster only to upload), and the exact command that uploads the save is printed.
+   Miles command, forward SIGTERM/SIGINT to it; on a Capacity Block, save, upload and stop
+   before EKS drains the block's nodes (``rltrainer.reservation``; a run that cannot reach one
+   save in S3 does not start);
+5. when it exits, upload what finished since the last scan and exit with its code
+   (``EXIT_RESERVATION_END`` after a stop for the block's end). A run that finished whose final
+   upload fails retries the upload with backoff (``--final-upload-attempts``), not the job: if it
+   still fails, KubeRay's retries are stopped (each would start a fresh GPU cluster only to
+   upload), and the exact command that uploads the save is printed.
 
 ``--dry-run`` does none of 2-5: it prints the command and environment that would run.
 ``--check-args`` (with or without ``--dry-run``) also parses the Miles arguments with
@@ -39,10 +42,11 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence, TextIO
 
-from . import metrics
+from . import metrics, reservation
 from .contract import (
     IMAGE_BACKEND_ENV,
     RUN_CONFIG_PATH,
@@ -73,6 +77,19 @@ SHARED_FILESYSTEMS = frozenset({"lustre", "nfs", "nfs4", "efs", "ceph", "cephfs"
 EXIT_CONFIG = 2
 EXIT_UPLOAD = 3  # training succeeded but a finished save could not be uploaded
 EXIT_PREPARE = 4  # staging inputs or restoring the checkpoint failed; training never started
+EXIT_RESERVATION_END = reservation.EXIT_RESERVATION_END  # stopped for the Capacity Block's end
+
+
+def clock() -> datetime:
+    """Now, in UTC (tests replace it to run a reservation's end in a moment)."""
+    return datetime.now(timezone.utc)
+
+
+sleep = time.sleep  # the supervising loop's pause (tests replace it with the fake clock's)
+
+
+def _pause(seconds: float) -> None:
+    sleep(seconds)  # looked up when called, so a test's replacement of ``sleep`` takes effect
 
 
 def staged_path(cfg: RunConfig, uri: str, kind: str) -> str:
@@ -239,8 +256,11 @@ def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_sourc
     print(cmd.shell(), file=out)
 
 
-def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None) -> int:
+def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None,
+                 wait: Callable[[subprocess.Popen], int] | None = None) -> int:
     """Run the command in its own process group, forwarding SIGTERM/SIGINT to it.
+
+    ``wait`` replaces ``proc.wait()`` (the reservation guard's supervising loop).
 
     With ``metrics_run``, its stdout and stderr are relayed line by line and Miles' metric lines
     are also written as CloudWatch EMF lines for that run name (``rltrainer.metrics``)."""
@@ -264,7 +284,7 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
     try:
         if watcher is not None:
             watcher.start()
-        code = proc.wait()
+        code = proc.wait() if wait is None else wait(proc)
         for thread in relays:
             thread.join()
         return code
@@ -300,8 +320,11 @@ def build_parser(prog: str = "rltrainer launch") -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None, *,
          image_backend: str | None = None, mounts_file: str = MOUNTS_FILE,
-         sleep: Callable[[float], None] = time.sleep) -> int:
+         sleep: Callable[[float], None] | None = None) -> int:
     """Launch a Miles GRPO run from the run config.
+
+    ``sleep`` pauses the upload retries and the reservation guard's loop; default: this module's
+    ``sleep`` at the time of the call (tests replace either with a fake clock's).
 
     ``image_backend`` is the expert-parallel backend the image was built for; the console
     entry reads it from ``RLTRAINER_IMAGE_EP_BACKEND``, which the Dockerfile sets. A
@@ -310,11 +333,18 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     """
     out = out or sys.stdout
     err = err or sys.stderr
-    code = _launch(argv, out, err, image_backend=image_backend, mounts_file=mounts_file, sleep=sleep)
+    code = _launch(argv, out, err, image_backend=image_backend, mounts_file=mounts_file,
+                   sleep=sleep or _pause)
     if code == EXIT_CONFIG:
         from .no_retry import stop_retries
 
         stop_retries(err)
+    elif code == EXIT_RESERVATION_END:
+        from .no_retry import stop_retries
+
+        # A retry would start a new Ray cluster on nodes that are being drained, or wait for them.
+        stop_retries(err, reason="stopped for the Capacity Block's end",
+                     next_step="launch again on the next reservation; it resumes from the newest save in S3")
     return code
 
 
@@ -374,11 +404,23 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         print(f"rltrainer launch: {storage}.", file=err)
         return EXIT_CONFIG
 
+    guard = None
+    window = reservation.learn_window(os.environ, log=err)
+    if window is not None:
+        guard = reservation.EndGuard.from_env(window, os.environ, err)
+        late = guard.too_late_to_start(clock())
+        if late is not None:
+            print(f"rltrainer launch: {late}.", file=err, flush=True)
+            return EXIT_RESERVATION_END
+        print(f"rltrainer: on a Capacity Block: {guard.arithmetic(clock())}; a save is asked for by "
+              f"{guard.save_by:%Y-%m-%d %H:%M} UTC at the latest", file=err, flush=True)
+
     from .checkpoints import (
         CheckpointWatcher,
         Retention,
         RetryPolicy,
         S3CheckpointStore,
+        local_iterations,
         prepare_resume,
         stripe_across_targets,
     )
@@ -414,8 +456,25 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
                               start_rollout_id=resume.start_rollout_id)
     print(f"rltrainer: model arguments from {model_args_source}", file=err, flush=True)
     print("rltrainer: running:\n" + cmd.shell(), file=err, flush=True)
-    code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed")
-    return _finish_uploads(watcher, cfg, code, args, err, sleep)
+    local = cfg.checkpoint.local_dir
+    wait = None
+    if guard is not None:
+        reservation.clear_trigger(local)  # a request left by an earlier attempt is not this run's
+
+        def wait(proc: subprocess.Popen) -> int:
+            return reservation.supervise(
+                proc, guard, clock=clock, saves=lambda: local_iterations(local),
+                uploaded=lambda: list(watcher.uploaded), request_save=lambda: reservation.write_trigger(local),
+                stop=lambda: _stop_group(proc), sleep=lambda s: sleep(s), poll_s=args.upload_interval)
+    code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait)
+    code = _finish_uploads(watcher, cfg, code, args, err, sleep)
+    if guard is not None and guard.state == reservation.STOP:
+        reservation.clear_trigger(local)
+        print(f"rltrainer: stopped before the Capacity Block ends; newest save in S3: "
+              f"{guard.stopped_with if guard.stopped_with is not None and guard.stopped_with >= 0 else 'none'}",
+              file=err, flush=True)
+        return EXIT_RESERVATION_END
+    return code
 
 
 def _final_scan(watcher, err: TextIO, *, stop: bool) -> list:
@@ -453,13 +512,31 @@ def _finish_uploads(watcher, cfg: RunConfig, code: int, args, err: TextIO, sleep
 
         # A KubeRay retry would start a whole GPU cluster only to find the run finished; the
         # save is on the shared file system (retained), so upload it from any pod that mounts it.
-        stop_retries(err, why="training finished but its last upload failed",
-                     then="upload the save by hand (below); nothing is left to train")
+        stop_retries(err, reason="training finished but its last upload failed",
+                     next_step="upload the save by hand (below); nothing is left to train")
         iterations = " ".join(str(i) for i in missing if isinstance(i, int)) or "<N>"
         print(f"rltrainer: to upload by hand, for each iteration N in {iterations}: rltrainer checkpoint upload "
               f"--s3-uri {cfg.checkpoint.s3_uri} --local-dir {cfg.checkpoint.local_dir} --iteration N",
               file=err, flush=True)
     return code or EXIT_UPLOAD
+
+
+STOP_GRACE_S = 120.0  # after SIGTERM, before SIGKILL: the save is in S3 already
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the training's process group (Ray, SGLang and Megatron children included), then
+    SIGKILL if it is still there after ``grace_s``: the scale-down does not wait."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    except ProcessLookupError:
+        pass
 
 
 if __name__ == "__main__":  # python -m rltrainer.launch

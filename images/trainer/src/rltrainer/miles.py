@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .contract import TRAINER_RUNTIME_ENV, RunConfig
+from .reservation import save_trigger_path
 
 MILES_DIR = "/root/miles"  # where the Miles image clones Miles (docker/Dockerfile: /root/miles)
 
@@ -273,6 +274,9 @@ def miles_train_args(
     a.add("--load", ck.local_dir)
     a.add("--save", ck.local_dir)
     a.add("--save-interval", ck.save_interval)
+    # A save on request, at the end of the running rollout: how the launcher saves before a
+    # Capacity Block ends (rltrainer.reservation). Miles removes the file once it has saved.
+    a.add("--save-trigger-sentinel", save_trigger_path(ck.local_dir))
 
     # Rollout data and GRPO batch shape (ROLLOUT_ARGS).
     a.add("--prompt-data", prompt_data)

@@ -6,7 +6,8 @@ attempt fails (ray-project/kuberay v1.7.0, 9c13e71, ray-operator/controllers/ray
 rayjob_controller.go ``checkBackoffLimitAndUpdateStatusIfNeeded``). A configuration error fails
 the same way on every attempt, so before the launcher exits 2 it sets its own RayJob's
 ``spec.backoffLimit`` to 0 through the Kubernetes API. Node loss and other failures keep the
-configured retries.
+configured retries. A run stopped before its Capacity Block ends (``rltrainer.reservation``) uses
+the same switch: a retry would wait for, or land on, capacity that is gone.
 
 The kit's manifests name the RayJob in ``RLTRAINER_RAYJOB`` (the RayJob's runtime env) and let
 the trainer ServiceAccount get and patch that one RayJob (``rl-job/03-rayjob-retry-role.yaml``).
@@ -32,11 +33,13 @@ TIMEOUT_S = 10.0
 
 def stop_retries(log: TextIO, *, rayjob: str | None = None, api_url: str | None = None,
                  service_account_dir: Path = SERVICE_ACCOUNT_DIR,
-                 timeout_s: float = TIMEOUT_S, why: str = "configuration error",
-                 then: str = "fix the config and launch again") -> bool:
+                 timeout_s: float = TIMEOUT_S,
+                 reason: str = "configuration error",
+                 next_step: str = "fix the config and launch again") -> bool:
     """Set ``spec.backoffLimit`` of this run's RayJob to 0; True when the API accepted it.
 
-    Never raises: a failure here must not hide the configuration error being reported.
+    Never raises: a failure here must not hide the error being reported. ``reason`` and
+    ``next_step`` word the log line (a configuration error by default).
     """
     rayjob = rayjob if rayjob is not None else os.environ.get(RAYJOB_ENV)
     if not rayjob:
@@ -59,8 +62,8 @@ def stop_retries(log: TextIO, *, rayjob: str | None = None, api_url: str | None 
             response.read()
     except (OSError, KeyError, urllib.error.URLError, ssl.SSLError) as exc:
         print(f"rltrainer: could not stop KubeRay's retries of RayJob {rayjob} ({exc}); it may run "
-              "this failing configuration again up to its backoffLimit", file=log, flush=True)
+              f"this run again up to its backoffLimit ({reason})", file=log, flush=True)
         return False
-    print(f"rltrainer: {why}: RayJob {rayjob} will not be retried (backoffLimit "
-          f"set to 0); {then}", file=log, flush=True)
+    print(f"rltrainer: {reason}: RayJob {rayjob} will not be retried (backoffLimit "
+          f"set to 0); {next_step}", file=log, flush=True)
     return True

@@ -56,6 +56,22 @@ TRAINER_RUNTIME_ENV = MappingProxyType({
     "PYTHONUNBUFFERED": "1",
 })
 
+# --- a reservation's end ------------------------------------------------------------------------
+
+# A run on an EC2 Capacity Block must save, upload and stop before the block ends. The kit puts
+# the block's ID and end (ISO 8601, UTC; read with DescribeCapacityReservations at `rlkit launch`)
+# on the Ray head, with its estimates of one rollout and of one save plus its upload; the
+# launcher replaces the estimates with what it measures from this run's saves
+# (rltrainer.reservation).
+RESERVATION_ID_ENV = "RLTRAINER_RESERVATION_ID"
+RESERVATION_END_ENV = "RLTRAINER_RESERVATION_END"
+ROLLOUT_ESTIMATE_ENV = "RLTRAINER_ROLLOUT_S"
+SAVE_UPLOAD_ESTIMATE_ENV = "RLTRAINER_SAVE_UPLOAD_S"
+# EKS scales a Capacity Block node group to 0 about 40 minutes before the block ends, to drain
+# the pods before EC2 starts shutting the instances down 30 minutes before the end [EKS user
+# guide, "capacity-blocks-mng"]. Work not in S3 by then is lost.
+EKS_SCALE_DOWN_MARGIN_S = 40 * 60
+
 # --- training metrics ----------------------------------------------------------------------------
 
 # CloudWatch namespace and dimension of the launcher's embedded-metric-format lines

@@ -70,6 +70,7 @@ OWNED_FLAGS: dict[str, str] = {
     "--load": "checkpoint.local_dir",
     "--save": "checkpoint.local_dir",
     "--save-interval": "checkpoint.save_interval",
+    "--save-trigger-sentinel": "checkpoint.local_dir",
     "--prompt-data": "data.prompt_data",
     "--input-key": "data.input_key",
     "--label-key": "data.label_key",

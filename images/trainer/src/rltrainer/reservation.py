@@ -1,0 +1,251 @@
+"""Save, upload and stop before the Capacity Block under the run ends.
+
+EKS scales a Capacity Block node group to 0 about 40 minutes before the block ends, and EC2
+starts shutting the instances down 30 minutes before it [EKS user guide, "capacity-blocks-mng"].
+Whatever is not in S3 by the scale-down is lost, and a retry would wait for capacity that is
+gone. So on a Capacity Block the launcher:
+
+1. learns the block's end: the value ``rlkit launch`` rendered into the job
+   (``RLTRAINER_RESERVATION_END``), re-read with DescribeCapacityReservations when the pod's
+   credentials allow it (a block can be extended; the fresher value wins);
+2. keeps two durations: one rollout, and one save plus its upload. Each starts as the kit's
+   estimate (``RLTRAINER_ROLLOUT_S``, ``RLTRAINER_SAVE_UPLOAD_S``) and is replaced by what this
+   run measures: the time between two saves per rollout, and the time from a save's directory
+   appearing to its upload finishing (the longest seen);
+3. at ``end - margin - (rollout + save_upload)``, the latest moment that still leaves one rollout
+   and one save plus upload before the scale-down, asks Miles for a save: Miles'
+   ``--save-trigger-sentinel`` file, which train.py checks after every rollout and removes once
+   it has saved (Miles v0.1.0 train.py; miles/utils/arguments.py);
+4. once a save newer than the trigger is complete in S3 (or, failing that, at the scale-down
+   itself) stops training and exits ``EXIT_RESERVATION_END``, with KubeRay's retries of the
+   RayJob switched off (``rltrainer.no_retry``).
+
+Everything here takes its clock and its sleep as arguments, so tests run a block's end in
+microseconds (images/trainer/tests/test_trainer_reservation.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, TextIO
+
+from .contract import (
+    EKS_SCALE_DOWN_MARGIN_S,
+    RESERVATION_END_ENV,
+    RESERVATION_ID_ENV,
+    ROLLOUT_ESTIMATE_ENV,
+    SAVE_UPLOAD_ESTIMATE_ENV,
+)
+
+# Exit status of a run stopped for its reservation's end (after its last save is in S3, if it
+# got there). Not a failure of the config or of the trainer, so a code of its own.
+EXIT_RESERVATION_END = 5
+# The file Miles' --save-trigger-sentinel watches, in checkpoint.local_dir.
+SAVE_TRIGGER_FILE = "_rltrainer_save_now"
+# Without an estimate from the kit: one rollout and one save plus upload of a 30B MoE model.
+DEFAULT_ROLLOUT_S = 600.0
+DEFAULT_SAVE_UPLOAD_S = 2400.0
+
+RUN, SAVE, STOP = "run", "save", "stop"
+
+
+def save_trigger_path(local_dir: str) -> str:
+    return f"{local_dir.rstrip('/')}/{SAVE_TRIGGER_FILE}"
+
+
+def parse_end(text: str) -> datetime:
+    """An ISO 8601 time (``Z`` or an offset; a naive time is read as UTC)."""
+    value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Window:
+    end: datetime
+    source: str
+    reservation_id: str | None = None
+
+
+def learn_window(env: Mapping[str, str], *, ec2: Any = None, log: TextIO | None = None) -> Window | None:
+    """The end of the run's Capacity Block, or None when the run is not on one.
+
+    The rendered end comes first; DescribeCapacityReservations on the rendered ID replaces it
+    when it answers (``ec2`` given, or a boto3 client from the pod's credentials). A failed
+    re-read is logged and the rendered value kept."""
+    out = log or sys.stderr
+    rid = env.get(RESERVATION_ID_ENV) or None
+    rendered = env.get(RESERVATION_END_ENV) or None
+    window = None
+    if rendered:
+        try:
+            window = Window(parse_end(rendered), f"{RESERVATION_END_ENV} (rendered by rlkit launch)", rid)
+        except ValueError:
+            print(f"rltrainer: {RESERVATION_END_ENV}={rendered!r} is not an ISO 8601 time; ignored",
+                  file=out, flush=True)
+    if rid is None:
+        return window
+    try:
+        if ec2 is None:
+            import boto3
+            from botocore.config import Config
+
+            # One quick try: the rendered end is there if this fails, and training waits meanwhile.
+            ec2 = boto3.client("ec2", config=Config(connect_timeout=5, read_timeout=10,
+                                                    retries={"max_attempts": 2, "mode": "standard"}))
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
+        end = found[0].get("EndDate") if found else None
+    except Exception as exc:  # noqa: BLE001 - the rendered value stands; say why it was not re-read
+        print(f"rltrainer: could not re-read the end of {rid} ({type(exc).__name__}: {exc}); "
+              + (f"using {window.source}" if window else "no end is known, so nothing stops this run "
+                 "before the block ends"), file=out, flush=True)
+        return window
+    if end is None:
+        return window
+    end = end if isinstance(end, datetime) else parse_end(str(end))
+    end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
+    return Window(end, f"DescribeCapacityReservations {rid}", rid)
+
+
+def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
+    try:
+        value = float(env.get(key) or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def _fmt(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@dataclass
+class EndGuard:
+    """Decides, from the clock and what it sees of the saves, when to save and when to stop."""
+
+    window: Window
+    rollout_s: float = DEFAULT_ROLLOUT_S
+    save_upload_s: float = DEFAULT_SAVE_UPLOAD_S
+    margin_s: float = EKS_SCALE_DOWN_MARGIN_S
+    log: TextIO = field(default_factory=lambda: sys.stderr)
+    state: str = RUN
+    triggered_after: int | None = None  # newest save in S3 when the save was asked for
+    stopped_with: int | None = None  # newest save in S3 when training was stopped
+    measured_rollout_s: float | None = None
+    measured_save_upload: dict[int, float] = field(default_factory=dict)
+    _first_seen: dict[int, datetime] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, window: Window, env: Mapping[str, str], log: TextIO) -> "EndGuard":
+        return cls(window, rollout_s=_seconds(env, ROLLOUT_ESTIMATE_ENV, DEFAULT_ROLLOUT_S),
+                   save_upload_s=_seconds(env, SAVE_UPLOAD_ESTIMATE_ENV, DEFAULT_SAVE_UPLOAD_S), log=log)
+
+    # --- durations -------------------------------------------------------------------------------
+
+    @property
+    def rollout(self) -> float:
+        return self.measured_rollout_s if self.measured_rollout_s is not None else self.rollout_s
+
+    @property
+    def save_upload(self) -> float:
+        measured = self.measured_save_upload.values()
+        return max(measured) if measured else self.save_upload_s
+
+    @property
+    def scale_down(self) -> datetime:
+        """When EKS starts draining the nodes: the run must be in S3 by then."""
+        return self.window.end - timedelta(seconds=self.margin_s)
+
+    @property
+    def save_by(self) -> datetime:
+        """The latest moment to ask for a save: one rollout (Miles saves at the end of the one
+        running) plus one save and its upload before the scale-down."""
+        return self.scale_down - timedelta(seconds=self.rollout + self.save_upload)
+
+    def arithmetic(self, now: datetime) -> str:
+        left = (self.window.end - now).total_seconds()
+        return (f"block ends {_fmt(self.window.end)} ({self.window.source}); {left / 60:.0f} min left minus "
+                f"{self.margin_s / 60:.0f} min EKS scale-down margin = {(left - self.margin_s) / 60:.0f} min; "
+                f"one rollout {self.rollout / 60:.0f} min + save and upload {self.save_upload / 60:.0f} min "
+                f"= {(self.rollout + self.save_upload) / 60:.0f} min")
+
+    def observe(self, now: datetime, saves: Iterable[int], uploaded: Iterable[int]) -> None:
+        """Measure this run's saves: when each save directory first appears, the rollout time
+        from two of them, and the save-plus-upload time once its upload has finished."""
+        done = set(uploaded)
+        for iteration in sorted(saves):
+            if iteration in self._first_seen:
+                continue
+            earlier = [i for i in self._first_seen if i < iteration]
+            self._first_seen[iteration] = now
+            if earlier:
+                prev = max(earlier)
+                seconds = (now - self._first_seen[prev]).total_seconds() / (iteration - prev)
+                if seconds > 0:
+                    self.measured_rollout_s = seconds
+        for iteration in done:
+            seen = self._first_seen.get(iteration)
+            if seen is not None and iteration not in self.measured_save_upload:
+                self.measured_save_upload[iteration] = max((now - seen).total_seconds(), 0.0)
+
+    def too_late_to_start(self, now: datetime) -> str | None:
+        """Why a run starting now cannot reach one save in S3 before the scale-down (None: it can)."""
+        if now < self.save_by:
+            return None
+        return (f"too late to start: {self.arithmetic(now)}, which does not fit. The block's nodes "
+                "are drained before a save could reach S3; launch on the next reservation")
+
+    def step(self, now: datetime, saves: Iterable[int], uploaded: Iterable[int]) -> str:
+        """RUN (keep training), SAVE (ask Miles for a save now) or STOP (stop training now)."""
+        uploaded = set(uploaded)
+        self.observe(now, saves, uploaded)
+        newest = max(uploaded, default=-1)
+        if self.state == RUN:
+            if now < self.save_by:
+                return RUN
+            self.state, self.triggered_after = SAVE, newest
+            print(f"rltrainer: saving before the Capacity Block ends: {self.arithmetic(now)}; asking "
+                  "Miles for a save after this rollout", file=self.log, flush=True)
+            return SAVE
+        if self.state == SAVE:
+            if newest > (self.triggered_after if self.triggered_after is not None else -1):
+                print(f"rltrainer: save {newest} is complete in S3; stopping training before EKS scales "
+                      f"the Capacity Block's nodes down at {_fmt(self.scale_down)}", file=self.log, flush=True)
+            elif now >= self.scale_down:
+                print("rltrainer: EKS scales the Capacity Block's nodes down now and no save after the "
+                      "request reached S3; stopping training (the newest save in S3 is "
+                      f"{newest if newest >= 0 else 'none'})", file=self.log, flush=True)
+            else:
+                return RUN
+            self.state, self.stopped_with = STOP, newest
+            return STOP
+        return STOP
+
+
+def supervise(proc: Any, guard: EndGuard, *, clock: Callable[[], datetime], saves: Callable[[], Iterable[int]],
+              uploaded: Callable[[], Iterable[int]], request_save: Callable[[], None], stop: Callable[[], None],
+              sleep: Callable[[float], None], poll_s: float = 30.0) -> int:
+    """Wait for ``proc`` like ``proc.wait()``, asking for a save and stopping it as ``guard`` says."""
+    while True:
+        code = proc.poll()
+        if code is not None:
+            return code
+        action = guard.step(clock(), saves(), uploaded())
+        if action == SAVE:
+            request_save()
+        elif action == STOP:
+            stop()
+            return proc.wait()
+        sleep(poll_s)
+
+
+def write_trigger(local_dir: str) -> None:
+    path = Path(save_trigger_path(local_dir))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("save requested by rltrainer before the Capacity Block ends\n")
+
+
+def clear_trigger(local_dir: str) -> None:
+    Path(save_trigger_path(local_dir)).unlink(missing_ok=True)

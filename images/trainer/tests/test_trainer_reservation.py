@@ -1,0 +1,233 @@
+"""A run on a Capacity Block saves, uploads and stops before EKS drains the block's nodes.
+
+Upstream failure this prevents: EKS scales a Capacity Block node group to 0 about 40 minutes
+before the block ends, and EC2 shuts the instances down from 30 minutes before it [EKS user
+guide, "capacity-blocks-mng"]. Without a guard the run is killed with its work since the last
+periodic save lost (up to 20 rollouts), and KubeRay retries it onto capacity that is gone.
+Every test runs the block's end on a fake clock.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainer_helpers import FIXTURES
+from rltrainer import launch, no_retry, reservation
+from rltrainer.contract import (
+    RESERVATION_END_ENV,
+    RESERVATION_ID_ENV,
+    ROLLOUT_ESTIMATE_ENV,
+    SAVE_UPLOAD_ESTIMATE_ENV,
+)
+
+END = datetime(2026, 12, 1, 18, 0, tzinfo=timezone.utc)
+MIN = timedelta(minutes=1)
+
+
+class FakeClock:
+    def __init__(self, now: datetime):
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def guard(**kw) -> reservation.EndGuard:
+    return reservation.EndGuard(reservation.Window(END, "test"), log=io.StringIO(), **kw)
+
+
+def test_the_save_is_asked_for_one_rollout_plus_save_and_upload_before_the_scale_down():
+    g = guard(rollout_s=600, save_upload_s=1200)
+    # 40 min EKS margin + 10 min rollout + 20 min save and upload = 70 min before the end.
+    assert g.save_by == END - 70 * MIN
+    assert g.step(END - 71 * MIN, [], []) == reservation.RUN
+    assert g.step(END - 70 * MIN, [], [20]) == reservation.SAVE
+    assert g.triggered_after == 20
+    # The save asked for is not in S3 yet: keep training until it is, or until the scale-down.
+    assert g.step(END - 60 * MIN, [20, 21], [20]) == reservation.RUN
+    assert g.step(END - 50 * MIN, [20, 21], [20, 21]) == reservation.STOP
+    assert g.stopped_with == 21
+
+
+def test_without_a_save_in_s3_the_run_stops_at_the_scale_down_anyway():
+    g = guard(rollout_s=600, save_upload_s=1200)
+    assert g.step(END - 70 * MIN, [], []) == reservation.SAVE
+    assert g.step(END - 41 * MIN, [3], []) == reservation.RUN
+    assert g.step(END - 40 * MIN, [3], []) == reservation.STOP
+    assert "no save after the request reached S3" in g.log.getvalue()
+
+
+def test_measured_saves_replace_the_estimates():
+    g = guard(rollout_s=60, save_upload_s=60)
+    t = END - 10 * 60 * MIN
+    g.observe(t, [20], [])
+    g.observe(t + 30 * MIN, [20], [20])  # save 20 took 30 min from its directory to S3
+    g.observe(t + 100 * MIN, [20, 40], [20])  # 20 rollouts in 100 min
+    assert g.save_upload == 30 * 60
+    assert g.measured_rollout_s == 5 * 60
+    assert g.save_by == END - (40 + 5 + 30) * MIN
+
+
+def test_a_run_that_cannot_reach_one_save_does_not_start():
+    g = guard(rollout_s=600, save_upload_s=1200)
+    assert g.too_late_to_start(END - 71 * MIN) is None
+    why = g.too_late_to_start(END - 69 * MIN)
+    assert why == ("too late to start: block ends 2026-12-01 18:00:00 UTC (test); 69 min left minus 40 min "
+                   "EKS scale-down margin = 29 min; one rollout 10 min + save and upload 20 min = 30 min, which "
+                   "does not fit. The block's nodes are drained before a save could reach S3; launch on the next "
+                   "reservation")
+
+
+def test_the_end_is_re_read_with_describe_capacity_reservations():
+    import boto3
+    from botocore.stub import Stubber
+
+    ec2 = boto3.client("ec2", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    extended = END + timedelta(days=1)
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_capacity_reservations",
+                          {"CapacityReservations": [{"CapacityReservationId": "cr-0123456789abcdef0",
+                                                     "EndDate": extended}]},
+                          {"CapacityReservationIds": ["cr-0123456789abcdef0"]})
+        window = reservation.learn_window({RESERVATION_ID_ENV: "cr-0123456789abcdef0",
+                                           RESERVATION_END_ENV: "2026-12-01T18:00:00Z"}, ec2=ec2)
+    assert window == reservation.Window(extended, "DescribeCapacityReservations cr-0123456789abcdef0",
+                                        "cr-0123456789abcdef0")
+    # Without permission to read it, the rendered value stands.
+    with Stubber(ec2) as stub:
+        stub.add_client_error("describe_capacity_reservations", "UnauthorizedOperation")
+        log = io.StringIO()
+        window = reservation.learn_window({RESERVATION_ID_ENV: "cr-0123456789abcdef0",
+                                           RESERVATION_END_ENV: "2026-12-01T18:00:00Z"}, ec2=ec2, log=log)
+    assert window.end == END and "could not re-read the end of cr-0123456789abcdef0" in log.getvalue()
+    assert reservation.learn_window({}) is None
+
+
+# --- the launcher, end to end, against moto S3 and a stand-in train.py ------------------------------
+
+# Trains one "rollout" every 50 ms; saves only when the sentinel asks (save_interval is 1000),
+# and removes the sentinel after saving, as Miles v0.1.0 train.py does.
+SENTINEL_TRAIN = '''
+import os, pathlib, sys, time
+args = sys.argv[1:]
+def last(flag):
+    i = len(args) - 1 - args[::-1].index(flag)
+    return args[i + 1]
+save = pathlib.Path(last("--save"))
+sentinel = pathlib.Path(last("--save-trigger-sentinel"))
+pathlib.Path(os.environ["FAKE_TRAIN_STARTED"]).write_text("yes")
+for it in range(1, 100000):
+    time.sleep(0.05)
+    if sentinel.exists():
+        d = save / f"iter_{it:07d}"
+        (d / "model").mkdir(parents=True)
+        (d / "model" / "__0_0.distcp").write_bytes(os.urandom(2000))
+        (d / "common.pt").write_bytes(b"c" * 100)
+        (save / "rollout").mkdir(exist_ok=True)
+        import torch
+        torch.save({"cursor": it}, save / "rollout" / f"global_dataset_state_dict_{it}.pt")
+        (save / "latest_checkpointed_iteration.txt").write_text(str(it))
+        sentinel.unlink()
+'''
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    from moto import mock_aws
+
+    with mock_aws():
+        import boto3
+
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="my-bucket")
+        miles = tmp_path / "miles"
+        miles.mkdir()
+        (miles / "train.py").write_text(SENTINEL_TRAIN)
+        data = yaml.safe_load((FIXTURES / "qwen3-30b-a3b.yaml").read_text())
+        data["checkpoint"].update(local_dir=str(tmp_path / "ckpt"), s3_uri="s3://my-bucket/checkpoints/run1/",
+                                  save_interval=1000)
+        data["data"]["prompt_data"] = str(tmp_path / "prompts.jsonl")
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(yaml.safe_dump(data))
+        mounts = tmp_path / "mounts"
+        mounts.write_text(f"10.0.0.5@tcp:/abcdefgh {tmp_path} lustre rw 0 0\n")
+        monkeypatch.setenv("FAKE_TRAIN_STARTED", str(tmp_path / "started"))
+        monkeypatch.setenv(RESERVATION_END_ENV, "2026-12-01T18:00:00Z")
+        monkeypatch.setenv(ROLLOUT_ESTIMATE_ENV, "600")
+        monkeypatch.setenv(SAVE_UPLOAD_ESTIMATE_ENV, "1200")
+        monkeypatch.delenv(RESERVATION_ID_ENV, raising=False)
+        stops = []
+        monkeypatch.setattr(no_retry, "stop_retries", lambda log, **kw: stops.append(kw) or True)
+        argv = ["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable,
+                "--upload-interval", "0.05"]
+        yield s3, argv, str(mounts), stops, tmp_path
+
+
+def test_the_launcher_saves_uploads_and_stops_before_the_block_ends(run, monkeypatch):
+    s3, argv, mounts, stops, tmp_path = run
+    fake = FakeClock(END - 2 * 60 * MIN)
+    err = io.StringIO()
+    monkeypatch.setattr(launch, "clock", fake)
+    sentinel = tmp_path / "ckpt" / reservation.SAVE_TRIGGER_FILE
+
+    def pause(_seconds: float) -> None:
+        # Five minutes of the block per pause until the save is asked for; then 30 s per 0.2 s of
+        # real time, which leaves the stand-in trainer (torch import included) and moto 12 s of
+        # real time to save and upload before the scale-down.
+        asked = sentinel.exists() or "saving before" in err.getvalue()
+        time.sleep(0.2 if asked else 0.02)
+        fake.advance(30 if asked else 300)
+
+    monkeypatch.setattr(launch, "sleep", pause)
+    code = launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts)
+    log = err.getvalue()
+    assert code == reservation.EXIT_RESERVATION_END, log
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="my-bucket").get("Contents", [])]
+    complete = [k for k in keys if k.endswith("/_COMPLETE.json")]
+    assert len(complete) == 1, keys  # the one save asked for, complete in S3
+    assert "saving before the Capacity Block ends" in log
+    assert "is complete in S3; stopping training" in log
+    # Asked for at end - 70 min (40 margin + 10 rollout + 20 save and upload), stopped before
+    # the scale-down at end - 40 min.
+    assert END - 70 * MIN <= fake.now < END - 40 * MIN
+    assert stops == [{"reason": "stopped for the Capacity Block's end",
+                      "next_step": "launch again on the next reservation; it resumes from the newest save in S3"}]
+    assert not (tmp_path / "ckpt" / reservation.SAVE_TRIGGER_FILE).exists()
+
+
+def test_the_launcher_does_not_start_a_run_that_cannot_reach_a_save(run, monkeypatch):
+    s3, argv, mounts, stops, tmp_path = run
+    monkeypatch.setattr(launch, "clock", FakeClock(END - 65 * MIN))
+    err = io.StringIO()
+    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == reservation.EXIT_RESERVATION_END
+    assert "too late to start" in err.getvalue()
+    assert not (tmp_path / "started").exists()
+    assert len(stops) == 1
+
+
+def test_a_trainer_that_ignores_sigterm_is_killed_after_the_grace_period():
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                             "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"],
+                            start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    started = time.monotonic()
+    launch._stop_group(proc, grace_s=0.3)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    assert time.monotonic() - started < 5

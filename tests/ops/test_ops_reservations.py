@@ -1,0 +1,155 @@
+"""A Capacity Block's window: `rlkit status` shows it, `rlkit launch` refuses a run that cannot save
+before it ends and renders the end into the job.
+
+Upstream failure this prevents: EKS scales a Capacity Block node group to 0 about 40 minutes
+before the block ends [EKS user guide, "capacity-blocks-mng"]; a run launched with less time left
+than one rollout plus one save and upload loses all its work, and nothing told the operator.
+DescribeCapacityReservations is stubbed with botocore's Stubber (moto has no Capacity Blocks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime, timedelta, timezone
+
+import boto3
+import pytest
+import yaml
+from botocore.stub import Stubber
+
+from ops import launch_cmd
+from ops.aws import AwsClients
+from test_ops_gate import FakeKubectl, outputs_file  # the same folder (tests/ops)
+
+RID = "cr-0123456789abcdef0"
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+CB_CONFIG = f"""
+name: gt
+region: us-east-1
+availability_zones: [us-east-1a, us-east-1b]
+gpu_node_groups:
+  p5:
+    instance_type: p5.48xlarge
+    availability_zone: us-east-1a
+    desired_size: 2
+    max_size: 2
+    capacity: {{type: capacity-block, reservation_id: {RID}}}
+training: {{node_group: p5, nodes: 2, rollout_minutes: 10, save_upload_minutes: 35}}
+"""
+
+
+@pytest.fixture
+def kubectl(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch_cmd, "utcnow", lambda: NOW)
+    return FakeKubectl(tmp_path, monkeypatch)
+
+
+def ec2_with_window(end: datetime, start: datetime | None = None, calls: int = 1):
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x",
+                       aws_secret_access_key="x")
+    stub = Stubber(ec2)
+    for _ in range(calls):
+        stub.add_response("describe_capacity_reservations", {"CapacityReservations": [{
+            "CapacityReservationId": RID, "State": "active", "ReservationType": "capacity-block",
+            "StartDate": start or end - timedelta(days=1), "EndDate": end}]},
+            {"CapacityReservationIds": [RID]})
+    stub.activate()
+    return ec2, stub
+
+
+def run(tmp_path, ec2, command, *flags):
+    cfg = tmp_path / "gt.yaml"
+    cfg.write_text(CB_CONFIG)
+    d = tmp_path / ".rlkit" / "gt"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "gate.json").write_text(json.dumps({
+        "version": 1, "config": "gt", "finished_at": "2026-03-01T12:00:00+00:00", "ok": True,
+        "instance_type": "p5.48xlarge", "nodes": 2, "findings": [], "ep": None}))
+    parser = argparse.ArgumentParser(prog="rlkit")
+    launch_cmd.register(parser.add_subparsers(dest="command"))
+    argv = [command, "--config", str(cfg), "--state-dir", str(tmp_path / ".rlkit")]
+    if command == "launch":
+        argv += ["--outputs", str(outputs_file(tmp_path)), "--out", str(tmp_path / "out")]
+    args = parser.parse_args(argv + list(flags))
+    args.clients_factory = lambda region, profile=None: AwsClients(ec2=ec2)
+    if command == "status":
+        args.poll, args.no_health = 0, True
+    return args.func(args)
+
+
+def head_env(tmp_path) -> dict[str, str]:
+    rayjob = yaml.safe_load((tmp_path / "out/rl-job/01-rayjob.yaml").read_text())
+    head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in head["env"]}
+
+
+def test_launch_refuses_a_run_that_cannot_save_before_the_block_ends(tmp_path, kubectl, capsys):
+    ec2, _ = ec2_with_window(NOW + timedelta(minutes=84))
+    assert run(tmp_path, ec2, "launch") == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"Not launching: capacity block {RID} (gpu_node_groups.p5) ends 2026-12-01 13:24 UTC: "
+        "1 h 24 min left minus the 40 min before EKS drains its nodes = 44 min, but one complete "
+        "save needs one rollout (training.rollout_minutes = 10) plus one save and its upload "
+        "(training.save_upload_minutes = 35) = 45 min (the launcher asks for a save after the "
+        "first rollout at the latest; image pull and restore come on top). Launch on a block "
+        "with more time left, or lower the estimates if earlier runs measured less (the launcher "
+        "logs what it measures).\n")
+    assert kubectl.calls == []
+
+
+def test_a_dry_run_previews_and_exits_1_when_the_real_launch_would_refuse(tmp_path, kubectl,
+                                                                          capsys):
+    ec2, _ = ec2_with_window(NOW + timedelta(minutes=84))
+    assert run(tmp_path, ec2, "launch", "--dry-run") == 1
+    out = capsys.readouterr().out
+    assert "[dry-run] the real launch would REFUSE: capacity block" in out
+    assert "[dry-run] kubectl apply -f" in out
+    assert kubectl.calls == []
+
+
+def test_launch_renders_the_blocks_end_into_the_job(tmp_path, kubectl, capsys):
+    ec2, stub = ec2_with_window(NOW + timedelta(minutes=86))
+    assert run(tmp_path, ec2, "launch") == 0
+    stub.assert_no_pending_responses()
+    out = capsys.readouterr().out
+    assert (f"capacity block {RID} (gpu_node_groups.p5): active, 2026-11-30 13:26 UTC to "
+            "2026-12-01 13:26 UTC; 1 h 26 min left; EKS drains the nodes at 2026-12-01 12:46 UTC "
+            "(46 min from now)") in out
+    env = head_env(tmp_path)
+    assert env["RLTRAINER_RESERVATION_ID"] == RID
+    assert env["RLTRAINER_RESERVATION_END"] == "2026-12-01T13:26:00Z"
+    assert env["RLTRAINER_ROLLOUT_S"] == "600"
+    assert env["RLTRAINER_SAVE_UPLOAD_S"] == "2100"
+
+
+def test_status_shows_the_window(tmp_path, kubectl, capsys):
+    ec2, _ = ec2_with_window(NOW + timedelta(hours=5, minutes=3))
+    kubectl.rule(["get", "rayjob"], stdout=json.dumps({"metadata": {"name": "x"}, "status": {
+        "jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}}))
+    assert run(tmp_path, ec2, "status") == 0
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"capacity block {RID} (gpu_node_groups.p5): active, 2026-11-30 17:03 UTC to 2026-12-01 "
+        "17:03 UTC; 5 h 03 min left; EKS drains the nodes at 2026-12-01 16:23 UTC (4 h 23 min "
+        "from now)\n")
+
+
+def test_status_before_the_block_starts_says_when(tmp_path, kubectl, capsys):
+    ec2, _ = ec2_with_window(NOW + timedelta(days=1), start=NOW + timedelta(hours=2))
+    assert run(tmp_path, ec2, "status") == 1  # no RayJob yet
+    assert "; starts in 2 h 00 min" in capsys.readouterr().err
+
+
+def test_an_unreadable_window_is_a_warning_and_the_job_gets_no_end(tmp_path, kubectl, capsys):
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x",
+                       aws_secret_access_key="x")
+    stub = Stubber(ec2)
+    stub.add_client_error("describe_capacity_reservations", "UnauthorizedOperation", "not allowed")
+    stub.activate()
+    assert run(tmp_path, ec2, "launch") == 0
+    assert (f"WARNING: could not read the window of capacity block {RID} (DescribeCapacityReservations "
+            "failed: UnauthorizedOperation: not allowed)") in capsys.readouterr().err
+    env = head_env(tmp_path)
+    assert "RLTRAINER_RESERVATION_END" not in env and env["RLTRAINER_RESERVATION_ID"] == RID
