@@ -13,13 +13,16 @@ from functools import lru_cache
 
 @lru_cache(maxsize=None)
 def regions(service: str) -> frozenset[str]:
-    """Every region, in every partition, where botocore's endpoint data lists ``service``."""
-    import botocore.session  # the data load takes ~0.3 s: only when a config is validated
+    """Every region, in every partition, where botocore's endpoint data lists ``service``.
 
-    session = botocore.session.get_session()
+    Read from the data file through botocore's loader, not a session: a session would read the
+    AWS profile and config, which synth must never need."""
+    from botocore.loaders import create_loader  # loading takes ~0.3 s: only when validating
+
     found: set[str] = set()
-    for partition in session.get_available_partitions():
-        found.update(session.get_available_regions(service, partition))
+    for partition in create_loader().load_data("endpoints")["partitions"]:
+        endpoints = partition["services"].get(service, {}).get("endpoints", {})
+        found.update(r for r in endpoints if r in partition["regions"])
     return frozenset(found)
 
 
