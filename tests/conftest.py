@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 from infra.config import KitConfig, load_config  # noqa: E402
 from tests.support import artifacts  # noqa: E402
 
-from tests.support.cdk import EXAMPLES, REPO_ROOT  # noqa: E402
+from tests.support.cdk import REPO_ROOT  # noqa: E402
 
 
 @dataclass

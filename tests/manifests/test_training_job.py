@@ -55,7 +55,6 @@ def test_backoff_limit_defaults_to_retrying():
 # --- the rendered RayJob ------------------------------------------------------------------------
 
 import functools  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 

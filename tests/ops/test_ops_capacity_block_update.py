@@ -113,7 +113,6 @@ def test_other_capacity_types_are_not_checked_and_rlkit_check_names_the_rule():
 
 
 def test_the_fix_points_at_a_section_that_exists():
-    from pathlib import Path
 
     text = (REPO_ROOT / "docs" / "operations.md").read_text()
     over_time = text[text.index("\n## Over time\n"):]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.support.cdk import REPO_ROOT
 from ops import cli, contract
 from ops.scheduling import Finding

@@ -37,8 +37,6 @@ def test_gate_dry_run_through_main(tmp_path, capsys, monkeypatch):
 
 
 def test_ephemeral_workflow_assumes_a_role_and_always_tears_down():
-    from pathlib import Path
-
     import yaml
 
     path = REPO_ROOT / ".github/workflows/ephemeral-cluster.yml"

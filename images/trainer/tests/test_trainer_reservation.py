@@ -10,7 +10,6 @@ Every test runs the block's end on a fake clock.
 from __future__ import annotations
 
 import io
-import json
 import sys
 import time
 from datetime import datetime, timedelta, timezone
