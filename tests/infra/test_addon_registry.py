@@ -18,20 +18,7 @@ from infra.addons import ChartVersion, HelmAddon, Placement, Workload
 from infra.addons.config import AddonsConfig
 from infra.config import json_schema
 
-SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
 FORK_ADDONS = TEST_FIXTURES / "addons"
-
-
-@pytest.fixture(scope="module")
-def chart_dir():
-    if not SHARED_CHARTS.is_dir():
-        message = (f"{SHARED_CHARTS} is missing: the add-on contract test needs the published "
-                   "chart packages there (see the kit's docs: ../shared/charts beside the "
-                   "repository)")
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return SHARED_CHARTS
 
 
 def test_config_fields_follow_the_registry_in_order():
