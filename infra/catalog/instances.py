@@ -87,6 +87,10 @@ class InstanceType:
     # `rlkit check` and `rlkit render` then warn (note says what is unverified).
     facts_verified: bool = True
     note: str = ""
+    # Instances whose GPUs share one NVLink domain: 1 for an HGX node (NVLink stops at the
+    # node), up to 18 for a GB200 NVL72 UltraServer (72 GPUs). Planner, gate and manifests read
+    # nvlink_domain_gpus, never the name.
+    nvlink_domain_instances: int = 1
 
     @property
     def interfaces(self) -> tuple[NetworkInterfaceSpec, ...]:
@@ -102,6 +106,11 @@ class InstanceType:
             if card != 0
         ]
         return tuple(layout)
+
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs one NVLink domain holds: the span where all-to-all never crosses EFA."""
+        return self.gpu_count * self.nvlink_domain_instances
 
     @property
     def total_gpu_memory_gib(self) -> float:
