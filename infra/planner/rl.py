@@ -144,6 +144,8 @@ class RLPlan:
             "precision": self.precision, "search_seconds": round(self.search_seconds, 4),
             "candidates": [c.to_dict() for c in self.candidates],
             "best_per_nodes": [c.to_dict() for c in self.best_per_nodes],
+            "mode": self.rl.mode, "off_policy_steps": self.rl.staleness,
+            "miles_args": self.best.miles_args(self.rl, self.system.gpus_per_node),
             "warnings": list(self.warnings),
         }
 
