@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from infra.catalog.instances import INSTANCE_TYPES
+from infra.catalog.releases import RELEASES
 from infra.planner import (
     MODEL_CATALOG,
     Pins,
@@ -151,6 +152,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="override the recommended expert-parallel backend")
     how.add_argument("--schedule", choices=("1f1b", "a2a-overlap", "dualpipe"), default="1f1b",
                      help="pipeline schedule / all-to-all overlap (1f1b)")
+    how.add_argument("--release", choices=tuple(RELEASES), default="baseline",
+                     help="software release the training step assumes: baseline (as "
+                          "calibrated; what the kit's launcher runs) or mb-26.06 (full-iteration "
+                          "CUDA graphs, all-to-all overlap, fused grouped MLP, FP8 attention)")
     how.add_argument("--objective", choices=("cost", "throughput"), default="cost",
                      help="rank by $ per token (cost) or by total tokens/s (throughput)")
 
@@ -290,7 +295,8 @@ def _run_rl(args: argparse.Namespace) -> int:
             max_nodes=args.max_nodes, precision=args.precision,
             placements=placements, objective=args.objective, top=args.top, pins=pins,
             engine=(args.engine_gpus, args.engine_ep) if args.engine_gpus else None,
-            ep_backend=args.ep_backend, price_per_hour=args.price_per_hour))
+            ep_backend=args.ep_backend, price_per_hour=args.price_per_hour,
+            release=args.release))
         if args.plot:
             draw(from_rl_plan(result), args.plot)
         if args.write_config:
@@ -342,7 +348,7 @@ def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:
                 mbs=args.mbs, recompute=args.recompute)
     setup = TrainingSetup(
         seq_len=args.seq_len or 4096, global_batch=args.global_batch or 256,
-        precision=args.precision, schedule=args.schedule,
+        precision=args.precision, schedule=args.schedule, release=args.release,
         optimizer_bf16_moments=args.bf16_moments,
         colocate_rollout=args.colocate, rollout_offload=not args.no_rollout_offload,
         rollout_mem_fraction=(COLOCATED_MEM_FRACTION if args.rollout_mem_fraction is None

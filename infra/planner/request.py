@@ -174,3 +174,4 @@ class RLPlanRequest:
     engine: tuple[int, int] | None = None
     ep_backend: str | None = None
     price_per_hour: float | None = None
+    release: str = "baseline"  # software release of the training step (infra/catalog/releases.py)

@@ -313,7 +313,7 @@ def _seq_len(rl: RLSetup) -> int:
 
 
 def _best_training(model, system, rl, precision, counts, colocate, pins, ep_backend,
-                   price_per_hour) -> dict[int, Candidate]:
+                   price_per_hour, release="baseline") -> dict[int, Candidate]:
     """Best training layout per node count in ``counts`` (one search per count, or one search
     over 1..max when ``counts`` is that whole range)."""
     counts = sorted(set(counts))
@@ -324,15 +324,16 @@ def _best_training(model, system, rl, precision, counts, colocate, pins, ep_back
     best: dict[int, Candidate] = {}
     for where in groups:
         best.update(_search_training(model, system, rl, precision, where, colocate, pins,
-                                     ep_backend, price_per_hour))
+                                     ep_backend, price_per_hour, release))
     return best
 
 
 def _search_training(model, system, rl, precision, where, colocate, pins, ep_backend,
-                     price_per_hour) -> dict[int, Candidate]:
+                     price_per_hour, release="baseline") -> dict[int, Candidate]:
     try:
         setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch,
-                              precision=precision, colocate_rollout=colocate, rollout_offload=True,
+                              precision=precision, release=release,
+                              colocate_rollout=colocate, rollout_offload=True,
                               rollout_mem_fraction=(engine_mem_fraction(rl, system, "colocated", 8)
                                                     if colocate else 0.0))
         result = plan(PlanRequest(model, system.name, **where, setup=setup,
@@ -386,7 +387,7 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
     cands: list[RLCandidate] = []
     if "colocated" in placements:
         best = _best_training(m, system, rl, precision, counts, True, pins, ep_backend,
-                              price_per_hour)
+                              price_per_hour, req.release)
         for n in counts:
             tc = best.get(n)
             if tc is None:
@@ -403,7 +404,7 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
         splits = (range(1, top_n) if top_n <= 16 else
                   sorted({max(1, top_n * f // 4) for f in range(1, 4)}))
         best = _best_training(m, system, rl, precision, splits, False, pins, ep_backend,
-                              price_per_hour)
+                              price_per_hour, req.release)
         for n in counts:
             for t, tc in best.items():
                 r = n - t
