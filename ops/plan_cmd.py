@@ -414,7 +414,7 @@ def _print_table(result: PlanResult) -> None:
         f"all-to-all {t.ep_comm_exposed:.2f} exposed of {t.ep_comm:.2f}, bubble "
         f"{t.pp_bubble:.2f}, pipeline p2p {t.pp_comm_exposed:.2f}, data-parallel "
         f"{t.dp_comm_exposed:.2f}, optimizer {t.optimizer:.2f}; {t.micro_batches} micro-batches; "
-        f"expert group spans {t.ep_span_nodes} node(s)")
+        f"expert group spans {t.ep_span_nodes} NVLink domain(s) (a node on HGX types)")
     if b.cost.dollars_per_hour is not None:
         console.print(f"  cost ${b.cost.dollars_per_hour:,.2f}/h, "
                       f"${b.cost.dollars_per_million_tokens:,.2f} per million trained tokens "

@@ -74,6 +74,8 @@ class System:
     price_per_hour: float | None  # on-demand USD per node-hour; None = no public on-demand price
     price_source: str
     plannable: bool = True  # False: a validation reference, not an EC2 instance type
+    # GPUs one NVLink domain holds (catalog InstanceType.nvlink_domain_gpus); 0 = one node
+    nvlink_domain_gpus: int = 0
 
     @property
     def efficiency(self) -> Efficiency:
@@ -83,6 +85,13 @@ class System:
     def nvlink_busbw_gbps(self) -> float:
         """Achievable one-direction NVLink bandwidth per GPU inside a node (GB/s)."""
         return self.gpu.nvlink_gbps_bidir / 2 * self.efficiency.nvlink
+
+    @property
+    def nvlink_gpus(self) -> int:
+        """GPUs reachable over NVLink from one GPU: the node for HGX types, the whole NVLink
+        domain (up to 72 GPUs) for an NVL72 UltraServer. Tensor and expert parallel groups are
+        placed inside it first; only what does not fit crosses the scale-out fabric."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
 
     @property
     def family(self) -> str:
@@ -101,6 +110,7 @@ def _ec2_system(name: str) -> System:
         name=name, gpu=gpu, gpus_per_node=it.gpu_count,
         gpu_memory_gib=it.gpu_memory_gib, fabric=_efa_fabric(it.efa_bandwidth_gbps, it.gpu_count),
         price_per_hour=it.on_demand_usd_per_hour, price_source=it.price_source,
+        nvlink_domain_gpus=it.nvlink_domain_gpus,
     )
 
 

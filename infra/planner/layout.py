@@ -139,7 +139,8 @@ def setup_problems(s: TrainingSetup) -> list[str]:
 
 def layout_problem(model: MoEModel, layout: Layout, setup: TrainingSetup,
                    gpus_per_node: int) -> str | None:
-    """First divisibility rule the layout breaks, as a sentence; None when it is well-formed."""
+    """First divisibility rule the layout breaks, as a sentence; None when it is well-formed.
+    ``gpus_per_node`` is the NVLink reach (``System.nvlink_gpus``): a node, or an NVLink domain."""
     L = layout
     if L.recompute not in RECOMPUTES:
         return f"recompute={L.recompute!r} is not one of {', '.join(RECOMPUTES)}"

@@ -105,8 +105,10 @@ def expected_remote_nodes(model: MoEModel, span: int, backend: str) -> float:
 
 
 def ep_span(L: Layout, gpus_per_node: int) -> tuple[int, int]:
-    """(EP ranks inside one node, nodes one EP group spans): expert groups are laid out etp
-    innermost, then ep, on consecutive ranks (Megatron parallel folding)."""
+    """(EP ranks inside one NVLink reach, reaches one EP group spans): expert groups are laid out
+    etp innermost, then ep, on consecutive ranks (Megatron parallel folding), so they fill an
+    NVLink domain before crossing the fabric. ``gpus_per_node`` is ``System.nvlink_gpus``: a node
+    for HGX types, the NVLink domain for NVL72 (a span of 1 = all-to-all on NVLink only)."""
     local = max(1, min(L.ep, gpus_per_node // L.etp))
     return local, math.ceil(L.ep / local)
 
@@ -208,7 +210,7 @@ def ep_all_to_all_time(model: MoEModel, system: System, L: Layout, setup: Traini
                        backend: str, t_loc: float) -> float:
     """Forward dispatch + combine and their backward counterparts for one MoE layer."""
     h = model.hidden
-    local, span = ep_span(L, system.gpus_per_node)
+    local, span = ep_span(L, system.nvlink_gpus)
     pairs = t_loc * model.top_k
     intra_frac = (local - 1) / L.ep
     remote = expected_remote_nodes(model, span, backend)
@@ -305,7 +307,7 @@ def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
     # gpn/tp members per node; the expert-data-parallel group strides by ep*etp.
     p = max((stage_params(model, L, w) for w in (("first", "last") if L.pp > 1 else ("first",))),
             key=lambda s: s.dense + s.expert)
-    gpn = system.gpus_per_node
+    gpn = system.nvlink_gpus  # data-parallel groups inside the NVLink reach run on NVLink
     d_dense = L.dp * L.cp
     ranks_per_node_dense = min(d_dense, max(1, gpn // L.tp))
     t_rs = t_ag = 0.0
