@@ -159,8 +159,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     how.add_argument("--objective", choices=("cost", "throughput"), default="cost",
                      help="rank by $ per token (cost) or by total tokens/s (throughput)")
 
-    add_config(where, help="kit config YAML the defaults come from (default: the built-in "
-                             "default config)")
+    add_config(where)  # model, instance, nodes and GRPO shape default to the config's
 
     out = p.add_argument_group("output")
     out.add_argument("--top", type=int, default=5, help="layouts to show (5)")
