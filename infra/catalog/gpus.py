@@ -20,6 +20,15 @@ Two kinds of numbers live here, kept apart on purpose:
              glennklockwood.com/garden/processors/B200).
    - [b300]  HGX B300: BF16 2,250 / FP8 4,500 TFLOPS dense (FP4 is what grew), HBM3e 8 TB/s,
              NVLink 5 1.8 TB/s (glennklockwood.com/garden/processors/B300).
+   - [gb200] The Blackwell GPU of a GB200 NVL72 (up to 1,200 W): BF16 2,500 / FP8 5,000 TFLOPS
+             dense (NVIDIA's GB200 NVL72 table gives 5 / 10 PFLOPS per GPU "with sparsity"; dense
+             values tabulated at glennklockwood.com/garden/processors/B200, "GB200 variant of B200
+             when configured to 1,200 W"), HBM3e 8 TB/s, NVLink 5 1.8 TB/s per GPU (also the
+             NVIDIA DRA driver docs: "1.8 TB/s chip-to-chip", ../shared/upstream/ultraservers.md
+             section 7). SMs: B200's 148 (same die; no separate GB200 count was read). Compute
+             capability 10.0 (sm_100, the B200 die; ADT's GB200 nccl-tests image targets sm_100).
+             Its NVLink reaches the whole UltraServer (72 GPUs), which the instance catalog's
+             ``nvlink_domain_instances`` carries, not this record.
    - [cuda]  CUDA compute capability per GPU (NVIDIA "CUDA GPUs" table): Hopper 9.0, B200 10.0,
              B300 10.3.
 
@@ -27,6 +36,7 @@ Two kinds of numbers live here, kept apart on purpose:
    documented below and in docs/planner.md. They are not fitted per data point: Hopper
    (H100/H800/H200, one die) shares one set; Blackwell (B200/B300) has its own GEMM fractions,
    calibrated on Megatron-Bridge's published DGX-B200/DGX-B300 MXFP8 runs, and Hopper's others.
+   GB200 reuses the Blackwell set for now (not calibrated on a GB200 run yet).
 
 Part of the ground layer: no CDK, nothing from the planner (which reads this module).
 """
@@ -127,5 +137,7 @@ GPUS: dict[str, GpuSpec] = {
     "H200": GpuSpec("H200", 989.4, 1978.9, 4.8, 900, 132, _HOPPER, "9.0"),  # [h200]
     "B200": GpuSpec("B200", 2250.0, 4500.0, 8.0, 1800, 148, _BLACKWELL, "10.0"),  # [b200]
     "B300": GpuSpec("B300", 2250.0, 4500.0, 8.0, 1800, 160, _BLACKWELL, "10.3"),  # [b300]
+    # Blackwell efficiency reused until the planner calibrates on published GB200 runs.
+    "GB200": GpuSpec("GB200", 2500.0, 5000.0, 8.0, 1800, 148, _BLACKWELL, "10.0"),  # [gb200]
 }
 GPU_SPECS = GPUS  # the planner's name for the same table

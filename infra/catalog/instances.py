@@ -30,6 +30,23 @@ Sources, referred to below by tag:
              aws pricing get-products --service-code AmazonEC2 --filters Type=TERM_MATCH,Field=instanceType,Value=<type>
            p5e.48xlarge and p6-b300.48xlarge are sold through Capacity Blocks / reservations and
            have no public on-demand price we could verify: pass --price-per-hour for them.
+- [botocore] botocore 1.44.8 EC2 model (``botocore/data/ec2/2016-11-15/service-2.json.gz``): its
+           ``InstanceType`` enum lists ``p6e-gb200.36xlarge`` (moto 5.2.5 has no p6e type and
+           botocore ships no per-type specs); ``tests/infra/test_catalog.py`` checks the name.
+- [us]     ../shared/upstream/ultraservers.md (read 2026-12-01): the P6e-GB200 facts with their
+           sources; section numbers below are that file's:
+           1.1 EKS "Use P6e-GB200 UltraServers with Amazon EKS": 4 GPUs, sold only as
+               UltraServers u-p6e-gb200x36 (9 instances) and u-p6e-gb200x72 (18);
+           1.2 Kubernetes 1.33 or later; 1.3 EC2 Capacity Blocks only, Dallas Local Zone opt-in;
+           1.4 AMI type AL2023_ARM_64_NVIDIA (aws-cdk-lib 2.275 enum; EKS AMI table "AL2023 ARM
+               NVIDIA | p6e-gb200"), release v20251103 or later;
+           3.1 arm64; 17 network cards (EC2 "Network cards" table); 3 x 7500 GB NVMe (EC2 spec
+               table, seen through a third-party copy); 144 vCPU, 960 GiB, 740 GB HBM3e per
+               instance (third-party copies of the AWS P6 page only: facts_verified=False);
+           3.3 EC2 efa-acc-inst-types "EFA configuration for P6e-GB200 instances": card 0 ENA
+               (100 Gbps), EFA-only on NCIs 1/3/5/.../15; one EFA-only interface per GPU group on
+               "NCI 1, device index 0; NCI 5, ...; NCI 9, ...; NCI 13, ..." gives 4 x 400 =
+               1,600 Gbps EFA; 5.x aws-ofi-nccl v1.21.1 does not opt p6e-gb200 into GDAKI.
 """
 
 from __future__ import annotations
@@ -65,7 +82,10 @@ class InstanceType:
     gpu_memory_gib: float  # per GPU
     network_cards: int
     efa_devices: int  # what a pod requests as vpc.amazonaws.com/efa to own the node's fabric
-    efa_bandwidth_gbps: int  # aggregate network bandwidth of the instance
+    # Aggregate EFA bandwidth of the layout below (EC2's NetworkPerformance for every type but
+    # p6e-gb200, whose 3,200 Gigabit is the instance's network figure: its 4-interface EFA
+    # layout reaches 1,600 [us 3.3]). The planner sizes inter-node traffic with it.
+    efa_bandwidth_gbps: int
     primary_interface_type: InterfaceType
     efa_card_indexes: tuple[int, ...]  # cards that carry an EFA (primary included when it is EFA)
     nvme_count: int
@@ -91,6 +111,19 @@ class InstanceType:
     # node), up to 18 for a GB200 NVL72 UltraServer (72 GPUs). Planner, gate and manifests read
     # nvlink_domain_gpus, never the name.
     nvlink_domain_instances: int = 1
+    # Device index of the EFA-only interface on each non-primary EFA card. The older kit layout
+    # is 1; EC2's current efa-acc-inst-types page puts EFA-only interfaces at device index 0
+    # (p6e-gb200's worked example: "NCI 1, device index 0" ...) [us 3.3].
+    efa_only_device_index: int = 1
+    # UltraServer types this instance is sold in (EC2 UltraServer type -> instances in it); empty
+    # for a type sold as single instances [us 1.1].
+    ultraservers: tuple[tuple[str, int], ...] = ()
+    # Sold only through EC2 Capacity Blocks for ML [us 1.3]: config refuses other capacity.
+    capacity_block_only: bool = False
+    # Oldest Kubernetes minor EKS supports the type on ("" = any the kit pins) [us 1.2].
+    min_kubernetes_version: str = ""
+    # Oldest EKS-optimized AMI release recommended for it ("" = any) [us 1.4].
+    min_ami_release: str = ""
 
     @property
     def interfaces(self) -> tuple[NetworkInterfaceSpec, ...]:
@@ -101,11 +134,17 @@ class InstanceType:
         """
         layout = [NetworkInterfaceSpec(0, 0, self.primary_interface_type)]
         layout += [
-            NetworkInterfaceSpec(card, 1, InterfaceType.EFA_ONLY)
+            NetworkInterfaceSpec(card, self.efa_only_device_index, InterfaceType.EFA_ONLY)
             for card in self.efa_card_indexes
             if card != 0
         ]
         return tuple(layout)
+
+    @property
+    def multi_node_nvlink(self) -> bool:
+        """NVLink reaches beyond one instance: pods need an IMEX channel from a DRA ComputeDomain
+        and GPU feature discovery's ``nvidia.com/gpu.clique`` label [us 1.6]."""
+        return self.nvlink_domain_instances > 1
 
     @property
     def nvlink_domain_gpus(self) -> int:
@@ -118,6 +157,7 @@ class InstanceType:
 
 
 _X86_NVIDIA_AMI = "AL2023_x86_64_NVIDIA"  # [eks-ami]
+_ARM_NVIDIA_AMI = "AL2023_ARM_64_NVIDIA"  # [us 1.4]
 
 P_ON_DEMAND_QUOTA_CODE = "L-417A185B"  # [quota]
 P_ON_DEMAND_QUOTA_NAME = "Running On-Demand P instances"
@@ -187,14 +227,42 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         gin_gpu=True, **_P_QUOTA, on_demand_usd_per_hour=None,
         price_source=PRICE_SOURCE,
     ),
+    # [us] 1.1 4x GB200, UltraServers of 9 or 18; 3.1 arm64, 17 cards, 3x 7500 GB NVMe,
+    # 144 vCPU / 960 GiB / 740 GB HBM3e (third-party copies of the AWS P6 page; 185 per GPU,
+    # taken as GiB like EC2's GpuInfo for the other types: the unit is not verified); 3.3 card 0 ENA,
+    # EFA-only on cards 1, 5, 9, 13 at device index 0 (one per GPU group, 4 x 400 Gbps = 1,600).
+    # Cards 2-4, 6-8, 10-12, 14-16 get no interface: EC2's recommended 4-interface layout leaves
+    # them empty (the 8-interface alternative splits each GPU's 400 Gbps over two cards, same
+    # total). [botocore] lists the name; no EC2 data source here has its per-card capabilities.
+    "p6e-gb200.36xlarge": InstanceType(
+        name="p6e-gb200.36xlarge", gpu_model="GB200", gpu_count=4, gpu_memory_gib=185,
+        network_cards=17, efa_devices=4, efa_bandwidth_gbps=1600,
+        primary_interface_type=InterfaceType.ENA, efa_card_indexes=(1, 5, 9, 13),
+        nvme_count=3, nvme_size_gb=7500, architecture="arm64", ami_type=_ARM_NVIDIA_AMI,
+        vcpus=144, memory_gib=960,
+        # aws-ofi-nccl v1.21.1 tests/unit/aws_platform_mapper.cpp:86: no GDAKI on p6e-gb200 [us 5].
+        gin_gpu=False, **_P_QUOTA, on_demand_usd_per_hour=None,
+        price_source="sold only as UltraServer Capacity Blocks [us 1.3]: no on-demand price; "
+                     "pass --price-per-hour with the block's price",
+        facts_verified=False,
+        note=("vCPUs, memory and GPU memory come from third-party copies of the AWS P6 page, and "
+              "no EC2 data source read has the per-card interface types (botocore lists only "
+              "the name, moto lacks the type); nothing was tried on real hardware"),
+        nvlink_domain_instances=18, efa_only_device_index=0,
+        ultraservers=(("u-p6e-gb200x36", 9), ("u-p6e-gb200x72", 18)),
+        capacity_block_only=True, min_kubernetes_version="1.33", min_ami_release="v20251103",
+    ),
 }
 
 # Known but not yet supported, with the reason (shown by config validation).
 UNSUPPORTED_INSTANCE_TYPES: dict[str, str] = {
-    # [design] UltraServer, Arm (Grace), EFA only on cards 1, 5, 9, 13, capacity blocks only.
-    "p6e-gb200.36xlarge": (
-        "GB200 UltraServers are Arm (Grace) with EFA only on network cards 1, 5, 9 and 13 and are "
-        "sold as capacity blocks only; the kit's node group does not model that layout yet"
+    # [us 3.2] names only: botocore 1.44.8 and moto 5.2.5 lack it; no first-party GPU count,
+    # memory, network cards or EFA layout was found; the EKS AMI table lists no GB300 row.
+    "p6e-gb300.36xlarge": (
+        "no cited facts for P6e-GB300 yet: its GPU count and memory, vCPUs, network cards and "
+        "EFA interface layout and its EKS AMI type were not found in any first-party source, and "
+        "botocore's EC2 model does not list the type; add a catalog entry with those facts and "
+        "their sources"
     ),
 }
 

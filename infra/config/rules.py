@@ -27,6 +27,7 @@ from infra import addons as addons_registry
 from infra.catalog.regions import botocore_version, regions
 from infra.config.model import LOG_RETENTION_DAYS, GpuNodeGroupConfig, KitConfig
 from infra.config.trainer import EP_BACKENDS, trainer_problems
+from infra.config.ultraserver import ultraserver_group_problems
 from infra.config.values import LABEL_KEY_RE, LABEL_VALUE_RE, validate_values
 from infra.problems import Problem
 from infra.versions import (
@@ -303,6 +304,8 @@ def _validate_gpu_group(cfg: KitConfig, name: str, g: GpuNodeGroupConfig, add) -
                     f"its catalog entry names GPU model {gpu!r}, which has no record in the GPU "
                     f"catalog (infra/catalog/gpus.py knows {', '.join(GPUS)})",
                     f"add a GpuSpec for {gpu} to GPUS in infra/catalog/gpus.py"))
+    if g.instance_type in INSTANCE_TYPES:
+        ultraserver_group_problems(cfg, path, g, INSTANCE_TYPES[g.instance_type], add)
     if g.min_size < 0 or g.max_size < 1 or not g.min_size <= g.desired_size <= g.max_size:
         add(problem(path, {"min_size": g.min_size, "desired_size": g.desired_size,
                            "max_size": g.max_size},

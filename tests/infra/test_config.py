@@ -61,7 +61,7 @@ def test_all_problems_reported_at_once_with_exact_text():
     assert found == [
         "gpu_node_groups.p4.instance_type = 'p4d.24xlarge': not in the kit's instance catalog. "
         "Fix: use one of p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p6-b200.48xlarge, "
-        "p6-b300.48xlarge.",
+        "p6-b300.48xlarge, p6e-gb200.36xlarge.",
         "gpu_node_groups.p4 = {'min_size': 0, 'desired_size': 3, 'max_size': 2}: sizes must "
         "satisfy 0 <= min_size <= desired_size <= max_size and max_size >= 1. Fix: e.g. "
         "min_size: 0, desired_size: 3, max_size: 3.",
@@ -80,11 +80,51 @@ def test_az_outside_region():
                      "Fix: use a name of the form us-east-1a."]
 
 
-def test_gb200_is_known_but_unsupported_with_reason():
-    found = problems_of({"gpu_node_groups": {"p5": group(instance_type="p6e-gb200.36xlarge")}})
+def test_gb300_is_known_but_refused_naming_the_missing_facts():
+    found = problems_of({"gpu_node_groups": {"p5": group(instance_type="p6e-gb300.36xlarge")}})
     assert len(found) == 1
-    assert found[0].startswith("gpu_node_groups.p5.instance_type = 'p6e-gb200.36xlarge': not "
-                               "supported yet: GB200 UltraServers are Arm (Grace)")
+    assert found[0].startswith(
+        "gpu_node_groups.p5.instance_type = 'p6e-gb300.36xlarge': not supported yet: no cited "
+        "facts for P6e-GB300 yet: its GPU count and memory, vCPUs, network cards and EFA "
+        "interface layout and its EKS AMI type were not found")
+
+
+def test_gb200_is_capacity_blocks_only_on_kubernetes_1_33_and_later():
+    found = problems_of({"kubernetes_version": "1.33",
+                         "gpu_node_groups": {"us": group(instance_type="p6e-gb200.36xlarge")},
+                         "training": {"node_group": "us"}})
+    assert found[0] == (
+        "gpu_node_groups.us.capacity.type = 'on-demand': p6e-gb200.36xlarge is sold only through "
+        "EC2 Capacity Blocks for ML, as UltraServers u-p6e-gb200x36 (9 instances), "
+        "u-p6e-gb200x72 (18 instances) (EKS user guide, P6e-GB200 UltraServers). Fix: set "
+        "capacity.type: capacity-block and capacity.reservation_id to the cr-... ID of the "
+        "UltraServer Capacity Block.")
+    assert not any(f.startswith("kubernetes_version") for f in found)
+
+
+def test_gb200_refuses_a_cluster_placement_group():
+    cb = {"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"}
+    found = problems_of({"gpu_node_groups": {"us": group(instance_type="p6e-gb200.36xlarge",
+                                                          capacity=cb, placement_group=True)},
+                         "training": {"node_group": "us"}})
+    assert [f for f in found if ".placement_group " in f] == [
+        "gpu_node_groups.us.placement_group = True: the kit creates no cluster placement group "
+        "for p6e-gb200.36xlarge: its NVLink domain is the UltraServer the Capacity Block "
+        "reserves, and no AWS source documents placement groups for UltraServer blocks. Fix: "
+        "remove placement_group (docs/operations.md, UltraServers)."]
+
+
+def test_the_minimum_kubernetes_version_is_a_catalog_field(monkeypatch):
+    from dataclasses import replace
+
+    from infra.catalog import instances
+
+    entry = instances.INSTANCE_TYPES["p5.48xlarge"]
+    monkeypatch.setitem(instances.INSTANCE_TYPES, "p5.48xlarge",
+                        replace(entry, min_kubernetes_version="1.35"))
+    found = problems_of({"kubernetes_version": "1.34", "gpu_node_groups": {"p5": group()}})
+    assert found == ["kubernetes_version = '1.34': EKS supports p5.48xlarge on Kubernetes 1.35 "
+                     "and later (group p5). Fix: set kubernetes_version to 1.35 or later."]
 
 
 def test_unknown_field_and_wrong_type():

@@ -56,7 +56,7 @@ def test_json_output(capsys):
      "heads of qwen3-30b-a3b"),
     (["--model", "qwen3-30b-a3b", "--instance", "p4d.24xlarge"],
      "rlkit plan: error: unknown instance type 'p4d.24xlarge'; known: p5.48xlarge, p5e.48xlarge, "
-     "p5en.48xlarge, p6-b200.48xlarge, p6-b300.48xlarge"),
+     "p5en.48xlarge, p6-b200.48xlarge, p6-b300.48xlarge, p6e-gb200.36xlarge"),
 ])
 def test_errors_are_one_clear_line(capsys, argv, message):
     rc, out, err = run(capsys, *argv)
