@@ -184,10 +184,13 @@ def decode_iteration_s(model: MoEModel, system: System, *, engine_gpus: int, eng
     flops = 2.0 * model.active_params * batch / g
     flops += batch * model.num_layers * 4 * model.num_heads * model.qk_head_dim * context / g
     t_compute = flops / (system.gpu.bf16_tflops * 1e12 * eff.gemm_bf16)
-    spans_nodes = g > system.nvlink_gpus  # beyond NVLink: all-reduces cross the fabric
+    # The engines' custom all-reduce works inside one host; beyond it NCCL all-reduce, whose
+    # per-node latency the RL rows fix, NVLink domain or not (the GB200 NVL72 rows of
+    # tests/planner/test_planner_gb200_validation.py agree: TP32 there is as slow as on H100)
+    spans_nodes = g > system.gpus_per_node
     per_layer = DECODE_LAYER_US
     if g > 1:
-        span = math.ceil(g / system.nvlink_gpus)
+        span = math.ceil(g / system.gpus_per_node)
         ar = (TP_ALLREDUCE_NET_US + TP_ALLREDUCE_NET_PER_NODE_US * (span - 2) if spans_nodes
               else TP_ALLREDUCE_US)
         ar += batch * model.hidden * 2 / (system.nvlink_busbw_gbps * GB) * 1e6

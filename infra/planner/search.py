@@ -250,7 +250,7 @@ def plan(request: PlanRequest) -> PlanResult:
                 rejected.append(Rejection(n, L, problem))
                 continue
             _, span = ep_span(L, system.nvlink_gpus)
-            choice = recommend_backend(system.name, n, span, ep_backend)
+            choice = recommend_backend(system.name, n, span, ep_backend, system.nvlink_gpus)
             static = static_memory_gib(m, L, setup)
             if static + memory_headroom_gib > system.gpu_memory_gib:
                 rejected.append(Rejection(
@@ -333,7 +333,7 @@ def evaluate(model: str | MoEModel, instance_type: str, nodes: int, layout: Layo
     if problem:
         raise PlannerError(f"layout {layout.label()} does not divide: {problem}")
     _, span = ep_span(layout, system.nvlink_gpus)
-    choice = recommend_backend(system.name, nodes, span, ep_backend)
+    choice = recommend_backend(system.name, nodes, span, ep_backend, system.nvlink_gpus)
     mem = estimate_memory(m, system, layout, setup, choice.backend)
     t = step_time(m, system, layout, setup, choice.backend)
     return Candidate(nodes, layout, mem, t, choice, _cost(system, nodes, t, None))

@@ -64,8 +64,8 @@ after the release model, chose no constant (GRAPHED_LAYER_OVERHEAD_US is an esti
 Left out, with the reason stated in docs/planner.md: two 26.02 rows that contradict the same
 table (DGX-B200 Qwen3-30B-A3B at micro-batch 1: 9,691, a third of DGX-B300's 29,521 on the same
 layout; DGX-B300 Qwen3-235B-A22B PP8 VP4: 2,691, 30% below DGX-B200's 3,805 on a faster part).
-The model predicts +88% and +58% for them. GB200/GB300 rows are left out: their EP groups run
-inside a 72-GPU NVLink domain, which no EC2 p5/p6 instance type has.
+The model predicts +88% and +58% for them. GB200 rows are in test_planner_gb200_validation.py;
+GB300 rows are left out (no GB300 type in the catalog).
 
 Goal: median absolute error of tokens/s/GPU <= 15%, no point worse than 30%, every published
 layout predicted to fit in memory. The constants used are the per-GPU-type fractions in
