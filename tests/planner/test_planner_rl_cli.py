@@ -140,3 +140,14 @@ def test_write_config_then_config_gives_the_same_plan(capsys, tmp_path, argv):
     strip = ("search_seconds",)
     assert {k: v for k, v in again.items() if k not in strip} == \
         {k: v for k, v in first.items() if k not in strip}
+
+
+def test_rewriting_the_config_itself_defaults_to_its_node_group(capsys, tmp_path):
+    from tests.support import REPO_ROOT
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text((REPO_ROOT / "examples" / "p5-2node.yaml").read_text())
+    rc = main(["plan", "--config", str(cfg), "--write-config", str(cfg), "--json", "--top", "1"])
+    _, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "wrote training." in err
