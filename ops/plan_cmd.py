@@ -5,6 +5,11 @@
     rlkit plan --model qwen3-30b-a3b --instance p5.48xlarge --nodes 2 \\
         --write-config examples/p5-2node.yaml --node-group p5
     rlkit plan --rl --model qwen3-30b-a3b --instance p5en.48xlarge --max-nodes 8 --plot plan.png
+    rlkit plan --rl --placement disaggregated --off-policy-steps 2 --nodes 8
+    rlkit plan                     # model, instance, nodes and GRPO shape from the config
+
+Without --model/--instance/--nodes and the GRPO options, the plan takes them from the config
+(--config, else $RLKIT_CONFIG, else the built-in default); a flag overrides its config value.
 
 The model behind the numbers (sources, calibration, limits) is described in docs/planner.md.
 """
@@ -14,8 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from infra.catalog.instances import INSTANCE_TYPES
+from infra.catalog.releases import RELEASES
 from infra.planner import (
     MODEL_CATALOG,
     Pins,
@@ -27,12 +34,14 @@ from infra.planner import (
     plan,
 )
 from infra.planner.config_writer import write_config
+from infra.planner.request import COLOCATED_MEM_FRACTION
 from infra.trainer_contract import DEFAULT_KEEP_LOCAL, EP_BACKENDS
 from infra.catalog.fsx import plan_for_model
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
 from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
 from infra.planner.search import DEFAULT_MAX_NODES, PlanResult
+from ops.options import add_config, load_config
 from ops.output import add_output_option, make_console, wants_json
 
 
@@ -43,7 +52,9 @@ FLAGS = {
     "precision": "--precision",
     "price_per_hour": "--price-per-hour",
     "max_response_len": "--max-response-len",
+    "off_policy_steps": "--off-policy-steps",
 }
+OVERLAP_CHOICES = ("none", "batch", "stream")
 
 
 def _error(err: PlannerError) -> int:
@@ -59,9 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "layouts on an EC2 GPU instance type, and pick the best.",
     )
     what = p.add_argument_group("what to train")
-    src = what.add_mutually_exclusive_group(required=True)
+    src = what.add_mutually_exclusive_group()
     src.add_argument("--model", metavar="KEY",
-                     help=f"catalog model: {', '.join(sorted(MODEL_CATALOG))}")
+                     help=f"catalog model: {', '.join(sorted(MODEL_CATALOG))} (default: the "
+                          "config's training.model)")
     src.add_argument("--model-file", metavar="YAML", help="a custom MoE model described in YAML")
     what.add_argument("--seq-len", type=int, help="tokens per sequence (4096)")
     what.add_argument("--global-batch", type=int,
@@ -76,9 +88,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            f"({DEFAULT_KEEP_LOCAL})")
     what.add_argument("--colocate", action="store_true",
                       help="RL: the rollout engine shares the training GPUs")
-    what.add_argument("--rollout-mem-fraction", type=float, default=0.7,
-                      help="with --colocate: GPU memory the engine claims (SGLang "
-                           "mem_fraction_static, 0.7)")
+    what.add_argument("--rollout-mem-fraction", type=float, default=None,
+                      help="GPU memory the engine claims (SGLang mem_fraction_static; default "
+                           "0.7 colocated, SGLang's standalone default on its own GPUs)")
     what.add_argument("--rollout-kv-tokens", type=int, default=0,
                       help="with --colocate: size the engine's KV cache by resident tokens per "
                            "GPU instead of --rollout-mem-fraction")
@@ -89,28 +101,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rl.add_argument("--rl", action="store_true",
                     help="plan a GRPO step: rank colocated and disaggregated layouts by cost "
                          "per step; the trained sequence and batch come from the options below")
-    rl.add_argument("--prompts", type=int, default=32, help="prompts per rollout (32)")
-    rl.add_argument("--samples-per-prompt", type=int, default=8, help="samples per prompt (8)")
+    rl.add_argument("--prompts", type=int,
+                    help="prompts per rollout (config grpo.rollout_batch_size)")
+    rl.add_argument("--samples-per-prompt", type=int,
+                    help="samples per prompt (config grpo.n_samples_per_prompt)")
     rl.add_argument("--prompt-len", type=int, default=512, help="prompt tokens (512)")
-    rl.add_argument("--max-response-len", type=int, default=8192,
-                    help="maximum response tokens (8192)")
+    rl.add_argument("--max-response-len", type=int,
+                    help="maximum response tokens (config grpo.rollout_max_response_len)")
     rl.add_argument("--mean-response-len", type=int, default=0,
                     help="mean response tokens (default 60%% of the maximum)")
-    rl.add_argument("--steps-per-rollout", type=int, default=1,
-                    help="optimizer steps per rollout (1)")
-    rl.add_argument("--logprob-passes", type=int, default=1,
-                    help="forward-only log-prob passes before training (1; 2 with a KL term)")
+    rl.add_argument("--steps-per-rollout", type=int,
+                    help="optimizer steps per rollout (config grpo.num_steps_per_rollout)")
+    rl.add_argument("--logprob-passes", type=int,
+                    help="forward-only log-prob passes before training (1; 2 when the config "
+                         "has a KL term)")
     rl.add_argument("--placement", choices=("both", "colocated", "disaggregated"),
                     default="both", help="rollout placement to consider (both)")
-    rl.add_argument("--overlap", action="store_true",
-                    help="disaggregated: overlap rollout and training (one-step off-policy)")
+    rl.add_argument("--overlap", nargs="?", const="batch", choices=OVERLAP_CHOICES,
+                    help="how generation overlaps training (disaggregated only): batch (the "
+                         "next batch generates while this one trains; Miles train_async.py; "
+                         "--overlap alone) or stream (engines never drain, in-flight weight "
+                         "updates; Miles --fully-async); default: stream with "
+                         "--off-policy-steps, else none")
+    rl.add_argument("--off-policy-steps", type=int, metavar="K",
+                    help="generation may run up to K optimizer steps ahead (0 = on-policy, the "
+                         "default; 1 with --overlap)")
     rl.add_argument("--engine-gpus", type=int, help="pin GPUs per SGLang engine")
     rl.add_argument("--engine-ep", type=int, help="pin expert-parallel size inside an engine")
 
     where = p.add_argument_group("where")
-    where.add_argument("--instance", required=True, metavar="TYPE",
-                       help=f"EC2 instance type: {', '.join(INSTANCE_TYPES)}")
-    where.add_argument("--nodes", type=int, help="node count (default: search 1..--max-nodes)")
+    where.add_argument("--instance", metavar="TYPE",
+                       help=f"EC2 instance type: {', '.join(INSTANCE_TYPES)} (default: that of "
+                            "the config's training.node_group)")
+    where.add_argument("--nodes", type=int,
+                       help="node count (default: the config's training.nodes when the instance "
+                            "type comes from the config too, else search 1..--max-nodes)")
     where.add_argument("--max-nodes", type=int,
                        help=f"node quota; the search never exceeds it (default "
                             f"{DEFAULT_MAX_NODES}; {DEFAULT_RL_MAX_NODES} with --rl)")
@@ -127,8 +152,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="override the recommended expert-parallel backend")
     how.add_argument("--schedule", choices=("1f1b", "a2a-overlap", "dualpipe"), default="1f1b",
                      help="pipeline schedule / all-to-all overlap (1f1b)")
+    how.add_argument("--release", choices=tuple(RELEASES), default="baseline",
+                     help="software release the training step assumes: baseline (as "
+                          "calibrated; what the kit's launcher runs) or mb-26.06 (full-iteration "
+                          "CUDA graphs, all-to-all overlap, fused grouped MLP, FP8 attention)")
     how.add_argument("--objective", choices=("cost", "throughput"), default="cost",
                      help="rank by $ per token (cost) or by total tokens/s (throughput)")
+
+    add_config(where)  # model, instance, nodes and GRPO shape default to the config's
 
     out = p.add_argument_group("output")
     out.add_argument("--top", type=int, default=5, help="layouts to show (5)")
@@ -152,6 +183,8 @@ def _at_least_one(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Plan, print, and optionally write the config and the plot."""
+    if not _config_defaults(args):
+        return 2
     if args.rl:
         return _run_rl(args)
     try:
@@ -181,6 +214,38 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_defaults(args: argparse.Namespace) -> bool:
+    """Fill what the command line left out from the config: model, instance type (of the
+    config's node group), node count (only when the instance type came from the config too and
+    no --max-nodes is given) and the GRPO shape. The config is read only when something is left
+    out. False (problems printed) on a bad config."""
+    rl_fields = ("prompts", "samples_per_prompt", "max_response_len", "steps_per_rollout",
+                 "logprob_passes")
+    if (args.model or args.model_file) and args.instance and \
+            (not args.rl or all(getattr(args, f) is not None for f in rl_fields)):
+        return True
+    cfg = load_config(args)  # validated: its node group exists
+    if cfg is None:
+        return False
+    t, g = cfg.training, cfg.training.grpo
+    if args.model is None and args.model_file is None:
+        args.model = t.model
+    if args.instance is None:
+        args.instance = cfg.gpu_node_groups[t.node_group].instance_type
+        if args.nodes is None and args.max_nodes is None:
+            args.nodes = t.nodes
+    for dest, value in zip(rl_fields, (
+            g.rollout_batch_size, g.n_samples_per_prompt, g.rollout_max_response_len,
+            g.num_steps_per_rollout,
+            2 if g.kl_loss_coef > 0 else 1)):  # the launcher loads a reference model for KL only
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+    if args.node_group is None and args.write_config and args.config is not None \
+            and Path(args.write_config).resolve() == Path(args.config).resolve():
+        args.node_group = t.node_group  # rewriting the config itself: its own node group
+    return True
+
+
 def _best_per_nodes(args: argparse.Namespace) -> list:
     """Best training candidate at each searched node count (for the plot)."""
     full = _plan(args, top=10**9)
@@ -195,7 +260,8 @@ def _rl_setup(args: argparse.Namespace) -> RLSetup:
                    prompt_len=args.prompt_len, max_response_len=args.max_response_len,
                    mean_response_len=args.mean_response_len,
                    steps_per_rollout=args.steps_per_rollout, logprob_passes=args.logprob_passes,
-                   mem_fraction=args.rollout_mem_fraction, overlap=args.overlap)
+                   mem_fraction=args.rollout_mem_fraction, overlap=args.overlap,
+                   off_policy_steps=args.off_policy_steps or 0)
 
 
 # training-step options that a GRPO plan derives itself, and what to use instead
@@ -228,7 +294,8 @@ def _run_rl(args: argparse.Namespace) -> int:
             max_nodes=args.max_nodes, precision=args.precision,
             placements=placements, objective=args.objective, top=args.top, pins=pins,
             engine=(args.engine_gpus, args.engine_ep) if args.engine_gpus else None,
-            ep_backend=args.ep_backend, price_per_hour=args.price_per_hour))
+            ep_backend=args.ep_backend, price_per_hour=args.price_per_hour,
+            release=args.release))
         if args.plot:
             draw(from_rl_plan(result), args.plot)
         if args.write_config:
@@ -256,11 +323,13 @@ def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
                            "the config file)")
     best = result.best
     if best.placement != "colocated":
+        miles = " ".join(best.miles_args(result.rl, result.system.gpus_per_node))
         raise PlannerError(
             f"the best placement is disaggregated ({best.train_nodes} training + "
-            f"{best.rollout_nodes} rollout nodes), but the kit's launcher runs rollout colocated "
-            "(Miles --colocate) and the config has no field for a separate rollout pool; rerun "
-            "with --placement colocated to write the best colocated layout")
+            f"{best.rollout_nodes} rollout nodes, {result.rl.mode}), but the kit's launcher runs "
+            "rollout colocated (Miles --colocate) and the config has no field for a separate "
+            "rollout pool; rerun with --placement colocated (and no overlap) to write the best "
+            f"colocated layout, or run Miles yourself with: {miles}")
     rl = result.rl
     write_config(args.write_config, best.training, result.model.key, result.system.name,
                  args.node_group,
@@ -278,10 +347,11 @@ def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:
                 mbs=args.mbs, recompute=args.recompute)
     setup = TrainingSetup(
         seq_len=args.seq_len or 4096, global_batch=args.global_batch or 256,
-        precision=args.precision, schedule=args.schedule,
+        precision=args.precision, schedule=args.schedule, release=args.release,
         optimizer_bf16_moments=args.bf16_moments,
         colocate_rollout=args.colocate, rollout_offload=not args.no_rollout_offload,
-        rollout_mem_fraction=args.rollout_mem_fraction if args.colocate else 0.0,
+        rollout_mem_fraction=(COLOCATED_MEM_FRACTION if args.rollout_mem_fraction is None
+                              else args.rollout_mem_fraction) if args.colocate else 0.0,
         rollout_tokens_per_gpu=args.rollout_kv_tokens if args.colocate else 0,
     )
     return plan(PlanRequest(
@@ -343,7 +413,7 @@ def _print_table(result: PlanResult) -> None:
         f"all-to-all {t.ep_comm_exposed:.2f} exposed of {t.ep_comm:.2f}, bubble "
         f"{t.pp_bubble:.2f}, pipeline p2p {t.pp_comm_exposed:.2f}, data-parallel "
         f"{t.dp_comm_exposed:.2f}, optimizer {t.optimizer:.2f}; {t.micro_batches} micro-batches; "
-        f"expert group spans {t.ep_span_nodes} node(s)")
+        f"expert group spans {t.ep_span_nodes} NVLink domain(s) (a node on HGX types)")
     if b.cost.dollars_per_hour is not None:
         console.print(f"  cost ${b.cost.dollars_per_hour:,.2f}/h, "
                       f"${b.cost.dollars_per_million_tokens:,.2f} per million trained tokens "
@@ -357,6 +427,12 @@ def _print_table(result: PlanResult) -> None:
         console.print(f"[yellow]warning[/yellow]: {w}")
 
 
+def _mode_text(rl: RLSetup) -> str:
+    if rl.mode == "on-policy":
+        return "on-policy"
+    return f"{rl.staleness}-step off-policy, {rl.mode} overlap"
+
+
 def _print_rl_table(result: RLPlan) -> None:
     from rich.table import Table
 
@@ -366,20 +442,22 @@ def _print_rl_table(result: RLPlan) -> None:
         f"[bold]GRPO step[/bold] for [bold]{m.name}[/bold] on [bold]{s.name}[/bold]: "
         f"{rl.prompts} prompts x {rl.samples_per_prompt} samples, prompt {rl.prompt_len}, "
         f"response mean {rl.mean_response} / max {rl.max_response_len} tokens, "
-        f"{rl.steps_per_rollout} optimizer step(s), training {result.precision}; searched in "
-        f"{result.search_seconds:.2f} s")
+        f"{rl.steps_per_rollout} optimizer step(s), training {result.precision}, "
+        f"{_mode_text(rl)}; searched in {result.search_seconds:.2f} s")
     table = Table()
     for col, justify in (("#", "right"), ("placement", "left"), ("nodes", "right"),
                          ("train+rollout", "right"), ("engines", "left"),
                          ("training layout", "left"), ("step s", "right"),
                          ("rollout", "right"), ("sync", "right"), ("train", "right"),
-                         ("samples/s", "right"), ("$/step", "right"), ("$/M tok", "right")):
+                         ("bound", "left"), ("samples/s", "right"), ("$/step", "right"),
+                         ("$/M tok", "right")):
         table.add_column(col, justify=justify)
     for i, c in enumerate(result.candidates, 1):
         split = "shared" if c.placement == "colocated" else f"{c.train_nodes}+{c.rollout_nodes}"
         table.add_row(str(i), c.placement, str(c.nodes), split, c.engine.label(),
                       c.training.layout.label(), f"{c.time.step:.1f}", f"{c.time.rollout:.1f}",
-                      f"{c.time.sync:.1f}", f"{c.time.train:.1f}", f"{c.samples_per_s:.2f}",
+                      f"{c.time.sync:.1f}", f"{c.time.train:.1f}", c.time.bound,
+                      f"{c.samples_per_s:.2f}",
                       _money(c.dollars_per_step), _money(c.dollars_per_million_tokens))
     console.print(table)
     b, t = result.best, result.best.time
@@ -389,12 +467,14 @@ def _print_rl_table(result: RLPlan) -> None:
            f" ({b.train_nodes} training, {b.rollout_nodes} rollout)")
         + f"; rollout engines {b.engine.label()}; training {b.training.layout.label()} recompute "
           f"{b.training.layout.recompute}, EP backend {b.training.backend.backend}.")
+    combine = {"on-policy": "in turn (sum)", "batch": "max(rollout, training) + sync / K",
+               "stream": "max(training + sync, rollout + sync, sync)"}[t.mode]
     console.print(
-        f"  step {t.step:.1f} s = rollout {t.rollout:.1f} ({t.decode_iterations} decode "
-        f"iterations at {t.iteration_ms:.1f} ms, mean batch {t.mean_batch:.0f} per engine) + "
-        f"weight sync {t.sync:.1f} + training {t.train:.1f}"
-        + (" (rollout and training overlapped)" if rl.overlap and b.placement != "colocated"
-           else ""))
+        f"  step {t.step:.1f} s, bound by {t.bound}: rollout {t.rollout:.1f} "
+        f"({t.decode_iterations} decode iterations at {t.iteration_ms:.1f} ms, mean batch "
+        f"{t.mean_batch:.0f} per engine, engine memory share {t.mem_fraction:g}), weight sync "
+        f"{t.sync:.1f}, training {t.train:.1f}; combined {combine}")
+    console.print("  Miles: " + " ".join(b.miles_args(rl, s.gpus_per_node)))
     if b.dollars_per_step is not None:
         console.print(f"  ${b.dollars_per_step:,.2f} per step, "
                       f"${b.dollars_per_million_tokens:,.2f} "

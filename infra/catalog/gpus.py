@@ -36,7 +36,7 @@ Two kinds of numbers live here, kept apart on purpose:
    documented below and in docs/planner.md. They are not fitted per data point: Hopper
    (H100/H800/H200, one die) shares one set; Blackwell (B200/B300) has its own GEMM fractions,
    calibrated on Megatron-Bridge's published DGX-B200/DGX-B300 MXFP8 runs, and Hopper's others.
-   GB200 reuses the Blackwell set for now (not calibrated on a GB200 run yet).
+   GB200 has its own GEMM fractions, calibrated on Megatron-Bridge's DGX-GB200 runs (below).
 
 Part of the ground layer: no CDK, nothing from the planner (which reads this module).
 """
@@ -115,6 +115,19 @@ _BLACKWELL = Efficiency(gemm_bf16=BLACKWELL_GEMM_BF16, gemm_fp8=BLACKWELL_GEMM_F
                         attention=0.45, hbm=0.70, nvlink=0.80, layer_overhead_us=1200.0,
                         gemm_mxfp8=BLACKWELL_GEMM_MXFP8)
 
+# GB200 (NVL72), calibrated on the three 26.02 DGX-GB200 points of
+# tests/planner/test_planner_gb200_validation.py (Megatron-Bridge docs/performance-summary-
+# archive.md @ 067f987). GB200 MoE training sits higher against its peak than DGX-B200 does:
+# the same table's DeepSeek-V3 MXFP8 rows give 1,028 model TFLOPS of 5,000 on GB200 (20.6%) and
+# 699 of 4,500 on B200 (15.5%), and with Blackwell's 0.29 the three points came out 6-26% slow.
+# gemm_mxfp8 0.35 is the round value that brings their median under 15% (14.1%, max 19.1%); the
+# five held-out points (25.11, and 26.06 with release mb-26.06): median 9.9%, max 20.7%.
+# gemm_fp8 takes the same value, gemm_bf16 the Hopper ratio (0.66 x 0.35 / 0.45 = 0.51), as for
+# B200/B300; attention, HBM, NVLink and the per-layer overhead are Blackwell's (not fitted).
+GB200_GEMM_MXFP8 = 0.35
+_GB200 = Efficiency(gemm_bf16=0.51, gemm_fp8=GB200_GEMM_MXFP8, attention=0.45, hbm=0.70,
+                    nvlink=0.80, layer_overhead_us=1200.0, gemm_mxfp8=GB200_GEMM_MXFP8)
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -137,7 +150,7 @@ GPUS: dict[str, GpuSpec] = {
     "H200": GpuSpec("H200", 989.4, 1978.9, 4.8, 900, 132, _HOPPER, "9.0"),  # [h200]
     "B200": GpuSpec("B200", 2250.0, 4500.0, 8.0, 1800, 148, _BLACKWELL, "10.0"),  # [b200]
     "B300": GpuSpec("B300", 2250.0, 4500.0, 8.0, 1800, 160, _BLACKWELL, "10.3"),  # [b300]
-    # Blackwell efficiency reused until the planner calibrates on published GB200 runs.
-    "GB200": GpuSpec("GB200", 2500.0, 5000.0, 8.0, 1800, 148, _BLACKWELL, "10.0"),  # [gb200]
+    # own GEMM fractions, calibrated on published DGX-GB200 runs (_GB200 above)
+    "GB200": GpuSpec("GB200", 2500.0, 5000.0, 8.0, 1800, 148, _GB200, "10.0"),  # [gb200]
 }
 GPU_SPECS = GPUS  # the planner's name for the same table

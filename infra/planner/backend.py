@@ -24,6 +24,11 @@ from infra.catalog.instances import supports_gin_gpu
 from infra.trainer_contract import EP_BACKENDS
 
 DEEPEP_MIN_NODES = 16  # DeepEP measured ahead from here
+# DeepEP at the pinned commit addresses at most 8 NVLink peers in normal mode
+# (deepseek-ai/DeepEP@567632d csrc/kernels/configs.cuh:3, NUM_MAX_NVL_PEERS 8;
+# ../shared/upstream/ultraservers.md section 6): an NVLink domain beyond 8 GPUs (NVL72) cannot
+# run it; NCCL all-to-all over multi-node NVLink can.
+DEEPEP_MAX_NVL_PEERS = 8
 NCCL_MAX_MEASURED_NODES = 8  # NCCL measured at least as fast up to here
 
 
@@ -36,8 +41,21 @@ class BackendChoice:
 
 
 def recommend_backend(instance_type: str, nodes: int, ep_span_nodes: int,
-                      override: str | None = None) -> BackendChoice:
-    """Recommend (and, with ``override``, check) the expert-parallel backend for a job."""
+                      override: str | None = None, nvlink_gpus: int = 8) -> BackendChoice:
+    """Recommend (and, with ``override``, check) the expert-parallel backend for a job.
+    ``ep_span_nodes`` counts NVLink reaches (nodes, or NVLink domains of ``nvlink_gpus``)."""
+    if nvlink_gpus > DEEPEP_MAX_NVL_PEERS:
+        if override is not None and override.startswith("deepep"):
+            raise PlannerError(
+                f"expert-parallel backend {override!r} cannot run on {instance_type}: its NVLink "
+                f"domain holds {nvlink_gpus} GPUs and the pinned DeepEP (567632d) addresses at "
+                f"most {DEEPEP_MAX_NVL_PEERS} NVLink peers (NUM_MAX_NVL_PEERS); use nccl "
+                "(all-to-all over multi-node NVLink)")
+        return BackendChoice("nccl", "nccl", (
+            f"NCCL all-to-all over multi-node NVLink: the pinned DeepEP addresses at most "
+            f"{DEEPEP_MAX_NVL_PEERS} NVLink peers, and this NVLink domain holds {nvlink_gpus}"
+            + ("" if ep_span_nodes <= 1 else
+               f"; expert groups span {ep_span_nodes} domains, the rest over EFA")))
     if ep_span_nodes <= 1:
         rec, why = "nccl", ("expert groups stay inside one node, so the all-to-all runs on NVLink "
                             "and DeepEP's inter-node savings do not apply")

@@ -74,6 +74,8 @@ class System:
     price_per_hour: float | None  # on-demand USD per node-hour; None = no public on-demand price
     price_source: str
     plannable: bool = True  # False: a validation reference, not an EC2 instance type
+    # GPUs one NVLink domain holds (catalog InstanceType.nvlink_domain_gpus); 0 = one node
+    nvlink_domain_gpus: int = 0
 
     @property
     def efficiency(self) -> Efficiency:
@@ -83,6 +85,13 @@ class System:
     def nvlink_busbw_gbps(self) -> float:
         """Achievable one-direction NVLink bandwidth per GPU inside a node (GB/s)."""
         return self.gpu.nvlink_gbps_bidir / 2 * self.efficiency.nvlink
+
+    @property
+    def nvlink_gpus(self) -> int:
+        """GPUs reachable over NVLink from one GPU: the node for HGX types, the whole NVLink
+        domain (up to 72 GPUs) for an NVL72 UltraServer. Tensor and expert parallel groups are
+        placed inside it first; only what does not fit crosses the scale-out fabric."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
 
     @property
     def family(self) -> str:
@@ -101,6 +110,7 @@ def _ec2_system(name: str) -> System:
         name=name, gpu=gpu, gpus_per_node=it.gpu_count,
         gpu_memory_gib=it.gpu_memory_gib, fabric=_efa_fabric(it.efa_bandwidth_gbps, it.gpu_count),
         price_per_hour=it.on_demand_usd_per_hour, price_source=it.price_source,
+        nvlink_domain_gpus=it.nvlink_domain_gpus,
     )
 
 
@@ -123,6 +133,13 @@ _IB = Fabric("infiniband", 50.0, 45.0, 0.08, 0.013,
 #   (assumption, as for EFA types).
 _IB_800 = Fabric("infiniband", 100.0, 90.0, 0.08, 0.013,
                  "DeepEP README IB rates scaled to 800 Gb/s ConnectX-8 per GPU (assumption)")
+# - dgx-gb200-nvl72: the "DGX-GB200" of the Megatron-Bridge summary and the "GB200-NVL72" of
+#   NeMo-RL's: GB200 NVL72 racks, 4 GPUs per compute tray, NVLink across the rack's 72 GPUs
+#   (1.8 TB/s per GPU; ../shared/upstream/ultraservers.md section 7). GPU memory per GPU as the
+#   catalog's p6e-gb200 (same GPU). Between racks the IB rates of DGX H100/B200 (50 GB/s per GPU):
+#   an assumption, no source for the rack's scale-out network was read; runs of <= 72 GPUs never
+#   use it.
+_GB200_MEMORY_GIB = INSTANCE_TYPES["p6e-gb200.36xlarge"].gpu_memory_gib
 REFERENCE_SYSTEMS: dict[str, System] = {
     "dgx-h100-ib": System("dgx-h100-ib", GPUS["H100"], 8, 80, _IB, None,
                           "reference system, no price", plannable=False),
@@ -132,6 +149,9 @@ REFERENCE_SYSTEMS: dict[str, System] = {
                           "reference system, no price", plannable=False),
     "dgx-b300-ib": System("dgx-b300-ib", GPUS["B300"], 8, 268, _IB_800, None,
                           "reference system, no price", plannable=False),
+    "dgx-gb200-nvl72": System("dgx-gb200-nvl72", GPUS["GB200"], 4, _GB200_MEMORY_GIB, _IB, None,
+                              "reference system, no price", plannable=False,
+                              nvlink_domain_gpus=72),
 }
 
 def plannable_systems() -> dict[str, System]:

@@ -17,6 +17,7 @@ from typing import Literal, get_args
 
 from infra.planner.errors import PlannerError
 from infra.catalog.models import MoEModel
+from infra.catalog.releases import RELEASES
 
 # "fp8": per-tensor / block-scaled FP8 (Transformer Engine delayed or current scaling, DeepSeek's
 # 1x128/128x128 tiles). "mxfp8": OCP microscaling FP8 (one E8M0 scale per 32 elements), which
@@ -92,6 +93,7 @@ class TrainingSetup:
     rollout_mem_fraction: float = 0.0  # or: a static fraction of GPU memory (SGLang mem_fraction_static)
     rollout_engine_gpus: int = 0  # GPUs one rollout engine spans (0: smallest whole-node count
     #                               whose weights take at most half the engine's memory)
+    release: str = "baseline"  # software release the step model assumes (infra/catalog/releases.py)
 
     def __post_init__(self) -> None:
         problems = setup_problems(self)
@@ -117,7 +119,8 @@ def setup_problems(s: TrainingSetup) -> list[str]:
     whole("global_batch", s.global_batch, 1)
     whole("rollout_tokens_per_gpu", s.rollout_tokens_per_gpu, 0)
     whole("rollout_engine_gpus", s.rollout_engine_gpus, 0)
-    for field, allowed in (("precision", PRECISIONS), ("schedule", SCHEDULES)):
+    for field, allowed in (("precision", PRECISIONS), ("schedule", SCHEDULES),
+                           ("release", tuple(RELEASES))):
         problem = _choice(field, getattr(s, field), allowed)
         if problem:
             out.append(problem)
@@ -136,7 +139,8 @@ def setup_problems(s: TrainingSetup) -> list[str]:
 
 def layout_problem(model: MoEModel, layout: Layout, setup: TrainingSetup,
                    gpus_per_node: int) -> str | None:
-    """First divisibility rule the layout breaks, as a sentence; None when it is well-formed."""
+    """First divisibility rule the layout breaks, as a sentence; None when it is well-formed.
+    ``gpus_per_node`` is the NVLink reach (``System.nvlink_gpus``): a node, or an NVLink domain."""
     L = layout
     if L.recompute not in RECOMPUTES:
         return f"recompute={L.recompute!r} is not one of {', '.join(RECOMPUTES)}"

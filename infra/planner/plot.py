@@ -30,7 +30,8 @@ def from_rl_plan(result) -> PlotData:
     return PlotData(
         title=f"GRPO {result.model.name} on {result.system.name}",
         nodes=tuple(n for n, _ in pts), dollars_per_million_tokens=tuple(v for _, v in pts),
-        chosen_nodes=b.nodes, chosen_label=f"{b.placement}, {b.engine.label()}",
+        chosen_nodes=b.nodes,
+        chosen_label=f"{b.placement}, {b.engine.label()}, {b.time.mode}, bound by {b.time.bound}",
         breakdown=(("rollout", b.time.rollout), ("weight sync", b.time.sync),
                    ("training", b.time.train)))
 

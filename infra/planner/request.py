@@ -17,6 +17,9 @@ from infra.planner.layout import Recompute, TrainingSetup
 
 Objective = Literal["cost", "throughput"]
 Placement = Literal["colocated", "disaggregated"]
+Overlap = Literal["none", "batch", "stream"]
+OVERLAPS: tuple[str, ...] = ("none", "batch", "stream")
+COLOCATED_MEM_FRACTION = 0.7  # SGLang mem_fraction_static the kit's colocated launcher sets
 
 
 @dataclass(frozen=True)
@@ -47,17 +50,27 @@ class RLSetup:
     mean_response_len: int = 0  # 0: 60% of the maximum (long-tailed reasoning lengths)
     steps_per_rollout: int = 1  # optimizer steps per rollout (num_steps_per_rollout)
     logprob_passes: int = 1  # forward-only passes before training (old policy; +1 with KL)
-    mem_fraction: float = 0.7  # SGLang mem_fraction_static
-    overlap: bool = False  # disaggregated only: one-step off-policy overlap
+    # SGLang mem_fraction_static; None follows the placement: colocated engines keep
+    # COLOCATED_MEM_FRACTION, engines on their own GPUs SGLang's standalone default
+    mem_fraction: float | None = None
+    # how generation overlaps training: "none" (phases in turn), "batch" (the next batch is
+    # generated while this one trains: Miles train_async.py), "stream" (engines generate
+    # continuously with in-flight weight updates: Miles --fully-async, NeMo-RL async GRPO, verl
+    # fully_async_policy). None: "stream" when off_policy_steps > 0, else "none". True/False are
+    # read as "batch"/"none" (the flag's earlier meaning).
+    overlap: Overlap | bool | None = None
+    off_policy_steps: int = 0  # K: generation may run up to K optimizer steps ahead (0: on-policy)
 
     def __post_init__(self) -> None:
+        if isinstance(self.overlap, bool):
+            object.__setattr__(self, "overlap", "batch" if self.overlap else "none")
         problems = []
         for f in ("prompts", "samples_per_prompt", "prompt_len", "max_response_len",
                   "steps_per_rollout"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 problems.append(f"{f}={v!r} must be a whole number >= 1")
-        for f in ("mean_response_len", "logprob_passes"):
+        for f in ("mean_response_len", "logprob_passes", "off_policy_steps"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 problems.append(f"{f}={v!r} must be a whole number >= 0")
@@ -69,10 +82,31 @@ class RLSetup:
                             f"{self.samples} samples of a rollout (prompts x samples_per_prompt); "
                             "Miles needs rollout_batch_size x n_samples_per_prompt = "
                             "global_batch_size x num_steps_per_rollout")
-        if not (isinstance(self.mem_fraction, float | int) and 0.1 <= self.mem_fraction < 1.0):
+        if self.mem_fraction is not None and not (
+                isinstance(self.mem_fraction, float | int) and 0.1 <= self.mem_fraction < 1.0):
             problems.append(f"mem_fraction={self.mem_fraction!r} must be from 0.1 to below 1")
+        if self.overlap is not None and self.overlap not in OVERLAPS:
+            problems.append(f"overlap={self.overlap!r} must be one of {', '.join(OVERLAPS)}")
+        elif self.overlap == "none" and isinstance(self.off_policy_steps, int) \
+                and self.off_policy_steps > 0:
+            problems.append(f"off_policy_steps={self.off_policy_steps} needs generation to overlap "
+                            "training, but overlap='none'; use overlap 'batch' or 'stream', or "
+                            "off_policy_steps 0")
         if problems:
             raise PlannerError("invalid RL setup: " + "; ".join(problems))
+
+    @property
+    def mode(self) -> str:
+        """"on-policy", "batch" or "stream" (see ``overlap``)."""
+        if self.overlap in (None, "none"):
+            return "stream" if self.off_policy_steps > 0 else "on-policy"
+        return self.overlap
+
+    @property
+    def staleness(self) -> int:
+        """Optimizer steps generation may run ahead: off_policy_steps, at least 1 when it
+        overlaps training."""
+        return 0 if self.mode == "on-policy" else max(1, self.off_policy_steps)
 
     @property
     def samples(self) -> int:
@@ -140,3 +174,4 @@ class RLPlanRequest:
     engine: tuple[int, int] | None = None
     ep_backend: str | None = None
     price_per_hour: float | None = None
+    release: str = "baseline"  # software release of the training step (infra/catalog/releases.py)

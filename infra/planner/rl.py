@@ -23,9 +23,10 @@ A synchronous GRPO step (Miles/slime ``train.py``, NeMo-RL on-policy) runs three
    with a KL term, reference log-probs), each a third of a forward+backward.
 
 Placement: ``colocated`` runs rollout and training on the same nodes, one after the other (the
-kit's launcher uses Miles ``--colocate``); ``disaggregated`` gives rollout its own nodes. With
-synchronous (on-policy) GRPO the phases still run in turn; ``overlap=True`` (one-step off-policy,
-Miles ``train_async.py``) overlaps them, so the step is the longer phase plus the sync.
+kit's launcher uses Miles ``--colocate``); ``disaggregated`` gives rollout its own nodes. How the
+phases combine (on-policy, batch overlap, streaming k-step off-policy) and the engines' memory
+share per placement are in ``infra.planner.rl_modes``; an overlapped mode is disaggregated only
+(Miles refuses ``--colocate`` with it).
 
 Constants are calibrated in tests/planner/test_planner_rl_validation.py; docs/planner.md lists sources.
 """
@@ -41,6 +42,9 @@ from infra.planner.hardware import GB, GIB, System, get_system
 from infra.planner.models import MoEModel, get_model
 from infra.planner.layout import TrainingSetup
 from infra.planner.request import Pins, Placement, PlanRequest, RLPlanRequest, RLSetup
+from infra.planner.rl_modes import (
+    compose_step, engine_mem_fraction, iterations_for, miles_mode_args, stream_batch,
+)
 from infra.planner.search import Candidate, check_node_counts, check_precision, plan
 
 # --- decode constants (see module docstring; calibration in docs/planner.md) ------------------
@@ -80,6 +84,9 @@ class RLStep:
     decode_iterations: int
     mean_batch: float
     iteration_ms: float
+    bound: str = "rollout"  # the phase that bounds the step: rollout, train or sync
+    mode: str = "on-policy"  # on-policy, batch or stream (RLSetup.mode)
+    mem_fraction: float = 0.7  # the engines' SGLang mem_fraction_static
 
     def to_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -97,6 +104,13 @@ class RLCandidate:
     samples_per_s: float
     dollars_per_step: float | None
     dollars_per_million_tokens: float | None  # per million trained tokens
+
+    def miles_args(self, rl: RLSetup, gpus_per_node: int) -> list[str]:
+        """Miles v0.1.0 entry point and arguments for this candidate's mode and placement."""
+        return miles_mode_args(rl, placement=self.placement, train_nodes=self.train_nodes,
+                               gpus_per_node=gpus_per_node,
+                               rollout_gpus=self.rollout_nodes * gpus_per_node,
+                               engine_gpus=self.engine.gpus, mem_fraction=self.time.mem_fraction)
 
     def to_dict(self) -> dict:
         return {
@@ -130,6 +144,8 @@ class RLPlan:
             "precision": self.precision, "search_seconds": round(self.search_seconds, 4),
             "candidates": [c.to_dict() for c in self.candidates],
             "best_per_nodes": [c.to_dict() for c in self.best_per_nodes],
+            "mode": self.rl.mode, "off_policy_steps": self.rl.staleness,
+            "miles_args": self.best.miles_args(self.rl, self.system.gpus_per_node),
             "warnings": list(self.warnings),
         }
 
@@ -168,6 +184,9 @@ def decode_iteration_s(model: MoEModel, system: System, *, engine_gpus: int, eng
     flops = 2.0 * model.active_params * batch / g
     flops += batch * model.num_layers * 4 * model.num_heads * model.qk_head_dim * context / g
     t_compute = flops / (system.gpu.bf16_tflops * 1e12 * eff.gemm_bf16)
+    # The engines' custom all-reduce works inside one host; beyond it NCCL all-reduce, whose
+    # per-node latency the RL rows fix, NVLink domain or not (the GB200 NVL72 rows of
+    # tests/planner/test_planner_gb200_validation.py agree: TP32 there is as slow as on H100)
     spans_nodes = g > system.gpus_per_node
     per_layer = DECODE_LAYER_US
     if g > 1:
@@ -192,16 +211,30 @@ def engine_kv_tokens(model: MoEModel, system: System, *, engine_gpus: int,
 
 
 def rollout_time(model: MoEModel, system: System, *, rl: RLSetup, engine: EngineLayout,
-                 backend: str) -> tuple[float, int, float, float]:
-    """(seconds, decode iterations, mean running batch, seconds per iteration) of one rollout."""
+                 backend: str, mem_fraction: float = 0.7,
+                 stream: bool = False) -> tuple[float, int, float, float]:
+    """(seconds, decode iterations, mean running batch, seconds per iteration) of one rollout.
+
+    ``stream``: one batch's worth of tokens at steady continuous-batching throughput (the engine
+    stays as full as its KV cache allows; no wait for the longest response), for the streaming
+    mode of ``rl_modes``; otherwise one batch bounded by its longest response."""
     per_engine = rl.samples / engine.engines
     seq_max = rl.prompt_len + rl.max_response_len
     cap = engine_kv_tokens(model, system, engine_gpus=engine.gpus,
-                           mem_fraction=rl.mem_fraction) / seq_max
-    max_batch = max(1.0, min(per_engine, cap, MAX_RUNNING))
+                           mem_fraction=mem_fraction) / seq_max
     tokens = per_engine * rl.mean_response
-    iterations = max(rl.max_response_len, math.ceil(tokens / max_batch))
-    batch = tokens / iterations
+    if stream:
+        # a running sequence holds its mean context, not the maximum, in KV cache on average;
+        # the longest response still needs max_response iterations, now spread over K steps
+        mean_cap = cap * seq_max / (rl.prompt_len + rl.mean_response)
+        batch = stream_batch(per_engine, mean_cap, MAX_RUNNING, rl.staleness)
+        iterations = max(iterations_for(tokens, batch),
+                         math.ceil(rl.max_response_len / rl.staleness))
+        batch = tokens / iterations
+    else:
+        max_batch = max(1.0, min(per_engine, cap, MAX_RUNNING))
+        iterations = max(rl.max_response_len, math.ceil(tokens / max_batch))
+        batch = tokens / iterations
     context = rl.prompt_len + rl.mean_response / 2
     t_iter = decode_iteration_s(model, system, engine_gpus=engine.gpus, engine_ep=engine.ep,
                                 backend=backend, batch=batch, context=context)
@@ -224,7 +257,8 @@ def train_time(candidate: Candidate, *, rl: RLSetup) -> float:
 
 
 def engine_layouts(model: MoEModel, system: System, *, rl: RLSetup, gpus: int, backend: str,
-                   pinned: tuple[int, int] | None = None) -> list[EngineLayout]:
+                   pinned: tuple[int, int] | None = None,
+                   placement: Placement = "colocated") -> list[EngineLayout]:
     """Engine sizes that divide ``gpus`` and leave at least a tenth of the engine's memory share
     for KV cache; ep = engine size (SGLang forces it with DeepEP; with NCCL too when the experts
     divide), else 1 (pure TP). A pinned (gpus, ep) is checked the same way."""
@@ -234,7 +268,8 @@ def engine_layouts(model: MoEModel, system: System, *, rl: RLSetup, gpus: int, b
         if gpus % g:
             continue
         weights = _weights_bytes(model) / g
-        if weights > 0.9 * rl.mem_fraction * system.gpu_memory_gib * GIB:
+        frac = engine_mem_fraction(rl, system, placement, g)
+        if weights > 0.9 * frac * system.gpu_memory_gib * GIB:
             continue
         if pinned:
             eps = [pinned[1]]
@@ -255,19 +290,24 @@ def evaluate_rl(model: MoEModel, system: System, *, rl: RLSetup, placement: Plac
     """Predict one GRPO step for a given training candidate, rollout pool and engine layout."""
     backend = training.backend.backend
     train_nodes = training.nodes
-    ro, iters, batch, t_iter = rollout_time(model, system, rl=rl, engine=engine, backend=backend)
+    frac = engine_mem_fraction(rl, system, placement, engine.gpus)
+    ro, iters, batch, t_iter = rollout_time(model, system, rl=rl, engine=engine, backend=backend,
+                                            mem_fraction=frac)
+    if rl.mode == "stream":
+        ro_s, iters, batch, t_iter = rollout_time(model, system, rl=rl, engine=engine,
+                                                  backend=backend, mem_fraction=frac, stream=True)
+    else:
+        ro_s = ro
     sync = sync_time(model, system, placement=placement, train_nodes=train_nodes)
     tr = train_time(training, rl=rl)
-    if placement == "disaggregated" and rl.overlap:
-        step = max(ro, tr) + sync
-    else:
-        step = ro + sync + tr
+    step, bound, ro = compose_step(rl, rollout=ro, stream_rollout=ro_s, sync=sync, train=tr)
     nodes = train_nodes if placement == "colocated" else train_nodes + rollout_nodes
     price = price_per_hour if price_per_hour is not None else system.price_per_hour
     per_step = None if price is None else price * nodes * step / 3600
     per_m = None if per_step is None else per_step / (rl.samples * rl.mean_sequence) * 1e6
     return RLCandidate(placement, nodes, train_nodes, rollout_nodes, engine, training,
-                       RLStep(ro, sync, tr, step, iters, batch, t_iter * 1e3),
+                       RLStep(ro, sync, tr, step, iters, batch, t_iter * 1e3, bound, rl.mode,
+                              frac),
                        rl.samples / step, per_step, per_m)
 
 
@@ -276,7 +316,7 @@ def _seq_len(rl: RLSetup) -> int:
 
 
 def _best_training(model, system, rl, precision, counts, colocate, pins, ep_backend,
-                   price_per_hour) -> dict[int, Candidate]:
+                   price_per_hour, release="baseline") -> dict[int, Candidate]:
     """Best training layout per node count in ``counts`` (one search per count, or one search
     over 1..max when ``counts`` is that whole range)."""
     counts = sorted(set(counts))
@@ -287,16 +327,18 @@ def _best_training(model, system, rl, precision, counts, colocate, pins, ep_back
     best: dict[int, Candidate] = {}
     for where in groups:
         best.update(_search_training(model, system, rl, precision, where, colocate, pins,
-                                     ep_backend, price_per_hour))
+                                     ep_backend, price_per_hour, release))
     return best
 
 
 def _search_training(model, system, rl, precision, where, colocate, pins, ep_backend,
-                     price_per_hour) -> dict[int, Candidate]:
+                     price_per_hour, release="baseline") -> dict[int, Candidate]:
     try:
         setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch,
-                              precision=precision, colocate_rollout=colocate, rollout_offload=True,
-                              rollout_mem_fraction=rl.mem_fraction if colocate else 0.0)
+                              precision=precision, release=release,
+                              colocate_rollout=colocate, rollout_offload=True,
+                              rollout_mem_fraction=(engine_mem_fraction(rl, system, "colocated", 8)
+                                                    if colocate else 0.0))
         result = plan(PlanRequest(model, system.name, **where, setup=setup,
                                   pins=pins or Pins(), ep_backend=ep_backend, top=10**9,
                                   price_per_hour=price_per_hour))
@@ -329,6 +371,17 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
         if p not in ("colocated", "disaggregated"):
             raise PlannerError(f"placement {p!r} is not one of colocated, disaggregated")
     check_node_counts(nodes, req.max_nodes)
+    warnings = []
+    if rl.mode != "on-policy" and "colocated" in placements:
+        if placements == ("colocated",):
+            raise PlannerError(
+                f"an overlapped GRPO step ({rl.mode}, {rl.staleness} step(s) off-policy) needs "
+                "rollout on its own GPUs: Miles refuses --colocate with train_async.py and "
+                f"--fully-async; use placement disaggregated, or {named('off_policy_steps')} 0 "
+                "without overlap")
+        placements = tuple(p for p in placements if p != "colocated")
+        warnings.append(f"{rl.mode} overlap runs disaggregated only (Miles refuses --colocate "
+                        "with it): colocated layouts were not ranked")
     max_nodes = req.max_nodes
     max_nodes = max_nodes or DEFAULT_RL_MAX_NODES
     top_n = nodes or max_nodes
@@ -337,13 +390,14 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
     cands: list[RLCandidate] = []
     if "colocated" in placements:
         best = _best_training(m, system, rl, precision, counts, True, pins, ep_backend,
-                              price_per_hour)
+                              price_per_hour, req.release)
         for n in counts:
             tc = best.get(n)
             if tc is None:
                 continue
             for eng in engine_layouts(m, system, rl=rl, gpus=n * gpn,
-                                      backend=tc.backend.backend, pinned=engine):
+                                      backend=tc.backend.backend, pinned=engine,
+                                      placement="colocated"):
                 cands.append(evaluate_rl(m, system, rl=rl, placement="colocated", training=tc,
                                          rollout_nodes=n, engine=eng,
                                          price_per_hour=price_per_hour))
@@ -353,19 +407,24 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
         splits = (range(1, top_n) if top_n <= 16 else
                   sorted({max(1, top_n * f // 4) for f in range(1, 4)}))
         best = _best_training(m, system, rl, precision, splits, False, pins, ep_backend,
-                              price_per_hour)
+                              price_per_hour, req.release)
         for n in counts:
             for t, tc in best.items():
                 r = n - t
                 if r < 1:
                     continue
                 for eng in engine_layouts(m, system, rl=rl, gpus=r * gpn,
-                                          backend=tc.backend.backend, pinned=engine):
+                                          backend=tc.backend.backend, pinned=engine,
+                                          placement="disaggregated"):
                     cands.append(evaluate_rl(m, system, rl=rl, placement="disaggregated",
                                              training=tc, rollout_nodes=r, engine=eng,
                                              price_per_hour=price_per_hour))
     if not cands:
         where = f"{nodes} node(s)" if nodes else f"1 to {max_nodes} nodes"
+        if placements == ("disaggregated",) and top_n < 2:
+            raise PlannerError(f"a disaggregated GRPO step needs at least 2 nodes (one for "
+                               f"training, one for rollout), got {named('nodes')} {top_n}; "
+                               "plan 2 or more nodes")
         raise PlannerError(f"no GRPO layout for {m.key} fits on {where} of {system.name}: no "
                            "training layout fits, or no engine size leaves room for KV cache; "
                            f"allow more nodes ({named('max_nodes')}) or lower "
@@ -380,7 +439,6 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
     per_nodes: dict[int, RLCandidate] = {}
     for c in cands:
         per_nodes.setdefault(c.nodes, c)
-    warnings = []
     if cands[0].dollars_per_step is None:
         warnings.append(f"no public on-demand price for {system.name}; pass --price-per-hour "
                         "(ranked by step time)")

@@ -129,7 +129,7 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
                pins: Pins) -> Iterable[Layout]:
     gpus = nodes * system.gpus_per_node
     gpn = system.gpus_per_node
-    tps = [pins.tp] if pins.tp else [t for t in _TP if t <= gpn]
+    tps = [pins.tp] if pins.tp else [t for t in _TP if t <= system.nvlink_gpus]
     # context parallelism only for long sequences (>= 4096 tokens per CP rank); cp=1 always
     cps = [pins.cp] if pins.cp else [1] + [c for c in (2, 4, 8) if setup.seq_len // c >= 4096]
     mbss = [pins.mbs] if pins.mbs else ([1, 2, 4] if setup.seq_len <= 2048 else [1, 2])
@@ -166,7 +166,7 @@ def _check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...]
     # Check the pinned sizes alone (dp = 1; whatever fails here fails for every dp, except the
     # expert-group-vs-stage rule, which depends on dp and is left to the search).
     probe = Layout(**fixed)
-    problem = layout_problem(m, probe, setup, system.gpus_per_node)
+    problem = layout_problem(m, probe, setup, system.nvlink_gpus)
     if problem and "pipeline stage" not in problem:
         raise PlannerError(f"requested layout does not divide: {problem}")
     model_parallel = (pins.tp or 1) * (pins.cp or 1) * (pins.pp or 1)
@@ -245,12 +245,12 @@ def plan(request: PlanRequest) -> PlanResult:
     for n in counts:
         for L in _enumerate(m, system, n, setup, pins):
             evaluated += 1
-            problem = layout_problem(m, L, setup, system.gpus_per_node)
+            problem = layout_problem(m, L, setup, system.nvlink_gpus)
             if problem:
                 rejected.append(Rejection(n, L, problem))
                 continue
-            _, span = ep_span(L, system.gpus_per_node)
-            choice = recommend_backend(system.name, n, span, ep_backend)
+            _, span = ep_span(L, system.nvlink_gpus)
+            choice = recommend_backend(system.name, n, span, ep_backend, system.nvlink_gpus)
             static = static_memory_gib(m, L, setup)
             if static + memory_headroom_gib > system.gpu_memory_gib:
                 rejected.append(Rejection(
@@ -329,11 +329,11 @@ def evaluate(model: str | MoEModel, instance_type: str, nodes: int, layout: Layo
             f"layout {layout.label()} does not divide: tp x cp x pp x dp = {layout.world} GPUs, "
             f"but {nodes} node(s) of {system.name} have {nodes * system.gpus_per_node}")
     check_precision(system, setup.precision)
-    problem = layout_problem(m, layout, setup, system.gpus_per_node)
+    problem = layout_problem(m, layout, setup, system.nvlink_gpus)
     if problem:
         raise PlannerError(f"layout {layout.label()} does not divide: {problem}")
-    _, span = ep_span(layout, system.gpus_per_node)
-    choice = recommend_backend(system.name, nodes, span, ep_backend)
+    _, span = ep_span(layout, system.nvlink_gpus)
+    choice = recommend_backend(system.name, nodes, span, ep_backend, system.nvlink_gpus)
     mem = estimate_memory(m, system, layout, setup, choice.backend)
     t = step_time(m, system, layout, setup, choice.backend)
     return Candidate(nodes, layout, mem, t, choice, _cost(system, nodes, t, None))

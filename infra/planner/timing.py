@@ -40,6 +40,7 @@ from infra.planner.hardware import GB, System
 from infra.planner.layout import Layout, TrainingSetup, is_fp8
 from infra.planner.memory import stage_params
 from infra.catalog.models import MoEModel
+from infra.catalog.releases import GRAPHED_LAYER_OVERHEAD_US, RELEASES
 
 COMM_SMS = 20  # SMs given to communication kernels when they overlap compute (DeepSeek-V3 3.2.2)
 INTRA_NODE_A2A_LATENCY_MS = 0.03  # one all-to-all call inside a node over NVLink; estimate
@@ -104,8 +105,10 @@ def expected_remote_nodes(model: MoEModel, span: int, backend: str) -> float:
 
 
 def ep_span(L: Layout, gpus_per_node: int) -> tuple[int, int]:
-    """(EP ranks inside one node, nodes one EP group spans): expert groups are laid out etp
-    innermost, then ep, on consecutive ranks (Megatron parallel folding)."""
+    """(EP ranks inside one NVLink reach, reaches one EP group spans): expert groups are laid out
+    etp innermost, then ep, on consecutive ranks (Megatron parallel folding), so they fill an
+    NVLink domain before crossing the fabric. ``gpus_per_node`` is ``System.nvlink_gpus``: a node
+    for HGX types, the NVLink domain for NVL72 (a span of 1 = all-to-all on NVLink only)."""
     local = max(1, min(L.ep, gpus_per_node // L.etp))
     return local, math.ceil(L.ep / local)
 
@@ -115,6 +118,7 @@ def layer_times(model: MoEModel, system: System, L: Layout, setup: TrainingSetup
     """(compute, tp_comm, ep_comm) seconds of one layer for one micro-batch, forward+backward
     (+ recomputation), on one GPU."""
     eff = system.efficiency
+    release = RELEASES[setup.release]
     fp8 = setup.precision if is_fp8(setup.precision) else False
     h = model.hidden
     tokens = L.mbs * setup.seq_len / L.cp
@@ -145,7 +149,8 @@ def layer_times(model: MoEModel, system: System, L: Layout, setup: TrainingSetup
 
     # --- attention core (BF16 flash attention)
     attn_fwd = tokens * model.attention_core_flops_per_token(setup.seq_len) / L.tp
-    attn = passes * attn_fwd / (system.gpu.bf16_tflops * 1e12 * eff.attention)
+    attn_peak = system.gpu.fp8_tflops if (fp8 and release.fp8_attention) else system.gpu.bf16_tflops
+    attn = passes * attn_fwd / (attn_peak * 1e12 * eff.attention)
 
     # --- memory-bound kernels: bytes per token, forward (backward ~2x)
     el = t_loc * 2 * 10 * h  # 2 RMSNorms (in/out) + 2 residual adds, BF16
@@ -157,8 +162,12 @@ def layer_times(model: MoEModel, system: System, L: Layout, setup: TrainingSetup
         casts = tokens * (2 * h + model.dense_ffn / L.tp)
     else:
         pairs = t_loc * model.top_k * setup.moe_imbalance
-        el += pairs * 2 * (4 * h + 3 * model.expert_ffn / L.etp) * L.etp  # permute, unpermute, SwiGLU
-        casts = pairs * (h * L.etp + model.expert_ffn) + tokens * h
+        if release.fused_grouped_mlp:  # one kernel: only its input and output cross HBM
+            el += pairs * 2 * 2 * h * L.etp
+            casts = pairs * h * L.etp + tokens * h
+        else:
+            el += pairs * 2 * (4 * h + 3 * model.expert_ffn / L.etp) * L.etp  # permute, unpermute, SwiGLU
+            casts = pairs * (h * L.etp + model.expert_ffn) + tokens * h
         if model.num_shared_experts:
             fs = model.shared_expert_ffn * model.num_shared_experts
             el += tokens * 2 * 3 * fs / L.tp
@@ -167,7 +176,8 @@ def layer_times(model: MoEModel, system: System, L: Layout, setup: TrainingSetup
     el_passes = 3.0 + (1.0 if L.recompute != "none" else 0.0)
     mem = _hbm(system, el * el_passes)
 
-    compute = g + attn + mem + eff.layer_overhead_us * 1e-6
+    overhead = GRAPHED_LAYER_OVERHEAD_US if release.cuda_graphs else eff.layer_overhead_us
+    compute = g + attn + mem + overhead * 1e-6
 
     # --- tensor parallel (sequence parallel) collectives on NVLink
     tp = 0.0
@@ -200,7 +210,7 @@ def ep_all_to_all_time(model: MoEModel, system: System, L: Layout, setup: Traini
                        backend: str, t_loc: float) -> float:
     """Forward dispatch + combine and their backward counterparts for one MoE layer."""
     h = model.hidden
-    local, span = ep_span(L, system.gpus_per_node)
+    local, span = ep_span(L, system.nvlink_gpus)
     pairs = t_loc * model.top_k
     intra_frac = (local - 1) / L.ep
     remote = expected_remote_nodes(model, span, backend)
@@ -271,7 +281,8 @@ def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
     tp_stage = tp_comm * share
     ep_stage = ep_comm * share
 
-    if setup.schedule in ("a2a-overlap", "dualpipe") and ep_stage > 0:
+    overlapped = setup.schedule in ("a2a-overlap", "dualpipe") or RELEASES[setup.release].a2a_overlap
+    if overlapped and ep_stage > 0:
         c_stage /= 1 - COMM_SMS / system.gpu.sms
         ep_exposed = max(0.0, ep_stage - c_stage)
     else:
@@ -296,7 +307,7 @@ def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
     # gpn/tp members per node; the expert-data-parallel group strides by ep*etp.
     p = max((stage_params(model, L, w) for w in (("first", "last") if L.pp > 1 else ("first",))),
             key=lambda s: s.dense + s.expert)
-    gpn = system.gpus_per_node
+    gpn = system.nvlink_gpus  # data-parallel groups inside the NVLink reach run on NVLink
     d_dense = L.dp * L.cp
     ranks_per_node_dense = min(d_dense, max(1, gpn // L.tp))
     t_rs = t_ag = 0.0

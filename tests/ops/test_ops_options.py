@@ -104,7 +104,7 @@ def test_shared_options_read_the_same_everywhere():
     parser = cli.build_parser()
     configs = _option_helps(parser, "--config")
     assert set(configs) == {"check", "image build", "image status", "render", "validate",
-                            "preflight", "gate", "launch", "status", "logs", "teardown"}
+                            "preflight", "gate", "launch", "status", "logs", "teardown", "plan"}
     standard = {text for name, text in configs.items() if name != "validate"}
     assert standard == {"kit config YAML (default: $RLKIT_CONFIG, else the built-in default "
                         "config)"}

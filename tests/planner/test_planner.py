@@ -414,3 +414,23 @@ def test_rl_engines_with_deepep_span_the_whole_engine():
                              rl=RLSetup(), gpus=256, backend="deepep-gin")
     assert layouts and all(e.ep == e.gpus for e in layouts)
     assert {e.gpus for e in layouts} >= {16, 32}  # BF16 DeepSeek-V3 needs >= 16 H200 per engine
+
+
+def test_expert_groups_fill_the_nvlink_domain_before_the_fabric():
+    # issue #24: an NVL72 domain keeps an EP32 group (4 nodes of 8) on NVLink; on HGX it spans
+    # four nodes over EFA. A replaced System stands in for the NVL72 catalog entry here.
+    from dataclasses import replace as _replace
+
+    from infra.planner import get_model, get_system
+    from infra.planner.timing import ep_span, step_time
+
+    hgx = get_system("p6-b200.48xlarge")
+    nvl = _replace(hgx, nvlink_domain_gpus=72)
+    L = Layout(ep=32, dp=32)
+    assert ep_span(L, hgx.nvlink_gpus) == (8, 4) and ep_span(L, nvl.nvlink_gpus) == (32, 1)
+    setup = TrainingSetup(seq_len=4096, global_batch=256)
+    m = get_model("qwen3-30b-a3b")
+    over_efa = step_time(m, hgx, L, setup, "nccl")
+    on_nvlink = step_time(m, nvl, L, setup, "nccl")
+    assert on_nvlink.ep_span_nodes == 1 and over_efa.ep_span_nodes == 4
+    assert on_nvlink.ep_comm < over_efa.ep_comm / 3

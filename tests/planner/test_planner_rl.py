@@ -91,3 +91,91 @@ def test_mxfp8_rl_plan_is_refused_on_hopper():
 def test_nothing_fits_is_one_error_with_the_fix():
     with pytest.raises(PlannerError, match="allow more nodes"):
         plan_rl(RLPlanRequest("kimi-k2", "p5.48xlarge", SHORT, nodes=1))
+
+
+# --- asynchronous modes and the engines' memory share (issue #23) -----------------------------
+
+def _disagg(rl: RLSetup, nodes: int = 3):
+    return plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge", rl, nodes=nodes,
+                                 placements=("disaggregated",), top=50))
+
+
+def test_batch_overlap_takes_the_longer_phase_plus_a_kth_of_the_sync():
+    rl = RLSetup(prompts=16, samples_per_prompt=8, max_response_len=2048, overlap="batch",
+                 off_policy_steps=2)
+    for c in _disagg(rl).candidates:
+        t = c.time
+        assert t.mode == "batch"
+        assert t.step == pytest.approx(max(t.rollout, t.train) + t.sync / 2)
+
+
+def test_stream_step_is_the_slowest_of_train_plus_stall_generation_and_sync():
+    rl = RLSetup(prompts=16, samples_per_prompt=8, max_response_len=2048, off_policy_steps=4)
+    assert rl.mode == "stream" and rl.staleness == 4
+    for c in _disagg(rl).candidates:
+        t = c.time
+        parts = {"train": t.train + t.sync, "rollout": t.rollout + t.sync, "sync": t.sync}
+        assert t.step == pytest.approx(max(parts.values()))
+        assert t.bound == max(parts, key=parts.get)
+
+
+def test_staleness_spreads_the_long_tail_over_steps():
+    eng = EngineLayout(gpus=8, ep=8, engines=1)
+    base = dict(prompts=4, samples_per_prompt=8, max_response_len=8192, mean_response_len=1024)
+    tail = rollout_time(QWEN30, P5EN, rl=RLSetup(**base), engine=eng, backend="nccl")
+    k1 = rollout_time(QWEN30, P5EN, rl=RLSetup(**base, off_policy_steps=1), engine=eng,
+                      backend="nccl", stream=True)
+    k8 = rollout_time(QWEN30, P5EN, rl=RLSetup(**base, off_policy_steps=8), engine=eng,
+                      backend="nccl", stream=True)
+    assert tail[1] == k1[1] == 8192  # one step of slack: the longest response still bounds it
+    assert k8[1] == 1024 and k8[0] < tail[0] / 4  # eight steps: only the mean tokens count
+
+
+def test_engine_memory_follows_the_placement():
+    from infra.planner.rl_modes import engine_mem_fraction, standalone_mem_fraction
+
+    h100 = get_system("p5.48xlarge")
+    assert standalone_mem_fraction(h100, 8) == pytest.approx(0.818, abs=0.002)
+    assert standalone_mem_fraction(P5EN, 8) == pytest.approx(0.897, abs=0.002)
+    assert engine_mem_fraction(RLSetup(), P5EN, "colocated", 8) == 0.7
+    assert engine_mem_fraction(RLSetup(mem_fraction=0.6), P5EN, "disaggregated", 8) == 0.6
+    # a 235B engine on 8 H100s: 0.7 leaves almost no KV cache, the standalone default 8x more
+    q235 = get_model("qwen3-235b-a22b")
+    colocated = engine_kv_tokens(q235, h100, engine_gpus=8, mem_fraction=0.7)
+    own = engine_kv_tokens(q235, h100, engine_gpus=8, mem_fraction=standalone_mem_fraction(h100, 8))
+    assert own > 5 * colocated
+
+
+def test_overlapped_modes_are_disaggregated_only():
+    with pytest.raises(PlannerError, match="needs rollout on its own GPUs"):
+        plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge", RLSetup(off_policy_steps=1),
+                              nodes=2, placements=("colocated",)))
+    both = plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge", RLSetup(off_policy_steps=1),
+                                 nodes=2))
+    assert {c.placement for c in both.candidates} == {"disaggregated"}
+    assert any("colocated layouts were not ranked" in w for w in both.warnings)
+    with pytest.raises(PlannerError, match="at least 2 nodes"):
+        plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge", RLSetup(off_policy_steps=1),
+                              nodes=1))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(overlap="none", off_policy_steps=2), "off_policy_steps=2 needs generation to overlap"),
+    (dict(overlap="sometimes"), "overlap='sometimes' must be one of none, batch, stream"),
+    (dict(off_policy_steps=-1), "off_policy_steps=-1 must be a whole number >= 0"),
+])
+def test_bad_async_setup_is_one_error(kwargs, message):
+    with pytest.raises(PlannerError, match=message):
+        RLSetup(**kwargs)
+
+
+def test_long_context_training_uses_context_parallelism_and_can_bound_the_step():
+    # ~61k-token sequences (long prompts, short answers): the training pool must split the
+    # sequence (CP), and with the generation tail spread over 4 steps the trainer, not the
+    # engines, bounds the best step
+    rl = RLSetup(prompts=8, samples_per_prompt=8, prompt_len=57344, max_response_len=8192,
+                 mean_response_len=4096, off_policy_steps=4)
+    result = plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge", rl, nodes=4,
+                                   placements=("disaggregated",), top=200))
+    assert all(c.training.layout.cp > 1 for c in result.candidates)
+    assert result.best.time.bound == "train"

@@ -41,3 +41,113 @@ def test_pinned_engine_layout_is_used(capsys):
     assert rc == 0, err
     for c in json.loads(out)["candidates"]:
         assert (c["engine"]["gpus"], c["engine"]["ep"]) == (4, 4)
+
+
+# --- modes, and defaults from the config (issue #23) -------------------------------------------
+
+def _json(capsys, argv):
+    import json
+
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_off_policy_steps_plans_a_streaming_disaggregated_step(capsys):
+    d = _json(capsys, [*BASE, "--nodes", "3", "--off-policy-steps", "2", "--json",
+                       "--max-response-len", "2048"])
+    assert d["mode"] == "stream" and d["off_policy_steps"] == 2
+    assert {c["placement"] for c in d["candidates"]} == {"disaggregated"}
+    assert d["candidates"][0]["time"]["bound"] in ("rollout", "train", "sync")
+    args = d["miles_args"]
+    assert args[0] == "train_async.py" and "--fully-async" in args
+    assert args[args.index("--max-weight-staleness") + 1] == "2"
+
+
+def test_overlap_alone_is_one_step_batch_overlap(capsys):
+    d = _json(capsys, [*BASE, "--nodes", "3", "--overlap", "--json", "--max-response-len", "2048"])
+    assert d["mode"] == "batch" and d["off_policy_steps"] == 1
+    assert "--update-weights-interval" in d["miles_args"]
+
+
+def test_table_names_the_bound_phase_and_the_miles_command(capsys):
+    rc = main([*BASE, "--nodes", "3", "--off-policy-steps", "1", "--max-response-len", "2048",
+               "--top", "2"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "bound" in out and "2-step" not in out and "1-step off-policy, stream overlap" in out
+    assert "Miles: train_async.py" in out
+
+
+def test_async_on_colocated_only_is_refused_with_the_fix(capsys):
+    rc = main([*BASE, "--nodes", "2", "--placement", "colocated", "--off-policy-steps", "1"])
+    _, err = capsys.readouterr()
+    assert rc == 2
+    assert err.strip() == (
+        "rlkit plan: error: an overlapped GRPO step (stream, 1 step(s) off-policy) needs rollout "
+        "on its own GPUs: Miles refuses --colocate with train_async.py and --fully-async; use "
+        "placement disaggregated, or --off-policy-steps 0 without overlap")
+
+
+def test_plan_alone_takes_everything_from_the_built_in_config(capsys, monkeypatch):
+    monkeypatch.delenv("RLKIT_CONFIG", raising=False)
+    d = _json(capsys, ["plan", "--json"])
+    assert (d["model"], d["instance_type"]) == ("qwen3-30b-a3b", "p5.48xlarge")
+    assert d["node_counts_searched"] == [2]
+
+
+def test_rlkit_config_supplies_the_defaults_and_flags_override(capsys, monkeypatch, tmp_path):
+    from tests.support import REPO_ROOT
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text((REPO_ROOT / "examples" / "p5-2node.yaml").read_text())
+    monkeypatch.setenv("RLKIT_CONFIG", str(cfg))
+    d = _json(capsys, ["plan", "--rl", "--json", "--placement", "colocated"])
+    assert d["instance_type"] == "p5.48xlarge" and {c["nodes"] for c in d["candidates"]} == {2}
+    d = _json(capsys, ["plan", "--rl", "--json", "--instance", "p5en.48xlarge", "--max-nodes",
+                       "1", "--prompts", "16", "--max-response-len", "2048"])
+    assert d["instance_type"] == "p5en.48xlarge" and d["rl"]["prompts"] == 16
+
+
+def test_a_config_without_its_node_group_is_one_error(capsys, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("training:\n  node_group: nope\n")
+    rc = main(["plan", "--config", str(cfg)])
+    _, err = capsys.readouterr()
+    assert rc == 2
+    assert "training.node_group = 'nope': no GPU node group has this name" in err
+    # a command line that needs nothing from the config does not read it
+    rc = main(["plan", "--config", str(cfg), "--model", "qwen3-30b-a3b", "--instance",
+               "p5.48xlarge", "--nodes", "1", "--json", "--top", "1"])
+    assert rc == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes", "2"],
+    ["--rl", "--placement", "colocated", "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+     "--nodes", "2", "--max-response-len", "2048", "--prompts", "16"],
+])
+def test_write_config_then_config_gives_the_same_plan(capsys, tmp_path, argv):
+    from tests.support import REPO_ROOT
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text((REPO_ROOT / "examples" / "p5-2node.yaml").read_text())
+    first = _json(capsys, ["plan", *argv, "--json", "--write-config", str(cfg), "--node-group",
+                           "p5"])
+    rl = ["--rl", "--placement", "colocated"] if "--rl" in argv else []
+    again = _json(capsys, ["plan", *rl, "--json", "--config", str(cfg)])
+    strip = ("search_seconds",)
+    assert {k: v for k, v in again.items() if k not in strip} == \
+        {k: v for k, v in first.items() if k not in strip}
+
+
+def test_rewriting_the_config_itself_defaults_to_its_node_group(capsys, tmp_path):
+    from tests.support import REPO_ROOT
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text((REPO_ROOT / "examples" / "p5-2node.yaml").read_text())
+    rc = main(["plan", "--config", str(cfg), "--write-config", str(cfg), "--json", "--top", "1"])
+    _, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "wrote training." in err

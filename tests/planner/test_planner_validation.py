@@ -50,11 +50,22 @@ Out of sample (chose no constant):
     also checks the uncalibrated Blackwell gemm_fp8). Token dropping is not modelled; with a
     capacity factor near 1 it behaves like balanced routing, which the model assumes.
 
+Software releases (issue #23, section 3). Each point's ``source`` names the release it
+represents; all but one are the planner's ``baseline`` release (infra/catalog/releases.py). Added
+after the release model, chose no constant (GRAPHED_LAYER_OVERHEAD_US is an estimate):
+15. 26.06, DGX-B300, Qwen3-30B-A3B, 8 GPUs, GBS 512, MBS 8, EP8, MXFP8: 40,769, predicted with
+    release ``mb-26.06`` (full-iteration CUDA graphs, all-to-all overlap, fused grouped MLP, FP8
+    attention: the four switches the 26.06 recipe added, docs/planner.md).
+16. 26.04.01, DGX-B200, Qwen3-30B-A3B, 8 GPUs, GBS 512, MBS 4, EP8, MXFP8: 27,136 (baseline).
+17. 26.06, DGX-B300, DeepSeek-V3, 256 GPUs, GBS 4096, MBS 2, PP8, EP8, MXFP8: 3,541 (baseline:
+    the DeepSeek-V3 B300 recipe at 63b08b3 sets none of the four switches; it says PP16 and GBS
+    2048 where the table says PP8 and 4096: the table's layout is used).
+
 Left out, with the reason stated in docs/planner.md: two 26.02 rows that contradict the same
 table (DGX-B200 Qwen3-30B-A3B at micro-batch 1: 9,691, a third of DGX-B300's 29,521 on the same
 layout; DGX-B300 Qwen3-235B-A22B PP8 VP4: 2,691, 30% below DGX-B200's 3,805 on a faster part).
-The model predicts +88% and +58% for them. GB200/GB300 rows are left out: their EP groups run
-inside a 72-GPU NVLink domain, which no EC2 p5/p6 instance type has.
+The model predicts +88% and +58% for them. GB200 rows are in test_planner_gb200_validation.py;
+GB300 rows are left out (no GB300 type in the catalog).
 
 Goal: median absolute error of tokens/s/GPU <= 15%, no point worse than 30%, every published
 layout predicted to fit in memory. The constants used are the per-GPU-type fractions in
@@ -152,6 +163,7 @@ BLACKWELL_POINTS = [
           Layout(pp=8, vpp=2, ep=8, dp=8), _mx(4096, 1024), "nccl", 3269.0, _MB_2511),
 ]
 _MB_2509 = "Megatron-Bridge perf summary 25.09 (out of sample)"
+_MB_2606 = "Megatron-Bridge perf summary 26.06 (out of sample)"
 BLACKWELL_OUT_OF_SAMPLE = [
     Point("DeepSeek-V3 256xB200 GBS2048", "deepseek-v3", "dgx-b200-ib", 32,
           Layout(pp=16, ep=8, dp=16), _mx(4096, 2048), "nccl", 2139.0,
@@ -165,6 +177,15 @@ BLACKWELL_OUT_OF_SAMPLE = [
     Point("Qwen3-30B 8xB200 FP8 drop", "qwen3-30b-a3b", "dgx-b200-ib", 1,
           Layout(ep=8, dp=8), TrainingSetup(seq_len=4096, global_batch=512, precision="fp8"),
           "nccl", 18066.0, _MB_2509),
+    Point("Qwen3-30B 8xB300 MXFP8 26.06", "qwen3-30b-a3b", "dgx-b300-ib", 1,
+          Layout(ep=8, dp=8, mbs=8),
+          TrainingSetup(seq_len=4096, global_batch=512, precision="mxfp8", release="mb-26.06"),
+          "nccl", 40769.0, _MB_2606 + ", release mb-26.06"),
+    Point("Qwen3-30B 8xB200 MXFP8 MBS4", "qwen3-30b-a3b", "dgx-b200-ib", 1,
+          Layout(ep=8, dp=8, mbs=4), _mx(4096, 512), "nccl", 27136.0,
+          "Megatron-Bridge perf summary 26.04.01 (out of sample)"),
+    Point("DeepSeek-V3 256xB300 MBS2 26.06", "deepseek-v3", "dgx-b300-ib", 32,
+          Layout(pp=8, ep=8, dp=32, mbs=2), _mx(4096, 4096), "nccl", 3541.0, _MB_2606),
 ]
 ALL_POINTS = POINTS + BLACKWELL_POINTS + BLACKWELL_OUT_OF_SAMPLE
 
@@ -218,6 +239,15 @@ def test_validation_table(predictions, capsys):
         errs = [abs(e) for _, _, e in rows]
         assert statistics.median(errs) <= MEDIAN_GOAL, table
         assert max(errs) <= MAX_GOAL, table
+
+
+def test_release_model_moves_the_small_moe_point_the_way_the_release_did():
+    # 26.04.01 -> 26.06, same DGX-B300 layout: published 30,720 -> 40,769 tokens/s/GPU (+33%)
+    p = next(p for p in BLACKWELL_OUT_OF_SAMPLE if p.name == "Qwen3-30B 8xB300 MXFP8 26.06")
+    new, _ = predict(p)
+    old, _ = predict(replace(p, setup=replace(p.setup, release="baseline")))
+    assert new.time.ep_comm_exposed == 0 < old.time.ep_comm_exposed  # all-to-all hidden
+    assert 1.2 < new.time.tokens_per_s_per_gpu / old.time.tokens_per_s_per_gpu < 1.6
 
 
 def test_blackwell_points_are_covered(predictions):
