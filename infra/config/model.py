@@ -418,6 +418,14 @@ class KitConfig(_Model):
     def stack_names(self) -> dict[str, str]:
         return names.stack_names(self.name)
 
+    def gpu_instance_types(self) -> tuple[str, ...]:
+        """The GPU groups' instance types, sorted, no repeats."""
+        return tuple(sorted({g.instance_type for g in self.gpu_node_groups.values()}))
+
+    def addon_enabled(self, name: str) -> bool:
+        """Whether add-on ``name`` is installed for this config's GPU groups."""
+        return self.addons.enabled(name, self.gpu_instance_types())
+
     def gpu_tolerations(self) -> list[dict[str, str]]:
         """Tolerations for a DaemonSet that must run on every GPU node group: ``Exists`` on each
         taint key any group carries (the kit's GPU taint and every user taint), once each."""
