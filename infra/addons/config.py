@@ -30,9 +30,9 @@ class AddonsBase(BaseModel):
 
 
 def _default_text(record: HelmAddon) -> str:
-    if record.enabled_when is not None:
-        return "on where " + (record.enabled_when.__doc__ or "").strip().rstrip(".").lower() \
-            .removeprefix("whether ")
+    if record.enabled_when is not None:  # its docstring reads "Whether <condition>."
+        return "on where " + (record.enabled_when.__doc__ or "").strip().rstrip(".") \
+            .removeprefix("Whether ")
     return "on" if record.enabled_by_default else "off"
 
 
