@@ -119,6 +119,31 @@ class FabricJob(_Frozen):
     description: str
 
 
+# NVLink across instances (UltraServers): each GPU workload claims the IMEX channel of its own
+# ComputeDomain ("a ComputeDomain per workload job", EKS P6e-GB200 page) and its pods share one
+# NVLink clique. The clique label is GPU feature discovery's [NVIDIA/k8s-device-plugin v0.20.0
+# internal/lm/imex.go:39]; the claim shape follows the EKS page's nvbandwidth example and the
+# driver's demo/specs/imex/channel-injection.yaml at v0.4.1 (../shared/upstream/ultraservers.md
+# 1.9, 2.2).
+GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
+COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
+COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"  # the pod-level claim name
+
+
+class ComputeDomain(_Frozen):
+    """One workload's ComputeDomain: its name and the ResourceClaimTemplate the driver makes."""
+
+    name: str
+    claim_template: str
+
+
+def compute_domain_for(itype: InstanceType, workload: str) -> ComputeDomain | None:
+    """The ComputeDomain of ``workload`` on ``itype``; None where NVLink stops at the node."""
+    if not itype.multi_node_nvlink:
+        return None
+    return ComputeDomain(name=workload, claim_template=f"{workload}-channel")
+
+
 class RenderContext(_Frozen):
     banner: list[str]  # comment lines at the top of every file
     labels: dict[str, str]  # on every object
@@ -148,6 +173,9 @@ class RenderContext(_Frozen):
     worker_replicas: int
     fabric: list[FabricJob]
     fabric_deadline_seconds: int
+    # GPU workload (WORKLOAD_LABEL value) -> its ComputeDomain: the RL job's workers and each
+    # fabric job; empty where NVLink stops at the node.
+    compute_domains: dict[str, ComputeDomain] = {}
 
 
 # --- building blocks ----------------------------------------------------------------------------
@@ -252,7 +280,8 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
         command=["rltrainer", "nodecheck", "--expect-gpus", str(gpus),
                  "--expect-efa", str(itype.efa_devices),
                  "--ep-backend", t.expert_parallel.backend]
-        + (["--gin-type", gin_type] if gin_type is not None else []),
+        + (["--gin-type", gin_type] if gin_type is not None else [])
+        + (["--expect-imex-channel"] if itype.multi_node_nvlink else []),
         description=f"checks each of {nodes} {itype.name} nodes exposes {gpus} GPUs and "
                     f"{itype.efa_devices} EFA devices"),
     ]
@@ -439,4 +468,7 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         worker_replicas=t.nodes,
         fabric=jobs,
         fabric_deadline_seconds=FABRIC_DEADLINE_SECONDS,
+        compute_domains={w: d for w, n in [(f"{t.run_name}-worker", t.run_name)]
+                         + [(j.name, j.name) for j in jobs]
+                         if (d := compute_domain_for(itype, n)) is not None},
     )

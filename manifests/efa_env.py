@@ -34,6 +34,21 @@ measures the fabric the trainer will use. The profile has two parts:
        * both: ``NVIDIA_GDRCOPY=enabled`` (GIN needs GDRCopy's runtime and gdrdrv
          [gin-getting-started.md, "Requirements"]).
 
+3. NVLink across instances (the catalog's ``multi_node_nvlink``: P6e-GB200 UltraServers), on
+   every GPU pod there whatever the backend:
+
+   - ``NCCL_MNNVL_ENABLE=1``: multi-node NVLink on, not NCCL's auto default (2), so a broken
+     IMEX channel fails loudly ("MNNVL ... is available but not working on this system") instead
+     of falling back to EFA [NVIDIA/nccl v2.30.7-1 src/init.cc:862, 1072; src/mnnvl.cc:74-88];
+     AWS's GB200 nccl-tests manifest sets it too [awslabs/awsome-distributed-training 0edaf15
+     micro-benchmarks/nccl-tests/kubernetes/nccl-tests-gb200.yaml:62].
+   - ``NCCL_NVLS_ENABLE=1``: NVLink SHARP on (same manifest, line 60).
+   - ``NCCL_CUMEM_ENABLE=0`` is refused in ``training.extra_env``: "MNNVL requires cuMem to be
+     enabled" and NCCL silently skips MNNVL without it [src/mnnvl.cc:15-16]; the same repository
+     sets it for NeMo-RL on P5en, which must not carry over.
+   - No EFA-GDA variables: aws-ofi-nccl v1.21.1 does not opt p6e-gb200 into GDAKI
+     [tests/unit/aws_platform_mapper.cpp:86] (the catalog's ``gin_gpu`` is False).
+
 Users add their own variables through ``training.extra_env``; ``merge_extra_env`` refuses the
 ones known to hurt EFA and any attempt to change a variable this module owns.
 """
@@ -85,10 +100,17 @@ _GIN_PROXY_PROFILE: tuple[EnvVar, ...] = (
     _GDRCOPY,
 )
 
+_MNNVL_PROFILE: tuple[EnvVar, ...] = (
+    EnvVar("NCCL_MNNVL_ENABLE", "1"),
+    EnvVar("NCCL_NVLS_ENABLE", "1"),
+)
+MNNVL_SOURCE = "NVIDIA/nccl v2.30.7-1 src/mnnvl.cc:15-16, \"MNNVL requires cuMem to be enabled\""
+
 # Every name any profile can set: a user may not set these through extra_env with another value
 # (the backend and gin_mode choose them).
 MANAGED_NAMES: frozenset[str] = frozenset(
     v.name for v in BASE_PROFILE + _NVSHMEM_PROFILE + _GIN_GPU_PROFILE + _GIN_PROXY_PROFILE
+    + _MNNVL_PROFILE
 )
 
 GIN_MODES = ("gpu", "proxy")
@@ -155,7 +177,11 @@ class EfaEnvProfile:
             extra = _GIN_GPU_PROFILE if self.effective_gin_mode == "gpu" else _GIN_PROXY_PROFILE
         else:
             extra = ()
-        return BASE_PROFILE + extra
+        return BASE_PROFILE + extra + (_MNNVL_PROFILE if self.multi_node_nvlink else ())
+
+    @property
+    def multi_node_nvlink(self) -> bool:
+        return INSTANCE_TYPES[self.instance_type].multi_node_nvlink
 
     def as_dict(self) -> dict[str, str]:
         return {v.name: v.value for v in self.variables}
@@ -184,6 +210,13 @@ def extra_env_problems(profile: EfaEnvProfile, extra: Mapping[str, str]) -> list
                 "with the plugin in the trainer image it only forces NCCL off its faster "
                 "protocols",
                 "remove NCCL_PROTO from training.extra_env and let NCCL choose"))
+        elif (name == "NCCL_CUMEM_ENABLE" and value.strip() == "0"
+              and profile.multi_node_nvlink):
+            problems.append(RenderProblem(
+                subject,
+                f"refused on {profile.instance_type}: NCCL turns multi-node NVLink off without "
+                f"cuMem, silently ({MNNVL_SOURCE}), so all-to-all would cross EFA",
+                "remove NCCL_CUMEM_ENABLE from training.extra_env"))
         elif name in own and value != own[name]:
             problems.append(RenderProblem(
                 subject,

@@ -11,6 +11,7 @@ Output tree (``kubectl apply -f <dir>`` applies one directory's files in name or
     01-serviceaccount.yaml       trainer ServiceAccount (Pod Identity binds the IAM role to it)
     02-shared-fs-pv.yaml         PersistentVolume of the shared FSx for Lustre file system
     03-shared-fs-pvc.yaml        its PersistentVolumeClaim (ReadWriteMany), mounted by the RL job
+    rl-job/00-compute-domain.yaml  ComputeDomain (UltraServers only; also one per fabric job)
     rl-job/00-run-config.yaml    ConfigMap holding run.yaml
     rl-job/01-rayjob.yaml        KubeRay RayJob
     rl-job/02-head-networkpolicy.yaml  NetworkPolicy: who may reach the Ray head
@@ -34,7 +35,14 @@ import yaml
 
 from infra import names
 from infra.addons import addon
-from manifests.context import GENERATED_MARKER, WORKLOAD_LABEL, RenderContext
+from manifests.context import (
+    COMPUTE_DOMAIN_API,
+    COMPUTE_DOMAIN_CLAIM,
+    GENERATED_MARKER,
+    GPU_CLIQUE_LABEL,
+    WORKLOAD_LABEL,
+    RenderContext,
+)
 
 # KubeRay's name for the submitter container (ray-operator/controllers/ray/utils/constant.go,
 # SubmitterContainerName, v1.7.0): KubeRay sets the command of the container by this name.
@@ -83,6 +91,10 @@ TEMPLATES.globals["WORKLOAD_LABEL"] = WORKLOAD_LABEL
 TEMPLATES.globals["GPU_RESOURCE"] = names.GPU_RESOURCE
 TEMPLATES.globals["EFA_RESOURCE"] = names.EFA_RESOURCE
 TEMPLATES.globals["HUGEPAGES_2MI_RESOURCE"] = names.HUGEPAGES_2MI_RESOURCE
+TEMPLATES.globals["GPU_CLIQUE_LABEL"] = GPU_CLIQUE_LABEL
+TEMPLATES.globals["COMPUTE_DOMAIN_CLAIM"] = COMPUTE_DOMAIN_CLAIM
+TEMPLATES.globals["COMPUTE_DOMAIN_API"] = COMPUTE_DOMAIN_API
+TEMPLATES.globals["workload_domain"] = lambda ctx, workload: ctx.compute_domains.get(workload)
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,15 @@ def _meta(ctx: RenderContext, name: str, component: str, *, namespaced: bool = T
 
 def _pod_labels(ctx: RenderContext, component: str, workload: str) -> dict[str, str]:
     return {**ctx.labels, "app.kubernetes.io/component": component, WORKLOAD_LABEL: workload}
+
+
+def _compute_domain_file(ctx: RenderContext, directory: str, workload: str) -> FileSpec:
+    # "00-compute-domain" sorts before the directory's other files: `kubectl apply -f <dir>`
+    # creates it (and the driver its ResourceClaimTemplate) before the pods that claim it.
+    domain = ctx.compute_domains[workload]
+    return FileSpec(f"{directory}/00-compute-domain.yaml", "compute-domain.yaml.j2",
+                    "ComputeDomain", {"meta": _meta(ctx, domain.name, "compute-domain"),
+                                      "domain": domain})
 
 
 def plan_files(ctx: RenderContext) -> list[FileSpec]:
@@ -149,6 +170,8 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
                  "RoleBinding", {"meta": _meta(ctx, f"{ctx.rayjob_name}-retry", "rayjob-retry"),
                                  "role_name": f"{ctx.rayjob_name}-retry"}),
     ]
+    if worker_workload in ctx.compute_domains:
+        files.insert(2, _compute_domain_file(ctx, "rl-job", worker_workload))
     if ctx.shared_fs is not None:
         pv_file, pvc_file = SHARED_FS_FILES
         files[2:2] = [
@@ -161,6 +184,8 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
     for job in ctx.fabric:
         directory = f"fabric/{job.key}"
         index = 0
+        if job.name in ctx.compute_domains:
+            files.append(_compute_domain_file(ctx, directory, job.name))
         if job.service is not None:
             files.append(FileSpec(f"{directory}/00-service.yaml", "fabric-service.yaml.j2",
                                   "Service", {"meta": _meta(ctx, job.service, job.component),

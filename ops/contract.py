@@ -16,7 +16,7 @@ from infra import addons as registry
 from infra import names
 from infra.config import KitConfig
 from infra.versions import NODE_MONITORING_ADDON
-from ops import helm, observability, scheduling
+from ops import dra_contract, helm, observability, scheduling
 
 
 @dataclass
@@ -106,6 +106,8 @@ def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path 
                                    training_group=config.training.node_group)
     placed = scheduling.schedule(nodes, chart_pods, kit_pods)
     findings = placed.findings
+    # ComputeDomain claims (UltraServers): template, DeviceClasses, kubelet plugin placement.
+    findings += dra_contract.dra_findings(chart_objects, kit_objects(config), placed.lands)
     # The CloudWatch observability add-on is a managed add-on, not a rendered chart: its
     # DaemonSets' tolerations are read from the add-on's configuration in the template.
     findings += observability.addon_findings(cluster_template, nodes)

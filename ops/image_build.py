@@ -24,6 +24,7 @@ import yaml
 
 from infra import names
 from infra.config import KitConfig
+from infra.catalog import INSTANCE_TYPES
 from infra.trainer_contract import EP_BACKENDS
 from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE
 from manifests.context import image_tag_for
@@ -279,6 +280,20 @@ class BuildPlan:
         return f"{self.target.bucket}/{self.context_key}"
 
 
+DEFAULT_PLATFORM = "linux/amd64"
+
+
+def image_platforms(cfg: KitConfig) -> str:
+    """The platforms one image tag must hold: the GPU groups' (catalog ``architecture``) and
+    linux/amd64, because the Ray head and the job submitter run the same image on the x86 system
+    nodes. An arm64 GPU group (P6e-GB200) makes it a multi-arch build, as Miles' own release
+    build is (radixark/miles docker/Dockerfile at v0.1.0: "cu13 ... (amd64+arm64)")."""
+    wanted = {DEFAULT_PLATFORM} | {INSTANCE_TYPES[g.instance_type].container_platform
+                                   for g in cfg.gpu_node_groups.values()
+                                   if g.instance_type in INSTANCE_TYPES}
+    return ",".join(sorted(wanted))
+
+
 def plan_build(cfg: KitConfig, target: BuildTarget, *, backend: str | None, vcs_ref: str,
                context: bytes, files: int, base_digest: str | None = None,
                deepep_gin_ref: str | None = None, root: Path = TRAINER_DIR) -> BuildPlan:
@@ -321,6 +336,9 @@ def plan_build(cfg: KitConfig, target: BuildTarget, *, backend: str | None, vcs_
     if problems:
         raise ImageBuildError("\n".join(f"  - {p}" for p in problems))
     overrides = {"EP_BACKEND": backend, "IMAGE_TAG": tag, "VCS_REF": vcs_ref}
+    platforms = image_platforms(cfg)
+    if platforms != DEFAULT_PLATFORM:  # the buildspec's default: x86 only
+        overrides["IMAGE_PLATFORMS"] = platforms
     if base_digest:
         overrides["BASE_IMAGE_DIGEST"] = base_digest
     if deepep_gin_ref:
@@ -346,6 +364,7 @@ def plan_values(plan: BuildPlan, region: str) -> dict[str, str]:
         "BASE_IMAGE": plan.base_ref, "BASE_NAME": plan.base_name,
         "BASE_IMAGE_DIGEST": plan.base_digest,
         "DEEPEP_GIN_REF": plan.deepep_gin_ref or "",
+        "IMAGE_PLATFORMS": DEFAULT_PLATFORM,
     }
     values.update({o["name"]: o["value"] for o in plan.overrides})
     return values

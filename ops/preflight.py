@@ -24,6 +24,7 @@ from infra.versions import (
     TRAINER_IMAGE_MIN_DRIVER_BRANCH,
     standard_support_warning,
 )
+from ops import ultraserver_preflight
 from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, AwsClients, describe_error, error_code
 
 
@@ -506,6 +507,13 @@ def check_existing_stacks(cfn: Any, cfg: KitConfig) -> Check:
 # --- all together --------------------------------------------------------------------------------
 
 
+def check_ultraserver_block(ec2: Any, cfg: KitConfig, group_name: str,
+                            group: GpuNodeGroupConfig) -> list[Check]:
+    """UltraServer Capacity Block checks: type, Local Zone, opt-in (ops.ultraserver_preflight)."""
+    return [Check(c.name, c.subject, c.status, c.detail, c.fix)
+            for c in ultraserver_preflight.check_ultraserver_block(ec2, cfg, group_name, group)]
+
+
 def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None,
                   now: datetime | None = None,
                   installed: Callable[[str], bool] | None = None) -> list[Check]:
@@ -524,6 +532,7 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
     for n, g in cfg.gpu_node_groups.items():
         checks.append(check_offering(clients.ec2, n, g, region))
         checks += check_reservation(clients.ec2, n, g, region, now)
+        checks += check_ultraserver_block(clients.ec2, cfg, n, g)
         if g.capacity.type == "capacity-block":  # the EKS client is made only for these
             update = check_capacity_block_update(clients.cloudformation, clients.eks, cfg, n, g)
             checks += [update] if update is not None else []

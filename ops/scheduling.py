@@ -113,13 +113,17 @@ def _system_capacity(instance_type: str) -> tuple[dict[str, float], str | None]:
     return {"cpu": vcpus - 0.1, "memory": vcpus * per_vcpu * 2**30 * 0.9, "pods": 110}, None
 
 
+# EC2's CPU architecture names (the catalog's) -> Kubernetes' kubernetes.io/arch (Go's GOARCH).
+K8S_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+
+
 def _well_known_labels(*, config: KitConfig, group: str, instance_type: str, zone: str,
-                       capacity_type: str) -> dict[str, str]:
+                       capacity_type: str, arch: str = "x86_64") -> dict[str, str]:
     """Labels the kubelet and EKS put on every managed node [Kubernetes "Well-Known Labels";
     EKS user guide, managed node groups]."""
     return {
         "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/arch": K8S_ARCH[arch],
         "kubernetes.io/hostname": f"ip-10-0-0-1.{config.region}.compute.internal",
         names.INSTANCE_TYPE_LABEL: instance_type,
         names.ZONE_LABEL: zone,
@@ -172,7 +176,8 @@ def node_groups(config: KitConfig, templates: dict[str, dict]) -> list[NodeGroup
         itype = INSTANCE_TYPES[lt["LaunchTemplateData"]["InstanceType"]]
         labels = _well_known_labels(config=config, group=group_name, instance_type=itype.name,
                                     zone=group.availability_zone,
-                                    capacity_type=ng.get("CapacityType", "ON_DEMAND"))
+                                    capacity_type=ng.get("CapacityType", "ON_DEMAND"),
+                                    arch=itype.architecture)
         if tuple(int(x) for x in config.kubernetes_version.split(".")) >= (1, 35):
             # nodeadm labels NVIDIA nodes itself from kubelet 1.35 [awslabs/amazon-eks-ami
             # 81fec2e nodeadm/doc/api-concepts.md].

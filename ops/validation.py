@@ -27,11 +27,19 @@ SHARED_CRDS = REPO_ROOT.parent / "shared" / "crds"  # the layout CI and dev mach
 def default_crd_dir() -> tuple[Path | None, str | None]:
     """The CRDs of the KubeRay operator version the kit installs, and a note when not exact.
 
-    ../shared/crds/kuberay-v<pinned version> when it exists; else ../shared/crds as a whole
+    ../shared/crds when it holds exactly kuberay-v<pinned> and the DRA driver's
+    dra-driver-nvidia-gpu-v<pinned> (ComputeDomain); else ../shared/crds/kuberay-v<pinned version>
+    when it exists; else ../shared/crds as a whole
     (with a note: the schemas may belong to another operator version); else nothing.
     """
     version = addon("kuberay_operator").version
     exact = SHARED_CRDS / f"kuberay-v{version}"
+    # With the pinned DRA driver's CRDs beside it (ComputeDomain, rendered for UltraServers),
+    # the folder holding both, when it holds nothing else.
+    dra = SHARED_CRDS / f"dra-driver-nvidia-gpu-v{addon('dra_driver').version}"
+    if exact.is_dir() and dra.is_dir() and \
+            {p.name for p in SHARED_CRDS.iterdir() if p.is_dir()} == {exact.name, dra.name}:
+        return SHARED_CRDS, None
     if exact.is_dir():
         return exact, None
     if SHARED_CRDS.is_dir():

@@ -73,6 +73,10 @@ def content_digest(data: bytes) -> str | None:
 
 
 def fetch_chart(entry: dict, target: Path) -> str:
+    if entry["url"].startswith("oci://"):
+        raise Refused(f"{entry['name']}: an OCI chart, which this script cannot download; run "
+                      f"`helm pull {entry['repository']} --version {entry['version']}` and put "
+                      f"the .tgz at {target} (its content digest is checked by the tests)")
     tried = []
     for url in chart_urls(entry):
         try:

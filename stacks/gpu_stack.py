@@ -16,11 +16,23 @@ from infra.names import OutputKeys
 class GpuStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: KitConfig, group_name: str,
                  cluster: eks.Cluster, vpc: ec2.IVpc, instance_tags: dict[str, str],
-                 **kwargs) -> None:
+                 local_zone_subnets: dict[str, ec2.ISubnet] | None = None, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         group = config.gpu_node_groups[group_name]
+        subnet = None
+        if group.availability_zone in config.local_zones:
+            # A Local Zone subnet is not among the VPC's private subnets (the control plane must
+            # not use it): the network stack's own subnet, or the imported VPC's named one.
+            if local_zone_subnets is not None:
+                subnet = local_zone_subnets[group.availability_zone]
+            else:
+                subnet = ec2.Subnet.from_subnet_attributes(
+                    self, "LocalZoneSubnet",
+                    subnet_id=config.vpc.existing.private_subnet_ids[group.availability_zone],
+                    availability_zone=group.availability_zone)
         self.node_group = EfaNodeGroup(
             self, "EfaNodeGroup", cluster=cluster, vpc=vpc, group_name=group_name, group=group,
+            subnet=subnet,
             instance=INSTANCE_TYPES[group.instance_type],
             cluster_security_group_id=cluster.cluster_security_group_id,
             auto_repair=config.node_health.auto_repair, instance_tags=instance_tags,

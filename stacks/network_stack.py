@@ -13,7 +13,10 @@ from infra.names import OutputKeys
 class NetworkStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: KitConfig, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
-        self.vpc = KitVpc(self, "Network", cidr=config.vpc.cidr,
-                          availability_zones=config.availability_zones,
-                          nat_gateways=config.vpc.nat_gateways).vpc
+        network = KitVpc(self, "Network", cidr=config.vpc.cidr,
+                         availability_zones=config.availability_zones,
+                         nat_gateways=config.vpc.nat_gateways,
+                         local_zones=tuple(config.local_zones))
+        self.vpc = network.vpc
+        self.local_zone_subnets = network.local_zone_subnets
         CfnOutput(self, OutputKeys.VPC_ID, value=self.vpc.vpc_id)

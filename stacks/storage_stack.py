@@ -30,7 +30,7 @@ class StorageStack(Stack):
         training_group = config.gpu_node_groups[config.training.node_group]
         self.shared = SharedFileSystem(
             self, "SharedFileSystem", vpc=vpc,
-            availability_zone=training_group.availability_zone,
+            availability_zone=fs.availability_zone or training_group.availability_zone,
             bucket=bucket, kms_key=bucket_key,
             capacity_gib=fs.capacity_gib, throughput_mb_s_per_tib=fs.throughput_mb_s_per_tib,
             removal_policy=data_removal_policy(config),

@@ -12,7 +12,13 @@ docs/config-reference.md) and of the Helm chart resources in the cluster templat
 
 from __future__ import annotations
 
-from infra.addons import dcgm_exporter, efa_device_plugin, kuberay_operator, nvidia_device_plugin
+from infra.addons import (
+    dcgm_exporter,
+    dra_driver,
+    efa_device_plugin,
+    kuberay_operator,
+    nvidia_device_plugin,
+)
 from infra.addons.record import (
     AddonConfig,
     AddonContext,
@@ -28,6 +34,7 @@ ADDONS: tuple[HelmAddon, ...] = (
     nvidia_device_plugin.ADDON,
     kuberay_operator.ADDON,
     dcgm_exporter.ADDON,
+    dra_driver.ADDON,
 )
 
 

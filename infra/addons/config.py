@@ -18,19 +18,28 @@ class AddonsBase(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    def enabled(self, name: str) -> bool:
-        """Whether add-on ``name`` is installed: the config's choice, else the kit default."""
+    def enabled(self, name: str, gpu_instance_types: tuple[str, ...] = ()) -> bool:
+        """Whether add-on ``name`` is installed: the config's choice, else the kit default for
+        these GPU instance types (``KitConfig.addon_enabled`` passes the configured ones)."""
         choice = getattr(self, name).enabled
-        return registry.addon(name).enabled_by_default if choice is None else choice
+        return registry.addon(name).default_enabled(gpu_instance_types) if choice is None \
+            else choice
 
     def chart_version(self, name: str) -> str:
         return getattr(self, name).version or registry.addon(name).version
 
 
+def _default_text(record: HelmAddon) -> str:
+    if record.enabled_when is not None:  # its docstring reads "Whether <condition>."
+        return "on where " + (record.enabled_when.__doc__ or "").strip().rstrip(".") \
+            .removeprefix("Whether ")
+    return "on" if record.enabled_by_default else "off"
+
+
 def _field(record: HelmAddon):
     return Field(default_factory=record.settings,
                  description=f"Helm chart {record.chart} "
-                 f"(default {'on' if record.enabled_by_default else 'off'}, version "
+                 f"(default {_default_text(record)}, version "
                  f"{record.version}).")
 
 

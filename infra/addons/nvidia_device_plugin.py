@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from infra.addons import dra_driver
 from infra.addons.record import (
     GPU_NODES,
+    SYSTEM_NODES,
     AddonContext,
     ChartVersion,
     HelmAddon,
@@ -24,12 +26,29 @@ V0_17_1 = ChartVersion("0.17.1", read="NVIDIA/k8s-device-plugin "
 RELEASE = "nvidia-device-plugin"
 
 
+# With GPU feature discovery on, the chart also renders GFD (top-level placement, like the plugin)
+# and its bundled node-feature-discovery 0.19.0 (Chart.yaml dependency, condition
+# nfd.enabled,gfd.enabled): GFD writes its labels to features.d on the host
+# (templates/daemonset-gfd.yml), which the NFD worker on that node reads, so the worker runs on
+# the GPU nodes; master, gc and the post-delete prune Job (master's placement) on the system nodes.
+GFD = f"{RELEASE}-gpu-feature-discovery"
+NFD = f"{RELEASE}-node-feature-discovery"
+
+
 def values(ctx: AddonContext) -> dict:
-    # NVIDIA k8s-device-plugin chart: top-level `tolerations` and `nodeSelector`; node feature
-    # discovery stays off. The chart's required affinity is met by the kit's
-    # nvidia.com/gpu.present=true node label.
+    # NVIDIA k8s-device-plugin chart: top-level `tolerations` and `nodeSelector`. The chart's
+    # required affinity is met by the kit's nvidia.com/gpu.present=true node label. GPU feature
+    # discovery (and the NFD it needs) only where UltraServers are configured: it sets
+    # nvidia.com/gpu.clique (internal/lm/imex.go at v0.20.0), which the NVIDIA DRA driver's
+    # ComputeDomains and the run's podAffinity use [EKS P6e-GB200 page; ultraservers.md 1.6, 2.2].
+    gfd = dra_driver.ultraservers_configured(ctx.gpu_instance_types)
+    nfd: dict = {"enabled": gfd}
+    if gfd:
+        nfd.update({"master": {"nodeSelector": SYSTEM_NODES},
+                    "gc": {"nodeSelector": SYSTEM_NODES},
+                    "worker": {"nodeSelector": GPU_NODES, "tolerations": ctx.gpu_tolerations}})
     return {"tolerations": ctx.gpu_tolerations, "nodeSelector": GPU_NODES,
-            "nfd": {"enabled": False}, "gfd": {"enabled": False}}
+            "nfd": nfd, "gfd": {"enabled": gfd}}
 
 
 ADDON = HelmAddon(
@@ -43,7 +62,12 @@ ADDON = HelmAddon(
     enabled_by_default=True,
     # Anything else the chart renders (the MPS control daemon, for MPS-labelled nodes only)
     # serves no node group.
-    workloads=(Workload(RELEASE, Placement.GPU, advertises="nvidia.com/gpu"),),
+    workloads=(Workload(RELEASE, Placement.GPU, advertises="nvidia.com/gpu"),
+               Workload(GFD, Placement.GPU, conditional=True),
+               Workload(f"{NFD}-worker", Placement.GPU, conditional=True),
+               Workload(f"{NFD}-master", Placement.SYSTEM, conditional=True),
+               Workload(f"{NFD}-gc", Placement.SYSTEM, conditional=True),
+               Workload(f"{NFD}-prune", Placement.SYSTEM, conditional=True)),
     values=values,
     # A DaemonSet installed without waiting, like the EFA plugin.
     waits_for=(),

@@ -76,6 +76,9 @@ class Workload:
     lands: Placement
     # The extended resource this DaemonSet makes allocatable where it runs (device plugins).
     advertises: str | None = None
+    # Rendered only for some configs (e.g. GPU feature discovery where UltraServers are
+    # configured): the contract checks its placement when rendered and does not require it.
+    conditional: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,15 @@ class HelmAddon:
     values: Callable[[AddonContext], dict[str, Any]]
     waits_for: tuple[Wait, ...] = ()
     settings: type[AddonConfig] = AddonConfig
+    # Default on when this is true of the configured GPU instance types (e.g. only where
+    # UltraServers are configured); the config's `enabled` still decides when set.
+    enabled_when: Callable[[tuple[str, ...]], bool] | None = None
+
+    def default_enabled(self, gpu_instance_types: tuple[str, ...] = ()) -> bool:
+        """On by default for these GPU instance types?"""
+        if self.enabled_when is not None and self.enabled_when(gpu_instance_types):
+            return True
+        return self.enabled_by_default
 
     @property
     def version(self) -> str:

@@ -141,6 +141,12 @@ class InstanceType:
         return tuple(layout)
 
     @property
+    def container_platform(self) -> str:
+        """The OCI platform an image needs to run here (EC2 arm64 is OCI linux/arm64; x86_64 is
+        linux/amd64)."""
+        return {"x86_64": "linux/amd64", "arm64": "linux/arm64"}[self.architecture]
+
+    @property
     def multi_node_nvlink(self) -> bool:
         """NVLink reaches beyond one instance: pods need an IMEX channel from a DRA ComputeDomain
         and GPU feature discovery's ``nvidia.com/gpu.clique`` label [us 1.6]."""

@@ -33,7 +33,7 @@ class ExistingVpc(_Model):
     vpc_id: str = Field(description="ID of the VPC, e.g. vpc-0123456789abcdef0.")
     private_subnet_ids: dict[str, str] = Field(
         description="Private subnet per availability zone (AZ name -> subnet ID); one for every "
-        "AZ in availability_zones."
+        "AZ in availability_zones and every Local Zone in local_zones."
     )
     public_subnet_ids: dict[str, str] = Field(
         default_factory=dict, description="Optional public subnet per AZ (AZ name -> subnet ID)."
@@ -88,6 +88,12 @@ class CapacityConfig(_Model):
     )
     reservation_id: str | None = Field(
         None, description="Capacity reservation ID (cr-...), required for capacity-block and odcr."
+    )
+    ultraserver_type: str | None = Field(
+        None, description="The EC2 UltraServer type of the Capacity Block (e.g. u-p6e-gb200x72, "
+        "18 instances in one NVLink domain; u-p6e-gb200x36, 9), required for UltraServer instance "
+        "types; preflight compares it with the block's. It sets the NVLink domain size a run must "
+        "fit in.",
     )
 
 
@@ -181,6 +187,11 @@ class SharedFileSystemConfig(_Model):
         f"{names.SHARED_FS_MOUNT_PATH}/{names.DATASETS_PREFIX} and "
         f"{names.SHARED_FS_MOUNT_PATH}/{names.MODELS_PREFIX} read lazily from the bucket. none: no "
         "shared file system (single-node runs only).",
+    )
+    availability_zone: str | None = Field(
+        None, description="AZ of the file system; default: the training group's AZ. Required "
+        "when that is a Local Zone (the kit puts no file system there): use the zone's parent "
+        "AZ (ParentZoneName in `aws ec2 describe-availability-zones`).",
     )
     capacity_gib: int = Field(
         SHARED_FS_MIN_CAPACITY_GIB,
@@ -362,6 +373,13 @@ class KitConfig(_Model):
         default_factory=lambda: ["us-east-1a", "us-east-1b"],
         description="AZs of the VPC, named explicitly so synth needs no lookup (at least two).",
     )
+    local_zones: list[str] = Field(
+        default_factory=list,
+        description="Local Zones of the region the VPC extends into with one private subnet each "
+        "(routed through the first NAT gateway), for GPU groups whose capacity sits there, such "
+        "as P6e-GB200 UltraServer Capacity Blocks (Dallas Local Zone; opt in to its zone group "
+        "first). The EKS control plane never uses them.",
+    )
     account: str | None = Field(
         None, description="12-digit account ID; absent = environment-agnostic stacks."
     )
@@ -399,6 +417,14 @@ class KitConfig(_Model):
     @property
     def stack_names(self) -> dict[str, str]:
         return names.stack_names(self.name)
+
+    def gpu_instance_types(self) -> tuple[str, ...]:
+        """The GPU groups' instance types, sorted, no repeats."""
+        return tuple(sorted({g.instance_type for g in self.gpu_node_groups.values()}))
+
+    def addon_enabled(self, name: str) -> bool:
+        """Whether add-on ``name`` is installed for this config's GPU groups."""
+        return self.addons.enabled(name, self.gpu_instance_types())
 
     def gpu_tolerations(self) -> list[dict[str, str]]:
         """Tolerations for a DaemonSet that must run on every GPU node group: ``Exists`` on each

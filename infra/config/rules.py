@@ -27,7 +27,11 @@ from infra import addons as addons_registry
 from infra.catalog.regions import botocore_version, regions
 from infra.config.model import LOG_RETENTION_DAYS, GpuNodeGroupConfig, KitConfig
 from infra.config.trainer import EP_BACKENDS, trainer_problems
-from infra.config.ultraserver import ultraserver_group_problems
+from infra.config.ultraserver import (
+    local_zone_problems,
+    ultraserver_group_problems,
+    ultraserver_training_problems,
+)
 from infra.config.values import LABEL_KEY_RE, LABEL_VALUE_RE, validate_values
 from infra.problems import Problem
 from infra.versions import (
@@ -111,6 +115,7 @@ def validate(cfg: KitConfig) -> list[Problem]:
             add(problem(f"availability_zones[{i}]", az, f"not an AZ of region {cfg.region}",
                         f"use a name of the form {cfg.region}a"))
 
+    local_zone_problems(cfg, add)
     _validate_vpc(cfg, add)
 
     _validate_endpoint(cfg, add)
@@ -312,10 +317,11 @@ def _validate_gpu_group(cfg: KitConfig, name: str, g: GpuNodeGroupConfig, add) -
                     "sizes must satisfy 0 <= min_size <= desired_size <= max_size and max_size >= 1",
                     f"e.g. min_size: 0, desired_size: {max(g.desired_size, 1)}, "
                     f"max_size: {max(g.desired_size, g.max_size, 1)}"))
-    if g.availability_zone not in cfg.availability_zones:
+    if g.availability_zone not in cfg.availability_zones + cfg.local_zones:
         add(problem(f"{path}.availability_zone", g.availability_zone,
-                    f"not among the VPC's AZs {cfg.availability_zones}",
-                    "use one of availability_zones, or add this AZ there"))
+                    f"not among the VPC's AZs {cfg.availability_zones}"
+                    + (f" or Local Zones {cfg.local_zones}" if cfg.local_zones else ""),
+                    "use one of availability_zones (or local_zones), or add this AZ there"))
     cap = g.capacity
     if cap.type in ("capacity-block", "odcr"):
         if cap.reservation_id is None:
@@ -403,6 +409,7 @@ def _validate_training(cfg: KitConfig, add) -> None:
         add(problem("training.expert_parallel.gin_mode", ep.gin_mode,
                     "gin_mode applies only to the deepep-gin backend",
                     "remove gin_mode or set backend: deepep-gin"))
+    ultraserver_training_problems(cfg, group, itype, add)
     if ep.backend == "deepep-gin" and ep.gin_mode == "gpu" and not itype.gin_gpu:
         add(problem("training.expert_parallel.gin_mode", "gpu",
                     f"GPU-initiated NCCL GIN is available only on p5en and p6 instances, not "

@@ -27,8 +27,7 @@ def chart_values(name: str, config: KitConfig) -> dict[str, Any]:
     own config section)."""
     return registry.addon(name).values(AddonContext(
         gpu_tolerations=config.gpu_tolerations(),
-        gpu_instance_types=tuple(sorted({g.instance_type
-                                         for g in config.gpu_node_groups.values()})),
+        gpu_instance_types=config.gpu_instance_types(),
         settings=getattr(config.addons, name)))
 
 
@@ -49,7 +48,7 @@ class ClusterAddons(Construct):
         addons = config.addons
         for record in registry.ADDONS:
             name = record.key
-            if not addons.enabled(name):
+            if not config.addon_enabled(name):
                 continue
             waits = bool(record.waits_for)
             chart = eks.HelmChart(

@@ -21,7 +21,7 @@ class KitVpc(Construct):
     """
 
     def __init__(self, scope: Construct, id: str, *, cidr: str, availability_zones: list[str],
-                 nat_gateways: int) -> None:
+                 nat_gateways: int, local_zones: tuple[str, ...] = ()) -> None:
         super().__init__(scope, id)
         prefix = ipaddress.ip_network(cidr).prefixlen
         self.vpc = ec2.Vpc(
@@ -53,6 +53,29 @@ class KitVpc(Construct):
             Tags.of(subnet).add("kubernetes.io/role/elb", "1")
         for subnet in self.vpc.private_subnets:
             Tags.of(subnet).add("kubernetes.io/role/internal-elb", "1")
+        self.local_zone_subnets = self._local_zone_subnets(cidr, local_zones)
+
+    def _local_zone_subnets(self, cidr: str, local_zones: tuple[str, ...]) -> dict[str, ec2.ISubnet]:
+        """One private subnet per Local Zone, outside ``vpc.private_subnets`` so the EKS control
+        plane (which cannot use Local Zone subnets) never selects it. Its CIDR is one of the last
+        two /19-equivalents of the plan, which up to four AZs never reach (public subnets sit in
+        the first, private ones in the next four). Default route: the first NAT gateway, in the
+        parent region (Local Zones generally have no NAT gateway)."""
+        if not local_zones:
+            return {}
+        plan = list(ipaddress.ip_network(cidr).subnets(prefixlen_diff=3))
+        nat = self.vpc.public_subnets[0].node.find_child("NATGateway")
+        subnets: dict[str, ec2.ISubnet] = {}
+        for i, zone in enumerate(local_zones):
+            subnet = ec2.PrivateSubnet(self, f"LocalZone{i + 1}", vpc_id=self.vpc.vpc_id,
+                                       availability_zone=zone,
+                                       cidr_block=str(plan[len(plan) - 1 - i]),
+                                       map_public_ip_on_launch=False)
+            subnet.add_default_nat_route(nat.ref)
+            subnet.node.default_child.add_metadata("cfn-lint",
+                                                   {"config": {"ignore_checks": ["W3010"]}})
+            subnets[zone] = subnet
+        return subnets
 
 
 def import_existing_vpc(scope: Construct, id: str, *, existing: ExistingVpc,

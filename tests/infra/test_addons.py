@@ -75,13 +75,22 @@ def test_chart_tolerations_match_every_gpu_node_group(synth, example):
     group's taint without the charts' tolerations (or the reverse) fails here."""
     s = synth(example)
     on_gpu = {a.chart for a in registry.ADDONS if any(w.lands.on_gpu for w in a.workloads)}
-    assert on_gpu == {"aws-efa-k8s-device-plugin", "nvidia-device-plugin", "dcgm-exporter"}
+    assert on_gpu == {"aws-efa-k8s-device-plugin", "nvidia-device-plugin", "dcgm-exporter",
+                      "dra-driver-nvidia-gpu"}
     gpu_charts = [c for name, c in charts(s).items() if name in on_gpu]
     for group in s.config.gpu_node_groups:
         ng = next(iter(resources(s.template("gpu", group), "AWS::EKS::Nodegroup").values()))
         labels = ng["Properties"]["Labels"]
         for chart in gpu_charts:
             v = values(chart)
+            if chart["Chart"] == "dra-driver-nvidia-gpu":
+                # Its GPU DaemonSet's placement sits under kubeletPlugin: a required node
+                # affinity on nvidia.com/gpu.present=true, which every kit GPU group carries.
+                v = v["kubeletPlugin"]
+                (term,) = v["affinity"]["nodeAffinity"][
+                    "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                v = {**v, "nodeSelector": {e["key"]: e["values"][0]
+                                           for e in term["matchExpressions"]}}
             for taint in ng["Properties"]["Taints"]:  # the kit's and the user's
                 assert {"key": taint["Key"], "operator": "Exists"} in v["tolerations"]
             for key, value in v["nodeSelector"].items():

@@ -66,7 +66,8 @@ def test_all_problems_reported_at_once_with_exact_text():
         "satisfy 0 <= min_size <= desired_size <= max_size and max_size >= 1. Fix: e.g. "
         "min_size: 0, desired_size: 3, max_size: 3.",
         "gpu_node_groups.p4.availability_zone = 'us-west-2a': not among the VPC's AZs "
-        "['us-east-1a', 'us-east-1b']. Fix: use one of availability_zones, or add this AZ there.",
+        "['us-east-1a', 'us-east-1b']. Fix: use one of availability_zones (or local_zones), or add "
+        "this AZ there.",
         "gpu_node_groups.cb.capacity.reservation_id = None: capacity type capacity-block needs "
         "the reservation it launches into. Fix: set reservation_id to the cr-... ID from the EC2 "
         "console or `aws ec2 describe-capacity-reservations`.",
@@ -509,3 +510,56 @@ def test_a_region_that_does_not_exist_is_refused_offline():
     from infra.catalog.regions import regions
 
     assert {"us-east-1", "us-west-2", "eu-north-1"} <= regions("eks")
+
+
+def _gb200(**overrides) -> dict:
+    """A valid one-UltraServer config, from the example, with ``overrides`` merged in."""
+    data = yaml.safe_load((REPO_ROOT / "examples" / "p6e-gb200-ultraserver.yaml").read_text())
+    for key, value in overrides.items():
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return data
+
+
+def test_gb200_refuses_deepep_citing_its_nvlink_peer_limit():
+    found = problems_of(_gb200(**{"training.expert_parallel.backend": "deepep-nvshmem"}))
+    assert found == [
+        "training.expert_parallel.backend = 'deepep-nvshmem': DeepEP at the image's pinned commit "
+        "handles at most 8 NVLink peers, and p6e-gb200.36xlarge's NVLink domain holds 72 GPUs "
+        "(DeepEP 567632d csrc/kernels/configs.cuh:3 NUM_MAX_NVL_PEERS 8; DeepEP issue #392: "
+        "normal mode does not support GB200 yet). Fix: use backend: nccl (NCCL all-to-all, over "
+        "multi-node NVLink inside the UltraServer)."]
+
+
+def test_gb200_run_must_fit_one_nvlink_domain_of_its_ultraserver_type():
+    found = problems_of(_gb200(**{"gpu_node_groups.gb200.capacity.ultraserver_type":
+                                  "u-p6e-gb200x36"}))
+    assert found == [
+        "training.nodes = 16: a run on p6e-gb200.36xlarge stays inside one NVLink domain (9 "
+        "instances of u-p6e-gb200x36): its workers claim one ComputeDomain and require the same "
+        "nvidia.com/gpu.clique; a run across domains is not supported yet. Fix: use "
+        "training.nodes <= 9."]
+
+
+def test_gb200_needs_the_ultraserver_type_and_a_regional_fs_az():
+    found = problems_of(_gb200(**{"gpu_node_groups.gb200.capacity.ultraserver_type": None,
+                                  "storage.shared_filesystem.availability_zone": None}))
+    assert found == [
+        "storage.shared_filesystem.availability_zone = None: the training group's AZ "
+        "us-east-1-dfw-2a is a Local Zone, and the kit places the file system only in one of "
+        "availability_zones. Fix: set it to the Local Zone's parent AZ (ParentZoneName in `aws "
+        "ec2 describe-availability-zones --all-availability-zones`).",
+        "gpu_node_groups.gb200.capacity.ultraserver_type = None: p6e-gb200.36xlarge Capacity "
+        "Blocks are UltraServers; the kit sizes the NVLink domain a run must fit in from the "
+        "UltraServer type. Fix: set it to the block's type: one of u-p6e-gb200x36, "
+        "u-p6e-gb200x72."]
+
+
+def test_local_zone_names_belong_to_the_region():
+    found = problems_of(_gb200(local_zones=["us-west-2-lax-1a"]))
+    assert found[0] == (
+        "local_zones[0] = 'us-west-2-lax-1a': not a Local Zone name of region us-east-1. Fix: "
+        "use the zone your reservation reports, of the form us-east-1-xyz-1a.")

@@ -26,13 +26,16 @@ EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
 
 
 KUBERAY = addon("kuberay_operator").version
+DRA_CRDS = f"dra-driver-nvidia-gpu-v{addon('dra_driver').version}"
 
 
 @pytest.fixture(scope="module")
 def crd_dir() -> Path:
-    """kuberay-v<pinned> (../shared/crds, else the artifact cache): required in CI, an explained
-    skip elsewhere."""
-    return artifacts.require(f"kuberay-v{KUBERAY}", what=f"KubeRay {KUBERAY} CRD schemas")
+    """The folder holding kuberay-v<pinned> and the DRA driver's CRDs (ComputeDomain)
+    (../shared/crds, else the artifact cache): required in CI, an explained skip elsewhere."""
+    artifacts.require(f"kuberay-v{KUBERAY}", what=f"KubeRay {KUBERAY} CRD schemas")
+    artifacts.require(DRA_CRDS, what="NVIDIA DRA driver CRD schemas")
+    return artifacts.common_root((f"kuberay-v{KUBERAY}", DRA_CRDS), "crds")
 
 
 def test_default_crd_dir_is_the_pinned_operators(crd_dir):

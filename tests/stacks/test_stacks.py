@@ -393,7 +393,14 @@ def test_catalog_drives_interface_count_for_every_example(synth):
         s = synth(example)
         for group_name, group in s.config.gpu_node_groups.items():
             lt = launch_template(synth, example, group_name)
-            assert len(lt["NetworkInterfaces"]) == INSTANCE_TYPES[group.instance_type].network_cards
+            itype = INSTANCE_TYPES[group.instance_type]
+            # The catalog's layout, interface by interface: every card on p5-p6; p6e-gb200's card
+            # 0 plus EFA-only on cards 1, 5, 9, 13 (5 of its 17 cards).
+            assert [(i["NetworkCardIndex"], i["DeviceIndex"], i["InterfaceType"])
+                    for i in lt["NetworkInterfaces"]] == [
+                (i.network_card_index, i.device_index, i.interface_type.value)
+                for i in itype.interfaces]
+            assert len(lt["NetworkInterfaces"]) == 1 + len([c for c in itype.efa_card_indexes if c])
 
 
 def test_node_monitoring_agent_tolerates_the_gpu_taints_and_coredns_waits_for_nodes(synth):

@@ -43,10 +43,16 @@ def test_file_system_is_persistent_2_in_the_training_groups_subnet(synth, exampl
     assert props["LustreConfiguration"] == {
         "DeploymentType": "PERSISTENT_2",
         "PerUnitStorageThroughput": fs_cfg.throughput_mb_s_per_tib}
-    # The same single subnet (hence AZ) as the training GPU group's nodes.
+    # The same single subnet (hence AZ) as the training GPU group's nodes; for a group in a
+    # Local Zone, the configured regional AZ's private subnet (the kit puts none in the zone).
     nodegroup = only(s.template("gpu", cfg.training.node_group), "AWS::EKS::Nodegroup")
-    assert props["SubnetIds"] == nodegroup["Properties"]["Subnets"]
     assert len(props["SubnetIds"]) == 1
+    if fs_cfg.availability_zone is None:
+        assert props["SubnetIds"] == nodegroup["Properties"]["Subnets"]
+    else:
+        index = cfg.availability_zones.index(fs_cfg.availability_zone) + 1
+        assert f"VpcprivateSubnet{index}Subnet" in props["SubnetIds"][0]["Fn::ImportValue"]
+        assert "LocalZone" in nodegroup["Properties"]["Subnets"][0]["Fn::ImportValue"]
     expected = "Delete" if cfg.ephemeral or not cfg.storage.retain else "Retain"
     assert fs["DeletionPolicy"] == fs["UpdateReplacePolicy"] == expected
     sg = only(s.template("storage"), "AWS::EC2::SecurityGroup")

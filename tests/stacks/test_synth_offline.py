@@ -32,7 +32,7 @@ def test_lambda_and_custom_resource_count(synth, example):
         if name == s.config.stack_names["cluster"]:
             assert functions == 2
             assert types.count("AWS::Lambda::LayerVersion") == 2
-            enabled = [n for n in type(s.config.addons).model_fields if s.config.addons.enabled(n)]
+            enabled = [n for n in type(s.config.addons).model_fields if s.config.addon_enabled(n)]
             assert custom == ["Custom::AWSCDK-EKS-HelmChart"] * len(enabled)
         else:
             assert functions == 0, name

@@ -84,7 +84,7 @@ def test_healthy_p5_node_passes(tmp_path: Path):
     assert rc == 0
     assert report["kind"] == "nodecheck" and report["ok"] is True
     assert [c["name"] for c in report["checks"]] == [n for n in CHECK_NAMES if n not in (
-        "gdrcopy", "efa_driver", "peer_mapping_override")]  # the NCCL backend needs none of these
+        "gdrcopy", "efa_driver", "peer_mapping_override", "imex_channel", "gpu_fabric")]  # the NCCL backend needs none of these
     by_name = {c["name"]: c for c in report["checks"]}
     assert by_name["gpus"] == {"name": "gpus", "ok": True, "expected": 8, "found": 8, "fix": ""}
     assert by_name["efa_devices"]["found"] == 32  # the two mlx5 devices do not count

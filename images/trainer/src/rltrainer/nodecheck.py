@@ -53,7 +53,7 @@ from typing import Any, Callable, Sequence, TextIO
 from .contract import EP_BACKENDS  # the run config's expert-parallel backend names
 
 CHECK_NAMES = ("gpus", "efa_devices", "nvidia_driver", "gdrcopy", "efa_driver", "peer_mapping_override",
-               "hugepages_2Mi", "memlock", "shm", "nccl_ofi_plugin")
+               "hugepages_2Mi", "memlock", "shm", "nccl_ofi_plugin", "imex_channel", "gpu_fabric")
 
 GDRCOPY_BACKENDS = ("deepep-nvshmem", "deepep-gin")
 GIN_TYPE_EFA_GDA = 5  # NCCL_GIN_TYPE for GPU-initiated EFA (aws-ofi-nccl doc/gin-getting-started.md)
@@ -378,6 +378,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-version", default=None,
                    help="CUDA version of the image (default: $CUDA_VERSION or /usr/local/cuda/version.json)")
     p.add_argument("--root", default="/", help="filesystem root to inspect (default /; tests use a fake tree)")
+    p.add_argument("--expect-imex-channel", action="store_true",
+                   help="NVLink spans instances (UltraServers): also check the pod's IMEX channel and GPU fabric")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None,
@@ -394,6 +396,13 @@ def run_main(args: argparse.Namespace, out: TextIO, err: TextIO, probe: NodeProb
     results = run_checks(probe, expect_gpus=args.expect_gpus, expect_efa=args.expect_efa,
                          hugepages_mib=args.hugepages_mib, min_shm_gib=args.min_shm_gib, skip=args.skip,
                          ep_backend=args.ep_backend, gin_type=args.gin_type, cuda_version=args.cuda_version)
+    if args.expect_imex_channel:  # rltrainer.imex: the ComputeDomain's channel and the fabric
+        from . import imex
+
+        for name, good, expected, found, fix in (imex.check_imex_channel(args.root),
+                                                 imex.check_gpu_fabric(args.expect_gpus)):
+            if name not in args.skip:
+                results.append(CheckResult(name, good, expected, found, "" if good else fix))
     ok = all(r.ok for r in results)
     out.write(json.dumps({"kind": "nodecheck", "ok": ok, "checks": [asdict(r) for r in results]}) + "\n")
     out.flush()

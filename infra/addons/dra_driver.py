@@ -1,0 +1,79 @@
+"""The NVIDIA DRA driver, ComputeDomains only: IMEX channels for multi-node NVLink (UltraServers).
+
+On by default only where a GPU group's instance type has NVLink across instances (the catalog's
+``multi_node_nvlink``: P6e-GB200 today); ``addons.dra_driver.enabled`` overrides that either way.
+GPUs still come from the NVIDIA device plugin: EKS recommends it "until the NVIDIA DRA driver GPU
+allocation functionality graduates from experimental", so the driver's GPU resources stay off.
+Facts and sources: ../shared/upstream/ultraservers.md sections 1.6, 1.7 and 2.
+"""
+
+from __future__ import annotations
+
+from infra import names
+from infra.addons.record import (
+    SYSTEM_NODES,
+    AddonContext,
+    ChartVersion,
+    HelmAddon,
+    Placement,
+    Workload,
+)
+from infra.catalog.instances import INSTANCE_TYPES
+
+# kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm/dra-driver-nvidia-gpu, tag v0.4.1
+# (764900e, 2026-06-30, branch release-0.4), read 2026-12-01; packaged unchanged as
+# ../shared/charts/dra-driver-nvidia-gpu-0.4.1.tgz (its README). The chart was renamed from
+# nvidia-dra-driver-gpu at v0.4.0; EKS's "NVIDIA DRA driver or device plugin" page pins 0.4.1.
+V0_4_1 = ChartVersion("0.4.1", read="kubernetes-sigs/dra-driver-nvidia-gpu "
+                      "deployments/helm/dra-driver-nvidia-gpu, tag v0.4.1 (764900e), read "
+                      "2026-12-01")
+RELEASE = "dra-driver-nvidia-gpu"
+# Workload names as the chart renders them for this release name (templates/kubeletplugin.yaml,
+# templates/controller.yaml: <fullname>-kubelet-plugin, <fullname>-controller).
+KUBELET_PLUGIN = f"{RELEASE}-kubelet-plugin"
+CONTROLLER = f"{RELEASE}-controller"
+# The DeviceClasses the chart creates with ComputeDomains on (EKS page: `kubectl get
+# deviceclasses` shows both; the chart's templates/deviceclass-compute-domain-*.yaml).
+DEVICE_CLASSES = ("compute-domain-daemon.nvidia.com", "compute-domain-default-channel.nvidia.com")
+
+
+def ultraservers_configured(instance_types: tuple[str, ...]) -> bool:
+    """Whether any configured GPU instance type has NVLink across instances."""
+    return any(INSTANCE_TYPES[t].multi_node_nvlink for t in instance_types if t in INSTANCE_TYPES)
+
+
+def values(ctx: AddonContext) -> dict:
+    # The EKS P6e-GB200 page's values (ultraservers.md 1.7), with the kit's placement: the
+    # controller on the system nodes (EKS only clears v25.8.0's control-plane affinity), the
+    # kubelet plugin on nodes labelled nvidia.com/gpu.present=true (every kit GPU group sets the
+    # label, because nodeadm does so only from Kubernetes 1.35) tolerating every GPU group taint.
+    return {
+        "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
+        "controller": {"nodeSelector": SYSTEM_NODES, "affinity": None, "tolerations": []},
+        "kubeletPlugin": {
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{
+                    "key": names.NVIDIA_GPU_PRESENT_LABEL, "operator": "In",
+                    "values": ["true"]}]}]}}},
+            "tolerations": ctx.gpu_tolerations,
+        },
+    }
+
+
+ADDON = HelmAddon(
+    key="dra_driver",
+    # An OCI chart: CDK's Helm handler pulls `repository` as the chart reference.
+    repository="oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu",
+    chart="dra-driver-nvidia-gpu",
+    namespace="nvidia-dra-driver-gpu",
+    release=RELEASE,
+    pinned=V0_4_1,
+    tested=(V0_4_1,),
+    enabled_by_default=False,
+    enabled_when=ultraservers_configured,
+    workloads=(Workload(KUBELET_PLUGIN, Placement.GPU),
+               Workload(CONTROLLER, Placement.SYSTEM)),
+    values=values,
+    # DaemonSet and a small Deployment: no wait, like the device plugins (GPU groups may be at 0).
+    waits_for=(),
+)

@@ -1,0 +1,123 @@
+"""UltraServer runs: one ComputeDomain per GPU workload, claimed by every pod of it, all pods in
+one NVLink clique, the MNNVL environment; validated against the pinned DRA driver CRDs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from infra.addons import addon
+from infra.config import load_config
+from manifests import RenderError, placeholder_outputs, render_config
+from manifests.validate import validate_objects
+from tests.support import REPO_ROOT, artifacts
+
+US = REPO_ROOT / "examples" / "p6e-gb200-ultraserver.yaml"
+KUBERAY = f"kuberay-v{addon('kuberay_operator').version}"
+DRA_CRDS = f"dra-driver-nvidia-gpu-v{addon('dra_driver').version}"
+
+
+@pytest.fixture(scope="module")
+def crd_dir() -> Path:
+    """The folder holding the pinned KubeRay and DRA driver CRDs (required in CI)."""
+    artifacts.require(KUBERAY, what="KubeRay CRD schemas")
+    artifacts.require(DRA_CRDS, what="NVIDIA DRA driver CRD schemas")
+    return artifacts.common_root((KUBERAY, DRA_CRDS), "crds")
+
+
+def render(path: Path = US, **training):
+    cfg = load_config(path)
+    if training:
+        cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update=training)})
+    return cfg, render_config(cfg, placeholder_outputs(cfg))
+
+
+def gpu_pod_specs(files) -> dict[str, dict]:
+    """Workload label -> pod spec of every GPU pod (RayJob workers, fabric Jobs)."""
+    specs = {}
+    for f in files:
+        if f.kind == "RayJob":
+            for wg in f.obj["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+                t = wg["template"]
+                specs[t["metadata"]["labels"]["rlkit.aws/workload"]] = t["spec"]
+        elif f.kind == "Job":
+            t = f.obj["spec"]["template"]
+            specs[t["metadata"]["labels"]["rlkit.aws/workload"]] = t["spec"]
+    return specs
+
+
+def test_one_compute_domain_per_run_claimed_by_every_worker_in_one_clique():
+    cfg, files = render()
+    domains = {f.path: f.obj for f in files if f.kind == "ComputeDomain"}
+    run = domains.pop("rl-job/00-compute-domain.yaml")
+    assert run["metadata"]["name"] == cfg.training.run_name
+    template = run["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    # each fabric job has its own domain ("a ComputeDomain per workload job", EKS page)
+    assert sorted(domains) == ["fabric/allreduce/00-compute-domain.yaml",
+                               "fabric/ep/00-compute-domain.yaml",
+                               "fabric/nodecheck/00-compute-domain.yaml"]
+    specs = gpu_pod_specs(files)
+    worker = specs[f"{cfg.training.run_name}-worker"]
+    assert worker["resourceClaims"] == [{"name": "compute-domain-channel",
+                                         "resourceClaimTemplateName": template}]
+    assert worker["containers"][0]["resources"]["claims"] == [{"name": "compute-domain-channel"}]
+    for workload, spec in specs.items():
+        (term,) = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term == {"labelSelector": {"matchLabels": {"rlkit.aws/workload": workload}},
+                        "topologyKey": "nvidia.com/gpu.clique"}
+        assert spec["resourceClaims"][0]["resourceClaimTemplateName"] == (
+            template if workload.endswith("-worker") else f"{workload}-channel")
+    rayjob = next(f.obj for f in files if f.kind == "RayJob")
+    assert rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 16
+
+
+def test_no_domain_claim_or_clique_off_ultraservers():
+    _, files = render(REPO_ROOT / "examples" / "p5en-capacity-block.yaml")
+    assert not [f for f in files if f.kind == "ComputeDomain"]
+    for spec in gpu_pod_specs(files).values():
+        assert "resourceClaims" not in spec and "podAffinity" not in spec["affinity"]
+        names = {e["name"] for e in spec["containers"][0]["env"]}
+        assert not names & {"NCCL_MNNVL_ENABLE", "NCCL_NVLS_ENABLE"}
+
+
+def test_mnnvl_env_on_every_gpu_pod_and_no_efa_gda():
+    _, files = render()
+    for spec in gpu_pod_specs(files).values():
+        env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+        assert env["NCCL_MNNVL_ENABLE"] == "1" and env["NCCL_NVLS_ENABLE"] == "1"
+        assert "NCCL_CUMEM_ENABLE" not in env and "NCCL_GIN_TYPE" not in env
+
+
+def test_cumem_off_is_refused_on_ultraservers_only():
+    with pytest.raises(RenderError) as err:
+        render(extra_env={"NCCL_CUMEM_ENABLE": "0"})
+    assert [str(p) for p in err.value.problems] == [
+        "training.extra_env.NCCL_CUMEM_ENABLE = '0': refused on p6e-gb200.36xlarge: NCCL turns "
+        "multi-node NVLink off without cuMem, silently (NVIDIA/nccl v2.30.7-1 src/mnnvl.cc:15-16, "
+        "\"MNNVL requires cuMem to be enabled\"), so all-to-all would cross EFA. Fix: remove "
+        "NCCL_CUMEM_ENABLE from training.extra_env."]
+    with pytest.raises(RenderError, match="may not change it"):
+        render(extra_env={"NCCL_MNNVL_ENABLE": "0"})
+    # on p5en the same variable is the user's business (AWS's NeMo-RL recipe sets it there)
+    render(REPO_ROOT / "examples" / "p5en-capacity-block.yaml",
+           extra_env={"NCCL_CUMEM_ENABLE": "0"})
+
+
+def test_compute_domains_validate_against_the_pinned_crd_and_a_broken_one_fails(crd_dir):
+    cfg, files = render()
+    report = validate_objects([(f.path, f.obj) for f in files],
+                              kubernetes_version=cfg.kubernetes_version, crd_dir=crd_dir,
+                              strict=True)
+    assert report.ok, report.format()
+    checked = {r.kind: r.checked_with for r in report.results}
+    assert checked["ComputeDomain"] == "CRD resource.nvidia.com_computedomains.yaml (v1beta1)"
+    domain = copy.deepcopy(next(f.obj for f in files if f.kind == "ComputeDomain"))
+    del domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    domain["spec"]["channel"]["allocationMode"] = "Every"
+    broken = validate_objects([("cd.yaml", domain)], kubernetes_version=cfg.kubernetes_version,
+                              crd_dir=crd_dir, strict=True)
+    assert not broken.ok
+    text = broken.format()
+    assert "name" in text and "Every" in text

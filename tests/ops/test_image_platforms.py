@@ -1,0 +1,34 @@
+"""The trainer image's platforms follow the catalog: a multi-arch tag where a GPU group is arm64
+(P6e-GB200), x86 only otherwise; the dry run prints the exact buildx platform list."""
+
+from __future__ import annotations
+
+from infra.config import load_config, parse_config
+from ops.image_build import BuildTarget, context_zip, describe_plan, image_platforms, plan_build
+from tests.support import REPO_ROOT
+
+DIGEST = "sha256:" + "ab" * 32
+TARGET = BuildTarget(stack="kit-data", bucket="kit-data-bucket",
+                     repository_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer",
+                     cache_repository_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-cache",
+                     project="kit-image-build", log_group="kit-image-build-logs")
+
+
+def test_x86_groups_build_amd64_only_and_pass_no_override():
+    cfg = parse_config({})
+    assert image_platforms(cfg) == "linux/amd64"
+    plan = plan_build(cfg, TARGET, backend="nccl", vcs_ref="deadbeef", context=context_zip(),
+                      files=3, base_digest=DIGEST)
+    assert "IMAGE_PLATFORMS" not in {o["name"] for o in plan.overrides}
+    assert any("--platform linux/amd64 " in line for line in describe_plan(plan, "us-east-1"))
+
+
+def test_an_arm64_group_makes_one_multi_arch_tag():
+    cfg = load_config(REPO_ROOT / "examples" / "p6e-gb200-ultraserver.yaml")
+    assert image_platforms(cfg) == "linux/amd64,linux/arm64"
+    plan = plan_build(cfg, TARGET, backend="nccl", vcs_ref="deadbeef", context=context_zip(),
+                      files=3, base_digest=DIGEST)
+    assert {"name": "IMAGE_PLATFORMS", "value": "linux/amd64,linux/arm64",
+            "type": "PLAINTEXT"} in plan.overrides
+    lines = describe_plan(plan, "us-east-1")
+    assert any("--platform linux/amd64,linux/arm64 " in line for line in lines)
