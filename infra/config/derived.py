@@ -15,6 +15,12 @@ def has_shared_fs(cfg: KitConfig) -> bool:
     return cfg.storage.shared_filesystem.type != "none"
 
 
+def shared_fs_availability_zone(cfg: KitConfig) -> str:
+    """The AZ of the shared file system's subnet: the training group's (the storage stack puts
+    it there; the pods that mount it are kept in it)."""
+    return cfg.gpu_node_groups[cfg.training.node_group].availability_zone
+
+
 def checkpoint_local_dir(cfg: KitConfig) -> str:
     """The run config's ``checkpoint.local_dir``: where Megatron saves and the launcher watches.
     A per-run directory on the shared file system every pod of the job sees; node-local (an

@@ -92,7 +92,8 @@ class EfaNodeGroup(Construct):
     def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
                  group_name: str, group: GpuNodeGroupConfig, instance: InstanceType,
                  cluster_security_group_id: str, auto_repair: bool,
-                 instance_tags: dict[str, str]) -> None:
+                 instance_tags: dict[str, str],
+                 startup_taints: tuple[names.Taint, ...] = ()) -> None:
         super().__init__(scope, id)
         self.security_group = ec2.SecurityGroup(
             self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
@@ -187,8 +188,9 @@ class EfaNodeGroup(Construct):
             desired_size=group.desired_size,
             max_size=group.max_size,
             labels=group.node_labels(group_name),
-            taints=[eks.TaintSpec(key=t.key, value=t.value, effect=_TAINT_EFFECT[t.effect])
-                    for t in group.node_taints()],
+            taints=[eks.TaintSpec(key=t.key, value=t.value or None,
+                                  effect=_TAINT_EFFECT[t.effect])
+                    for t in [*group.node_taints(), *startup_taints]],
             enable_node_auto_repair=auto_repair,
             # Without force, an update waits for pod disruption budgets instead of evicting jobs.
             force_update=group.force_update,
