@@ -17,6 +17,7 @@ from infra import names
 from infra.catalog import InstanceType
 from infra.config import GpuNodeGroupConfig
 from infra.constructs.nag import acknowledge_eks_node_role
+from infra.constructs.node_roles import restrict_node_role
 
 _CAPACITY_TYPE = {
     "on-demand": eks.CapacityType.ON_DEMAND,
@@ -208,4 +209,6 @@ class EfaNodeGroup(Construct):
         cfn_nodegroup = self.nodegroup.node.default_child
         cfn_nodegroup.add_property_override("UpdateConfig.UpdateStrategy", "MINIMAL")
         Tags.of(self.nodegroup).add(NODE_GROUP_TAG, group_name)
+        # No pod-network rights on the node: the VPC CNI has its own role (node_roles.py).
+        restrict_node_role(self.nodegroup.role)
         acknowledge_eks_node_role(self.nodegroup.role)
