@@ -137,6 +137,11 @@ TRAINER_IMAGE_DISK_GIB = 80
 # Python 3.11, AWS CLI v2) [aws/aws-codebuild-docker-images ubuntu/standard/7.0/Dockerfile at
 # 374fad3, read 2026-11-30].
 IMAGE_BUILD_HOST_IMAGE = "aws/codebuild/standard:7.0"
+# Its compute type (infra/constructs/trainer_image_build.py says why this size). New accounts
+# often have a concurrency quota of 0 for it, and StartBuild then fails with "Cannot have more
+# than 0 builds in queue for the account" (rebuy-de/aws-nuke#1209, a 2xlarge project): preflight
+# reads the quota (ops/preflight_services.py).
+IMAGE_BUILD_COMPUTE_TYPE = "BUILD_GENERAL1_2XLARGE"
 # BuildKit daemon the build runs in (buildx docker-container driver): v0.32.2 (991535e). Its
 # registry cache exporter writes an OCI image manifest (image-manifest=true, default since v0.21),
 # the form Amazon ECR stores as a cache [moby/buildkit v0.32.2 README.md "Registry (push image
