@@ -28,7 +28,7 @@ class ObservabilityStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: KitConfig, cluster_stack: Stack,
                  **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
-        self.add_dependency(cluster_stack)
+        self.add_stack_dependency(cluster_stack)
         self.observability = CloudWatchObservability(
             self, "Observability", cluster_name=names.eks_cluster_name(config.name),
             addon_name=versions.CLOUDWATCH_OBSERVABILITY_ADDON,
