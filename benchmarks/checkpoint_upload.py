@@ -15,6 +15,15 @@ small files), uploads it with ``S3CheckpointStore`` to an in-process moto S3, an
 moto runs in this process over botocore's HTTPS code path (trailer checksums, unsigned streaming
 payloads, as with real S3), so the read count is botocore's and s3transfer's own; the times are
 CPU-bound figures of this machine with moto storing the data, not S3 throughput.
+``--uploaders N`` splits the upload into N parts at once (``S3CheckpointStore.upload``), the
+manifest still last.
+
+Then the time per save for the default config's model, from the kit's catalog and config (a
+model of the bottlenecks, not a measurement): the save's bytes over the slowest of the file
+system's baseline throughput (capacity x throughput tier; FSx may burst above it) and the network
+of the uploaders: the Ray head on a system node (m7i.xlarge, 1.5625 Gbps baseline, the figure
+issue 21 quotes), one GPU node, or every GPU node of the run in parallel (taken as one network
+card's share of the instance's bandwidth each: an assumption, not a published figure).
 """
 
 from __future__ import annotations
@@ -29,7 +38,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "images" / "trainer" / "src"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "images" / "trainer" / "src"))
+sys.path.insert(0, str(ROOT))
 
 from rltrainer.checkpoints import RetryPolicy, S3CheckpointStore, sha256_file, write_tracker  # noqa: E402
 
@@ -107,6 +118,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--shard-mib", type=int, default=96)
+    p.add_argument("--uploaders", type=int, default=1, help="parts uploaded at once")
     args = p.parse_args()
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
@@ -126,7 +138,7 @@ def main() -> int:
 
         with ReadCounter(root) as counter:
             t0 = time.perf_counter()
-            result = store.upload(root, 10)
+            result = store.upload(root, 10, uploaders=args.uploaders)
             upload_s = time.perf_counter() - t0
         read = counter.bytes
         assert result.status == "uploaded"
@@ -140,8 +152,44 @@ def main() -> int:
           f"({args.shards} x {args.shard_mib} MiB shards)")
     print(f"local bytes read per byte uploaded: {read / payload:.2f}")
     print("S3 requests: " + ", ".join(f"{name} {n}" for name, n in sorted(calls.items())))
-    print(f"upload wall time: {upload_s:.2f} s; a separate sha256 pass over the same files: {hash_s:.2f} s")
+    print(f"upload wall time ({args.uploaders} uploader(s)): {upload_s:.2f} s; a separate sha256 "
+          f"pass over the same files: {hash_s:.2f} s")
+    print()
+    for line in save_time_model():
+        print(line)
     return 0
+
+
+HEAD_BASELINE_GBPS = 1.5625  # m7i.xlarge baseline network bandwidth (issue 21's figure)
+
+
+def save_time_model() -> list[str]:
+    """Minutes per save of the default config's model under each place the upload can run."""
+    from infra.catalog import INSTANCE_TYPES
+    from infra.catalog.models import MODEL_CATALOG, checkpoint_bytes
+    from infra.config import parse_config
+
+    cfg = parse_config({})
+    fs = cfg.storage.shared_filesystem
+    save = checkpoint_bytes(MODEL_CATALOG[cfg.training.model])
+    fs_bytes_s = fs.capacity_gib / 1024 * fs.throughput_mb_s_per_tib * 1e6
+    gpu = INSTANCE_TYPES[cfg.gpu_node_groups[cfg.training.node_group].instance_type]
+    card_bytes_s = gpu.efa_bandwidth_gbps / gpu.network_cards * 1e9 / 8
+    nodes = cfg.training.nodes
+    lines = [f"time per save, default config ({cfg.training.model}, {save / (1 << 30):.0f} GiB a save; "
+             f"FSx {fs.capacity_gib} GiB x {fs.throughput_mb_s_per_tib} MB/s/TiB = "
+             f"{fs_bytes_s / 1e6:.0f} MB/s baseline):"]
+    for where, net in ((f"Ray head on {cfg.system_nodes.instance_type} (today)",
+                        HEAD_BASELINE_GBPS * 1e9 / 8),
+                       (f"one {gpu.name} node", card_bytes_s),
+                       (f"{nodes} {gpu.name} nodes in parallel", nodes * card_bytes_s)):
+        rate = min(fs_bytes_s, net)
+        limit = "the file system" if fs_bytes_s <= net else "the network"
+        lines.append(f"  upload from {where}: {save / rate / 60:.0f} min (limited by {limit}, "
+                     f"{rate / 1e6:.0f} MB/s)")
+    lines.append(f"  Megatron's write of the save to the file system, for comparison: "
+                 f"{save / fs_bytes_s / 60:.0f} min at the same baseline")
+    return lines
 
 
 if __name__ == "__main__":

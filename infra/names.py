@@ -34,6 +34,20 @@ HUGEPAGES_2MI_RESOURCE = "hugepages-2Mi"  # reserved by the launch template (HUG
 # pods that ask for GPUs land there.
 GPU_TAINT = Taint(key=GPU_RESOURCE, value="true", effect="NoSchedule")
 
+# Startup taint of GPU nodes in a config with the FSx file system: pods that need /fsx must not
+# start before the FSx CSI node plugin runs on the node. The plugin removes this key from its own
+# node once ready, whatever the effect; NoExecute is the one its docs recommend
+# [kubernetes-sigs/aws-fsx-csi-driver helm-chart-aws-fsx-csi-driver-1.17.0 (5b22712)
+# docs/install.md "Configure node startup taint"; pkg/driver/constants.go AgentNotReadyNodeTaintKey;
+# pkg/driver/node.go removeNotReadyTaint]. Its node DaemonSet tolerates it (all taints by default,
+# else this key explicitly: charts/aws-fsx-csi-driver/templates/node-daemonset.yaml).
+FSX_AGENT_NOT_READY_TAINT = Taint(key="fsx.csi.aws.com/agent-not-ready", value="",
+                                  effect="NoExecute")
+# Taints that an agent on the node removes by itself once it is ready -> that agent's DaemonSet.
+# The scheduling check requires the agent to tolerate the taint and land on the node, and lets
+# every other pod wait it out instead of tolerating it.
+SELF_REMOVING_TAINTS = {FSX_AGENT_NOT_READY_TAINT.key: "fsx-csi-node"}
+
 # Labels the kit puts on its nodes (managed node group labels) and selects on in manifests/charts.
 LABEL_PREFIX = "rlkit.aws"
 NODE_ROLE_LABEL = f"{LABEL_PREFIX}/node-role"  # "gpu" | "system"
@@ -105,6 +119,9 @@ def stack_names(prefix: str) -> dict[str, str]:
         # and the bucket); the access stack then opens its Lustre ports to the cluster's nodes.
         "storage": f"{prefix}-storage",
         "storage_access": f"{prefix}-storage-access",
+        # The CloudWatch observability add-on alone: a configuration EKS rejects fails this
+        # stack, not the cluster's (stacks/observability_stack.py).
+        "observability": f"{prefix}-observability",
     }
 
 

@@ -93,6 +93,7 @@ NODE_MONITORING_ADDON_VERSION: str | None = None
 # add-on build could be read offline on 2026-11-30 (`aws eks describe-addon-versions --addon-name
 # aws-fsx-csi-driver` needs AWS). Its upstream chart was read at kubernetes-sigs/aws-fsx-csi-driver
 # 5b227125 (chart 1.17.0, driver 1.9.0). Pin a build here once verified on a live cluster.
+FSX_CSI_ADDON_NAME = "aws-fsx-csi-driver"
 FSX_CSI_ADDON: str | None = None
 
 # Metrics, logs and the dashboard (config `observability`): the Amazon CloudWatch Observability
@@ -112,7 +113,10 @@ FSX_CSI_ADDON: str | None = None
 # None = EKS's default version for the cluster's Kubernetes version:
 # no add-on build could be listed offline (`aws eks describe-addon-versions --addon-name
 # amazon-cloudwatch-observability` needs AWS), so that the default is at least v3.1.0 (Pod
-# Identity) is unverified. Pin a build here once verified on a live cluster.
+# Identity) is unverified, and no build's configuration schema (`describe-addon-configuration`,
+# what EKS validates the kit's values against) could be read. Hence the add-on's own stack
+# (stacks/observability_stack.py). Pin a build here, or per environment with the config's
+# `observability.addon_version`, once its schema has been read.
 CLOUDWATCH_OBSERVABILITY_ADDON = "amazon-cloudwatch-observability"
 CLOUDWATCH_OBSERVABILITY_ADDON_VERSION: str | None = None
 
@@ -133,6 +137,11 @@ TRAINER_IMAGE_DISK_GIB = 80
 # Python 3.11, AWS CLI v2) [aws/aws-codebuild-docker-images ubuntu/standard/7.0/Dockerfile at
 # 374fad3, read 2026-11-30].
 IMAGE_BUILD_HOST_IMAGE = "aws/codebuild/standard:7.0"
+# Its compute type (infra/constructs/trainer_image_build.py says why this size). New accounts
+# often have a concurrency quota of 0 for it, and StartBuild then fails with "Cannot have more
+# than 0 builds in queue for the account" (rebuy-de/aws-nuke#1209, a 2xlarge project): preflight
+# reads the quota (ops/preflight_services.py).
+IMAGE_BUILD_COMPUTE_TYPE = "BUILD_GENERAL1_2XLARGE"
 # BuildKit daemon the build runs in (buildx docker-container driver): v0.32.2 (991535e). Its
 # registry cache exporter writes an OCI image manifest (image-manifest=true, default since v0.21),
 # the form Amazon ECR stores as a cache [moby/buildkit v0.32.2 README.md "Registry (push image

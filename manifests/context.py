@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from infra import names
 from infra.catalog import INSTANCE_TYPES, InstanceType
 from infra.config import KitConfig, checkpoint_local_dir, has_shared_fs
+from infra.config.derived import shared_fs_availability_zone
 from infra.config.run_config import run_config_document
 from infra.catalog.models import MODEL_CATALOG
 from infra.trainer_contract import (
@@ -106,6 +107,7 @@ class SharedFs(_Frozen):
     mount_name: str
     capacity: str  # the file system's size as a Kubernetes quantity
     mount_path: str
+    availability_zone: str  # of its subnet: CPU pods that mount it are kept there
 
 
 class FabricJob(_Frozen):
@@ -343,6 +345,7 @@ def shared_fs_volume(cfg: KitConfig, outputs: StackOutputs) -> SharedFs | None:
         mount_name=outputs.shared_fs_mount_name,
         capacity=f"{cfg.storage.shared_filesystem.capacity_gib}Gi",
         mount_path=names.SHARED_FS_MOUNT_PATH,
+        availability_zone=shared_fs_availability_zone(cfg),
     )
 
 

@@ -95,6 +95,7 @@ TEMPLATES.globals["GPU_CLIQUE_LABEL"] = GPU_CLIQUE_LABEL
 TEMPLATES.globals["COMPUTE_DOMAIN_CLAIM"] = COMPUTE_DOMAIN_CLAIM
 TEMPLATES.globals["COMPUTE_DOMAIN_API"] = COMPUTE_DOMAIN_API
 TEMPLATES.globals["workload_domain"] = lambda ctx, workload: ctx.compute_domains.get(workload)
+TEMPLATES.globals["ZONE_LABEL"] = names.ZONE_LABEL
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from infra import addons as registry
 from infra import names
 from infra.config import KitConfig
-from infra.versions import NODE_MONITORING_ADDON
+from infra.versions import FSX_CSI_ADDON_NAME, NODE_MONITORING_ADDON
 from ops import dra_contract, helm, observability, scheduling
 
 
@@ -83,6 +83,35 @@ def kit_objects(config: KitConfig) -> list[dict]:
     return [f.obj for f in render_config(config, placeholder_outputs(config))]
 
 
+# The FSx CSI node DaemonSet's scheduling in chart aws-fsx-csi-driver 1.17.0 (5b22712)
+# values.yaml and templates/node-daemonset.yaml: with `node.tolerateAllTaints` (default true) it
+# tolerates everything; otherwise `node.tolerations` (default: NoExecute for 300 s) plus the
+# startup taint's key, always. Linux nodes only, never Fargate. tests/ops/test_fsx_startup_taint.py
+# renders the real chart with the add-on's values and compares.
+_FSX_NODE_DEFAULT_TOLERATIONS = [{"operator": "Exists", "effect": "NoExecute",
+                                  "tolerationSeconds": 300}]
+_FSX_NODE_DEFAULT_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["fargate"]}]}]}}}
+
+
+def fsx_node_plugin_spec(cluster_template: dict) -> dict | None:
+    """The scheduling part of the FSx CSI node DaemonSet's pod spec as the managed add-on's
+    configuration (in the cluster template) makes it; None when the add-on is not installed."""
+    values = scheduling.managed_addon_values(cluster_template, FSX_CSI_ADDON_NAME)
+    if values is None:
+        return None
+    node = values.get("node") or {}
+    if node.get("tolerateAllTaints", True):
+        tolerations = [{"operator": "Exists"}]
+    else:
+        tolerations = [*node.get("tolerations", _FSX_NODE_DEFAULT_TOLERATIONS),
+                       {"key": names.FSX_AGENT_NOT_READY_TAINT.key, "operator": "Exists"}]
+    return {"nodeSelector": {"kubernetes.io/os": "linux", **(node.get("nodeSelector") or {})},
+            "affinity": node.get("affinity", _FSX_NODE_DEFAULT_AFFINITY),
+            "tolerations": tolerations}
+
+
 def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path | None,
                            cache_dir: Path, allow_pull: bool = False,
                            chart_objects: list[dict] | None = None,
@@ -110,7 +139,8 @@ def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path 
     findings += dra_contract.dra_findings(chart_objects, kit_objects(config), placed.lands)
     # The CloudWatch observability add-on is a managed add-on, not a rendered chart: its
     # DaemonSets' tolerations are read from the add-on's configuration in the template.
-    findings += observability.addon_findings(cluster_template, nodes)
+    addon_template = observability.addon_template(config, templates)
+    findings += observability.addon_findings(addon_template, nodes)
     # The EKS node monitoring agent: its agent DaemonSet tolerates every taint; its DCGM
     # DaemonSet serves the GPU nodes and tolerates nothing unless told [aws/eks-node-monitoring-
     # agent 51af549 charts/eks-node-monitoring-agent/values.yaml `dcgmAgent.tolerations: []`].
@@ -120,12 +150,17 @@ def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path 
         default=[], serves=set(config.gpu_node_groups),
         fix="no GPU health checks there; pass the GPU tolerations as dcgmAgent.tolerations "
             "(infra/constructs/cluster.py)")
+    # Startup taints an agent removes by itself (the FSx CSI node plugin): it must start on the
+    # node, and the kit's pods must wait for it.
+    findings += scheduling.startup_taint_findings(
+        nodes, {names.FSX_AGENT_NOT_READY_TAINT.key: fsx_node_plugin_spec(cluster_template)},
+        kit_pods)
     notes = [f"node group {n.name!r}: {note}" for n in nodes for note in n.notes]
     if config.node_health.monitoring_agent:
         notes.append("the EKS node monitoring agent is an EKS managed add-on, not a rendered "
                      "chart: its DCGM DaemonSet's tolerations are checked above; the rest of its "
                      "scheduling is not modelled here")
-    if observability.addon_configuration(cluster_template) is not None:
+    if observability.addon_configuration(addon_template) is not None:
         notes.append("the CloudWatch observability add-on (GPU, EFA and container metrics, "
                      "container logs) is an EKS managed add-on: its DaemonSets take the chart's "
                      "root tolerations, checked above against every node group's taints; its "

@@ -195,10 +195,16 @@ def read_logs(logs_client: Any, query: LogQuery, *, start: dt.datetime, out: Tex
 # --- the scheduling check: the add-on's DaemonSets on the GPU nodes -------------------------------
 
 
-def addon_configuration(cluster_template: dict) -> dict | None:
+def addon_configuration(template: dict) -> dict | None:
     """The configuration values of the amazon-cloudwatch-observability add-on in a synthesized
-    cluster template ({} when it passes none), or None when the template has no such add-on."""
-    return scheduling.managed_addon_values(cluster_template, CLOUDWATCH_OBSERVABILITY_ADDON)
+    template (the observability stack's; {} when it passes none), or None when the template has
+    no such add-on."""
+    return scheduling.managed_addon_values(template, CLOUDWATCH_OBSERVABILITY_ADDON)
+
+
+def addon_template(config: KitConfig, templates: dict[str, dict]) -> dict:
+    """The template that holds the add-on: the observability stack's ({} when not deployed)."""
+    return templates.get(names.stack_names(config.name)["observability"], {})
 
 
 # The chart's own default root tolerations (chart 6.4.0 values.yaml), which apply when the add-on
@@ -206,12 +212,12 @@ def addon_configuration(cluster_template: dict) -> dict | None:
 CHART_DEFAULT_TOLERATIONS = [{"operator": "Exists"}]
 
 
-def addon_findings(cluster_template: dict,
+def addon_findings(template: dict,
                    nodes: list[scheduling.NodeGroupModel]) -> list[scheduling.Finding]:
     """A finding for each node group whose taints the add-on's DaemonSets (CloudWatch agent,
     Fluent Bit, DCGM exporter: all take the chart's root tolerations) would not tolerate."""
     return scheduling.managed_addon_findings(
-        addon_configuration(cluster_template), nodes,
+        addon_configuration(template), nodes,
         pod=f"EKS add-on {CLOUDWATCH_OBSERVABILITY_ADDON} DaemonSets", key=("tolerations",),
         default=CHART_DEFAULT_TOLERATIONS, serves={n.name for n in nodes},
         fix="no GPU, EFA or log collection there; pass tolerations for them "

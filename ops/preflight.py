@@ -9,14 +9,13 @@ creates, changes or deletes an AWS resource.
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from typing import Any, Callable
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES, P_ON_DEMAND_QUOTA_CODE, P_ON_DEMAND_QUOTA_NAME
 from infra.config import GpuNodeGroupConfig, KitConfig, config_warnings
-from infra.problems import FAIL, PASS, WARN, Problem
+from infra.problems import FAIL, PASS, WARN
 from infra.versions import (
     AL2023_NVIDIA_DRIVER_BRANCH,
     KUBERNETES_VERSIONS,
@@ -26,6 +25,8 @@ from infra.versions import (
 )
 from ops import ultraserver_preflight
 from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, AwsClients, describe_error, error_code
+from ops.check_result import Check
+from ops.preflight_services import offline_service_checks, service_checks
 
 
 
@@ -41,28 +42,6 @@ _CB_REQUESTED_TAG = "aws:ec2capacityreservation:incrementalRequestedQuantity"
 # Stack states CloudFormation cannot update: the stack must be deleted first.
 _STUCK_STACK_STATES = {"ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "DELETE_FAILED",
                        "UPDATE_ROLLBACK_FAILED"}
-
-
-@dataclass(frozen=True, init=False)
-class Check(Problem):
-    """One preflight check: its name, what it looked at (``subject``), how it came out, what it
-    found and the fix. A ``Problem`` (``name`` is its ``check``, ``detail`` its ``rule``), whose
-    JSON view keeps the preflight keys."""
-
-    def __init__(self, name: str, subject: str, status: str, detail: str, fix: str = "") -> None:
-        super().__init__(subject=subject, rule=detail, fix=fix, status=status, check=name)
-
-    @property
-    def name(self) -> str:
-        return self.check
-
-    @property
-    def detail(self) -> str:
-        return self.rule
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "subject": self.subject, "status": self.status,
-                "detail": self.detail, "fix": self.fix}
 
 
 def _group_subject(name: str) -> str:
@@ -396,7 +375,7 @@ def offline_checks(cfg: KitConfig, installed: Callable[[str], bool] | None = Non
         update = check_capacity_block_update_offline(n, g)
         if update is not None:
             checks.append(update)
-    return checks
+    return checks + offline_service_checks(cfg)
 
 
 def check_kubernetes_version(cfg: KitConfig,
@@ -537,6 +516,7 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
             update = check_capacity_block_update(clients.cloudformation, clients.eks, cfg, n, g)
             checks += [update] if update is not None else []
     checks.append(check_quota(clients.quotas, cfg, region))
+    checks += service_checks(clients.ec2, clients.quotas, cfg, region)  # FSx AZ, CodeBuild
     checks.append(check_existing_stacks(clients.cloudformation, cfg))
     return checks
 

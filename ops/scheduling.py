@@ -23,7 +23,8 @@ from typing import Any, Iterable
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES
-from infra.config import KitConfig
+from infra.config import KitConfig, has_shared_fs
+from infra.config.derived import shared_fs_availability_zone
 from infra.versions import TRAINER_IMAGE_DISK_GIB
 
 GPU_RESOURCE = names.GPU_RESOURCE
@@ -160,8 +161,12 @@ def node_groups(config: KitConfig, templates: dict[str, dict]) -> list[NodeGroup
     ng = _one(templates[stack_names["cluster"]], NODEGROUP_TYPE)
     itype = ng["InstanceTypes"][0]
     allocatable, note = _system_capacity(itype)
+    # The system nodes span every AZ of the VPC (the Auto Scaling group balances them); the one
+    # that matters to a pod pinned to an AZ is the shared file system's.
+    zone = (shared_fs_availability_zone(config) if has_shared_fs(config)
+            else config.availability_zones[0])
     labels = {**_well_known_labels(config=config, group=f"{config.name}-system",
-                                   instance_type=itype, zone=config.availability_zones[0],
+                                   instance_type=itype, zone=zone,
                                    capacity_type=ng.get("CapacityType", "ON_DEMAND")),
               **ng.get("Labels", {})}
     models.append(NodeGroupModel(
@@ -287,8 +292,12 @@ def _describe(expr: dict, labels: dict[str, str]) -> str:
         f" (node has {have})"
 
 
-def placement_problem(spec: dict, node: NodeGroupModel) -> str | None:
-    """Why ``spec`` cannot be placed on ``node`` by selector, affinity or taints; None if it can."""
+def placement_problem(spec: dict, node: NodeGroupModel, *,
+                      at_startup: bool = False) -> str | None:
+    """Why ``spec`` cannot be placed on ``node`` by selector, affinity or taints; None if it can.
+
+    A self-removing startup taint (``names.SELF_REMOVING_TAINTS``) only delays other pods until
+    its agent removes it, so it counts only ``at_startup`` (for that agent's own DaemonSet)."""
     for key, value in (spec.get("nodeSelector") or {}).items():
         if node.labels.get(key) != value:
             have = node.labels.get(key, "<absent>")
@@ -310,6 +319,8 @@ def placement_problem(spec: dict, node: NodeGroupModel) -> str | None:
             return "required node affinity unmet: no term matches (" + "; ".join(unmet) + ")"
     for taint in node.taints:
         if taint["effect"] == "PreferNoSchedule":
+            continue
+        if taint["key"] in names.SELF_REMOVING_TAINTS and not at_startup:
             continue
         if not any(_tolerates(t, taint) for t in spec.get("tolerations") or []):
             return (f"taint {taint['key']}={taint['value']}:{taint['effect']} is not tolerated "
@@ -429,6 +440,37 @@ def schedule(nodes: list[NodeGroupModel], chart: list[PodModel],
     return Schedule(findings=findings, lands=lands)
 
 
+def startup_taint_findings(nodes: list[NodeGroupModel], removers: dict[str, dict | None],
+                           kit: list[PodModel]) -> list[Finding]:
+    """Self-removing startup taints: on every node group that has one, the DaemonSet that removes
+    it must start there (``removers``: taint key -> that DaemonSet's pod spec, None when it is not
+    installed), or the group's pods never start; and no kit pod may tolerate it, or the pod starts
+    before the agent it waits for."""
+    findings = []
+    for node in nodes:
+        for taint in node.taints:
+            agent = names.SELF_REMOVING_TAINTS.get(taint["key"])
+            if agent is None:
+                continue
+            shown = f"{taint['key']}:{taint['effect']}"
+            spec = removers.get(taint["key"])
+            if spec is None:
+                findings.append(Finding(
+                    f"DaemonSet {agent}", node.name, f"is not installed, and only it removes the "
+                    f"startup taint {shown}: no other pod would ever start here. Fix: install it, "
+                    "or drop the taint"))
+            elif problem := placement_problem(spec, node, at_startup=True):
+                findings.append(Finding(
+                    f"DaemonSet {agent}", node.name, f"cannot start, so the startup taint {shown} "
+                    f"it removes stays and no other pod starts here: {problem}"))
+            for pod in kit:
+                if node.name in pod.intended and any(
+                        _tolerates(t, taint) for t in pod.spec.get("tolerations") or []):
+                    findings.append(Finding(pod.name, node.name, f"tolerates the startup taint "
+                                            f"{shown}, so it may start before {agent} is ready"))
+    return findings
+
+
 # --- EKS managed add-ons (not rendered charts: their tolerations come from the template) --------
 
 
@@ -459,7 +501,9 @@ def managed_addon_findings(values: dict | None, nodes: list[NodeGroupModel], *, 
     for node in nodes:
         if node.name not in serves:
             continue
+        # A self-removing startup taint only delays the add-on (startup_taint_findings).
         missing = [t for t in node.taints if t["effect"] != "PreferNoSchedule"
+                   and t["key"] not in names.SELF_REMOVING_TAINTS
                    and not any(_tolerates(tol, t) for tol in tolerations)]
         if missing:
             findings.append(Finding(pod, node.name, f"its tolerations {tolerations} do not "

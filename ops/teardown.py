@@ -100,6 +100,8 @@ def plan_teardown(cfn: Any, cfg: KitConfig, delete_data: bool) -> Plan:
     candidates = configured_gpu | {s for s in live if _gpu_group_of(cfg.name, s) is not None}
     gpu = sorted(s for s in candidates if ours(s))
     access = [stack["storage_access"]] if ours(stack["storage_access"]) else []
+    # The observability add-on's stack depends on the cluster stack, like the GPU stacks.
+    access += [stack["observability"]] if ours(stack["observability"]) else []
     # A file system CloudFormation retains would outlive its stack and keep the network in use, so
     # the storage stack goes only when its file system goes with it.
     storage_deletable = cfg.ephemeral or (delete_data and not cfg.storage.retain)

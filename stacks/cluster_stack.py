@@ -12,7 +12,7 @@ from infra.config import KitConfig
 from infra.constructs.cluster import KitCluster
 from infra.constructs.cluster_addons import ClusterAddons
 from infra.constructs.network import import_existing_vpc
-from infra.constructs.observability import ClusterLogGroups, CloudWatchObservability, RunDashboard
+from infra.constructs.observability import ClusterLogGroups, RunDashboard
 from infra.constructs.shared_filesystem import FsxCsiDriver
 from infra.constructs.trainer_identity import bind_trainer_role
 from infra.names import OutputKeys
@@ -63,15 +63,13 @@ class ClusterStack(Stack):
                             kit_cluster.system_nodegroup])
 
         if log_groups is not None:
-            # The agent's role comes through Pod Identity (the agent add-on first); its operator
-            # is a Deployment on the system nodes.
-            self.observability = CloudWatchObservability(
-                self, "Observability", cluster=self.cluster,
-                addon_name=versions.CLOUDWATCH_OBSERVABILITY_ADDON,
-                addon_version=versions.CLOUDWATCH_OBSERVABILITY_ADDON_VERSION,
-                log_groups=log_groups,
-                depends_on=[kit_cluster.addons["eks-pod-identity-agent"],
-                            kit_cluster.system_nodegroup])
+            # The add-on itself is in the observability stack, which depends on this one.
+            # Fluent Bit and the CloudWatch agent run on every node and write into these groups:
+            # the system nodes (the last nodes of the cluster; the GPU stacks go first) are
+            # created after the groups and so deleted before them, and no log line can arrive
+            # once a group is gone, whatever a Fluent Bit output says about creating groups.
+            for group in log_groups.groups.values():
+                kit_cluster.system_nodegroup.node.add_dependency(group)
             dashboard = RunDashboard(self, "RunDashboard",
                                      dashboard_name=names.dashboard_name(config.name, config.region),
                                      cluster_name=cluster_name, log_groups=log_groups,

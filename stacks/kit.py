@@ -13,6 +13,7 @@ from stacks.data_stack import DataStack
 from stacks.feature_flags import cdk_json_context
 from stacks.gpu_stack import GpuStack
 from stacks.network_stack import NetworkStack
+from stacks.observability_stack import ObservabilityStack
 from stacks.storage_access_stack import StorageAccessStack
 from stacks.storage_stack import StorageStack
 
@@ -41,11 +42,12 @@ class KitStacks:
     cluster: ClusterStack
     storage: StorageStack | None = None
     storage_access: StorageAccessStack | None = None
+    observability: ObservabilityStack | None = None
     gpu: dict[str, GpuStack] = field(default_factory=dict)
 
     def all(self) -> list:
         return [s for s in (self.network, self.data, self.cluster, self.storage,
-                            self.storage_access) if s] + list(self.gpu.values())
+                            self.storage_access, self.observability) if s] + list(self.gpu.values())
 
 
 def build_stacks(app: App, config: KitConfig) -> KitStacks:
@@ -70,6 +72,10 @@ def build_stacks(app: App, config: KitConfig) -> KitStacks:
                            trainer_role=data.trainer_role, env=env,
                            description="MoE RL kit: EKS cluster, add-ons, trainer identity")
     stacks = KitStacks(network=network, data=data, cluster=cluster)
+    if config.observability.enabled:
+        stacks.observability = ObservabilityStack(
+            app, stack_names["observability"], config=config, cluster_stack=cluster, env=env,
+            description="MoE RL kit: CloudWatch observability add-on (metrics, container logs)")
     if config.storage.shared_filesystem.type == "fsx-lustre":
         # Needs only the network and the bucket: deploys in parallel with the cluster.
         stacks.storage = StorageStack(

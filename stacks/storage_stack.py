@@ -13,6 +13,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from infra.config import KitConfig
+from infra.config.derived import shared_fs_availability_zone
 from infra.constructs.network import import_existing_vpc
 from infra.constructs.shared_filesystem import SharedFileSystem
 from infra.names import OutputKeys
@@ -27,10 +28,9 @@ class StorageStack(Stack):
             vpc = import_existing_vpc(self, "ExistingVpc", existing=config.vpc.existing,
                                       availability_zones=config.availability_zones)
         fs = config.storage.shared_filesystem
-        training_group = config.gpu_node_groups[config.training.node_group]
         self.shared = SharedFileSystem(
             self, "SharedFileSystem", vpc=vpc,
-            availability_zone=fs.availability_zone or training_group.availability_zone,
+            availability_zone=shared_fs_availability_zone(config),
             bucket=bucket, kms_key=bucket_key,
             capacity_gib=fs.capacity_gib, throughput_mb_s_per_tib=fs.throughput_mb_s_per_tib,
             removal_policy=data_removal_policy(config),

@@ -15,6 +15,14 @@ def has_shared_fs(cfg: KitConfig) -> bool:
     return cfg.storage.shared_filesystem.type != "none"
 
 
+def shared_fs_availability_zone(cfg: KitConfig) -> str:
+    """The AZ of the shared file system's subnet: the configured one (a Local Zone group's file
+    system lives in a parent-region AZ), else the training group's. The storage stack puts it
+    there; the pods that mount it are kept in it."""
+    fs = cfg.storage.shared_filesystem
+    return fs.availability_zone or cfg.gpu_node_groups[cfg.training.node_group].availability_zone
+
+
 def checkpoint_local_dir(cfg: KitConfig) -> str:
     """The run config's ``checkpoint.local_dir``: where Megatron saves and the launcher watches.
     A per-run directory on the shared file system every pod of the job sees; node-local (an

@@ -247,6 +247,17 @@ class ObservabilityConfig(_Model):
         30, description="Days the control-plane, container and training-metric log groups keep "
         "their events (a CloudWatch Logs retention period: 1, 3, 5, 7, 14, 30, 60, 90, ...)."
     )
+    application_signals: bool = Field(
+        False, description="Let the add-on run CloudWatch Application Signals (auto-instrumented "
+        "traces and APM metrics of Java, Python, .NET and Node.js pods, billed per span). Off: "
+        "the chart's default would instrument the trainer's Python pods."
+    )
+    addon_version: str | None = Field(
+        None, description="Pin the add-on build (e.g. v6.4.0-eksbuild.1) once its configuration "
+        "schema has been read (`aws eks describe-addon-configuration`); empty: EKS's default for "
+        "the cluster's Kubernetes version. The add-on has a stack of its own, so a build that "
+        "refuses the kit's configuration fails that stack only."
+    )
 
 
 class CostGuardConfig(_Model):

@@ -175,6 +175,12 @@ def validate(cfg: KitConfig) -> list[Problem]:
             add(problem(path, days, "not a CloudWatch Logs retention period "
                         f"({', '.join(str(d) for d in LOG_RETENTION_DAYS)})",
                         f"use one of those, e.g. {above[0]}"))
+    pinned = cfg.observability.addon_version
+    if pinned is not None and not re.fullmatch(r"v\d+\.\d+\.\d+-eksbuild\.\d+", pinned):
+        add(problem("observability.addon_version", pinned,
+                    "not an EKS add-on build (vMAJOR.MINOR.PATCH-eksbuild.N)",
+                    "copy one from `aws eks describe-addon-versions --addon-name "
+                    "amazon-cloudwatch-observability`, or leave it empty for EKS's default"))
 
     for name in AddonsConfig.model_fields:
         addon = getattr(cfg.addons, name)
@@ -359,7 +365,7 @@ def _validate_gpu_group(cfg: KitConfig, name: str, g: GpuNodeGroupConfig, add) -
                         "keys are [prefix/]name of up to 63 characters; values up to 63 "
                         "alphanumerics, '-', '_' or '.'"))
     for i, t in enumerate(g.taints):
-        if t.key == names.GPU_TAINT.key:
+        if t.key in (names.GPU_TAINT.key, names.FSX_AGENT_NOT_READY_TAINT.key):
             add(problem(f"{path}.taints[{i}].key", t.key,
                         "the kit already sets this taint on every GPU node",
                         "remove this taint"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from infra.config.derived import has_shared_fs, shared_fs_availability_zone
 from infra.config.model import KitConfig
 
 
@@ -32,4 +33,12 @@ def config_warnings(cfg: KitConfig) -> list[str]:
             "CloudWatch observability add-on already runs a DCGM exporter on every GPU node, so "
             "each node gets two. Fix: turn addons.dcgm_exporter off unless your own Prometheus "
             "scrapes it.")
+    zones = len(cfg.availability_zones)
+    if has_shared_fs(cfg) and cfg.system_nodes.min_size < zones:
+        warnings.append(
+            f"system_nodes.min_size is {cfg.system_nodes.min_size} across {zones} AZs: the job "
+            "submitter runs on a system node in the shared file system's AZ "
+            f"({shared_fs_availability_zone(cfg)}), and the Auto Scaling group keeps one there "
+            f"only with at least one node per AZ. Fix: set system_nodes.min_size (and "
+            f"desired_size) to {zones} or more.")
     return warnings

@@ -10,6 +10,8 @@ from constructs import Construct
 
 from infra import names, versions
 from infra.config import EndpointAccessConfig, SystemNodesConfig
+from infra.constructs import node_roles
+from infra.constructs.node_roles import restrict_node_role
 from infra.constructs.nag import (
     acknowledge,
     acknowledge_eks_node_role,
@@ -99,6 +101,7 @@ class KitCluster(Construct):
             labels={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
+        restrict_node_role(self.system_nodegroup.role)
         acknowledge_eks_node_role(self.system_nodegroup.role)
 
         # The VPC CNI enforces Kubernetes NetworkPolicy (the Ray head's ingress policy) only when
@@ -135,3 +138,20 @@ class KitCluster(Construct):
         # "Over time", records the choice.
         for addon in self.addons.values():
             addon.node.default_child.resolve_conflicts = "OVERWRITE"
+        # The VPC CNI on a role of its own through Pod Identity, not the node role
+        # (infra/constructs/node_roles.py). Pod Identity sets a pod's credentials when the pod is
+        # created, so the nodes come after the association and the agent: the first aws-node pod
+        # on a node already has them (kube-proxy too, as the creation order asks).
+        if node_roles.VPC_CNI_ADDON in self.addons:
+            self.vpc_cni_role = node_roles.vpc_cni_role(self, "VpcCniRole")
+            self.addons[node_roles.VPC_CNI_ADDON].node.default_child.pod_identity_associations = [
+                eks.CfnAddon.PodIdentityAssociationProperty(
+                    service_account=node_roles.VPC_CNI_SERVICE_ACCOUNT,
+                    role_arn=self.vpc_cni_role.role_arn)]
+            for name in (node_roles.VPC_CNI_ADDON, "kube-proxy", "eks-pod-identity-agent"):
+                if name in self.addons:
+                    self.system_nodegroup.node.add_dependency(self.addons[name])
+            # On an update of a deployed cluster, the node role loses the policy only after the
+            # association exists (docs/operations.md: then restart aws-node once).
+            self.system_nodegroup.role.node.add_dependency(
+                self.addons[node_roles.VPC_CNI_ADDON])

@@ -17,6 +17,7 @@ from infra import names
 from infra.catalog import InstanceType
 from infra.config import GpuNodeGroupConfig
 from infra.constructs.nag import acknowledge_eks_node_role
+from infra.constructs.node_roles import restrict_node_role
 
 _CAPACITY_TYPE = {
     "on-demand": eks.CapacityType.ON_DEMAND,
@@ -92,7 +93,8 @@ class EfaNodeGroup(Construct):
     def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
                  group_name: str, group: GpuNodeGroupConfig, instance: InstanceType,
                  cluster_security_group_id: str, auto_repair: bool,
-                 instance_tags: dict[str, str], subnet: ec2.ISubnet | None = None) -> None:
+                 instance_tags: dict[str, str], subnet: ec2.ISubnet | None = None,
+                 startup_taints: tuple[names.Taint, ...] = ()) -> None:
         super().__init__(scope, id)
         self.security_group = ec2.SecurityGroup(
             self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
@@ -196,8 +198,9 @@ class EfaNodeGroup(Construct):
             desired_size=group.desired_size,
             max_size=group.max_size,
             labels=group.node_labels(group_name),
-            taints=[eks.TaintSpec(key=t.key, value=t.value, effect=_TAINT_EFFECT[t.effect])
-                    for t in group.node_taints()],
+            taints=[eks.TaintSpec(key=t.key, value=t.value or None,
+                                  effect=_TAINT_EFFECT[t.effect])
+                    for t in [*group.node_taints(), *startup_taints]],
             enable_node_auto_repair=auto_repair,
             # Without force, an update waits for pod disruption budgets instead of evicting jobs.
             force_update=group.force_update,
@@ -215,4 +218,6 @@ class EfaNodeGroup(Construct):
         cfn_nodegroup = self.nodegroup.node.default_child
         cfn_nodegroup.add_property_override("UpdateConfig.UpdateStrategy", "MINIMAL")
         Tags.of(self.nodegroup).add(NODE_GROUP_TAG, group_name)
+        # No pod-network rights on the node: the VPC CNI has its own role (node_roles.py).
+        restrict_node_role(self.nodegroup.role)
         acknowledge_eks_node_role(self.nodegroup.role)

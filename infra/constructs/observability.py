@@ -7,8 +7,9 @@
 - ``CloudWatchObservability``: the amazon-cloudwatch-observability EKS managed add-on (CloudWatch
   agent with Container Insights, enhanced observability: GPU metrics through its DCGM exporter,
   EFA metrics, pod and node metrics; Fluent Bit for container logs) with its role through Pod
-  Identity, plus one Fluent Bit output that sends the launcher's EMF lines to their own log
-  group in the ``json/emf`` format, which is what makes CloudWatch extract metrics from them.
+  Identity, in a stack of its own; its Fluent Bit files (``fluent_bit``) create no log group and
+  send the launcher's EMF lines to their own group in the ``json/emf`` format, which is what
+  makes CloudWatch extract metrics from them.
 - ``RunDashboard``: GPU utilisation, memory and power per node; EFA bytes and drops per node;
   node failures and replacements; pod restarts; training progress.
 
@@ -26,9 +27,10 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
-from constructs import Construct, IConstruct
+from constructs import Construct
 
 from infra import names
+from infra.constructs import fluent_bit
 from infra.constructs.nag import acknowledge, managed_policy_finding
 
 # The add-on's agent and Fluent Bit run as this service account [chart amazon-cloudwatch-
@@ -44,43 +46,36 @@ AGENT_POLICY = "CloudWatchAgentServerPolicy"
 # kit passes the chart's own default explicitly, so a change of default cannot strand the GPU
 # nodes; tests/stacks/test_observability.py checks it tolerates every GPU group's taints.
 ADDON_TOLERATIONS = [{"operator": "Exists"}]
-# Fluent Bit file the kit adds (chart values containerLogs.fluentBit.config.extraFiles: each key
-# becomes a file and an @INCLUDE in fluent-bit.conf, templates/linux/fluent-bit-configmap.yaml).
-# Its filter runs after the chart's application-log.conf (files are included in key order), on
-# records already tagged application.*; lines starting with the EMF marker are re-tagged, removed
-# from the application group and sent alone (log_key log) with log_format json/emf [Fluent Bit
-# cloudwatch_logs output: log_key, log_format]. Rendered once (2026-11-30) through the real chart
-# 6.4.0 with helm and these values: the ConfigMap gets the file and its @INCLUDE after the chart's
-# three, and every DaemonSet (Fluent Bit, agent, DCGM exporter) the tolerations below. Not run in
-# CI: the chart is not among ../shared/charts.
-TRAINING_METRICS_FLUENT_BIT_FILE = "training-metrics.conf"
-_TRAINING_METRICS_FLUENT_BIT = """\
-[FILTER]
-    Name                rewrite_tag
-    Match               application.*
-    Rule                $log ^\\{"_aws": training-metrics.$TAG false
-    Emitter_Name        training_metrics_emitter
-
-[OUTPUT]
-    Name                cloudwatch_logs
-    Match               training-metrics.*
-    region              ${AWS_REGION}
-    log_group_name      /aws/containerinsights/${CLUSTER_NAME}/training-metrics
-    log_stream_prefix   ${HOST_NAME}-
-    log_key             log
-    log_format          json/emf
-    auto_create_group   false
-"""
+# Fluent Bit: the kit replaces the chart's three Linux files with its own (same inputs and log
+# groups, no output may create a group) and adds one for the launcher's EMF lines
+# (infra/constructs/fluent_bit.py says why). tests/stacks/test_observability_chart.py renders the
+# real chart 6.4.0 with these values.
+TRAINING_METRICS_FLUENT_BIT_FILE = fluent_bit.TRAINING_METRICS_FILE
 
 
-def addon_configuration() -> dict[str, Any]:
+def addon_configuration(*, application_signals: bool = False) -> dict[str, Any]:
     """The add-on's configuration values (the chart's values; the add-on takes the same keys
-    [CloudWatch user guide, "Configuring the add-on and the Helm chart"])."""
-    return {
+    [CloudWatch user guide, "Configuring the add-on and the Helm chart"]).
+
+    Application Signals (APM through auto-instrumentation of Java, Python, .NET and Node.js pods)
+    is on in the chart, and its AutoMonitor instruments every such service it finds [chart 6.4.0
+    values.yaml `applicationSignals.enabled: true`, `manager.applicationSignals.autoMonitor`;
+    RELEASE_NOTES 5.0.0 "Enable Application Signals AutoMonitor by default"]: the kit's pods are
+    Python, so it would restart-annotate the trainer and bill for traces nobody asked for. Off
+    unless the config asks (``observability.application_signals``); when off, AutoMonitor's
+    ``monitorAllServices`` is set false as well, which also holds on add-on builds older than the
+    ``applicationSignals`` switch."""
+    files = fluent_bit.extra_files()
+    values: dict[str, Any] = {
         "tolerations": ADDON_TOLERATIONS,
-        "containerLogs": {"fluentBit": {"config": {"extraFiles": {
-            TRAINING_METRICS_FLUENT_BIT_FILE: _TRAINING_METRICS_FLUENT_BIT}}}},
+        "containerLogs": {"fluentBit": {
+            "config": {"extraFiles": files["config"]},
+            "configWindows": {"extraFiles": files["configWindows"]}}},
+        "applicationSignals": {"enabled": application_signals},
     }
+    if not application_signals:
+        values["manager"] = {"applicationSignals": {"autoMonitor": {"monitorAllServices": False}}}
+    return values
 
 
 class ClusterLogGroups(Construct):
@@ -131,11 +126,14 @@ def _construct_id(kind: str) -> str:
 
 
 class CloudWatchObservability(Construct):
-    """The amazon-cloudwatch-observability managed add-on with its own role (Pod Identity)."""
+    """The amazon-cloudwatch-observability managed add-on with its own role (Pod Identity).
 
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster,
-                 addon_name: str, addon_version: str | None,
-                 log_groups: ClusterLogGroups, depends_on: list[IConstruct]) -> None:
+    It lives in a stack of its own (stacks/observability_stack.py), which depends on the cluster
+    stack: the log groups it writes to, the Pod Identity agent and the system nodes all exist
+    before it, and it is deleted before any of them."""
+
+    def __init__(self, scope: Construct, id: str, *, cluster_name: str, addon_name: str,
+                 addon_version: str | None, application_signals: bool) -> None:
         super().__init__(scope, id)
         self.role = iam.Role(
             self, "Role",
@@ -149,20 +147,17 @@ class CloudWatchObservability(Construct):
                     "for this add-on; it follows the agent's needs as the add-on changes.")
         self.addon = eks.CfnAddon(
             self, "Addon",
-            cluster_name=cluster.cluster_name,
+            # The cluster's fixed name (infra.names.eks_cluster_name): no cross-stack export.
+            cluster_name=cluster_name,
             addon_name=addon_name,
             addon_version=addon_version,
-            configuration_values=json.dumps(addon_configuration()),
+            configuration_values=json.dumps(addon_configuration(
+                application_signals=application_signals)),
             pod_identity_associations=[eks.CfnAddon.PodIdentityAssociationProperty(
                 role_arn=self.role.role_arn, service_account=ADDON_SERVICE_ACCOUNT)],
             # The add-on owns the fields it manages; a value changed by hand is put back.
             resolve_conflicts="OVERWRITE",
         )
-        # Its Fluent Bit writes into these groups: they exist first, with retention and the key.
-        for group in log_groups.groups.values():
-            self.addon.node.add_dependency(group)
-        for dependency in depends_on:
-            self.addon.node.add_dependency(dependency)
 
 
 def _search(namespace_dims: str, metric: str, filters: dict[str, str], stat: str) -> str:

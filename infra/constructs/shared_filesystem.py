@@ -30,7 +30,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
-from infra import names
+from infra import names, versions
 from infra.constructs.nag import skip_checkov
 
 # Lustre traffic: TCP 988 and TCP 1018-1023, between the file servers and between the file system
@@ -52,7 +52,7 @@ AUTO_IMPORT_EVENTS = ["NEW", "CHANGED", "DELETED"]
 # The EKS managed add-on and the service account its controller runs as
 # (kubernetes-sigs/aws-fsx-csi-driver, charts/aws-fsx-csi-driver/values.yaml at 5b227125:
 # controller.serviceAccount.name).
-FSX_CSI_ADDON_NAME = "aws-fsx-csi-driver"
+FSX_CSI_ADDON_NAME = versions.FSX_CSI_ADDON_NAME
 FSX_CSI_CONTROLLER_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 
 # FSx reads and writes linked S3 prefixes as this service-linked role, one per file system

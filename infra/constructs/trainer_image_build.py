@@ -28,6 +28,7 @@ from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE, IMAGE_BUILD_HOST_IMAGE
 # GB unpacked, base included; BuildKit holds the pulled base, the new layers and the cache export
 # on disk at once, and the NVSHMEM/DeepEP/NCCL compiles use every core. LARGE (8 vCPUs, 16 GiB)
 # would be short of memory for those compiles.
+# The template says IMAGE_BUILD_COMPUTE_TYPE (tests/ops/test_preflight_services.py checks).
 COMPUTE_TYPE = codebuild.ComputeType.X2_LARGE
 # A cold deepep build (NVSHMEM + DeepEP + NCCL) plus pulling the base and pushing ~20 GB of layers;
 # a warm cache finishes a launcher-only change in minutes.

@@ -421,7 +421,8 @@ def test_run_preflight_stops_at_credentials():
     assert "ExpiredToken" in checks[0].detail
     assert [c.name for c in checks] == ["credentials", "kubernetes version", "gpu driver",
                                         "cluster access",
-                                        "placement group", "instance facts"]
+                                        "placement group", "instance facts",
+                                        "FSx for Lustre in the region"]
 
 
 def test_unverified_instance_facts_are_a_warning(monkeypatch):

@@ -73,3 +73,14 @@ def test_ephemeral_deletes_the_storage_stacks(tmp_path, capsys):
     assert code == 0, capsys.readouterr().out
     assert cfn.deleted.index("tt-storage") < cfn.deleted.index("tt-network")
     assert live_names() == []
+
+
+def test_observability_stack_goes_before_the_cluster(tmp_path, capsys):
+    """The CloudWatch add-on's own stack depends on the cluster stack: deleted with the GPU
+    stacks, before the cluster (whose system nodes go before the log groups)."""
+    make_env("tt")
+    make_stack("tt-observability", "tt")
+    code, cfn = run(tmp_path, "name: tt\n")
+    assert code == 0, capsys.readouterr().out
+    assert cfn.deleted.index("tt-observability") < cfn.deleted.index("tt-cluster")
+    assert "tt-observability" not in live_names()

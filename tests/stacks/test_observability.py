@@ -43,19 +43,24 @@ def test_cluster_stack_carries_addon_log_groups_and_dashboard(synth, example):
     t = s.template("cluster")
     cluster_name = names.eks_cluster_name(cfg.name)
 
-    # The add-on: Pod Identity with a role that has the policy the CloudWatch docs name.
-    addon_id, a = addon(t)
+    # The add-on, in a stack of its own that waits for the cluster stack (a configuration EKS
+    # rejects fails that stack only; helm-charts#173): Pod Identity with a role that has the
+    # policy the CloudWatch docs name, and no export from the cluster stack.
+    o = s.template("observability")
+    assert not [v for v in resources(t, "AWS::EKS::Addon").values()
+                if v["Properties"]["AddonName"] == CLOUDWATCH_OBSERVABILITY_ADDON]
+    addon_id, a = addon(o)
     props = a["Properties"]
-    assert "AddonVersion" not in props  # EKS default: versions.py says why nothing is pinned
+    assert props["ClusterName"] == cluster_name
+    assert "AddonVersion" not in props  # EKS default: the stack of its own is why that is safe
+    assert cfg.stack_names["cluster"] in s.manifest["artifacts"][cfg.stack_names[
+        "observability"]]["dependencies"]
     [association] = props["PodIdentityAssociations"]
     assert association["ServiceAccount"] == "cloudwatch-agent"
-    role = t["Resources"][association["RoleArn"]["Fn::GetAtt"][0]]
+    role = o["Resources"][association["RoleArn"]["Fn::GetAtt"][0]]
     assert "pods.eks.amazonaws.com" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
     assert "sts:TagSession" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
     assert "CloudWatchAgentServerPolicy" in json.dumps(role["Properties"]["ManagedPolicyArns"])
-    pod_identity_agent = next(k for k, v in resources(t, "AWS::EKS::Addon").items()
-                              if v["Properties"]["AddonName"] == "eks-pod-identity-agent")
-    assert pod_identity_agent in a["DependsOn"]
 
     # Log groups: the fixed names, the config's retention, the kit's key.
     groups = log_groups(t)
@@ -72,10 +77,13 @@ def test_cluster_stack_carries_addon_log_groups_and_dashboard(synth, example):
                          ["KmsKeyId"]["Fn::GetAtt"][0]]
     assert key["Properties"]["EnableKeyRotation"] is True
     assert "logs." in json.dumps(key["Properties"]["KeyPolicy"])
-    # The add-on's Fluent Bit writes into the groups: they exist before it.
+    # Fluent Bit and the agent run on the nodes and write into the groups: the system nodes
+    # (the cluster's last) come after the groups, so teardown deletes them before the groups and
+    # nothing is left to recreate a group (the GPU stacks and the add-on's go first).
     group_ids = {k for k, v in resources(t, "AWS::Logs::LogGroup").items()
                  if json.dumps(v["Properties"].get("LogGroupName")).strip('"') in expected}
-    assert group_ids <= set(a["DependsOn"])
+    [system_nodes] = resources(t, "AWS::EKS::Nodegroup").values()
+    assert group_ids <= set(system_nodes["DependsOn"])
 
     # EKS writes its control-plane logs to the group named after the cluster: fixed name, and
     # the cluster is created after the group.
@@ -131,13 +139,14 @@ def test_dashboard_answers_is_my_run_healthy(synth):
 
 
 def test_fluent_bit_output_sends_emf_lines_to_the_training_metrics_group():
-    """The kit's one Fluent Bit file: EMF lines re-tagged out of the application stream and sent
+    """The kit's own Fluent Bit file: EMF lines re-tagged out of the application stream and sent
     alone with the json/emf format (what makes CloudWatch extract metrics), to the group the
     stack creates."""
     config = obs_construct.addon_configuration()
     extra = config["containerLogs"]["fluentBit"]["config"]["extraFiles"]
-    [(file_name, text)] = extra.items()
-    assert file_name > "application-log.conf"  # included after the chart's application input
+    file_name = obs_construct.TRAINING_METRICS_FLUENT_BIT_FILE
+    text = extra[file_name]
+    assert sorted(extra)[-1] == file_name  # included after the application input
     assert "Match               application.*" in text
     assert 'Rule                $log ^\\{"_aws": training-metrics.$TAG false' in text
     assert "log_format          json/emf" in text and "log_key             log" in text
@@ -160,8 +169,8 @@ def test_addon_daemonsets_tolerate_every_gpu_group(synth, example):
     nodes = scheduling.node_groups(s.config, s.templates)
     gpu = [n for n in nodes if n.name in s.config.gpu_node_groups]
     assert gpu and all(n.taints for n in gpu)  # the check has taints to check
-    assert observability.addon_findings(s.template("cluster"), nodes) == []
-    tolerations = observability.addon_configuration(s.template("cluster"))["tolerations"]
+    assert observability.addon_findings(s.template("observability"), nodes) == []
+    tolerations = observability.addon_configuration(s.template("observability"))["tolerations"]
     for taint in {t["key"] for n in gpu for t in n.taints}:
         assert any(scheduling._tolerates(tol, {"key": taint, "value": "x", "effect": "NoSchedule"})
                    for tol in tolerations)
@@ -169,7 +178,7 @@ def test_addon_daemonsets_tolerate_every_gpu_group(synth, example):
 
 def test_narrowed_tolerations_are_reported_per_gpu_group(synth):
     s = synth("p5-2node")
-    template = json.loads(json.dumps(s.template("cluster")))
+    template = json.loads(json.dumps(s.template("observability")))
     _, a = addon(template)
     values = json.loads(a["Properties"]["ConfigurationValues"])
     values["tolerations"] = [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
@@ -190,6 +199,7 @@ def test_observability_off_removes_addon_groups_and_dashboard(synth_config):
     s = synth_config(cfg)
     stacks = s.stacks
     t = s.templates[cfg.stack_names["cluster"]]
+    assert cfg.stack_names["observability"] not in s.templates  # no add-on stack at all
     assert not [v for v in resources(t, "AWS::EKS::Addon").values()
                 if v["Properties"]["AddonName"] == CLOUDWATCH_OBSERVABILITY_ADDON]
     assert not resources(t, "AWS::CloudWatch::Dashboard")
@@ -371,3 +381,15 @@ def test_rlkit_logs_missing_group_and_bad_since(tmp_path, monkeypatch, capsys):
     assert "does not exist: the cluster stack is not deployed" in capsys.readouterr().err
     assert run_logs(tmp_path, monkeypatch, "--since", "yesterday") == 2
     assert "--since 'yesterday': not a duration" in capsys.readouterr().err
+
+
+def test_pinned_addon_build_must_look_like_one():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"observability": {"addon_version": "6.4.0"}})
+    assert str(err.value.problems[0]) == (
+        "observability.addon_version = '6.4.0': not an EKS add-on build "
+        "(vMAJOR.MINOR.PATCH-eksbuild.N). Fix: copy one from `aws eks describe-addon-versions "
+        "--addon-name amazon-cloudwatch-observability`, or leave it empty for EKS's default.")
+    cfg = parse_config({"observability": {"addon_version": "v6.4.0-eksbuild.1"}})
+    assert cfg.observability.addon_version == "v6.4.0-eksbuild.1"
+    assert cfg.observability.application_signals is False

@@ -208,8 +208,10 @@ def test_imdsv2_encrypted_root_and_raid0_user_data(synth):
 def test_gpu_taint_and_labels(synth):
     s = synth("p5-2node")
     ng = only(s.template("gpu", "p5"), "AWS::EKS::Nodegroup")["Properties"]
+    # The FSx CSI startup taint last (tests/ops/test_fsx_startup_taint.py).
     assert ng["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": names.GPU_TAINT.key,
-                             "Value": names.GPU_TAINT.value}]
+                             "Value": names.GPU_TAINT.value},
+                            {"Effect": "NO_EXECUTE", "Key": names.FSX_AGENT_NOT_READY_TAINT.key}]
     assert ng["Labels"] == {
         "team.example.com/owner": "rl-research",
         names.NODE_ROLE_LABEL: names.NODE_ROLE_GPU,

@@ -52,4 +52,5 @@ def test_python_app_py_without_credentials_or_network(tmp_path):
     produced = sorted(p.name for p in (tmp_path / "out").glob("*.template.json"))
     assert produced == ["moe-rl-cluster.template.json", "moe-rl-data.template.json",
                         "moe-rl-gpu-p5.template.json", "moe-rl-network.template.json",
+                        "moe-rl-observability.template.json",
                         "moe-rl-storage-access.template.json", "moe-rl-storage.template.json"]

@@ -187,3 +187,21 @@ def common_root(names: tuple[str, ...], kind_dir: str) -> Path:
         if all((base / entries()[name]["path"]).exists() for name in names):
             return base / kind_dir
     return SHARED / kind_dir
+
+
+def unlocked_chart(chart_dir: Path, archive: str) -> Path:
+    """A chart archive from ../shared/charts that the lock lists under ``not_locked`` (read from
+    ../shared only: its published package was not compared with it), beside the locked ones in
+    ``chart_dir``. Missing: fail in CI, skip elsewhere."""
+    import pytest
+
+    path = chart_dir / archive
+    if not path.is_file():
+        path = SHARED / "charts" / archive
+    if path.is_file():
+        return path
+    message = (f"chart archive {archive} is missing from {chart_dir} and {SHARED / 'charts'}: it "
+               "is not in the lock (see not_locked), so only ../shared provides it")
+    if in_ci():
+        pytest.fail(message)
+    pytest.skip(message)

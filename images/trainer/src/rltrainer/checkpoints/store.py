@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from ..contract import parse_s3_uri
 from .layout import CHECKSUM_ALGORITHM, MANIFEST_NAME, MARKER_KEY, QUARANTINE_MARKER, STAGING_DIR, iter_dirname
@@ -155,13 +156,20 @@ class S3CheckpointStore:
 
     # -- upload
 
-    def upload(self, local_dir: str | Path, iteration: int) -> UploadResult:
+    def upload(self, local_dir: str | Path, iteration: int, *, uploaders: int = 1,
+               run_parts: Callable[[list[Callable[[], Any]]], list[Any]] | None = None) -> UploadResult:
         """Upload one finished save, then mark it complete by writing its manifest last.
 
         Never writes to an iteration that S3 already has complete (or quarantined): that is a
         second, stale writer, and it skips.
+
+        ``uploaders`` > 1 splits the files into that many parts of about equal bytes
+        (``parallel.partition``) and hands one task per part to ``run_parts`` (default: threads
+        in this process; a caller may run them elsewhere, e.g. on other nodes that see the same
+        file system). Every part finishes before the manifest is written; a part that fails
+        fails the upload and publishes nothing.
         """
-        from botocore.exceptions import ClientError
+        from .parallel import partition, run_in_threads
 
         root = Path(local_dir)
         rels = check_local_save(root, iteration, require_data_cursor=self.require_data_cursor)
@@ -171,13 +179,34 @@ class S3CheckpointStore:
         sizes = {rel: (root / rel).stat().st_size for rel in rels}
         progress = Progress(f"upload {iter_dirname(iteration)} to {self.uri}", sum(sizes.values()),
                             self.progress_stream, self.progress_interval_s)
+        parts = partition(sizes, uploaders)
+        tasks = [functools.partial(self.upload_files, root, iteration, part, progress) for part in parts]
+        results = (run_parts or run_in_threads)(tasks) if len(tasks) > 1 else [t() for t in tasks]
+        skipped = [r for r in results if isinstance(r, UploadResult)]
+        if skipped:
+            return skipped[0]
+        by_path = {e.path: e for part in results for e in part}
+        progress.finish()
+        return self.publish(iteration, [by_path[rel] for rel in rels])
+
+    def upload_files(self, root: Path, iteration: int, rels: list[str],
+                     progress: Progress | None = None) -> list[FileEntry] | UploadResult:
+        """Upload ``rels`` of one save (one part of it): their manifest entries, or the
+        ``UploadResult`` of a skip when another writer completed or quarantined the iteration."""
+        progress = progress or Progress(f"upload part of {iter_dirname(iteration)}", 0, None, 1e9)
         entries = []
         for rel in rels:
             skip = self._skip_reason(iteration)  # another writer may have finished it meanwhile
             if skip:
                 return skip
-            entries.append(self._upload_file(root / rel, rel, sizes[rel], progress))
-        progress.finish()
+            entries.append(self._upload_file(root / rel, rel, (root / rel).stat().st_size, progress))
+        return entries
+
+    def publish(self, iteration: int, entries: list[FileEntry]) -> UploadResult:
+        """Write the manifest of ``entries`` (every file already uploaded): last, and only if
+        every object is still what was uploaded and no other writer completed the iteration."""
+        from botocore.exceptions import ClientError
+
         # The manifest names the objects as they are now: if a concurrent writer replaced one
         # while we uploaded the rest, do not publish a mix. On a versioned bucket the manifest
         # also pins each object's version, so a writer that comes after it changes nothing.

@@ -1,0 +1,177 @@
+"""The CloudWatch observability add-on's configuration, rendered through the real chart
+(amazon-cloudwatch-observability 6.4.0, tag f4ad2e3, ../shared/charts) with the real Helm and the
+values read back from the synthesized observability stack, as EKS would install them.
+
+- No Fluent Bit output creates a log group. The chart's own outputs set
+  ``auto_create_group true``: a Fluent Bit still flushing during teardown recreates the deleted
+  groups, untagged and with no retention, and the next deploy of the same name fails on them
+  (issue 21, "No log groups come back").
+- The kit's files keep the chart's inputs and log groups (nothing lost by replacing them).
+- Application Signals stays off unless asked: the chart turns it on and its AutoMonitor would
+  instrument every Python service, the trainer included.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from infra import names
+from infra.config import load_config
+from infra.constructs import observability as obs_construct
+from ops import helm, observability
+from tests.support import artifacts
+from tests.support.cdk import REPO_ROOT
+
+CHART = "amazon-cloudwatch-observability"
+CHART_VERSION = "6.4.0"  # the tree the kit's values were read against
+
+
+@pytest.fixture(scope="module")
+def render(chart_dir, tmp_path_factory):
+    """render(values) -> the chart's objects as EKS would install the add-on with ``values``
+    (EKS sets the cluster name and region itself)."""
+    archive = artifacts.unlocked_chart(chart_dir, f"{CHART}-{CHART_VERSION}.tgz")
+    binary = helm.helm_binary("1.35", tmp_path_factory.mktemp("helm"))
+
+    def run(values: dict) -> list[dict]:
+        release = helm.ChartRelease(
+            chart=CHART, repository="https://aws-observability.github.io/helm-charts",
+            version=CHART_VERSION, release=CHART, namespace=obs_construct.ADDON_NAMESPACE,
+            values={**values, "clusterName": "moe-rl", "region": "us-east-1"})
+        return helm.render_release(release, archive=archive, helm=binary,
+                                   kubernetes_version="1.35")
+
+    return run
+
+
+def kit_values(synth, example: str = "default") -> dict:
+    s = synth(example)
+    return observability.addon_configuration(s.template("observability"))
+
+
+def fluent_bit_files(objects: list[dict]) -> dict[str, dict[str, str]]:
+    """ConfigMap name -> {file: text} of every rendered Fluent Bit configuration."""
+    return {o["metadata"]["name"]: o["data"] for o in objects
+            if o["kind"] == "ConfigMap" and o["metadata"].get("labels", {}).get("k8s-app")
+            == "fluent-bit"}
+
+
+def sections(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """A Fluent Bit file's [SECTION]s in order, each with its (key, value) lines."""
+    found: list[tuple[str, list[tuple[str, str]]]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "@")):
+            continue
+        if m := re.fullmatch(r"\[\s*(\w+)\s*\]", line):
+            found.append((m.group(1).upper(), []))
+        elif found:
+            key, _, value = line.partition(" ")
+            found[-1][1].append((key.lower(), value.strip()))
+    return found
+
+
+def group_creating_outputs(objects: list[dict]) -> list[str]:
+    """Every cloudwatch_logs output that may create its log group: auto_create_group is not
+    explicitly false (Fluent Bit's default is false; the kit spells it out)."""
+    bad = []
+    for config_map, files in fluent_bit_files(objects).items():
+        for file, text in files.items():
+            for kind, settings in sections(text):
+                opts = dict(settings)
+                if kind == "OUTPUT" and opts.get("name") == "cloudwatch_logs" and \
+                        opts.get("auto_create_group", "").lower() not in ("false", "off"):
+                    bad.append(f"{config_map}/{file} -> {opts.get('log_group_name')}: "
+                               f"auto_create_group {opts.get('auto_create_group')}")
+    return bad
+
+
+def test_no_fluent_bit_output_creates_a_log_group(render, synth):
+    objects = render(kit_values(synth))
+    files = fluent_bit_files(objects)
+    assert set(files) == {"fluent-bit-config", "fluent-bit-windows-config"}
+    assert group_creating_outputs(objects) == []
+    # The kit's files are all there, included after the service section.
+    linux = files["fluent-bit-config"]
+    for name in ("application-log.conf", "dataplane-log.conf", "host-log.conf",
+                 obs_construct.TRAINING_METRICS_FLUENT_BIT_FILE):
+        assert f"@INCLUDE {name}" in linux["fluent-bit.conf"], name
+
+
+def test_the_chart_alone_would_recreate_every_group(render):
+    """The upstream failure: the chart's own outputs all create their groups."""
+    bad = group_creating_outputs(render({}))
+    for kind in ("application", "dataplane", "host"):
+        assert any(f"fluent-bit-config/{kind}-log.conf -> /aws/containerinsights/${{CLUSTER_NAME}}"
+                   f"/{kind}: auto_create_group true" == b for b in bad), bad
+    assert any(b.startswith("fluent-bit-windows-config/") for b in bad)
+
+
+def _pipeline(objects: list[dict]) -> tuple[set, set]:
+    """(inputs as (plugin, tag, path or filters), output log groups) of the Linux Fluent Bit."""
+    inputs, groups = set(), set()
+    for file, text in fluent_bit_files(objects)["fluent-bit-config"].items():
+        for kind, settings in sections(text):
+            opts = dict(settings)
+            if kind == "INPUT":
+                filters = tuple(v for k, v in settings if k == "systemd_filter")
+                inputs.add((opts["name"], opts["tag"], opts.get("path"), filters,
+                            opts.get("exclude_path")))
+            elif kind == "OUTPUT":
+                groups.add(opts["log_group_name"])
+    return inputs, groups
+
+
+def test_the_kit_keeps_the_charts_inputs_and_groups(render, synth):
+    kit_inputs, kit_groups = _pipeline(render(kit_values(synth)))
+    chart_inputs, chart_groups = _pipeline(render({}))
+    assert kit_inputs == chart_inputs
+    training = names.container_insights_log_group("${CLUSTER_NAME}",
+                                                  names.TRAINING_METRICS_LOG_KIND)
+    assert kit_groups == chart_groups | {training}
+
+
+def test_a_changed_output_is_caught(render, synth):
+    """Deliberately broken input: one kit output back to auto_create_group true."""
+    values = json.loads(json.dumps(kit_values(synth)))
+    files = values["containerLogs"]["fluentBit"]["config"]["extraFiles"]
+    files["host-log.conf"] = files["host-log.conf"].replace("auto_create_group   false",
+                                                            "auto_create_group   true")
+    assert group_creating_outputs(render(values)) == [
+        "fluent-bit-config/host-log.conf -> /aws/containerinsights/${CLUSTER_NAME}/host: "
+        "auto_create_group true"]
+
+
+# --- Application Signals ------------------------------------------------------------------------
+
+
+def application_signals(objects: list[dict]) -> dict[str, object]:
+    """What the rendered add-on does about Application Signals on Linux nodes: the operator's
+    AutoMonitor switch, and which Linux agents collect application_signals."""
+    [operator] = [o for o in objects if o["kind"] == "Deployment"
+                  and "--auto-monitor-config" in json.dumps(o)]
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    [monitor] = [a.split("=", 1)[1] for a in args if a.startswith("--auto-monitor-config=")]
+    agents = [o for o in objects if o["kind"] == "AmazonCloudWatchAgent"
+              and (o["spec"].get("nodeSelector") or {}).get("kubernetes.io/os") != "windows"]
+    assert agents
+    return {"monitorAllServices": json.loads(monitor)["monitorAllServices"],
+            "agents": sorted(a["metadata"]["name"] for a in agents
+                             if "application_signals" in a["spec"].get("config", ""))}
+
+
+def test_application_signals_stay_off_unless_asked(render, synth, synth_config):
+    assert application_signals(render(kit_values(synth))) == {"monitorAllServices": False,
+                                                              "agents": []}
+    # The chart's default, which the kit must not inherit.
+    on_by_default = application_signals(render({}))
+    assert on_by_default["monitorAllServices"] is True and on_by_default["agents"]
+    # Asked for: the chart's own behaviour.
+    cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
+    cfg = cfg.model_copy(update={"observability": cfg.observability.model_copy(
+        update={"application_signals": True})})
+    asked = observability.addon_configuration(synth_config(cfg).template("observability"))
+    assert application_signals(render(asked)) == on_by_default
