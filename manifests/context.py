@@ -48,8 +48,9 @@ HUGEPAGES_2MI = f"{names.HUGEPAGES_2MI_MIB}Mi"  # the GPU launch template reserv
 # cpu or memory request next to hugepages, and honest requests keep other pods off the node.
 NODE_SHARE_NUM, NODE_SHARE_DEN = 9, 10
 SHM_SHARE_DEN = 4  # /dev/shm (memory-backed emptyDir) may grow to 1/4 of node memory
-HEAD_CPU = "2"  # the Ray head (GCS, dashboard, job driver) on a system node, no GPUs
-HEAD_MEMORY = "8Gi"
+# The Ray head is the first of the run's GPU nodes, shaped like a worker (docs/manifests.md, "Where
+# the driver runs"): Ray runs a job's entrypoint on the head, and Miles' driver imports the Megatron
+# actor module (miles/ray/train/actor_factory.py), which needs a GPU node's NVIDIA stack.
 # KubeRay's job submitter only runs `ray job submit` and follows the logs; these are the requests
 # and limits KubeRay v1.7.0 gives its default submitter (common/job.go, GetDefaultSubmitterContainer).
 SUBMITTER_CPU = "500m"
@@ -87,6 +88,8 @@ class GpuPod(_Frozen):
 
 
 class HeadPod(_Frozen):
+    """A small pod on a system node: KubeRay's job submitter (the Ray head is a ``GpuPod``)."""
+
     image: str
     node_selector: dict[str, str]
     cpu: str
@@ -143,9 +146,11 @@ class RenderContext(_Frozen):
     # The Ray job's runtime env: every Ray worker process (Miles' training and rollout actors on
     # every node) and the driver get these variables, not only the launcher's subprocess.
     runtime_env_yaml: str
-    head: HeadPod
+    # The Ray head: the first GPU node of the run, where Ray runs the entrypoint (the launcher, the
+    # Miles driver and the checkpoint uploader) besides its share of Miles' actors.
+    head: GpuPod
     worker: GpuPod
-    worker_replicas: int
+    worker_replicas: int  # the other nodes of the run (training.nodes - 1)
     fabric: list[FabricJob]
     fabric_deadline_seconds: int
 
@@ -390,18 +395,21 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         env=env,
         capabilities=["IPC_LOCK"],
     )
-    # The launcher runs on the head (the job's driver inherits its environment); on a
-    # configuration error it stops KubeRay's retries of this RayJob (rltrainer.no_retry).
-    head = HeadPod(image=image, node_selector={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
-                   cpu=HEAD_CPU, memory=HEAD_MEMORY,
-                   env=[{"name": k, "value": v} for k, v in TRAINER_RUNTIME_ENV.items()]
-                   + [{"name": RAYJOB_ENV, "value": t.run_name}]
-                   + reservation_env(cfg, reservation_end))
+    # The head is a GPU node like the workers (the run's first node), and the entrypoint runs
+    # there: Ray starts a job's entrypoint on the head unless the job asks for entrypoint
+    # resources, and the kit asks for none. The launcher gets the trainer variables, the RayJob's
+    # name (on a configuration error it stops KubeRay's retries, rltrainer.no_retry) and the
+    # reservation's end; later names win, so a user's extra_env cannot hide them.
+    head_env = {e["name"]: e["value"] for e in env}
+    head_env.update(TRAINER_RUNTIME_ENV)
+    head_env[RAYJOB_ENV] = t.run_name
+    head_env.update({e["name"]: e["value"] for e in reservation_env(cfg, reservation_end)})
+    head = worker.model_copy(update={"env": [{"name": k, "value": v} for k, v in head_env.items()]})
     if has_shared_fs(cfg) and _is_bucket_key(t.prompt_data):
         # The bucket's datasets/ prefix is linked into the shared file system: read it there.
         prompt_data = f"{names.SHARED_FS_MOUNT_PATH}/{t.prompt_data}"
     rc = run_config(cfg, itype, outputs.bucket_name, prompt_data)
-    submitter = HeadPod(image=image, node_selector=head.node_selector,
+    submitter = HeadPod(image=image, node_selector={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
                         cpu=SUBMITTER_CPU, memory=SUBMITTER_MEMORY)
     annotations = {OUTPUTS_ANNOTATION: outputs.source}
     if outputs.is_placeholder:
@@ -436,7 +444,7 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         runtime_env_yaml=runtime_env_yaml(env),
         head=head,
         worker=worker,
-        worker_replicas=t.nodes,
+        worker_replicas=t.nodes - 1,
         fabric=jobs,
         fabric_deadline_seconds=FABRIC_DEADLINE_SECONDS,
     )

@@ -68,15 +68,15 @@ class EndpointAccessConfig(_Model):
 class SystemNodesConfig(_Model):
     instance_type: str = Field(
         DEFAULT_SYSTEM_INSTANCE_TYPE,
-        description="Instance type of the small non-GPU node group (Ray head, operators, CoreDNS).",
+        description="Instance type of the small non-GPU node group (job submitter, operators, CoreDNS).",
     )
     min_size: int = 2
     desired_size: int = 2
     max_size: int = 4
     root_volume_gib: int = Field(
         DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
-        description="Root volume of each system node in GiB. The Ray head and KubeRay's job "
-        f"submitter pull the trainer image here, which needs about {TRAINER_IMAGE_DISK_GIB} GiB.",
+        description="Root volume of each system node in GiB. KubeRay's job "
+        f"submitter pulls the trainer image here, which needs about {TRAINER_IMAGE_DISK_GIB} GiB.",
     )
 
 
