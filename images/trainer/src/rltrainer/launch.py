@@ -29,7 +29,8 @@ Steps, in order:
 ``--dry-run`` does none of 2-5: it prints the command and environment that would run.
 ``--check-args`` (with or without ``--dry-run``) also parses the Miles arguments with
 Miles' own parser (Megatron + Miles + SGLang definitions) and exits 2 on any mismatch;
-the image build runs it.
+``--check-imports`` imports the driver's whole import chain (``rltrainer.driver_imports``) and
+exits 2 naming any module that fails. The image build runs both.
 """
 
 from __future__ import annotations
@@ -315,6 +316,9 @@ def build_parser(prog: str = "rltrainer launch") -> argparse.ArgumentParser:
     p.add_argument("--check-args", action="store_true",
                    help="parse the Miles arguments with Miles' own parser (Megatron, Miles and SGLang definitions; "
                         "needs megatron and miles importable, as in the image) and exit 2 on any mismatch")
+    p.add_argument("--check-imports", action="store_true",
+                   help="import every module the driver process imports (launcher, uploader, Miles train.py, "
+                        "the Megatron actor, DeepEP on DeepEP images) and exit 2 naming any that fails")
     return p
 
 
@@ -382,6 +386,18 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
             print(f"rltrainer launch: {mismatch}", file=err)
             return EXIT_CONFIG
         print("rltrainer launch: Miles' own parser accepts every argument", file=err, flush=True)
+    if args.check_imports:
+        from .driver_imports import cuda_stub_env, driver_modules, import_chain, import_problems
+
+        env, note = cuda_stub_env(dict(os.environ))
+        if note:
+            print(f"rltrainer launch: {note}", file=err)
+        broken = import_problems(import_chain(driver_modules(cfg.expert_parallel.backend), args.miles_dir,
+                                              python=args.python, env=env))
+        if broken is not None:
+            print(f"rltrainer launch: {broken}", file=err)
+            return EXIT_CONFIG
+        print("rltrainer launch: the driver's whole import chain imports", file=err, flush=True)
 
     if args.dry_run:
         cmd = build_train_command(
