@@ -56,6 +56,8 @@ SHM_SHARE_DEN = 4  # /dev/shm (memory-backed emptyDir) may grow to 1/4 of node m
 SUBMITTER_CPU = "500m"
 SUBMITTER_MEMORY = "1Gi"
 
+PROFILER_CAPABILITY = "PERFMON"  # CAP_PERFMON: GPU profiling where the driver restricts it to admins
+SHARED_FS_TYPE = "lustre"  # FSx for Lustre, as /proc/mounts names it
 RENDEZVOUS_PORT = 29500
 EP_TOKENS_PER_RANK = 4096
 ALLREDUCE_MIN_BYTES = "1M"
@@ -120,6 +122,8 @@ class FabricJob(_Frozen):
     completions: int
     command: list[str]
     description: str
+    capabilities: list[str] = []  # added to the GPU pod's (IPC_LOCK), e.g. PERFMON for DeepEP's profiler
+    shared_fs: bool = False  # mount the shared file system (the node check writes to it)
 
 
 class RenderContext(_Frozen):
@@ -251,15 +255,24 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
     t = cfg.training
     prefix = f"fabric-{t.node_group}"
     nodes, gpus = t.nodes, itype.gpu_count
+    # DeepEP's kernels are timed with torch's CUDA profiler (as DeepEP's bench_kineto does); where
+    # the driver restricts profiling to administrators, R580 drivers allow it with CAP_PERFMON, a
+    # narrower grant than the SYS_ADMIN awsome-distributed-ai's manifests use (rltrainer.nodecheck,
+    # "profiling"). The node check carries the same capability, so it checks what the benchmark gets.
+    profiler_caps = [PROFILER_CAPABILITY] if t.expert_parallel.backend.startswith("deepep") else []
+    shared = has_shared_fs(cfg)
     jobs = [FabricJob(
         key="nodecheck", name=f"{prefix}-nodecheck", service=None, port=None, component="fabric-nodecheck",
         completions=nodes,
         command=["rltrainer", "nodecheck", "--expect-gpus", str(gpus),
                  "--expect-efa", str(itype.efa_devices),
                  "--ep-backend", t.expert_parallel.backend]
-        + (["--gin-type", gin_type] if gin_type is not None else []),
+        + (["--gin-type", gin_type] if gin_type is not None else [])
+        + (["--shared-fs", names.SHARED_FS_MOUNT_PATH, "--shared-fs-type", SHARED_FS_TYPE] if shared else []),
         description=f"checks each of {nodes} {itype.name} nodes exposes {gpus} GPUs and "
-                    f"{itype.efa_devices} EFA devices"),
+                    f"{itype.efa_devices} EFA devices" + (f" and writes to {names.SHARED_FS_MOUNT_PATH}"
+                                                          if shared else ""),
+        capabilities=profiler_caps, shared_fs=shared),
     ]
     name = f"{prefix}-allreduce"
     jobs.append(FabricJob(
@@ -294,7 +307,8 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
             "--experts", str(shape.num_experts)]
         + (["--acceptance"] if EP_ACCEPTANCE_EXPERTS % (nodes * gpus) == 0 else []),
         description=f"expert-parallel dispatch/combine ({t.expert_parallel.backend}) with "
-                    f"{t.model} shapes over {nodes} x {gpus} GPUs"))
+                    f"{t.model} shapes over {nodes} x {gpus} GPUs",
+        capabilities=profiler_caps))
     return jobs, []
 
 

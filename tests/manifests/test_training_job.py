@@ -242,3 +242,33 @@ def test_a_driver_on_a_system_node_or_on_entrypoint_resources_is_caught():
     job["spec"]["entrypointNumGpus"] = 1
     with pytest.raises(AssertionError, match="entrypointNumGpus"):
         entrypoint_pod(job)
+
+
+# --- the node check's pod: the shared file system and DeepEP's profiler --------------------------
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_the_node_check_writes_to_the_shared_file_system_and_parses(example):
+    """A broken /fsx mount fails the gate's node check, not the run's first save: the node check pod
+    mounts the same claim as the RL job and is asked to write there; its rendered command parses
+    with the trainer's own nodecheck parser."""
+    from rltrainer.nodecheck import build_parser
+
+    cfg = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
+    files = render(build_context(cfg, placeholder_outputs(cfg)))
+    job = next(f.obj for f in files if f.path == "fabric/nodecheck/00-job.yaml")
+    spec = job["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = build_parser().parse_args(container["command"][2:])
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
+              if "persistentVolumeClaim" in v}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    rayjob_head = rayjob(example)["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    if any("persistentVolumeClaim" in v for v in rayjob_head["volumes"]):
+        assert (args.shared_fs, args.shared_fs_type) == ("/fsx", "lustre")
+        assert claims[mounts["/fsx"]] == "shared-fs"
+    else:  # a single node without a shared file system
+        assert args.shared_fs is None and not claims
+    backend = cfg.training.expert_parallel.backend
+    assert args.ep_backend == backend
+    assert ("PERFMON" in container["securityContext"]["capabilities"]["add"]) == backend.startswith("deepep")
