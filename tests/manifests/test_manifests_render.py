@@ -481,7 +481,7 @@ def test_run_config_follows_the_trainer_schema(name):
         "local_dir": f"/fsx/checkpoints/{t.run_name}", "save_interval": 20,
         "keep_local": t.checkpoint.keep_local}
     assert run["data"] == {"prompt_data": f"/fsx/{t.prompt_data}",
-                           "input_key": "prompt", "label_key": "label"}
+                           "input_key": "prompt", "label_key": "label", "rm_type": t.reward_model}
     assert run["grpo"] == t.grpo.model_dump()
     itype = INSTANCE_TYPES[cfg.gpu_node_groups[t.node_group].instance_type]
     assert run["parallel"] == {
