@@ -258,7 +258,7 @@ def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_sourc
 
 
 def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None,
-                 wait: Callable[[subprocess.Popen], int] | None = None) -> int:
+                 wait: Callable[[subprocess.Popen], int] | None = None, metrics_ledger: str | None = None) -> int:
     """Run the command in its own process group, forwarding SIGTERM/SIGINT to it.
 
     ``wait`` replaces ``proc.wait()`` (the reservation guard's supervising loop).
@@ -273,7 +273,7 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
     pipe = subprocess.PIPE if metrics_run else None
     proc = subprocess.Popen(cmd.argv, env=env, cwd=cmd.cwd if Path(cmd.cwd).is_dir() else None, start_new_session=True,
                             stdout=pipe, stderr=pipe)
-    relays = [] if not metrics_run else metrics.start_relays(proc, run=metrics_run)
+    relays = [] if not metrics_run else metrics.start_relays(proc, run=metrics_run, ledger_path=metrics_ledger)
 
     def forward(signum, _frame):
         try:
@@ -482,7 +482,8 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
                 proc, guard, clock=clock, saves=lambda: local_iterations(local),
                 uploaded=lambda: list(watcher.uploaded), request_save=lambda: reservation.write_trigger(local),
                 stop=lambda: _stop_group(proc), sleep=lambda s: sleep(s), poll_s=args.upload_interval)
-    code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait)
+    code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait,
+                        metrics_ledger=str(Path(cfg.checkpoint.local_dir) / metrics.LEDGER_FILE))
     code = _finish_uploads(watcher, cfg, code, args, err, sleep)
     if guard is not None and guard.state == reservation.STOP:
         reservation.clear_trigger(local)
