@@ -122,7 +122,7 @@ CLOUDWATCH_OBSERVABILITY_ADDON_VERSION: str | None = None
 
 # System (non-GPU) node group default instance type: general purpose, x86_64, AL2023.
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.xlarge"
-# The Ray head and KubeRay's submitter run the trainer image on system nodes, so their root volume
+# KubeRay's job submitter runs the trainer image on system nodes, so their root volume
 # must hold it (see TRAINER_IMAGE_DISK_GIB); EKS's own default (20 GiB) does not.
 DEFAULT_SYSTEM_ROOT_VOLUME_GIB = 200
 

@@ -49,13 +49,16 @@ HUGEPAGES_2MI = f"{names.HUGEPAGES_2MI_MIB}Mi"  # the GPU launch template reserv
 # cpu or memory request next to hugepages, and honest requests keep other pods off the node.
 NODE_SHARE_NUM, NODE_SHARE_DEN = 9, 10
 SHM_SHARE_DEN = 4  # /dev/shm (memory-backed emptyDir) may grow to 1/4 of node memory
-HEAD_CPU = "2"  # the Ray head (GCS, dashboard, job driver) on a system node, no GPUs
-HEAD_MEMORY = "8Gi"
+# The Ray head is the first of the run's GPU nodes, shaped like a worker (docs/manifests.md, "Where
+# the driver runs"): Ray runs a job's entrypoint on the head, and Miles' driver imports the Megatron
+# actor module (miles/ray/train/actor_factory.py), which needs a GPU node's NVIDIA stack.
 # KubeRay's job submitter only runs `ray job submit` and follows the logs; these are the requests
 # and limits KubeRay v1.7.0 gives its default submitter (common/job.go, GetDefaultSubmitterContainer).
 SUBMITTER_CPU = "500m"
 SUBMITTER_MEMORY = "1Gi"
 
+PROFILER_CAPABILITY = "PERFMON"  # CAP_PERFMON: GPU profiling where the driver restricts it to admins
+SHARED_FS_TYPE = "lustre"  # FSx for Lustre, as /proc/mounts names it
 RENDEZVOUS_PORT = 29500
 EP_TOKENS_PER_RANK = 4096
 ALLREDUCE_MIN_BYTES = "1M"
@@ -88,6 +91,8 @@ class GpuPod(_Frozen):
 
 
 class HeadPod(_Frozen):
+    """A small pod on a system node: KubeRay's job submitter (the Ray head is a ``GpuPod``)."""
+
     image: str
     node_selector: dict[str, str]
     cpu: str
@@ -119,6 +124,8 @@ class FabricJob(_Frozen):
     completions: int
     command: list[str]
     description: str
+    capabilities: list[str] = []  # added to the GPU pod's (IPC_LOCK), e.g. PERFMON for DeepEP's profiler
+    shared_fs: bool = False  # mount the shared file system (the node check writes to it)
 
 
 # NVLink across instances (UltraServers): each GPU workload claims the IMEX channel of its own
@@ -130,6 +137,9 @@ class FabricJob(_Frozen):
 GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
 COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"  # the pod-level claim name
+# On every pod of one ComputeDomain (a run's head and workers differ in WORKLOAD_LABEL): the
+# clique podAffinity selects on it, so the whole run shares one NVLink domain.
+COMPUTE_DOMAIN_LABEL = f"{names.LABEL_PREFIX}/compute-domain"
 
 
 class ComputeDomain(_Frozen):
@@ -170,9 +180,11 @@ class RenderContext(_Frozen):
     # The Ray job's runtime env: every Ray worker process (Miles' training and rollout actors on
     # every node) and the driver get these variables, not only the launcher's subprocess.
     runtime_env_yaml: str
-    head: HeadPod
+    # The Ray head: the first GPU node of the run, where Ray runs the entrypoint (the launcher, the
+    # Miles driver and the checkpoint uploader) besides its share of Miles' actors.
+    head: GpuPod
     worker: GpuPod
-    worker_replicas: int
+    worker_replicas: int  # the other nodes of the run (training.nodes - 1)
     fabric: list[FabricJob]
     fabric_deadline_seconds: int
     # GPU workload (WORKLOAD_LABEL value) -> its ComputeDomain: the RL job's workers and each
@@ -276,6 +288,12 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
     t = cfg.training
     prefix = f"fabric-{t.node_group}"
     nodes, gpus = t.nodes, itype.gpu_count
+    # DeepEP's kernels are timed with torch's CUDA profiler (as DeepEP's bench_kineto does); where
+    # the driver restricts profiling to administrators, R580 drivers allow it with CAP_PERFMON, a
+    # narrower grant than the SYS_ADMIN awsome-distributed-ai's manifests use (rltrainer.nodecheck,
+    # "profiling"). The node check carries the same capability, so it checks what the benchmark gets.
+    profiler_caps = [PROFILER_CAPABILITY] if t.expert_parallel.backend.startswith("deepep") else []
+    shared = has_shared_fs(cfg)
     jobs = [FabricJob(
         key="nodecheck", name=f"{prefix}-nodecheck", service=None, port=None, component="fabric-nodecheck",
         completions=nodes,
@@ -283,9 +301,12 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
                  "--expect-efa", str(itype.efa_devices),
                  "--ep-backend", t.expert_parallel.backend]
         + (["--gin-type", gin_type] if gin_type is not None else [])
-        + (["--expect-imex-channel"] if itype.multi_node_nvlink else []),
+        + (["--expect-imex-channel"] if itype.multi_node_nvlink else [])
+        + (["--shared-fs", names.SHARED_FS_MOUNT_PATH, "--shared-fs-type", SHARED_FS_TYPE] if shared else []),
         description=f"checks each of {nodes} {itype.name} nodes exposes {gpus} GPUs and "
-                    f"{itype.efa_devices} EFA devices"),
+                    f"{itype.efa_devices} EFA devices" + (f" and writes to {names.SHARED_FS_MOUNT_PATH}"
+                                                          if shared else ""),
+        capabilities=profiler_caps, shared_fs=shared),
     ]
     name = f"{prefix}-allreduce"
     jobs.append(FabricJob(
@@ -320,7 +341,8 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
             "--experts", str(shape.num_experts)]
         + (["--acceptance"] if EP_ACCEPTANCE_EXPERTS % (nodes * gpus) == 0 else []),
         description=f"expert-parallel dispatch/combine ({t.expert_parallel.backend}) with "
-                    f"{t.model} shapes over {nodes} x {gpus} GPUs"))
+                    f"{t.model} shapes over {nodes} x {gpus} GPUs",
+        capabilities=profiler_caps))
     return jobs, []
 
 
@@ -422,18 +444,21 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         env=env,
         capabilities=["IPC_LOCK"],
     )
-    # The launcher runs on the head (the job's driver inherits its environment); on a
-    # configuration error it stops KubeRay's retries of this RayJob (rltrainer.no_retry).
-    head = HeadPod(image=image, node_selector={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
-                   cpu=HEAD_CPU, memory=HEAD_MEMORY,
-                   env=[{"name": k, "value": v} for k, v in TRAINER_RUNTIME_ENV.items()]
-                   + [{"name": RAYJOB_ENV, "value": t.run_name}]
-                   + reservation_env(cfg, reservation_end))
+    # The head is a GPU node like the workers (the run's first node), and the entrypoint runs
+    # there: Ray starts a job's entrypoint on the head unless the job asks for entrypoint
+    # resources, and the kit asks for none. The launcher gets the trainer variables, the RayJob's
+    # name (on a configuration error it stops KubeRay's retries, rltrainer.no_retry) and the
+    # reservation's end; later names win, so a user's extra_env cannot hide them.
+    head_env = {e["name"]: e["value"] for e in env}
+    head_env.update(TRAINER_RUNTIME_ENV)
+    head_env[RAYJOB_ENV] = t.run_name
+    head_env.update({e["name"]: e["value"] for e in reservation_env(cfg, reservation_end)})
+    head = worker.model_copy(update={"env": [{"name": k, "value": v} for k, v in head_env.items()]})
     if has_shared_fs(cfg) and _is_bucket_key(t.prompt_data):
         # The bucket's datasets/ prefix is linked into the shared file system: read it there.
         prompt_data = f"{names.SHARED_FS_MOUNT_PATH}/{t.prompt_data}"
     rc = run_config(cfg, itype, outputs.bucket_name, prompt_data)
-    submitter = HeadPod(image=image, node_selector=head.node_selector,
+    submitter = HeadPod(image=image, node_selector={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
                         cpu=SUBMITTER_CPU, memory=SUBMITTER_MEMORY)
     annotations = {OUTPUTS_ANNOTATION: outputs.source}
     if outputs.is_placeholder:
@@ -468,10 +493,13 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         runtime_env_yaml=runtime_env_yaml(env),
         head=head,
         worker=worker,
-        worker_replicas=t.nodes,
+        worker_replicas=t.nodes - 1,
         fabric=jobs,
         fabric_deadline_seconds=FABRIC_DEADLINE_SECONDS,
-        compute_domains={w: d for w, n in [(f"{t.run_name}-worker", t.run_name)]
+        # The head is a GPU pod of the run too: it claims the workers' domain and sits in their
+        # clique, or its share of Miles' actors would talk to the rest over EFA.
+        compute_domains={w: d for w, n in [(f"{t.run_name}-head", t.run_name),
+                                           (f"{t.run_name}-worker", t.run_name)]
                          + [(j.name, j.name) for j in jobs]
                          if (d := compute_domain_for(itype, n)) is not None},
     )

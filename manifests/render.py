@@ -38,6 +38,7 @@ from infra.addons import addon
 from manifests.context import (
     COMPUTE_DOMAIN_API,
     COMPUTE_DOMAIN_CLAIM,
+    COMPUTE_DOMAIN_LABEL,
     GENERATED_MARKER,
     GPU_CLIQUE_LABEL,
     WORKLOAD_LABEL,
@@ -94,6 +95,7 @@ TEMPLATES.globals["HUGEPAGES_2MI_RESOURCE"] = names.HUGEPAGES_2MI_RESOURCE
 TEMPLATES.globals["GPU_CLIQUE_LABEL"] = GPU_CLIQUE_LABEL
 TEMPLATES.globals["COMPUTE_DOMAIN_CLAIM"] = COMPUTE_DOMAIN_CLAIM
 TEMPLATES.globals["COMPUTE_DOMAIN_API"] = COMPUTE_DOMAIN_API
+TEMPLATES.globals["COMPUTE_DOMAIN_LABEL"] = COMPUTE_DOMAIN_LABEL
 TEMPLATES.globals["workload_domain"] = lambda ctx, workload: ctx.compute_domains.get(workload)
 TEMPLATES.globals["ZONE_LABEL"] = names.ZONE_LABEL
 
@@ -126,7 +128,10 @@ def _meta(ctx: RenderContext, name: str, component: str, *, namespaced: bool = T
 
 
 def _pod_labels(ctx: RenderContext, component: str, workload: str) -> dict[str, str]:
-    return {**ctx.labels, "app.kubernetes.io/component": component, WORKLOAD_LABEL: workload}
+    labels = {**ctx.labels, "app.kubernetes.io/component": component, WORKLOAD_LABEL: workload}
+    if (domain := ctx.compute_domains.get(workload)) is not None:
+        labels[COMPUTE_DOMAIN_LABEL] = domain.name
+    return labels
 
 
 def _compute_domain_file(ctx: RenderContext, directory: str, workload: str) -> FileSpec:

@@ -11,9 +11,9 @@
 3. Synthesizes every stack into a temporary directory (no AWS calls, no credentials).
 4. Renders the Helm charts the cluster stack installs with the exact values in the synthesized
    template, through the real Helm in the kubectl layer package, and checks where every pod would
-   land (device plugins on every GPU group, the Ray head and submitter on system nodes with room
-   for the trainer image, workers and fabric jobs on their group with GPUs, EFA devices and huge
-   pages allocatable).
+   land (device plugins on every GPU group, the job submitter on system nodes with room for the
+   trainer image, the Ray head, workers and fabric jobs on their group with GPUs, EFA devices and
+   huge pages allocatable).
 
 Charts come from --chart-dir (default: ../shared/charts beside the repository when present), else
 they are pulled once from their repositories into the cache (~/.cache/rlkit). Exit code 0 when the

@@ -246,7 +246,8 @@ def kit_pods(objects: Iterable[dict], *, training_group: str) -> list[PodModel]:
         if kind == "RayJob":
             cluster = obj["spec"]["rayClusterSpec"]
             head = cluster["headGroupSpec"]["template"]["spec"]
-            pods.append(PodModel(f"RayJob {name} head", head, system, kit_image=True))
+            # The head is the run's first GPU node (the driver runs there: docs/manifests.md).
+            pods.append(PodModel(f"RayJob {name} head", head, train, kit_image=True))
             for wg in cluster.get("workerGroupSpecs", []):
                 pods.append(PodModel(f"RayJob {name} worker group {wg['groupName']}",
                                      wg["template"]["spec"], train, kit_image=True))

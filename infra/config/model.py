@@ -13,7 +13,7 @@ from pydantic import Field
 
 from infra import names
 from infra.catalog.fsx import DEFAULT_THROUGHPUT, SHARED_FS_MIN_CAPACITY_GIB
-from infra.trainer_contract import DEFAULT_KEEP_LOCAL
+from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_RM_TYPE
 from infra.addons.config import AddonsConfig
 from infra.config.base import _Model
 from infra.versions import (
@@ -68,15 +68,15 @@ class EndpointAccessConfig(_Model):
 class SystemNodesConfig(_Model):
     instance_type: str = Field(
         DEFAULT_SYSTEM_INSTANCE_TYPE,
-        description="Instance type of the small non-GPU node group (Ray head, operators, CoreDNS).",
+        description="Instance type of the small non-GPU node group (job submitter, operators, CoreDNS).",
     )
     min_size: int = 2
     desired_size: int = 2
     max_size: int = 4
     root_volume_gib: int = Field(
         DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
-        description="Root volume of each system node in GiB. The Ray head and KubeRay's job "
-        f"submitter pull the trainer image here, which needs about {TRAINER_IMAGE_DISK_GIB} GiB.",
+        description="Root volume of each system node in GiB. KubeRay's job "
+        f"submitter pulls the trainer image here, which needs about {TRAINER_IMAGE_DISK_GIB} GiB.",
     )
 
 
@@ -276,6 +276,10 @@ class ParallelConfig(_Model):
     ep: int = Field(8, description="Expert parallel size.")
     etp: int = Field(1, description="Expert tensor parallel size.")
     vpp: int | None = Field(None, description="Virtual pipeline stages per rank (optional).")
+    optimizer_cpu_offload: bool = Field(
+        False, description="Keep Adam's state and step on the CPU (Miles' --optimizer-cpu-offload with "
+        "--overlap-cpu-optimizer-d2h-h2d and --use-precision-aware-optimizer), for memory-tight H100 "
+        "layouts; Miles' Qwen3 MoE H100 recipes use it, its Blackwell ones do not.")
 
 
 class RolloutConfig(_Model):
@@ -331,7 +335,15 @@ class TrainingConfig(_Model):
     )
     prompt_data: str = Field(
         "datasets/dapo-math-17k.jsonl",
-        description="Prompt data: a key under the data bucket, an s3:// URI or a local path.",
+        description="Prompt data: a key under the data bucket, an s3:// URI or a local path. JSON "
+        "lines, one prompt per line: `prompt` (the question; a chat template is applied) and "
+        "`label` (the reference answer the reward model compares with); see images/trainer/README.md.",
+    )
+    reward_model: str = Field(
+        DEFAULT_RM_TYPE,
+        description="Miles' rule-based reward (--rm-type) for the prompt data: deepscaler for DAPO "
+        "math (dapo-math-17k, Miles' own recipe), or dapo, math, gemma_math, f1, gpqa, ifbench "
+        "(a boxed_ prefix scores only the \\boxed{} answer).",
     )
     node_group: str = Field("p5", description="The GPU node group the job runs on.")
     nodes: int = Field(2, description="GPU nodes (Ray workers) the job uses.")

@@ -130,16 +130,16 @@ def validate(cfg: KitConfig) -> list[Problem]:
         add(problem("system_nodes", {"min_size": sn.min_size, "desired_size": sn.desired_size,
                                      "max_size": sn.max_size},
                     "sizes must satisfy 1 <= min_size <= desired_size <= max_size",
-                    "the Ray head and operators need at least one system node; e.g. 2/2/4"))
+                    "the job submitter and operators need at least one system node; e.g. 2/2/4"))
     if sn.instance_type in INSTANCE_TYPES:
         add(problem("system_nodes.instance_type", sn.instance_type,
                     "the system node group is for CPU work, not a GPU instance type",
                     f"use a general-purpose type such as {DEFAULT_SYSTEM_INSTANCE_TYPE}"))
-    # The Ray head and the job submitter pull the trainer image onto system nodes.
+    # KubeRay's job submitter pulls the trainer image onto system nodes.
     if not TRAINER_IMAGE_DISK_GIB + 20 <= sn.root_volume_gib <= 16384:
         add(problem("system_nodes.root_volume_gib", sn.root_volume_gib,
-                    f"must be {TRAINER_IMAGE_DISK_GIB + 20} to 16384 GiB: the Ray head and KubeRay's "
-                    f"submitter pull the trainer image (about {TRAINER_IMAGE_DISK_GIB} GiB on disk) "
+                    f"must be {TRAINER_IMAGE_DISK_GIB + 20} to 16384 GiB: KubeRay's job "
+                    f"submitter pulls the trainer image (about {TRAINER_IMAGE_DISK_GIB} GiB on disk) "
                     "onto system nodes, next to the AMI and system images",
                     f"use e.g. {DEFAULT_SYSTEM_ROOT_VOLUME_GIB}"))
 

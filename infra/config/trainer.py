@@ -47,6 +47,7 @@ _RUN_CONFIG_PATHS = (
     ("model.hf_checkpoint", "training.hf_checkpoint"),
     ("model.name", "training.model"),
     ("data.prompt_data", "training.prompt_data"),
+    ("data.rm_type", "training.reward_model"),
     ("run_name", "training.run_name"),
     ("checkpoint.keep_local", "training.checkpoint.keep_local"),
     ("grpo", "training.grpo"),

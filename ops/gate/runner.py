@@ -15,6 +15,7 @@ from typing import Any, Callable
 from infra.catalog import INSTANCE_TYPES
 from ops.gate.findings import FAIL, Finding
 from ops.gate.judges import judge_allocatable, judge_nodecheck
+from manifests.render import SHARED_FS_FILES
 from ops.kube import Kubectl, KubectlError, objects_in
 
 
@@ -52,7 +53,9 @@ class GateRunner:
     def run(self) -> dict[str, str]:
         logs: dict[str, str] = {}
         try:
-            self.k.apply([self.out / "00-namespace.yaml", self.out / "01-serviceaccount.yaml"])
+            # The node check mounts the shared file system (it writes there): its PV and claim too.
+            self.k.apply([self.out / "00-namespace.yaml", self.out / "01-serviceaccount.yaml"]
+                         + [self.out / f for f in SHARED_FS_FILES if (self.out / f).is_file()])
             for key, name in self.jobs:
                 directory = self.job_dir(key)
                 # A finished Job of an earlier run would not run again: remove it first.

@@ -456,8 +456,8 @@ def test_system_root_volume_must_hold_the_trainer_image():
     with pytest.raises(ConfigError) as err:
         parse_config({"system_nodes": {"root_volume_gib": 20}})
     assert str(err.value.problems[0]).startswith(
-        "system_nodes.root_volume_gib = 20: must be 100 to 16384 GiB: the Ray head and KubeRay's "
-        "submitter pull the trainer image")
+        "system_nodes.root_volume_gib = 20: must be 100 to 16384 GiB: KubeRay's job "
+        "submitter pulls the trainer image")
 
 
 def test_public_endpoint_needs_listed_cidrs_and_public_only_mode_is_gone():

@@ -130,7 +130,11 @@ def test_gpu_pods_request_the_whole_node_from_the_catalog(name):
             assert res[part]["hugepages-2Mi"] == "5120Mi", where
         assert int(res["requests"]["cpu"]) < itype.vcpus, where
         assert int(res["requests"]["memory"].removesuffix("Gi")) < itype.memory_gib, where
-        assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"], where
+        # DeepEP's kernels are timed with the CUDA profiler: its benchmark and the node check that
+        # checks that permission get CAP_PERFMON (rltrainer.nodecheck "profiling"); nothing else does
+        profiler = cfg.training.expert_parallel.backend.startswith("deepep") and where.startswith(
+            ("fabric/nodecheck", "fabric/ep"))
+        assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"] + (["PERFMON"] if profiler else []), where
         shm = {m["name"] for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"}
         (shm_volume,) = [v for v in spec["volumes"] if v["name"] in shm]
         assert shm_volume["emptyDir"]["medium"] == "Memory", where
@@ -232,10 +236,10 @@ def test_ray_cluster_shape(name):
     rayjob = next(f.obj for f in rendered(name) if f.kind == "RayJob")
     cluster = rayjob["spec"]["rayClusterSpec"]
     head = cluster["headGroupSpec"]["template"]["spec"]
-    assert head["nodeSelector"] == {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
-    assert "nvidia.com/gpu" not in str(head["containers"][0]["resources"])
     (workers,) = cluster["workerGroupSpecs"]
-    assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == cfg.training.nodes
+    # the head is the run's first GPU node (tests/manifests/test_training_job.py: where the driver runs)
+    assert head["affinity"]["nodeAffinity"] == workers["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == cfg.training.nodes - 1
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -477,7 +481,7 @@ def test_run_config_follows_the_trainer_schema(name):
         "local_dir": f"/fsx/checkpoints/{t.run_name}", "save_interval": 20,
         "keep_local": t.checkpoint.keep_local}
     assert run["data"] == {"prompt_data": f"/fsx/{t.prompt_data}",
-                           "input_key": "prompt", "label_key": "label"}
+                           "input_key": "prompt", "label_key": "label", "rm_type": t.reward_model}
     assert run["grpo"] == t.grpo.model_dump()
     itype = INSTANCE_TYPES[cfg.gpu_node_groups[t.node_group].instance_type]
     assert run["parallel"] == {

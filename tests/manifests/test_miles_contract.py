@@ -231,3 +231,32 @@ def test_image_sources_and_tests_pin_the_same_miles(upstream):
     assert lock["megatron_commit"].startswith(MEGATRON_DIR.name.rsplit("-", 1)[1])
     miles_dockerfile = (MILES_DIR / "docker" / "Dockerfile").read_text()
     assert "ARG SGLANG_IMAGE_TAG=v0.5.16" in miles_dockerfile  # the SGLang whose server_args we read
+
+
+def test_cpu_adam_offload_and_the_reward_model_parse_with_miles_own_parser(upstream, tmp_path):
+    """training.parallel.optimizer_cpu_offload (Miles v0.1.0 docs/models/qwen/qwen3-moe.md,
+    "Optimizer": --optimizer-cpu-offload --overlap-cpu-optimizer-d2h-h2d
+    --use-precision-aware-optimizer) and training.reward_model, through the kit's render and the
+    launcher, against Megatron's and Miles' real argument definitions; a misspelt offload flag fails."""
+    import yaml
+
+    data = yaml.safe_load((REPO_ROOT / "examples" / "default.yaml").read_text())
+    data.setdefault("training", {}).setdefault("parallel", {})["optimizer_cpu_offload"] = True
+    data["training"]["reward_model"] = "boxed_math"
+    path = tmp_path / "offload.yaml"
+    path.write_text(yaml.safe_dump(data))
+    kit = load_config(path)
+    ctx = build_context(kit, placeholder_outputs(kit))
+    cfg = parse_run_config(ctx.run_config, "offload run config")
+    model_args, _ = resolve_model_args(cfg, str(MILES_DIR), sys.executable)
+    cmd = build_train_command(cfg, hf_checkpoint="/fsx/models/hf", prompt_data="/fsx/datasets/p.jsonl",
+                              miles_dir=str(MILES_DIR), python=sys.executable, model_args=model_args)
+    args = cmd.argv[cmd.argv.index(f"{MILES_DIR}/train.py") + 1:]
+    offload = ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"]
+    assert all(f in args for f in offload) and args[args.index("--rm-type") + 1] == "boxed_math"
+    typo = [a.replace("--overlap-cpu-optimizer-d2h-h2d", "--overlap-cpu-optimizer-d2h") for a in args]
+    results = {r["name"]: r for r in parse_offline([
+        {"name": "offload", "train_args": args}, {"name": "typo", "train_args": typo}])["results"]}
+    assert results["offload"]["error"] is None, results["offload"]["error"]
+    assert not set(offload + ["--rm-type"]) & set(results["offload"]["unenforced"])
+    assert results["typo"]["error"] is not None and "--overlap-cpu-optimizer-d2h" in results["typo"]["error"]

@@ -99,9 +99,11 @@ def test_every_ray_actor_gets_the_trainer_and_efa_environment(example, backend_v
     # the GPU pods carry the same EFA profile (Ray workers inherit the raylet's environment)...
     worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     assert {k: v for k, v in env_vars.items() if k not in TRAINER_RUNTIME_ENV} == _env(worker)
-    # ...and the head, where the driver imports Megatron, the trainer variables
+    # ...and the head, a GPU node too, where the driver imports Megatron: the same profile, then the
+    # trainer variables and what the launcher needs
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    assert _env(head) == {**TRAINER_RUNTIME_ENV, "RLTRAINER_RAYJOB": job["metadata"]["name"], **head_vars}
+    assert _env(head) == {**_env(worker), **TRAINER_RUNTIME_ENV, "RLTRAINER_RAYJOB": job["metadata"]["name"],
+                          **head_vars}
 
 
 @pytest.mark.parametrize("example, backend", [("default", "nccl"), ("p5en-capacity-block", "deepep-nvshmem")])
@@ -144,3 +146,129 @@ def test_the_launcher_may_stop_retries_of_its_own_rayjob_only():
                                     "namespace": job["metadata"]["namespace"]}]
     env = {e["name"]: e["value"] for e in head["containers"][0]["env"]}
     assert env[RAYJOB_ENV] == job["metadata"]["name"]
+
+
+# --- where the driver runs ----------------------------------------------------------------------
+#
+# KubeRay v1.7.0 (K8sJobMode) submits spec.entrypoint with `ray job submit`, passing
+# spec.entrypointNumCpus / entrypointNumGpus / entrypointResources when set (RayJob CRD fields).
+# Ray then starts the entrypoint in a job supervisor actor that it pins to the head node unless
+# the job asked for entrypoint resources or RAY_JOB_ALLOW_DRIVER_ON_WORKER_NODES=1 is set (Ray
+# dashboard/modules/job/job_manager.py, JobManager._get_scheduling_strategy). Without resources
+# Ray also leaves CUDA_VISIBLE_DEVICES unset for the driver, so it sees the node's GPUs.
+
+from infra.catalog import INSTANCE_TYPES  # noqa: E402
+from manifests.validate import validate_objects  # noqa: E402
+from tests.support import artifacts  # noqa: E402
+
+ENTRYPOINT_RESOURCE_FIELDS = ("entrypointNumCpus", "entrypointNumGpus", "entrypointResources")
+EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
+
+
+def entrypoint_pod(job: dict) -> tuple[str, dict]:
+    """Which pod template of ``job`` runs the entrypoint process, by Ray's rule above."""
+    cluster = job["spec"]["rayClusterSpec"]
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    asked = [f for f in ENTRYPOINT_RESOURCE_FIELDS if job["spec"].get(f) not in (None, "", 0)]
+    allowed = any(e["name"] == "RAY_JOB_ALLOW_DRIVER_ON_WORKER_NODES" and e.get("value") == "1"
+                  for e in head["containers"][0].get("env", []))
+    if asked or allowed:
+        raise AssertionError(f"the entrypoint lands wherever Ray finds {asked or 'room'}, not on a known pod")
+    return "head", head
+
+
+def driver_placement_problems(job: dict, gpus: int) -> list[str]:
+    """Why the pod that runs the driver is not a GPU node's pod (empty: it is)."""
+    _, pod = entrypoint_pod(job)
+    (container,) = pod["containers"]
+    problems = []
+    selector = pod.get("nodeSelector") or {}
+    terms = pod.get("affinity", {}).get("nodeAffinity", {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+    wanted = {(e["key"], v) for t in terms for e in t["matchExpressions"] if e["operator"] == "In"
+              for v in e["values"]}
+    if selector.get("rlkit.aws/node-role") == "system" or ("rlkit.aws/node-role", "gpu") not in wanted:
+        problems.append(f"node selection {selector or sorted(wanted)} does not ask for a GPU node")
+    if not any(t.get("key") == "nvidia.com/gpu" for t in pod.get("tolerations", [])):
+        problems.append("no toleration for the GPU taint")
+    limits = container["resources"].get("limits", {})
+    if limits.get("nvidia.com/gpu") != gpus:
+        problems.append(f"nvidia.com/gpu limit {limits.get('nvidia.com/gpu')} (expected {gpus})")
+    return problems
+
+
+@pytest.mark.external
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_the_driver_runs_on_a_gpu_node(example):
+    """The rendered RayJob, valid against the pinned KubeRay CRD, runs its entrypoint (launcher,
+    Miles driver, checkpoint uploader) in the head pod, and the head is a whole GPU node of the
+    training group: its selector, GPU toleration, every GPU, and the same CPU/memory share as a
+    worker (the driver imports Megatron: Miles miles/ray/train/actor_factory.py)."""
+    crd_dir = artifacts.require("kuberay-v1.7.0", what="KubeRay 1.7.0 CRD schemas")
+    cfg = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
+    job = rayjob(example)
+    report = validate_objects([("rayjob.yaml", job)], kubernetes_version=cfg.kubernetes_version,
+                              crd_dir=crd_dir, strict=True)
+    assert report.ok, report.format()
+    assert report.results[0].checked_with == "CRD ray.io_rayjobs.yaml (v1)"
+    itype = INSTANCE_TYPES[cfg.gpu_node_groups[cfg.training.node_group].instance_type]
+    where, head = entrypoint_pod(job)
+    assert where == "head"
+    assert driver_placement_problems(job, itype.gpu_count) == []
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert head["containers"][0]["resources"] == worker["containers"][0]["resources"]
+    assert head["tolerations"] == worker["tolerations"]
+    # Ray may place Miles' actors on the head: nothing zeroes its CPUs or GPUs
+    params = job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]
+    assert "num-cpus" not in params and "num-gpus" not in params
+
+
+def test_a_driver_on_a_system_node_or_on_entrypoint_resources_is_caught():
+    """The placement check on the layouts it must refuse: the old system-node head, and an
+    entrypoint sent wherever Ray finds a GPU (it would take one of the GPUs Miles' placement
+    group asks for: miles/ray/placement_group.py bundles {"GPU": 1, "CPU": 1} per GPU)."""
+    import copy
+
+    job = copy.deepcopy(rayjob("default"))
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    head.pop("affinity")
+    head["nodeSelector"] = {"rlkit.aws/node-role": "system"}
+    head["tolerations"] = []
+    del head["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    assert driver_placement_problems(job, 8) == [
+        "node selection {'rlkit.aws/node-role': 'system'} does not ask for a GPU node",
+        "no toleration for the GPU taint", "nvidia.com/gpu limit None (expected 8)"]
+    job = copy.deepcopy(rayjob("default"))
+    job["spec"]["entrypointNumGpus"] = 1
+    with pytest.raises(AssertionError, match="entrypointNumGpus"):
+        entrypoint_pod(job)
+
+
+# --- the node check's pod: the shared file system and DeepEP's profiler --------------------------
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_the_node_check_writes_to_the_shared_file_system_and_parses(example):
+    """A broken /fsx mount fails the gate's node check, not the run's first save: the node check pod
+    mounts the same claim as the RL job and is asked to write there; its rendered command parses
+    with the trainer's own nodecheck parser."""
+    from rltrainer.nodecheck import build_parser
+
+    cfg = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
+    files = render(build_context(cfg, placeholder_outputs(cfg)))
+    job = next(f.obj for f in files if f.path == "fabric/nodecheck/00-job.yaml")
+    spec = job["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = build_parser().parse_args(container["command"][2:])
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
+              if "persistentVolumeClaim" in v}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    rayjob_head = rayjob(example)["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    if any("persistentVolumeClaim" in v for v in rayjob_head["volumes"]):
+        assert (args.shared_fs, args.shared_fs_type) == ("/fsx", "lustre")
+        assert claims[mounts["/fsx"]] == "shared-fs"
+    else:  # a single node without a shared file system
+        assert args.shared_fs is None and not claims
+    backend = cfg.training.expert_parallel.backend
+    assert args.ep_backend == backend
+    assert ("PERFMON" in container["securityContext"]["capabilities"]["add"]) == backend.startswith("deepep")

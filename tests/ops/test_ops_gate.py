@@ -204,7 +204,7 @@ FAILURES = [
      "looked for 'Successfully initialized the transport: libfabric' and 'Selected provider efa,'"),
     ("gin-type-mismatch-p5en-2node", "NCCL GIN type", "looked for 'NCCL_GIN_TYPE set by environment to 5.', "
      "found 'NCCL_GIN_TYPE set by environment to 2.'"),
-    ("old-nvidia-driver-p5-2node", "node 0: nvidia_driver", "NVIDIA driver is R580 or newer"),
+    ("old-nvidia-driver-p5-2node", "node 0: nvidia_driver", "NVIDIA driver is 580.65.06 or newer"),
     ("old-efa-driver-p5en-gin-2node", "node 0: efa_driver", "EFA kernel driver 3.3.0 or newer"),
     ("no-peer-mapping-override-p5en-gin-2node", "node 0: peer_mapping_override", "PeerMappingOverride=1"),
     ("efa-allocatable-15-p5en-2node", "allocatable EFA on ip-10-0-1-11.ec2.internal", "kubectl cordon <node>"),

@@ -8,10 +8,13 @@
 # Installers from 1.48 on also take --disable-ngc (and 1.48/1.49 --disable-build-ngc),
 # exactly as awsome-distributed-ai's deepep.Dockerfile (1.48.0) and
 # deepep-v2-benchmark/deepep.Dockerfile (1.50.0) pass them.
-# Usage: install-efa.sh <installer version, e.g. 1.50.0> [sha256 of the tarball]
+# The plugin names its own version in its init message ("Initializing aws-ofi-nccl X.Y.Z",
+# src/nccl_ofi_net.cpp); given the expected version, the install fails when it differs.
+# Usage: install-efa.sh <installer version, e.g. 1.50.0> [sha256 of the tarball] [aws-ofi-nccl version]
 set -euo pipefail
 version="$1"
 sha256="${2:-}"
+expected_ofi_nccl="${3:-}"
 
 work=$(mktemp -d)
 cd "${work}"
@@ -43,4 +46,12 @@ if (( ${#plugins[@]} == 0 )); then
     echo "ERROR: EFA installer ${version} did not install aws-ofi-nccl under /opt/amazon/ofi-nccl/lib" >&2
     exit 1
 fi
-echo "EFA installer ${version}: $(/opt/amazon/efa/bin/fi_info --version | head -n1 || true); NCCL plugin ${plugins[0]}"
+# A variable, not a pipe into grep -q: a closed pipe would fail a good plugin under pipefail.
+strings_found=$(grep -a -o 'aws-ofi-nccl [0-9][0-9.]*[0-9]' "${plugins[0]}" || true)
+ofi_nccl="${strings_found%%$'\n'*}"
+ofi_nccl="${ofi_nccl#aws-ofi-nccl }"
+if [[ -n "${expected_ofi_nccl}" && "${ofi_nccl}" != "${expected_ofi_nccl}" ]]; then
+    echo "ERROR: EFA installer ${version} installed aws-ofi-nccl '${ofi_nccl:-unknown}', not ${expected_ofi_nccl}: set --build-arg AWS_OFI_NCCL_VERSION to what this installer ships" >&2
+    exit 1
+fi
+echo "EFA installer ${version}: $(/opt/amazon/efa/bin/fi_info --version | head -n1 || true); NCCL plugin ${plugins[0]} (aws-ofi-nccl ${ofi_nccl:-unknown})"

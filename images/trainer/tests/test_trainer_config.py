@@ -200,7 +200,7 @@ def test_wrong_types_and_missing_sections():
         "checkpoint = (missing): this section is required. Fix: add a `checkpoint:` mapping with keys s3_uri, "
         "local_dir, save_interval, keep_local.",
         "data = (missing): this section is required. Fix: add a `data:` mapping with keys prompt_data, input_key, "
-        "label_key.",
+        "label_key, rm_type.",
         "grpo = (missing): this section is required. Fix: add a `grpo:` mapping with keys num_rollout, "
         "rollout_batch_size, n_samples_per_prompt, global_batch_size, num_steps_per_rollout, rollout_max_response_len, "
         "rollout_temperature, lr, kl_loss_coef, eps_clip.",
@@ -213,7 +213,7 @@ def test_wrong_types_and_missing_sections():
     assert problems_of(data) == [
         "grpo.num_rollout = true: must be an integer. Fix: write a whole number >= 1, e.g. `num_rollout: 1`.",
         "parallel.training = [4, 1]: must be a mapping. Fix: write `parallel.training:` as a mapping with keys "
-        "tp, pp, cp, ep, etp.",
+        "tp, pp, cp, ep, etp, optimizer_cpu_offload.",
     ]
 
 

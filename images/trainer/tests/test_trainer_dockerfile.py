@@ -85,7 +85,8 @@ def test_the_build_parses_a_bundled_example_with_miles_own_parser():
 
     final = DOCKERFILE.read_text().split("FROM ep-${EP_BACKEND} AS final")[1]
     step = final.split("COPY examples/ /opt/rltrainer/examples/")[1].split("\n\n")[0]
-    assert "rltrainer launch --dry-run --check-args" in step
+    # the arguments with Miles' parser, and the driver's whole import chain (not only the parser's)
+    assert "rltrainer launch --dry-run --check-args --check-imports" in step
     assert '--config "/opt/rltrainer/examples/qwen3-30b-a3b-${RLTRAINER_IMAGE_EP_BACKEND}.yaml"' in step
     # after our package is installed, before the label-only build args
     assert final.index("pip install") < final.index("--check-args") < final.index("ARG VCS_REF")
@@ -101,19 +102,83 @@ def test_variants_and_pins_match_the_documented_combinations():
     blocks = _stages(text)
     assert sorted(blocks) == ["ep-deepep-gin", "ep-deepep-nvshmem", "ep-nccl"]
     assert "FROM ep-${EP_BACKEND} AS final" in text
-    # DeepEP V1 at 567632d + NVSHMEM 3.7.0 + EFA installer 1.48.0
-    assert _args(blocks["ep-deepep-nvshmem"])["EFA_INSTALLER_VERSION"] == "1.48.0"
-    assert _args(blocks["ep-deepep-nvshmem"])["NVSHMEM_VERSION"] == "3.7.0"
-    assert _args(blocks["ep-deepep-nvshmem"])["DEEPEP_V1_COMMIT"] == "567632d"
-    # DeepEP V2 over NCCL GIN: NCCL >= 2.31.2, EFA installer 1.50.0 (aws-ofi-nccl >= 1.21)
-    assert _args(blocks["ep-deepep-gin"])["EFA_INSTALLER_VERSION"] == "1.50.0"
-    assert _args(blocks["ep-deepep-gin"])["NCCL_REF"] == "v2.31.2-1"
-    assert _args(blocks["ep-nccl"])["EFA_INSTALLER_VERSION"] == "1.50.0"
     shared = _args(text.split("FROM ${MILES_IMAGE}")[0])
+    # one place for the fabric pins, before the first FROM; no stage sets its own default
+    assert shared["EFA_INSTALLER_VERSION"] == "1.50.0"
+    assert shared["AWS_OFI_NCCL_VERSION"] == "1.21.1"
+    assert shared["NVSHMEM_VERSION"] == "3.7.0"
+    assert shared["DEEPEP_V1_COMMIT"] == "567632d"
+    assert shared["NCCL_REF"] == "v2.31.2-1"
+    after_first_from = _args(text.split("FROM ${MILES_IMAGE}", 1)[1])
+    for pin in ("EFA_INSTALLER_VERSION", "AWS_OFI_NCCL_VERSION", "NVSHMEM_VERSION", "NCCL_REF", "DEEPEP_V1_COMMIT"):
+        assert pin not in after_first_from, f"{pin} gets a second default inside a stage"
     assert shared["GDRCOPY_VERSION"] == "v2.5.2"
     assert shared["TORCH_CUDA_ARCH_LIST"] == '"9.0;10.0"'
     assert re.fullmatch(r"[0-9a-f]{40}", shared["AWSOME_DEEPEP_V1_COMMIT"])
     assert re.fullmatch(r"[0-9a-f]{40}", shared["AWSOME_DEEPEP_V2_COMMIT"])
+
+
+def test_one_efa_installer_for_every_variant_is_the_one_gin_needs():
+    """GPU-initiated GIN (EFA-GDA) needs EFA driver 3.3.0 (nodecheck's EFA_GDA_MIN_DRIVER), which
+    AWS ships from EFA installer 1.50.0 (AWS EFA release notes, row 1.50.0; aws-ofi-nccl
+    doc/gin-getting-started.md at 569b2b0). The installer runs once, in the runtime base every
+    variant starts from."""
+    from rltrainer.nodecheck import EFA_GDA_MIN_DRIVER
+
+    text = DOCKERFILE.read_text()
+    installer = tuple(int(x) for x in _args(text.split("FROM ${MILES_IMAGE}")[0])["EFA_INSTALLER_VERSION"].split("."))
+    assert EFA_GDA_MIN_DRIVER == (3, 3, 0) and installer >= (1, 50, 0)
+    base = text.split("FROM ${MILES_IMAGE} AS base")[1].split("\nFROM ")[0]
+    runs = [line for line in text.splitlines() if line.strip().startswith("bash /tmp/install-efa.sh")]
+    assert len(runs) == 1 and runs[0].strip() in base
+    assert '"${EFA_INSTALLER_VERSION}" "${EFA_INSTALLER_SHA256}" "${AWS_OFI_NCCL_VERSION}"' in base
+    assert all("install-efa.sh" not in block for block in _stages(text).values())
+
+
+def _all_stages(text: str) -> dict[str, str]:
+    heads = re.findall(r"^FROM (\S+) AS ([\w-]+)$", text, re.M)
+    bodies = re.split(r"^FROM \S+ AS [\w-]+$", text, flags=re.M)[1:]
+    return {name: (parent, body) for (parent, name), body in zip(heads, bodies)}
+
+
+BUILD_TOOLS = ("build-essential", "cmake", "autoconf", "automake", "libtool", "ninja-build", "pkg-config")
+
+
+def test_no_build_tools_reach_the_final_image():
+    """Multi-stage: compilers are installed in the `build` stage only; every variant starts again
+    from the runtime `base` and copies what its build stage staged under /opt/stage."""
+    stages = _all_stages(DOCKERFILE.read_text())
+    installs = {name for name, (_, body) in stages.items() if any(t in body for t in BUILD_TOOLS)}
+    assert installs == {"build"}
+    chain = {name: parent for name, (parent, _) in stages.items()}
+    for backend in ("nccl", "deepep-nvshmem", "deepep-gin"):
+        assert chain[f"ep-{backend}"] == "base"
+        assert chain[f"build-{backend}"] == "build" and chain["build"] == "base"
+        body = stages[f"ep-{backend}"][1]
+        assert f"COPY --from=build-{backend} /opt/stage/ /" in body
+        assert "stage_artifacts.py --dest /opt/stage" in stages[f"build-{backend}"][1]
+        assert "apt-get install" not in body
+    assert chain["final"] == "ep-${EP_BACKEND}"
+    assert "apt-get install" not in stages["final"][1] and "apt-get install" not in stages["base"][1]
+
+
+def test_fabric_versions_are_labelled_in_every_variant_and_recorded_for_nodecheck():
+    text = DOCKERFILE.read_text()
+    stages = _all_stages(text)
+    base = stages["base"][1]
+    for label in ("io.moe-rl-eks-kit.efa-installer", "io.moe-rl-eks-kit.aws-ofi-nccl"):
+        assert label in base  # inherited by every variant
+    for backend in ("nccl", "deepep-nvshmem", "deepep-gin"):
+        body = stages[f"ep-{backend}"][1]
+        for label in ("io.moe-rl-eks-kit.nccl", "io.moe-rl-eks-kit.nvshmem", "io.moe-rl-eks-kit.deepep"):
+            assert label in body, (backend, label)
+    assert 'io.moe-rl-eks-kit.nvshmem="${NVSHMEM_VERSION}"' in stages["ep-deepep-nvshmem"][1]
+    assert 'io.moe-rl-eks-kit.nccl="${NCCL_REF}"' in stages["ep-deepep-gin"][1]
+    final = stages["final"][1]
+    assert "python3 -m rltrainer.image_versions --write /opt/rltrainer/image-versions.json --measure" in final
+    from rltrainer.image_versions import VERSIONS_FILE
+
+    assert VERSIONS_FILE == "/opt/rltrainer/image-versions.json"
 
 
 def test_efa_installer_runs_with_container_flags():
@@ -128,7 +193,8 @@ def test_our_package_is_the_last_layer_and_versions_are_labelled():
     for label in ("org.opencontainers.image.version", "org.opencontainers.image.revision",
                   "org.opencontainers.image.base.name", "io.moe-rl-eks-kit.ep-backend", "io.moe-rl-eks-kit.gdrcopy"):
         assert label in final
-    for stage_label in ("io.moe-rl-eks-kit.efa-installer", "io.moe-rl-eks-kit.nvshmem", "io.moe-rl-eks-kit.nccl"):
+    for stage_label in ("io.moe-rl-eks-kit.efa-installer", "io.moe-rl-eks-kit.nvshmem", "io.moe-rl-eks-kit.nccl",
+                        "io.moe-rl-eks-kit.aws-ofi-nccl"):
         assert stage_label in text
     # no secrets or credentials baked in
     assert not re.search(r"AWS_(SECRET_ACCESS_KEY|ACCESS_KEY_ID|SESSION_TOKEN)|PASSWORD|TOKEN=", text)

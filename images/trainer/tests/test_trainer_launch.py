@@ -147,10 +147,13 @@ def test_qwen3_30b_a3b_with_deepep_switches_both_sides(backend):
 
 def test_user_megatron_args_replace_soft_defaults_without_duplicates():
     data = yaml.safe_load(QWEN.read_text())
-    data["model"]["megatron_args"] += ["--rm-type", "deepscaler", "--max-tokens-per-gpu", "9216", "--sglang-mem-fraction-static", "0.5"]
+    # (--rm-type is data.rm_type's now: tests/test_trainer_recipe.py)
+    data["model"]["megatron_args"] += ["--lr-decay-style", "cosine", "--max-tokens-per-gpu", "9216",
+                                       "--sglang-mem-fraction-static", "0.5"]
     data["grpo"]["kl_loss_coef"] = 0.01
     argv = miles_train_args(parse_run_config(data), hf_checkpoint="/m", prompt_data="/d.jsonl")
-    for flag, value in (("--rm-type", "deepscaler"), ("--max-tokens-per-gpu", "9216"), ("--sglang-mem-fraction-static", "0.5")):
+    for flag, value in (("--lr-decay-style", "cosine"), ("--max-tokens-per-gpu", "9216"),
+                        ("--sglang-mem-fraction-static", "0.5")):
         assert argv.count(flag) == 1 and last_value(argv, flag) == value
     assert "--use-kl-loss" in argv and last_value(argv, "--kl-loss-coef") == "0.01"
 

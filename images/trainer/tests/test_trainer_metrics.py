@@ -225,3 +225,76 @@ def test_launcher_relays_a_child_process(tmp_path, capfd):
     assert line in err and "hello" in out
     emf = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     assert [e["Run"] for e in emf] == ["run-a"] and emf[0]["grad_norm"] == 1.7
+
+
+# --- each datapoint once: a restarted submitter, a retried job -----------------------------------
+
+
+def _lines(*messages: str) -> bytes:
+    return "".join(miles_line(m) for m in messages).encode()
+
+
+def test_a_retried_job_does_not_send_a_rollout_twice(tmp_path):
+    """The ledger on the checkpoint directory outlives the job: after a retry resumes from an older
+    save and runs rollouts 6 and 7 again, only rollout 8 is new. Both perf lines of one rollout (the
+    rollout manager's and the actor's) pass."""
+    ledger = tmp_path / metrics.LEDGER_FILE
+    first = _lines("rollout 6: {'rollout/raw_reward': 0.5}", "rollout 7: {'rollout/raw_reward': 0.6}",
+                   "perf 7: {'perf/rollout_time': 30.0}", "perf 7: {'perf/step_time': 90.0}",
+                   "step 14: {'train/loss': 0.1}")
+    emf1 = io.StringIO()
+    metrics.relay(io.BytesIO(first), io.StringIO(), run="r", emf_sink=emf1, ledger=metrics.EmittedLedger(ledger))
+    assert len(emf1.getvalue().splitlines()) == 5
+    retry = _lines("rollout 6: {'rollout/raw_reward': 0.55}", "rollout 7: {'rollout/raw_reward': 0.65}",
+                   "perf 7: {'perf/step_time': 91.0}", "rollout 8: {'rollout/raw_reward': 0.7}",
+                   "step 14: {'train/loss': 0.2}", "step 16: {'train/loss': 0.09}")
+    sink, emf2 = io.StringIO(), io.StringIO()
+    metrics.relay(io.BytesIO(retry), sink, run="r", emf_sink=emf2, ledger=metrics.EmittedLedger(ledger))
+    sent = [json.loads(x) for x in emf2.getvalue().splitlines()]
+    assert [(e["miles_line"], e.get("rollout_id", e.get("train_step"))) for e in sent] == [("rollout", 8), ("step", 16)]
+    assert len(sink.getvalue().splitlines()) == 6  # every log line is still relayed
+    assert json.loads(ledger.read_text()) == {"rollout:reward": 8, "perf:rollout_time": 7, "perf:step_time": 7,
+                                              "step:loss": 16}
+
+
+def test_a_broken_ledger_sends_rather_than_drops(tmp_path):
+    ledger = tmp_path / metrics.LEDGER_FILE
+    ledger.write_text("{not json")
+    emf = io.StringIO()
+    metrics.relay(io.BytesIO(_lines("rollout 1: {'rollout/raw_reward': 0.5}")), io.StringIO(), run="r",
+                  emf_sink=emf, ledger=metrics.EmittedLedger(ledger))
+    assert len(emf.getvalue().splitlines()) == 1
+
+
+def test_in_the_rayjob_emf_goes_to_the_containers_own_output_not_the_job_log(tmp_path):
+    """KubeRay's submitter replays the job log from the start when its pod restarts, and Fluent
+    Bit ships the submitter's output: EMF lines in the job log would be sent again. Inside the
+    kit's RayJob they go to the container's stdout (PID 1's), which nothing replays."""
+    container_out = tmp_path / "fd1"
+    container_out.write_text("")
+    sink = metrics.emf_sink({"RLTRAINER_RAYJOB": "qwen3-grpo"}, container_stdout=str(container_out))
+    assert sink is not None
+    job_log = io.StringIO()
+    metrics.relay(io.BytesIO(_lines("rollout 3: {'rollout/raw_reward': 0.5}")), job_log, run="r", emf_sink=sink)
+    sink.close()
+    assert "_aws" not in job_log.getvalue()
+    assert json.loads(container_out.read_text())["reward"] == 0.5
+    assert metrics.emf_sink({}, container_stdout=str(container_out)) is None  # outside the RayJob: stdout
+    assert metrics.emf_sink({"RLTRAINER_RAYJOB": "x"}, container_stdout=str(tmp_path / "no" / "fd1")) is None
+
+
+def test_a_restarted_submitter_replaying_the_job_log_adds_no_datapoint(tmp_path):
+    """End to end: the launcher's relay writes the job log and the container output; a submitter
+    that replays the job log twice (a restart) carries no EMF line, so the collector sees each
+    datapoint exactly once."""
+    container_out = tmp_path / "fd1"
+    container_out.write_text("")
+    sink = metrics.emf_sink({"RLTRAINER_RAYJOB": "qwen3-grpo"}, container_stdout=str(container_out))
+    job_log = io.StringIO()
+    metrics.relay(io.BytesIO(_lines("rollout 1: {'rollout/raw_reward': 0.5}", "rollout 2: {'rollout/raw_reward': 0.6}")),
+                  job_log, run="r", emf_sink=sink, ledger=metrics.EmittedLedger(tmp_path / metrics.LEDGER_FILE))
+    sink.close()
+    submitter_output = job_log.getvalue() * 2  # printed once, then again after the restart
+    collected = [x for x in container_out.read_text().splitlines() + submitter_output.splitlines()
+                 if x.startswith('{"_aws"')]
+    assert sorted(json.loads(x)["rollout_id"] for x in collected) == [1, 2]

@@ -1,4 +1,5 @@
-"""``rltrainer nodecheck`` against a fake sysfs/dev tree."""
+"""``rltrainer nodecheck`` against a fake sysfs/dev/proc tree built from fixtures/nodecheck/
+(files in the formats the kernel and the NVIDIA driver print; see that folder's README)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,21 @@ from rltrainer.nodecheck import CHECK_NAMES, NodeProbe, main
 GIB = 1 << 30
 
 
-NVIDIA_BANNER = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  "
-                 "(dvs-builder@U16-I1-N08-12-5)  Tue Sep 23 04:02:19 UTC 2025\nGCC version:  gcc version 11.5.0\n")
+NODE_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nodecheck"
+
+
+def fixture(name: str) -> str:
+    return (NODE_FIXTURES / name).read_text()
 
 
 def make_node(root: Path, *, gpus=8, efa=32, efa_mounted=None, mlx=0, gdrdrv=True, hugepages=2560,
               hugetlb_limit=5120 << 20, plugin=True, driver="580.95.05", efa_driver="3.3.0",
-              registry_dwords="PeerMappingOverride=1;") -> Path:
-    """A GPU node as a pod sees it: /dev, /sys and the image's library directories."""
+              registry_dwords="PeerMappingOverride=1;", ports_down=(), open_module=True,
+              kernel="6.12.46-66.121.amzn2023.x86_64", peermem=False, profiling_restricted=True,
+              caps="perfmon", mounts="mounts-fsx.txt") -> Path:
+    """A GPU node as a kit-rendered pod sees it: /dev, /sys, /proc and the image's library directories.
+    The driver restricts profiling to administrators, and the pod holds IPC_LOCK and PERFMON (what the
+    kit's DeepEP benchmark and node-check pods get); ``caps="ipc-lock"`` is a pod without PERFMON."""
     efa_mounted = efa if efa_mounted is None else efa_mounted
     dev = root / "dev"
     (dev / "infiniband").mkdir(parents=True)
@@ -45,6 +53,8 @@ def make_node(root: Path, *, gpus=8, efa=32, efa_mounted=None, mlx=0, gdrdrv=Tru
         # the EFA device plugin mounts only the devices allocated to the pod
         if i < efa_mounted or i >= efa:
             (dev / "infiniband" / f"uverbs{i}").touch()
+        (ib / name / "ports" / "1").mkdir(parents=True)
+        (ib / name / "ports" / "1" / "state").write_text("1: DOWN\n" if i in ports_down else "4: ACTIVE\n")
     hp = root / "sys" / "kernel" / "mm" / "hugepages" / "hugepages-2048kB"
     hp.mkdir(parents=True)
     (hp / "nr_hugepages").write_text(f"{hugepages}\n")
@@ -54,8 +64,19 @@ def make_node(root: Path, *, gpus=8, efa=32, efa_mounted=None, mlx=0, gdrdrv=Tru
     proc = root / "proc" / "driver" / "nvidia"
     proc.mkdir(parents=True)
     if driver:
-        (proc / "version").write_text(NVIDIA_BANNER.format(v=driver))
-    (proc / "params").write_text(f'ResmanDebugLevel: 4294967295\nRegistryDwords: "{registry_dwords}"\n')
+        banner = fixture("nvidia-version-open.txt" if open_module else "nvidia-version-proprietary.txt")
+        (proc / "version").write_text(banner.replace("580.95.05", driver))
+    params = fixture("nvidia-params-restricted.txt" if profiling_restricted else "nvidia-params-unrestricted.txt")
+    (proc / "params").write_text(params.replace('RegistryDwords: "PeerMappingOverride=1;"',
+                                                f'RegistryDwords: "{registry_dwords}"'))
+    (root / "proc" / "sys" / "kernel").mkdir(parents=True)
+    (root / "proc" / "sys" / "kernel" / "osrelease").write_text(f"{kernel}\n")
+    (root / "proc" / "self").mkdir(parents=True)
+    (root / "proc" / "self" / "status").write_text(fixture(f"status-{caps}.txt"))
+    (root / "proc" / "mounts").write_text(fixture(mounts))
+    (root / "fsx").mkdir()
+    if peermem:
+        (root / "sys" / "module" / "nvidia_peermem").mkdir(parents=True)
     if efa_driver:
         (root / "sys" / "module" / "efa").mkdir(parents=True)
         (root / "sys" / "module" / "efa" / "version").write_text(f"{efa_driver}\n")
@@ -75,7 +96,7 @@ def probe(root: Path, memlock=resource.RLIM_INFINITY, shm=64 * GIB, run=None, en
 def check(argv, node_probe):
     out, err = io.StringIO(), io.StringIO()
     rc = main(argv, out=out, err=err, probe=node_probe)
-    return rc, json.loads(out.getvalue()), err.getvalue().strip()
+    return rc, json.loads(out.getvalue()), err.getvalue().strip().splitlines()[-1]
 
 
 def test_healthy_p5_node_passes(tmp_path: Path):
@@ -84,22 +105,25 @@ def test_healthy_p5_node_passes(tmp_path: Path):
     assert rc == 0
     assert report["kind"] == "nodecheck" and report["ok"] is True
     assert [c["name"] for c in report["checks"]] == [n for n in CHECK_NAMES if n not in (
-        "gdrcopy", "efa_driver", "peer_mapping_override", "imex_channel", "gpu_fabric")]  # the NCCL backend needs none of these
+        "gdrcopy", "efa_driver", "peer_mapping_override", "profiling",  # the NCCL backend needs none of these
+        "shared_fs", "imex_channel", "gpu_fabric")]  # only with --shared-fs
     by_name = {c["name"]: c for c in report["checks"]}
     assert by_name["gpus"] == {"name": "gpus", "ok": True, "expected": 8, "found": 8, "fix": ""}
     assert by_name["efa_devices"]["found"] == 32  # the two mlx5 devices do not count
     assert by_name["hugepages_2Mi"]["found"] == "5120 MiB"
     assert by_name["nccl_ofi_plugin"]["found"] == "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so"
     assert all(set(c) == {"name", "ok", "expected", "found", "fix"} for c in report["checks"])
-    assert by_name["nvidia_driver"]["expected"] == ">= R580 (CUDA 13.0.1)"
+    assert by_name["nvidia_driver"]["expected"] == ">= 580.65.06 (CUDA 13.0.1)"
     assert by_name["nvidia_driver"]["found"] == "580.95.05"
-    assert verdict == "nodecheck: PASS (7 checks)"
+    assert by_name["efa_port_state"]["found"] == "all ACTIVE"
+    assert by_name["gpudirect_rdma"]["found"] == "dma-buf"
+    assert verdict == "nodecheck: PASS (9 checks)"
 
 
 def test_misconfigured_pod_fails_with_fixes(tmp_path: Path):
     # 16 of 32 EFA devices allocated, no gdrdrv, no huge pages in the pod's cgroup,
     # locked memory capped, docker's 64 MiB /dev/shm, no OFI plugin
-    root = make_node(tmp_path, efa_mounted=16, gdrdrv=False, hugetlb_limit=0, plugin=False)
+    root = make_node(tmp_path, efa_mounted=16, gdrdrv=False, hugetlb_limit=0, plugin=False, caps="perfmon")
     rc, report, verdict = check(["--expect-gpus", "8", "--expect-efa", "32", "--ep-backend", "deepep-nvshmem"],
                                 probe(root, memlock=64 * 1024, shm=64 << 20))
     assert rc == 1
@@ -112,7 +136,7 @@ def test_misconfigured_pod_fails_with_fixes(tmp_path: Path):
         "(node has 5120 MiB, pod cgroup allows 0 MiB)"
     )
     assert verdict == (
-        "nodecheck: FAIL 6 of 8: efa_devices (expected 32, found 16); "
+        "nodecheck: FAIL 6 of 11: efa_devices (expected 32, found 16); "
         "gdrcopy (expected /dev/gdrdrv present (deepep-nvshmem uses GDRCopy), found missing); "
         "hugepages_2Mi (expected >= 5120 MiB, found 0 MiB); memlock (expected unlimited, found 65536 bytes); "
         "shm (expected >= 8 GiB, found 0.1 GiB); nccl_ofi_plugin (expected libnccl-net*.so findable, found not found)"
@@ -123,25 +147,25 @@ def test_missing_gpus_fail(tmp_path: Path):
     root = make_node(tmp_path, gpus=4)
     rc, report, verdict = check(["--expect-gpus", "8", "--expect-efa", "32"], probe(root))
     assert rc == 1
-    assert verdict == "nodecheck: FAIL 1 of 7: gpus (expected 8, found 4)"
+    assert verdict == "nodecheck: FAIL 1 of 9: gpus (expected 8, found 4)"
 
 
 def test_nccl_backend_does_not_need_gdrdrv_but_deepep_does(tmp_path: Path):
-    root = make_node(tmp_path, gdrdrv=False)
+    root = make_node(tmp_path, gdrdrv=False, caps="perfmon")
     rc, report, _ = check(["--expect-gpus", "8", "--expect-efa", "32"], probe(root))
     assert rc == 0 and "gdrcopy" not in [c["name"] for c in report["checks"]]
     for backend in ("deepep-nvshmem", "deepep-gin"):
         rc, report, verdict = check(["--expect-gpus", "8", "--expect-efa", "32", "--ep-backend", backend], probe(root))
         assert rc == 1
-        assert verdict == (f"nodecheck: FAIL 1 of 8: gdrcopy (expected /dev/gdrdrv present ({backend} uses GDRCopy), "
+        assert verdict == (f"nodecheck: FAIL 1 of 11: gdrcopy (expected /dev/gdrdrv present ({backend} uses GDRCopy), "
                            "found missing)")
 
 
 @pytest.mark.parametrize("cuda, driver, ok, expected", [
-    ("13.0.1", "580.95.05", True, ">= R580 (CUDA 13.0.1)"),
-    ("13.0.1", "575.57.08", False, ">= R580 (CUDA 13.0.1)"),
-    ("12.9.1", "575.57.08", True, ">= R575 (CUDA 12.9.1)"),
-    ("12.9.1", "570.172.08", False, ">= R575 (CUDA 12.9.1)"),
+    ("13.0.1", "580.95.05", True, ">= 580.65.06 (CUDA 13.0.1)"),
+    ("13.0.1", "575.57.08", False, ">= 580.65.06 (CUDA 13.0.1)"),
+    ("12.9.1", "575.57.08", True, ">= 575.51.03 (CUDA 12.9.1)"),
+    ("12.9.1", "570.172.08", False, ">= 575.51.03 (CUDA 12.9.1)"),
 ])
 def test_nvidia_driver_against_the_images_cuda(tmp_path: Path, cuda, driver, ok, expected):
     root = make_node(tmp_path, driver=driver)
@@ -150,6 +174,19 @@ def test_nvidia_driver_against_the_images_cuda(tmp_path: Path, cuda, driver, ok,
     assert (c["ok"], c["expected"], c["found"]) == (ok, expected, driver)
     if not ok:
         assert c["fix"].startswith(f"use a GPU AMI whose NVIDIA driver is {expected.split()[1]} or newer")
+
+
+def test_the_full_driver_version_is_checked_against_the_images_floor(tmp_path: Path):
+    """Same branch, older release: an R580 driver below the image's floor fails (a branch-only
+    check passed it). The floor comes from the image (RLTRAINER_MIN_NVIDIA_DRIVER), else --min-driver."""
+    root = make_node(tmp_path, driver="580.76.05")
+    env = {"CUDA_VERSION": "13.0.2", "RLTRAINER_MIN_NVIDIA_DRIVER": "580.82.07"}
+    rc, report, verdict = check(["--expect-gpus", "8", "--expect-efa", "32"], probe(root, env=env))
+    assert rc == 1
+    assert verdict == "nodecheck: FAIL 1 of 9: nvidia_driver (expected >= 580.82.07 (CUDA 13.0.2), found 580.76.05)"
+    rc, report, _ = check(["--expect-gpus", "8", "--expect-efa", "32", "--min-driver", "580.76.05"],
+                          probe(root, env=env))
+    assert rc == 0
 
 
 def test_unknown_cuda_or_missing_driver_fail_with_the_reason(tmp_path: Path):
@@ -171,20 +208,20 @@ def test_cuda_version_from_the_toolkit_json(tmp_path: Path):
 
 def test_efa_gda_needs_efa_driver_3_3_and_peer_mapping_override(tmp_path: Path):
     argv = ["--expect-gpus", "8", "--expect-efa", "16", "--ep-backend", "deepep-gin", "--gin-type", "5"]
-    rc, report, verdict = check(argv, probe(make_node(tmp_path / "good", efa=16)))
+    rc, report, verdict = check(argv, probe(make_node(tmp_path / "good", efa=16, caps="perfmon")))
     assert rc == 0, verdict
     assert {"efa_driver", "peer_mapping_override"} <= {c["name"] for c in report["checks"]}
     rc, report, verdict = check(argv, probe(make_node(tmp_path / "bad", efa=16, efa_driver="3.2.1",
-                                                       registry_dwords="RMForceStaticBar1=1;")))
+                                                       registry_dwords="RMForceStaticBar1=1;", caps="perfmon")))
     assert rc == 1
-    assert verdict == ("nodecheck: FAIL 2 of 10: efa_driver (expected >= 3.3.0 (EFA-GDA, NCCL_GIN_TYPE=5), found 3.2.1); "
+    assert verdict == ("nodecheck: FAIL 2 of 13: efa_driver (expected >= 3.3.0 (EFA-GDA, NCCL_GIN_TYPE=5), found 3.2.1); "
                        "peer_mapping_override (expected PeerMappingOverride=1 in the NVIDIA driver's RegistryDwords, "
                        "found RMForceStaticBar1=1;)")
     failed = {c["name"]: c for c in report["checks"] if not c["ok"]}
     assert "NVreg_RegistryDwords=\"PeerMappingOverride=1;\"" in failed["peer_mapping_override"]["fix"]
     # the proxy GIN path (type 2) does not need either
     rc, report, _ = check(argv[:-1] + ["2"], probe(make_node(tmp_path / "proxy", efa=16, efa_driver="3.2.1",
-                                                               registry_dwords="")))
+                                                               registry_dwords="", caps="perfmon")))
     assert rc == 0 and "efa_driver" not in {c["name"] for c in report["checks"]}
 
 
@@ -215,12 +252,12 @@ def test_plugin_found_through_ld_library_path_or_nccl_net_plugin(tmp_path: Path)
 
 
 def test_skip_and_thresholds(tmp_path: Path):
-    root = make_node(tmp_path, gdrdrv=False, hugepages=1024, hugetlb_limit=None)
+    root = make_node(tmp_path, gdrdrv=False, hugepages=1024, hugetlb_limit=None, caps="perfmon")
     rc, report, verdict = check(["--expect-gpus", "8", "--expect-efa", "32", "--ep-backend", "deepep-gin", "--skip",
                                  "gdrcopy", "--hugepages-mib", "2048", "--min-shm-gib", "128"], probe(root))
     assert rc == 1
     assert "gdrcopy" not in [c["name"] for c in report["checks"]]
-    assert verdict == ("nodecheck: FAIL 1 of 7: shm (expected >= 128 GiB, found 64.0 GiB)")
+    assert verdict == ("nodecheck: FAIL 1 of 10: shm (expected >= 128 GiB, found 64.0 GiB)")
 
 
 def test_module_entry_point_runs_against_a_root(tmp_path: Path):
@@ -233,9 +270,115 @@ def test_module_entry_point_runs_against_a_root(tmp_path: Path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ok"] is True
-    assert proc.stderr.strip() == "nodecheck: PASS (5 checks)"
+    assert proc.stderr.strip().splitlines()[-1] == "nodecheck: PASS (7 checks)"
 
 
 def test_expectations_are_required():
     with pytest.raises(SystemExit):
         main(["--expect-gpus", "8"], out=io.StringIO(), err=io.StringIO())
+
+
+# --- one failure reason each: EFA ports, GPUDirect RDMA, DeepEP's profiler, the shared file system
+
+BASE = ["--expect-gpus", "8", "--expect-efa", "32"]
+
+
+def test_an_efa_port_that_is_down_is_named(tmp_path: Path):
+    rc, report, verdict = check(BASE, probe(make_node(tmp_path, ports_down=(3, 17))))
+    assert rc == 1
+    assert verdict == ("nodecheck: FAIL 1 of 9: efa_port_state (expected port 1 ACTIVE on all 32 EFA devices, "
+                       "found rdmap17s0 1: DOWN; rdmap3s0 1: DOWN)")
+    c = {c["name"]: c for c in report["checks"]}["efa_port_state"]
+    assert c["fix"].startswith("EFA device(s) rdmap17s0, rdmap3s0 are not ACTIVE")
+
+
+@pytest.mark.parametrize("open_module, kernel, peermem, ok, found", [
+    (True, "6.12.46-66.121.amzn2023.x86_64", False, True, "dma-buf"),
+    (False, "6.12.46-66.121.amzn2023.x86_64", True, True, "nvidia_peermem"),
+    (True, "6.12.46-66.121.amzn2023.x86_64", True, True, "dma-buf and nvidia_peermem"),
+    (False, "6.12.46-66.121.amzn2023.x86_64", False, False,
+     "neither (NVIDIA module proprietary, kernel 6.12.46-66.121.amzn2023.x86_64, nvidia_peermem not loaded)"),
+    (True, "5.10.240-238.959.amzn2.x86_64", False, False,
+     "neither (NVIDIA module open, kernel 5.10.240-238.959.amzn2.x86_64, nvidia_peermem not loaded)"),
+])
+def test_gpudirect_rdma_needs_dma_buf_or_peer_memory(tmp_path: Path, open_module, kernel, peermem, ok, found):
+    root = make_node(tmp_path, open_module=open_module, kernel=kernel, peermem=peermem)
+    rc, report, _ = check(BASE, probe(root))
+    c = {c["name"]: c for c in report["checks"]}["gpudirect_rdma"]
+    assert (rc == 0, c["ok"], c["found"]) == (ok, ok, found)
+    if not ok:
+        assert "modprobe nvidia_peermem" in c["fix"]
+
+
+@pytest.mark.parametrize("restricted, caps, ok, found", [
+    (True, "ipc-lock", False, "RmProfilingAdminOnly 1, capabilities neither PERFMON nor SYS_ADMIN"),
+    (True, "perfmon", True, "RmProfilingAdminOnly 1, capabilities PERFMON"),
+    (False, "ipc-lock", True, "RmProfilingAdminOnly 0, capabilities neither PERFMON nor SYS_ADMIN"),
+])
+def test_deepep_timing_needs_profiling_allowed(tmp_path: Path, restricted, caps, ok, found):
+    root = make_node(tmp_path, profiling_restricted=restricted, caps=caps)
+    rc, report, verdict = check(BASE + ["--ep-backend", "deepep-nvshmem"], probe(root))
+    c = {c["name"]: c for c in report["checks"]}["profiling"]
+    assert (rc == 0, c["ok"], c["found"]) == (ok, ok, found)
+    if not ok:
+        assert verdict == ("nodecheck: FAIL 1 of 11: profiling (expected DeepEP kernel timing allowed: "
+                           f"RmProfilingAdminOnly 0, or CAP_PERFMON, found {found})")
+        assert "adds the PERFMON capability" in c["fix"]
+    # the NCCL backend times nothing with the profiler
+    _, report, _ = check(BASE, probe(root))
+    assert "profiling" not in {c["name"] for c in report["checks"]}
+
+
+def test_a_broken_shared_file_system_fails_the_node_check(tmp_path: Path, monkeypatch):
+    argv = BASE + ["--shared-fs", "/fsx", "--shared-fs-type", "lustre"]
+    rc, report, verdict = check(argv, probe(make_node(tmp_path / "ok")))
+    assert rc == 0, verdict
+    c = {c["name"]: c for c in report["checks"]}["shared_fs"]
+    assert c["found"] == "lustre at /fsx, write and read back ok"
+    assert not list((tmp_path / "ok" / "fsx").iterdir())  # the probe file is gone
+
+    rc, _, verdict = check(argv, probe(make_node(tmp_path / "unmounted", mounts="mounts-no-fsx.txt")))
+    assert rc == 1
+    assert verdict == ("nodecheck: FAIL 1 of 10: shared_fs (expected /fsx mounted (lustre) and writable, "
+                       "found not a mount (the pod's root file system))")
+
+    root = make_node(tmp_path / "wrongtype")
+    (root / "proc" / "mounts").write_text(fixture("mounts-no-fsx.txt") + "tmpfs /fsx tmpfs rw 0 0\n")
+    _, _, verdict = check(argv, probe(root))
+    assert verdict.endswith("found mounted as tmpfs at /fsx, not lustre)")
+
+    root = make_node(tmp_path / "readonly")
+
+    def refuse(self, path):
+        return "OSError: Read-only file system"
+
+    monkeypatch.setattr(NodeProbe, "write_probe", refuse)
+    _, report, verdict = check(argv, probe(root))
+    assert verdict.endswith("found lustre at /fsx, write failed: OSError: Read-only file system)")
+    assert "FSx CSI node plugin" in {c["name"]: c for c in report["checks"]}["shared_fs"]["fix"]
+
+
+def test_a_real_write_failure_is_reported(tmp_path: Path):
+    root = make_node(tmp_path)
+    p = probe(root)
+    assert p.write_probe("/fsx") is None
+    assert p.write_probe("/fsx/missing-dir").startswith("FileNotFoundError")
+
+
+def test_the_images_versions_are_shown(tmp_path: Path):
+    root = make_node(tmp_path)
+    record = root / "opt" / "rltrainer" / "image-versions.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"nccl": "2.27.7", "efa_installer": "1.50.0", "aws_ofi_nccl": "1.21.1",
+                                  "nvshmem": "none", "ep_backend": "nccl"}))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(BASE, out=out, err=err, probe=probe(root)) == 0
+    assert json.loads(out.getvalue())["image"] == {"ep_backend": "nccl", "efa_installer": "1.50.0",
+                                                  "aws_ofi_nccl": "1.21.1", "nccl": "2.27.7", "nvshmem": "none"}
+    assert err.getvalue().splitlines()[0] == (
+        "nodecheck: image ep_backend=nccl efa_installer=1.50.0 aws_ofi_nccl=1.21.1 nccl=2.27.7 nvshmem=none")
+    record.unlink()
+    out, err = io.StringIO(), io.StringIO()
+    main(BASE, out=out, err=err, probe=probe(root))
+    assert json.loads(out.getvalue())["image"] is None
+    assert "versions unknown" in err.getvalue().splitlines()[0]

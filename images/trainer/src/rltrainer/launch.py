@@ -29,7 +29,8 @@ Steps, in order:
 ``--dry-run`` does none of 2-5: it prints the command and environment that would run.
 ``--check-args`` (with or without ``--dry-run``) also parses the Miles arguments with
 Miles' own parser (Megatron + Miles + SGLang definitions) and exits 2 on any mismatch;
-the image build runs it.
+``--check-imports`` imports the driver's whole import chain (``rltrainer.driver_imports``) and
+exits 2 naming any module that fails. The image build runs both.
 """
 
 from __future__ import annotations
@@ -257,7 +258,7 @@ def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_sourc
 
 
 def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None,
-                 wait: Callable[[subprocess.Popen], int] | None = None) -> int:
+                 wait: Callable[[subprocess.Popen], int] | None = None, metrics_ledger: str | None = None) -> int:
     """Run the command in its own process group, forwarding SIGTERM/SIGINT to it.
 
     ``wait`` replaces ``proc.wait()`` (the reservation guard's supervising loop).
@@ -272,7 +273,7 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
     pipe = subprocess.PIPE if metrics_run else None
     proc = subprocess.Popen(cmd.argv, env=env, cwd=cmd.cwd if Path(cmd.cwd).is_dir() else None, start_new_session=True,
                             stdout=pipe, stderr=pipe)
-    relays = [] if not metrics_run else metrics.start_relays(proc, run=metrics_run)
+    relays = [] if not metrics_run else metrics.start_relays(proc, run=metrics_run, ledger_path=metrics_ledger)
 
     def forward(signum, _frame):
         try:
@@ -315,6 +316,9 @@ def build_parser(prog: str = "rltrainer launch") -> argparse.ArgumentParser:
     p.add_argument("--check-args", action="store_true",
                    help="parse the Miles arguments with Miles' own parser (Megatron, Miles and SGLang definitions; "
                         "needs megatron and miles importable, as in the image) and exit 2 on any mismatch")
+    p.add_argument("--check-imports", action="store_true",
+                   help="import every module the driver process imports (launcher, uploader, Miles train.py, "
+                        "the Megatron actor, DeepEP on DeepEP images) and exit 2 naming any that fails")
     return p
 
 
@@ -382,6 +386,18 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
             print(f"rltrainer launch: {mismatch}", file=err)
             return EXIT_CONFIG
         print("rltrainer launch: Miles' own parser accepts every argument", file=err, flush=True)
+    if args.check_imports:
+        from .driver_imports import cuda_stub_env, driver_modules, import_chain, import_problems
+
+        env, note = cuda_stub_env(dict(os.environ))
+        if note:
+            print(f"rltrainer launch: {note}", file=err)
+        broken = import_problems(import_chain(driver_modules(cfg.expert_parallel.backend), args.miles_dir,
+                                              python=args.python, env=env))
+        if broken is not None:
+            print(f"rltrainer launch: {broken}", file=err)
+            return EXIT_CONFIG
+        print("rltrainer launch: the driver's whole import chain imports", file=err, flush=True)
 
     if args.dry_run:
         cmd = build_train_command(
@@ -466,7 +482,8 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
                 proc, guard, clock=clock, saves=lambda: local_iterations(local),
                 uploaded=lambda: list(watcher.uploaded), request_save=lambda: reservation.write_trigger(local),
                 stop=lambda: _stop_group(proc), sleep=lambda s: sleep(s), poll_s=args.upload_interval)
-    code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait)
+    code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait,
+                        metrics_ledger=str(Path(cfg.checkpoint.local_dir) / metrics.LEDGER_FILE))
     code = _finish_uploads(watcher, cfg, code, args, err, sleep)
     if guard is not None and guard.state == reservation.STOP:
         reservation.clear_trigger(local)

@@ -18,16 +18,30 @@ CloudWatch user guide "Specification: Embedded metric format"). The kit's Fluent
 sends such lines to the environment's training-metrics log group with the ``json/emf`` log
 format, so CloudWatch extracts the metrics; no agent runs in the trainer. Every original line
 is relayed unchanged first: this only adds lines.
+
+Each datapoint reaches CloudWatch once (CloudWatch keeps every EMF line it receives, so a second
+copy is a second datapoint):
+
+- the EMF lines do not go into the Ray job's log. KubeRay's job submitter follows that log
+  (``ray job logs --follow``) and prints it again from the start when its pod restarts, and
+  Fluent Bit ships the submitter's output too. Inside the kit's RayJob the EMF lines go to the
+  head container's own output (its PID 1's stdout), which nothing replays (``emf_sink``);
+- a retried job (KubeRay starts a new Ray cluster, the launcher resumes from the newest save)
+  runs the rollouts after that save again. A ledger on the checkpoint directory (the shared file
+  system) holds the highest rollout id (and training step) already sent per line kind, and a
+  line at or below it is not sent again (``EmittedLedger``): the first run's values stay.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Callable, Iterable, TextIO
 
 from .contract import METRICS_NAMESPACE as NAMESPACE  # CloudWatch namespace (the kit queries it)
@@ -109,14 +123,72 @@ def emf_record(metric: MetricLine, *, run: str, timestamp_ms: int) -> dict | Non
     return record
 
 
-def emf_lines(lines: Iterable[str], *, run: str,
-              clock: Callable[[], float] = time.time) -> Iterable[tuple[str, str | None]]:
-    """For each input line: (the line, its EMF line or None)."""
+LEDGER_FILE = ".rltrainer-metrics-ledger.json"  # in the checkpoint directory
+CONTAINER_STDOUT = "/proc/1/fd/1"  # the container's own output: what the node's log collector reads
+
+
+class EmittedLedger:
+    """The highest index sent per line key, kept in a file that outlives the job.
+
+    A key is the line's kind plus the metric names it carries: Miles writes two ``perf <rollout
+    id>`` lines per rollout (the rollout manager's throughput, the actor's training times), and
+    both must pass once. ``fresh(key, index)`` is True the first time an index above the key's
+    high-water mark is seen, and records it; Miles logs rollouts and steps in increasing order, so
+    the mark is enough. An unreadable ledger starts empty (sending again beats sending nothing)."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = None if path is None else Path(path)
+        self.sent: dict[str, int] = {}
+        if self.path is not None:
+            try:
+                data = json.loads(self.path.read_text())
+                self.sent = {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+            except (OSError, ValueError, TypeError):
+                self.sent = {}
+        self._lock = threading.Lock()
+
+    def fresh(self, key: str, index: int) -> bool:
+        with self._lock:
+            if index <= self.sent.get(key, -1):
+                return False
+            self.sent[key] = index
+            if self.path is not None:
+                try:
+                    tmp = self.path.with_name(self.path.name + ".tmp")
+                    tmp.write_text(json.dumps(self.sent))
+                    os.replace(tmp, self.path)
+                except OSError:
+                    pass  # a full or missing directory must not stop the metrics
+            return True
+
+
+def emf_sink(env: dict[str, str] | None = None, container_stdout: str = CONTAINER_STDOUT) -> TextIO | None:
+    """Where EMF lines go inside the kit's RayJob (RLTRAINER_RAYJOB set): the container's own
+    stdout, which the submitter does not replay. None elsewhere (then they go to stdout)."""
+    from .contract import RAYJOB_ENV
+
+    env = dict(os.environ if env is None else env)
+    if not env.get(RAYJOB_ENV):
+        return None
+    try:
+        return open(container_stdout, "a", buffering=1, encoding="utf-8")
+    except OSError:
+        return None
+
+
+def emf_lines(lines: Iterable[str], *, run: str, clock: Callable[[], float] = time.time,
+              ledger: EmittedLedger | None = None) -> Iterable[tuple[str, str | None]]:
+    """For each input line: (the line, its EMF line or None). With ``ledger``, a line already
+    sent (same kind, an index at or below the ledger's) gets None."""
     for line in lines:
         try:
             metric = parse_line(line)
             record = None if metric is None else emf_record(
                 metric, run=run, timestamp_ms=int(clock() * 1000))
+            if record is not None and ledger is not None:
+                names = [m["Name"] for m in record["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
+                if not ledger.fresh(f"{metric.kind}:{','.join(sorted(names))}", metric.index):
+                    record = None
             emf = None if record is None else json.dumps(record, separators=(",", ":"),
                                                          allow_nan=False)
         except (TypeError, ValueError, OverflowError):  # a metric line must not stop the relay
@@ -125,14 +197,14 @@ def emf_lines(lines: Iterable[str], *, run: str,
 
 
 def relay(source: IO[bytes], sink: TextIO, *, run: str, emf_sink: TextIO | None = None,
-          lock: threading.Lock | None = None) -> None:
+          lock: threading.Lock | None = None, ledger: EmittedLedger | None = None) -> None:
     """Copy ``source`` (a child's pipe) to ``sink`` line by line, writing each Miles metric line's
     EMF line to ``emf_sink`` (default ``sink``) right after it. Undecodable bytes pass through
     as replacement characters; a failure to build an EMF line never stops the copy."""
     emf_sink = emf_sink or sink
     lock = lock or threading.Lock()
     text = (raw.decode("utf-8", errors="replace") for raw in iter(source.readline, b""))
-    for line, emf in emf_lines(text, run=run):
+    for line, emf in emf_lines(text, run=run, ledger=ledger):
         with lock:
             sink.write(line)
             sink.flush()
@@ -141,13 +213,17 @@ def relay(source: IO[bytes], sink: TextIO, *, run: str, emf_sink: TextIO | None 
                 emf_sink.flush()
 
 
-def start_relays(proc, *, run: str) -> list[threading.Thread]:
-    """Relay ``proc``'s piped stdout and stderr to this process's (EMF lines go to stdout)."""
+def start_relays(proc, *, run: str, ledger_path: str | Path | None = None,
+                 emf_out: TextIO | None = None) -> list[threading.Thread]:
+    """Relay ``proc``'s piped stdout and stderr to this process's; EMF lines go to ``emf_out``
+    (default: ``emf_sink()``, else stdout), each (kind, rollout id) once per ``ledger_path``."""
     import sys
 
     lock = threading.Lock()
+    ledger = EmittedLedger(ledger_path)
+    out = emf_out or emf_sink() or sys.stdout
     threads = [threading.Thread(target=relay, args=(pipe, sink),
-                                kwargs={"run": run, "emf_sink": sys.stdout, "lock": lock},
+                                kwargs={"run": run, "emf_sink": out, "lock": lock, "ledger": ledger},
                                 name=f"metrics-relay-{name}", daemon=True)
                for name, pipe, sink in (("stdout", proc.stdout, sys.stdout),
                                         ("stderr", proc.stderr, sys.stderr))]

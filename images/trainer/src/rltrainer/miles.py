@@ -284,7 +284,8 @@ def miles_train_args(
     a.add("--label-key", cfg.data.label_key)
     a.soft("--apply-chat-template")
     a.soft("--rollout-shuffle")
-    a.soft("--rm-type", "math")
+    # The recipe's rule-based reward (data.rm_type; DAPO math: deepscaler, as Miles' own recipe).
+    a.add("--rm-type", cfg.data.rm_type)
     a.add("--num-rollout", g.num_rollout)
     a.add("--rollout-batch-size", g.rollout_batch_size)
     a.add("--n-samples-per-prompt", g.n_samples_per_prompt)
@@ -304,9 +305,14 @@ def miles_train_args(
     a.soft("--entropy-coef", "0.00")
     a.add("--eps-clip", _fmt_float(g.eps_clip))
 
-    # Optimizer (OPTIMIZER_ARGS, minus the single-node CPU-Adam offload: Miles' multi-node
-    # notes say to drop it because the distributed optimizer already shards the state).
+    # Optimizer (OPTIMIZER_ARGS). CPU Adam only when asked (parallel.training.optimizer_cpu_offload):
+    # Miles v0.1.0 docs/models/qwen/qwen3-moe.md, "Optimizer", keeps it for its H100 recipes
+    # (run_qwen3_30b_a3b.py on 1 node, run_qwen3_235b_a22b.py) and drops it on Blackwell.
     a.soft("--optimizer", "adam")
+    if t.optimizer_cpu_offload:
+        a.add("--optimizer-cpu-offload")
+        a.add("--overlap-cpu-optimizer-d2h-h2d")
+        a.add("--use-precision-aware-optimizer")
     a.add("--lr", _fmt_float(g.lr))
     a.soft("--lr-decay-style", "constant")
     a.soft("--weight-decay", "0.1")

@@ -87,6 +87,16 @@ class Reader:
             return None
         return value
 
+    def boolean(self, data: dict, key: str, path: str, *, default: bool = False) -> bool | None:
+        p = self._child(path, key)
+        value = data.get(key, MISSING)
+        if value is MISSING:
+            return default
+        if not isinstance(value, bool):
+            self.add(p, value, "must be true or false", f"write `{key}: true` or `{key}: false`")
+            return None
+        return value
+
     def string(self, data: dict, key: str, path: str, *, default: Any = MISSING, example: str = "...") -> str | None:
         p = self._child(path, key)
         value = data.get(key, MISSING)

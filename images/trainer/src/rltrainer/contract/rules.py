@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from .names import EP_BACKENDS, GIN_TRAINING_FIX, GIN_TRAINING_RULE, TRAINING_EP_BACKENDS
+from .names import DEFAULT_RM_TYPE, EP_BACKENDS, GIN_TRAINING_FIX, GIN_TRAINING_RULE, RM_TYPES, TRAINING_EP_BACKENDS
 from .problems import MISSING, ConfigError, Problem
 from .reader import Reader
 from .schema import (
@@ -51,6 +51,7 @@ from .schema import (
     ROLLOUT_KEYS,
     TOP_KEYS,
     TRAINING_KEYS,
+    TRAINING_SIZE_KEYS,
     CheckpointConfig,
     DataConfig,
     ExpertParallelConfig,
@@ -162,8 +163,15 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
             prompt = None
         ik = r.string(d, "input_key", "data", default="prompt", example="prompt")
         lk = r.string(d, "label_key", "data", default="label", example="label")
-        if prompt is not None and ik is not None and lk is not None:
-            data_cfg = DataConfig(prompt_data=prompt, input_key=ik, label_key=lk)
+        rm = r.string(d, "rm_type", "data", default=DEFAULT_RM_TYPE, example=DEFAULT_RM_TYPE)
+        if rm is not None and rm.removeprefix("boxed_") not in RM_TYPES:
+            close = difflib.get_close_matches(rm, RM_TYPES, n=1)
+            r.add("data.rm_type", rm, f"Miles v0.1.0 has no such rule-based reward (one of {', '.join(RM_TYPES)}, "
+                  "optionally with a boxed_ prefix)", f"use `{close[0]}`" if close else
+                  f"use `{DEFAULT_RM_TYPE}` for DAPO-style math data")
+            rm = None
+        if prompt is not None and ik is not None and lk is not None and rm is not None:
+            data_cfg = DataConfig(prompt_data=prompt, input_key=ik, label_key=lk, rm_type=rm)
 
     # grpo
     grpo = None
@@ -193,7 +201,8 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
         training = None
         t = r.mapping(p.get("training", {}), "parallel.training", TRAINING_KEYS)
         if t is not None:
-            tv = {k: r.integer(t, k, "parallel.training", default=1) for k in TRAINING_KEYS}
+            tv: dict = {k: r.integer(t, k, "parallel.training", default=1) for k in TRAINING_SIZE_KEYS}
+            tv["optimizer_cpu_offload"] = r.boolean(t, "optimizer_cpu_offload", "parallel.training")
             if all(v is not None for v in tv.values()):
                 training = TrainingParallel(**tv)  # type: ignore[arg-type]
         rollout = None

@@ -21,6 +21,7 @@ data:
   prompt_data: s3://my-bucket/datasets/dapo-math-17k.jsonl
   input_key: prompt
   label_key: label
+  rm_type: deepscaler
 grpo:
   num_rollout: 1000
   rollout_batch_size: 32
@@ -35,7 +36,7 @@ grpo:
 parallel:
   nodes: 2
   gpus_per_node: 8
-  training: {tp: 4, pp: 1, cp: 1, ep: 8, etp: 1}
+  training: {tp: 4, pp: 1, cp: 1, ep: 8, etp: 1, optimizer_cpu_offload: false}
   rollout: {gpus_per_engine: 8, ep: 8}
 expert_parallel:
   backend: nccl
@@ -74,6 +75,10 @@ OWNED_FLAGS: dict[str, str] = {
     "--prompt-data": "data.prompt_data",
     "--input-key": "data.input_key",
     "--label-key": "data.label_key",
+    "--rm-type": "data.rm_type",
+    "--optimizer-cpu-offload": "parallel.training.optimizer_cpu_offload",
+    "--overlap-cpu-optimizer-d2h-h2d": "parallel.training.optimizer_cpu_offload",
+    "--use-precision-aware-optimizer": "parallel.training.optimizer_cpu_offload",
     "--num-rollout": "grpo.num_rollout",
     "--rollout-batch-size": "grpo.rollout_batch_size",
     "--n-samples-per-prompt": "grpo.n_samples_per_prompt",
@@ -90,7 +95,7 @@ OWNED_FLAGS: dict[str, str] = {
 TOP_KEYS = ("run_name", "model", "checkpoint", "data", "grpo", "parallel", "expert_parallel")
 MODEL_KEYS = ("name", "hf_checkpoint", "megatron_args")
 CHECKPOINT_KEYS = ("s3_uri", "local_dir", "save_interval", "keep_local")
-DATA_KEYS = ("prompt_data", "input_key", "label_key")
+DATA_KEYS = ("prompt_data", "input_key", "label_key", "rm_type")
 GRPO_KEYS = (
     "num_rollout",
     "rollout_batch_size",
@@ -104,7 +109,8 @@ GRPO_KEYS = (
     "eps_clip",
 )
 PARALLEL_KEYS = ("nodes", "gpus_per_node", "training", "rollout")
-TRAINING_KEYS = ("tp", "pp", "cp", "ep", "etp")
+TRAINING_SIZE_KEYS = ("tp", "pp", "cp", "ep", "etp")
+TRAINING_KEYS = TRAINING_SIZE_KEYS + ("optimizer_cpu_offload",)
 ROLLOUT_KEYS = ("gpus_per_engine", "ep")
 EXPERT_PARALLEL_KEYS = ("backend",)
 
@@ -150,6 +156,7 @@ class DataConfig:
     prompt_data: str
     input_key: str = "prompt"
     label_key: str = "label"
+    rm_type: str = "deepscaler"  # names.DEFAULT_RM_TYPE (the DAPO-math recipe's)
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,9 @@ class TrainingParallel:
     cp: int = 1
     ep: int = 1
     etp: int = 1
+    # Adam's state and step on the CPU (Miles: --optimizer-cpu-offload with
+    # --overlap-cpu-optimizer-d2h-h2d --use-precision-aware-optimizer), for memory-tight H100 layouts.
+    optimizer_cpu_offload: bool = False
 
 
 @dataclass(frozen=True)
