@@ -34,17 +34,18 @@ def render(path: Path = US, **training):
     return cfg, render_config(cfg, placeholder_outputs(cfg))
 
 
-def gpu_pod_specs(files) -> dict[str, dict]:
-    """Workload label -> pod spec of every GPU pod (RayJob workers, fabric Jobs)."""
+def gpu_pods(files) -> dict[str, dict]:
+    """Workload label -> pod template of every GPU pod (RayJob head and workers, fabric Jobs)."""
     specs = {}
     for f in files:
         if f.kind == "RayJob":
-            for wg in f.obj["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
-                t = wg["template"]
-                specs[t["metadata"]["labels"]["rlkit.aws/workload"]] = t["spec"]
+            cluster = f.obj["spec"]["rayClusterSpec"]
+            for t in [cluster["headGroupSpec"]["template"]] + [
+                    wg["template"] for wg in cluster["workerGroupSpecs"]]:
+                specs[t["metadata"]["labels"]["rlkit.aws/workload"]] = t
         elif f.kind == "Job":
             t = f.obj["spec"]["template"]
-            specs[t["metadata"]["labels"]["rlkit.aws/workload"]] = t["spec"]
+            specs[t["metadata"]["labels"]["rlkit.aws/workload"]] = t
     return specs
 
 
@@ -58,25 +59,32 @@ def test_one_compute_domain_per_run_claimed_by_every_worker_in_one_clique():
     assert sorted(domains) == ["fabric/allreduce/00-compute-domain.yaml",
                                "fabric/ep/00-compute-domain.yaml",
                                "fabric/nodecheck/00-compute-domain.yaml"]
-    specs = gpu_pod_specs(files)
-    worker = specs[f"{cfg.training.run_name}-worker"]
-    assert worker["resourceClaims"] == [{"name": "compute-domain-channel",
-                                         "resourceClaimTemplateName": template}]
-    assert worker["containers"][0]["resources"]["claims"] == [{"name": "compute-domain-channel"}]
-    for workload, spec in specs.items():
+    pods = gpu_pods(files)
+    run = cfg.training.run_name
+    # the head is the run's first GPU node: it claims the run's domain like every worker
+    for workload in (f"{run}-head", f"{run}-worker"):
+        spec = pods[workload]["spec"]
+        assert spec["resourceClaims"] == [{"name": "compute-domain-channel",
+                                           "resourceClaimTemplateName": template}]
+        assert spec["containers"][0]["resources"]["claims"] == [{"name": "compute-domain-channel"}]
+    for workload, pod in pods.items():
+        domain = run if workload in (f"{run}-head", f"{run}-worker") else workload
+        # one clique per domain, selected on a label every pod of the domain carries
+        assert pod["metadata"]["labels"]["rlkit.aws/compute-domain"] == domain
+        spec = pod["spec"]
         (term,) = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        assert term == {"labelSelector": {"matchLabels": {"rlkit.aws/workload": workload}},
+        assert term == {"labelSelector": {"matchLabels": {"rlkit.aws/compute-domain": domain}},
                         "topologyKey": "nvidia.com/gpu.clique"}
         assert spec["resourceClaims"][0]["resourceClaimTemplateName"] == (
-            template if workload.endswith("-worker") else f"{workload}-channel")
+            template if domain == run else f"{workload}-channel")
     rayjob = next(f.obj for f in files if f.kind == "RayJob")
-    assert rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 16
+    assert rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 15  # + the head
 
 
 def test_no_domain_claim_or_clique_off_ultraservers():
     _, files = render(REPO_ROOT / "examples" / "p5en-capacity-block.yaml")
     assert not [f for f in files if f.kind == "ComputeDomain"]
-    for spec in gpu_pod_specs(files).values():
+    for spec in (pod["spec"] for pod in gpu_pods(files).values()):
         assert "resourceClaims" not in spec and "podAffinity" not in spec["affinity"]
         names = {e["name"] for e in spec["containers"][0]["env"]}
         assert not names & {"NCCL_MNNVL_ENABLE", "NCCL_NVLS_ENABLE"}
@@ -84,7 +92,7 @@ def test_no_domain_claim_or_clique_off_ultraservers():
 
 def test_mnnvl_env_on_every_gpu_pod_and_no_efa_gda():
     _, files = render()
-    for spec in gpu_pod_specs(files).values():
+    for spec in (pod["spec"] for pod in gpu_pods(files).values()):
         env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
         assert env["NCCL_MNNVL_ENABLE"] == "1" and env["NCCL_NVLS_ENABLE"] == "1"
         assert "NCCL_CUMEM_ENABLE" not in env and "NCCL_GIN_TYPE" not in env

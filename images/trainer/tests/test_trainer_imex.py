@@ -45,7 +45,8 @@ def test_nodecheck_runs_them_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.setattr(imex.check_gpu_fabric, "__defaults__", (imex._nvidia_smi_q,))
 
     class Probe:  # every base check passes; only the new ones are under test
-        pass
+        def p(self, path: str):  # no image-versions file under the fake root
+            return tmp_path / path.lstrip("/")
 
     results = []
     monkeypatch.setattr(nodecheck, "run_checks", lambda probe, **kw: list(results))
