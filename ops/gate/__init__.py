@@ -46,6 +46,7 @@ from ops.gate.findings import (  # noqa: F401
     NVSHMEM_TRANSPORT,
     OFI_FAILED,
     OFI_LOADED,
+    OFI_PLUGIN_NAMES,
     PASS,
     RECORDED,
     SOCKET_FIX,

@@ -25,7 +25,10 @@ JOB_KEYS = ("nodecheck", "allreduce", "ep")
 #   every plugin line starts "NET/OFI " (include/nccl_ofi_log.h); src/nccl_ofi_net.cpp logs
 #   "Initializing " PACKAGE_STRING ("aws-ofi-nccl <version>") at init and PACKAGE_NAME
 #   " initialization failed" when it gives up; the plugin's NCCL name is "Libfabric"
-#   (src/nccl_ofi_interface_nvidia.cpp, older releases "AWS Libfabric"); the GIN EFA-GDA path logs
+#   (src/nccl_ofi_interface_nvidia.cpp:662 and the other ncclNetPlugin_v* tables), renamed at load
+#   by nvidia_plugin_name_fixup (lines 830-858) to "AWS Libfabric" when NCCL_NET="AWS Libfabric"
+#   (the name of releases <= 1.11.0) and to "OFI" when NCCL_NET=OFI (both compared
+#   case-insensitively); NCCL logs whichever name the plugin carries; the GIN EFA-GDA path logs
 #   "gin GDAKI: createContext done (" (src/rdma/gin/nccl_ofi_gin_gdaki.cpp), and
 #   doc/gin-getting-started.md names that line and "NCCL_GIN_TYPE set by environment to 5." as the
 #   proof that EFA-GDA ran.
@@ -39,7 +42,9 @@ JOB_KEYS = ("nodecheck", "allreduce", "ep")
 #   src/modules/transport/libfabric/libfabric.cpp "Selected provider %s, fabric %s, nic %s, hmem %s".
 OFI_LOADED = "NET/OFI Initializing aws-ofi-nccl"
 OFI_FAILED = "NET/OFI aws-ofi-nccl initialization failed"
-NET_OFI = re.compile(r"Using network (AWS )?Libfabric\b")
+# Every name NCCL can log for aws-ofi-nccl (see above); "Using network OFI" is a healthy fabric.
+OFI_PLUGIN_NAMES = ("Libfabric", "AWS Libfabric", "OFI")
+NET_OFI = re.compile(r"Using network (?:AWS Libfabric|Libfabric|OFI)[ \t]*$", re.MULTILINE)
 NET_ANY = re.compile(r"Using network (\S[^\n]*)")
 NET_SOCKET = "Using network Socket"
 NVSHMEM_OK = "Successfully initialized the transport: libfabric"

@@ -29,6 +29,7 @@ from ops.gate.findings import (
     NVSHMEM_TRANSPORT,
     OFI_FAILED,
     OFI_LOADED,
+    OFI_PLUGIN_NAMES,
     PASS,
     RECORDED,
     SOCKET_FIX,
@@ -149,18 +150,22 @@ def judge_nccl_net(text: str, job: str) -> list[Finding]:
             f"the {job} log has no {OFI_LOADED!r} line without a later {OFI_FAILED!r} (found: "
             f"{found}); {DEBUG_HINT}", SOCKET_FIX))
     network = NET_ANY.search(text)
-    if NET_OFI.search(text) and NET_SOCKET not in text:
-        findings.append(Finding("NCCL network", PASS, "Libfabric (EFA)", "Libfabric (EFA)",
+    ofi = NET_OFI.search(text)
+    want = "aws-ofi-nccl (" + " / ".join(OFI_PLUGIN_NAMES) + ")"
+    if ofi and NET_SOCKET not in text:
+        name = ofi.group(0).removeprefix("Using network ").strip()
+        findings.append(Finding("NCCL network", PASS, f"{name} (aws-ofi-nccl, EFA)", want,
                                 first_line(text, "Using network") or ""))
     elif NET_SOCKET in text:
-        findings.append(Finding("NCCL network", FAIL, "TCP sockets", "Libfabric (EFA)",
+        findings.append(Finding("NCCL network", FAIL, "TCP sockets", want,
                                 f"NCCL fell back to sockets: the {job} log says {NET_SOCKET!r} "
-                                "where it should say 'Using network Libfabric'", SOCKET_FIX))
+                                "where it should name aws-ofi-nccl ('Using network Libfabric', "
+                                "'AWS Libfabric' or 'OFI')", SOCKET_FIX))
     else:
         findings.append(Finding(
-            "NCCL network", FAIL, network.group(1).strip() if network else "not logged",
-            "Libfabric (EFA)",
-            f"looked for 'Using network Libfabric' in the {job} log and found "
+            "NCCL network", FAIL, network.group(1).strip() if network else "not logged", want,
+            f"looked for 'Using network ' followed by one of the names aws-ofi-nccl v1.21.1 gives "
+            f"itself ({', '.join(OFI_PLUGIN_NAMES)}) in the {job} log and found "
             f"{('Using network ' + network.group(1).strip()) if network else 'no Using network line'}; "
             f"{DEBUG_HINT}", SOCKET_FIX))
     return findings

@@ -103,7 +103,7 @@ def test_socket_fallback_detected_from_nccl_log():
     net = f["NCCL network"]
     assert net.status == FAIL and net.measured == "TCP sockets"
     assert net.detail == ("NCCL fell back to sockets: the all-reduce log says 'Using network Socket' where it "
-                          "should say 'Using network Libfabric'")
+                          "should name aws-ofi-nccl ('Using network Libfabric', 'AWS Libfabric' or 'OFI')")
     assert "NCCL_NET_PLUGIN=ofi" in net.fix
 
 
@@ -118,7 +118,8 @@ def test_socket_fallback_detected_from_bandwidth_alone():
         f">= {acceptance.socket_suspect_GBps('p5.48xlarge', 3200):.1f} GB/s on EFA")
     # and with no NCCL lines at all, the transport is unproven: the gate names the line it wanted
     assert f["NCCL network"].status == FAIL and f["NCCL network"].measured == "not logged"
-    assert "looked for 'Using network Libfabric' in the all-reduce log" in f["NCCL network"].detail
+    assert ("looked for 'Using network ' followed by one of the names aws-ofi-nccl v1.21.1 gives itself "
+            "(Libfabric, AWS Libfabric, OFI) in the all-reduce log") in f["NCCL network"].detail
 
 
 def test_missing_efa_devices_fail_and_later_jobs_are_reported_not_run():
@@ -192,6 +193,28 @@ def test_transport_markers():
     assert nccl_transport("x NCCL INFO Using network AWS Libfabric") == "ofi"
     assert nccl_transport("x NCCL INFO Using network Libfabric") == "ofi"
     assert nccl_transport("no nccl lines") is None
+    assert nccl_transport("x NCCL INFO Using network OFI") == "ofi"
+    assert nccl_transport("x NCCL INFO Using network IB") is None
+
+
+@pytest.mark.parametrize("name", ["Libfabric", "AWS Libfabric", "OFI"])
+def test_a_healthy_run_passes_whichever_name_nccl_logs_for_aws_ofi_nccl(name):
+    """aws-ofi-nccl v1.21.1 src/nccl_ofi_interface_nvidia.cpp:830-858 renames the plugin after
+    NCCL_NET; every name is the same healthy fabric."""
+    meta, logs = scenario("pass-p5-2node")
+    for key in ("allreduce", "ep"):
+        logs[key] = logs[key].replace("Using network Libfabric", f"Using network {name}")
+    report = evaluate(logs, "p5.48xlarge", 2, "nccl")
+    f = by_check(report)
+    assert report.ok, [x for x in report.findings if x.status == FAIL]
+    assert f["NCCL network"].status == PASS and f["NCCL network"].measured.startswith(name)
+    assert f["EP NCCL network"].status == PASS
+
+
+def test_recorded_run_with_nccl_net_ofi_passes():
+    report = judge("pass-nccl-net-ofi-p5-2node")
+    assert report.ok
+    assert by_check(report)["NCCL network"].measured == "OFI (aws-ofi-nccl, EFA)"
 
 
 # --- one failing run per reason of issue 13, sections 2 and 3 ------------------------------------
