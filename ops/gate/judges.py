@@ -263,7 +263,7 @@ def judge_allreduce(text: str, instance_type: str, nodes: int, world: int) -> tu
     for ref in refs:
         check = f"all-reduce busbw @ {size_text(ref.size_bytes)}"
         expected = (f">= {gbps(ref.required_GBps)} ({ref.pass_fraction:.0%} of "
-                    f"{ref.published_GBps:g} published)")
+                    f"{ref.published_GBps:g} published on {ref.nodes} nodes)")
         if ref.size_bytes not in by_size:
             findings.append(Finding(check, WARN, "not measured", expected,
                                     f"the run did not include {size_text(ref.size_bytes)}",
