@@ -110,6 +110,7 @@ class GateReport:
     findings: list[Finding] = field(default_factory=list)
     ep: EpMeasurement | None = None
     allreduce: dict[int, float] = field(default_factory=dict)  # size -> busbw GB/s
+    bad_nodes: dict[str, str] = field(default_factory=dict)  # node -> why (EFA counters, bisection)
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES, acceptance
+from ops.gate.traffic import judge_efa_traffic
 from ops.gate.findings import (
     BAD_NODE_FIX,
     DEBUG_HINT,
@@ -414,12 +415,23 @@ def evaluate(logs: dict[str, str], instance_type: str, nodes: int, ep_backend: s
         report.add(*judge_nodecheck(logs["nodecheck"], nodes, itype.efa_devices))
     if "nodes" in logs:
         report.add(*judge_allocatable(logs["nodes"], itype.efa_devices))
+    # EFA carries traffic only where the ranks leave one NVLink domain (catalog nvlink_domain_gpus).
+    crosses_efa = world > itype.nvlink_domain_gpus
     if "allreduce" in logs:
         findings, report.allreduce = judge_allreduce(logs["allreduce"], instance_type, nodes, world)
         report.add(*findings)
+        if crosses_efa:
+            findings, bad = judge_efa_traffic(logs["allreduce"], "allreduce", nodes, itype.efa_devices)
+            report.add(*findings)
+            report.bad_nodes.update(bad)
     if "ep" in logs:
         findings, report.ep = judge_ep(logs["ep"], instance_type, nodes, world, ep_backend, gin_type)
         report.add(*findings)
+        if crosses_efa:
+            findings, bad = judge_efa_traffic(logs["ep"], "ep", nodes, itype.efa_devices)
+            report.add(*findings)
+            for node, why in bad.items():
+                report.bad_nodes.setdefault(node, why)
     for key in JOB_KEYS:
         if key not in logs:
             report.add(Finding(key, FAIL, "not run", "run",

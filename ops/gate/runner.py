@@ -15,6 +15,7 @@ from typing import Any, Callable
 from infra.catalog import INSTANCE_TYPES
 from ops.gate.findings import FAIL, Finding
 from ops.gate.judges import judge_allocatable, judge_nodecheck
+from ops.gate.traffic import POD_LINE
 from ops.kube import Kubectl, KubectlError, objects_in
 
 
@@ -139,10 +140,13 @@ class GateRunner:
             self.sleep(self.poll_s)
 
     def collect(self, name: str) -> str:
+        """Every pod's log, each after a line naming its pod and node (the EFA traffic rows
+        name their pod's hostname; the gate names nodes)."""
         parts = []
         for p in self._pods(name):
             pod = p["metadata"]["name"]
-            parts.append(self.k.logs(pod, self.ns))
+            node = p.get("spec", {}).get("nodeName") or "unscheduled"
+            parts.append(POD_LINE.format(pod=pod, node=node) + "\n" + self.k.logs(pod, self.ns))
         return "\n".join(parts)
 
     def cleanup(self) -> str:

@@ -232,6 +232,13 @@ FAILURES = [
     ("no-peer-mapping-override-p5en-gin-2node", "node 0: peer_mapping_override", "PeerMappingOverride=1"),
     ("efa-allocatable-15-p5en-2node", "allocatable EFA on ip-10-0-1-11.ec2.internal", "kubectl cordon <node>"),
     ("no-gdrdrv-p5en-deepep-2node", "node 0: gdrcopy", "gdrdrv kernel module"),
+    ("idle-nic-p5-2node", "EFA traffic (allreduce) on ip-10-0-1-11.ec2.internal",
+     "idle NIC on node ip-10-0-1-11.ec2.internal: rdmap29s0 moved 0.00 GB"),
+    ("missing-nic-p5-2node", "EFA traffic (allreduce) on ip-10-0-1-10.ec2.internal",
+     "missing NIC on node ip-10-0-1-10.ec2.internal: the pod was given 31 of 32 EFA devices (not given: "
+     "rdmap47s0)"),
+    ("sockets-p5-2node", "EFA traffic (allreduce) on ip-10-0-1-10.ec2.internal",
+     "no EFA device moved a byte during the allreduce benchmark"),
 ]
 
 
@@ -242,6 +249,33 @@ def test_each_failure_reason_has_a_failing_fixture(fixture, check, text):
     f = by_check(report)[check]
     assert f.status == FAIL
     assert text in f.detail + " " + f.fix, (f.detail, f.fix)
+
+
+def test_an_idle_nic_fails_although_bandwidth_passes_and_the_node_is_named():
+    report = judge("idle-nic-p5-2node")
+    f = by_check(report)
+    assert f["all-reduce busbw @ 2 GiB"].status == PASS  # one NIC of 32 hides under the 90 % bar
+    assert not report.ok
+    assert report.bad_nodes == {"ip-10-0-1-11.ec2.internal": "idle EFA device(s) rdmap29s0"}
+    assert f["EFA traffic (allreduce) on ip-10-0-1-11.ec2.internal"].measured == "idle: rdmap29s0"
+    assert "kubectl cordon" in f["EFA traffic (allreduce) on ip-10-0-1-11.ec2.internal"].fix
+
+
+def test_counters_pass_on_a_healthy_run_and_are_required():
+    report = judge("pass-p5-2node")
+    f = by_check(report)
+    assert f["EFA traffic (allreduce)"].status == PASS and f["EFA traffic (ep)"].status == PASS
+    assert f["EFA traffic (allreduce)"].measured == "32 devices x 2 nodes"
+    meta, logs = scenario("pass-p5-2node")
+    logs["allreduce"] = "\n".join(l for l in logs["allreduce"].splitlines() if "efa_traffic" not in l)
+    f = by_check(evaluate(logs, "p5.48xlarge", 2, "nccl"))["EFA traffic (allreduce)"]
+    assert f.status == FAIL and f.measured == "not measured"
+    # a node whose row is missing is named as not reporting
+    meta, logs = scenario("pass-p5-2node")
+    logs["allreduce"] = "\n".join(l for l in logs["allreduce"].splitlines()
+                                  if '"host": "fabric-p5-allreduce-1"' not in l)
+    f = by_check(evaluate(logs, "p5.48xlarge", 2, "nccl"))["EFA traffic (allreduce)"]
+    assert f.status == FAIL and f.measured == "1 node(s)"
 
 
 def test_gin_type_5_also_needs_aws_ofi_ncclss_gdaki_line():
@@ -432,7 +466,8 @@ def pods_json(job: str, phase: str = "Running", message: str | None = None) -> s
     status: dict = {"phase": phase}
     if message:
         status["conditions"] = [{"type": "PodScheduled", "status": "False", "message": message}]
-    return json.dumps({"items": [{"metadata": {"name": f"{job}-0-abcde"}, "status": status}]})
+    return json.dumps({"items": [{"metadata": {"name": f"{job}-0-abcde"}, "status": status,
+                                  "spec": {"nodeName": "ip-10-0-1-10.ec2.internal"}}]})
 
 
 def script_cluster(k: FakeKubectl, fixture: str, failing_job: str | None = None) -> None:
@@ -479,8 +514,10 @@ def test_gate_runs_each_job_in_order_and_records_a_pass(tmp_path, kubectl, capsy
     assert "rlkit.io/node-role=gpu,rlkit.io/efa=true,rlkit.io/node-group=p5" in nodes_call or any(
         "node-group=p5" in a for a in nodes_call)
     assert (tmp_path / ".rlkit/gt/gate-logs/nodes.json").is_file()
-    assert (tmp_path / ".rlkit/gt/gate-logs/allreduce.log").read_text() == (
-        FIXTURES / "pass-p5-2node/allreduce.log").read_text()
+    # each pod's log after the line that names its pod and node (the recorded fixture has its own)
+    kept = (tmp_path / ".rlkit/gt/gate-logs/allreduce.log").read_text()
+    assert kept == ("# rlkit gate: pod fabric-p5-allreduce-0-abcde on node ip-10-0-1-10.ec2.internal\n"
+                    + (FIXTURES / "pass-p5-2node/allreduce.log").read_text())
     assert "nodecheck: 0 succeeded, 0 failed, pods 1 Running" in out
     assert "Gate PASSED" in out
 

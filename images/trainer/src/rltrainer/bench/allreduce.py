@@ -31,6 +31,7 @@ import argparse
 import sys
 from typing import Sequence, TextIO
 
+from .efa_counters import TrafficProbe
 from .common import DistContext, emit, sig, format_size, import_torch, init_distributed, parse_size, shutdown, timed, torch_dtype
 
 PATTERN_PERIOD = 7
@@ -147,6 +148,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) ->
               f"{args.warmup} warmup + {args.iters} timed iterations", file=err)
         print("\n".join(nccl_tests_header()), file=err)
     busbws: list[float] = []
+    traffic = TrafficProbe("allreduce", ctx.local_rank)  # every node's local rank 0
     for size in sizes:
         numel = max(1, size // elem)
         nbytes = numel * elem
@@ -191,6 +193,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) ->
         del buf  # free before allocating the next (twice as large) buffer
     if leader:
         print("\n".join(nccl_tests_footer(busbws, 0)), file=err, flush=True)
+    traffic.emit(ctx.is_cuda, out)
     return 0
 
 

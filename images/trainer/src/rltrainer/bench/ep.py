@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence, TextIO
 
 from .common import DistContext, emit, import_torch, init_distributed, shutdown, sig, timed, torch_dtype
+from .efa_counters import TrafficProbe
 from .ep_check import check_combine, check_dispatch
 # The dispatchers and the shape helpers are re-exported: ``rltrainer.bench.ep`` is where the
 # tests, the gate's fixture generator and users find every piece of this benchmark.
@@ -271,6 +272,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
     max_hidden = max(shape.hidden for _, shape in shapes)
     disp = None
     ok = True
+    traffic = TrafficProbe("ep", ctx.local_rank)  # every node's local rank 0
     for purpose, shape in shapes:
         if dispatcher is not None and purpose == "model":
             disp = dispatcher
@@ -289,6 +291,8 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
         ok = ok and result.correct
         if not result.correct:
             break
+    if ok:
+        traffic.emit(ctx.is_cuda, out)
     return 0 if ok else 1
 
 
