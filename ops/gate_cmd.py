@@ -77,7 +77,8 @@ def _print_ep(doc: dict[str, Any], console: Console) -> None:
     parts = [f"{b}: {m['time_us'] / 1000:.2f} ms per dispatch + combine"
              for b, m in sorted(ep["measurements"].items())]
     say = plain(console)
-    say("EP backends measured for the model's shape: " + "; ".join(parts))
+    where = f" ({ep['decided_by']})" if ep.get("decided_by") else ""
+    say(f"EP backends measured for the model's shape{where}: " + "; ".join(parts))
     say(f"Faster: {ep['faster']} (`rlkit launch` uses it unless --ep-backend says "
                   "otherwise)")
 

@@ -97,6 +97,10 @@ class EpMeasurement:
     time_us: float  # dispatch + combine step time at the model's shape: what picks the backend
     shape: dict[str, int]  # the model shape
     acceptance: dict[str, Any] | None = None  # DeepEP-accounted figures at the published shape
+    # Each measured EP group of the run (training, rollout; "model" = every rank): time_us,
+    # ep_size, ep_nodes, where ("EP8 inside one NVLink domain ...", "EP16 across EFA (2 nodes)").
+    spans: dict[str, dict[str, Any]] = field(default_factory=dict)
+    decided_by: str = ""  # which of them time_us is: "training: EP8 inside one NVLink domain ..."
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -12,6 +12,7 @@ from typing import Any
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES, acceptance
+from infra.config.ep_spans import EpSpan
 from ops.gate.traffic import judge_efa_traffic
 from ops.gate.findings import (
     BAD_NODE_FIX,
@@ -333,24 +334,52 @@ def judge_ep(text: str, instance_type: str, nodes: int, world: int, configured_b
                                 "do not train on this fabric: check the DeepEP/NVSHMEM build "
                                 "and the EFA installer version in the image"))
         return findings, None
-    model = _pair(rows, "model")
-    if model is None:
+    # The model's shape: inside each of the run's EP groups (purpose = the group's name), or over
+    # every rank (purpose "model", an image or config without --span).
+    purposes = list(dict.fromkeys(r.get("purpose", "model") for r in rows if r.get("purpose") != "acceptance"))
+    pairs = {p: _pair(rows, p) for p in purposes}
+    if not purposes or any(v is None for v in pairs.values()):
         findings.append(Finding("expert parallel", FAIL, ", ".join(sorted({r['direction'] for r in rows})),
                                 "dispatch and combine", "incomplete benchmark output",
                                 "read the job's logs for the error"))
         return findings, None
-    d, c = model
-    step = d.get("step_time_us", d.get("time_us"))
-    cstep = c.get("step_time_us", c.get("time_us"))
-    measurement = EpMeasurement(backend, round(float(step) + float(cstep), 3),
-                                {k: int(d[k]) for k in SHAPE_KEYS})
-    findings.append(Finding(
-        f"EP {backend} step time", RECORDED, f"{(float(step) + float(cstep)) / 1000:.2f} ms",
-        "(recorded: picks the faster backend)",
-        f"dispatch {float(step):.0f} us + combine {float(cstep):.0f} us at the model's shape "
-        f"{_shape_words(measurement.shape)}; recorded only, no published figure applies"))
+    itype = INSTANCE_TYPES[instance_type]
+    decider = "training" if "training" in pairs else purposes[0]
+    measurement = None
+    for purpose, (d, c) in pairs.items():
+        step = float(d.get("step_time_us", d.get("time_us")))
+        cstep = float(c.get("step_time_us", c.get("time_us")))
+        where = _span_words(d, itype)
+        if measurement is None or purpose == decider:
+            measurement = EpMeasurement(backend, round(step + cstep, 3), {k: int(d[k]) for k in SHAPE_KEYS})
+        if purpose == decider:
+            measurement.time_us = round(step + cstep, 3)
+            measurement.decided_by = f"{purpose}: {where}"
+        measurement.spans[purpose] = {"time_us": round(step + cstep, 3), "ep_size": int(d.get("ep_size") or world),
+                                      "ep_nodes": int(d.get("ep_nodes") or nodes), "where": where}
+        decides = purpose == decider
+        findings.append(Finding(
+            f"EP {backend} step time ({purpose})", RECORDED, f"{(step + cstep) / 1000:.2f} ms",
+            "(recorded: picks the faster backend)" if decides else "(recorded)",
+            f"dispatch {step:.0f} us + combine {cstep:.0f} us at the model's shape "
+            f"{_shape_words(measurement.shape)}, {where}; "
+            + ("this measurement decides the EP backend" if decides else
+               f"reported beside the {decider} measurement, which decides the backend")
+            + "; no published figure applies"))
+    assert measurement is not None
 
     acc = _pair(rows, "acceptance")
+    others = [f"{p} ({s['where']}) {s['time_us'] / 1000:.2f} ms" for p, s in measurement.spans.items()
+              if p != decider]
+    findings.append(Finding(
+        "EP verdict", RECORDED, f"backend choice from {decider}",
+        "the measurement on the path the run takes",
+        f"backend choice: {backend} {measurement.time_us / 1000:.2f} ms per dispatch + combine, measured "
+        f"{measurement.decided_by.split(': ', 1)[1]} (the run's {decider} all-to-all)"
+        + (f"; also reported: {'; '.join(others)}" if others else "")
+        + "; fabric acceptance: "
+        + (f"DeepEP's published shape {_span_words(acc[0], itype)}, compared with published figures"
+           if acc is not None else "not measured (no --acceptance)")))
     if acc is None:
         findings.append(Finding(
             f"EP {backend} bandwidth", WARN, "not measured", "DeepEP-accounted GB/s at the "
@@ -395,6 +424,22 @@ def judge_ep(text: str, instance_type: str, nodes: int, world: int, configured_b
     return findings, measurement
 
 
+def _span_words(row: dict[str, Any], itype: Any) -> str:
+    """Where one measured EP group ran: inside one NVLink domain or across EFA (the catalog's
+    nvlink_domain_gpus decides, never the instance name)."""
+    size = int(row.get("ep_size") or row.get("world_size") or 1)
+    span = EpSpan(str(row.get("purpose")), size, int(row.get("ep_stride") or 1),
+                  int(row.get("world_size") or size), int(row.get("ranks_per_node") or itype.gpu_count),
+                  itype.nvlink_domain_gpus)
+    return f"EP{size} {span.where}"
+
+
+def ep_crosses_efa(text: str, instance_type: str) -> bool:
+    """Whether any EP measurement in the log left one NVLink domain (then EFA must carry it)."""
+    itype = INSTANCE_TYPES[instance_type]
+    return any("across EFA" in _span_words(r, itype) for r in parse_rows(text) if r.get("kind") == "ep")
+
+
 def _shape_words(shape: dict[str, int]) -> str:
     return (f"{shape['tokens_per_rank']} tokens/rank, hidden {shape['hidden']}, top-{shape['topk']} "
             f"of {shape['experts']} experts")
@@ -427,7 +472,7 @@ def evaluate(logs: dict[str, str], instance_type: str, nodes: int, ep_backend: s
     if "ep" in logs:
         findings, report.ep = judge_ep(logs["ep"], instance_type, nodes, world, ep_backend, gin_type)
         report.add(*findings)
-        if crosses_efa:
+        if ep_crosses_efa(logs["ep"], instance_type):
             findings, bad = judge_efa_traffic(logs["ep"], "ep", nodes, itype.efa_devices)
             report.add(*findings)
             for node, why in bad.items():

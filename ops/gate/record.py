@@ -35,19 +35,25 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
     """gate.json: the verdict, every measured figure, and the EP step times merged with earlier
     runs of the same shape (for the backend choice)."""
     measurements: dict[str, dict[str, Any]] = {}
+    layout = None
+    if report.ep is not None:
+        # the EP groups measured, where each ran: backends compare only on the same layout
+        layout = {p: {k: s[k] for k in ("ep_size", "ep_nodes", "where")} for p, s in report.ep.spans.items()}
     if previous and report.ep is not None:
         prev_ep = previous.get("ep") or {}
         if (previous.get("instance_type") == report.instance_type
                 and previous.get("nodes") == report.nodes
-                and prev_ep.get("shape") == report.ep.shape):
+                and prev_ep.get("shape") == report.ep.shape
+                and prev_ep.get("layout") == layout):
             measurements.update(prev_ep.get("measurements", {}))
     ep_doc = None
     if report.ep is not None:
         measurements[report.ep.backend] = {
-            "time_us": report.ep.time_us, "acceptance": report.ep.acceptance,
+            "time_us": report.ep.time_us, "decided_by": report.ep.decided_by,
+            "spans": report.ep.spans, "acceptance": report.ep.acceptance,
             "measured_at": finished_at}
-        ep_doc = {"shape": report.ep.shape, "measurements": measurements,
-                  "faster": faster_backend(measurements)}
+        ep_doc = {"shape": report.ep.shape, "layout": layout, "decided_by": report.ep.decided_by,
+                  "measurements": measurements, "faster": faster_backend(measurements)}
     elif previous:
         ep_doc = previous.get("ep")
     return {
@@ -71,7 +77,8 @@ def figures(report: GateReport) -> dict[str, float]:
         out[f"all-reduce busbw @ {size_text(size)} (GB/s)"] = busbw
     ep = report.ep
     if ep is not None:
-        out[f"EP {ep.backend} step time, model shape (us)"] = ep.time_us
+        for purpose, span in ep.spans.items():
+            out[f"EP {ep.backend} step time, model shape, {purpose} {span['where']} (us)"] = span["time_us"]
         for key in ("dispatch_rdma_GBps", "combine_rdma_GBps", "dispatch_nvl_GBps", "combine_nvl_GBps"):
             value = (ep.acceptance or {}).get(key)
             if value is not None:

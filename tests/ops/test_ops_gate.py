@@ -71,8 +71,29 @@ def test_no_published_ep_figure_is_a_warning_never_a_silent_pass():
     assert f.status == WARN
     assert f.detail == ("no published threshold for nccl on 2 x p5.48xlarge at 4096 tokens/rank, hidden 7168, "
                         "top-8 of 256 experts: recorded only")
-    step = by_check(judge("pass-p5-2node"))["EP nccl step time"]
-    assert step.status == "recorded" and step.measured == "1.60 ms" and "recorded only" in step.detail
+    step = by_check(judge("pass-p5-2node"))["EP nccl step time (training)"]
+    assert step.status == "recorded" and step.measured == "1.60 ms" and "no published figure" in step.detail
+
+
+def test_ep_is_measured_per_span_and_the_verdict_says_which_measurement_decided():
+    report = judge("pass-p5-2node")
+    f = by_check(report)
+    train, roll = f["EP nccl step time (training)"], f["EP nccl step time (rollout)"]
+    assert "EP8 inside one NVLink domain (1 node, 8 GPUs per domain)" in train.detail
+    assert "this measurement decides the EP backend" in train.detail
+    assert train.expected == "(recorded: picks the faster backend)" and roll.expected == "(recorded)"
+    assert "reported beside the training measurement, which decides the backend" in roll.detail
+    assert report.ep.time_us == 1602.7 and report.ep.spans["rollout"]["time_us"] == 1442.43
+    assert report.ep.decided_by == "training: EP8 inside one NVLink domain (1 node, 8 GPUs per domain)"
+    # the published-shape run spans both nodes: it is the fabric acceptance test, across EFA
+    assert "EP16 across EFA (2 nodes)" in f["EP verdict"].detail
+    # an image without --span measured over every rank: that one decides, and says where it ran
+    meta, logs = scenario("pass-p5-2node")
+    logs["ep"] = logs["ep"].replace('"purpose": "rollout"', '"purpose": "skip"').replace(
+        '"purpose": "training"', '"purpose": "model"').replace('"ep_size": 8', '"ep_size": 16').replace(
+        '"ep_nodes": 1', '"ep_nodes": 2')
+    report = evaluate(logs, "p5.48xlarge", 2, "nccl")
+    assert report.ep.decided_by == "model: EP16 across EFA (2 nodes)"
 
 
 def test_instance_type_without_any_figure_is_recorded_only():
@@ -346,13 +367,19 @@ def test_gate_compare_refuses_a_file_without_figures(tmp_path, capsys):
 
 def test_state_merges_ep_measurements_and_picks_the_faster_backend():
     report = judge("pass-p5en-deepep-2node")
+    layout = state_document(report, "cb", "now")["ep"]["layout"]
     prev = {"instance_type": "p5en.48xlarge", "nodes": 2,
-            "ep": {"shape": report.ep.shape, "measurements": {
+            "ep": {"shape": report.ep.shape, "layout": layout, "measurements": {
                 "nccl": {"dispatch_GBps": 30.0, "combine_GBps": 29.0, "time_us": 9e9}}}}
     doc = state_document(report, "cb", "2026-03-01T12:00:00+00:00", prev)
     assert set(doc["ep"]["measurements"]) == {"nccl", "deepep-nvshmem"}
     assert doc["ep"]["faster"] == "deepep-nvshmem" and doc["ok"] is True
     assert faster_backend({"a": {"time_us": 2}, "b": {"time_us": 1}}) == "b"
+    assert doc["ep"]["decided_by"].startswith("training: EP8 inside one NVLink domain")
+    assert set(doc["ep"]["measurements"]["deepep-nvshmem"]["spans"]) == {"training", "rollout"}
+    # a measurement of other EP groups (another layout) is not compared with this one
+    prev["ep"]["layout"] = {"model": {"ep_size": 16, "ep_nodes": 2, "where": "EP16 across EFA (2 nodes)"}}
+    assert set(state_document(report, "cb", "now", prev)["ep"]["measurements"]) == {"deepep-nvshmem"}
 
 
 def test_state_ignores_earlier_measurements_of_another_shape():
