@@ -70,11 +70,16 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
     }
 
 
+def figure_name(size: int) -> str:
+    """The all-reduce figure's name in gate.json and the baseline."""
+    return f"all-reduce busbw @ {size_text(size)} (GB/s)"
+
+
 def figures(report: GateReport) -> dict[str, float]:
     """This run's numbers, flat, for `rlkit gate --compare` (name -> value)."""
     out: dict[str, float] = {}
     for size, busbw in sorted(report.allreduce.items()):
-        out[f"all-reduce busbw @ {size_text(size)} (GB/s)"] = busbw
+        out[figure_name(size)] = busbw
     ep = report.ep
     if ep is not None:
         for purpose, span in ep.spans.items():
@@ -107,6 +112,47 @@ def compare(documents: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], lis
                   sum(v is not None for v in values) > 1 else "-")
         rows.append([name, *cells, change])
     return header, rows
+
+
+# --- the per-instance-type baseline --------------------------------------------------------------
+# The best all-reduce busbw per message size that passing gates measured on one instance type
+# (any config, any node count >= 2: busbw is normalised for the rank count). Bisection holds each
+# subset to it; it is a gate.json-like document, so `rlkit gate --compare` shows it beside runs.
+
+BASELINES = ".baselines"  # not a config name (those are DNS labels): no collision in the store
+
+
+def baseline_file(root: str | Path, instance_type: str) -> Path:
+    return state_dir(root, BASELINES) / f"{instance_type}.json"
+
+
+def load_baseline(root: str | Path, instance_type: str) -> dict[str, Any]:
+    """The baseline document of ``instance_type`` (empty figures when none was recorded)."""
+    path = baseline_file(root, instance_type)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {"instance_type": instance_type, "figures": {}, "sources": {}}
+    return doc if isinstance(doc, dict) and isinstance(doc.get("figures"), dict) else {
+        "instance_type": instance_type, "figures": {}, "sources": {}}
+
+
+def update_baseline(root: str | Path, doc: dict[str, Any]) -> Path | None:
+    """Fold a passing gate.json document into its instance type's baseline (best figure wins)."""
+    if not doc.get("ok") or (doc.get("nodes") or 0) < 2:
+        return None
+    base = load_baseline(root, doc["instance_type"])
+    for name, value in (doc.get("figures") or {}).items():
+        if name.startswith("all-reduce busbw") and value > base["figures"].get(name, 0):
+            base["figures"][name] = value
+            base.setdefault("sources", {})[name] = (f"{doc.get('config')} {doc.get('finished_at')} "
+                                                    f"({doc.get('nodes')} nodes)")
+    base.update(config=f"baseline {doc['instance_type']}", instance_type=doc["instance_type"],
+                nodes=doc.get("nodes"), finished_at=doc.get("finished_at"), ok=True)
+    path = baseline_file(root, doc["instance_type"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(base, indent=2) + "\n")
+    return path
 
 
 # --- reading it back -----------------------------------------------------------------------------

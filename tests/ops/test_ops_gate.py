@@ -693,7 +693,8 @@ def test_fixtures_are_what_make_fixtures_writes(tmp_path):
         for name in set(sys.modules) - saved_modules:
             if name.startswith(("test_trainer", "trainer_helpers", "make_fixtures")):
                 del sys.modules[name]
-    for d in tmp_path.iterdir():
-        for f in d.iterdir():
-            assert f.read_text() == (FIXTURES / d.name / f.name).read_text(), (
-                f"{d.name}/{f.name} is stale: run .venv/bin/python tests/fixtures/gate/make_fixtures.py")
+    written = sorted(f.relative_to(tmp_path) for f in tmp_path.rglob("*") if f.is_file())
+    assert written
+    for rel in written:
+        assert (tmp_path / rel).read_text() == (FIXTURES / rel).read_text(), (
+            f"{rel} is stale: run .venv/bin/python tests/fixtures/gate/make_fixtures.py")
