@@ -36,10 +36,13 @@ JOB_KEYS = ("nodecheck", "allreduce", "ep")
 #   image builds v2.31.2-1): src/init.cc "Using network %s" with the net plugin's name ("Socket" is
 #   src/transport/net_socket.cc's); src/misc/param.cc "%s set by environment to %lld." for integer
 #   parameters such as NCCL_GIN_TYPE.
-# - NVSHMEM v3.4.5-0 (2d7d25f0816235e3c2b51779571ec032606ea0dd; the image builds 3.7.0, whose
-#   source we could not read): src/host/transport/transport.cpp "Successfully initialized the
-#   transport: %s" (the NVSHMEM_REMOTE_TRANSPORT value) and "init failed for remote transport: %s";
-#   src/modules/transport/libfabric/libfabric.cpp "Selected provider %s, fabric %s, nic %s, hmem %s".
+# - NVSHMEM, branch devel at 2d7d25f0816235e3c2b51779571ec032606ea0dd (CMakeLists.txt VERSION
+#   3.5.1.1; not the v3.4.5-0 tag, which is 131da55; ../shared/upstream/README.md); the image builds
+#   3.7.0, whose source we could not read: src/host/transport/transport.cpp "Successfully
+#   initialized the transport: %s" (the NVSHMEM_REMOTE_TRANSPORT value) and "init failed for remote
+#   transport: %s"; src/modules/transport/libfabric/libfabric.cpp "Selected provider %s, fabric %s,
+#   nic %s, hmem %s". The 3.7.0 wheel's binaries hold the first two unchanged and the last with a
+#   "%s %d " prefix and a "domain %zu/%zu" suffix, so "Selected provider efa," still matches.
 OFI_LOADED = "NET/OFI Initializing aws-ofi-nccl"
 OFI_FAILED = "NET/OFI aws-ofi-nccl initialization failed"
 # Every name NCCL can log for aws-ofi-nccl (see above); "Using network OFI" is a healthy fabric.
