@@ -168,3 +168,59 @@ def test_passing_runs_raise_the_instance_types_baseline(tmp_path):
     failed = state_document(judge("degraded-p5-2node"), "c", "now")
     assert update_baseline(tmp_path, failed) is None  # a failed run is no baseline
     assert load_baseline(tmp_path, "p5e.48xlarge")["figures"] == {}
+
+
+# --- through `rlkit gate` with a fake kubectl ----------------------------------------------------
+
+
+def test_gate_isolate_cordons_the_node_the_counters_named(tmp_path, kubectl, capsys):
+    from tests.ops.test_ops_gate import run_gate, script_cluster
+
+    script_cluster(kubectl, "idle-nic-p5-2node")
+    assert run_gate(tmp_path, "--isolate") == 1
+    out = capsys.readouterr().out
+    node = "ip-10-0-1-11.ec2.internal"
+    assert [c for c in kubectl.calls if c[0] in ("cordon", "taint")] == [
+        ["cordon", node], ["taint", "nodes", node, "rlkit/fabric=failed:NoSchedule", "--overwrite"]]
+    assert f"Isolating {node} (idle EFA device(s) rdmap29s0)" in out
+    assert f"kubectl cordon {node}" in out  # printed at the end too
+    state = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())
+    checks = {f["check"]: f for f in state["findings"]}
+    assert checks[f"isolate {node}"]["status"] == "pass"
+    # one node left: too few for a two-node rerun, said so
+    assert checks["rerun (allreduce) without isolated nodes"]["status"] == "warn"
+
+
+def test_without_isolate_the_gate_only_prints_the_commands(tmp_path, kubectl, capsys):
+    from tests.ops.test_ops_gate import run_gate, script_cluster
+
+    script_cluster(kubectl, "idle-nic-p5-2node")
+    assert run_gate(tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "Bad node(s): ip-10-0-1-11.ec2.internal (idle EFA device(s) rdmap29s0)" in out
+    assert "kubectl taint nodes ip-10-0-1-11.ec2.internal rlkit/fabric=failed:NoSchedule --overwrite" in out
+    assert not [c for c in kubectl.calls if c[0] in ("cordon", "taint")]
+
+
+def test_run_subset_applies_waits_collects_and_deletes_the_rewritten_job(tmp_path, kubectl):
+    from ops.gate.runner import GateRunner
+    from tests.ops.test_ops_gate import job_json, run_gate, script_cluster
+
+    script_cluster(kubectl, "pass-p5-2node")
+    assert run_gate(tmp_path) == 0  # renders tmp/out
+    sub = "fabric-p5-allreduce-b1"
+    kubectl.rule(["get", "job", sub], stdout=job_json(True))
+    kubectl.rule(["get", "pods", f"job-name={sub}"], stdout=json.dumps({"items": [
+        {"metadata": {"name": f"{sub}-0-xyz"}, "spec": {"nodeName": NODES[3]}, "status": {"phase": "Succeeded"}}]}))
+    kubectl.rule(["logs", f"{sub}-0-xyz"], stdout="rows\n")
+    runner = GateRunner(Kubectl(), "rl-training", tmp_path / "out",
+                        [("allreduce", "fabric-p5-allreduce")], "p5.48xlarge", 2, 100, 0, lambda _: None,
+                        sleep=lambda _: None)
+    state, text = runner.run_subset("allreduce", [NODES[2], NODES[3]], "b1")
+    assert state == "complete"
+    assert text == f"# rlkit gate: pod {sub}-0-xyz on node {NODES[3]}\nrows\n"
+    directory = tmp_path / "out/fabric-subsets/allreduce-b1"
+    job = yaml.safe_load((directory / "01-job.yaml").read_text())
+    assert job["metadata"]["name"] == sub and job["spec"]["completions"] == 2
+    calls = [c for c in kubectl.calls if c[0] in ("apply", "delete") and str(directory) in c]
+    assert [c[0] for c in calls] == ["delete", "apply", "delete"] and runner.applied == []
