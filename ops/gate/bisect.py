@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from infra.catalog import INSTANCE_TYPES, acceptance
+from manifests.context import EP_ACCEPTANCE_EXPERTS
 from ops.gate.findings import FAIL
 from ops.gate.judges import judge_allreduce, judge_ep
 from ops.gate.record import figure_name
@@ -143,12 +144,38 @@ def subset_job(documents: list[dict[str, Any]], name: str, nodes: list[str],
                 command = container.get("command") or []
                 if "--nnodes" in command:
                     command[command.index("--nnodes") + 1] = str(len(nodes))
+                    container["command"] = _fit_ep(command, len(nodes))
             terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
                 "nodeSelectorTerms"]
             for term in terms:
                 term.setdefault("matchExpressions", []).append(
                     {"key": HOSTNAME_LABEL, "operator": "In", "values": list(nodes)})
         out.append(doc)
+    return out
+
+
+def _fit_ep(command: list[str], nodes: int) -> list[str]:
+    """An EP benchmark on fewer nodes: drop what cannot run on that many GPUs (an EP group that
+    does not divide them, DeepEP's published 256 experts that do not spread evenly); the rerun
+    then measures what it can, the same way on every subset."""
+    if "--nproc-per-node" not in command:
+        return command
+    world = nodes * int(command[command.index("--nproc-per-node") + 1])
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(command):
+        if skip:
+            skip = False
+            continue
+        if arg == "--span" and i + 1 < len(command):
+            parts = command[i + 1].split(":")
+            size, stride = int(parts[1]), int(parts[2]) if len(parts) > 2 else 1
+            if world % (size * stride):
+                skip = True
+                continue
+        if arg == "--acceptance" and EP_ACCEPTANCE_EXPERTS % world:
+            continue
+        out.append(arg)
     return out
 
 

@@ -113,6 +113,17 @@ def test_subset_job_runs_on_the_named_nodes_only_under_its_own_name():
     assert docs[1]["spec"]["completions"] == 2  # the rendered job is untouched
 
 
+def test_an_ep_rerun_on_three_nodes_drops_what_cannot_spread_over_24_gpus():
+    docs = [d for f in sorted((REPO_ROOT / "tests/golden/p5-2node/fabric/ep").glob("*.yaml"))
+            for d in yaml.safe_load_all(f.read_text()) if d]
+    _, job = subset_job(docs, "fabric-p5-ep", NODES[:3], "b1")
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--acceptance" not in command  # 256 experts over 24 GPUs
+    assert command[command.index("--span"):] == ["--span", "training:8:1", "--span", "rollout:8:1"]
+    _, job = subset_job(docs, "fabric-p5-ep", NODES[:2], "b2")
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--acceptance"
+
+
 def test_nodes_of_reads_the_pod_lines_in_pod_order():
     meta, logs = scenario("slow-node-p5-4node")
     assert nodes_of(logs["allreduce"], None) == NODES
