@@ -121,7 +121,7 @@ def judge_efa_traffic(text: str, bench: str, nodes: int,
     if not findings:
         least = min((int(v) for r in rows for v in (r.get("devices") or {}).values()), default=0)
         findings.append(Finding(check, PASS, f"{efa_expected} devices x {len(rows)} nodes",
-                                f"traffic on every EFA device of every node",
+                                "traffic on every EFA device of every node",
                                 f"every device moved at least {_gb(least)} during the {bench} "
                                 "benchmark (EFA port counters)"))
     return findings, bad
