@@ -20,8 +20,8 @@ the all-reduce or EP benchmark fails or is slow and nothing names a node, the ga
 halves of the nodes, then on pairs with a node seen healthy, judging each rerun against the
 published figure and the baseline, until the node(s) that drag it down are named (--no-bisect
 skips this). It prints the cordon and taint commands for each; --isolate runs them (only on this
-environment's GPU nodes, saying so first) and reruns the benchmarks on the remaining nodes. docs/gate.md explains each number
-and where its threshold comes from.
+environment's GPU nodes, saying so first) and reruns the benchmarks on the remaining nodes.
+docs/gate.md explains each number and where its threshold comes from.
 
 Exit code 0 when the gate passed (warnings allowed), 1 when it failed, 2 when it could not run.
 """
@@ -215,6 +215,7 @@ def _run(args: argparse.Namespace) -> int:
              f"{sdir / 'gate.json'}")
         return 0
     report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
+    report.findings[:0] = runner.problems  # a job that failed or hung is a node suspect too
     if not report.ok and not args.no_bisect:
         baseline = load_baseline(args.state_dir, group.instance_type).get("figures", {})
         try:
@@ -231,7 +232,7 @@ def _run(args: argparse.Namespace) -> int:
         except KubectlError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-    return finish(report, cfg, sdir, logs, console, runner.problems, as_json, root=args.state_dir)
+    return finish(report, cfg, sdir, logs, console, as_json=as_json, root=args.state_dir)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
