@@ -108,10 +108,14 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
                                   f"{report.instance_type}, EP {report.ep_backend})")
     _print_ep(doc, console)
     say = plain(console)
+    isolated = {f.check.removeprefix("isolate ") for f in report.findings
+                if f.check.startswith("isolate ") and f.status == PASS}
     if report.bad_nodes:
-        say("Bad node(s): " + "; ".join(f"{n} ({why})" for n, why in report.bad_nodes.items())
-            + ". Isolate them (or run `rlkit gate --isolate`):")
-        for command in isolation_advice(report):
+        say("Bad node(s): " + "; ".join(f"{n} ({why}{', isolated' if n in isolated else ''})"
+                                         for n, why in report.bad_nodes.items())
+            + ("" if set(report.bad_nodes) <= isolated else
+               ". Isolate them (or run `rlkit gate --isolate`):"))
+        for command in isolation_advice(report, isolated):
             say(f"  {command}")
     if report.ok:
         say(f"Gate PASSED. Recorded in {path}. Next: rlkit launch --config <config>")

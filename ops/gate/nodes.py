@@ -165,7 +165,8 @@ def rerun_remaining(report: GateReport, logs: dict[str, str], isolated: list[str
     return findings
 
 
-def isolation_advice(report: GateReport) -> list[str]:
-    """The commands to print for each named node."""
-    return ["kubectl " + " ".join(c) for node in report.bad_nodes for c in isolation_commands(node)]
+def isolation_advice(report: GateReport, done: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """The commands to print for each named node not isolated already."""
+    return ["kubectl " + " ".join(c) for node in report.bad_nodes if node not in done
+            for c in isolation_commands(node)]
 

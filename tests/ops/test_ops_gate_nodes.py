@@ -194,7 +194,7 @@ def test_gate_isolate_cordons_the_node_the_counters_named(tmp_path, kubectl, cap
     assert [c for c in kubectl.calls if c[0] in ("cordon", "taint")] == [
         ["cordon", node], ["taint", "nodes", node, "rlkit/fabric=failed:NoSchedule", "--overwrite"]]
     assert f"Isolating {node} (idle EFA device(s) rdmap29s0)" in out
-    assert f"kubectl cordon {node}" in out  # printed at the end too
+    assert f"Bad node(s): {node} (idle EFA device(s) rdmap29s0, isolated)" in out
     state = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())
     checks = {f["check"]: f for f in state["findings"]}
     assert checks[f"isolate {node}"]["status"] == "pass"
