@@ -17,6 +17,7 @@ from infra import names
 from infra.catalog import INSTANCE_TYPES, InstanceType
 from infra.config import KitConfig, checkpoint_local_dir, has_shared_fs
 from infra.config.derived import shared_fs_availability_zone
+from infra.config.ep_spans import ep_spans
 from infra.config.run_config import run_config_document
 from infra.catalog.models import MODEL_CATALOG
 from infra.trainer_contract import (
@@ -324,13 +325,26 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
             "shape (hidden size, experts, top-k) and the kit does not know this model",
             f"use one of {', '.join(MODEL_CATALOG)}, or add the model's config.json values to "
             "infra/catalog/models.py")]
-    if shape.num_experts % (nodes * gpus):
+    # The model's shape is measured inside the run's own EP groups (training and rollout, which
+    # GPUs each holds: infra/config/ep_spans.py), the path the run's all-to-all takes; without an
+    # EP group (ep 1) over every GPU, as before.
+    spans = ep_spans(cfg, itype)
+    for span in spans:
+        if shape.num_experts % span.size:
+            field = "parallel.ep" if span.name == "training" else "rollout.ep"
+            return jobs, [RenderProblem(
+                f"training.{field} = {span.size}", f"the expert-parallel benchmark spreads "
+                f"{t.model}'s {shape.num_experts} experts evenly over the {span.name} EP group of "
+                f"{span.size} GPUs, and that does not divide",
+                f"use an EP size that divides {shape.num_experts}")]
+    if not spans and shape.num_experts % (nodes * gpus):
         return jobs, [RenderProblem(
             f"training.nodes = {nodes}", f"the expert-parallel benchmark spreads {t.model}'s "
             f"{shape.num_experts} experts evenly over all {nodes} x {gpus} = {nodes * gpus} GPUs, "
             "and that does not divide",
             f"use a node count whose GPU total divides {shape.num_experts}")]
     backend = "nccl" if t.expert_parallel.backend == "nccl" else "deepep"
+    acceptance = EP_ACCEPTANCE_EXPERTS % (nodes * gpus) == 0
     name = f"{prefix}-ep"
     jobs.append(FabricJob(
         key="ep", name=name, service=name, port=RENDEZVOUS_PORT, component="fabric-ep",
@@ -339,9 +353,12 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
             "ep", "--backend", backend, "--tokens-per-rank", str(EP_TOKENS_PER_RANK),
             "--hidden", str(shape.hidden), "--topk", str(shape.top_k),
             "--experts", str(shape.num_experts)]
-        + (["--acceptance"] if EP_ACCEPTANCE_EXPERTS % (nodes * gpus) == 0 else []),
+        + [a for s in spans for a in ("--span", s.bench_arg())]
+        + (["--acceptance"] if acceptance else []),
         description=f"expert-parallel dispatch/combine ({t.expert_parallel.backend}) with "
-                    f"{t.model} shapes over {nodes} x {gpus} GPUs",
+                    f"{t.model} shapes in the run's EP groups "
+                    f"({', '.join(f'{s.name} EP{s.size} {s.where}' for s in spans) or 'none: every GPU'})"
+                    + (f", and at DeepEP's published shape over {nodes} x {gpus} GPUs" if acceptance else ""),
         capabilities=profiler_caps))
     return jobs, []
 

@@ -12,8 +12,16 @@ node's allocatable vpc.amazonaws.com/efa with what the pods request.
 
 Ctrl-C deletes the job it applied, or prints exactly what is left and how to delete it.
 --logs-dir judges logs collected earlier (no cluster needed). --compare puts the figures of
-recorded gate.json files side by side (no config, no cluster). docs/gate.md explains each number
-and where its threshold comes from.
+recorded gate.json files side by side (no config, no cluster); a passing gate also raises its
+instance type's baseline (the best all-reduce busbw per size), a gate.json-like file --compare reads.
+
+Finding the bad node: the EFA port counters name a node with an idle or missing NIC directly. When
+the all-reduce or EP benchmark fails or is slow and nothing names a node, the gate reruns it on
+halves of the nodes, then on pairs with a node seen healthy, judging each rerun against the
+published figure and the baseline, until the node(s) that drag it down are named (--no-bisect
+skips this). It prints the cordon and taint commands for each; --isolate runs them (only on this
+environment's GPU nodes, saying so first) and reruns the benchmarks on the remaining nodes.
+docs/gate.md explains each number and where its threshold comes from.
 
 Exit code 0 when the gate passed (warnings allowed), 1 when it failed, 2 when it could not run.
 """
@@ -48,6 +56,8 @@ from ops.gate import (
     state_dir,
     write_record,
 )
+from ops.gate.nodes import find_bad, isolate, isolation_advice, rerun_remaining
+from ops.gate.record import load_baseline, update_baseline
 from ops.gate.runner import GateInterrupted, GateRunner
 from ops.kube import Kubectl, KubectlError, check_cluster
 from ops.output import make_console, print_table, wants_json
@@ -77,16 +87,20 @@ def _print_ep(doc: dict[str, Any], console: Console) -> None:
     parts = [f"{b}: {m['time_us'] / 1000:.2f} ms per dispatch + combine"
              for b, m in sorted(ep["measurements"].items())]
     say = plain(console)
-    say("EP backends measured for the model's shape: " + "; ".join(parts))
+    where = f" ({ep['decided_by']})" if ep.get("decided_by") else ""
+    say(f"EP backends measured for the model's shape{where}: " + "; ".join(parts))
     say(f"Faster: {ep['faster']} (`rlkit launch` uses it unless --ep-backend says "
                   "otherwise)")
 
 
 def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
-           console: Console, extra: list[Finding] | None = None, as_json: bool = False) -> int:
+           console: Console, extra: list[Finding] | None = None, as_json: bool = False,
+           root: Path | None = None) -> int:
     report.findings[:0] = extra or []
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     path, doc = write_record(report, cfg.name, sdir, logs, now, warn=plain(console))
+    if root is not None:  # a passing run raises its instance type's baseline (bisection's bar)
+        update_baseline(root, doc)
     if as_json:  # the document gate.json holds; the verdict is also the exit code
         print(json.dumps(doc, indent=2))
         return 0 if report.ok else 1
@@ -94,6 +108,15 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
                                   f"{report.instance_type}, EP {report.ep_backend})")
     _print_ep(doc, console)
     say = plain(console)
+    isolated = {f.check.removeprefix("isolate ") for f in report.findings
+                if f.check.startswith("isolate ") and f.status == PASS}
+    if report.bad_nodes:
+        say("Bad node(s): " + "; ".join(f"{n} ({why}{', isolated' if n in isolated else ''})"
+                                         for n, why in report.bad_nodes.items())
+            + ("" if set(report.bad_nodes) <= isolated else
+               ". Isolate them (or run `rlkit gate --isolate`):"))
+        for command in isolation_advice(report, isolated):
+            say(f"  {command}")
     if report.ok:
         say(f"Gate PASSED. Recorded in {path}. Next: rlkit launch --config <config>")
         return 0
@@ -196,7 +219,24 @@ def _run(args: argparse.Namespace) -> int:
              f"{sdir / 'gate.json'}")
         return 0
     report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
-    return finish(report, cfg, sdir, logs, console, runner.problems, as_json)
+    report.findings[:0] = runner.problems  # a job that failed or hung is a node suspect too
+    if not report.ok and not args.no_bisect:
+        baseline = load_baseline(args.state_dir, group.instance_type).get("figures", {})
+        try:
+            report.add(*find_bad(report, logs, runner.run_subset, baseline, gin_type, echo))
+            if args.isolate and report.bad_nodes:
+                isolated, done = isolate(kubectl, report.bad_nodes, selector, echo)
+                report.add(*done)
+                if isolated:
+                    report.add(*rerun_remaining(report, logs, isolated, runner.run_subset, baseline,
+                                                gin_type, echo))
+        except GateInterrupted as err:
+            print(err, file=sys.stderr)
+            return 130
+        except KubectlError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    return finish(report, cfg, sdir, logs, console, as_json=as_json, root=args.state_dir)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -211,6 +251,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--logs-dir", type=Path, default=None,
                    help="judge the logs in this directory (nodecheck.log, allreduce.log, ep.log, "
                    "nodes.json) instead of running the jobs")
+    p.add_argument("--no-bisect", action="store_true",
+                   help="after a failed or slow all-reduce or EP run, do not rerun it on halves and "
+                   "pairs of the nodes to name the node that drags it down")
+    p.add_argument("--isolate", action="store_true",
+                   help="cordon and taint the nodes the gate names (only this environment's GPU "
+                   "nodes; it says what it runs first), then rerun the benchmarks on the others")
     p.add_argument("--compare", type=Path, nargs="+", default=None, metavar="GATE_JSON",
                    help="print the figures of recorded gate.json files side by side and exit")
     options.add_output_option(p)

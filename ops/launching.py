@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from infra.catalog import INSTANCE_TYPES
 from infra.config import KitConfig
+from infra.config.ep_spans import ep_spans
 
 # KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
 TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -45,12 +47,24 @@ def choose_backend(state: dict[str, Any] | None, cfg: KitConfig,
         return override, "--ep-backend"
     ep = (state or {}).get("ep") or {}
     faster = ep.get("faster")
+    layout = ep.get("layout")
+    if faster and layout is not None:
+        # The gate measured the run's own EP groups; a config whose groups changed since then
+        # (another EP size, another node count) takes a path the measurement never took.
+        itype = INSTANCE_TYPES[cfg.gpu_node_groups[cfg.training.node_group].instance_type]
+        now = {s.name: s.size for s in ep_spans(cfg, itype)}
+        then = {p: s.get("ep_size") for p, s in layout.items() if p != "model"}
+        if now != then:
+            return configured, (f"config: the gate measured EP groups {then or 'over every GPU'}, this "
+                                f"config runs {now or 'none'}; run `rlkit gate` again to choose from a "
+                                "measurement of this layout")
     if faster:
         times = ", ".join(f"{b} {m['time_us'] / 1000:.2f} ms"
                           for b, m in sorted(ep.get("measurements", {}).items()))
+        where = f", measured {ep['decided_by']}" if ep.get("decided_by") else ""
         if faster == configured:
-            return faster, f"config; the gate measured it fastest ({times})"
-        return faster, (f"measured faster by the gate ({times}); the config says {configured}; "
+            return faster, f"config; the gate measured it fastest ({times}{where})"
+        return faster, (f"measured faster by the gate ({times}{where}); the config says {configured}; "
                         "--ep-backend overrides")
     return configured, "config (the gate measured no EP backend)"
 

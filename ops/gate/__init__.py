@@ -21,10 +21,20 @@ What it catches (docs/gate.md explains each number):
   published figure for the same tool, shape and instance type;
 - anything without a published figure: a warning saying the numbers were recorded only.
 
-The package: ``findings`` (result types, log parsing), ``judges`` (the verdicts), ``record`` (the
-gate.json document, the comparison of runs, reading it back) and ``runner`` (the jobs on the
-cluster, through kubectl). Importing ``ops.gate`` gives the judging names; the runner is imported
-from ``ops.gate.runner``.
+- a NIC that carried nothing: each node's EFA port counters before and after each benchmark
+  (``traffic``) name an idle, missing or unreadable device and its node;
+- the EP backend chosen from the all-to-all inside the run's own EP groups (training decides,
+  rollout is reported; ``infra.config.ep_spans``), the published-shape run as the acceptance test;
+- the node that drags a failed or slow run: ``bisect`` reruns it on halves and pairs against the
+  published figures and the instance type's baseline; ``nodes`` prints, and on request applies,
+  the cordon and taint commands and reruns on the remaining nodes.
+
+The package: ``findings`` (result types, log parsing), ``judges`` (the verdicts), ``traffic`` (the
+EFA counter proof), ``record`` (the gate.json document, the baseline, the comparison of runs,
+reading it back), ``runner`` (the jobs on the cluster, through kubectl, and reruns on subsets),
+``bisect`` (the search and the subset jobs) and ``nodes`` (bisection, isolation and the rerun
+after it). Importing ``ops.gate`` gives the judging names; the runner is imported from
+``ops.gate.runner``.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from ops.gate.findings import (  # noqa: F401
     NVSHMEM_TRANSPORT,
     OFI_FAILED,
     OFI_LOADED,
+    OFI_PLUGIN_NAMES,
     PASS,
     RECORDED,
     SOCKET_FIX,

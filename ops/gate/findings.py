@@ -25,7 +25,10 @@ JOB_KEYS = ("nodecheck", "allreduce", "ep")
 #   every plugin line starts "NET/OFI " (include/nccl_ofi_log.h); src/nccl_ofi_net.cpp logs
 #   "Initializing " PACKAGE_STRING ("aws-ofi-nccl <version>") at init and PACKAGE_NAME
 #   " initialization failed" when it gives up; the plugin's NCCL name is "Libfabric"
-#   (src/nccl_ofi_interface_nvidia.cpp, older releases "AWS Libfabric"); the GIN EFA-GDA path logs
+#   (src/nccl_ofi_interface_nvidia.cpp:662 and the other ncclNetPlugin_v* tables), renamed at load
+#   by nvidia_plugin_name_fixup (lines 830-858) to "AWS Libfabric" when NCCL_NET="AWS Libfabric"
+#   (the name of releases <= 1.11.0) and to "OFI" when NCCL_NET=OFI (both compared
+#   case-insensitively); NCCL logs whichever name the plugin carries; the GIN EFA-GDA path logs
 #   "gin GDAKI: createContext done (" (src/rdma/gin/nccl_ofi_gin_gdaki.cpp), and
 #   doc/gin-getting-started.md names that line and "NCCL_GIN_TYPE set by environment to 5." as the
 #   proof that EFA-GDA ran.
@@ -33,13 +36,18 @@ JOB_KEYS = ("nodecheck", "allreduce", "ep")
 #   image builds v2.31.2-1): src/init.cc "Using network %s" with the net plugin's name ("Socket" is
 #   src/transport/net_socket.cc's); src/misc/param.cc "%s set by environment to %lld." for integer
 #   parameters such as NCCL_GIN_TYPE.
-# - NVSHMEM v3.4.5-0 (2d7d25f0816235e3c2b51779571ec032606ea0dd; the image builds 3.7.0, whose
-#   source we could not read): src/host/transport/transport.cpp "Successfully initialized the
-#   transport: %s" (the NVSHMEM_REMOTE_TRANSPORT value) and "init failed for remote transport: %s";
-#   src/modules/transport/libfabric/libfabric.cpp "Selected provider %s, fabric %s, nic %s, hmem %s".
+# - NVSHMEM, branch devel at 2d7d25f0816235e3c2b51779571ec032606ea0dd (CMakeLists.txt VERSION
+#   3.5.1.1; not the v3.4.5-0 tag, which is 131da55; ../shared/upstream/README.md); the image builds
+#   3.7.0, whose source we could not read: src/host/transport/transport.cpp "Successfully
+#   initialized the transport: %s" (the NVSHMEM_REMOTE_TRANSPORT value) and "init failed for remote
+#   transport: %s"; src/modules/transport/libfabric/libfabric.cpp "Selected provider %s, fabric %s,
+#   nic %s, hmem %s". The 3.7.0 wheel's binaries hold the first two unchanged and the last with a
+#   "%s %d " prefix and a "domain %zu/%zu" suffix, so "Selected provider efa," still matches.
 OFI_LOADED = "NET/OFI Initializing aws-ofi-nccl"
 OFI_FAILED = "NET/OFI aws-ofi-nccl initialization failed"
-NET_OFI = re.compile(r"Using network (AWS )?Libfabric\b")
+# Every name NCCL can log for aws-ofi-nccl (see above); "Using network OFI" is a healthy fabric.
+OFI_PLUGIN_NAMES = ("Libfabric", "AWS Libfabric", "OFI")
+NET_OFI = re.compile(r"Using network (?:AWS Libfabric|Libfabric|OFI)[ \t]*$", re.MULTILINE)
 NET_ANY = re.compile(r"Using network (\S[^\n]*)")
 NET_SOCKET = "Using network Socket"
 NVSHMEM_OK = "Successfully initialized the transport: libfabric"
@@ -92,6 +100,10 @@ class EpMeasurement:
     time_us: float  # dispatch + combine step time at the model's shape: what picks the backend
     shape: dict[str, int]  # the model shape
     acceptance: dict[str, Any] | None = None  # DeepEP-accounted figures at the published shape
+    # Each measured EP group of the run (training, rollout; "model" = every rank): time_us,
+    # ep_size, ep_nodes, where ("EP8 inside one NVLink domain ...", "EP16 across EFA (2 nodes)").
+    spans: dict[str, dict[str, Any]] = field(default_factory=dict)
+    decided_by: str = ""  # which of them time_us is: "training: EP8 inside one NVLink domain ..."
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +117,7 @@ class GateReport:
     findings: list[Finding] = field(default_factory=list)
     ep: EpMeasurement | None = None
     allreduce: dict[int, float] = field(default_factory=dict)  # size -> busbw GB/s
+    bad_nodes: dict[str, str] = field(default_factory=dict)  # node -> why (EFA counters, bisection)
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,8 @@ from typing import Any
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES, acceptance
+from infra.config.ep_spans import EpSpan
+from ops.gate.traffic import judge_efa_traffic
 from ops.gate.findings import (
     BAD_NODE_FIX,
     DEBUG_HINT,
@@ -29,6 +31,7 @@ from ops.gate.findings import (
     NVSHMEM_TRANSPORT,
     OFI_FAILED,
     OFI_LOADED,
+    OFI_PLUGIN_NAMES,
     PASS,
     RECORDED,
     SOCKET_FIX,
@@ -149,18 +152,22 @@ def judge_nccl_net(text: str, job: str) -> list[Finding]:
             f"the {job} log has no {OFI_LOADED!r} line without a later {OFI_FAILED!r} (found: "
             f"{found}); {DEBUG_HINT}", SOCKET_FIX))
     network = NET_ANY.search(text)
-    if NET_OFI.search(text) and NET_SOCKET not in text:
-        findings.append(Finding("NCCL network", PASS, "Libfabric (EFA)", "Libfabric (EFA)",
+    ofi = NET_OFI.search(text)
+    want = "aws-ofi-nccl (" + " / ".join(OFI_PLUGIN_NAMES) + ")"
+    if ofi and NET_SOCKET not in text:
+        name = ofi.group(0).removeprefix("Using network ").strip()
+        findings.append(Finding("NCCL network", PASS, f"{name} (aws-ofi-nccl, EFA)", want,
                                 first_line(text, "Using network") or ""))
     elif NET_SOCKET in text:
-        findings.append(Finding("NCCL network", FAIL, "TCP sockets", "Libfabric (EFA)",
+        findings.append(Finding("NCCL network", FAIL, "TCP sockets", want,
                                 f"NCCL fell back to sockets: the {job} log says {NET_SOCKET!r} "
-                                "where it should say 'Using network Libfabric'", SOCKET_FIX))
+                                "where it should name aws-ofi-nccl ('Using network Libfabric', "
+                                "'AWS Libfabric' or 'OFI')", SOCKET_FIX))
     else:
         findings.append(Finding(
-            "NCCL network", FAIL, network.group(1).strip() if network else "not logged",
-            "Libfabric (EFA)",
-            f"looked for 'Using network Libfabric' in the {job} log and found "
+            "NCCL network", FAIL, network.group(1).strip() if network else "not logged", want,
+            f"looked for 'Using network ' followed by one of the names aws-ofi-nccl v1.21.1 gives "
+            f"itself ({', '.join(OFI_PLUGIN_NAMES)}) in the {job} log and found "
             f"{('Using network ' + network.group(1).strip()) if network else 'no Using network line'}; "
             f"{DEBUG_HINT}", SOCKET_FIX))
     return findings
@@ -258,7 +265,7 @@ def judge_allreduce(text: str, instance_type: str, nodes: int, world: int) -> tu
     for ref in refs:
         check = f"all-reduce busbw @ {size_text(ref.size_bytes)}"
         expected = (f">= {gbps(ref.required_GBps)} ({ref.pass_fraction:.0%} of "
-                    f"{ref.published_GBps:g} published)")
+                    f"{ref.published_GBps:g} published on {ref.nodes} nodes)")
         if ref.size_bytes not in by_size:
             findings.append(Finding(check, WARN, "not measured", expected,
                                     f"the run did not include {size_text(ref.size_bytes)}",
@@ -327,24 +334,52 @@ def judge_ep(text: str, instance_type: str, nodes: int, world: int, configured_b
                                 "do not train on this fabric: check the DeepEP/NVSHMEM build "
                                 "and the EFA installer version in the image"))
         return findings, None
-    model = _pair(rows, "model")
-    if model is None:
+    # The model's shape: inside each of the run's EP groups (purpose = the group's name), or over
+    # every rank (purpose "model", an image or config without --span).
+    purposes = list(dict.fromkeys(r.get("purpose", "model") for r in rows if r.get("purpose") != "acceptance"))
+    pairs = {p: _pair(rows, p) for p in purposes}
+    if not purposes or any(v is None for v in pairs.values()):
         findings.append(Finding("expert parallel", FAIL, ", ".join(sorted({r['direction'] for r in rows})),
                                 "dispatch and combine", "incomplete benchmark output",
                                 "read the job's logs for the error"))
         return findings, None
-    d, c = model
-    step = d.get("step_time_us", d.get("time_us"))
-    cstep = c.get("step_time_us", c.get("time_us"))
-    measurement = EpMeasurement(backend, round(float(step) + float(cstep), 3),
-                                {k: int(d[k]) for k in SHAPE_KEYS})
-    findings.append(Finding(
-        f"EP {backend} step time", RECORDED, f"{(float(step) + float(cstep)) / 1000:.2f} ms",
-        "(recorded: picks the faster backend)",
-        f"dispatch {float(step):.0f} us + combine {float(cstep):.0f} us at the model's shape "
-        f"{_shape_words(measurement.shape)}; recorded only, no published figure applies"))
+    itype = INSTANCE_TYPES[instance_type]
+    decider = "training" if "training" in pairs else purposes[0]
+    measurement = None
+    for purpose, (d, c) in pairs.items():
+        step = float(d.get("step_time_us", d.get("time_us")))
+        cstep = float(c.get("step_time_us", c.get("time_us")))
+        where = _span_words(d, itype)
+        if measurement is None or purpose == decider:
+            measurement = EpMeasurement(backend, round(step + cstep, 3), {k: int(d[k]) for k in SHAPE_KEYS})
+        if purpose == decider:
+            measurement.time_us = round(step + cstep, 3)
+            measurement.decided_by = f"{purpose}: {where}"
+        measurement.spans[purpose] = {"time_us": round(step + cstep, 3), "ep_size": int(d.get("ep_size") or world),
+                                      "ep_nodes": int(d.get("ep_nodes") or nodes), "where": where}
+        decides = purpose == decider
+        findings.append(Finding(
+            f"EP {backend} step time ({purpose})", RECORDED, f"{(step + cstep) / 1000:.2f} ms",
+            "(recorded: picks the faster backend)" if decides else "(recorded)",
+            f"dispatch {step:.0f} us + combine {cstep:.0f} us at the model's shape "
+            f"{_shape_words(measurement.shape)}, {where}; "
+            + ("this measurement decides the EP backend" if decides else
+               f"reported beside the {decider} measurement, which decides the backend")
+            + "; no published figure applies"))
+    assert measurement is not None
 
     acc = _pair(rows, "acceptance")
+    others = [f"{p} ({s['where']}) {s['time_us'] / 1000:.2f} ms" for p, s in measurement.spans.items()
+              if p != decider]
+    findings.append(Finding(
+        "EP verdict", RECORDED, f"backend choice from {decider}",
+        "the measurement on the path the run takes",
+        f"backend choice: {backend} {measurement.time_us / 1000:.2f} ms per dispatch + combine, measured "
+        f"{measurement.decided_by.split(': ', 1)[1]} (the run's {decider} all-to-all)"
+        + (f"; also reported: {'; '.join(others)}" if others else "")
+        + "; fabric acceptance: "
+        + (f"DeepEP's published shape {_span_words(acc[0], itype)}, compared with published figures"
+           if acc is not None else "not measured (no --acceptance)")))
     if acc is None:
         findings.append(Finding(
             f"EP {backend} bandwidth", WARN, "not measured", "DeepEP-accounted GB/s at the "
@@ -389,6 +424,22 @@ def judge_ep(text: str, instance_type: str, nodes: int, world: int, configured_b
     return findings, measurement
 
 
+def _span_words(row: dict[str, Any], itype: Any) -> str:
+    """Where one measured EP group ran: inside one NVLink domain or across EFA (the catalog's
+    nvlink_domain_gpus decides, never the instance name)."""
+    size = int(row.get("ep_size") or row.get("world_size") or 1)
+    span = EpSpan(str(row.get("purpose")), size, int(row.get("ep_stride") or 1),
+                  int(row.get("world_size") or size), int(row.get("ranks_per_node") or itype.gpu_count),
+                  itype.nvlink_domain_gpus)
+    return f"EP{size} {span.where}"
+
+
+def ep_crosses_efa(text: str, instance_type: str) -> bool:
+    """Whether any EP measurement in the log left one NVLink domain (then EFA must carry it)."""
+    itype = INSTANCE_TYPES[instance_type]
+    return any("across EFA" in _span_words(r, itype) for r in parse_rows(text) if r.get("kind") == "ep")
+
+
 def _shape_words(shape: dict[str, int]) -> str:
     return (f"{shape['tokens_per_rank']} tokens/rank, hidden {shape['hidden']}, top-{shape['topk']} "
             f"of {shape['experts']} experts")
@@ -409,12 +460,23 @@ def evaluate(logs: dict[str, str], instance_type: str, nodes: int, ep_backend: s
         report.add(*judge_nodecheck(logs["nodecheck"], nodes, itype.efa_devices))
     if "nodes" in logs:
         report.add(*judge_allocatable(logs["nodes"], itype.efa_devices))
+    # EFA carries traffic only where the ranks leave one NVLink domain (catalog nvlink_domain_gpus).
+    crosses_efa = world > itype.nvlink_domain_gpus
     if "allreduce" in logs:
         findings, report.allreduce = judge_allreduce(logs["allreduce"], instance_type, nodes, world)
         report.add(*findings)
+        if crosses_efa:
+            findings, bad = judge_efa_traffic(logs["allreduce"], "allreduce", nodes, itype.efa_devices)
+            report.add(*findings)
+            report.bad_nodes.update(bad)
     if "ep" in logs:
         findings, report.ep = judge_ep(logs["ep"], instance_type, nodes, world, ep_backend, gin_type)
         report.add(*findings)
+        if ep_crosses_efa(logs["ep"], instance_type):
+            findings, bad = judge_efa_traffic(logs["ep"], "ep", nodes, itype.efa_devices)
+            report.add(*findings)
+            for node, why in bad.items():
+                report.bad_nodes.setdefault(node, why)
     for key in JOB_KEYS:
         if key not in logs:
             report.add(Finding(key, FAIL, "not run", "run",

@@ -35,19 +35,25 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
     """gate.json: the verdict, every measured figure, and the EP step times merged with earlier
     runs of the same shape (for the backend choice)."""
     measurements: dict[str, dict[str, Any]] = {}
+    layout = None
+    if report.ep is not None:
+        # the EP groups measured, where each ran: backends compare only on the same layout
+        layout = {p: {k: s[k] for k in ("ep_size", "ep_nodes", "where")} for p, s in report.ep.spans.items()}
     if previous and report.ep is not None:
         prev_ep = previous.get("ep") or {}
         if (previous.get("instance_type") == report.instance_type
                 and previous.get("nodes") == report.nodes
-                and prev_ep.get("shape") == report.ep.shape):
+                and prev_ep.get("shape") == report.ep.shape
+                and prev_ep.get("layout") == layout):
             measurements.update(prev_ep.get("measurements", {}))
     ep_doc = None
     if report.ep is not None:
         measurements[report.ep.backend] = {
-            "time_us": report.ep.time_us, "acceptance": report.ep.acceptance,
+            "time_us": report.ep.time_us, "decided_by": report.ep.decided_by,
+            "spans": report.ep.spans, "acceptance": report.ep.acceptance,
             "measured_at": finished_at}
-        ep_doc = {"shape": report.ep.shape, "measurements": measurements,
-                  "faster": faster_backend(measurements)}
+        ep_doc = {"shape": report.ep.shape, "layout": layout, "decided_by": report.ep.decided_by,
+                  "measurements": measurements, "faster": faster_backend(measurements)}
     elif previous:
         ep_doc = previous.get("ep")
     return {
@@ -64,14 +70,20 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
     }
 
 
+def figure_name(size: int) -> str:
+    """The all-reduce figure's name in gate.json and the baseline."""
+    return f"all-reduce busbw @ {size_text(size)} (GB/s)"
+
+
 def figures(report: GateReport) -> dict[str, float]:
     """This run's numbers, flat, for `rlkit gate --compare` (name -> value)."""
     out: dict[str, float] = {}
     for size, busbw in sorted(report.allreduce.items()):
-        out[f"all-reduce busbw @ {size_text(size)} (GB/s)"] = busbw
+        out[figure_name(size)] = busbw
     ep = report.ep
     if ep is not None:
-        out[f"EP {ep.backend} step time, model shape (us)"] = ep.time_us
+        for purpose, span in ep.spans.items():
+            out[f"EP {ep.backend} step time, model shape, {purpose} {span['where']} (us)"] = span["time_us"]
         for key in ("dispatch_rdma_GBps", "combine_rdma_GBps", "dispatch_nvl_GBps", "combine_nvl_GBps"):
             value = (ep.acceptance or {}).get(key)
             if value is not None:
@@ -100,6 +112,47 @@ def compare(documents: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], lis
                   sum(v is not None for v in values) > 1 else "-")
         rows.append([name, *cells, change])
     return header, rows
+
+
+# --- the per-instance-type baseline --------------------------------------------------------------
+# The best all-reduce busbw per message size that passing gates measured on one instance type
+# (any config, any node count >= 2: busbw is normalised for the rank count). Bisection holds each
+# subset to it; it is a gate.json-like document, so `rlkit gate --compare` shows it beside runs.
+
+BASELINES = ".baselines"  # not a config name (those are DNS labels): no collision in the store
+
+
+def baseline_file(root: str | Path, instance_type: str) -> Path:
+    return state_dir(root, BASELINES) / f"{instance_type}.json"
+
+
+def load_baseline(root: str | Path, instance_type: str) -> dict[str, Any]:
+    """The baseline document of ``instance_type`` (empty figures when none was recorded)."""
+    path = baseline_file(root, instance_type)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {"instance_type": instance_type, "figures": {}, "sources": {}}
+    return doc if isinstance(doc, dict) and isinstance(doc.get("figures"), dict) else {
+        "instance_type": instance_type, "figures": {}, "sources": {}}
+
+
+def update_baseline(root: str | Path, doc: dict[str, Any]) -> Path | None:
+    """Fold a passing gate.json document into its instance type's baseline (best figure wins)."""
+    if not doc.get("ok") or (doc.get("nodes") or 0) < 2:
+        return None
+    base = load_baseline(root, doc["instance_type"])
+    for name, value in (doc.get("figures") or {}).items():
+        if name.startswith("all-reduce busbw") and value > base["figures"].get(name, 0):
+            base["figures"][name] = value
+            base.setdefault("sources", {})[name] = (f"{doc.get('config')} {doc.get('finished_at')} "
+                                                    f"({doc.get('nodes')} nodes)")
+    base.update(config=f"baseline {doc['instance_type']}", instance_type=doc["instance_type"],
+                nodes=doc.get("nodes"), finished_at=doc.get("finished_at"), ok=True)
+    path = baseline_file(root, doc["instance_type"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(base, indent=2) + "\n")
+    return path
 
 
 # --- reading it back -----------------------------------------------------------------------------

@@ -12,10 +12,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
 from infra.catalog import INSTANCE_TYPES
 from ops.gate.findings import FAIL, Finding
 from ops.gate.judges import judge_allocatable, judge_nodecheck
 from manifests.render import SHARED_FS_FILES
+from ops.gate.bisect import subset_job
+from ops.gate.traffic import POD_LINE
 from ops.kube import Kubectl, KubectlError, objects_in
 
 
@@ -90,6 +94,30 @@ class GateRunner:
             raise GateInterrupted(self.cleanup()) from None
         return logs
 
+    def run_subset(self, key: str, nodes: list[str], suffix: str) -> tuple[str, str]:
+        """Rerun fabric job ``key`` on ``nodes`` only, as ``<job>-<suffix>`` (bisection and the
+        rerun after --isolate): (state, logs). The rewritten manifests are kept under
+        ``<out>/fabric-subsets/`` for review."""
+        name = dict(self.jobs)[key]
+        docs = [d for f in sorted(self.job_dir(key).glob("*.yaml"))
+                for d in yaml.safe_load_all(f.read_text()) if d]
+        directory = self.out / "fabric-subsets" / f"{key}-{suffix}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for i, doc in enumerate(subset_job(docs, name, nodes, suffix)):
+            (directory / f"{i:02d}-{doc['kind'].lower()}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        sub = f"{name}-{suffix}"
+        try:
+            self.k.delete([directory])
+            self.applied.append(directory)
+            self.k.apply([directory])
+            state = self.wait(f"{key} on {len(nodes)} node(s)", sub)
+            logs = "" if self.k.dry_run else self.collect(sub)
+            self.k.delete([directory], wait=False)
+            self.applied.remove(directory)
+        except KeyboardInterrupt:
+            raise GateInterrupted(self.cleanup()) from None
+        return state, logs
+
     def _job_problem(self, key: str, name: str, state: str) -> Finding:
         if state == "timeout":
             return Finding(f"{key} job", FAIL, f"still running after {self.timeout_s:.0f} s",
@@ -142,10 +170,13 @@ class GateRunner:
             self.sleep(self.poll_s)
 
     def collect(self, name: str) -> str:
+        """Every pod's log, each after a line naming its pod and node (the EFA traffic rows
+        name their pod's hostname; the gate names nodes)."""
         parts = []
         for p in self._pods(name):
             pod = p["metadata"]["name"]
-            parts.append(self.k.logs(pod, self.ns))
+            node = p.get("spec", {}).get("nodeName") or "unscheduled"
+            parts.append(POD_LINE.format(pod=pod, node=node) + "\n" + self.k.logs(pod, self.ns))
         return "\n".join(parts)
 
     def cleanup(self) -> str:

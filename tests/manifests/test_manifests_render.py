@@ -285,9 +285,12 @@ def test_ep_benchmark_uses_the_model_shape_and_backend():
     files = objects(rendered("p6-b200-odcr"))  # deepep-nvshmem
     command = files["fabric/ep/01-job.yaml"]["spec"]["template"]["spec"]["containers"][0]["command"]
     tail = command[command.index("rltrainer.bench") + 1:]
-    # 2 x 8 GPUs divide DeepEP's published 256 experts, so the job also measures that shape.
+    # The model's shape inside the run's training and rollout EP groups (EP8 each, one node: the
+    # path the run's all-to-all takes); 2 x 8 GPUs divide DeepEP's published 256 experts, so the
+    # job also measures that shape over both nodes (the fabric acceptance run).
     assert tail == ["ep", "--backend", "deepep", "--tokens-per-rank", "4096", "--hidden", "2048",
-                    "--topk", "8", "--experts", "128", "--acceptance"]
+                    "--topk", "8", "--experts", "128", "--span", "training:8:1", "--span", "rollout:8:1",
+                    "--acceptance"]
     files = objects(rendered("default"))  # nccl
     command = files["fabric/ep/01-job.yaml"]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--backend") + 1] == "nccl"
@@ -305,13 +308,24 @@ def test_unknown_model_cannot_render_the_ep_benchmark():
         "add the model's config.json values to infra/catalog/models.py.")
 
 
+def test_ep_benchmark_spans_follow_the_run_config():
+    cfg = parse_config({"training": {"nodes": 2, "parallel": {"tp": 2, "ep": 16, "etp": 1},
+                                     "rollout": {"gpus_per_engine": 8, "ep": 4}}})
+    ctx = build_context(cfg, placeholder_outputs(cfg))
+    (job,) = [j for j in ctx.fabric if j.key == "ep"]
+    tail = job.command[job.command.index("rltrainer.bench") + 1:]
+    assert tail[tail.index("--span"):] == ["--span", "training:16:1", "--span", "rollout:4:2", "--acceptance"]
+    assert "training EP16 across EFA (2 nodes)" in job.description
+
+
 def test_ep_benchmark_needs_experts_divisible_by_the_gpu_count():
     cfg = parse_config({
         "gpu_node_groups": {"p5": {"instance_type": "p5.48xlarge",
                                    "availability_zone": "us-east-1a", "max_size": 24}},
         # A batch Megatron accepts on 24 data-parallel ranks (config validation runs the trainer's
-        # checks), so that only the benchmark's expert split is wrong.
-        "training": {"nodes": 24, "parallel": {"tp": 8, "ep": 8},
+        # checks), so that only the benchmark's expert split is wrong. Without an EP group in the
+        # run (ep 1 on both sides) the model's shape is measured over every GPU.
+        "training": {"nodes": 24, "parallel": {"tp": 8, "ep": 1}, "rollout": {"ep": 1},
                      "grpo": {"rollout_batch_size": 24, "global_batch_size": 192}},
     })
     with pytest.raises(RenderError) as err:

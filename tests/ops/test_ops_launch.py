@@ -110,6 +110,30 @@ def test_uses_the_backend_the_gate_measured_faster(tmp_path, kubectl, capsys):
     assert "deepep" in (tmp_path / "out/rl-job/00-run-config.yaml").read_text()
 
 
+LAYOUT = {"training": {"ep_size": 8, "ep_nodes": 1, "where": "EP8 inside one NVLink domain (1 node, 8 GPUs per domain)"},
+          "rollout": {"ep_size": 8, "ep_nodes": 1, "where": "EP8 inside one NVLink domain (1 node, 8 GPUs per domain)"}}
+
+
+def test_the_choice_names_the_measurement_that_decided_it(tmp_path, kubectl, capsys):
+    write_state(tmp_path, ep={"shape": {}, "faster": "deepep-nvshmem", "layout": LAYOUT,
+                              "decided_by": "training: EP8 inside one NVLink domain (1 node, 8 GPUs per domain)",
+                              "measurements": {"nccl": {"time_us": 9000.0}, "deepep-nvshmem": {"time_us": 4000.0}}})
+    assert run(tmp_path, "launch") == 0
+    assert ("nccl 9.00 ms, measured training: EP8 inside one NVLink domain (1 node, 8 GPUs per domain)); "
+            "the config says nccl") in capsys.readouterr().out
+
+
+def test_a_measurement_of_another_ep_layout_does_not_choose(tmp_path, kubectl, capsys):
+    """The gate measured EP16 groups; this config's training groups are EP8: another path."""
+    layout = dict(LAYOUT, training={"ep_size": 16, "ep_nodes": 2, "where": "EP16 across EFA (2 nodes)"})
+    write_state(tmp_path, ep={"shape": {}, "faster": "deepep-nvshmem", "layout": layout, "measurements": {
+        "nccl": {"time_us": 9000.0}, "deepep-nvshmem": {"time_us": 4000.0}}})
+    assert run(tmp_path, "launch") == 0
+    out = capsys.readouterr().out
+    assert ("EP backend: nccl (config: the gate measured EP groups {'training': 16, 'rollout': 8}, this config "
+            "runs {'training': 8, 'rollout': 8}; run `rlkit gate` again") in out
+
+
 def test_a_gin_backend_the_gate_measured_faster_is_not_used_for_training(tmp_path, kubectl,
                                                                          capsys):
     """The gate may benchmark deepep-gin; the pinned Megatron cannot train with it."""

@@ -73,7 +73,7 @@ def test_gate_table_in_a_pipe_keeps_each_row_on_one_line(tmp_path, capsys):
     rows = [line for line in out.splitlines() if "all-reduce busbw @ 2 GiB" in line]
     assert len(rows) == 1
     assert rows[0].lstrip().startswith("FAIL") and "283.9 GB/s" in rows[0]
-    assert "degraded fabric: 65% of the published figure" in rows[0]
+    assert "degraded fabric: 64% of the published figure" in rows[0]
     assert "kubectl cordon <node>" in rows[0]
     assert not any(ch in out for ch in "│┃━─")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainer_helpers import broken_allreduce_worker, cli_worker, dist_env, free_port, json_lines, run_ranks
-from rltrainer.bench.allreduce import bandwidths, bus_bandwidth_factor, sweep_sizes
+from rltrainer.bench.allreduce import bandwidths, bus_bandwidth_factor, rank_average, sweep_sizes
 from rltrainer.bench.common import parse_size
 
 # The CPU torch wheel warns once that NumPy is absent; the benchmarks do not use NumPy.
@@ -28,6 +28,23 @@ def test_bus_bandwidth_is_nccl_tests_formula():
     assert busbw == pytest.approx(4.0 * 30 / 16)
     with pytest.raises(ValueError):
         bus_bandwidth_factor(0)
+
+
+def test_time_is_the_rank_average_as_nccl_tests_reports_it():
+    """nccl-tests v2.19.6 src/common.cu: `static int average = 1` (0=RANK0, 1=AVG, 2=MIN, 3=MAX);
+    Allreduce() sums the ranks' times and divides by the rank count. Not the slowest rank."""
+
+    class Ctx:
+        world_size = 4
+        ops: list = []
+
+        def reduce_scalar(self, value, op="max"):
+            self.ops.append(op)
+            return {"sum": 0.010, "max": 0.004, "min": 0.001}[op]  # ranks: 1, 2, 3, 4 ms
+
+    ctx = Ctx()
+    assert rank_average(ctx, 0.002) == pytest.approx(0.0025)
+    assert ctx.ops == ["sum"]
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from rltrainer.bench.ep import PUBLISHED_SHAPE, EPShape, expert_scale, make_toke
 pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
 
 EP_KEYS = ["kind", "purpose", "backend", "direction", "tokens_per_rank", "hidden", "topk", "experts", "world_size",
-           "ranks_per_node", "step_time_us", "time_us", "timing", "rdma_bytes", "nvl_bytes", "rdma_GBps", "nvl_GBps",
+           "ranks_per_node", "ep_size", "ep_stride", "ep_nodes", "step_time_us", "time_us", "timing", "rdma_bytes", "nvl_bytes", "rdma_GBps", "nvl_GBps",
            "correct"]
 SMALL = ["--tokens-per-rank", "48", "--hidden", "16", "--topk", "3", "--experts", "8", "--iters", "2", "--warmup", "1",
          "--device", "cpu"]
@@ -384,3 +384,38 @@ def test_missing_pinned_sources_fail_in_ci_and_skip_elsewhere(monkeypatch, tmp_p
     with pytest.raises(expected) as exc:
         _pinned_source("deep_ep/buffer.py")
     assert "DeepEP's pinned sources are missing" in str(exc.value) and "shared/upstream/README.md" in str(exc.value)
+
+
+def test_span_measures_inside_the_runs_ep_groups(tmp_path: Path):
+    """--span: the model's shape inside every EP group at once (4 ranks, 2 per node): training
+    groups {0,1},{2,3} stay on a node, rollout groups {0,2},{1,3} (stride 2) cross nodes."""
+    argv = ["ep", "--backend", "nccl", *SMALL, "--ranks-per-node", "2", "--span", "training:2:1",
+            "--span", "rollout:2:2"]
+    ranks = run_ranks(cli_worker, 4, tmp_path, argv)
+    assert [r["rc"] for r in ranks] == [0] * 4, ranks[0]["stderr"]
+    rows = json_lines(ranks[0]["stdout"])
+    got = [(r["purpose"], r["direction"], r["ep_size"], r["ep_stride"], r["ep_nodes"], r["world_size"])
+           for r in rows]
+    assert got == [("training", "dispatch", 2, 1, 1, 4), ("training", "combine", 2, 1, 1, 4),
+                   ("rollout", "dispatch", 2, 2, 2, 4), ("rollout", "combine", 2, 2, 2, 4)]
+    assert all(r["correct"] and r["step_time_us"] > 0 for r in rows)
+    # no measurement over every rank at the model's shape: the run never does that all-to-all
+    assert "model" not in {r["purpose"] for r in rows}
+
+
+@pytest.mark.parametrize("span, text", [("training", "use NAME:SIZE[:STRIDE]"), ("training:1", "SIZE must be >= 2"),
+                                        (":8", "use NAME:SIZE[:STRIDE]"), ("t:8:x", "use NAME:SIZE[:STRIDE]")])
+def test_bad_span_is_named(span: str, text: str):
+    import argparse
+
+    from rltrainer.bench.ep import parse_span
+
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(text)):
+        parse_span(span)
+    assert parse_span("rollout:4:2") == ("rollout", 4, 2) and parse_span("training:8") == ("training", 8, 1)
+
+
+def test_span_that_does_not_divide_the_world_is_named(tmp_path: Path):
+    ranks = run_ranks(cli_worker, 2, tmp_path, ["ep", "--backend", "nccl", *SMALL, "--span", "training:4"])
+    assert ranks[0]["rc"] == 2
+    assert "--span training:4:1: 4 x 1 must divide the world size 2" in ranks[0]["stderr"], ranks[0]["stderr"]

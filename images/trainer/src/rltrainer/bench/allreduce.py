@@ -5,11 +5,13 @@ Bandwidths follow the nccl-tests convention (NVIDIA/nccl-tests doc/PERFORMANCE.m
 - algorithm bandwidth ``algbw = size / time``;
 - bus bandwidth ``busbw = algbw x 2(n-1)/n`` for all-reduce, the rate each link must
   sustain in a ring, which makes the number comparable across rank counts and with
-  the hardware's link speed. The kit's published acceptance numbers (e.g. ~437 GB/s at
+  the hardware's link speed. The kit's published acceptance numbers (e.g. 442 GB/s at
   2 GiB on 2x p5.48xlarge) are bus bandwidths in this convention.
 
-GB/s here is 1e9 bytes per second, as in nccl-tests. ``time`` is the mean time of one
-all-reduce on the slowest rank (the collective finishes when its last rank does).
+GB/s here is 1e9 bytes per second, as in nccl-tests. ``time`` is the time of one all-reduce
+averaged over the ranks, what nccl-tests reports by default (v2.19.6, commit a0b82b2,
+src/common.cu: ``static int average = 1``, "0=RANK0,1=AVG,2=MIN,3=MAX"; ``Allreduce()`` sums each
+rank's mean iteration time and divides by the number of ranks).
 
 The readable table on stderr has nccl-tests' layout (NVIDIA/nccl-tests v2.19.6, commit
 a0b82b2, src/util.cu ``writeResultHeader``, ``writeBenchmarkLinePreamble``,
@@ -29,6 +31,7 @@ import argparse
 import sys
 from typing import Sequence, TextIO
 
+from .efa_counters import TrafficProbe
 from .common import DistContext, emit, sig, format_size, import_torch, init_distributed, parse_size, shutdown, timed, torch_dtype
 
 PATTERN_PERIOD = 7
@@ -103,6 +106,13 @@ def nccl_tests_footer(busbws: list[float], wrong: int) -> list[str]:
             "#"]
 
 
+def rank_average(ctx: DistContext, seconds: float) -> float:
+    """This rank's mean time averaged over every rank: nccl-tests' default report (``-a 1``;
+    src/common.cu ``average = 1``: ``Allreduce()`` sums the ranks' times and divides by their
+    number), so a row sits next to an ``all_reduce_perf`` run of the same size."""
+    return ctx.reduce_scalar(seconds, "sum") / ctx.world_size
+
+
 def check_allreduce(ctx: DistContext, buf) -> str | None:
     """All-reduce a known pattern in ``buf`` (float32) and verify it; None if correct.
 
@@ -138,6 +148,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) ->
               f"{args.warmup} warmup + {args.iters} timed iterations", file=err)
         print("\n".join(nccl_tests_header()), file=err)
     busbws: list[float] = []
+    traffic = TrafficProbe("allreduce", ctx.local_rank)  # every node's local rank 0
     for size in sizes:
         numel = max(1, size // elem)
         nbytes = numel * elem
@@ -162,7 +173,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) ->
         for _ in range(args.warmup):
             dist.all_reduce(buf)
         ctx.barrier()
-        seconds = ctx.reduce_scalar(timed(ctx, lambda b=buf: dist.all_reduce(b), args.iters), "max")
+        seconds = rank_average(ctx, timed(ctx, lambda b=buf: dist.all_reduce(b), args.iters))
         algbw, busbw = bandwidths(nbytes, seconds, ctx.world_size)
         if leader:
             emit(
@@ -182,6 +193,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO) ->
         del buf  # free before allocating the next (twice as large) buffer
     if leader:
         print("\n".join(nccl_tests_footer(busbws, 0)), file=err, flush=True)
+    traffic.emit(ctx.is_cuda, out)
     return 0
 
 

@@ -82,6 +82,12 @@ class DistContext:
     local_rank: int
     device: Any  # torch.device
     backend: str  # "nccl" or "gloo"
+    group: Any = None  # a sub-group (an EP group of the run's layout); None = every rank
+
+    def subgroup(self, ranks: list[int], group: Any) -> "DistContext":
+        """This rank as a member of ``group`` (made from the global ``ranks``)."""
+        return DistContext(rank=ranks.index(self.rank), world_size=len(ranks), local_rank=self.local_rank,
+                           device=self.device, backend=self.backend, group=group)
 
     @property
     def is_cuda(self) -> bool:
@@ -97,9 +103,9 @@ class DistContext:
         import torch.distributed as dist
 
         if self.is_cuda:
-            dist.barrier(device_ids=[self.device.index])
+            dist.barrier(group=self.group, device_ids=[self.device.index])
         else:
-            dist.barrier()
+            dist.barrier(group=self.group)
 
     def reduce_scalar(self, value: float, op: str = "max") -> float:
         """Reduce one float across ranks (``max``, ``min`` or ``sum``)."""
@@ -107,7 +113,8 @@ class DistContext:
         import torch.distributed as dist
 
         t = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t, op={"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp.SUM}[op])
+        dist.all_reduce(t, op={"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp.SUM}[op],
+                        group=self.group)
         return float(t.item())
 
     def all_ok(self, ok: bool) -> bool:

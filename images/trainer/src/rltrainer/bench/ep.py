@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence, TextIO
 
 from .common import DistContext, emit, import_torch, init_distributed, shutdown, sig, timed, torch_dtype
+from .efa_counters import TrafficProbe
 from .ep_check import check_combine, check_dispatch
 # The dispatchers and the shape helpers are re-exported: ``rltrainer.bench.ep`` is where the
 # tests, the gate's fixture generator and users find every piece of this benchmark.
@@ -213,8 +214,12 @@ def run_benchmark(
 
 
 def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int, *, purpose: str = "model",
-                ranks_per_node: int | None = None) -> list[dict]:
-    """The two JSON rows (dispatch, combine) for one benchmark result."""
+                ranks_per_node: int | None = None, ep_ranks: Sequence[int] | None = None) -> list[dict]:
+    """The two JSON rows (dispatch, combine) for one benchmark result. ``ep_ranks``: the global
+    ranks of rank 0's EP group when the measurement ran inside the run's EP groups (default:
+    every rank)."""
+    rpn = ranks_per_node or world_size
+    group = list(ep_ranks) if ep_ranks is not None else list(range(world_size))
     rows = []
     for direction in ("dispatch", "combine"):
         step = result.dispatch_step_s if direction == "dispatch" else result.combine_step_s
@@ -233,7 +238,10 @@ def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int,
             "topk": shape.topk,
             "experts": shape.experts,
             "world_size": world_size,
-            "ranks_per_node": ranks_per_node or world_size,
+            "ranks_per_node": rpn,
+            "ep_size": len(group),
+            "ep_stride": group[1] - group[0] if len(group) > 1 else 1,
+            "ep_nodes": len({r // rpn for r in group}),
             "step_time_us": sig(step * 1e6) if step is not None else None,
             "time_us": sig(seconds * 1e6) if seconds is not None else None,
             "timing": result.timing,
@@ -244,6 +252,44 @@ def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int,
             "correct": result.correct,
         })
     return rows
+
+
+# --- the run's own EP groups ---------------------------------------------------------------------
+
+
+def parse_span(text: str) -> tuple[str, int, int]:
+    """``NAME:SIZE[:STRIDE]`` -> (name, size, stride): one EP group of the run's layout."""
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3) or not parts[0]:
+            raise ValueError
+        size, stride = int(parts[1]), int(parts[2]) if len(parts) == 3 else 1
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--span {text!r}: use NAME:SIZE[:STRIDE], e.g. training:8:1") from None
+    if size < 2 or stride < 1:
+        raise argparse.ArgumentTypeError(f"--span {text!r}: SIZE must be >= 2 and STRIDE >= 1")
+    return parts[0], size, stride
+
+
+def span_groups(world: int, size: int, stride: int) -> list[list[int]]:
+    """The EP groups: ``size`` ranks ``stride`` apart, in blocks of size x stride consecutive ranks
+    (Megatron's expert groups, SGLang's inside an engine; the kit's infra/config/ep_spans.py)."""
+    block = size * stride
+    return [[start + offset + k * stride for k in range(size)]
+            for start in range(0, world, block) for offset in range(stride)]
+
+
+def span_context(ctx: DistContext, size: int, stride: int) -> tuple[DistContext, list[int]]:
+    """This rank inside its EP group; every rank creates every group, in the same order."""
+    import torch.distributed as dist
+
+    mine = None
+    for ranks in span_groups(ctx.world_size, size, stride):
+        group = dist.new_group(ranks)
+        if ctx.rank in ranks:
+            mine = (ctx.subgroup(ranks, group), ranks)
+    assert mine is not None
+    return mine
 
 
 def _ranks_per_node(args: argparse.Namespace, ctx: DistContext) -> int:
@@ -257,9 +303,20 @@ def _ranks_per_node(args: argparse.Namespace, ctx: DistContext) -> int:
 def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, dispatcher: Any = None,
         dispatcher_factory=None) -> int:
     model = EPShape(args.tokens_per_rank, args.hidden, args.topk, args.experts)
-    shapes = [("model", model)] + ([("acceptance", PUBLISHED_SHAPE)] if args.acceptance else [])
+    spans = list(getattr(args, "span", None) or [])
+    # With --span the model's shape is measured in each of the run's EP groups (what picks the
+    # backend); without, over every rank. The published shape always spans every rank.
+    plan: list[tuple[str, EPShape, tuple[int, int] | None]] = (
+        [(name, model, (size, stride)) for name, size, stride in spans] if spans else [("model", model, None)])
+    if args.acceptance:
+        plan.append(("acceptance", PUBLISHED_SHAPE, None))
     rpn = _ranks_per_node(args, ctx)
-    problems = [p for _, shape in shapes for p in shape.validate(ctx.world_size)]
+    problems = [p for _, shape, group in plan
+                for p in shape.validate(group[0] if group else ctx.world_size)]
+    for name, size, stride in spans:
+        if ctx.world_size % (size * stride):
+            problems.append(f"--span {name}:{size}:{stride}: {size} x {stride} must divide the world size "
+                            f"{ctx.world_size}")
     if rpn < 1 or ctx.world_size % rpn:
         problems.append(f"--ranks-per-node {rpn} must divide the world size {ctx.world_size}")
     if problems:
@@ -268,27 +325,43 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
                 print(f"rltrainer bench ep: {p}", file=err)
         return 2
     dtype = torch_dtype(args.dtype or ("bfloat16" if ctx.is_cuda else "float32"))
-    max_hidden = max(shape.hidden for _, shape in shapes)
+    max_hidden = max(shape.hidden for _, shape, _ in plan)
     disp = None
     ok = True
-    for purpose, shape in shapes:
-        if dispatcher is not None and purpose == "model":
+    traffic = TrafficProbe("ep", ctx.local_rank)  # every node's local rank 0
+    for purpose, shape, group in plan:
+        run_ctx, ranks, group_rpn = ctx, list(range(ctx.world_size)), rpn
+        if group is not None:
+            run_ctx, ranks = span_context(ctx, *group)
+            # members of this group on one node (DeepEP's RDMA/NVLink split inside the group)
+            group_rpn = len(ranks) // len({r // rpn for r in ranks})
+        if dispatcher is not None and purpose in ("model",) + tuple(s[0] for s in spans):
             disp = dispatcher
         elif dispatcher_factory is not None:
-            disp = dispatcher_factory(ctx, shape)
+            disp = dispatcher_factory(run_ctx, shape)
         else:
-            disp = make_dispatcher(args.backend, ctx, shape, previous=disp, max_hidden=max_hidden)
-        result = run_benchmark(ctx, shape, dispatcher=disp, dtype=dtype, iters=args.iters, warmup=args.warmup,
-                               seed=args.seed, ranks_per_node=rpn, tune=purpose == "acceptance" and not args.no_tune)
+            disp = make_dispatcher(args.backend, run_ctx, shape, previous=disp, max_hidden=max_hidden)
+        result = run_benchmark(run_ctx, shape, dispatcher=disp, dtype=dtype, iters=args.iters, warmup=args.warmup,
+                               seed=args.seed, ranks_per_node=group_rpn,
+                               tune=purpose == "acceptance" and not args.no_tune)
+        if group is not None:
+            # every group runs at once, as in the run: the slowest group decides, and all agree
+            result.correct = ctx.all_ok(result.correct)
+            if result.correct:
+                result.dispatch_step_s = ctx.reduce_scalar(result.dispatch_step_s, "max")
+                result.combine_step_s = ctx.reduce_scalar(result.combine_step_s, "max")
         if not result.correct and result.message and "another rank" not in result.message:
             print(f"rltrainer bench ep: {result.message}", file=err, flush=True)
         if ctx.rank == 0:
-            for row in result_rows(result, shape, disp.name, ctx.world_size, purpose=purpose, ranks_per_node=rpn):
+            for row in result_rows(result, shape, disp.name, ctx.world_size, purpose=purpose, ranks_per_node=rpn,
+                                   ep_ranks=ranks):
                 emit(row, out)
-            _print_table(result, shape, disp.name, ctx.world_size, rpn, purpose, err)
+            _print_table(result, shape, disp.name, len(ranks), group_rpn, purpose, err)
         ok = ok and result.correct
         if not result.correct:
             break
+    if ok:
+        traffic.emit(ctx.is_cuda, out)
     return 0 if ok else 1
 
 
@@ -313,6 +386,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experts", type=int, default=128, help="routed experts, a multiple of the world size (default 128)")
     p.add_argument("--backend", default="nccl", choices=("nccl", "deepep"),
                    help="nccl = torch all_to_all_single (gloo with --device cpu); deepep = deep_ep.Buffer (GPU)")
+    p.add_argument("--span", action="append", type=parse_span, default=None, metavar="NAME:SIZE[:STRIDE]",
+                   help="measure the model's shape inside the run's EP groups instead of over every rank: SIZE "
+                   "ranks STRIDE apart in blocks of SIZE x STRIDE (training: Megatron's expert groups, stride = "
+                   "expert TP; rollout: SGLang's inside an engine). Repeat for each group; rows say purpose=NAME")
     p.add_argument("--acceptance", action="store_true",
                    help="also measure DeepEP's published shape (hidden 7168, 256 experts, top-8, 4096 tokens/rank)")
     p.add_argument("--no-tune", action="store_true",

@@ -216,7 +216,10 @@ def make_dispatcher(backend: str, ctx: DistContext, shape: EPShape, *, previous:
                     max_hidden: int | None = None):
     """``previous``: the dispatcher of an earlier shape in this process (DeepEP reuses its buffer)."""
     if backend == "nccl":
-        return AllToAllDispatcher(ctx, shape)
+        return AllToAllDispatcher(ctx, shape, group=ctx.group)
     if backend == "deepep":
-        return DeepEPDispatcher(ctx, shape, buffer=getattr(previous, "buffer", None), max_hidden=max_hidden)
+        # A buffer belongs to its process group: reuse it only for the same group.
+        reuse = previous is not None and getattr(previous, "group", None) is (ctx.group or previous.group)
+        return DeepEPDispatcher(ctx, shape, group=ctx.group, buffer=previous.buffer if reuse else None,
+                                max_hidden=max_hidden)
     raise SystemExit(f"rltrainer bench ep: unknown --backend {backend!r}; use nccl or deepep")

@@ -82,7 +82,7 @@ def deepep_bytes(ctx: DistContext, shape: EPShape, topk_idx, ranks_per_node: int
     # Rows this rank receives = every rank's token count towards it (DeepEP: recv_x.size(0),
     # which its test asserts equals the all-reduced num_tokens_per_rank[rank]).
     counts = tokens_per_rank(topk_idx, shape.experts, ctx.world_size).to(ctx.device)
-    dist.all_reduce(counts)
+    dist.all_reduce(counts, group=ctx.group)
     nvl = int(counts[ctx.rank].item()) * shape.hidden * BF16_BYTES
     return DeepEPBytes(rdma=rdma, nvl=nvl)
 

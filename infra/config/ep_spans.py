@@ -1,0 +1,86 @@
+"""Which GPUs one expert-parallel group of the run holds: the span the EP all-to-all crosses.
+
+The fabric gate measures the EP backend where the run's all-to-all really goes, not over every
+GPU of every node. Two groups matter, both read from the config:
+
+- **training** (Megatron ``--expert-model-parallel-size``): the pinned Megatron (37f9161,
+  ``megatron/core/parallel_state.py``) builds the expert groups with
+  ``RankGenerator(tp=etp, ep=ep, dp=expert_dp, pp=pp, cp=1, order="tp-cp-ep-dp-pp")``; its
+  ``generate_masked_orthogonal_rank_groups`` makes each EP group ``ep`` ranks ``etp`` apart inside a
+  block of ``etp x ep`` consecutive ranks. Miles v0.1.0 gives training rank ``r`` the ``r``-th GPU
+  of its placement group sorted by node IP and GPU id (``miles/ray/placement_group.py``
+  ``sort_key``; ``miles/ray/train/actor_factory.py``: ``reordered_bundle_indices[rank]``), so rank
+  ``r`` sits on node ``r // gpus_per_node``.
+- **rollout** (SGLang ``--sglang-ep-size`` inside one engine): with ``--colocate`` the rollout
+  GPUs start at the same offset 0 (``_get_placement_group_layout``); engine ``i`` holds the
+  ``gpus_per_engine`` consecutive sorted GPUs from ``i x gpus_per_engine``
+  (``miles/ray/rollout/server_group.py``), and its EP group is ``ep`` of them ``gpus_per_engine /
+  ep`` apart (SGLang's MoE EP groups inside the engine's TP group).
+
+A span is inside the NVLink domain when every GPU of a group is in one domain of
+``InstanceType.nvlink_domain_gpus`` (8 for an HGX node, 72 for a GB200 NVL72 UltraServer);
+otherwise its all-to-all crosses EFA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.catalog.instances import InstanceType
+from infra.config.model import KitConfig
+
+MEGATRON_ORDER = "tp-cp-ep-dp-pp"  # initialize_model_parallel's default order at 37f9161
+
+
+@dataclass(frozen=True)
+class EpSpan:
+    """One EP group of the run: ``size`` ranks ``stride`` apart in blocks of size x stride."""
+
+    name: str  # "training" | "rollout"
+    size: int
+    stride: int
+    world: int  # GPUs of the run
+    gpus_per_node: int
+    nvlink_domain_gpus: int
+
+    def groups(self) -> list[list[int]]:
+        """Every group, as global ranks (= the GPU's index in node order)."""
+        block = self.size * self.stride
+        return [[start + offset + k * self.stride for k in range(self.size)]
+                for start in range(0, self.world, block) for offset in range(self.stride)]
+
+    @property
+    def nodes(self) -> int:
+        """Nodes one group spans (the most of any group)."""
+        return max(len({r // self.gpus_per_node for r in g}) for g in self.groups())
+
+    @property
+    def inside_nvlink(self) -> bool:
+        return all(len({r // self.nvlink_domain_gpus for r in g}) == 1 for g in self.groups())
+
+    @property
+    def where(self) -> str:
+        if self.inside_nvlink:
+            return (f"inside one NVLink domain ({self.nodes} node{'s' if self.nodes > 1 else ''}, "
+                    f"{self.nvlink_domain_gpus} GPUs per domain)")
+        return f"across EFA ({self.nodes} nodes)"
+
+    def bench_arg(self) -> str:
+        """``rltrainer bench ep --span`` value: name:size:stride."""
+        return f"{self.name}:{self.size}:{self.stride}"
+
+
+def ep_spans(cfg: KitConfig, itype: InstanceType) -> list[EpSpan]:
+    """The training and rollout EP groups of ``cfg`` on ``itype`` (a group of 1 has no all-to-all
+    and is left out)."""
+    t = cfg.training
+    world = t.nodes * itype.gpu_count
+    spans = []
+    p = t.parallel
+    if p.ep > 1:
+        spans.append(EpSpan("training", p.ep, p.etp, world, itype.gpu_count, itype.nvlink_domain_gpus))
+    r = t.rollout
+    if r.ep > 1 and r.gpus_per_engine % r.ep == 0:
+        spans.append(EpSpan("rollout", r.ep, r.gpus_per_engine // r.ep, world, itype.gpu_count,
+                            itype.nvlink_domain_gpus))
+    return [s for s in spans if world % (s.size * s.stride) == 0]

@@ -1,0 +1,216 @@
+"""Finding the bad node: split the nodes of a failed or slow benchmark and rerun it on the parts.
+
+A fabric benchmark over N nodes runs at the pace of its slowest node; the number says that
+something is wrong, not where. ``find_bad_nodes`` reruns the benchmark on halves of the nodes
+(each half at least two nodes, so that it still crosses EFA), recurses into the halves that fail,
+and ends with pairs: a suspect paired with a node already seen healthy. The nodes whose pairs fail
+are named. Each subset's figure is judged against the published figure where one applies and
+against the per-instance-type baseline that earlier passing gates recorded
+(``ops.gate.record.load_baseline``; ``rlkit gate --compare`` shows it), whichever is known.
+
+``subset_job`` rewrites one rendered fabric job for a subset: its own name (so the rerun never
+collides with the full job), the node count, and a node affinity that pins it to those nodes.
+``isolation_commands`` are the cordon and taint commands for a named node. No kubectl here: the
+runner applies what this module writes, the measure function is injected (recorded logs test it).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from infra.catalog import INSTANCE_TYPES, acceptance
+from manifests.context import EP_ACCEPTANCE_EXPERTS
+from ops.gate.findings import FAIL
+from ops.gate.judges import judge_allreduce, judge_ep
+from ops.gate.record import figure_name
+from ops.gate.traffic import judge_efa_traffic
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+TAINT = "rlkit/fabric=failed:NoSchedule"
+
+
+@dataclass
+class SubsetResult:
+    """One rerun on a subset of the nodes."""
+
+    nodes: list[str]
+    ok: bool
+    summary: str  # the figure and the bar it was held to, or why it failed
+
+
+@dataclass
+class Bisection:
+    """What the search ran and what it found."""
+
+    steps: list[SubsetResult] = field(default_factory=list)
+    bad: list[str] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)  # suspects no rerun could tell apart
+    note: str = ""
+
+
+def halves(nodes: list[str]) -> tuple[list[str], list[str]]:
+    mid = len(nodes) // 2
+    return nodes[:mid], nodes[mid:]
+
+
+def find_bad_nodes(nodes: list[str], measure: Callable[[list[str]], SubsetResult],
+                   max_runs: int = 16) -> Bisection:
+    """Name the node(s) that drag a benchmark on ``nodes`` down, rerunning ``measure`` on parts.
+
+    Halves while a half keeps at least two nodes; then each suspect with a known-good node. Two
+    nodes and no healthy one known cannot be told apart by a benchmark that needs two nodes: they
+    are returned as ``undecided``. Both halves passing means no single node drags the whole down
+    (the placement, the AZ or the rail layout between the halves): ``note`` says so.
+    """
+    out = Bisection()
+    good: list[str] = []
+
+    def run(subset: list[str]) -> SubsetResult:
+        result = measure(subset)
+        out.steps.append(result)
+        return result
+
+    def search(suspects: list[str]) -> None:
+        if len(out.steps) >= max_runs:
+            out.undecided += [s for s in suspects if s not in out.undecided]
+            out.note = f"stopped after {max_runs} reruns"
+            return
+        if len(suspects) >= 4:
+            failing = []
+            for half in halves(suspects):
+                if run(half).ok:
+                    good.extend(half)
+                else:
+                    failing.append(half)
+            if not failing:
+                out.note = ("every half passes on its own: no single node drags the benchmark; "
+                            "look at what joins the halves (placement group, AZ, rails)")
+            for half in failing:
+                search(half)
+            return
+        if good:
+            partner = good[0]
+            for suspect in suspects:
+                if run([suspect, partner]).ok:
+                    good.append(suspect)
+                else:
+                    out.bad.append(suspect)
+            return
+        if len(suspects) == 3:  # no healthy partner yet: the pairs among them
+            a, b, c = suspects
+            fails = {frozenset(p): not run(list(p)).ok for p in ((a, b), (a, c), (b, c))}
+            for node in suspects:
+                if all(f for pair, f in fails.items() if node in pair):
+                    out.bad.append(node)
+                elif not any(f for pair, f in fails.items() if node in pair):
+                    good.append(node)
+            if not out.bad:
+                out.undecided += [n for n in suspects if n not in good]
+            return
+        out.undecided += suspects
+
+    search(list(nodes))
+    if not out.bad and not out.undecided and not out.note:
+        out.note = "no subset failed: the failure did not repeat"
+    return out
+
+
+def subset_job(documents: list[dict[str, Any]], name: str, nodes: list[str],
+               suffix: str) -> list[dict[str, Any]]:
+    """The rendered Service + Job of one fabric benchmark, rewritten to run on ``nodes`` only,
+    as ``<name>-<suffix>`` (every occurrence of the job's name: Service, subdomain, labels and
+    torchrun's --master-addr)."""
+    new_name = f"{name}-{suffix}"
+
+    def rename(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(name, new_name)
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        if isinstance(value, dict):
+            return {k: rename(v) for k, v in value.items()}
+        return value
+
+    out = []
+    for doc in documents:
+        doc = rename(copy.deepcopy(doc))
+        if doc.get("kind") == "Job":
+            spec = doc["spec"]
+            spec["completions"] = spec["parallelism"] = len(nodes)
+            pod = spec["template"]["spec"]
+            for container in pod["containers"]:
+                command = container.get("command") or []
+                if "--nnodes" in command:
+                    command[command.index("--nnodes") + 1] = str(len(nodes))
+                    container["command"] = _fit_ep(command, len(nodes))
+            terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"]
+            for term in terms:
+                term.setdefault("matchExpressions", []).append(
+                    {"key": HOSTNAME_LABEL, "operator": "In", "values": list(nodes)})
+        out.append(doc)
+    return out
+
+
+def _fit_ep(command: list[str], nodes: int) -> list[str]:
+    """An EP benchmark on fewer nodes: drop what cannot run on that many GPUs (an EP group that
+    does not divide them, DeepEP's published 256 experts that do not spread evenly); the rerun
+    then measures what it can, the same way on every subset."""
+    if "--nproc-per-node" not in command:
+        return command
+    world = nodes * int(command[command.index("--nproc-per-node") + 1])
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(command):
+        if skip:
+            skip = False
+            continue
+        if arg == "--span" and i + 1 < len(command):
+            parts = command[i + 1].split(":")
+            size, stride = int(parts[1]), int(parts[2]) if len(parts) > 2 else 1
+            if world % (size * stride):
+                skip = True
+                continue
+        if arg == "--acceptance" and EP_ACCEPTANCE_EXPERTS % world:
+            continue
+        out.append(arg)
+    return out
+
+
+def isolation_commands(node: str) -> list[list[str]]:
+    """kubectl argv that keep new pods off a bad node until it is replaced: cordon, then a taint
+    (managed node groups' node auto-repair, or terminating the instance, replaces it)."""
+    return [["cordon", node], ["taint", "nodes", node, TAINT, "--overwrite"]]
+
+
+# --- judging one rerun ---------------------------------------------------------------------------
+
+
+def subset_verdict(key: str, text: str, instance_type: str, nodes: list[str], ep_backend: str,
+                   gin_type: str | None, baseline: dict[str, float], state: str = "complete") -> SubsetResult:
+    """Did the benchmark ``key`` pass on ``nodes``: no failed finding (published figures, the
+    transport, the EFA counters) and no figure below ``pass_fraction`` of the baseline."""
+    itype = INSTANCE_TYPES[instance_type]
+    n = len(nodes)
+    if state != "complete":
+        return SubsetResult(nodes, False, f"the {key} job {state}")
+    if key == "allreduce":
+        findings, by_size = judge_allreduce(text, instance_type, n, n * itype.gpu_count)
+        figures = {figure_name(size): v for size, v in by_size.items()}
+    else:
+        findings, ep = judge_ep(text, instance_type, n, n * itype.gpu_count, ep_backend, gin_type)
+        figures = {}
+    findings += judge_efa_traffic(text, key, n, itype.efa_devices)[0]
+    failed = [f for f in findings if f.status == FAIL]
+    if failed:
+        return SubsetResult(nodes, False, "; ".join(f"{f.check}: {f.measured} (expected {f.expected})"
+                                                    for f in failed[:3]))
+    for name, value in sorted(figures.items()):
+        base = baseline.get(name)
+        if base and value < base * acceptance.DEFAULT_PASS_FRACTION:
+            return SubsetResult(nodes, False, f"{name} {value:.1f}, below "
+                                f"{acceptance.DEFAULT_PASS_FRACTION:.0%} of the baseline {base:.1f}")
+    best = max(figures.items(), key=lambda kv: kv[1], default=None)
+    return SubsetResult(nodes, True, f"{best[0]} {best[1]:.1f}" if best else "passed")

@@ -1,0 +1,172 @@
+"""After a failed gate: name the bad node(s), print how to isolate them, and on request isolate them
+and rerun the gate on the nodes that are left.
+
+``find_bad`` bisects each benchmark (all-reduce, EP) whose bandwidth, time, traffic or job failed,
+on the nodes it ran on (the runner's pod lines name them), with reruns through
+``GateRunner.run_subset`` judged by ``ops.gate.bisect.subset_verdict`` against the published
+figures and the instance type's baseline. ``isolate`` cordons and taints named nodes, but only
+nodes that carry this environment's GPU node-group labels on the cluster ``rlkit gate`` already
+checked is this environment's, saying what it will run before it runs it; ``rerun_remaining``
+runs the benchmarks again on the other nodes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from ops.gate.bisect import find_bad_nodes, isolation_commands, subset_verdict
+from ops.gate.findings import FAIL, PASS, RECORDED, WARN, Finding, GateReport
+from ops.gate.traffic import pod_nodes
+from ops.kube import Kubectl
+
+# Failed findings that a node can cause (bandwidth, time, traffic, a job that did not finish); a
+# transport or driver failure is the whole fabric's, and bisecting it would only repeat it.
+_ALLREDUCE_BOUND = ("all-reduce busbw", "all-reduce bandwidth", "allreduce job", "EFA traffic (allreduce)")
+
+
+def _failed_benchmarks(report: GateReport) -> list[str]:
+    keys = []
+    for f in report.findings:
+        if f.status != FAIL:
+            continue
+        if f.check.startswith(_ALLREDUCE_BOUND):
+            keys.append("allreduce")
+        elif f.check.startswith("ep job") or (f.check.startswith("EP ") and f.check.endswith(" RDMA")) \
+                or f.check.startswith("EFA traffic (ep)"):
+            keys.append("ep")
+    return list(dict.fromkeys(keys))
+
+
+def nodes_of(log: str, nodes_json: str | None) -> list[str]:
+    """The nodes a job ran on, in pod order; else the node group's nodes."""
+    found = [n for _, n in sorted(pod_nodes(log).items()) if n != "unscheduled"]
+    if found:
+        return list(dict.fromkeys(found))
+    try:
+        items = json.loads(nodes_json or "{}").get("items", [])
+    except json.JSONDecodeError:
+        items = []
+    return [i["metadata"]["name"] for i in items if i.get("metadata", {}).get("name")]
+
+
+def find_bad(report: GateReport, logs: dict[str, str], run_subset: Callable[[str, list[str], str], tuple[str, str]],
+             baseline: dict[str, float], gin_type: str | None,
+             echo: Callable[[str], None]) -> list[Finding]:
+    """Bisect every node-bound failure; findings name the bad nodes (added to report.bad_nodes)."""
+    findings: list[Finding] = []
+    transport = [f.check for f in report.findings if f.status == FAIL and f.check.removeprefix("EP ") in
+                 ("NCCL OFI plugin", "NCCL network", "NVSHMEM transport", "NCCL GIN type")]
+    if transport:  # the whole fabric's: every subset would fail the same way
+        return [Finding("bisection", WARN, "not run", "-", f"{', '.join(transport)} failed: a transport "
+                        "problem fails every subset alike, so bisecting cannot name a node", "fix the "
+                        "transport first (its fix is above), then run `rlkit gate` again")]
+    if report.bad_nodes:  # the EFA counters already named them
+        return []
+    counter = iter(range(1, 1000))
+    for key in _failed_benchmarks(report):
+        nodes = nodes_of(logs.get(key, ""), logs.get("nodes"))
+        if len(nodes) < 3:
+            if not report.bad_nodes:
+                findings.append(Finding(
+                    f"bisection ({key})", WARN, f"{len(nodes)} node(s)", ">= 3 nodes",
+                    f"the {key} benchmark failed on {', '.join(nodes) or 'its nodes'}; a benchmark that "
+                    "needs two nodes cannot split two, and no node is known healthy",
+                    "rerun with one more node in the node group (then the gate pairs each with it), "
+                    "or compare the two nodes' EFA counters and nodecheck results above"))
+            continue
+
+        def measure(subset: list[str], key: str = key):
+            suffix = f"b{next(counter)}"
+            echo(f"Bisecting {key}: rerunning on {', '.join(subset)} ({suffix})")
+            state, text = run_subset(key, subset, suffix)
+            result = subset_verdict(key, text, report.instance_type, subset, report.ep_backend, gin_type,
+                                    baseline, state)
+            echo(f"  {'pass' if result.ok else 'FAIL'}: {result.summary}")
+            return result
+
+        found = find_bad_nodes(nodes, measure)
+        for step in found.steps:
+            findings.append(Finding(f"bisection ({key}) on {', '.join(step.nodes)}",
+                                    PASS if step.ok else RECORDED, "pass" if step.ok else "fail",
+                                    "pass", step.summary))
+        for node in found.bad:
+            failing = [s for s in found.steps if node in s.nodes and not s.ok]
+            report.bad_nodes.setdefault(node, f"drags {key} (bisection)")
+            findings.append(Finding(
+                f"bad node {node}", FAIL, f"drags {key}", "passes with any healthy node",
+                f"bisection of the {key} benchmark over {len(nodes)} nodes: every rerun with {node} "
+                f"failed ({'; '.join(s.summary for s in failing[-2:])}), the others passed",
+                "isolate it: " + "; ".join("kubectl " + " ".join(c) for c in isolation_commands(node))
+                + " (or rlkit gate --isolate), then run `rlkit gate` again"))
+        if found.undecided or found.note:
+            findings.append(Finding(f"bisection ({key})", WARN, ", ".join(found.undecided) or "-",
+                                    "a named node", found.note or "the reruns could not tell these apart",
+                                    "compare their EFA counters and nodecheck results; add a node "
+                                    "and run `rlkit gate` again"))
+    return findings
+
+
+def environment_nodes(kubectl: Kubectl, selector: str) -> set[str]:
+    doc = kubectl.get_json(["nodes", "-l", selector]) or {}
+    return {i["metadata"]["name"] for i in doc.get("items", [])}
+
+
+def isolate(kubectl: Kubectl, bad: dict[str, str], selector: str,
+            echo: Callable[[str], None]) -> tuple[list[str], list[Finding]]:
+    """Cordon and taint each bad node of this environment; (isolated nodes, findings)."""
+    ours = environment_nodes(kubectl, selector)
+    done, findings = [], []
+    for node, why in bad.items():
+        if node not in ours:
+            findings.append(Finding(f"isolate {node}", FAIL, "not isolated", "cordoned and tainted",
+                                    f"{node} does not carry this environment's GPU node labels "
+                                    f"({selector}), so the gate does not touch it",
+                                    "isolate it by hand if it is yours"))
+            continue
+        commands = isolation_commands(node)
+        echo(f"Isolating {node} ({why}): " + "; ".join(kubectl.command(c) for c in commands))
+        for c in commands:
+            kubectl.run(c)
+        done.append(node)
+        findings.append(Finding(f"isolate {node}", PASS, "cordoned and tainted", "cordoned and tainted",
+                                f"{why}; new pods stay off it until it is replaced (node auto-repair, "
+                                "or terminate the instance)",
+                                f"after replacement: kubectl uncordon is not needed (a new node); to "
+                                f"undo by hand: kubectl uncordon {node}; kubectl taint nodes {node} "
+                                "rlkit/fabric-"))
+    return done, findings
+
+
+def rerun_remaining(report: GateReport, logs: dict[str, str], isolated: list[str],
+                    run_subset: Callable[[str, list[str], str], tuple[str, str]],
+                    baseline: dict[str, float], gin_type: str | None,
+                    echo: Callable[[str], None]) -> list[Finding]:
+    """The benchmarks again on the nodes that are left (at least two)."""
+    findings = []
+    for key in ("allreduce", "ep"):
+        if key not in logs:
+            continue
+        left = [n for n in nodes_of(logs[key], logs.get("nodes")) if n not in isolated]
+        if len(left) < 2:
+            findings.append(Finding(f"rerun ({key}) without isolated nodes", WARN, f"{len(left)} node(s) left",
+                                    ">= 2 nodes", "too few nodes left to rerun a two-node benchmark",
+                                    "wait for the replacements, then run `rlkit gate` again"))
+            continue
+        echo(f"Rerunning {key} on the {len(left)} remaining node(s): {', '.join(left)}")
+        state, text = run_subset(key, left, "rest")
+        result = subset_verdict(key, text, report.instance_type, left, report.ep_backend, gin_type,
+                                baseline, state)
+        findings.append(Finding(f"rerun ({key}) without isolated nodes", PASS if result.ok else FAIL,
+                                "pass" if result.ok else "fail", "pass",
+                                f"on {', '.join(left)}: {result.summary}",
+                                "" if result.ok else "the fault is not (only) in the isolated nodes: "
+                                "read the findings above"))
+    return findings
+
+
+def isolation_advice(report: GateReport, done: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """The commands to print for each named node not isolated already."""
+    return ["kubectl " + " ".join(c) for node in report.bad_nodes if node not in done
+            for c in isolation_commands(node)]
+

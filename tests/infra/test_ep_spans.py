@@ -1,0 +1,76 @@
+"""The run's EP groups (infra/config/ep_spans.py) against the pinned Megatron and Miles sources."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from infra.catalog import INSTANCE_TYPES
+from infra.config import parse_config
+from infra.config.ep_spans import MEGATRON_ORDER, EpSpan, ep_spans
+from tests.support import artifacts
+
+
+def megatron_rank_generator():
+    """RankGenerator and the function it calls, taken out of the pinned parallel_state.py (the
+    module itself imports torch and the rest of megatron.core)."""
+    root = artifacts.require("megatron-lm-37f9161", what="Megatron-LM 37f9161 sources")
+    source = (root / "megatron/core/parallel_state.py").read_text()
+    tree = ast.parse(source)
+    wanted = [n for n in tree.body if getattr(n, "name", None) in
+              ("generate_masked_orthogonal_rank_groups", "RankGenerator")]
+    assert len(wanted) == 2, "parallel_state.py no longer defines both"
+    scope: dict = {"List": list, "__name__": "megatron_extract"}
+    exec(compile(ast.Module(body=wanted, type_ignores=[]), "parallel_state.py", "exec"), scope)
+    assert f'order: str = "{MEGATRON_ORDER}"' in source  # initialize_model_parallel's default
+    return scope["RankGenerator"]
+
+
+@pytest.mark.external
+@pytest.mark.parametrize("world, etp, ep, pp", [(16, 1, 8, 1), (16, 1, 16, 1), (32, 2, 8, 1), (32, 1, 8, 2),
+                                                (16, 2, 4, 2), (64, 4, 16, 1)])
+def test_training_groups_are_megatrons_expert_groups(world, etp, ep, pp):
+    RankGenerator = megatron_rank_generator()
+    gen = RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=MEGATRON_ORDER)
+    want = sorted(sorted(g) for g in gen.get_ranks("ep"))
+    got = sorted(EpSpan("training", ep, etp, world, 8, 8).groups())
+    assert got == want
+
+
+@pytest.mark.external
+def test_miles_places_rank_r_on_the_r_th_sorted_gpu_and_engines_on_consecutive_ones():
+    root = artifacts.require("miles-v0.1.0", what="Miles v0.1.0 sources")
+    actor = (root / "miles/ray/train/actor_factory.py").read_text()
+    assert "placement_group_bundle_index=reordered_bundle_indices[rank]" in actor
+    pg = (root / "miles/ray/placement_group.py").read_text()
+    assert "return (node_ip_parts, gpu_id)" in pg  # sorted by node, then GPU
+    assert "return max(actor_num_gpus, args.rollout_num_gpus), 0" in pg  # colocate: rollout offset 0
+    group = (root / "miles/ray/rollout/server_group.py").read_text()
+    assert "gpu_index = self.gpu_offset + i * num_gpu_per_engine" in group
+
+
+def test_default_run_keeps_both_all_to_alls_inside_one_p5_node():
+    cfg = parse_config({"training": {"nodes": 2}})
+    spans = {s.name: s for s in ep_spans(cfg, INSTANCE_TYPES["p5.48xlarge"])}
+    assert set(spans) == {"training", "rollout"}
+    for s in spans.values():
+        assert s.inside_nvlink and s.nodes == 1
+        assert s.groups()[0] == list(range(8)) and len(s.groups()) == 2
+    assert spans["training"].bench_arg() == "training:8:1"
+
+
+def test_an_ep16_group_crosses_efa_on_hgx_but_not_inside_an_nvl72_domain():
+    hgx = EpSpan("training", 16, 1, 32, 8, 8)
+    assert not hgx.inside_nvlink and hgx.nodes == 2 and hgx.where == "across EFA (2 nodes)"
+    nvl72 = EpSpan("training", 16, 1, 64, 4, 72)  # GB200: 4 GPUs per instance, 72 per domain
+    assert nvl72.inside_nvlink and nvl72.nodes == 4
+    assert nvl72.where == "inside one NVLink domain (4 nodes, 72 GPUs per domain)"
+    # 144 GPUs = two domains: EP16 groups from rank 64 straddle the boundary at 72
+    assert not EpSpan("training", 16, 1, 144, 4, 72).inside_nvlink
+
+
+def test_rollout_group_is_strided_inside_its_engine():
+    s = EpSpan("rollout", 4, 2, 16, 8, 8)  # engines of 8 GPUs, EP4 -> moe_tp 2
+    assert s.groups()[:2] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert s.inside_nvlink

@@ -1,0 +1,237 @@
+"""Finding the bad node: bisection on recorded reruns, the subset job, isolation with a fake kubectl."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from ops.gate import FAIL, PASS, WARN, evaluate
+from ops.gate.bisect import SubsetResult, find_bad_nodes, isolation_commands, subset_job
+from ops.gate.nodes import find_bad, isolate, nodes_of, rerun_remaining
+from ops.gate.record import baseline_file, load_baseline, state_document, update_baseline
+from ops.kube import Kubectl
+from tests.ops.test_ops_gate import FIXTURES, by_check, judge, kubectl, scenario  # noqa: F401 (fixture)
+from tests.support import REPO_ROOT
+
+NODES = [f"ip-10-0-1-{10 + i}.ec2.internal" for i in range(4)]
+
+
+def recorded_reruns(fixture: str, calls: list):
+    """run_subset from the fixture's bisect/<node>+<node>/ logs (what the reruns printed)."""
+
+    def run_subset(key, nodes, suffix):
+        calls.append((key, list(nodes), suffix))
+        path = FIXTURES / fixture / "bisect" / "+".join(sorted(nodes)) / f"{key}.log"
+        return ("complete", path.read_text()) if path.is_file() else ("failed", "")
+
+    return run_subset
+
+
+def test_a_slow_node_is_named_by_bisection_on_recorded_reruns():
+    meta, logs = scenario("slow-node-p5-4node")
+    report = evaluate(logs, "p5.48xlarge", 4, "nccl")
+    assert not report.ok and not report.bad_nodes  # slow, but every NIC carried traffic
+    assert by_check(report)["EFA traffic (allreduce)"].status == PASS
+    calls, echoed = [], []
+    findings = find_bad(report, logs, recorded_reruns("slow-node-p5-4node", calls), {}, None, echoed.append)
+    # halves first, then each suspect with a node seen healthy
+    assert [c[1] for c in calls] == [NODES[:2], NODES[2:], [NODES[2], NODES[0]], [NODES[3], NODES[0]]]
+    assert [c[2] for c in calls] == ["b1", "b2", "b3", "b4"]
+    f = {x.check: x for x in findings}
+    bad = f["bad node ip-10-0-1-12.ec2.internal"]
+    assert bad.status == FAIL and bad.measured == "drags allreduce"
+    assert "kubectl cordon ip-10-0-1-12.ec2.internal; kubectl taint nodes ip-10-0-1-12.ec2.internal " \
+           "rlkit/fabric=failed:NoSchedule --overwrite" in bad.fix
+    assert report.bad_nodes == {"ip-10-0-1-12.ec2.internal": "drags allreduce (bisection)"}
+    assert f[f"bisection (allreduce) on {NODES[0]}, {NODES[1]}"].status == PASS
+    assert "all-reduce busbw @ 2 GiB: 291.5 GB/s" in f[f"bisection (allreduce) on {NODES[2]}, {NODES[3]}"].detail
+
+
+def test_each_rerun_is_also_held_to_the_instance_types_baseline():
+    meta, logs = scenario("slow-node-p5-4node")
+    report = evaluate(logs, "p5.48xlarge", 4, "nccl")
+    calls: list = []
+    # a baseline higher than every rerun: nothing passes, so nothing is known healthy
+    findings = find_bad(report, logs, recorded_reruns("slow-node-p5-4node", calls),
+                        {"all-reduce busbw @ 16 GiB (GB/s)": 600.0}, None, lambda _: None)
+    f = {x.check: x for x in findings}
+    assert "below 90% of the baseline 600.0" in f[f"bisection (allreduce) on {NODES[0]}, {NODES[1]}"].detail
+    assert f["bisection (allreduce)"].status == WARN and not report.bad_nodes
+
+
+def test_bisection_algorithm_edges():
+    def measure_bad(*bad):
+        return lambda nodes: SubsetResult(nodes, not set(bad) & set(nodes), "")
+    six = [f"n{i}" for i in range(6)]
+    found = find_bad_nodes(six, measure_bad("n4"))
+    assert found.bad == ["n4"] and not found.undecided
+    found = find_bad_nodes(six, measure_bad("n1", "n4"))
+    assert sorted(found.bad) == ["n1", "n4"]
+    # three suspects and no healthy node: the pairs among them
+    found = find_bad_nodes(["a", "b", "c"], measure_bad("b"))
+    assert found.bad == ["b"]
+    # two nodes cannot be split by a two-node benchmark
+    assert find_bad_nodes(["a", "b"], measure_bad("a")).undecided == ["a", "b"]
+    # both halves pass alone: no single node drags it
+    found = find_bad_nodes(["a", "b", "c", "d"], lambda nodes: SubsetResult(nodes, True, ""))
+    assert found.bad == [] and "no single node drags" in found.note
+
+
+def test_two_node_failure_says_why_it_cannot_bisect():
+    meta, logs = scenario("degraded-p5-2node")
+    report = evaluate(logs, "p5.48xlarge", 2, "nccl")
+    (f,) = find_bad(report, logs, lambda *a: ("complete", ""), {}, None, lambda _: None)
+    assert f.status == WARN and "cannot split two" in f.detail and "one more node" in f.fix
+
+
+def test_transport_failures_and_counter_named_nodes_are_not_bisected():
+    meta, logs = scenario("sockets-p5-2node")
+    report = evaluate(logs, "p5.48xlarge", 2, "nccl")
+    (f,) = find_bad(report, logs, None, {}, None, lambda _: None)
+    assert f.check == "bisection" and "a transport problem fails every subset alike" in f.detail
+    meta, logs = scenario("idle-nic-p5-2node")
+    report = evaluate(logs, "p5.48xlarge", 2, "nccl")
+    assert find_bad(report, logs, None, {}, None, lambda _: None) == []
+    assert report.bad_nodes == {"ip-10-0-1-11.ec2.internal": "idle EFA device(s) rdmap29s0"}
+
+
+def test_subset_job_runs_on_the_named_nodes_only_under_its_own_name():
+    docs = [d for f in sorted((REPO_ROOT / "tests/golden/p5-2node/fabric/allreduce").glob("*.yaml"))
+            for d in yaml.safe_load_all(f.read_text()) if d]
+    service, job = subset_job(docs, "fabric-p5-allreduce", NODES[1:4], "b2")
+    assert service["metadata"]["name"] == job["metadata"]["name"] == "fabric-p5-allreduce-b2"
+    spec = job["spec"]
+    assert spec["completions"] == spec["parallelism"] == 3
+    pod = spec["template"]["spec"]
+    command = pod["containers"][0]["command"]
+    assert command[command.index("--nnodes") + 1] == "3"
+    assert command[command.index("--master-addr") + 1] == "fabric-p5-allreduce-b2-0.fabric-p5-allreduce-b2"
+    assert pod["subdomain"] == "fabric-p5-allreduce-b2"
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {"key": "kubernetes.io/hostname", "operator": "In", "values": NODES[1:4]} in term["matchExpressions"]
+    assert docs[1]["spec"]["completions"] == 2  # the rendered job is untouched
+
+
+def test_an_ep_rerun_on_three_nodes_drops_what_cannot_spread_over_24_gpus():
+    docs = [d for f in sorted((REPO_ROOT / "tests/golden/p5-2node/fabric/ep").glob("*.yaml"))
+            for d in yaml.safe_load_all(f.read_text()) if d]
+    _, job = subset_job(docs, "fabric-p5-ep", NODES[:3], "b1")
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--acceptance" not in command  # 256 experts over 24 GPUs
+    assert command[command.index("--span"):] == ["--span", "training:8:1", "--span", "rollout:8:1"]
+    _, job = subset_job(docs, "fabric-p5-ep", NODES[:2], "b2")
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--acceptance"
+
+
+def test_nodes_of_reads_the_pod_lines_in_pod_order():
+    meta, logs = scenario("slow-node-p5-4node")
+    assert nodes_of(logs["allreduce"], None) == NODES
+
+
+def test_isolate_touches_only_this_environments_nodes_and_says_so_first(tmp_path, kubectl):
+    nodes = {"items": [{"metadata": {"name": n}} for n in NODES]}
+    kubectl.rule(["get", "nodes"], stdout=json.dumps(nodes))
+    k = Kubectl()
+    said = []
+    done, findings = isolate(k, {NODES[2]: "drags allreduce", "ip-10-9-9-9.ec2.internal": "x"},
+                             "rlkit.aws/node-group=p5", said.append)
+    assert done == [NODES[2]]
+    calls = [c for c in kubectl.calls if c[0] in ("cordon", "taint")]
+    assert calls == [["cordon", NODES[2]], ["taint", "nodes", NODES[2], "rlkit/fabric=failed:NoSchedule",
+                                               "--overwrite"]]
+    assert said[0].startswith(f"Isolating {NODES[2]} (drags allreduce): kubectl cordon {NODES[2]}")
+    f = {x.check: x for x in findings}
+    assert f["isolate ip-10-9-9-9.ec2.internal"].status == FAIL
+    assert "does not carry this environment's GPU node labels" in f["isolate ip-10-9-9-9.ec2.internal"].detail
+    assert isolation_commands("n") == [["cordon", "n"], ["taint", "nodes", "n", "rlkit/fabric=failed:NoSchedule",
+                                                         "--overwrite"]]
+
+
+def test_after_isolation_the_gate_reruns_on_the_remaining_nodes():
+    meta, logs = scenario("slow-node-p5-4node")
+    report = evaluate(logs, "p5.48xlarge", 4, "nccl")
+    calls: list = []
+
+    def run_subset(key, nodes, suffix):
+        calls.append((key, nodes, suffix))
+        if key != "allreduce":
+            return "failed", ""
+        path = FIXTURES / "slow-node-p5-4node/bisect" / "+".join(sorted([NODES[0], NODES[3]])) / "allreduce.log"
+        return "complete", path.read_text()
+
+    findings = rerun_remaining(report, {"allreduce": logs["allreduce"]}, [NODES[1], NODES[2]], run_subset, {},
+                               None, lambda _: None)
+    assert calls == [("allreduce", [NODES[0], NODES[3]], "rest")]
+    (f,) = findings
+    assert f.status == PASS and f.check == "rerun (allreduce) without isolated nodes"
+
+
+def test_passing_runs_raise_the_instance_types_baseline(tmp_path):
+    doc = state_document(judge("pass-p5-2node"), "a", "2026-11-01T00:00:00+00:00")
+    assert update_baseline(tmp_path, doc) == baseline_file(tmp_path, "p5.48xlarge")
+    base = load_baseline(tmp_path, "p5.48xlarge")
+    assert base["figures"]["all-reduce busbw @ 2 GiB (GB/s)"] == 441.7
+    worse = state_document(judge("pass-nccl-net-ofi-p5-2node"), "b", "now")
+    worse["figures"]["all-reduce busbw @ 2 GiB (GB/s)"] = 420.0
+    update_baseline(tmp_path, worse)
+    assert load_baseline(tmp_path, "p5.48xlarge")["figures"]["all-reduce busbw @ 2 GiB (GB/s)"] == 441.7
+    failed = state_document(judge("degraded-p5-2node"), "c", "now")
+    assert update_baseline(tmp_path, failed) is None  # a failed run is no baseline
+    assert load_baseline(tmp_path, "p5e.48xlarge")["figures"] == {}
+
+
+# --- through `rlkit gate` with a fake kubectl ----------------------------------------------------
+
+
+def test_gate_isolate_cordons_the_node_the_counters_named(tmp_path, kubectl, capsys):
+    from tests.ops.test_ops_gate import run_gate, script_cluster
+
+    script_cluster(kubectl, "idle-nic-p5-2node")
+    assert run_gate(tmp_path, "--isolate") == 1
+    out = capsys.readouterr().out
+    node = "ip-10-0-1-11.ec2.internal"
+    assert [c for c in kubectl.calls if c[0] in ("cordon", "taint")] == [
+        ["cordon", node], ["taint", "nodes", node, "rlkit/fabric=failed:NoSchedule", "--overwrite"]]
+    assert f"Isolating {node} (idle EFA device(s) rdmap29s0)" in out
+    assert f"Bad node(s): {node} (idle EFA device(s) rdmap29s0, isolated)" in out
+    state = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())
+    checks = {f["check"]: f for f in state["findings"]}
+    assert checks[f"isolate {node}"]["status"] == "pass"
+    # one node left: too few for a two-node rerun, said so
+    assert checks["rerun (allreduce) without isolated nodes"]["status"] == "warn"
+
+
+def test_without_isolate_the_gate_only_prints_the_commands(tmp_path, kubectl, capsys):
+    from tests.ops.test_ops_gate import run_gate, script_cluster
+
+    script_cluster(kubectl, "idle-nic-p5-2node")
+    assert run_gate(tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "Bad node(s): ip-10-0-1-11.ec2.internal (idle EFA device(s) rdmap29s0)" in out
+    assert "kubectl taint nodes ip-10-0-1-11.ec2.internal rlkit/fabric=failed:NoSchedule --overwrite" in out
+    assert not [c for c in kubectl.calls if c[0] in ("cordon", "taint")]
+
+
+def test_run_subset_applies_waits_collects_and_deletes_the_rewritten_job(tmp_path, kubectl):
+    from ops.gate.runner import GateRunner
+    from tests.ops.test_ops_gate import job_json, run_gate, script_cluster
+
+    script_cluster(kubectl, "pass-p5-2node")
+    assert run_gate(tmp_path) == 0  # renders tmp/out
+    sub = "fabric-p5-allreduce-b1"
+    kubectl.rule(["get", "job", sub], stdout=job_json(True))
+    kubectl.rule(["get", "pods", f"job-name={sub}"], stdout=json.dumps({"items": [
+        {"metadata": {"name": f"{sub}-0-xyz"}, "spec": {"nodeName": NODES[3]}, "status": {"phase": "Succeeded"}}]}))
+    kubectl.rule(["logs", f"{sub}-0-xyz"], stdout="rows\n")
+    runner = GateRunner(Kubectl(), "rl-training", tmp_path / "out",
+                        [("allreduce", "fabric-p5-allreduce")], "p5.48xlarge", 2, 100, 0, lambda _: None,
+                        sleep=lambda _: None)
+    state, text = runner.run_subset("allreduce", [NODES[2], NODES[3]], "b1")
+    assert state == "complete"
+    assert text == f"# rlkit gate: pod {sub}-0-xyz on node {NODES[3]}\nrows\n"
+    directory = tmp_path / "out/fabric-subsets/allreduce-b1"
+    job = yaml.safe_load((directory / "01-job.yaml").read_text())
+    assert job["metadata"]["name"] == sub and job["spec"]["completions"] == 2
+    calls = [c for c in kubectl.calls if c[0] in ("apply", "delete") and str(directory) in c]
+    assert [c[0] for c in calls] == ["delete", "apply", "delete"] and runner.applied == []
