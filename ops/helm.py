@@ -125,7 +125,8 @@ def chart_archive(release: ChartRelease, *, chart_dir: Path | None, helm: Path,
     if cache_dir is not None and (cache_dir / release.archive_name).is_file():
         return cache_dir / release.archive_name
     if not allow_pull or cache_dir is None:
-        where = chart_dir if chart_dir is not None else "the verified artifact copies"
+        where = (chart_dir if chart_dir is not None
+                 else "the locked copies (../shared/charts, the artifact cache)")
         raise HelmError(f"chart {release.archive_name} is not in {where}. Fix: put the published "
                         f"package there, or let the check pull it from {release.repository}")
     cache_dir.mkdir(parents=True, exist_ok=True)
