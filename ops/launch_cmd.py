@@ -83,7 +83,7 @@ def _launch(args: argparse.Namespace) -> int:
     except GateStateError as err:
         print(f"Not launching: {err}.", file=sys.stderr)
         return 2
-    problem = gate_verdict(state, cfg, path)
+    problem = gate_verdict(state, cfg, path, options.config_flag(args))
     if problem and not args.force and not args.dry_run:
         print(f"Not launching: {problem}.", file=sys.stderr)
         return 1

@@ -47,14 +47,16 @@ def make_console(width: int | None = None, *, stderr: bool = False,
     return console
 
 
-def plain_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Aligned columns, one line per row, no box and no trailing spaces (like `kubectl get`)."""
+def plain_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]],
+                upper: bool = True) -> str:
+    """Aligned columns, one line per row, no box and no trailing spaces (like `kubectl get`);
+    headers upper-cased unless ``upper`` is False (headers with units: GiB, $/M tok)."""
     widths = [max([len(columns[i])] + [len(r[i]) for r in rows]) for i in range(len(columns))]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
 
-    lines = ([title] if title else []) + [line([c.upper() for c in columns])]
+    lines = ([title] if title else []) + [line([c.upper() if upper else c for c in columns])]
     return "\n".join(lines + [line(r) for r in rows])
 
 
@@ -104,8 +106,8 @@ def print_fitted_table(console: Console, columns: Sequence[str], rows: Sequence[
     not fit (``drop_order``, least important first); elsewhere every column, plain. Returns the
     names of the dropped columns (the caller says so)."""
     if not console.is_terminal:
-        console.print(plain_table(None, columns, rows), markup=False, highlight=False,
-                      soft_wrap=True)
+        console.print(plain_table(None, columns, rows, upper=False), markup=False,
+                      highlight=False, soft_wrap=True)
         return []
     keep = fit_columns(columns, rows, console.width, drop_order)
     table = Table()

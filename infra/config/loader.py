@@ -116,7 +116,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
     if not path.is_file():
         raise fail("no such config file",
-                   "pass an existing path, e.g. -c config=examples/p5-2node.yaml")
+                   "check the path, or start from an example such as examples/p5-2node.yaml")
     try:
         raw = path.read_bytes()
     except OSError as err:

@@ -64,7 +64,8 @@ def test_refuses_without_a_gate_and_says_what_to_do(tmp_path, kubectl, capsys):
     assert run(tmp_path, "launch") == 1
     err = capsys.readouterr().err
     assert err.startswith("Not launching: no fabric gate has run for 'gt'")
-    assert "rlkit gate --config <this config> --outputs cdk-outputs.json" in err
+    # the hint names this config with rlkit's own flag, no placeholder
+    assert f"rlkit gate --config {tmp_path / 'gt.yaml'} --outputs cdk-outputs.json" in err
     assert "--force" in err
     assert kubectl.calls == []
 
