@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         emit(args, {**result.to_dict(), "shared_filesystem": shared_fs.to_dict()})
     else:
         _print_table(result)
-        print(shared_fs.describe())
+        make_console().print(shared_fs.describe(), markup=False, highlight=False)
     if args.write_config:
         print(f"wrote training.{{model,node_group,nodes,parallel,expert_parallel.backend}} "
               f"to {args.write_config}", file=sys.stderr)
@@ -246,7 +246,7 @@ def _run_rl(args: argparse.Namespace) -> int:
         emit(args, {**result.to_dict(), "shared_filesystem": shared_fs.to_dict()})
     else:
         _print_rl_table(result)
-        print(shared_fs.describe())
+        make_console().print(shared_fs.describe(), markup=False, highlight=False)
     if args.write_config:
         print(f"wrote training.{{model,node_group,nodes,parallel,expert_parallel.backend,rollout,"
               f"grpo}} to {args.write_config}", file=sys.stderr)
