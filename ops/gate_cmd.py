@@ -4,7 +4,7 @@ Renders the manifests (like `rlkit render`), then one job at a time: node check,
 all-reduce, expert-parallel dispatch/combine. Each job is applied with kubectl, waited for with
 progress, its pod logs collected and the job deleted. A failed node check stops the gate before
 the benchmarks. The figures are compared with infra/catalog/acceptance.py; the verdict and the EP
-figures go to .rlkit/<name>/gate.json, which `rlkit launch` reads (it refuses to launch after a
+figures go to <state dir>/<name>/gate.json ($XDG_STATE_HOME/rlkit, or --state-dir), which `rlkit launch` reads (it refuses to launch after a
 failed gate, and uses the faster measured EP backend).
 
 After the node check it also reads the GPU nodes (kubectl get nodes -o json) and compares each
