@@ -45,7 +45,9 @@ def announce(cfg: KitConfig, args: argparse.Namespace, action: str,
     """One line, before acting: the environment, its account/region and its config (stdout
     unless ``file``; JSON output sends it to stderr)."""
     account = f"account {cfg.account}, " if cfg.account else ""
-    print(f"{action} environment {cfg.name!r} ({account}{region or cfg.region}); config: "
+    region = getattr(args, "region", None) or region or cfg.region
+    origin = " from --region" if getattr(args, "region", None) else ""
+    print(f"{action} environment {cfg.name!r} ({account}{region}{origin}); config: "
           f"{describe(args)}", file=file or sys.stdout)
 
 

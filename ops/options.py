@@ -179,13 +179,6 @@ def config_flag(args: argparse.Namespace) -> str:
     return ""
 
 
-def region_of(args: argparse.Namespace, cfg: KitConfig) -> tuple[str, str]:
-    """The region to call AWS in and where it came from (--region, or the config)."""
-    if getattr(args, "region", None):
-        return args.region, "--region"
-    return cfg.region, f"the config's region ({describe(args)})"
-
-
 def aws_clients(args: argparse.Namespace, region: str) -> AwsClients:
     """The command's AWS client bundle: in --region when given, else ``region`` (clients made on
     first use), with --profile."""

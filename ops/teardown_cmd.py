@@ -100,7 +100,8 @@ def _run(args: argparse.Namespace) -> int:
     account_text = f"account {cfg.account}, " if cfg.account else ""
     source = (f"--name {args.name}" if args.name is not None else describe(args))
     print(f"{'[dry-run] ' if args.dry_run else ''}Teardown of environment {cfg.name!r} "
-          f"({account_text}{region}); {'config' if cfg.from_config else 'from'}: {source}")
+          f"({account_text}{region}{' from --region' if args.region else ''}); "
+          f"{'config' if cfg.from_config else 'from'}: {source}")
     if region != cfg.region:
         print(f"warning: --region {region} differs from the config's region {cfg.region}; "
               f"tearing down stacks named for {cfg.name!r} in {region}.", file=sys.stderr)

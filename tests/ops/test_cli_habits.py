@@ -15,6 +15,7 @@ import yaml
 from moto import mock_aws
 
 from infra.config import load_config
+from manifests.context import GENERATED_MARKER
 from ops import cli
 from test_ops_gate import CONFIG, FakeKubectl, outputs_file  # the same folder (tests/ops)
 from tests.support import FIXTURES
@@ -185,11 +186,12 @@ def test_render_and_validate_print_documents_and_render_leaves_no_stale_file(cfg
     out = tmp_path / "out"
     assert cli.main(["render", "--config", str(cfg), "--out", str(out), "--no-validate"]) == 0
     stale = out / "rl-job" / "old-job.yaml"
-    stale.write_text("# Rendered by rlkit from an older config\n")
+    stale.write_text(f"{GENERATED_MARKER} from an older config\n")  # an earlier render's file
     capsys.readouterr()
     assert cli.main(["render", "--config", str(cfg), "--out", str(out), "--no-validate",
                      "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    assert not stale.exists()  # rendered into a fresh directory and swapped in
     assert doc["environment"] == "gt" and doc["outputs"]["placeholder"] is True
     assert str(out / "rl-job/rayjob.yaml") in doc["files"] or doc["files"]
     assert all(p.startswith(str(out)) for p in doc["files"])
@@ -223,6 +225,9 @@ def test_teardown_works_from_the_name_when_the_config_no_longer_validates(tmp_pa
         assert "other-cluster" not in captured.out
         assert cli.main(["teardown", "--name", "gt", "--region", "us-east-1", "--yes",
                          "--poll", "0"]) in (0, 1)  # 1: the tagging API may list leftovers
+        # where each value came from: the region from the flag, the environment from --name
+        assert capsys.readouterr().out.startswith(
+            "Teardown of environment 'gt' (us-east-1 from --region); from: --name gt\n")
         gone = {s["StackName"] for s in cfn.describe_stacks()["Stacks"]
                 if s["StackStatus"] != "DELETE_COMPLETE"}
     assert gone == {"gt-data", "other-cluster"}
