@@ -68,7 +68,8 @@ def _build(args: argparse.Namespace) -> int:
     if cfg is None:
         return 2
     region = args.region or cfg.region
-    announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Image build for", region)
+    announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Image build for", region,
+             file=sys.stderr if wants_json(args) else None)
     clients = options.aws_clients(args, region)  # each client made on first use
     as_doc = wants_json(args)  # progress then goes to stderr; stdout holds the one document
     console = make_console(stderr=as_doc)
@@ -101,11 +102,11 @@ def _build(args: argparse.Namespace) -> int:
     result_doc.update(image_uri=plan.image_uri, backend=plan.backend)
     if args.dry_run:
         echo(f"[dry-run] rlkit image build would, for {plan.image_uri}:")
-        steps = describe_plan(plan, region, args.context)
+        steps = list(describe_plan(plan, region, args.context))
         for line in steps:
             echo(line)
         echo("[dry-run] nothing uploaded or started")
-        return done(0, steps=list(steps))
+        return done(0, steps=steps)
 
     c = clients
     try:
