@@ -80,9 +80,32 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE)
 
 
+def _unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]
+                   ) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The (sub)command ``argv`` names and the long flags in it that it does not know (argparse
+    would first complain about a missing required option, hiding the typo that caused it)."""
+    target, words = parser, list(argv)
+    for i, word in enumerate(words):
+        subs = subcommands(target)
+        if word in subs:
+            target = subs[word]
+            continue
+        if word == "--":
+            break
+        if word.startswith("--"):
+            flag = word.split("=", 1)[0]
+            known = option_strings(target)
+            if not any(k.startswith(flag) for k in known):
+                return target, [flag]
+    return target, []
+
+
 def parse(parser: Parser, argv: Sequence[str]) -> argparse.Namespace:
     """Parse ``argv``; an unknown flag is reported by the subcommand it was given to, so the
     "did you mean" looks among that command's flags."""
+    target, unknown = _unknown_flags(parser, argv)
+    if unknown:
+        target.error(f"unrecognized arguments: {' '.join(unknown)}")
     args, extra = parser.parse_known_args(list(argv))
     if extra:
         target: argparse.ArgumentParser = parser

@@ -52,6 +52,9 @@ def test_help_version_and_usage_errors(capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "rlkit render: error: unrecognized arguments: --from-stak"
     assert err[-1] == "did you mean: --from-stak -> --from-stacks?"
+    # a typo that leaves a required option missing is still named as the typo
+    assert cli.main(["plan", "--modle", "qwen3-30b-a3b", "--instance", "p5.48xlarge"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "did you mean: --modle -> --model?"
     assert cli.main(["help", "lauch"]) == 2
     assert "did you mean 'launch'?" in capsys.readouterr().err
 
