@@ -2,8 +2,8 @@
 
 - ``outputs_from_file``: the JSON ``cdk deploy --outputs-file`` writes,
   ``{"<stackName>": {"<OutputKey>": "value"}}``.
-- ``outputs_from_stacks``: CloudFormation ``DescribeStacks`` through boto3 (needs credentials;
-  only when the operator asks for it).
+- ``outputs_from_stacks``: CloudFormation ``DescribeStacks`` through a client the caller passes
+  (the CLI's ``ops.aws.AwsClients`` bundle; needs credentials; only when the operator asks).
 - ``placeholder_outputs``: offline rendering before anything is deployed. Every value that would
   come from a stack is ``placeholder-run-cdk-deploy`` and the renderer marks every object.
 
@@ -193,15 +193,10 @@ def describe_stack_outputs(client: Any, stack: str) -> dict[str, str] | None:
     return None
 
 
-def outputs_from_stacks(cfg: KitConfig, client: Any = None) -> StackOutputs:
-    """Read the outputs with CloudFormation DescribeStacks (boto3; credentials needed)."""
-    if client is None:
-        import boto3  # only the --from-stacks path needs AWS
-        from botocore.config import Config
-
-        # Never hang: the same limits the CLI's clients use (ops/aws.py).
-        client = boto3.client("cloudformation", region_name=cfg.region, config=Config(
-            connect_timeout=10, read_timeout=60, retries={"max_attempts": 4, "mode": "standard"}))
+def outputs_from_stacks(cfg: KitConfig, client: Any) -> StackOutputs:
+    """Read the outputs with CloudFormation DescribeStacks through ``client`` (a boto3
+    CloudFormation client; the CLI passes the one of its ``ops.aws.AwsClients`` bundle, with the
+    kit's timeouts and retries). Credentials needed."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     data: dict[str, dict[str, str]] = {}

@@ -35,7 +35,8 @@ from packaging.version import Version
 Status = Literal["ok", "error", "skipped"]
 
 CRD_DIR_HINT = ("pass --crd-dir with a directory holding the operator's CustomResourceDefinition "
-                "YAML (the kit's CI uses ../shared/crds, which holds KubeRay's)")
+                "YAML, or run `python scripts/fetch_artifacts.py` (it puts the pinned KubeRay "
+                "CRDs in the artifact cache, where rlkit looks after ../shared/crds)")
 
 
 # --- Kubernetes schema version ------------------------------------------------------------------

@@ -15,16 +15,21 @@
    trainer image, the Ray head, workers and fabric jobs on their group with GPUs, EFA devices and
    huge pages allocatable).
 
-Charts come from --chart-dir (default: ../shared/charts beside the repository when present), else
-they are pulled once from their repositories into the cache (~/.cache/rlkit). Exit code 0 when the
-check passes (warnings allowed), 1 when a preflight check failed or a pod would not land where it
-should, 2 for a bad config or a missing input.
+Offline means offline: charts come from --chart-dir, else the locked chart archives in
+../shared/charts beside the repository, else the verified artifact cache that `python
+scripts/fetch_artifacts.py` fills ($RLKIT_ARTIFACTS or $XDG_CACHE_HOME/rlkit/artifacts), else
+charts pulled earlier with --pull. Only --pull reaches the network. When a chart is in none of
+these, every other check still runs, and the scheduling check is reported as NOT RUN with the
+flag or script that provides the charts.
+
+Exit code 0 when the check passes (warnings allowed), 1 when a preflight check failed or a pod
+would not land where it should, 2 for a bad config, a missing input, or a check that could not
+run (the scheduling check without charts). -o json|yaml prints one document (docs/cli.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -32,18 +37,24 @@ from pathlib import Path
 
 from infra.config import ConfigError, config_warnings, training_ep_backend_problems
 from infra.config.derived import shared_fs_sizing
-from ops import helm, options
+from ops import artifacts, helm, options
 from ops.config_source import describe
 from ops.contract import check_cluster_contract
+from ops.output import emit
 from ops.preflight import FAIL, WARN, offline_checks
 from ops.synth import synth_offline
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
+CHARTS_FIX = (f"pass --chart-dir DIR (a directory of <chart>-<version>.tgz), {artifacts.FETCH_HINT}"
+              ", or let the check download them with --pull")
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlkit"
+
+
+def locked_chart(archive_name: str) -> Path | None:
+    """A chart archive whose checksums match the lock: ../shared/charts, then the cache."""
+    return artifacts.locate_by_path(f"charts/{archive_name}")[0]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -58,10 +69,11 @@ def _run(args: argparse.Namespace) -> int:
                           "the built-in default config"), file=sys.stderr)
         return 2
     warnings = config_warnings(config)
-    chart_dir = args.chart_dir if args.chart_dir else (SHARED_CHARTS if SHARED_CHARTS.is_dir()
-                                                       else None)
-    if args.chart_dir is not None and not args.chart_dir.is_dir():
-        print(f"error: --chart-dir {args.chart_dir} is not a directory", file=sys.stderr)
+    chart_dir = args.chart_dir
+    if chart_dir is not None and not chart_dir.is_dir():
+        print(f"error: --chart-dir {chart_dir} is not a directory. Fix: pass a directory of "
+              f"<chart>-<version>.tgz, or drop --chart-dir to use the locked charts",
+              file=sys.stderr)
         return 2
     preflight = offline_checks(config)
     preflight_failed = [c for c in preflight if c.status == FAIL]
@@ -80,11 +92,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  preflight {c.status.upper()}: {c.name} ({c.subject}): {c.detail}"
                   + (f". Fix: {c.fix}" if c.status != "pass" and c.fix else ""))
     if preflight_failed:  # e.g. no kubectl layer for this version: synth would fail on it
-        if args.output == "json":
-            print(json.dumps({"environment": config.name, "config": source, "ok": False,
-                              "warnings": warnings, "preflight": [c.to_dict() for c in preflight],
-                              "charts": [], "findings": [], "notes": [
-                                  "synth and the scheduling check did not run"]}, indent=2))
+        if args.output != "text":
+            emit(args, {"environment": config.name, "config": source, "ok": False,
+                        "warnings": warnings, "preflight": [c.to_dict() for c in preflight],
+                        "synth": "not-run", "scheduling": "not-run",
+                        "charts": [], "findings": [], "notes": [
+                            "synth and the scheduling check did not run"]})
         else:
             print(f"FAILED: {len(preflight_failed)} preflight failure(s); synth and the "
                   "scheduling check did not run. Fix them before `cdk deploy`")
@@ -93,19 +106,20 @@ def _run(args: argparse.Namespace) -> int:
         synth_offline(config, Path(tmp))
         try:
             report = check_cluster_contract(config, Path(tmp), chart_dir=chart_dir,
-                                            cache_dir=args.cache_dir, allow_pull=not args.offline)
+                                            cache_dir=args.cache_dir, allow_pull=args.pull,
+                                            locate=locked_chart)
         except helm.HelmError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-    if args.output == "json":
-        print(json.dumps({
+            return _scheduling_not_run(args, config, source, warnings, preflight, err)
+    if args.output != "text":
+        emit(args, {
             "environment": config.name, "config": source, "ok": report.ok,
             "warnings": warnings, "preflight": [c.to_dict() for c in preflight],
-            "shared_filesystem": shared_fs_sizing(config),
+            "shared_filesystem": shared_fs_sizing(config), "synth": "pass",
+            "scheduling": "pass" if report.ok else "fail",
             "charts": [f"{r.chart} {r.version}" for r in report.releases],
             "findings": [{"pod": f.pod, "node_group": f.node_group, "problem": f.problem}
                          for f in report.findings],
-            "notes": report.notes}, indent=2))
+            "notes": report.notes})
         return 0 if report.ok else 1
     print("  synth: every stack synthesized offline")
     print("  charts: " + ", ".join(f"{r.chart} {r.version}" for r in report.releases))
@@ -122,6 +136,24 @@ def _run(args: argparse.Namespace) -> int:
     return 1
 
 
+def _scheduling_not_run(args: argparse.Namespace, config, source: str, warnings: list[str],
+                        preflight: list, err: helm.HelmError) -> int:
+    """Everything else ran; the scheduling check could not (no charts): say so, and how to fix
+    it, and exit 2 (a check that did not run is not a pass)."""
+    why = str(err).split(". Fix:")[0]
+    if args.output != "text":
+        emit(args, {"environment": config.name, "config": source, "ok": False,
+                    "warnings": warnings, "preflight": [c.to_dict() for c in preflight],
+                    "shared_filesystem": shared_fs_sizing(config), "synth": "pass",
+                    "scheduling": "not-run", "charts": [], "findings": [],
+                    "notes": [f"scheduling check not run: {why}. Fix: {CHARTS_FIX}"]})
+        return 2
+    print("  synth: every stack synthesized offline")
+    print(f"  scheduling: NOT RUN: {why}. Fix: {CHARTS_FIX}")
+    print("NOT COMPLETE: every other check passed; the scheduling check did not run (above)")
+    return 2
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "check", help="offline: validate a config, run the offline preflight checks, synthesize "
@@ -129,11 +161,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_config(p)
     p.add_argument("--chart-dir", type=Path, default=None,
-                   help="directory of packaged charts (<chart>-<version>.tgz); default: "
-                   "../shared/charts beside the repository when present")
+                   help="directory of packaged charts (<chart>-<version>.tgz); default: the "
+                   "locked charts in ../shared/charts beside the repository, else in the "
+                   "verified artifact cache (python scripts/fetch_artifacts.py fills it)")
     p.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
-                   help="where the Helm binary is unpacked and pulled charts are kept")
-    p.add_argument("--offline", action="store_true",
-                   help="never pull a chart; a chart missing from --chart-dir is an error")
+                   help="where the Helm binary is unpacked and charts pulled with --pull are kept")
+    pull = p.add_mutually_exclusive_group()
+    pull.add_argument("--pull", action="store_true",
+                      help="download a chart found nowhere else from its repository (network)")
+    pull.add_argument("--offline", action="store_true",
+                      help="never download a chart (the default; kept for scripts)")
     options.add_output_option(p)
     p.set_defaults(func=_run)

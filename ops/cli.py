@@ -7,6 +7,11 @@ only parses, calls the operations layer (the other modules of ``ops/``: ``gate``
 ``validation``, ``preflight``, ``teardown``, ``image_build``, ``kube``, ``aws``, ...), prints and
 returns; it never imports another command module. Modules are listed here in the order a newcomer
 uses them.
+
+The conventions every command shares live here: `rlkit`, `rlkit help [COMMAND]` and `--help`
+print help; `--version` prints the kit's version and its key pins; a usage error prints the
+message first, a short usage line and a "did you mean" (ops/usage.py); a closed stdout ends the
+command quietly with status 141 (ops/output.py). Exit codes: docs/cli.md.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import importlib
 import os
 import sys
 
-from ops import config_source
+from ops import __version__, config_source, usage
+from ops.output import EXIT_BROKEN_PIPE, StdoutGuard
 
 # Subcommand modules, in quickstart order.
 COMMAND_MODULES = [
@@ -33,16 +39,44 @@ COMMAND_MODULES = [
 ]
 
 
+def version_text() -> str:
+    """The kit's version and the pins that decide what runs on the cluster."""
+    from infra.addons import ADDONS
+    from infra.versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_VERSIONS
+
+    lines = [f"rlkit {__version__} (moe-rl-eks-kit)",
+             f"  kubernetes: {DEFAULT_KUBERNETES_VERSION} by default "
+             f"(supported: {', '.join(KUBERNETES_VERSIONS)})"]
+    lines += [f"  {a.chart}: chart {a.version}" for a in ADDONS]
+    lines.append(f"  python: {sys.version.split()[0]}")
+    return "\n".join(lines)
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help=None):  # noqa: A002 - argparse's signature
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = usage.Parser(
         prog="rlkit",
         description="Plan, check, render, gate, launch and tear down MoE RL runs on EKS over EFA.",
         epilog="Each command's config is --config FILE, else $RLKIT_CONFIG, else the built-in "
-        "default. Tables: -o json for machines. Tab completion: source <(rlkit completion bash).",
+        "default. Results: -o json or -o yaml. Exit codes, output shapes and where state lives: "
+        "docs/cli.md. Tab completion: source <(rlkit completion bash).",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action=_Version,
+                        help="print the kit's version and its key pins, and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
+    h = sub.add_parser("help", help="print the help of rlkit or of one command")
+    h.add_argument("topic", nargs="?", metavar="COMMAND", help="the command to explain")
     config_source.document_default(parser)
     return parser
 
@@ -50,9 +84,44 @@ def build_parser() -> argparse.ArgumentParser:
 DEBUG_ENV = "RLKIT_DEBUG"  # set: unexpected errors show their traceback
 
 
+def _help(parser: argparse.ArgumentParser, topic: str | None) -> int:
+    if topic is None:
+        parser.print_help()
+        return 0
+    subs = usage.subcommands(parser)
+    if topic not in subs:
+        parser.error(f"argument COMMAND: invalid choice: {topic!r} (choose from "
+                     f"{', '.join(repr(c) for c in subs)})")
+    subs[topic].print_help()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one rlkit command; returns its exit code (docs/cli.md lists them)."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    args = build_parser().parse_args(argv)
+    guard = StdoutGuard(sys.stdout)
+    sys.stdout = guard
+    try:
+        code = _main(sys.argv[1:] if argv is None else argv)
+        try:
+            sys.stdout.flush()
+        except ValueError:  # a closed test stream
+            pass
+        return EXIT_BROKEN_PIPE if guard.closed_early else code
+    except SystemExit as done:  # argparse: --help, --version, usage errors
+        if guard.closed_early:
+            return EXIT_BROKEN_PIPE
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
+    finally:
+        if sys.stdout is guard:
+            sys.stdout = guard.stream
+
+
+def _main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = usage.parse(parser, argv)
+    if args.command in (None, "help"):
+        return _help(parser, getattr(args, "topic", None))
     # Like KUBECONFIG for kubectl; read here, in the entry layer, and nowhere below it.
     config_source.resolve(args, os.environ.get(config_source.CONFIG_ENV))
     try:

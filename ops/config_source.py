@@ -45,7 +45,9 @@ def announce(cfg: KitConfig, args: argparse.Namespace, action: str,
     """One line, before acting: the environment, its account/region and its config (stdout
     unless ``file``; JSON output sends it to stderr)."""
     account = f"account {cfg.account}, " if cfg.account else ""
-    print(f"{action} environment {cfg.name!r} ({account}{region or cfg.region}); config: "
+    region = getattr(args, "region", None) or region or cfg.region
+    origin = " from --region" if getattr(args, "region", None) else ""
+    print(f"{action} environment {cfg.name!r} ({account}{region}{origin}); config: "
           f"{describe(args)}", file=file or sys.stdout)
 
 
@@ -59,3 +61,23 @@ def document_default(parser: argparse.ArgumentParser) -> None:
             action.help = action.help.replace(
                 "(default: the built-in default config)",
                 f"(default: ${CONFIG_ENV}, else the built-in default config)")
+
+
+def starter_config(path: Path, instance_type: str, node_group: str, nodes: int) -> str:
+    """The text of a new config for `rlkit plan --write-config FILE` when FILE does not exist:
+    the environment named after the file (when that is a valid name), the built-in default's
+    region and first zone, and one GPU node group of ``instance_type`` sized for ``nodes``.
+    The planner then merges its training layout in."""
+    import re
+
+    from infra.config import load_config
+
+    default = load_config(None)
+    stem = re.sub(r"[^a-z0-9-]+", "-", path.stem.lower()).strip("-")[:20].rstrip("-")
+    name = stem if re.fullmatch(r"[a-z]([a-z0-9-]*[a-z0-9])?", stem) else default.name
+    zone = default.availability_zones[0]
+    return (f"# Started by `rlkit plan --write-config {path.name}`; check name, region, zone and\n"
+            f"# account before `cdk deploy` (docs/config-reference.md lists every key).\n"
+            f"name: {name}\nregion: {default.region}\n"
+            f"gpu_node_groups:\n  {node_group}:\n    instance_type: {instance_type}\n"
+            f"    availability_zone: {zone}\n    desired_size: {nodes}\n    max_size: {nodes}\n")

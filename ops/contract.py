@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from infra import addons as registry
 from infra import names
@@ -64,13 +65,15 @@ def chart_advertised_resources() -> dict[str, str]:
 
 
 def render_charts(releases: list[helm.ChartRelease], *, kubernetes_version: str,
-                  chart_dir: Path | None, cache_dir: Path, allow_pull: bool) -> list[dict]:
+                  chart_dir: Path | None, cache_dir: Path, allow_pull: bool,
+                  locate: Callable[[str], Path | None] | None = None) -> list[dict]:
     """Every object the releases render, through the real Helm."""
     binary = helm.helm_binary(kubernetes_version, cache_dir)
     objects: list[dict] = []
     for release in releases:
         archive = helm.chart_archive(release, chart_dir=chart_dir, helm=binary,
-                                     cache_dir=cache_dir / "charts", allow_pull=allow_pull)
+                                     cache_dir=cache_dir / "charts", allow_pull=allow_pull,
+                                     locate=locate)
         objects += helm.render_release(release, archive=archive, helm=binary,
                                        kubernetes_version=kubernetes_version)
     return objects
@@ -114,6 +117,7 @@ def fsx_node_plugin_spec(cluster_template: dict) -> dict | None:
 
 def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path | None,
                            cache_dir: Path, allow_pull: bool = False,
+                           locate: Callable[[str], Path | None] | None = None,
                            chart_objects: list[dict] | None = None,
                            templates: dict[str, dict] | None = None) -> ContractReport:
     """Render the synthesized charts and the kit's manifests, and check every pod's placement.
@@ -127,7 +131,7 @@ def check_cluster_contract(config: KitConfig, cdk_out: Path, *, chart_dir: Path 
     if chart_objects is None:
         chart_objects = render_charts(releases, kubernetes_version=config.kubernetes_version,
                                       chart_dir=chart_dir, cache_dir=cache_dir,
-                                      allow_pull=allow_pull)
+                                      allow_pull=allow_pull, locate=locate)
     nodes = scheduling.node_groups(config, templates)
     chart_pods = scheduling.chart_pods(chart_objects, intended_chart_targets(config),
                                        chart_advertised_resources())

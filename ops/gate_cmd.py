@@ -4,7 +4,7 @@ Renders the manifests (like `rlkit render`), then one job at a time: node check,
 all-reduce, expert-parallel dispatch/combine. Each job is applied with kubectl, waited for with
 progress, its pod logs collected and the job deleted. A failed node check stops the gate before
 the benchmarks. The figures are compared with infra/catalog/acceptance.py; the verdict and the EP
-figures go to .rlkit/<name>/gate.json, which `rlkit launch` reads (it refuses to launch after a
+figures go to <state dir>/<name>/gate.json ($XDG_STATE_HOME/rlkit, or --state-dir), which `rlkit launch` reads (it refuses to launch after a
 failed gate, and uses the faster measured EP backend).
 
 After the node check it also reads the GPU nodes (kubectl get nodes -o json) and compares each
@@ -60,7 +60,7 @@ from ops.gate.nodes import find_bad, isolate, isolation_advice, rerun_remaining
 from ops.gate.record import load_baseline, update_baseline
 from ops.gate.runner import GateInterrupted, GateRunner
 from ops.kube import Kubectl, KubectlError, check_cluster
-from ops.output import make_console, print_table, wants_json
+from ops.output import emit, make_console, print_table, wants_json
 from ops.rendering import gin_type_for, render_for_run, with_ep_backend
 
 _STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", RECORDED: "cyan"}
@@ -95,14 +95,15 @@ def _print_ep(doc: dict[str, Any], console: Console) -> None:
 
 def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
            console: Console, extra: list[Finding] | None = None, as_json: bool = False,
-           root: Path | None = None) -> int:
+           root: Path | None = None, flag: str = "",
+           args: argparse.Namespace | None = None) -> int:
     report.findings[:0] = extra or []
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     path, doc = write_record(report, cfg.name, sdir, logs, now, warn=plain(console))
     if root is not None:  # a passing run raises its instance type's baseline (bisection's bar)
         update_baseline(root, doc)
     if as_json:  # the document gate.json holds; the verdict is also the exit code
-        print(json.dumps(doc, indent=2))
+        emit(args or argparse.Namespace(output="json"), doc)
         return 0 if report.ok else 1
     print_report(report, console, f"fabric gate: {cfg.name} ({report.nodes} x "
                                   f"{report.instance_type}, EP {report.ep_backend})")
@@ -118,7 +119,7 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
         for command in isolation_advice(report, isolated):
             say(f"  {command}")
     if report.ok:
-        say(f"Gate PASSED. Recorded in {path}. Next: rlkit launch --config <config>")
+        say(f"Gate PASSED. Recorded in {path}. Next: rlkit launch{flag}")
         return 0
     say(f"Gate FAILED: {sum(f.status == FAIL for f in report.findings)} failure(s) "
                   f"above, each with its fix. Recorded in {path}; `rlkit launch` refuses to start "
@@ -146,6 +147,7 @@ def run_compare(paths: list[Path], console: Console, as_json: bool = False) -> i
             "instance_type", "nodes", "finished_at", "ok", "figures")}} for label, d in documents],
             "header": header, "rows": rows}, indent=2))
         return 0
+
     print_table(console, "fabric gate runs compared", header, rows)
     kinds = {(d.get("instance_type"), d.get("nodes")) for _, d in documents}
     if len(kinds) > 1:
@@ -181,7 +183,8 @@ def _run(args: argparse.Namespace) -> int:
         if (args.logs_dir / "nodes.json").is_file():
             logs["nodes"] = (args.logs_dir / "nodes.json").read_text()
         report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
-        return finish(report, cfg, sdir, logs, console, as_json=as_json)
+        return finish(report, cfg, sdir, logs, console, as_json=as_json,
+                      flag=options.config_flag(args), args=args)
 
     try:
         ctx, out, outputs = render_for_run(cfg, args.outputs, args.out, args.dry_run,
@@ -190,7 +193,15 @@ def _run(args: argparse.Namespace) -> int:
         print(err, file=sys.stderr)
         return 2
 
-    kubectl = Kubectl(context=args.context, dry_run=args.dry_run, echo=echo)
+    previewed: list[str] = []  # a dry run's kubectl commands, for -o json|yaml
+
+    def kubectl_echo(line: str) -> None:
+        if line.startswith("[dry-run] kubectl"):
+            previewed.append(line.removeprefix("[dry-run] "))
+        echo(line)
+
+    kubectl = Kubectl(context=args.context, dry_run=args.dry_run, echo=kubectl_echo,
+                      request_timeout_s=args.request_timeout)
     try:  # before anything is applied or deleted: kubectl must point at this environment
         check_cluster(kubectl, outputs.cluster_name, outputs.region)
     except KubectlError as err:
@@ -217,6 +228,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.dry_run:
         echo(f"[dry-run] would judge the logs against infra/catalog/acceptance.py and write "
              f"{sdir / 'gate.json'}")
+        if as_json:  # the plan of the run, as one document (docs/cli.md)
+            emit(args, {"environment": cfg.name, "dry_run": True, "nodes": t.nodes,
+                        "instance_type": group.instance_type, "node_group": t.node_group,
+                        "ep_backend": backend, "jobs": [k for k, _ in jobs], "out": str(out),
+                        "state": str(sdir / "gate.json"),
+                        "commands": previewed})
         return 0
     report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
     report.findings[:0] = runner.problems  # a job that failed or hung is a node suspect too
@@ -236,7 +253,8 @@ def _run(args: argparse.Namespace) -> int:
         except KubectlError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-    return finish(report, cfg, sdir, logs, console, as_json=as_json, root=args.state_dir)
+    return finish(report, cfg, sdir, logs, console, as_json=as_json, root=args.state_dir,
+                  flag=options.config_flag(args), args=args)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -22,7 +22,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -113,14 +113,20 @@ def _run_helm(helm: Path, args: list[str], what: str) -> str:
 
 
 def chart_archive(release: ChartRelease, *, chart_dir: Path | None, helm: Path,
-                  cache_dir: Path | None, allow_pull: bool) -> Path:
-    """The packaged chart for ``release``: from ``chart_dir``, else pulled into ``cache_dir``."""
+                  cache_dir: Path | None, allow_pull: bool,
+                  locate: Callable[[str], Path | None] | None = None) -> Path:
+    """The packaged chart for ``release``: from ``chart_dir``, else where ``locate`` finds it by
+    archive name (the verified artifact copies), else pulled earlier or now into ``cache_dir``."""
     if chart_dir is not None and (chart_dir / release.archive_name).is_file():
         return chart_dir / release.archive_name
+    found = locate(release.archive_name) if locate is not None and chart_dir is None else None
+    if found is not None:
+        return found
     if cache_dir is not None and (cache_dir / release.archive_name).is_file():
         return cache_dir / release.archive_name
     if not allow_pull or cache_dir is None:
-        where = chart_dir if chart_dir is not None else "(no chart directory given)"
+        where = (chart_dir if chart_dir is not None
+                 else "the locked copies (../shared/charts, the artifact cache)")
         raise HelmError(f"chart {release.archive_name} is not in {where}. Fix: put the published "
                         f"package there, or let the check pull it from {release.repository}")
     cache_dir.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,9 @@ AWS only to read the stack outputs (none with --outputs).
 `rlkit image status` lists the repository's images: tags, digest, EP backend (from the image's
 io.moe-rl-eks-kit.ep-backend label, else the tag's suffix), push time, size and scan summary.
 
+Both print through the shared output helpers (ops/output.py): progress on stdout as text, or on
+stderr with -o json|yaml, where stdout holds one document (docs/cli.md lists its shape).
+
 Exit codes: 0 done, 1 the build failed or timed out, 2 bad input or AWS refused a call.
 """
 
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Callable
@@ -30,7 +32,7 @@ from infra.trainer_contract import EP_BACKENDS
 from ops import aws, options
 from ops.aws import AwsClients
 from ops.config_source import announce
-from ops.output import wants_json
+from ops.output import add_output_option, emit, make_console, plain_table, wants_json
 from ops.image_build import (
     TRAINER_DIR,
     BuildTarget,
@@ -66,9 +68,20 @@ def _build(args: argparse.Namespace) -> int:
     if cfg is None:
         return 2
     region = args.region or cfg.region
-    announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Image build for", region)
+    announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Image build for", region,
+             file=sys.stderr if wants_json(args) else None)
     clients = options.aws_clients(args, region)  # each client made on first use
-    echo: Callable[[str], None] = print
+    as_doc = wants_json(args)  # progress then goes to stderr; stdout holds the one document
+    console = make_console(stderr=as_doc)
+    echo: Callable[[str], None] = lambda text: console.print(
+        text, markup=False, highlight=False, soft_wrap=True)
+    result_doc: dict = {"environment": cfg.name, "region": region, "dry_run": args.dry_run}
+
+    def done(code: int, **fields: object) -> int:
+        if as_doc:
+            emit(args, {**result_doc, **fields, "ok": code == 0})
+        return code
+
     try:
         target = _target(args, cfg, clients)
         data = context_zip(args.context)
@@ -86,12 +99,14 @@ def _build(args: argparse.Namespace) -> int:
               f"{cfg.stack_names['data']}`) and {aws.CREDENTIALS_FIX}", file=sys.stderr)
         return 2
 
+    result_doc.update(image_uri=plan.image_uri, backend=plan.backend)
     if args.dry_run:
         echo(f"[dry-run] rlkit image build would, for {plan.image_uri}:")
-        for line in describe_plan(plan, region, args.context):
+        steps = list(describe_plan(plan, region, args.context))
+        for line in steps:
             echo(line)
         echo("[dry-run] nothing uploaded or started")
-        return 0
+        return done(0, steps=steps)
 
     c = clients
     try:
@@ -101,7 +116,7 @@ def _build(args: argparse.Namespace) -> int:
             if args.reuse:
                 echo(f"reusing {ref} (the tag exists; --reuse)")
                 echo(f"image: {ref}")
-                return 0
+                return done(0, image=ref, reused=True)
             print(f"error: {plan.image_uri} already exists ({existing['imageDigest']}) and the "
                   "repository's tags are immutable. Fix: set a new training.image_tag in the "
                   "config, or pass --reuse to use the existing image.", file=sys.stderr)
@@ -116,10 +131,11 @@ def _build(args: argparse.Namespace) -> int:
         return 2
     echo(f"started build {build_id} of {plan.image_uri} (backend {plan.backend}); logs in "
          f"CloudWatch log group {target.log_group}")
+    result_doc["build_id"] = build_id
     if not args.wait:
         echo(f"follow it with `aws codebuild batch-get-builds --ids {build_id}` or the CodeBuild "
              "console; `rlkit image status` lists the pushed image")
-        return 0
+        return done(0, status="STARTED")
     try:
         result = follow_build(c.codebuild, c.logs, build_id, echo=echo, poll_s=args.poll,
                               timeout_s=args.timeout)
@@ -140,13 +156,13 @@ def _build(args: argparse.Namespace) -> int:
         why = f": {result.message}" if result.message else ""
         print(f"error: build {build_id} {result.status}{where}{why}. The log above says why.",
               file=sys.stderr)
-        return 1
+        return done(1, status=result.status)
     if not (result.image_uri and result.image_digest):
         print(f"error: build {build_id} succeeded but exported no IMAGE_URI/IMAGE_DIGEST. Fix: "
               "check the buildspec's post_build phase in the log above.", file=sys.stderr)
         return 1
     echo(f"image: {result.image_uri}@{result.image_digest}")
-    return 0
+    return done(0, status=result.status, image=f"{result.image_uri}@{result.image_digest}")
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -167,20 +183,19 @@ def _status(args: argparse.Namespace) -> int:
         print(f"error: {aws.describe_error(err)}. Fix: {aws.CREDENTIALS_FIX}", file=sys.stderr)
         return 2
     if wants_json(args):
-        print(json.dumps({"repository": target.repository_uri,
-                          "images": [dataclasses.asdict(r) for r in rows]}, indent=2))
+        emit(args, {"repository": target.repository_uri,
+                    "images": [dataclasses.asdict(r) for r in rows]})
         return 0
     print(f"{target.repository_uri}: {len(rows)} image(s)")
     if not rows:
         print("  none yet: `rlkit image build --wait` builds and pushes one")
         return 0
-    header = ("TAGS", "DIGEST", "BACKEND", "PUSHED", "SIZE MB", "SCAN")
-    table = [header] + [(",".join(r.tags) or "<untagged>", r.digest[:19],
-                         r.backend + (f" ({r.backend_from})" if r.backend_from != "-" else ""),
-                         r.pushed[:19], str(r.size_mb), r.scan) for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    table = plain_table(None, ("tags", "digest", "backend", "pushed", "size MB", "scan"),
+                        [(",".join(r.tags) or "<untagged>", r.digest[:19],
+                          r.backend + (f" ({r.backend_from})" if r.backend_from != "-" else ""),
+                          r.pushed[:19], str(r.size_mb), r.scan) for r in rows])
+    for line in table.splitlines():
+        print("  " + line)
     return 0
 
 
@@ -217,6 +232,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="commit recorded in the image (default: git rev-parse HEAD, -dirty when "
                    "images/trainer has changes)")
     b.add_argument("--context", type=Path, default=TRAINER_DIR, help=argparse.SUPPRESS)
+    add_output_option(b)
     b.add_argument("--poll", type=float, default=10.0, help="seconds between log polls")
     b.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds to follow the build with --wait (default {DEFAULT_TIMEOUT_S})")

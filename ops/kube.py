@@ -11,6 +11,7 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -52,6 +53,7 @@ class KubectlError(RuntimeError):
 
     def __init__(self, command: str, message: str, fix: str = KUBECONFIG_FIX):
         self.command = command
+        self.message = message
         self.fix = fix
         super().__init__(f"`{command}` failed: {message}. Fix: {fix}.")
 
@@ -63,15 +65,25 @@ COMMAND_TIMEOUT_S = 120.0
 WAIT_MARGIN_S = 60.0
 
 
+# How long the first call to the API server may take before rlkit says it is unreachable
+# (`--request-timeout`); kubectl's own default waits for the operating system's TCP timeout.
+REQUEST_TIMEOUT_S = 10.0
+
+
 class Kubectl:
     def __init__(self, binary: str = "kubectl", context: str | None = None,
                  dry_run: bool = False, echo: Callable[[str], None] = print,
-                 timeout_s: float = COMMAND_TIMEOUT_S):
+                 timeout_s: float = COMMAND_TIMEOUT_S,
+                 request_timeout_s: float | None = REQUEST_TIMEOUT_S,
+                 progress: Callable[[str], None] | None = None):
         self.binary = binary
         self.context = context
         self.dry_run = dry_run
         self.echo = echo
         self.timeout_s = timeout_s
+        self.request_timeout_s = request_timeout_s
+        # where the progress line goes while waiting for the API server (stderr by default)
+        self.progress = progress
 
     def argv(self, args: Sequence[str]) -> list[str]:
         ctx = ["--context", self.context] if self.context else []
@@ -147,6 +159,27 @@ class Kubectl:
             raise KubectlError(self.command(args), f"{self.binary} is not installed or not on "
                                "PATH", "install kubectl and run the command again") from None
 
+    def reachable(self) -> None:
+        """Ask the API server whether it is ready (``get --raw /readyz``) within
+        ``request_timeout_s``, saying so on the progress line first; KubectlError naming the
+        context and the wait when it does not answer."""
+        if self.dry_run or not self.request_timeout_s:
+            return
+        wait = self.request_timeout_s
+        say = self.progress or (lambda line: print(line, file=sys.stderr, flush=True))
+        say(f"Contacting the API server of kubectl context {self.context or '(current)'} (up to "
+            f"{wait:g} s)...")
+        args = ["get", "--raw", "/readyz", f"--request-timeout={wait:g}s"]
+        try:
+            self.run(args, timeout=wait + 5)
+        except KubectlError as err:
+            raise KubectlError(
+                self.command(args), f"no answer from the API server (waited up to {wait:g} s): "
+                f"{err.message}",
+                "check that the cluster's endpoint is reachable from here (VPN, proxy, the "
+                "endpoint's public_cidrs in the config), or wait longer with --request-timeout"
+                ) from None
+
 
 def _eks_cluster_of(doc: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
     """(context, cluster entry, EKS cluster named by the user's `aws eks get-token` args)."""
@@ -169,7 +202,8 @@ def check_cluster(k: Kubectl, cluster_name: str, region: str) -> str:
     call). It matches when the context's cluster entry is the cluster's ARN
     (``aws eks update-kubeconfig`` names it so) or its credentials ask EKS for a token for this
     cluster name. On a match ``k.context`` is set to the context, so that every later call goes to
-    the same cluster even if the current context changes meanwhile. Returns the context name;
+    the same cluster even if the current context changes meanwhile, and the API server is asked
+    whether it answers (``Kubectl.reachable``: seconds, not minutes). Returns the context name;
     raises KubectlError naming both clusters otherwise. Dry runs check nothing."""
     if k.dry_run:
         k.echo(f"[dry-run] would check that the kubectl context points at EKS cluster "
@@ -197,6 +231,7 @@ def check_cluster(k: Kubectl, cluster_name: str, region: str) -> str:
             f"this environment's EKS cluster {cluster_name} in {region}; nothing was applied or "
             "deleted", fix)
     k.context = context
+    k.reachable()
     return context
 
 

@@ -8,10 +8,13 @@ one complete save in S3 before EKS drains the block's nodes (40 minutes before t
 renders the end into the job so that the launcher saves and stops in time; a dry run that the
 real launch would refuse for this exits 1. The
 expert-parallel backend is, in order: --ep-backend, the backend the gate measured faster for
-these shapes (.rlkit/<name>/gate.json), the config's training.expert_parallel.backend.
+these shapes (<state dir>/<name>/gate.json), the config's training.expert_parallel.backend.
+
+status, logs and launch first check that kubectl points at this environment's EKS cluster (or
+--context does), and that its API server answers within --request-timeout seconds.
 
 status prints the RayJob's jobStatus and jobDeploymentStatus (KubeRay); --watch polls until the
-job ends. For Capacity Block groups it first shows the block's window on stderr (start, end, time
+job ends; -o json|yaml prints the RayJob's state as one document. For Capacity Block groups it first shows the block's window on stderr (start, end, time
 left, when EKS drains the nodes). Then, on stderr, the environment's CloudWatch dashboard URL and
 a one-line health summary (GPU use, EFA drops, failed nodes, restarts, reward, step time;
 --no-health skips it).
@@ -19,7 +22,8 @@ logs prints the trainer's output: the KubeRay submitter Job (named like the RayJ
 `ray job submit`, which follows the driver's log; -f keeps following. Once the pods are gone
 (or with --node NODE, or --source cloudwatch) it reads the same output from CloudWatch Logs,
 where the observability add-on's Fluent Bit ships every container's output; it says which
-source it used. --since limits either source to the last 30m, 2h, 3d, ...
+source it used. --since limits either source to the last 30m, 2h, 3d, ...; --tail N, --timestamps,
+--previous and -c CONTAINER mean what they mean for kubectl logs.
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ from manifests import RenderError
 from manifests.render import SHARED_FS_FILES, SUBMITTER_CONTAINER
 from ops import aws, observability, options, reservations
 from ops.config_source import announce
-from ops.gate import GateStateError, load_state, state_dir
+from ops.gate import GateStateError, legacy_results, load_state, results_path
 from ops.kube import Kubectl, KubectlError, check_cluster
 from ops.launching import choose_backend, describe_rayjob, finished, gate_verdict
+from ops.output import add_output_option, emit, wants_json
 from ops.rendering import render_for_run, with_ep_backend
 
 
@@ -47,7 +52,16 @@ def utcnow() -> datetime:
 
 
 def _kubectl(args: argparse.Namespace) -> Kubectl:
-    return Kubectl(context=args.context, dry_run=getattr(args, "dry_run", False), echo=print)
+    return Kubectl(context=args.context, dry_run=getattr(args, "dry_run", False), echo=print,
+                   request_timeout_s=args.request_timeout)
+
+
+def _pinned_kubectl(args: argparse.Namespace, cfg: KitConfig) -> Kubectl:
+    """kubectl pinned to this environment's cluster (names.eks_cluster_name, the config's
+    region); KubectlError when the context points elsewhere or the API server does not answer."""
+    k = _kubectl(args)
+    check_cluster(k, names.eks_cluster_name(cfg.name), cfg.region)
+    return k
 
 
 # --- launch --------------------------------------------------------------------------------------
@@ -58,13 +72,18 @@ def _launch(args: argparse.Namespace) -> int:
     if cfg is None:
         return 2
     announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Launch into")
-    path = state_dir(args.state_dir, cfg.name) / "gate.json"
+    path = results_path(cfg.name, args.state_dir)
+    legacy = legacy_results(cfg.name)
+    if legacy is not None and not path.is_file():
+        print(f"note: {legacy} is a gate result from an older rlkit (relative to the working "
+              f"directory); results now live in {path.parent}. Move it there to use it.",
+              file=sys.stderr)
     try:
         state = load_state(path)
     except GateStateError as err:
         print(f"Not launching: {err}.", file=sys.stderr)
         return 2
-    problem = gate_verdict(state, cfg, path)
+    problem = gate_verdict(state, cfg, path, options.config_flag(args))
     if problem and not args.force and not args.dry_run:
         print(f"Not launching: {problem}.", file=sys.stderr)
         return 1
@@ -121,14 +140,15 @@ def _launch(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.dry_run:
-        if (problem and not args.force) or too_short:
+        refuses = bool(problem and not args.force) or bool(too_short)
+        if refuses:
             print("[dry-run] preview only: without --dry-run this launch would refuse (exit 1) "
                   "for the reason at the top.")
-        return 1 if too_short else 0
+        return 1 if refuses else 0
     print(f"Launched RayJob {job} in namespace {ns} on {cfg.training.nodes} x "
           f"{cfg.gpu_node_groups[cfg.training.node_group].instance_type}.")
-    print("Follow it with: rlkit status --config <config> --watch   and   rlkit logs --config "
-          "<config> -f")
+    flag = options.config_flag(args)
+    print(f"Follow it with: rlkit status{flag} --watch   and   rlkit logs{flag} -f")
     return 0
 
 
@@ -179,18 +199,22 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     if cfg is None:
         return 2
     _print_windows(args, cfg)
-    k = _kubectl(args)
     job, ns = cfg.training.run_name, names.TRAINER_NAMESPACE
+    flag = options.config_flag(args)
     last = None
     try:
+        k = _pinned_kubectl(args, cfg)
         while True:
             doc = k.get_json(["rayjob", job, "-n", ns])
             if doc is None:
-                print(f"No RayJob named {job} in namespace {ns}. Start it with: rlkit launch "
-                      "--config <config>", file=sys.stderr)
+                print(f"No RayJob named {job} in namespace {ns}. Start it with: rlkit launch"
+                      f"{flag}", file=sys.stderr)
                 return 1
             line = describe_rayjob(doc)
-            if line != last:
+            if wants_json(args):
+                if not args.watch or finished(doc):
+                    emit(args, _status_document(cfg, doc))
+            elif line != last:
                 print(line)
                 last = line
             if not args.watch or finished(doc):
@@ -206,10 +230,22 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     st = doc.get("status", {})
     if st.get("jobStatus") == "FAILED" or st.get("jobDeploymentStatus") in ("Failed",
                                                                             "ValidationFailed"):
-        print(f"The job failed. Read its output: rlkit logs --config <config>; Ray's view: "
+        print(f"The job failed. Read its output: rlkit logs{flag}; Ray's view: "
               f"kubectl describe rayjob {job} -n {ns}", file=sys.stderr)
         return 1
     return 0
+
+
+def _status_document(cfg: KitConfig, doc: dict) -> dict:
+    """`rlkit status -o json|yaml`: the RayJob's state (docs/cli.md lists the shape)."""
+    st = doc.get("status", {})
+    return {"environment": cfg.name, "namespace": names.TRAINER_NAMESPACE,
+            "rayjob": doc.get("metadata", {}).get("name", cfg.training.run_name),
+            "jobStatus": st.get("jobStatus"),
+            "jobDeploymentStatus": st.get("jobDeploymentStatus"),
+            "rayCluster": st.get("rayClusterName"), "startTime": st.get("startTime"),
+            "endTime": st.get("endTime"), "message": st.get("message"),
+            "finished": finished(doc)}
 
 
 def _print_health(args: argparse.Namespace, cfg: KitConfig) -> None:
@@ -242,27 +278,35 @@ def _logs(args: argparse.Namespace) -> int:
         return 2
     if args.source == "cloudwatch" or (args.source == "auto" and args.node):
         return _logs_from_cloudwatch(args, cfg, since)
-    k = _kubectl(args)
     job, ns = cfg.training.run_name, names.TRAINER_NAMESPACE
+    flag = options.config_flag(args)
     try:
+        k = _pinned_kubectl(args, cfg)
         if k.get_json(["job", job, "-n", ns]) is None:
             doc = k.get_json(["rayjob", job, "-n", ns])
             if doc is not None and not finished(doc):
                 print(f"The RayJob has no submitter yet ({describe_rayjob(doc)}); the Ray cluster "
-                      "is probably still starting. Try again in a minute, or watch it with: rlkit "
-                      "status --config <config> --watch", file=sys.stderr)
+                      f"is probably still starting. Try again in a minute, or watch it with: rlkit "
+                      f"status{flag} --watch", file=sys.stderr)
                 return 1
             if args.source == "kubectl":
                 print(f"No submitter Job {job} in namespace {ns}: its pods are gone. Read its "
-                      "output from CloudWatch Logs: rlkit logs --config <config> --source "
-                      "cloudwatch", file=sys.stderr)
+                      f"output from CloudWatch Logs: rlkit logs{flag} --source cloudwatch",
+                      file=sys.stderr)
                 return 1
             print(f"No submitter Job {job} in namespace {ns} (the pods are gone"
                   + ("" if doc is None else f"; {describe_rayjob(doc)}") + ").", file=sys.stderr)
             return _logs_from_cloudwatch(args, cfg, since)
-        argv = ["logs", "-n", ns, f"job/{job}", "--all-containers"]
+        argv = ["logs", "-n", ns, f"job/{job}"]
+        argv += ["-c", args.container] if args.container else ["--all-containers"]
         if since is not None:
             argv.append(f"--since={int(since.total_seconds())}s")
+        if args.tail is not None:
+            argv.append(f"--tail={args.tail}")
+        if args.timestamps:
+            argv.append("--timestamps")
+        if args.previous:
+            argv.append("--previous")
         if args.follow:
             argv.append("-f")
         print(f"source: kubectl logs job/{job} in namespace {ns} (the submitter pod exists)",
@@ -285,13 +329,17 @@ def _logs_from_cloudwatch(args: argparse.Namespace, cfg: KitConfig, since: timed
               "add-on ships container output. Fix: read the pods with --source kubectl while they "
               "exist, or enable observability and deploy the cluster stack", file=sys.stderr)
         return 1
+    if getattr(args, "previous", False) or getattr(args, "container", None):
+        print("note: --previous and -c apply to the pod's log; CloudWatch Logs holds every "
+              "container's lines, previous ones included", file=sys.stderr)
     query = observability.log_query(cfg, node=args.node, submitter_container=SUBMITTER_CONTAINER)
     start = datetime.now(timezone.utc) - (since or CLOUDWATCH_DEFAULT_SINCE)
     print(f"source: {query.describe()}, since {start:%Y-%m-%d %H:%M:%S} UTC", file=sys.stderr)
     try:
         logs_client = options.aws_clients(args, cfg.region).logs
         printed = observability.read_logs(logs_client, query, start=start, out=sys.stdout,
-                                          follow=args.follow)
+                                          follow=args.follow, tail=getattr(args, "tail", None),
+                                          timestamps=getattr(args, "timestamps", False))
     except aws.AWS_ERRORS as err:
         if aws.error_code(err) == "ResourceNotFoundException":
             print(f"error: log group {query.group} does not exist: the cluster stack is not "
@@ -331,6 +379,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Capacity Block window")
     s.add_argument("--no-health", action="store_true",
                    help="skip the CloudWatch health line (no AWS call)")
+    add_output_option(s)
     s.set_defaults(func=_status)
 
     lg = subparsers.add_parser("logs", help="the trainer's output (the RayJob's submitter)",
@@ -347,5 +396,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lg.add_argument("--source", choices=("auto", "kubectl", "cloudwatch"), default="auto",
                     help="where to read: the pod (kubectl) or CloudWatch Logs; auto: the pod "
                     "while it exists")
+    lg.add_argument("--tail", type=options.non_negative_int, default=None, metavar="N",
+                    help="only the last N lines (kubectl logs --tail; also from CloudWatch)")
+    lg.add_argument("--timestamps", action="store_true",
+                    help="prefix each line with its time (RFC 3339, as kubectl logs "
+                    "--timestamps)")
+    lg.add_argument("-p", "--previous", action="store_true",
+                    help="the previous, crashed container's log (kubectl logs --previous; the pod "
+                    "source only)")
+    lg.add_argument("-c", "--container", default=None,
+                    help="one container of the submitter pod (default: all of them; the pod "
+                    "source only)")
     options.add_aws(lg, region=False, profile_help="AWS profile for CloudWatch Logs")
     lg.set_defaults(func=_logs)

@@ -16,10 +16,12 @@ TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
 TERMINAL_DEPLOYMENT_STATUS = {"Complete", "Failed", "ValidationFailed"}
 
 
-def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path) -> str | None:
-    """Why launch must not start (None = the last gate passed for this node group and size)."""
+def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path,
+                 config_flag: str = " --config <this config>") -> str | None:
+    """Why launch must not start (None = the last gate passed for this node group and size).
+    ``config_flag``: how the gate command it suggests names the config (``options.config_flag``)."""
     group = cfg.gpu_node_groups[cfg.training.node_group]
-    gate = "rlkit gate --config <this config> --outputs cdk-outputs.json"
+    gate = f"rlkit gate{config_flag} --outputs cdk-outputs.json"
     if state is None:
         return (f"no fabric gate has run for {cfg.name!r} (no {state_path}). Run `{gate}` first: "
                 "it checks the EFA fabric in minutes before the job spends GPU hours. Or pass "

@@ -159,9 +159,12 @@ def _line(message: str, show_source: bool) -> str:
 
 def read_logs(logs_client: Any, query: LogQuery, *, start: dt.datetime, out: TextIO,
               follow: bool = False, poll_s: float = 5.0,
-              sleep: Callable[[float], None] = time.sleep, max_polls: int | None = None) -> int:
+              sleep: Callable[[float], None] = time.sleep, max_polls: int | None = None,
+              tail: int | None = None, timestamps: bool = False) -> int:
     """Print the matching events from ``start`` in time order; with ``follow``, keep polling
-    (until interrupted, or ``max_polls`` polls for tests). Returns the number of lines."""
+    (until interrupted, or ``max_polls`` polls for tests). ``tail``: of the first poll, only the
+    last N lines; ``timestamps``: each line starts with its event time (RFC 3339, as kubectl).
+    Returns the number of lines."""
     start_ms = int(start.timestamp() * 1000)
     seen_at_last_ms: set[str] = set()
     printed = polls = 0
@@ -178,10 +181,20 @@ def read_logs(logs_client: Any, query: LogQuery, *, start: dt.datetime, out: Tex
                 break
             kwargs["nextToken"] = page["nextToken"]
         events.sort(key=lambda e: (e["timestamp"], e.get("eventId", "")))
-        for event in events:
+        skip = max(0, len(events) - tail) if tail is not None and polls == 0 else 0
+        for i, event in enumerate(events):
+            if i < skip:  # before the --tail window: not printed, but the next poll starts after it
+                if event["timestamp"] > start_ms:
+                    start_ms, seen_at_last_ms = event["timestamp"], set()
+                seen_at_last_ms.add(event.get("eventId"))
+                continue
             if event["timestamp"] == start_ms and event.get("eventId") in seen_at_last_ms:
                 continue  # the next poll starts at the last timestamp: skip what it repeats
-            print(_line(event["message"], query.show_source), file=out, flush=True)
+            line = _line(event["message"], query.show_source)
+            if timestamps:
+                when = dt.datetime.fromtimestamp(event["timestamp"] / 1000, dt.timezone.utc)
+                line = f"{when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} {line}"
+            print(line, file=out, flush=True)
             printed += 1
             if event["timestamp"] > start_ms:
                 start_ms, seen_at_last_ms = event["timestamp"], set()

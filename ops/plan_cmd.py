@@ -12,12 +12,15 @@ Without --model/--instance/--nodes and the GRPO options, the plan takes them fro
 (--config, else $RLKIT_CONFIG, else the built-in default); a flag overrides its config value.
 
 The model behind the numbers (sources, calibration, limits) is described in docs/planner.md.
+Every number is checked as it is parsed (``--seq-len 0`` or a negative price is a one-line usage
+error naming the flag). The table fits the terminal, dropping its least important columns first;
+in a pipe it prints plain aligned columns; -o json|yaml prints one document. --write-config
+creates the file when it does not exist yet.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -41,8 +44,16 @@ from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
 from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
 from infra.planner.search import DEFAULT_MAX_NODES, PlanResult
-from ops.options import add_config, load_config
-from ops.output import add_output_option, make_console, wants_json
+from ops.config_source import starter_config
+from ops.options import (
+    add_config,
+    fraction,
+    load_config,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
+from ops.output import add_output_option, emit, make_console, print_fitted_table, wants_json
 
 
 # The planner's errors name request fields; the CLI names its flags instead.
@@ -75,23 +86,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help=f"catalog model: {', '.join(sorted(MODEL_CATALOG))} (default: the "
                           "config's training.model)")
     src.add_argument("--model-file", metavar="YAML", help="a custom MoE model described in YAML")
-    what.add_argument("--seq-len", type=int, help="tokens per sequence (4096)")
-    what.add_argument("--global-batch", type=int,
+    what.add_argument("--seq-len", type=positive_int, help="tokens per sequence (4096)")
+    what.add_argument("--global-batch", type=positive_int,
                       help="sequences per optimizer step (256)")
     what.add_argument("--precision", choices=PRECISIONS, default="bf16",
                       help="training precision; mxfp8 needs Blackwell (p6) (bf16)")
     what.add_argument("--bf16-moments", action="store_true",
                       help="Adam moments in BF16 (Megatron --use-precision-aware-optimizer)")
-    what.add_argument("--keep-local", type=_at_least_one, default=DEFAULT_KEEP_LOCAL, metavar="K",
+    what.add_argument("--keep-local", type=positive_int, default=DEFAULT_KEEP_LOCAL, metavar="K",
                       help="finished saves kept on the shared file system (training.checkpoint."
                            f"keep_local); it is sized for the weights plus K + 1 saves "
                            f"({DEFAULT_KEEP_LOCAL})")
     what.add_argument("--colocate", action="store_true",
                       help="RL: the rollout engine shares the training GPUs")
-    what.add_argument("--rollout-mem-fraction", type=float, default=None,
+    what.add_argument("--rollout-mem-fraction", type=fraction, default=None,
                       help="GPU memory the engine claims (SGLang mem_fraction_static; default "
                            "0.7 colocated, SGLang's standalone default on its own GPUs)")
-    what.add_argument("--rollout-kv-tokens", type=int, default=0,
+    what.add_argument("--rollout-kv-tokens", type=non_negative_int, default=0,
                       help="with --colocate: size the engine's KV cache by resident tokens per "
                            "GPU instead of --rollout-mem-fraction")
     what.add_argument("--no-rollout-offload", action="store_true",
@@ -101,18 +112,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rl.add_argument("--rl", action="store_true",
                     help="plan a GRPO step: rank colocated and disaggregated layouts by cost "
                          "per step; the trained sequence and batch come from the options below")
-    rl.add_argument("--prompts", type=int,
+    rl.add_argument("--prompts", type=positive_int,
                     help="prompts per rollout (config grpo.rollout_batch_size)")
-    rl.add_argument("--samples-per-prompt", type=int,
+    rl.add_argument("--samples-per-prompt", type=positive_int,
                     help="samples per prompt (config grpo.n_samples_per_prompt)")
-    rl.add_argument("--prompt-len", type=int, default=512, help="prompt tokens (512)")
-    rl.add_argument("--max-response-len", type=int,
+    rl.add_argument("--prompt-len", type=positive_int, default=512, help="prompt tokens (512)")
+    rl.add_argument("--max-response-len", type=positive_int,
                     help="maximum response tokens (config grpo.rollout_max_response_len)")
-    rl.add_argument("--mean-response-len", type=int, default=0,
+    rl.add_argument("--mean-response-len", type=non_negative_int, default=0,
                     help="mean response tokens (default 60%% of the maximum)")
-    rl.add_argument("--steps-per-rollout", type=int,
+    rl.add_argument("--steps-per-rollout", type=positive_int,
                     help="optimizer steps per rollout (config grpo.num_steps_per_rollout)")
-    rl.add_argument("--logprob-passes", type=int,
+    rl.add_argument("--logprob-passes", type=non_negative_int,
                     help="forward-only log-prob passes before training (1; 2 when the config "
                          "has a KL term)")
     rl.add_argument("--placement", choices=("both", "colocated", "disaggregated"),
@@ -123,30 +134,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "--overlap alone) or stream (engines never drain, in-flight weight "
                          "updates; Miles --fully-async); default: stream with "
                          "--off-policy-steps, else none")
-    rl.add_argument("--off-policy-steps", type=int, metavar="K",
+    rl.add_argument("--off-policy-steps", type=non_negative_int, metavar="K",
                     help="generation may run up to K optimizer steps ahead (0 = on-policy, the "
                          "default; 1 with --overlap)")
-    rl.add_argument("--engine-gpus", type=int, help="pin GPUs per SGLang engine")
-    rl.add_argument("--engine-ep", type=int, help="pin expert-parallel size inside an engine")
+    rl.add_argument("--engine-gpus", type=positive_int, help="pin GPUs per SGLang engine")
+    rl.add_argument("--engine-ep", type=positive_int, help="pin expert-parallel size inside an engine")
 
     where = p.add_argument_group("where")
     where.add_argument("--instance", metavar="TYPE",
                        help=f"EC2 instance type: {', '.join(INSTANCE_TYPES)} (default: that of "
                             "the config's training.node_group)")
-    where.add_argument("--nodes", type=int,
+    where.add_argument("--nodes", type=positive_int,
                        help="node count (default: the config's training.nodes when the instance "
                             "type comes from the config too, else search 1..--max-nodes)")
-    where.add_argument("--max-nodes", type=int,
+    where.add_argument("--max-nodes", type=positive_int,
                        help=f"node quota; the search never exceeds it (default "
                             f"{DEFAULT_MAX_NODES}; {DEFAULT_RL_MAX_NODES} with --rl)")
-    where.add_argument("--headroom-gib", type=float, default=0.0,
+    where.add_argument("--headroom-gib", type=non_negative_float, default=0.0,
                        help="GPU memory to keep free beyond the model's own reserve (0)")
-    where.add_argument("--price-per-hour", type=float,
+    where.add_argument("--price-per-hour", type=non_negative_float,
                        help="USD per node-hour (default: the dated on-demand table)")
 
     how = p.add_argument_group("layout (pin any part; the rest is searched)")
     for name in ("tp", "pp", "ep", "etp", "cp", "vpp", "mbs"):
-        how.add_argument(f"--{name}", type=int)
+        how.add_argument(f"--{name}", type=positive_int)
     how.add_argument("--recompute", choices=("none", "selective", "full"))
     how.add_argument("--ep-backend", choices=EP_BACKENDS,
                      help="override the recommended expert-parallel backend")
@@ -162,7 +173,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config(where)  # model, instance, nodes and GRPO shape default to the config's
 
     out = p.add_argument_group("output")
-    out.add_argument("--top", type=int, default=5, help="layouts to show (5)")
+    out.add_argument("--top", type=positive_int, default=5, help="layouts to show (5)")
     add_output_option(out)
     out.add_argument("--write-config", metavar="PATH",
                      help="write the best layout into this kit config file")
@@ -172,13 +183,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="draw cost per million trained tokens against node count and the "
                           "chosen layout's step-time breakdown (PNG)")
     p.set_defaults(func=run)
-
-
-def _at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:  # retention never deletes the newest finished save
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -195,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.node_group:
                 raise PlannerError("--write-config needs --node-group NAME (a gpu_node_groups "
                                    "entry of the config file)")
+            _ensure_config(args, result.system.name, result.best.nodes)
             write_config(args.write_config, result.best, result.model.key, result.system.name,
                          args.node_group)
     except PlannerError as err:
@@ -202,10 +207,10 @@ def run(args: argparse.Namespace) -> int:
     shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments,
                                keep_local=args.keep_local)
     if wants_json(args):
-        print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
+        emit(args, {**result.to_dict(), "shared_filesystem": shared_fs.to_dict()})
     else:
         _print_table(result)
-        print(shared_fs.describe())
+        make_console().print(shared_fs.describe(), markup=False, highlight=False)
     if args.write_config:
         print(f"wrote training.{{model,node_group,nodes,parallel,expert_parallel.backend}} "
               f"to {args.write_config}", file=sys.stderr)
@@ -305,10 +310,10 @@ def _run_rl(args: argparse.Namespace) -> int:
     shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments,
                                keep_local=args.keep_local)
     if wants_json(args):
-        print(json.dumps({**result.to_dict(), "shared_filesystem": shared_fs.to_dict()}, indent=2))
+        emit(args, {**result.to_dict(), "shared_filesystem": shared_fs.to_dict()})
     else:
         _print_rl_table(result)
-        print(shared_fs.describe())
+        make_console().print(shared_fs.describe(), markup=False, highlight=False)
     if args.write_config:
         print(f"wrote training.{{model,node_group,nodes,parallel,expert_parallel.backend,rollout,"
               f"grpo}} to {args.write_config}", file=sys.stderr)
@@ -331,6 +336,7 @@ def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
             "rollout pool; rerun with --placement colocated (and no overlap) to write the best "
             f"colocated layout, or run Miles yourself with: {miles}")
     rl = result.rl
+    _ensure_config(args, result.system.name, best.nodes)
     write_config(args.write_config, best.training, result.model.key, result.system.name,
                  args.node_group,
                  rollout={"gpus_per_engine": best.engine.gpus, "ep": best.engine.ep},
@@ -339,6 +345,20 @@ def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
                        "global_batch_size": rl.train_batch,
                        "num_steps_per_rollout": rl.steps_per_rollout,
                        "rollout_max_response_len": rl.max_response_len})
+
+
+def _ensure_config(args: argparse.Namespace, instance_type: str, nodes: int) -> None:
+    """--write-config names a file that does not exist yet: start it (the README's first
+    command), with the node group the plan runs on; write_config then merges the plan in."""
+    path = Path(args.write_config)
+    if path.exists():
+        return
+    if not path.parent.is_dir():
+        raise PlannerError(f"--write-config {path}: the directory {path.parent} does not exist; "
+                           "create it or write the config elsewhere")
+    path.write_text(starter_config(path, instance_type, args.node_group, nodes))
+    print(f"created {path}: a new config for environment {path.stem!r} (edit name, region and "
+          "account before deploying)", file=sys.stderr)
 
 
 def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:
@@ -365,10 +385,20 @@ def _money(x: float | None, fmt: str = "{:,.2f}") -> str:
     return "n/a" if x is None else fmt.format(x)
 
 
-def _print_table(result: PlanResult) -> None:
-    from rich.table import Table
+# Columns dropped first when the terminal is too narrow (the rest always shows; -o json has all).
+DROP_ORDER = ("recompute", "MFU", "$/h", "tok/s/GPU", "mem GiB", "step s")
+RL_DROP_ORDER = ("engines", "sync", "train", "rollout", "train+rollout", "samples/s", "$/step",
+                 "training layout", "bound")
 
-    console = make_console(min_width=140)  # a pipe gets PIPE_WIDTH: no folded lines
+
+def _dropped_note(console, dropped: list[str]) -> None:
+    if dropped:
+        console.print(f"(not shown at {console.width} columns: {', '.join(dropped)}; widen the "
+                      "terminal, or use -o json)", markup=False, highlight=False)
+
+
+def _print_table(result: PlanResult) -> None:
+    console = make_console()  # the terminal's width; a pipe gets plain columns
     m, s, setup = result.model, result.system, result.setup
     searched = (f"{result.node_counts[0]} node(s)" if len(result.node_counts) == 1
                 else f"1-{result.node_counts[-1]} nodes")
@@ -378,21 +408,17 @@ def _print_table(result: PlanResult) -> None:
         f"{s.gpu_memory_gib:g} GiB): seq {setup.seq_len}, global batch {setup.global_batch}, "
         f"{setup.precision}; searched {searched}, {result.evaluated} layouts in "
         f"{result.search_seconds:.2f} s, ranked by {result.objective}")
-    table = Table(show_lines=False)
-    for col, justify in (("#", "right"), ("nodes", "right"), ("layout", "left"),
-                         ("recompute", "left"), ("mem GiB", "right"), ("step s", "right"),
-                         ("tok/s/GPU", "right"), ("MFU", "right"), ("EP backend", "left"),
-                         ("$/h", "right"), ("$/M tok", "right")):
-        table.add_column(col, justify=justify)
-    for i, c in enumerate(result.candidates, 1):
-        table.add_row(
-            str(i), str(c.nodes), c.layout.label(), c.layout.recompute,
-            f"{c.memory.peak:.1f}/{c.memory.capacity:g}", f"{c.time.step:.2f}",
-            f"{c.time.tokens_per_s_per_gpu:,.0f}", f"{c.time.mfu * 100:.0f}%",
-            c.backend.backend, _money(c.cost.dollars_per_hour, "{:,.0f}"),
-            _money(c.cost.dollars_per_million_tokens),
-        )
-    console.print(table)
+    columns = ("#", "nodes", "layout", "recompute", "mem GiB", "step s", "tok/s/GPU", "MFU",
+               "EP backend", "$/h", "$/M tok")
+    rows = [[str(i), str(c.nodes), c.layout.label(), c.layout.recompute,
+             f"{c.memory.peak:.1f}/{c.memory.capacity:g}", f"{c.time.step:.2f}",
+             f"{c.time.tokens_per_s_per_gpu:,.0f}", f"{c.time.mfu * 100:.0f}%",
+             c.backend.backend, _money(c.cost.dollars_per_hour, "{:,.0f}"),
+             _money(c.cost.dollars_per_million_tokens)]
+            for i, c in enumerate(result.candidates, 1)]
+    dropped = print_fitted_table(console, columns, rows, DROP_ORDER, right=(
+        "#", "nodes", "mem GiB", "step s", "tok/s/GPU", "MFU", "$/h", "$/M tok"))
+    _dropped_note(console, dropped)
     b = result.best
     mem, t = b.memory, b.time
     console.print(
@@ -434,9 +460,7 @@ def _mode_text(rl: RLSetup) -> str:
 
 
 def _print_rl_table(result: RLPlan) -> None:
-    from rich.table import Table
-
-    console = make_console(min_width=160)  # a pipe gets PIPE_WIDTH: no folded lines
+    console = make_console()  # the terminal's width; a pipe gets plain columns
     m, s, rl = result.model, result.system, result.rl
     console.print(
         f"[bold]GRPO step[/bold] for [bold]{m.name}[/bold] on [bold]{s.name}[/bold]: "
@@ -444,22 +468,20 @@ def _print_rl_table(result: RLPlan) -> None:
         f"response mean {rl.mean_response} / max {rl.max_response_len} tokens, "
         f"{rl.steps_per_rollout} optimizer step(s), training {result.precision}, "
         f"{_mode_text(rl)}; searched in {result.search_seconds:.2f} s")
-    table = Table()
-    for col, justify in (("#", "right"), ("placement", "left"), ("nodes", "right"),
-                         ("train+rollout", "right"), ("engines", "left"),
-                         ("training layout", "left"), ("step s", "right"),
-                         ("rollout", "right"), ("sync", "right"), ("train", "right"),
-                         ("bound", "left"), ("samples/s", "right"), ("$/step", "right"),
-                         ("$/M tok", "right")):
-        table.add_column(col, justify=justify)
+    columns = ("#", "placement", "nodes", "train+rollout", "engines", "training layout", "step s",
+               "rollout", "sync", "train", "bound", "samples/s", "$/step", "$/M tok")
+    rows = []
     for i, c in enumerate(result.candidates, 1):
         split = "shared" if c.placement == "colocated" else f"{c.train_nodes}+{c.rollout_nodes}"
-        table.add_row(str(i), c.placement, str(c.nodes), split, c.engine.label(),
-                      c.training.layout.label(), f"{c.time.step:.1f}", f"{c.time.rollout:.1f}",
-                      f"{c.time.sync:.1f}", f"{c.time.train:.1f}", c.time.bound,
-                      f"{c.samples_per_s:.2f}",
-                      _money(c.dollars_per_step), _money(c.dollars_per_million_tokens))
-    console.print(table)
+        rows.append([str(i), c.placement, str(c.nodes), split, c.engine.label(),
+                     c.training.layout.label(), f"{c.time.step:.1f}", f"{c.time.rollout:.1f}",
+                     f"{c.time.sync:.1f}", f"{c.time.train:.1f}", c.time.bound,
+                     f"{c.samples_per_s:.2f}",
+                     _money(c.dollars_per_step), _money(c.dollars_per_million_tokens)])
+    dropped = print_fitted_table(console, columns, rows, RL_DROP_ORDER, right=(
+        "#", "nodes", "train+rollout", "step s", "rollout", "sync", "train", "samples/s",
+        "$/step", "$/M tok"))
+    _dropped_note(console, dropped)
     b, t = result.best, result.best.time
     console.print(
         f"[bold]Best placement[/bold]: {b.placement}, {b.nodes} x {s.name}"

@@ -10,7 +10,6 @@ Exit code 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from rich.console import Console
@@ -18,7 +17,7 @@ from rich.console import Console
 from infra.catalog.fsx import PRICE_REGION
 from infra.config import config_cost
 from ops import aws, options
-from ops.output import make_console, wants_json
+from ops.output import emit, make_console, wants_json
 from ops.output import print_table as print_rows
 from ops.preflight import FAIL, PASS, WARN, Check, run_preflight, summary
 
@@ -45,10 +44,9 @@ def _run(args: argparse.Namespace) -> int:
     counts = summary(checks)
     shared_fs = config_cost(cfg)
     if wants_json(args):
-        print(json.dumps({"config": cfg.name, "region": region, "ok": counts[FAIL] == 0,
-                          "summary": counts, "checks": [c.to_dict() for c in checks],
-                          "shared_filesystem": shared_fs.to_dict() if shared_fs else None},
-                         indent=2))
+        emit(args, {"config": cfg.name, "region": region, "ok": counts[FAIL] == 0,
+                    "summary": counts, "checks": [c.to_dict() for c in checks],
+                    "shared_filesystem": shared_fs.to_dict() if shared_fs else None})
     else:
         console = make_console(args.width)
         print_table(checks, f"preflight: {cfg.name} ({region})", console)

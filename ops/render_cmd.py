@@ -5,14 +5,21 @@ Every value comes from the kit config, the instance catalog and the deployed sta
 (credentials needed). With neither, outputs are placeholders and every object says so: good for
 review and CI, not for `kubectl apply`.
 
-Custom kinds (RayJob) are validated against CRD schemas from --crd-dir (default: ../shared/crds
-where CI keeps them), or with --from-cluster against the CRDs installed on the cluster kubectl
-points at (read-only `kubectl get crd`). A kind with no schema is reported as NOT validated.
+Custom kinds (RayJob) are validated against CRD schemas from --crd-dir (default: the pinned
+KubeRay CRDs in ../shared/crds where CI keeps them, else in the verified artifact cache), or with
+--from-cluster against the CRDs installed on the cluster kubectl points at (read-only `kubectl get
+crd`). A kind with no schema is reported as NOT validated.
+
+The tree is rendered into a fresh directory beside --out, validated there, and swapped in only
+when valid: no stale file of an earlier render survives, and a failed render changes nothing.
+-o json|yaml prints what was written as one document (docs/cli.md). Exit code 0 written, 1 the
+manifests failed validation (nothing written), 2 bad input or could not run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -20,29 +27,39 @@ from pathlib import Path
 from manifests import RenderError, build_context, render, tree, write
 from manifests.render import comment_line
 from ops import options
+from ops.output import add_output_option, emit, wants_json
 from ops.preflight import PASS, check_instance_facts
 from ops.rendering import resolve_outputs
-from ops.validation import crds_from_cluster, run_validation
+from ops.validation import crds_from_cluster, report_document, run_validation
 
 
 def _run(args: argparse.Namespace) -> int:
+    # With -o json|yaml the text goes to stderr and stdout holds the one document.
+    with contextlib.redirect_stdout(sys.stderr) if wants_json(args) else contextlib.nullcontext():
+        code, doc = _render(args)
+    if wants_json(args) and doc is not None:
+        emit(args, doc)
+    return code
+
+
+def _render(args: argparse.Namespace) -> tuple[int, dict | None]:
     cfg = options.load_config(args)
     if cfg is None:
-        return 2
+        return 2, None
     try:
         outputs = resolve_outputs(cfg, args.outputs, placeholder=not args.from_stacks,
                                   clients=options.aws_clients(args, cfg.region))
         files = render(build_context(cfg, outputs))
     except RenderError as err:
         print(err, file=sys.stderr)
-        return 2
+        return 2, None
 
     out = args.out if args.out is not None else Path("out") / cfg.name
     codes: list[int] = []
     if args.from_cluster and (args.crd_dir is not None or args.no_validate):
         print("error: --from-cluster validates against the cluster's CRDs; it cannot be combined "
               "with --crd-dir or --no-validate. Fix: drop one of them", file=sys.stderr)
-        return 2
+        return 2, None
     for name, group in cfg.gpu_node_groups.items():
         facts = check_instance_facts(name, group)
         if facts.status != PASS:
@@ -62,11 +79,11 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"error: could not write {out}: {err.strerror}. Fix: pass --out with a writable "
               "directory", file=sys.stderr)
-        return 2
+        return 2, None
     if written is None:
         print(f"Nothing written to {out}/: the rendered manifests failed validation (above).",
               file=sys.stderr)
-        return codes[-1] if codes else 1
+        return (codes[-1] if codes else 1), None
     print(f"Rendered {len(files)} object(s) for {cfg.name!r} (stack outputs: "
           f"{comment_line(outputs.origin).removeprefix('# ')}):")
     print(tree(out))
@@ -83,7 +100,11 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  kubectl apply -f {out}")
     print(f"  kubectl apply -f {out}/fabric/nodecheck    # then allreduce, then ep")
     print(f"  kubectl apply -f {out}/rl-job")
-    return 0
+    report = getattr(args, "validation_report", None)
+    return 0, {"environment": cfg.name, "out": str(out),
+               "outputs": {"origin": outputs.origin, "placeholder": outputs.is_placeholder},
+               "files": sorted(str(p) for p in written),
+               "validation": report_document(report) if report is not None else None}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -93,6 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     options.add_config(p)
     options.add_outputs_source(p, "the JSON written by `cdk deploy --outputs-file`",
                                from_stacks=True)
+    options.add_aws(p)
     p.add_argument("--out", type=Path, default=None,
                    help="output directory (default: out/<config name>)")
     p.add_argument("--no-validate", action="store_true", help="skip offline validation")
@@ -102,4 +124,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "kubectl points at, instead of --crd-dir")
     p.add_argument("--context", default=None,
                    help="kubectl context for --from-cluster (default: the current one)")
+    add_output_option(p)
     p.set_defaults(func=_run)

@@ -12,6 +12,12 @@ delete marker, every image.
 Afterwards the Resource Groups Tagging API (GetResources filtered on the kit's
 ``rlkit:environment`` tag) lists whatever still carries the environment's tag.
 
+What is torn down is a ``Target``: the environment's name, region and account and the few config
+facts teardown reads. It comes from a validated config, or, when the config no longer validates
+(one written for an older kit), from the environment's name alone: the stacks are then found by
+their exact names and ``rlkit:environment`` tag, and what the config would have said is assumed
+the safe way (not ephemeral, the file system retained).
+
 Functions take boto3 clients; ``ops.teardown_cmd`` builds them.
 """
 
@@ -28,6 +34,32 @@ from ops.aws import AWS_ERRORS
 
 _GONE = {"DELETE_COMPLETE"}
 _FAILED = {"DELETE_FAILED"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """The environment to tear down and the config facts teardown reads."""
+
+    name: str
+    region: str
+    account: str | None = None
+    gpu_groups: tuple[str, ...] = ()  # besides these, tagged <name>-gpu-* stacks are found live
+    ephemeral: bool = False
+    storage_retain: bool = True
+    from_config: bool = True
+
+    @classmethod
+    def of(cls, cfg: "KitConfig | Target") -> "Target":
+        if isinstance(cfg, Target):
+            return cfg
+        return cls(name=cfg.name, region=cfg.region, account=cfg.account,
+                   gpu_groups=tuple(cfg.gpu_node_groups), ephemeral=cfg.ephemeral,
+                   storage_retain=cfg.storage.retain)
+
+    @classmethod
+    def by_name(cls, name: str, region: str, account: str | None = None) -> "Target":
+        """No usable config: name and tags only, every unknown assumed the safe way."""
+        return cls(name=name, region=region, account=account, from_config=False)
 
 
 class TeardownError(RuntimeError):
@@ -71,14 +103,15 @@ def _gpu_group_of(env_name: str, stack: str) -> str | None:
     return group if names.GPU_GROUP_NAME_RE.fullmatch(group) else None
 
 
-def plan_teardown(cfn: Any, cfg: KitConfig, delete_data: bool) -> Plan:
+def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Plan:
     """Which stacks to delete, in order. A stack is this environment's only when its name is one
     of the environment's stack names AND its ``rlkit:environment`` tag equals the environment
     name: a neighbouring environment (``moe-rl-2``, ``moe-rl-gpu``) or a foreign stack that
     happens to match ``<name>-gpu-*`` (``moe-rl-gpu-monitoring``) is never touched."""
+    cfg = Target.of(cfg)
     live = live_stacks(cfn)
     stack = names.stack_names(cfg.name)
-    configured_gpu = {names.gpu_stack_name(cfg.name, g) for g in cfg.gpu_node_groups}
+    configured_gpu = {names.gpu_stack_name(cfg.name, g) for g in cfg.gpu_groups}
     plan = Plan(stages=[])
 
     def ours(name: str) -> bool:
@@ -104,7 +137,7 @@ def plan_teardown(cfn: Any, cfg: KitConfig, delete_data: bool) -> Plan:
     access += [stack["observability"]] if ours(stack["observability"]) else []
     # A file system CloudFormation retains would outlive its stack and keep the network in use, so
     # the storage stack goes only when its file system goes with it.
-    storage_deletable = cfg.ephemeral or (delete_data and not cfg.storage.retain)
+    storage_deletable = cfg.ephemeral or (delete_data and not cfg.storage_retain)
     storage = ours(stack["storage"])
     stages = [gpu + access,
               ([stack["cluster"]] if ours(stack["cluster"]) else [])

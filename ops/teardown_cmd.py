@@ -11,7 +11,13 @@ after every other stack is gone: only then are its buckets emptied (every object
 delete marker) and its images deleted, since CloudFormation refuses to delete either while they
 hold data. A failed cluster delete therefore never leaves a running environment without its data.
 
-Asks you to type the environment name unless --yes. --dry-run prints what it would delete.
+When the config no longer validates (written for an older kit, say), teardown still works: it
+reads the environment's name and region from the file, or from --name and --region, and finds the
+stacks by their exact names and tag; it then keeps the data, and a retained file system with its
+network, whatever the config said (--delete-data still deletes the data stack).
+
+Asks you to type the environment name unless --yes. --dry-run prints what it would delete, and
+exits non-zero where the real teardown would refuse.
 Exit code 0 when everything is gone, 1 when something is left or a deletion failed, 2 for a bad
 config or a missing confirmation, 130 when interrupted (CloudFormation carries on; run again).
 """
@@ -23,10 +29,12 @@ import sys
 from typing import Callable
 
 from infra import names
+from infra.config import ConfigError, read_config_file
 from ops import aws, options
 from ops.aws import AwsClients
-from ops.config_source import announce
+from ops.config_source import describe
 from ops.teardown import (
+    Target,
     TeardownError,
     cluster_log_groups,
     delete_stacks,
@@ -54,12 +62,46 @@ def _confirm(name: str, args: argparse.Namespace, ask: Callable[[str], str]) -> 
     return True
 
 
-def _run(args: argparse.Namespace) -> int:
+def _target(args: argparse.Namespace) -> Target | None:
+    """The environment to tear down: --name (with --region), else the config; a config that no
+    longer validates still names its environment (its problems are printed as a warning)."""
+    if args.name is not None:
+        if args.region is None:
+            print(f"error: --name {args.name} needs --region (the region its stacks are in); "
+                  "nothing deleted", file=sys.stderr)
+            return None
+        return Target.by_name(args.name, args.region)
     cfg = options.load_config(args)
+    if cfg is not None:
+        return Target.of(cfg)
+    if args.config is None:
+        return None
+    try:
+        raw = read_config_file(args.config)
+    except ConfigError:
+        return None  # not even YAML: printed above
+    name, region = raw.get("name"), args.region or raw.get("region")
+    if not isinstance(name, str) or not isinstance(region, str):
+        print(f"error: {args.config} does not validate and names no environment and region to "
+              f"tear down. Fix: rlkit teardown --name ENV --region REGION", file=sys.stderr)
+        return None
+    print(f"warning: the config does not validate (above); tearing down by name and tags: "
+          f"environment {name!r} in {region}. Its data, and a retained file system with its "
+          "network, are kept unless --delete-data.", file=sys.stderr)
+    return Target.by_name(name, region, raw.get("account") if isinstance(
+        raw.get("account"), str) else None)
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = _target(args)
     if cfg is None:
         return 2
     region = args.region or cfg.region
-    announce(cfg, args, f"{'[dry-run] ' if args.dry_run else ''}Teardown of", region)
+    account_text = f"account {cfg.account}, " if cfg.account else ""
+    source = (f"--name {args.name}" if args.name is not None else describe(args))
+    print(f"{'[dry-run] ' if args.dry_run else ''}Teardown of environment {cfg.name!r} "
+          f"({account_text}{region}{' from --region' if args.region else ''}); "
+          f"{'config' if cfg.from_config else 'from'}: {source}")
     if region != cfg.region:
         print(f"warning: --region {region} differs from the config's region {cfg.region}; "
               f"tearing down stacks named for {cfg.name!r} in {region}.", file=sys.stderr)
@@ -189,6 +231,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "leftovers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_config(p)
     options.add_aws(p)
+    p.add_argument("--name", default=None, metavar="ENV",
+                   help="tear down the environment of this name (with --region) without a config, "
+                   "found by its stacks' names and rlkit:environment tag")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation (CI)")
     p.add_argument("--delete-data", action="store_true",
                    help="delete the data stack too: empties the bucket (all versions) and the ECR "

@@ -7,10 +7,10 @@
     python scripts/fetch_artifacts.py --relock   # rewrite the lock's checksums and file lists from ../shared
 
 The cache is $RLKIT_ARTIFACTS, else $XDG_CACHE_HOME/rlkit/artifacts, else ~/.cache/rlkit/artifacts;
-the tests look there after ../shared (tests/support/artifacts.py). A download whose checksum
-differs from the lock is refused and nothing is written. Charts come from the lock's URL, else
-from the chart repository's index.yaml; a chart archive is accepted when its file sha256 or its
-content digest (the files inside it) matches. Source trees come from a GitHub archive at the
+the tests and `rlkit check`/`validate` look there after ../shared (ops/artifacts.py). A download
+whose checksum differs from the lock is refused and nothing is written. Charts come from the
+lock's URL, else from the chart repository's index.yaml; a chart archive is accepted when its
+file sha256 or its content digest (the files inside it) matches. Source trees come from a GitHub archive at the
 pinned commit (only the locked files are kept) or from one raw URL per file. Standard library only.
 """
 

@@ -30,6 +30,41 @@ class ConfigError(ValueError):
 _MISSING = "<missing>"
 
 
+def _did_you_mean(loc: tuple) -> str | None:
+    """The known field closest to the unknown key at ``loc`` (None when nothing is close)."""
+    import difflib
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    from infra.config.model import KitConfig
+
+    def is_model(t: Any) -> bool:
+        return isinstance(t, type) and issubclass(t, BaseModel)
+
+    def unwrap(t: Any) -> Any:  # Optional[X] / X | None -> X
+        args = [a for a in typing.get_args(t) if a is not type(None)]
+        union = typing.get_origin(t) in (typing.Union, types.UnionType)
+        return args[0] if union and len(args) == 1 else t
+
+    model: Any = KitConfig
+    for part in loc[:-1]:
+        model = unwrap(model)
+        if is_model(model):
+            field = model.model_fields.get(str(part))
+            model = field.annotation if field is not None else None
+        elif typing.get_origin(model) in (dict, list, tuple):
+            model = typing.get_args(model)[-1] if typing.get_args(model) else None
+        else:
+            return None
+    model = unwrap(model)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return None
+    match = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
 def _problems_from_pydantic(error: ValidationError) -> list[Problem]:
     problems = []
     for e in error.errors():
@@ -38,9 +73,11 @@ def _problems_from_pydantic(error: ValidationError) -> list[Problem]:
         if kind == "missing":
             problems.append(problem(path, _MISSING, "this field is required", "add it"))
         elif kind == "extra_forbidden":
+            close = _did_you_mean(e["loc"])
             problems.append(problem(
                 path, e["input"], "unknown field",
-                "remove it or correct its spelling (see docs/config-reference.md)",
+                f"did you mean {close!r}? Rename it, or remove it (see docs/config-reference.md)"
+                if close else "remove it or correct its spelling (see docs/config-reference.md)",
             ))
         else:
             problems.append(problem(

@@ -116,7 +116,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
     if not path.is_file():
         raise fail("no such config file",
-                   "pass an existing path, e.g. -c config=examples/p5-2node.yaml")
+                   "check the path, or start from an example such as examples/p5-2node.yaml")
     try:
         raw = path.read_bytes()
     except OSError as err:
@@ -148,6 +148,13 @@ def parse_config_text(text: str, source: str = "config") -> dict[str, Any]:
             loader.dispose()
     except _LoadProblem as err:
         raise fail(err.rule, err.fix) from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"
+        what = "; ".join(x for x in (err.context, err.problem) if x)
+        raise fail(f"not valid YAML at {where}: {what}",
+                   f"fix the YAML at {source}:{where.replace('line ', '').replace(', column ', ':')}"
+                   ) from None
     except yaml.YAMLError as err:
         raise fail(f"not valid YAML ({shorten(str(err), 300)})",
                    "fix the YAML syntax at the position shown") from None
@@ -257,10 +264,48 @@ def parse_config(data: dict[str, Any] | None, source: str = "config") -> KitConf
 
 
 def load_config(path: str | Path | None = None) -> KitConfig:
-    """Load and validate a config file; ``None`` returns the validated built-in default."""
+    """Load and validate a config file; ``None`` returns the validated built-in default.
+
+    A problem whose value YAML read as a number where text was meant (``kubernetes_version:
+    1.30`` is the number 1.3) is told as that trap, with the line and the text as written."""
     if path is None:
         return parse_config({}, "built-in default config")
-    return parse_config(read_config_file(path), str(path))
+    data = read_config_file(path)
+    try:
+        return parse_config(data, str(path))
+    except ConfigError as err:
+        text = Path(path).read_text(encoding="utf-8")
+        raise ConfigError([_explain_number_trap(p, text) for p in err.problems], str(path)) \
+            from None
+
+
+def _scalar_node(text: str, dotted: str) -> yaml.ScalarNode | None:
+    """The YAML scalar node at a dotted config path (mapping keys only), or None."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    for part in dotted.split("."):
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+    return node if isinstance(node, yaml.ScalarNode) else None
+
+
+def _explain_number_trap(p: Problem, text: str) -> Problem:
+    if not (isinstance(p.value, (int, float)) and not isinstance(p.value, bool)
+            and "valid string" in p.rule):
+        return p
+    node = _scalar_node(text, p.subject)
+    if node is None or node.style is not None:  # quoted: not the trap
+        return p
+    written = node.value
+    key = p.subject.rsplit(".", 1)[-1]
+    return problem(
+        p.subject, p.value,
+        f"line {node.start_mark.line + 1}: YAML reads the unquoted {written} as the number "
+        f"{p.value!r}, not the text {written!r} (the quoted-number trap)",
+        f'quote it: {key}: "{written}"')
 
 
 def json_schema() -> dict[str, Any]:

@@ -1,22 +1,46 @@
 """What a gate run leaves behind: the gate.json document, its figures, and the comparison of
 recorded runs (`rlkit gate --compare`), and reading gate.json back (what `rlkit launch` trusts).
 
-The file lives at ``<state dir>/<config name>/gate.json`` (state dir ``.rlkit`` by default), with
-the logs it judged in ``gate-logs/`` beside it.
+The file lives at ``<state root>/<environment name>/gate.json``, with the logs it judged in
+``gate-logs/`` beside it. The state root is ``--state-dir``, else ``$XDG_STATE_HOME/rlkit``, else
+``~/.local/state/rlkit`` (the XDG base directory default), so results do not depend on the working
+directory. The functions here are the results store's API (``state_dir``, ``results_path``,
+``load_state``, ``write_record``): code that reads earlier results goes through them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
 from ops.gate.findings import GateReport, size_text
 
 
-def state_dir(root: str | Path, config_name: str) -> Path:
-    """Where one config's gate result and logs live."""
-    return Path(root) / config_name
+LEGACY_ROOT = Path(".rlkit")  # before 0.1.0's XDG move: relative to the working directory
+
+
+def default_state_root() -> Path:
+    """``$XDG_STATE_HOME/rlkit``, else ``~/.local/state/rlkit``."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "rlkit"
+
+
+def state_dir(root: str | Path | None, config_name: str) -> Path:
+    """Where one environment's gate result and logs live (``root`` None: the default root)."""
+    return Path(root if root is not None else default_state_root()) / config_name
+
+
+def results_path(config_name: str, root: str | Path | None = None) -> Path:
+    """The environment's gate.json (it may not exist yet)."""
+    return state_dir(root, config_name) / "gate.json"
+
+
+def legacy_results(config_name: str) -> Path | None:
+    """A gate.json an older rlkit wrote under ./.rlkit, when there is one (launch names it)."""
+    path = LEGACY_ROOT / config_name / "gate.json"
+    return path if path.is_file() else None
 
 # --- state file ----------------------------------------------------------------------------------
 

@@ -134,8 +134,8 @@ def test_unknown_field_and_wrong_type():
         "gpu_node_groups.p5.max_size = 'two': Input should be a valid integer, unable to parse "
         "string as an integer. Fix: give a value of the documented type "
         "(see docs/config-reference.md).",
-        "regoin = 'us-east-1': unknown field. Fix: remove it or correct its spelling "
-        "(see docs/config-reference.md).",
+        "regoin = 'us-east-1': unknown field. Fix: did you mean 'region'? Rename it, or remove "
+        "it (see docs/config-reference.md).",
     ]
 
 
@@ -233,13 +233,32 @@ def test_layout_must_divide_gpus():
 def test_missing_file_and_bad_yaml(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(tmp_path / "nope.yaml")
-    assert "no such config file. Fix: pass an existing path" in str(err.value)
+    # the hint names no CDK syntax (-c config=...): the CLI and cdk both read this text
+    assert "no such config file. Fix: check the path, or start from an example" in str(err.value)
+    assert "-c config=" not in str(err.value)
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed\n")
     with pytest.raises(ConfigError) as err:
         load_config(bad)
-    assert "not valid YAML" in str(err.value)
-    assert "Fix: fix the YAML syntax at the position shown" in str(err.value)
+    # the file, line and column of the YAML error
+    assert "not valid YAML at line 2, column 1: while parsing a flow sequence; expected ',' or " \
+        "']', but got '<stream end>'" in str(err.value)
+    assert f"Fix: fix the YAML at {bad}:2:1" in str(err.value)
+
+
+def test_an_unquoted_version_is_named_as_the_quoted_number_trap(tmp_path):
+    cfg = tmp_path / "trap.yaml"
+    cfg.write_text("name: trap\nkubernetes_version: 1.30\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert str(err.value).splitlines()[1] == (
+        "  - kubernetes_version = 1.3: line 2: YAML reads the unquoted 1.30 as the number 1.3, "
+        "not the text '1.30' (the quoted-number trap). Fix: quote it: kubernetes_version: "
+        '"1.30".')
+    cfg.write_text('name: trap\nkubernetes_version: "1.30"\n')  # quoted: no trap, another rule
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert "quoted-number trap" not in str(err.value)
 
 
 def test_app_exits_2_with_the_report_and_writes_nothing(tmp_path):

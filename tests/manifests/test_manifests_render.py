@@ -451,7 +451,7 @@ def test_outputs_from_cloudformation_stacks():
         client = boto3.client("cloudformation", region_name=cfg.region)
         for stack, outputs in real_outputs(cfg).items():
             _create_stack(client, stack, outputs)
-        got = outputs_from_stacks(cfg)
+        got = outputs_from_stacks(cfg, client)
     assert got.source == "cloudformation"
     assert got.bucket_name == "p5-team-data-123456789012"
     assert got.nodegroup_name == "p5-team-p5"
@@ -467,7 +467,7 @@ def test_outputs_from_cloudformation_report_undeployed_stacks():
         data = real_outputs(cfg)
         _create_stack(client, "moe-rl-data", data["moe-rl-data"])
         with pytest.raises(RenderError) as err:
-            outputs_from_stacks(cfg)
+            outputs_from_stacks(cfg, client)
     assert [p.subject for p in err.value.problems] == [
         "stack moe-rl-cluster", "stack moe-rl-gpu-p5", "stack moe-rl-storage"]
     assert "then render again with --from-stacks" in str(err.value)

@@ -178,8 +178,9 @@ def test_kind_without_schema_is_an_explained_skip_outside_ci():
     assert result.messages == [
         "NOT VALIDATED: no schema for RayJob (ray.io/v1): kubernetes-validate knows only built-in "
         "kinds and no CRD directory was given. To validate it, pass --crd-dir with a directory "
-        "holding the operator's CustomResourceDefinition YAML (the kit's CI uses ../shared/crds, "
-        "which holds KubeRay's)"]
+        "holding the operator's CustomResourceDefinition YAML, or run `python "
+        "scripts/fetch_artifacts.py` (it puts the pinned KubeRay CRDs in the artifact cache, where "
+        "rlkit looks after ../shared/crds)"]
 
 
 def test_kind_without_schema_is_an_error_in_strict_mode(tmp_path):

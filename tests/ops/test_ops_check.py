@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.support.cdk import REPO_ROOT
 from ops import cli, contract
 from ops.scheduling import Finding
@@ -94,3 +96,46 @@ def test_a_failed_offline_preflight_check_fails_the_verdict(tmp_path, capsys, mo
                                    "(no --config given and RLKIT_CONFIG not set)")
     assert out.strip().endswith("FAILED: 1 preflight failure(s); synth and the scheduling check "
                                 "did not run. Fix them before `cdk deploy`")
+
+
+# --- offline means offline: charts from the locked copies, else "not run" with the fix -------------
+
+
+def test_check_without_charts_or_network_runs_everything_else(tmp_path, capsys, monkeypatch):
+    import socket
+
+    from ops import artifacts
+
+    def no_network(*args, **kwargs):
+        raise OSError("the network is off in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(artifacts, "SHARED", tmp_path / "no-shared")
+    monkeypatch.setenv("RLKIT_ARTIFACTS", str(tmp_path / "empty-cache"))
+    code = cli.main(["check", "--config", str(REPO_ROOT / "examples/p5-2node.yaml"),
+                     "--cache-dir", str(tmp_path / "cache")])
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert "  config: valid" in out and "  preflight PASS: kubernetes version" in out
+    assert "  synth: every stack synthesized offline" in out
+    assert ("  scheduling: NOT RUN: chart aws-efa-k8s-device-plugin-v0.5.30.tgz is not in the "
+            "locked copies (../shared/charts, the artifact cache). Fix: pass --chart-dir DIR") in out
+    assert "run `python scripts/fetch_artifacts.py`" in out and "--pull" in out
+    assert out.splitlines()[-1].startswith("NOT COMPLETE: every other check passed")
+
+
+@pytest.mark.external
+def test_check_finds_charts_in_the_verified_cache_only(chart_dir, tmp_path, monkeypatch):
+    import shutil
+
+    from ops import artifacts, check_cmd
+
+    monkeypatch.setattr(artifacts, "SHARED", tmp_path / "no-shared")
+    monkeypatch.setenv("RLKIT_ARTIFACTS", str(tmp_path / "cache"))
+    (tmp_path / "cache/charts").mkdir(parents=True)
+    good, bad = "kuberay-operator-1.7.0.tgz", "nvidia-device-plugin-0.20.0.tgz"
+    shutil.copy(chart_dir / good, tmp_path / "cache/charts" / good)
+    (tmp_path / "cache/charts" / bad).write_bytes(b"not the locked chart")
+    assert check_cmd.locked_chart(good) == tmp_path / "cache/charts" / good
+    assert check_cmd.locked_chart(bad) is None  # a copy that does not match the lock is refused
+    assert check_cmd.locked_chart("aws-efa-k8s-device-plugin-v0.5.30.tgz") is None

@@ -60,7 +60,8 @@ def test_launch_pins_the_checked_context_for_every_call(tmp_path, kubectl, capsy
     after_check = kubectl.all_calls[1:]
     assert kubectl.all_calls[0] == ["config", "view", "--minify", "-o", "json"]
     assert after_check and all(c[:2] == ["--context", arn] for c in after_check)
-    assert [c[2] for c in after_check][:2] == ["get", "delete"]
+    assert [c[2:4] for c in after_check][:3] == [["get", "--raw"], ["get", "rayjob"],
+                                                 ["delete", "--ignore-not-found"]]
 
 
 def test_gate_refuses_a_context_on_another_cluster(tmp_path, kubectl, capsys):

@@ -61,7 +61,7 @@ def test_bash_script_parses_and_lists_every_subcommand(tmp_path, capsys):
 def test_bash_completes_commands_options_and_choices(tmp_path, capsys):
     text = script("bash", capsys)
     assert complete(text, tmp_path, "pre") == ["preflight"]
-    assert complete(text, tmp_path, "gate", "--output", "") == ["text", "json"]
+    assert complete(text, tmp_path, "gate", "--output", "") == ["text", "json", "yaml"]
     assert complete(text, tmp_path, "launch", "--ep-backend", "deepep-") == ["deepep-nvshmem",
                                                                              "deepep-gin"]
     assert complete(text, tmp_path, "completion", "") == ["-h", "--help", "bash", "zsh"]
@@ -99,5 +99,5 @@ def test_zsh_script_loads_the_bash_function_through_bashcompinit(tmp_path, capsy
     proc = subprocess.run(["zsh", "-f", "-c", program], capture_output=True, text=True,
                           check=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     output, _, shells = proc.stdout.partition("SEP\n")
-    assert output.split() == ["text", "json"]
+    assert output.split() == ["text", "json", "yaml"]
     assert shells.split() == ["-h", "--help", "bash", "zsh"]

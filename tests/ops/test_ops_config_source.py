@@ -32,7 +32,7 @@ def first_line(text: str) -> str:
 
 def test_rlkit_config_is_the_default_config(tmp_path, env_config, monkeypatch, capsys):
     monkeypatch.setenv("RLKIT_CONFIG", str(env_config))
-    assert launch_dry_run(tmp_path) == 0
+    assert launch_dry_run(tmp_path) == 1  # a dry run without a passed gate: the real launch would refuse
     err = capsys.readouterr().out
     assert first_line(err) == (f"[dry-run] Launch into environment 'gt' (us-east-1); config: "
                                f"{env_config} (from RLKIT_CONFIG)")
@@ -40,12 +40,12 @@ def test_rlkit_config_is_the_default_config(tmp_path, env_config, monkeypatch, c
 
 def test_config_flag_beats_rlkit_config(tmp_path, env_config, monkeypatch, capsys):
     monkeypatch.setenv("RLKIT_CONFIG", str(tmp_path / "elsewhere.yaml"))
-    assert launch_dry_run(tmp_path, "--config", str(env_config)) == 0
+    assert launch_dry_run(tmp_path, "--config", str(env_config)) == 1
     assert first_line(capsys.readouterr().out).endswith(f"config: {env_config} (from --config)")
 
 
 def test_built_in_default_is_said_out_loud(tmp_path, env_config, capsys):
-    assert launch_dry_run(tmp_path) == 0
+    assert launch_dry_run(tmp_path) == 1
     assert first_line(capsys.readouterr().out) == (
         "[dry-run] Launch into environment 'moe-rl' (us-east-1); config: the built-in default "
         "config (no --config given and RLKIT_CONFIG not set)")
@@ -91,7 +91,7 @@ def test_only_the_cli_entry_reads_rlkit_config(tmp_path, env_config, monkeypatch
     monkeypatch.setenv("RLKIT_CONFIG", str(env_config))
     args = cli.build_parser().parse_args(["launch", "--dry-run", "--state-dir",
                                           str(tmp_path / ".rlkit"), "--out", str(tmp_path / "o")])
-    assert args.func(args) == 0
+    assert args.func(args) == 1  # no gate ran: the dry run says the launch would refuse
     assert "environment 'moe-rl'" in first_line(capsys.readouterr().out)
 
 

@@ -441,6 +441,11 @@ class FakeKubectl:
         # The context `aws eks update-kubeconfig` writes for the outputs' cluster (gt-cluster).
         self.rule(["config", "view"], stdout=kubeconfig("gt-cluster"))
 
+    def point_at(self, cluster: str, region: str = "us-east-1") -> None:
+        """The current context is the one `aws eks update-kubeconfig --name <cluster>` writes."""
+        self.rules[0] = {"match": ["config", "view"], "stdout": kubeconfig(cluster, region)}
+        self.rules_path.write_text(json.dumps(self.rules))
+
     def rule(self, match, **answer):
         self.rules.append({"match": match, **answer})
         self.rules_path.write_text(json.dumps(self.rules))
@@ -453,13 +458,14 @@ class FakeKubectl:
 
     @property
     def calls(self) -> list[list[str]]:
-        """Calls that reach the cluster: without the local context check (`config view`) and
-        with the pinned --context taken off."""
+        """Calls that read or change the cluster: without the local context check (`config
+        view`), the reachability probe (`get --raw /readyz`) and with the pinned --context
+        taken off."""
         found = []
         for argv in self.all_calls:
-            if argv[:2] == ["--context", "arn:aws:eks:us-east-1:123456789012:cluster/gt-cluster"]:
+            if argv[:1] == ["--context"]:
                 argv = argv[2:]
-            if argv[:1] != ["config"]:
+            if argv[:1] != ["config"] and argv[:3] != ["get", "--raw", "/readyz"]:
                 found.append(argv)
         return found
 

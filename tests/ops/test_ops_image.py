@@ -249,6 +249,19 @@ def test_outputs_from_cloudformation_and_dry_run(capsys):
     assert out.startswith(f"[dry-run] rlkit image build would, for {REPO}:0.1.0-nccl:\n")
     assert f"--tag {REPO}:0.1.0-nccl --metadata-file" in out
     assert out.rstrip().endswith("[dry-run] nothing uploaded or started")
+    # -o json: the same plan as one document on stdout, the progress on stderr
+    st = Stubbed()
+    st.cloudformation.add_response("describe_stacks", {"Stacks": [{
+        "StackName": "moe-rl-data", "CreationTime": dt.datetime(2026, 11, 30),
+        "StackStatus": "CREATE_COMPLETE",
+        "Outputs": [{"OutputKey": k, "OutputValue": v}
+                    for k, v in OUTPUTS["moe-rl-data"].items()]}]})
+    assert run([*BASE, "--dry-run", "-o", "json"], st) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert (doc["dry_run"], doc["ok"], doc["image_uri"]) == (True, True, f"{REPO}:0.1.0-nccl")
+    assert any("--metadata-file" in step for step in doc["steps"])
+    assert "[dry-run] nothing uploaded or started" in captured.err
 
 
 def test_follow_build_times_out():

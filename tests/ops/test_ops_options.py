@@ -75,7 +75,8 @@ def test_load_config_prints_the_config_error_and_returns_none(tmp_path, capsys):
     with pytest.raises(ConfigError) as err:
         load_config(bad)
     assert options.load_config(argparse.Namespace(config=bad)) is None
-    assert capsys.readouterr().err == f"{err.value}\n"
+    # where the file name came from, then every problem
+    assert capsys.readouterr().err == f"config: {bad} (from --config)\n{err.value}\n"
 
 
 def test_load_config_adjusts_and_reports_problems_of_the_adjusted_config(capsys):
@@ -110,7 +111,7 @@ def test_shared_options_read_the_same_everywhere():
                         "config)"}
     assert set(_option_helps(parser, "--region").values()) == {options.REGION_HELP}
     assert set(_option_helps(parser, "--region")) == {"image build", "image status", "preflight",
-                                                      "teardown"}
+                                                      "teardown", "gate", "launch", "render"}
 
 
 def _ops_imports(path: Path) -> set[str]:

@@ -126,6 +126,7 @@ def test_launch_renders_the_blocks_end_into_the_job(tmp_path, kubectl, capsys):
 
 def test_status_shows_the_window(tmp_path, kubectl, capsys):
     ec2, _ = ec2_with_window(NOW + timedelta(hours=5, minutes=3))
+    kubectl.point_at("gt")  # status checks the cluster the config names
     kubectl.rule(["get", "rayjob"], stdout=json.dumps({"metadata": {"name": "x"}, "status": {
         "jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}}))
     assert run(tmp_path, ec2, "status") == 0
@@ -138,6 +139,7 @@ def test_status_shows_the_window(tmp_path, kubectl, capsys):
 
 def test_status_before_the_block_starts_says_when(tmp_path, kubectl, capsys):
     ec2, _ = ec2_with_window(NOW + timedelta(days=1), start=NOW + timedelta(hours=2))
+    kubectl.point_at("gt")
     assert run(tmp_path, ec2, "status") == 1  # no RayJob yet
     assert "; starts in 2 h 00 min" in capsys.readouterr().err
 

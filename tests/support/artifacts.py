@@ -8,129 +8,41 @@ cache that ``scripts/fetch_artifacts.py`` fills (``$XDG_CACHE_HOME/rlkit/artifac
 ``~/.cache/rlkit/artifacts``; ``RLKIT_ARTIFACTS`` overrides it). Not found: the test fails in CI
 (``CI=true``) and skips elsewhere, naming the script to run.
 
-Checksums: a chart archive is locked by the sha256 of its file, and also by a content digest
-(the same tree digest, over the files inside the archive), because an archive downloaded from a
-chart repository has other tar and gzip metadata than one packaged locally from the same
-sources. A directory (source tree, CRDs) is locked by a tree digest: sha256 over
-``"<relative path>\\0<sha256 of file>\\n"`` for every listed file, sorted by path (see
-:func:`tree_digest`).
-
-Standard library only: ``scripts/fetch_artifacts.py`` imports this module, with no kit installed.
+The locator and the checksums are product code, ``ops.artifacts`` (`rlkit check` and `rlkit
+validate` find the same copies); this module adds the tests' policy: skip or fail, and the
+``external`` marker check. Standard library only (``scripts/fetch_artifacts.py`` imports it).
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import os
-import tarfile
-import zlib
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LOCK_FILE = REPO_ROOT / "artifacts.lock.json"
-SHARED = REPO_ROOT.parent / "shared"
-FETCH_SCRIPT = "scripts/fetch_artifacts.py"
-FETCH_HINT = f"run `python {FETCH_SCRIPT}` (downloads and verifies every locked artifact)"
+# The locator is product code (ops/artifacts.py, standard library only), shared with `rlkit check`
+# and `rlkit validate`; the tests add the skip-or-fail policy and the marker check.
+from ops.artifacts import (  # noqa: F401
+    FETCH_HINT,
+    FETCH_SCRIPT,
+    LOCK_FILE,
+    REPO_ROOT,
+    SHARED,
+    archive_files,
+    cache_root,
+    digest_of,
+    entries,
+    file_sha256,
+    find,
+    load_lock,
+    problems,
+    tree_digest,
+    tree_files,
+)
 
 # The test ids marked ``external`` in this session (filled at collection by tests/conftest.py),
 # so that a helper reached from an unmarked test is refused: the inner loop, -m "not external",
 # must never need an artifact.
 EXTERNAL_TESTS: set[str] = set()
 collected = False
-
-
-def cache_root() -> Path:
-    """The local cache ``scripts/fetch_artifacts.py`` fills."""
-    if os.environ.get("RLKIT_ARTIFACTS"):
-        return Path(os.environ["RLKIT_ARTIFACTS"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "rlkit" / "artifacts"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def digest_of(files: dict[str, str]) -> str:
-    """Tree digest of ``{relative path: sha256 of its bytes}``."""
-    lines = "".join(f"{rel}\0{files[rel]}\n" for rel in sorted(files))
-    return hashlib.sha256(lines.encode()).hexdigest()
-
-
-def tree_files(root: Path) -> dict[str, str]:
-    """``{relative posix path: sha256}`` of every regular file under ``root``."""
-    return {p.relative_to(root).as_posix(): file_sha256(p)
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def tree_digest(root: Path) -> str:
-    """Tree digest of every file under ``root`` (see the module docstring)."""
-    return digest_of(tree_files(root))
-
-
-def archive_files(data: bytes) -> dict[str, str]:
-    """``{member path: sha256}`` of the regular files in a .tgz (a chart archive)."""
-    files = {}
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        for member in tar:
-            if member.isfile():
-                files[member.name] = hashlib.sha256(tar.extractfile(member).read()).hexdigest()
-    return files
-
-
-def load_lock(path: Path = LOCK_FILE) -> dict:
-    return json.loads(path.read_text())
-
-
-def entries(lock: dict | None = None) -> dict[str, dict]:
-    """Locked artifacts by name."""
-    lock = lock if lock is not None else load_lock()
-    return {e["name"]: e for e in lock["artifacts"]}
-
-
-def problems(entry: dict, path: Path) -> list[str]:
-    """What differs between the artifact at ``path`` and its lock entry (empty: it matches)."""
-    if not path.exists():
-        return [f"{entry['name']}: missing ({path})"]
-    if entry["kind"] == "chart":
-        found = []
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            found.append(f"{entry['name']}: sha256 of {path} is {hashlib.sha256(data).hexdigest()}, "
-                         f"the lock says {entry['sha256']}")
-        try:
-            content = digest_of(archive_files(data))
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
-            return found + [f"{entry['name']}: {path} is not a readable .tgz ({err})"]
-        if content != entry["content_sha256"]:
-            found.append(f"{entry['name']}: content digest of {path} is {content}, "
-                         f"the lock says {entry['content_sha256']}")
-        return found
-    files = tree_files(path)
-    listed = set(entry["files"])
-    found = [f"{entry['name']}: {rel} is in {path} but not in the lock" for rel in sorted(set(files) - listed)]
-    found += [f"{entry['name']}: {rel} is locked but missing from {path}" for rel in sorted(listed - set(files))]
-    digest = digest_of(files)
-    if not found and digest != entry["tree_sha256"]:
-        found.append(f"{entry['name']}: tree digest of {path} is {digest}, the lock says "
-                     f"{entry['tree_sha256']} (a file's content changed)")
-    return found
-
-
-def find(name: str) -> Path | None:
-    """The locked artifact ``name``: in ../shared, else in the cache; None when in neither."""
-    entry = entries()[name]  # KeyError: a test asked for an artifact nobody locked
-    for base in (SHARED, cache_root()):
-        candidate = base / entry["path"]
-        if candidate.exists():
-            return candidate
-    return None
 
 
 def in_ci() -> bool:
