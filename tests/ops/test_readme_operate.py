@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import time
+import types
 from pathlib import Path
 
 import boto3
@@ -20,7 +21,7 @@ from moto import mock_aws
 
 from infra.config import load_config
 from infra.names import OutputKeys, stack_names
-from ops import cli, image_cmd
+from ops import cli, image_cmd, preflight_services
 from ops.image_build import BuildResult
 from test_ops_gate import FakeKubectl, job_json, script_cluster  # the same folder (tests/ops)
 from tests.support import REPO_ROOT, artifacts
@@ -93,6 +94,11 @@ def test_the_readme_operate_section_runs_top_to_bottom(chart_dir, tmp_path, monk
     monkeypatch.setattr(image_cmd, "follow_build", lambda *a, **k: BuildResult(
         "SUCCEEDED", f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/my-env-trainer:t-nccl",
         "sha256:" + "ab" * 32))
+    # moto does not implement Service Quotas' ListServiceQuotas: the account lists no CodeBuild
+    # quota (preflight warns), as one with no such quota would
+    real_quota_check = preflight_services.check_image_build_quota
+    monkeypatch.setattr(preflight_services, "check_image_build_quota",
+                        lambda quotas, region: real_quota_check(_NoQuotaPages(), region))
     monkeypatch.setattr("sys.stdin", _Terminal("my-env\n"))  # teardown asks for the name
 
     ran: list[tuple[str, int]] = []
@@ -121,6 +127,11 @@ def test_the_readme_operate_section_runs_top_to_bottom(chart_dir, tmp_path, monk
     assert not (tmp_path / ".rlkit").exists()
     assert "--base-digest" in next(t for t in took if " image build " in t)
     assert (tmp_path / "out/my-env/rl-job").is_dir()
+
+
+class _NoQuotaPages:
+    def get_paginator(self, operation: str):
+        return types.SimpleNamespace(paginate=lambda **kwargs: [{"Quotas": []}])
 
 
 class _Terminal(io.StringIO):
