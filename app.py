@@ -18,7 +18,6 @@ from pathlib import Path
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from infra.config import ConfigError, config_warnings, load_config, shorten  # noqa: E402
-from stacks.kit import build_stacks, make_app  # noqa: E402
 
 
 # The CDK CLI version the README pins.
@@ -50,6 +49,9 @@ def main(argv: list[str] = ()) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    # Imported here, not at the top: refusing an argument then needs no CDK (seconds of startup).
+    from stacks.kit import make_app
+
     # `cdk` sets CDK_OUTDIR; plain `python app.py` writes to ./cdk.out like the CLI would.
     outdir = Path(os.environ.get("CDK_OUTDIR", "cdk.out"))
     outdir_existed = outdir.exists()
@@ -66,6 +68,8 @@ def main(argv: list[str] = ()) -> int:
 def synthesize(app, config_path: str | None, *, outdir: Path, outdir_existed: bool) -> int:
     """Load and validate the config, build the stacks, synth. Any failure exits 2 with one
     message, no traceback, and no cdk.out residue (unless the directory existed before)."""
+    from stacks.kit import build_stacks
+
     try:
         config = load_config(config_path)
         for warning in config_warnings(config):  # loud, on stderr: synth output stays clean

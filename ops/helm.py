@@ -150,7 +150,9 @@ def render_release(release: ChartRelease, *, archive: Path, helm: Path,
                                "--kube-version", f"{kubernetes_version}.0",
                                "--values", str(values_file)],
                         f"template {release.chart} {release.version}")
-    objects = [doc for doc in yaml.safe_load_all(out) if isinstance(doc, dict)]
+    # helm's own output: libyaml's parser where PyYAML has it (same objects, several times faster)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    objects = [doc for doc in yaml.load_all(out, Loader=loader) if isinstance(doc, dict)]
     for obj in objects:  # Helm installs unqualified objects into the release namespace
         obj.setdefault("metadata", {}).setdefault("namespace", release.namespace)
     return objects

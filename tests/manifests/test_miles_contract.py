@@ -14,7 +14,6 @@ The same parse runs inside the image at build time (``rltrainer launch --dry-run
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -109,45 +108,10 @@ def example_case(example: str) -> dict:
     return {"name": example, "train_args": args, "model_script": script, "owned_dests": BACKEND_OWNED_DESTS}
 
 
-@functools.cache
-def example_report() -> dict[str, dict]:
-    """Per example: the offline parser's findings, or the error that kept it from a command."""
-    cases, reports = [], {}
-    for name in EXAMPLES:
-        try:
-            cases.append(example_case(name))
-        except Exception as exc:  # reported by that example's test, not every test
-            reports[name] = {"name": name, "setup_error": f"{type(exc).__name__}: {exc}"}
-    reports.update({r["name"]: r for r in parse_offline(cases)["results"]} if cases else {})
-    return reports
-
-
-def report_for(example: str) -> dict:
-    report = example_report()[example]
-    assert "setup_error" not in report, report.get("setup_error")
-    return report
-
-
-@pytest.mark.parametrize("example", EXAMPLES)
-def test_every_example_command_parses_with_miles_own_parser(upstream, example):
-    report = report_for(example)
-    assert report["flags"] > 2000  # Megatron's, Miles' and SGLang's: the parser really was built
-    assert report["error"] is None, f"{example}: Miles v0.1.0 refuses the launcher's command: {report['error']}"
-
-
-@pytest.mark.parametrize("example", EXAMPLES)
-def test_model_flags_are_exactly_what_model_args_returns(upstream, example):
-    report = report_for(example)
-    assert report["model_args"], "the example names no model with a Miles model script"
-    assert "--num-experts" in report["model_args"]  # the real script ran, not an empty stand-in
-    assert report["model_args_in_argv"], "model_args() does not appear verbatim in the command"
-    assert report["model_flags_changed"] == []
-
-
-def test_the_check_fails_on_a_broken_flag_a_bad_choice_and_a_deprecated_flag(upstream):
-    good = example_case("default")
+def broken_flag_cases(good: dict) -> list[dict]:
+    """The default example's command with one fault each: the offline parse must refuse each."""
     args = good["train_args"]
-    cases = [
+    return [
         {"name": "unknown", "train_args": args + ["--sglang-moe-a2a-backend-typo", "deepep"]},
         {"name": "choice", "train_args": args + ["--moe-flex-dispatcher-backend", "deepepp"]},
         {"name": "sglang-choice", "train_args": args + ["--sglang-moe-a2a-backend", "deep_ep"]},
@@ -156,7 +120,81 @@ def test_the_check_fails_on_a_broken_flag_a_bad_choice_and_a_deprecated_flag(ups
         {"name": "model", "train_args": args + ["--num-experts", "64"], "model_script": good["model_script"],
          "owned_dests": BACKEND_OWNED_DESTS},
     ]
-    results = {r["name"]: r for r in parse_offline(cases)["results"]}
+
+
+IMAGE_EXAMPLES = sorted((REPO_ROOT / "images" / "trainer" / "examples").glob("*.yaml"))
+
+
+def image_build_cases(broken: Path) -> list[dict]:
+    """What the Dockerfile's last step runs (``rltrainer launch --dry-run --check-args``) on the
+    bundled examples, and on ``broken``: one of them with a misspelt Megatron flag."""
+    broken.write_text(IMAGE_EXAMPLES[1].read_text().replace("megatron_args: []",
+                                                          "megatron_args: [--moe-router-topk-typo, '8']"))
+    cases = [{"name": p.stem, "image_backend": p.stem.removeprefix("qwen3-30b-a3b-"),
+              "launch": ["--dry-run", "--check-args", "--config", str(p), "--miles-dir", str(MILES_DIR),
+                         "--python", sys.executable]} for p in IMAGE_EXAMPLES]
+    cases.append({"name": "broken", "launch": ["--dry-run", "--check-args", "--config", str(broken),
+                                               "--miles-dir", str(MILES_DIR), "--python", sys.executable]})
+    return cases
+
+
+@pytest.fixture(scope="module")
+def offline(upstream, tmp_path_factory) -> dict[str, dict[str, dict]]:
+    """Every case of this module through one offline parser process (building Miles' parser
+    imports the pinned sources: a process per test spent most of its time there), by group:
+    ``examples`` (per example: its findings, or the error that kept it from a command),
+    ``broken`` (the default example's command with one fault each), ``image`` (the image build's
+    check); a group whose cases could not be built holds ``setup_error`` instead."""
+    groups: dict[str, list[dict]] = {"examples": [], "broken": [], "image": []}
+    reports: dict[str, dict[str, dict]] = {"examples": {}, "broken": {}, "image": {}}
+    for name in EXAMPLES:
+        try:
+            groups["examples"].append(example_case(name))
+        except Exception as exc:  # reported by that example's test, not every test
+            reports["examples"][name] = {"name": name, "setup_error": f"{type(exc).__name__}: {exc}"}
+    for group, build in (("broken", lambda: broken_flag_cases(example_case("default"))),
+                         ("image", lambda: image_build_cases(tmp_path_factory.mktemp("image") / "broken.yaml"))):
+        try:
+            groups[group] = build()
+        except Exception as exc:  # reported by that group's test
+            reports[group]["setup_error"] = {"name": group, "setup_error": f"{type(exc).__name__}: {exc}"}
+    cases = [{**case, "name": f"{group}/{case['name']}"} for group, items in groups.items() for case in items]
+    for result in (parse_offline(cases)["results"] if cases else []):
+        group, name = result["name"].split("/", 1)
+        reports[group][name] = {**result, "name": name}
+    return reports
+
+
+def results_of(offline: dict, group: str) -> dict[str, dict]:
+    reports = offline[group]
+    assert "setup_error" not in reports, reports.get("setup_error")
+    return reports
+
+
+def report_for(offline: dict, example: str) -> dict:
+    report = offline["examples"][example]
+    assert "setup_error" not in report, report.get("setup_error")
+    return report
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_command_parses_with_miles_own_parser(offline, example):
+    report = report_for(offline, example)
+    assert report["flags"] > 2000  # Megatron's, Miles' and SGLang's: the parser really was built
+    assert report["error"] is None, f"{example}: Miles v0.1.0 refuses the launcher's command: {report['error']}"
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_model_flags_are_exactly_what_model_args_returns(offline, example):
+    report = report_for(offline, example)
+    assert report["model_args"], "the example names no model with a Miles model script"
+    assert "--num-experts" in report["model_args"]  # the real script ran, not an empty stand-in
+    assert report["model_args_in_argv"], "model_args() does not appear verbatim in the command"
+    assert report["model_flags_changed"] == []
+
+
+def test_the_check_fails_on_a_broken_flag_a_bad_choice_and_a_deprecated_flag(offline):
+    results = results_of(offline, "broken")
     assert results["unknown"]["error"] == "unrecognized arguments: --sglang-moe-a2a-backend-typo deepep"
     assert results["choice"]["error"] == ("argument --moe-flex-dispatcher-backend: invalid choice: 'deepepp' "
                                           "(choose from 'deepep', 'hybridep')")
@@ -174,29 +212,18 @@ def test_the_check_fails_on_a_broken_flag_a_bad_choice_and_a_deprecated_flag(ups
 VALUE_CHECKED_IN_THE_IMAGE_ONLY = {"--attention-backend"}
 
 
-def test_the_flags_the_launcher_relies_on_are_enforced_not_stubbed(upstream):
-    reports = [r for r in example_report().values() if "setup_error" not in r]
+def test_the_flags_the_launcher_relies_on_are_enforced_not_stubbed(offline):
+    reports = [r for r in offline["examples"].values() if "setup_error" not in r]
     assert reports
     unenforced = {flag for r in reports for flag in r["unenforced"]}
     used = {a for r in reports for a in r["train_args"] if a.startswith("--")}
     assert used & unenforced == VALUE_CHECKED_IN_THE_IMAGE_ONLY
 
 
-IMAGE_EXAMPLES = sorted((REPO_ROOT / "images" / "trainer" / "examples").glob("*.yaml"))
-
-
-def test_the_image_build_check_passes_on_the_bundled_examples_and_fails_on_a_broken_one(upstream, tmp_path):
+def test_the_image_build_check_passes_on_the_bundled_examples_and_fails_on_a_broken_one(offline):
     """What the Dockerfile's last step runs: ``rltrainer launch --dry-run --check-args``."""
     assert [p.stem for p in IMAGE_EXAMPLES] == ["qwen3-30b-a3b-deepep-nvshmem", "qwen3-30b-a3b-nccl"]
-    broken = tmp_path / "broken.yaml"
-    broken.write_text(IMAGE_EXAMPLES[1].read_text().replace("megatron_args: []",
-                                                          "megatron_args: [--moe-router-topk-typo, '8']"))
-    cases = [{"name": p.stem, "image_backend": p.stem.removeprefix("qwen3-30b-a3b-"),
-              "launch": ["--dry-run", "--check-args", "--config", str(p), "--miles-dir", str(MILES_DIR),
-                         "--python", sys.executable]} for p in IMAGE_EXAMPLES]
-    cases.append({"name": "broken", "launch": ["--dry-run", "--check-args", "--config", str(broken),
-                                               "--miles-dir", str(MILES_DIR), "--python", sys.executable]})
-    results = {r["name"]: r for r in parse_offline(cases)["results"]}
+    results = results_of(offline, "image")
     for example in IMAGE_EXAMPLES:
         assert (results[example.stem]["exit"], results[example.stem]["stderr"]) == (
             0, "rltrainer launch: Miles' own parser accepts every argument\n")

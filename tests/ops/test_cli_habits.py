@@ -17,7 +17,7 @@ from moto import mock_aws
 from infra.config import load_config
 from manifests.context import GENERATED_MARKER
 from ops import cli
-from test_ops_gate import CONFIG, FakeKubectl, outputs_file  # the same folder (tests/ops)
+from tests.support.fakes import CONFIG, FakeKubectl, outputs_file
 from tests.support import FIXTURES
 
 

@@ -15,8 +15,7 @@ from botocore.exceptions import ReadTimeoutError
 
 from ops import aws, gate
 from ops.kube import Kubectl, KubectlError, check_cluster
-from test_ops_gate import FakeKubectl, kubeconfig
-from test_ops_launch import rayjob, run, write_state
+from tests.support.fakes import FakeKubectl, kubeconfig, rayjob, run, run_gate, write_state
 
 
 @pytest.fixture
@@ -65,8 +64,6 @@ def test_launch_pins_the_checked_context_for_every_call(tmp_path, kubectl, capsy
 
 
 def test_gate_refuses_a_context_on_another_cluster(tmp_path, kubectl, capsys):
-    from test_ops_gate import run_gate
-
     point_at(kubectl, "someone-elses")
     assert run_gate(tmp_path) == 2
     assert "not this environment's EKS cluster gt-cluster in us-east-1" in capsys.readouterr().err

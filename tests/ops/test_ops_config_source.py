@@ -8,7 +8,7 @@ import pytest
 from botocore.exceptions import NoCredentialsError
 
 from ops import cli
-from test_ops_gate import CONFIG, FIXTURES  # tests/ is on sys.path (rootdir)
+from tests.support.fakes import CONFIG, FIXTURES
 
 
 @pytest.fixture

@@ -2,50 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
 from infra.catalog import acceptance
 from infra.config import parse_config
-from ops import gate_cmd
-from manifests.efa_env import EfaEnvProfile
 from ops.gate import (FAIL, PASS, WARN, compare, evaluate, faster_backend, judge_allocatable, nccl_transport,
                       state_document)
 from ops.gate.runner import GateInterrupted, GateRunner
 from ops.kube import Kubectl
-from tests.support import FIXTURES as TEST_FIXTURES
 from tests.support import REPO_ROOT
-
-FIXTURES = TEST_FIXTURES / "gate"
-FAKE_KUBECTL = FIXTURES / "fake_kubectl.py"
-
-
-def scenario(name: str) -> tuple[dict, dict[str, str]]:
-    d = FIXTURES / name
-    meta = json.loads((d / "meta.json").read_text())
-    logs = {p.stem: p.read_text() for p in d.glob("*.log")}
-    if (d / "nodes.json").is_file():
-        logs["nodes"] = (d / "nodes.json").read_text()
-    return meta, logs
-
-
-def gin_type(meta: dict) -> str | None:
-    profile = EfaEnvProfile(meta["instance_type"], meta["ep_backend"], meta.get("gin_mode"))
-    return profile.as_dict().get("NCCL_GIN_TYPE")
-
-
-def judge(name: str, instance_type: str | None = None):
-    meta, logs = scenario(name)
-    return evaluate(logs, instance_type or meta["instance_type"], meta["nodes"], meta["ep_backend"],
-                    gin_type(meta))
-
-
-def by_check(report) -> dict:
-    return {f.check: f for f in report.findings}
+from tests.support.fakes import (CONFIG, FIXTURES, FakeKubectl, by_check, gate_parse as parse, job_json, judge,
+                                 pods_json, run_gate, scenario, script_cluster)
 
 
 # --- comparison on recorded outputs --------------------------------------------------------------
@@ -392,143 +362,9 @@ def test_state_ignores_earlier_measurements_of_another_shape():
 
 # --- the kubectl flow ----------------------------------------------------------------------------
 
-CONFIG = """
-name: gt
-region: us-east-1
-availability_zones: [us-east-1a, us-east-1b]
-gpu_node_groups:
-  p5: {instance_type: p5.48xlarge, availability_zone: us-east-1a, desired_size: 2, max_size: 2}
-training: {node_group: p5, nodes: 2}
-"""
-
-
-def outputs_file(tmp_path: Path, name: str = "gt") -> Path:
-    data = {
-        # TrainerRoleArn is in both: it moved from the cluster to the data stack.
-        f"{name}-data": {"DataBucketName": "gt-bucket",
-                         "EcrRepositoryUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/gt",
-                         "TrainerRoleArn": "arn:aws:iam::123456789012:role/gt-trainer"},
-        f"{name}-cluster": {"ClusterName": "gt-cluster", "Region": "us-east-1",
-                            "TrainerNamespace": "rl-training",
-                            "TrainerServiceAccount": "rl-trainer",
-                            "TrainerRoleArn": "arn:aws:iam::123456789012:role/gt-trainer"},
-        f"{name}-gpu-p5": {"NodegroupName": "gt-p5"},
-        f"{name}-storage": {"SharedFileSystemId": "fs-0123456789abcdef0",
-                            "SharedFileSystemDnsName":
-                                "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
-                            "SharedFileSystemMountName": "abcdefgh"},
-    }
-    path = tmp_path / "cdk-outputs.json"
-    path.write_text(json.dumps(data))
-    return path
-
-
-class FakeKubectl:
-    """Puts a recording kubectl first on PATH; ``calls`` are the argv lists it got."""
-
-    def __init__(self, tmp_path: Path, monkeypatch):
-        self.bin = tmp_path / "bin"
-        self.bin.mkdir()
-        self.log = tmp_path / "kubectl-calls.jsonl"
-        self.rules_path = tmp_path / "kubectl-rules.json"
-        exe = self.bin / "kubectl"
-        exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_KUBECTL} \"$@\"\n")
-        exe.chmod(0o755)
-        monkeypatch.setenv("PATH", f"{self.bin}:/usr/bin:/bin")
-        monkeypatch.setenv("FAKE_KUBECTL_LOG", str(self.log))
-        monkeypatch.setenv("FAKE_KUBECTL_RULES", str(self.rules_path))
-        self.rules: list[dict] = []
-        # The context `aws eks update-kubeconfig` writes for the outputs' cluster (gt-cluster).
-        self.rule(["config", "view"], stdout=kubeconfig("gt-cluster"))
-
-    def point_at(self, cluster: str, region: str = "us-east-1") -> None:
-        """The current context is the one `aws eks update-kubeconfig --name <cluster>` writes."""
-        self.rules[0] = {"match": ["config", "view"], "stdout": kubeconfig(cluster, region)}
-        self.rules_path.write_text(json.dumps(self.rules))
-
-    def rule(self, match, **answer):
-        self.rules.append({"match": match, **answer})
-        self.rules_path.write_text(json.dumps(self.rules))
-
-    @property
-    def all_calls(self) -> list[list[str]]:
-        if not self.log.exists():
-            return []
-        return [json.loads(l) for l in self.log.read_text().splitlines()]
-
-    @property
-    def calls(self) -> list[list[str]]:
-        """Calls that read or change the cluster: without the local context check (`config
-        view`), the reachability probe (`get --raw /readyz`) and with the pinned --context
-        taken off."""
-        found = []
-        for argv in self.all_calls:
-            if argv[:1] == ["--context"]:
-                argv = argv[2:]
-            if argv[:1] != ["config"] and argv[:3] != ["get", "--raw", "/readyz"]:
-                found.append(argv)
-        return found
-
-
-def kubeconfig(cluster: str, region: str = "us-east-1") -> str:
-    """`kubectl config view --minify -o json` after `aws eks update-kubeconfig --name <cluster>`."""
-    arn = f"arn:aws:eks:{region}:123456789012:cluster/{cluster}"
-    return json.dumps({
-        "clusters": [{"name": arn, "cluster": {"server": "https://ABC.gr7.example.eks.amazonaws.com"}}],
-        "contexts": [{"name": arn, "context": {"cluster": arn, "user": arn}}],
-        "current-context": arn,
-        "users": [{"name": arn, "user": {"exec": {
-            "command": "aws", "args": ["--region", region, "eks", "get-token", "--cluster-name",
-                                       cluster, "--output", "json"]}}}]})
-
-
 @pytest.fixture
 def kubectl(tmp_path, monkeypatch):
     return FakeKubectl(tmp_path, monkeypatch)
-
-
-def job_json(done: bool, failed: bool = False) -> str:
-    conds = []
-    if done:
-        conds = [{"type": "Failed" if failed else "Complete", "status": "True"}]
-    return json.dumps({"status": {"active": 0 if done else 2, "succeeded": 2 if done and not failed
-                                  else 0, "conditions": conds}})
-
-
-def pods_json(job: str, phase: str = "Running", message: str | None = None) -> str:
-    status: dict = {"phase": phase}
-    if message:
-        status["conditions"] = [{"type": "PodScheduled", "status": "False", "message": message}]
-    return json.dumps({"items": [{"metadata": {"name": f"{job}-0-abcde"}, "status": status,
-                                  "spec": {"nodeName": "ip-10-0-1-10.ec2.internal"}}]})
-
-
-def script_cluster(k: FakeKubectl, fixture: str, failing_job: str | None = None) -> None:
-    for key in ("nodecheck", "allreduce", "ep"):
-        job = f"fabric-p5-{key}"
-        k.rule(["get", "job", job], stdout_seq=[job_json(False), job_json(True, key == failing_job)])
-        k.rule(["get", "pods", f"job-name={job}"], stdout=pods_json(job))
-        log = FIXTURES / fixture / f"{key}.log"
-        if log.exists():
-            k.rule(["logs", f"{job}-0-abcde"], stdout_file=str(log))
-    nodes = FIXTURES / fixture / "nodes.json"
-    if nodes.exists():
-        k.rule(["get", "nodes"], stdout_file=str(nodes))
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="rlkit")
-    gate_cmd.register(parser.add_subparsers(dest="command"))
-    return parser.parse_args(argv)
-
-
-def run_gate(tmp_path: Path, *extra: str) -> int:
-    cfg = tmp_path / "gt.yaml"
-    cfg.write_text(CONFIG)
-    args = parse(["gate", "--config", str(cfg), "--outputs", str(outputs_file(tmp_path)),
-                  "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / ".rlkit"),
-                  "--poll", "0", "--width", "250", *extra])
-    return args.func(args)
 
 
 def test_gate_runs_each_job_in_order_and_records_a_pass(tmp_path, kubectl, capsys):

@@ -11,7 +11,7 @@ from ops.gate.bisect import SubsetResult, find_bad_nodes, isolation_commands, su
 from ops.gate.nodes import find_bad, isolate, nodes_of, rerun_remaining
 from ops.gate.record import baseline_file, load_baseline, state_document, update_baseline
 from ops.kube import Kubectl
-from tests.ops.test_ops_gate import FIXTURES, by_check, judge, kubectl, scenario  # noqa: F401 (fixture)
+from tests.support.fakes import FIXTURES, by_check, judge, kubectl, scenario  # noqa: F401 (fixture)
 from tests.support import REPO_ROOT
 
 NODES = [f"ip-10-0-1-{10 + i}.ec2.internal" for i in range(4)]

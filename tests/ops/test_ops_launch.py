@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 
 import pytest
 
-from ops import launch_cmd, launching
-from pathlib import Path
-
-from test_ops_gate import CONFIG, FakeKubectl, kubeconfig, outputs_file  # tests/ is on sys.path
+from ops import launching
+from tests.support.fakes import CONFIG, FakeKubectl, rayjob, run, write_state
 from tests.support import FIXTURES as TEST_FIXTURES
 
 
@@ -21,40 +17,6 @@ def kubectl(tmp_path, monkeypatch):
     """kubectl's current context is the cluster of the outputs file (launch renders from it);
     status and logs, which read no outputs, check the cluster the config names (``run``)."""
     return FakeKubectl(tmp_path, monkeypatch)
-
-
-def write_state(tmp_path, ok=True, nodes=2, itype="p5.48xlarge", ep=None, findings=()):
-    d = tmp_path / ".rlkit" / "gt"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "gate.json").write_text(json.dumps({
-        "version": 1, "config": "gt", "finished_at": "2026-03-01T12:00:00+00:00", "ok": ok,
-        "instance_type": itype, "nodes": nodes, "findings": list(findings), "ep": ep}))
-
-
-def run(tmp_path, command, *flags):
-    cfg = tmp_path / "gt.yaml"
-    cfg.write_text(CONFIG)
-    parser = argparse.ArgumentParser(prog="rlkit")
-    launch_cmd.register(parser.add_subparsers(dest="command"))
-    argv = [command, "--config", str(cfg), "--state-dir", str(tmp_path / ".rlkit")]
-    if command == "launch":
-        argv += ["--outputs", str(outputs_file(tmp_path)), "--out", str(tmp_path / "out")]
-    args = parser.parse_args(argv + list(flags))
-    if command in ("status", "logs") and "FAKE_KUBECTL_RULES" in os.environ:
-        # the environment's cluster is named like the config (names.eks_cluster_name)
-        rules_path = Path(os.environ["FAKE_KUBECTL_RULES"])
-        rules = json.loads(rules_path.read_text())
-        rules[0] = {"match": ["config", "view"], "stdout": kubeconfig("gt")}
-        rules_path.write_text(json.dumps(rules))
-    if command == "status":
-        args.poll = 0
-    return args.func(args)
-
-
-def rayjob(status="RUNNING", deployment="Running"):
-    return json.dumps({"metadata": {"name": "qwen3-30b-a3b-grpo"},
-                       "status": {"jobStatus": status, "jobDeploymentStatus": deployment,
-                                  "rayClusterName": "qwen3-30b-a3b-grpo-raycluster-x"}})
 
 
 # --- the gate decides ----------------------------------------------------------------------------

@@ -13,8 +13,8 @@ import pytest
 
 from ops import gate_cmd, plan_cmd, preflight_cmd
 from ops.gate import state_document
-from test_ops_gate import CONFIG, FIXTURES, judge  # tests/ is on sys.path (rootdir)
-from test_ops_preflight import _factory, _quota, aws  # noqa: F401 (aws is a fixture)
+from tests.support.fakes import CONFIG, FIXTURES, judge
+from tests.support.preflight import _factory, _quota, aws  # noqa: F401 (aws is a fixture)
 
 
 def parse(module, argv: list[str]) -> argparse.Namespace:

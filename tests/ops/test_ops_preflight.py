@@ -10,10 +10,6 @@ import json
 from datetime import date, datetime, timedelta, timezone
 
 import boto3
-import pytest
-from botocore.stub import Stubber
-from moto import mock_aws
-
 from infra.config import parse_config
 from ops.aws import AwsClients
 from ops.preflight import (
@@ -29,23 +25,10 @@ from ops.preflight import (
     check_reservation,
     run_preflight,
 )
+from tests.support.preflight import _factory, _quota, aws, fake_credentials, parse, stubbed  # noqa: F401 (fixtures)
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 RID = "cr-0123456789abcdef0"
-
-
-@pytest.fixture(autouse=True)
-def fake_credentials(monkeypatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                       "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(key, value)
-
-
-@pytest.fixture
-def aws():
-    with mock_aws():
-        yield
 
 
 def config(**over):
@@ -64,11 +47,6 @@ def cb_config(desired=2, placement_group=None, ctype="capacity-block", az="us-ea
         "name": "cb", "region": "us-east-2", "availability_zones": ["us-east-2a", "us-east-2b"],
         "gpu_node_groups": {"p5en": group},
         "training": {"node_group": "p5en", "nodes": desired, "parallel": {"ep": 8}}})
-
-
-def stubbed(service, region="us-east-1"):
-    client = boto3.client(service, region_name=region)
-    return client, Stubber(client)
 
 
 def reservation(**over):
@@ -153,13 +131,6 @@ def test_offering_only_warns_for_reserved_capacity(aws):
 
 
 # --- quota ---------------------------------------------------------------------------------------
-
-
-def _quota(value):
-    quotas, stub = stubbed("service-quotas")
-    stub.add_response("get_service_quota", {"Quota": {"QuotaCode": "L-417A185B", "Value": value}},
-                      {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
-    return quotas, stub
 
 
 def test_quota_passes_when_it_covers_max_size():
@@ -352,25 +323,6 @@ def test_stack_in_rollback_complete_fails():
 
 
 # --- the command ---------------------------------------------------------------------------------
-
-
-def parse(argv):
-    """The preflight parser alone (ops.cli imports every command module, some still in work)."""
-    import argparse
-
-    from ops import preflight_cmd
-
-    parser = argparse.ArgumentParser(prog="rlkit")
-    preflight_cmd.register(parser.add_subparsers(dest="command"))
-    return parser.parse_args(argv)
-
-
-def _factory(quotas):
-    def make(region, profile):
-        return AwsClients(sts=boto3.client("sts", region_name=region),
-                       ec2=boto3.client("ec2", region_name=region), quotas=quotas,
-                       cloudformation=boto3.client("cloudformation", region_name=region))
-    return make
 
 
 def test_command_json_and_exit_code(aws, tmp_path, capsys):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from ops.cli import main as rlkit
-from test_ops_gate import FakeKubectl
+from tests.support.fakes import FakeKubectl
 from tests.support import artifacts
 
 CONTEXT = "arn:aws:eks:us-east-1:123456789012:cluster/rr-cluster"

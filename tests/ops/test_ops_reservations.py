@@ -20,7 +20,7 @@ from botocore.stub import Stubber
 
 from ops import launch_cmd
 from ops.aws import AwsClients
-from test_ops_gate import FakeKubectl, outputs_file  # the same folder (tests/ops)
+from tests.support.fakes import FakeKubectl, outputs_file
 
 RID = "cr-0123456789abcdef0"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)

@@ -23,7 +23,7 @@ from infra.config import load_config
 from infra.names import OutputKeys, stack_names
 from ops import cli, image_cmd, preflight_services
 from ops.image_build import BuildResult
-from test_ops_gate import FakeKubectl, job_json, script_cluster  # the same folder (tests/ops)
+from tests.support.fakes import FakeKubectl, job_json, script_cluster
 from tests.support import REPO_ROOT, artifacts
 from tests.support.outputs import real_outputs
 

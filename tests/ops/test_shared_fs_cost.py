@@ -14,7 +14,7 @@ from infra.catalog.fsx import (
     plan_for_model,
 )
 from ops.cli import main
-from test_ops_preflight import _factory, _quota, aws, fake_credentials, parse  # noqa: F401
+from tests.support.preflight import _factory, _quota, aws, fake_credentials, parse  # noqa: F401 (fixtures)
 
 
 def test_every_persistent_2_tier_has_a_price():

@@ -8,7 +8,7 @@ import boto3
 
 from ops import teardown_cmd
 from ops.aws import AwsClients
-from test_ops_teardown import REGION, Recording, aws, live_names, make_env, make_stack  # noqa: F401
+from tests.support.teardown import REGION, Recording, aws, live_names, make_env, make_stack  # noqa: F401
 
 
 def make_env_with_storage(name="tt"):

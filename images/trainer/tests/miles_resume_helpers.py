@@ -74,13 +74,15 @@ TRAIN_PY = '''\
 """Stand-in for Miles' train.py driver; its arguments come from Miles' own validation code."""
 import json, os, pathlib, sys, time, warnings
 
-import torch
-import torch.distributed.checkpoint as dcp
-
 from miles.utils.arguments import parse_args
 
 
 def model_save(save, rollout_id, partial=False):
+    # torch only where a save or a cursor needs it: a run with nothing to save or load (the
+    # resume-wrapper test) then costs no torch import (seconds of CPU per run)
+    import torch
+    import torch.distributed.checkpoint as dcp
+
     it_dir = save / f"iter_{rollout_id:07d}"
     gen = torch.Generator().manual_seed(rollout_id)
     with warnings.catch_warnings():
@@ -106,7 +108,11 @@ if __name__ == "__main__":
     if args.start_rollout_id is None:  # placement_group.create_training_models
         args.start_rollout_id = loaded + 1
     cursor = load / f"rollout/global_dataset_state_dict_{args.start_rollout_id - 1}.pt"
-    offset = torch.load(cursor)["sample_offset"] if cursor.is_file() else 0
+    offset = 0
+    if cursor.is_file():
+        import torch
+
+        offset = torch.load(cursor)["sample_offset"]
     with open(os.environ["FAKE_MILES_LOG"], "a") as log:
         log.write(json.dumps({"start": args.start_rollout_id, "loaded": loaded, "offset": offset,
                               "load": str(load), "argv": sys.argv[1:], "pid": os.getpid()}) + "\\n")
@@ -120,6 +126,8 @@ if __name__ == "__main__":
                 time.sleep(3600)
             model_save(save, rollout_id)
             (save / "rollout").mkdir(exist_ok=True)  # then rollout_manager.save: the data cursor
+            import torch
+
             torch.save({"sample_offset": offset}, save / f"rollout/global_dataset_state_dict_{rollout_id}.pt")
             time.sleep(0.2)
 '''
