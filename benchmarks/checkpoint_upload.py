@@ -179,9 +179,10 @@ def save_time_model() -> list[str]:
     lines = [f"time per save, default config ({cfg.training.model}, {save / (1 << 30):.0f} GiB a save; "
              f"FSx {fs.capacity_gib} GiB x {fs.throughput_mb_s_per_tib} MB/s/TiB = "
              f"{fs_bytes_s / 1e6:.0f} MB/s baseline):"]
-    for where, net in ((f"Ray head on {cfg.system_nodes.instance_type} (today)",
-                        HEAD_BASELINE_GBPS * 1e9 / 8),
-                       (f"one {gpu.name} node", card_bytes_s),
+    for where, net in ((f"a Ray head on {cfg.system_nodes.instance_type} (before the head moved "
+                        "to a GPU node)", HEAD_BASELINE_GBPS * 1e9 / 8),
+                       (f"one {gpu.name} node (today: the Ray head is the run's first GPU node)",
+                        card_bytes_s),
                        (f"{nodes} {gpu.name} nodes in parallel", nodes * card_bytes_s)):
         rate = min(fs_bytes_s, net)
         limit = "the file system" if fs_bytes_s <= net else "the network"
