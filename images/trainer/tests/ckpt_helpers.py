@@ -96,6 +96,23 @@ def aws_test_env(monkeypatch) -> None:
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
 
 
+def moto_s3(monkeypatch, versioned: bool = False):
+    """A moto S3 holding the test bucket (optionally versioned, as the kit's bucket is); yields
+    its client. The trainer tests' one fake S3: fixtures ``yield from`` it."""
+    aws_test_env(monkeypatch)
+    from moto import mock_aws
+
+    with mock_aws():
+        import boto3
+
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        if versioned:
+            client.put_bucket_versioning(Bucket=BUCKET,
+                                         VersioningConfiguration={"Status": "Enabled"})
+        yield client
+
+
 class Crash(BaseException):
     """A process dying at this point: not an Exception, so nothing in the code under test catches it."""
 

@@ -23,6 +23,7 @@ from ckpt_helpers import (
     corrupt_file,
     files_of,
     make_save,
+    moto_s3,
     s3_objects,
     write_cursor,
     write_model_save,
@@ -41,15 +42,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
 
 @pytest.fixture
 def s3(monkeypatch):
-    aws_test_env(monkeypatch)
-    from moto import mock_aws
-
-    with mock_aws():
-        import boto3
-
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
+    yield from moto_s3(monkeypatch)
 
 
 def store_for(client, log=None, **kwargs) -> S3CheckpointStore:

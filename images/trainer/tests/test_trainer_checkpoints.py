@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from ckpt_helpers import make_save, write_cursor
+from ckpt_helpers import make_save, moto_s3, write_cursor
 from rltrainer.checkpoints import (
     CheckpointWatcher,
     IncompleteCheckpoint,
@@ -28,17 +28,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
 
 @pytest.fixture
 def s3(monkeypatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(key, value)
-    from moto import mock_aws
-
-    with mock_aws():
-        import boto3
-
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="ckpt-bucket")
-        yield client
+    yield from moto_s3(monkeypatch)
 
 
 class Sleeps(list):

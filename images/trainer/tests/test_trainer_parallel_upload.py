@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_helpers import make_save
+from ckpt_helpers import make_save, moto_s3
 from rltrainer.checkpoints import RetryPolicy, S3CheckpointStore
 from rltrainer.checkpoints.layout import MANIFEST_NAME
 from rltrainer.checkpoints.parallel import partition, run_in_threads
@@ -21,17 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
 
 @pytest.fixture
 def s3(monkeypatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(key, value)
-    from moto import mock_aws
-
-    with mock_aws():
-        import boto3
-
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="ckpt-bucket")
-        yield client
+    yield from moto_s3(monkeypatch)
 
 
 def store(client) -> S3CheckpointStore:

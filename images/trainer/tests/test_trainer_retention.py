@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ckpt_helpers import BUCKET, PREFIX, URI, Crash, aws_test_env, files_of, make_save
+from ckpt_helpers import BUCKET, PREFIX, URI, Crash, files_of, make_save, moto_s3
 from rltrainer.checkpoints import (
     CheckpointWatcher,
     Retention,
@@ -35,15 +35,7 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.fixture
 def s3(monkeypatch):
-    aws_test_env(monkeypatch)
-    from moto import mock_aws
-
-    with mock_aws():
-        import boto3
-
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
+    yield from moto_s3(monkeypatch)
 
 
 def store_for(client, log=None) -> S3CheckpointStore:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_helpers import BUCKET, PREFIX, URI, Crash, HookedClient, aws_test_env, torch_bytes
+from ckpt_helpers import BUCKET, PREFIX, URI, Crash, HookedClient, moto_s3, torch_bytes
 from rltrainer.checkpoints import (
     CheckpointWatcher,
     Retention,
@@ -134,16 +134,7 @@ KILLS = {
 
 @pytest.fixture
 def s3(monkeypatch):
-    aws_test_env(monkeypatch)
-    from moto import mock_aws
-
-    with mock_aws():
-        import boto3
-
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        client.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
-        yield client
+    yield from moto_s3(monkeypatch, versioned=True)
 
 
 def test_a_week_of_saves_stays_inside_the_file_system_and_always_resumes(s3, tmp_path: Path, monkeypatch):
