@@ -370,8 +370,12 @@ def validate_objects(objects: list[tuple[str, Any]], *, kubernetes_version: str,
     return report
 
 
-def load_objects(path: str | Path) -> tuple[list[tuple[str, Any]], list[ObjectResult]]:
-    """Every document of every .yaml/.yml/.json file under ``path`` (a file or a directory)."""
+def load_objects(path: str | Path, *, trusted: bool = False
+                 ) -> tuple[list[tuple[str, Any]], list[ObjectResult]]:
+    """Every document of every .yaml/.yml/.json file under ``path`` (a file or a directory).
+    ``trusted``: the kit's renderer wrote these files just now, so the fast C loader reads them;
+    anything else goes through the loader that refuses aliases."""
+    loader = _LOADER if trusted else _ManifestLoader
     root = Path(path)
     files = [root] if root.is_file() else sorted(
         p for p in root.rglob("*") if p.is_file() and p.suffix in (".yaml", ".yml", ".json"))
@@ -379,7 +383,7 @@ def load_objects(path: str | Path) -> tuple[list[tuple[str, Any]], list[ObjectRe
     for f in files:
         rel = str(f.relative_to(root)) if root.is_dir() else str(f)
         try:
-            docs = [d for d in yaml.load_all(f.read_text(), Loader=_ManifestLoader)
+            docs = [d for d in yaml.load_all(f.read_text(), Loader=loader)
                     if d is not None]
         except yaml.YAMLError as err:
             broken.append(ObjectResult(rel, "?", "?", "error", "", [f"not valid YAML: {err}"]))
@@ -390,12 +394,13 @@ def load_objects(path: str | Path) -> tuple[list[tuple[str, Any]], list[ObjectRe
 
 
 def validate_path(path: str | Path, *, kubernetes_version: str, crd_dir: str | Path | None,
-                  strict: bool, crd_source: str | None = None) -> ValidationReport:
-    """Validate every object in a rendered tree (or one file)."""
+                  strict: bool, crd_source: str | None = None,
+                  trusted: bool = False) -> ValidationReport:
+    """Validate every object in a rendered tree (or one file); ``trusted`` as in load_objects."""
     root = Path(path)
     if not root.exists():
         raise FileNotFoundError(f"{root} does not exist: render first (rlkit render ... --out {root})")
-    objects, broken = load_objects(root)
+    objects, broken = load_objects(root, trusted=trusted)
     report = validate_objects(objects, kubernetes_version=kubernetes_version, crd_dir=crd_dir,
                               strict=strict, crd_source=crd_source)
     report.results = broken + report.results

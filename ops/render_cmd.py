@@ -71,7 +71,7 @@ def _render(args: argparse.Namespace) -> tuple[int, dict | None]:
             if args.from_cluster and not crds_from_cluster(staged, Path(crds), args):
                 codes.append(2)
                 return False
-            codes.append(run_validation(staged, args, cfg.kubernetes_version))
+            codes.append(run_validation(staged, args, cfg.kubernetes_version, rendered=True))
         return codes[-1] == 0
 
     try:

@@ -81,9 +81,11 @@ def report_document(report: ValidationReport) -> dict:
                         for r in report.results], "notes": report.notes}
 
 
-def run_validation(path: Path, args: argparse.Namespace, kubernetes_version: str) -> int:
+def run_validation(path: Path, args: argparse.Namespace, kubernetes_version: str, *,
+                   rendered: bool = False) -> int:
     """Validate ``path`` and print the report; 0 = valid, 1 = invalid, 2 = could not run. The
-    report is kept in ``args.validation_report`` (for -o json|yaml)."""
+    report is kept in ``args.validation_report`` (for -o json|yaml). ``rendered``: ``path`` is
+    what `rlkit render` just wrote (read with the fast loader)."""
     crd_dir, problem = resolve_crd_dir(args)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -95,7 +97,7 @@ def run_validation(path: Path, args: argparse.Namespace, kubernetes_version: str
     try:
         report: ValidationReport = validate_path(
             path, kubernetes_version=kubernetes_version, crd_dir=crd_dir, strict=strict,
-            crd_source=source)
+            crd_source=source, trusted=rendered)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -114,7 +116,7 @@ def crds_from_cluster(staged: Path, directory: Path, args: argparse.Namespace) -
     """Fetch the CRDs of the rendered custom kinds into ``directory`` and point the validation
     at them; False (after printing the error) when the cluster cannot be asked."""
     kubectl = Kubectl(context=args.context)
-    kinds = custom_kinds(load_objects(staged)[0])
+    kinds = custom_kinds(load_objects(staged, trusted=True)[0])
     try:
         context = context_name(kubectl)
         found, missing = fetch_crds(kubectl, kinds, directory)

@@ -56,8 +56,12 @@ def recommended_flags() -> dict[str, object]:
     import aws_cdk
 
     [package] = (Path(aws_cdk.__file__).parent / "_jsii").glob("aws-cdk-lib@*.jsii.tgz")
-    with tarfile.open(package) as tgz:
-        return json.load(tgz.extractfile("package/recommended-feature-flags.json"))
+    wanted = "package/recommended-feature-flags.json"
+    with tarfile.open(package, "r|gz") as tgz:  # streamed: stop at the file, skip the index
+        for member in tgz:
+            if member.name == wanted:
+                return json.load(tgz.extractfile(member))
+    raise FileNotFoundError(f"{package} has no {wanted}")
 
 
 def cdk_json_context() -> dict[str, object]:

@@ -88,7 +88,7 @@ def test_the_readme_operate_section_runs_top_to_bottom(chart_dir, tmp_path, monk
     crds = chart_dir.parent.parent / "crds/kuberay-v1.7.0" if (
         chart_dir.parent.parent / "crds/kuberay-v1.7.0").is_dir() else artifacts.find("kuberay-v1.7.0")
     for kind in ("rayjobs", "rayclusters"):  # what the cluster's KubeRay operator installed
-        crd = yaml.safe_load((crds / f"ray.io_{kind}.yaml").read_text())
+        crd = yaml.load((crds / f"ray.io_{kind}.yaml").read_text(), Loader=yaml.CSafeLoader)
         kubectl.rule(["get", "crd", f"{kind}.ray.io"], stdout=json.dumps(crd))
     monkeypatch.setattr(image_cmd, "start_build", lambda codebuild, plan: "my-env-build:1")
     monkeypatch.setattr(image_cmd, "follow_build", lambda *a, **k: BuildResult(

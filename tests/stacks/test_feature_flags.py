@@ -15,36 +15,41 @@ import pytest
 from tests.support.cdk import EXAMPLES
 from stacks.feature_flags import CDK_JSON, NOT_RECOMMENDED, cdk_json_context, recommended_flags
 
-RECOMMENDED = recommended_flags()
 
 
-def test_cdk_json_sets_every_recommended_flag():
+@pytest.fixture(scope="module")
+def recommended() -> dict:
+    """aws-cdk-lib's recommended flags (read from its package archive: not at collection)."""
+    return recommended_flags()
+
+
+def test_cdk_json_sets_every_recommended_flag(recommended):
     context = cdk_json_context()
-    missing = sorted(set(RECOMMENDED) - set(context))
+    missing = sorted(set(recommended) - set(context))
     assert not missing, (f"cdk.json lacks {len(missing)} flag(s) the installed aws-cdk-lib "
                          f"recommends: {missing}. Fix: add each at its recommended value, or at "
                          "another value with the reason in stacks/feature_flags.py "
                          "NOT_RECOMMENDED (check the templates before and after).")
-    unknown = sorted(k for k in context if k.startswith("@aws-cdk") and k not in RECOMMENDED)
+    unknown = sorted(k for k in context if k.startswith("@aws-cdk") and k not in recommended)
     assert not unknown, f"cdk.json sets flags aws-cdk-lib does not recommend: {unknown}"
 
 
-def test_cdk_json_values_are_recommended_unless_a_reason_says_otherwise():
+def test_cdk_json_values_are_recommended_unless_a_reason_says_otherwise(recommended):
     context = cdk_json_context()
     wrong = {}
-    for flag, recommended in RECOMMENDED.items():
-        expected = NOT_RECOMMENDED[flag][0] if flag in NOT_RECOMMENDED else recommended
+    for flag, value in recommended.items():
+        expected = NOT_RECOMMENDED[flag][0] if flag in NOT_RECOMMENDED else value
         if context.get(flag) != expected:
             wrong[flag] = (context.get(flag), expected)
     assert not wrong, f"cdk.json flag -> (value, expected): {wrong}"
 
 
 @pytest.mark.parametrize("flag", sorted(NOT_RECOMMENDED))
-def test_each_flag_kept_off_is_a_real_flag_with_a_reason(flag):
+def test_each_flag_kept_off_is_a_real_flag_with_a_reason(flag, recommended):
     value, reason = NOT_RECOMMENDED[flag]
-    assert flag in RECOMMENDED, f"{flag} is not in aws-cdk-lib's recommended list any more"
-    assert value != RECOMMENDED[flag], f"{flag}: {value!r} is the recommended value; drop it"
-    assert len(reason) > 40, f"{flag}: say why it is not {RECOMMENDED[flag]!r}"
+    assert flag in recommended, f"{flag} is not in aws-cdk-lib's recommended list any more"
+    assert value != recommended[flag], f"{flag}: {value!r} is the recommended value; drop it"
+    assert len(reason) > 40, f"{flag}: say why it is not {recommended[flag]!r}"
 
 
 def test_make_app_builds_with_cdk_json_context():

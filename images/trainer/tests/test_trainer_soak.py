@@ -64,7 +64,9 @@ def save_files(iteration: int) -> dict[str, bytes]:
     }
 
 
-SAVE = max(sum(len(b) for b in save_files(i).values()) for i in range(ROLLOUTS))
+def largest_save() -> int:
+    # not at import: the cursor files need torch, and collection should not import it
+    return max(sum(len(b) for b in save_files(i).values()) for i in range(ROLLOUTS))
 
 
 class CappedDir:
@@ -141,7 +143,7 @@ def test_a_week_of_saves_stays_inside_the_file_system_and_always_resumes(s3, tmp
     # the kit's default and the tightest file system it sizes (larger keep_local: test_trainer_retention.py)
     keep_local = 1
     root = tmp_path / "fsx" / "checkpoints" / "run"
-    fs = CappedDir(tmp_path / "fsx", WEIGHTS + (keep_local + 1) * SAVE + SLACK)
+    fs = CappedDir(tmp_path / "fsx", WEIGHTS + (keep_local + 1) * largest_save() + SLACK)
     real_rmtree = retention_module.shutil.rmtree
     pending = dict(KILLS)
     armed: dict[str, int] = {}
