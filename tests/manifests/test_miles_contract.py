@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from rltrainer.miles import (
     resolve_model_args,
 )
 
-from tests.support import artifacts  # noqa: E402
+from tests.support import artifacts, miles_parser  # noqa: E402
 from tests.support import REPO_ROOT
 
 EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
@@ -47,7 +46,6 @@ UPSTREAM = artifacts.common_root((f"miles-{MILES_VERSION}", "megatron-lm-37f9161
 MILES_DIR = UPSTREAM / f"miles-{MILES_VERSION}"
 MEGATRON_DIR = UPSTREAM / "megatron-lm-37f9161"
 SGLANG_FILE = UPSTREAM / "sglang-0.5.16" / "server_args.py"
-OFFLINE = REPO_ROOT / "tests" / "support" / "miles_offline.py"
 # The one Miles flag the launcher sets on purpose over model_args(): DeepEP needs the flex dispatcher.
 BACKEND_OWNED_DESTS = ["moe_token_dispatcher_type"]
 
@@ -87,11 +85,8 @@ def test_missing_sources_fail_in_ci_and_skip_elsewhere(tmp_path, monkeypatch):
 
 
 def parse_offline(cases: list[dict]) -> dict:
-    """Run tests/support/miles_offline.py on ``cases``; its JSON report."""
-    proc = subprocess.run([sys.executable, str(OFFLINE), str(UPSTREAM)], input=json.dumps(cases),
-                          capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout)
+    """Miles' own parser on ``cases`` (one offline parser process per test worker); its report."""
+    return miles_parser.parse_offline(cases, UPSTREAM)
 
 
 def example_case(example: str) -> dict:

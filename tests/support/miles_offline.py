@@ -4,6 +4,10 @@ Run as a program in a child process (so no stub leaks into the test process):
 
     python tests/support/miles_offline.py <upstream dir> < cases.json > results.json
 
+or with ``--serve`` after the upstream dir: one JSON list of cases per input line, one report per
+output line, so that one process (tests/support/miles_parser.py keeps one per test worker) serves
+every test that parses (building the parser imports the pinned sources: seconds each time).
+
 ``cases.json`` is a list of ``{"name", "train_args", "model_script"}``: the arguments the
 launcher puts after ``train.py`` and the Miles model script it took the model flags from.
 For each case the child builds the parser exactly as Miles' train.py does (rltrainer's
@@ -329,11 +333,20 @@ def check(case: dict, upstream: Path) -> dict:
 
 def main() -> int:
     upstream = Path(sys.argv[1])
-    cases = json.load(sys.stdin)
     install(upstream)
+    if sys.argv[2:] == ["--serve"]:  # one JSON list of cases per line in, one report per line out
+        for line in sys.stdin:
+            report(json.loads(line), upstream)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        return 0
+    report(json.load(sys.stdin), upstream)
+    return 0
+
+
+def report(cases: list[dict], upstream: Path) -> None:
     results = [check(case, upstream) for case in cases]
     json.dump({"results": results, "stubbed": sorted(set(STUBBED))}, sys.stdout)
-    return 0
 
 
 if __name__ == "__main__":
