@@ -215,12 +215,34 @@ def test_rl_write_config_writes_the_engine_layout(capsys, config):
     assert cfg.training.grpo.global_batch_size == 128
 
 
-def test_rl_write_config_refuses_a_disaggregated_plan(capsys, config):
-    rc, _, err = run(capsys, *RL_ARGS, "--placement", "disaggregated", "--write-config",
-                     str(config), "--node-group", "p5")
+def test_rl_write_config_writes_the_rollout_pool_and_mode_and_a_colocated_plan_clears_them(
+        capsys, config):
+    from infra.config import load_config
+
+    rc, out, err = run(capsys, *RL_ARGS, "--placement", "disaggregated", "--overlap", "batch",
+                       "--off-policy-steps", "2", "--write-config", str(config), "--node-group",
+                       "p5", "--json")
+    assert rc == 0, err
+    best = json.loads(out)["candidates"][0]
+    ro = load_config(config).training.rollout
+    assert (ro.placement, ro.nodes, ro.overlap, ro.off_policy_steps) == (
+        "disaggregated", best["rollout_nodes"], "batch", 2)
+    assert load_config(config).training.nodes == best["nodes"]  # the pool is part of the run
+    rc, _, err = run(capsys, *RL_ARGS, "--placement", "colocated", "--write-config", str(config),
+                     "--node-group", "p5")
+    assert rc == 0, err
+    written = config.read_text()
+    assert "placement" not in written and "off_policy_steps" not in written
+
+
+def test_rl_write_config_refuses_a_memory_share_the_config_cannot_hold(capsys, config):
+    rc, _, err = run(capsys, *RL_ARGS, "--placement", "colocated", "--rollout-mem-fraction",
+                     "0.5", "--write-config", str(config), "--node-group", "p5")
     assert rc == 2
-    assert "the kit's launcher runs rollout colocated" in err
-    assert "--placement colocated" in err
+    assert err.strip() == (
+        "rlkit plan: error: --rollout-mem-fraction 0.5: the config has no field for the engines' "
+        "memory share, and the launcher runs colocated engines with 0.7; drop "
+        "--rollout-mem-fraction to plan what the launcher runs")
     assert config.read_text() == P5_EXAMPLE.read_text()
 
 
