@@ -108,6 +108,14 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
         training = data["training"] = {}
     if not isinstance(training, dict):
         raise PlannerError(f"'training' in {path} must be a mapping")
+    kept = training.get("rollout")
+    if rollout is None and isinstance(kept, dict) and kept.get("placement") == "disaggregated":
+        # a training plan puts every node of the run to training; the file gives some to rollout
+        raise PlannerError(
+            f"not writing {path}: its training.rollout.placement is disaggregated (a rollout pool "
+            f"of {kept.get('nodes')} node(s)), but a training plan sizes the layout for every node; "
+            "plan with --rl to write the GRPO step, or set training.rollout.placement: colocated "
+            "(and remove training.rollout.nodes) first")
     new = training_section(candidate, model_key, node_group)
     training["model"] = new["model"]
     training["node_group"] = new["node_group"]
