@@ -145,8 +145,14 @@ def _launch(args: argparse.Namespace) -> int:
             print("[dry-run] preview only: without --dry-run this launch would refuse (exit 1) "
                   "for the reason at the top.")
         return 1 if refuses else 0
+    ro = cfg.training.rollout
+    mode = ""  # the rollout mode, when it is not the default colocated on-policy one
+    if ro.placement == "disaggregated":
+        mode = f" ({cfg.training.nodes - (ro.nodes or 0)} training + {ro.nodes} rollout"
+        mode += (f", {ro.overlap} overlap, up to {ro.off_policy_steps} step(s) off-policy)"
+                 if ro.overlap != "none" else ")")
     print(f"Launched RayJob {job} in namespace {ns} on {cfg.training.nodes} x "
-          f"{cfg.gpu_node_groups[cfg.training.node_group].instance_type}.")
+          f"{cfg.gpu_node_groups[cfg.training.node_group].instance_type}{mode}.")
     flag = options.config_flag(args)
     print(f"Follow it with: rlkit status{flag} --watch   and   rlkit logs{flag} -f")
     return 0

@@ -6,6 +6,7 @@
         --write-config examples/p5-2node.yaml --node-group p5
     rlkit plan --rl --model qwen3-30b-a3b --instance p5en.48xlarge --max-nodes 8 --plot plan.png
     rlkit plan --rl --placement disaggregated --off-policy-steps 2 --nodes 8
+    rlkit plan --rl --off-policy-steps 2 --max-nodes 8 --write-config my-env.yaml --node-group p5
     rlkit plan                     # model, instance, nodes and GRPO shape from the config
 
 Without --model/--instance/--nodes and the GRPO options, the plan takes them from the config
@@ -15,7 +16,8 @@ The model behind the numbers (sources, calibration, limits) is described in docs
 Every number is checked as it is parsed (``--seq-len 0`` or a negative price is a one-line usage
 error naming the flag). The table fits the terminal, dropping its least important columns first;
 in a pipe it prints plain aligned columns; -o json|yaml prints one document. --write-config
-creates the file when it does not exist yet.
+creates the file when it does not exist yet; with --rl it writes the plan's placement, rollout
+pool and overlap (training.rollout), which `rlkit launch` runs and `--config` reads back.
 """
 
 from __future__ import annotations
