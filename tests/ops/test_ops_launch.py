@@ -166,7 +166,9 @@ def test_launch_dry_run_prints_commands_only(tmp_path, kubectl, capsys):
     assert run(tmp_path, "launch", "--dry-run") == 0
     out = capsys.readouterr().out
     assert kubectl.calls == []
-    assert f"[dry-run] kubectl apply -f {tmp_path}/out/rl-job" in out
+    assert kubectl.all_calls == [["config", "view", "--minify", "-o", "json"]]  # local only
+    arn = "arn:aws:eks:us-east-1:123456789012:cluster/gt-cluster"  # the outputs' cluster
+    assert f"[dry-run] kubectl --context {arn} apply -f {tmp_path}/out/rl-job" in out
     assert not (tmp_path / "out").exists()
 
 
@@ -238,9 +240,9 @@ def test_dry_run_previews_without_a_gate_and_says_the_real_run_would_refuse(tmp_
     assert out.splitlines()[0].startswith("[dry-run] Launch into environment 'gt' (us-east-1)")
     assert out.splitlines()[1].startswith("[dry-run] the real launch would REFUSE: no fabric "
                                           "gate has run for 'gt'")
-    assert f"[dry-run] kubectl apply -f {tmp_path}/out/rl-job" in out
-    assert out.rstrip().endswith("without --dry-run this launch would refuse (exit 1) for the "
-                                 "reason at the top.")
+    assert f"apply -f {tmp_path}/out/rl-job" in out
+    assert out.rstrip().endswith("without --dry-run this launch would refuse (exit 1): see the "
+                                 "REFUSE line(s) above.")
     assert kubectl.calls == []
 
 
