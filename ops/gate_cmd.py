@@ -23,6 +23,10 @@ skips this). It prints the cordon and taint commands for each; --isolate runs th
 environment's GPU nodes, saying so first) and reruns the benchmarks on the remaining nodes.
 docs/gate.md explains each number and where its threshold comes from.
 
+--dry-run renders and prints every kubectl command without running any; it checks the kubectl
+context as the real gate does (the kubeconfig only) and exits 2 when it points at another
+cluster; with no kubectl context at all it says the check did not run (docs/cli.md).
+
 Exit code 0 when the gate passed (warnings allowed), 1 when it failed, 2 when it could not run.
 """
 
@@ -59,9 +63,9 @@ from ops.gate import (
 from ops.gate.nodes import find_bad, isolate, isolation_advice, rerun_remaining
 from ops.gate.record import load_baseline, update_baseline
 from ops.gate.runner import GateInterrupted, GateRunner
-from ops.kube import Kubectl, KubectlError, check_cluster
+from ops.kube import Kubectl, KubectlError, check_cluster, preview_cluster_check
 from ops.output import emit, make_console, print_table, wants_json
-from ops.rendering import gin_type_for, render_for_run, with_ep_backend
+from ops.rendering import cluster_to_check, gin_type_for, render_for_run, with_ep_backend
 
 _STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", RECORDED: "cyan"}
 
@@ -202,11 +206,16 @@ def _run(args: argparse.Namespace) -> int:
 
     kubectl = Kubectl(context=args.context, dry_run=args.dry_run, echo=kubectl_echo,
                       request_timeout_s=args.request_timeout)
-    try:  # before anything is applied or deleted: kubectl must point at this environment
-        check_cluster(kubectl, outputs.cluster_name, outputs.region)
-    except KubectlError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    cluster = cluster_to_check(cfg, outputs)
+    refused = 0  # a dry run's verdict: the exit code the real gate would stop with
+    if args.dry_run:  # the same context check; the preview goes on either way
+        refused = preview_cluster_check(kubectl, cluster, outputs.region, "gate")
+    else:
+        try:  # before anything is applied or deleted: kubectl must point at this environment
+            check_cluster(kubectl, cluster, outputs.region)
+        except KubectlError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     jobs = [(j.key, j.name) for j in ctx.fabric]
     selector = ",".join(f"{k}={v}" for k, v in names.gpu_node_labels(t.node_group).items())
     runner = GateRunner(kubectl, ctx.namespace, out, jobs, group.instance_type, t.nodes,
@@ -233,8 +242,13 @@ def _run(args: argparse.Namespace) -> int:
                         "instance_type": group.instance_type, "node_group": t.node_group,
                         "ep_backend": backend, "jobs": [k for k, _ in jobs], "out": str(out),
                         "state": str(sdir / "gate.json"),
-                        "commands": previewed})
-        return 0
+                        "commands": previewed,
+                        # the checked context, None when unchecked or refused (exit code says)
+                        "context": None if refused else kubectl.context})
+        if refused:
+            echo(f"[dry-run] preview only: without --dry-run this gate would refuse (exit "
+                 f"{refused}): see the REFUSE line(s) above.")
+        return refused
     report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
     report.findings[:0] = runner.problems  # a job that failed or hung is a node suspect too
     if not report.ok and not args.no_bisect:

@@ -58,6 +58,17 @@ class KubectlError(RuntimeError):
         super().__init__(f"`{command}` failed: {message}. Fix: {fix}.")
 
 
+class KubectlNotFound(KubectlError):
+    """kubectl itself is missing (not on PATH)."""
+
+
+class NoKubeContext(KubectlError):
+    """There is no kubectl context to check here: kubectl is not installed, or no context is
+    selected (no kubeconfig at all, or one without a current-context) and none was passed with
+    --context. The real commands refuse it like any other KubectlError; a dry run reports the
+    context as not checked (``preview_cluster_check``)."""
+
+
 # No kubectl call may hang the CLI: each runs under a hard time limit (the process is killed and
 # the error says so). Waits that kubectl bounds itself (delete --wait --timeout) get that bound
 # plus this margin. `logs -f` follows interactively and is the one unbounded call.
@@ -92,21 +103,22 @@ class Kubectl:
     def command(self, args: Sequence[str]) -> str:
         return shlex.join(self.argv(args))
 
-    def run(self, args: Sequence[str], *, check: bool = True,
-            timeout: float | None = None) -> subprocess.CompletedProcess:
+    def run(self, args: Sequence[str], *, check: bool = True, timeout: float | None = None,
+            local: bool = False) -> subprocess.CompletedProcess:
         """Run kubectl under a time limit (``timeout``, else the client's); in dry-run mode print
-        the command and return an empty success."""
+        the command and return an empty success, unless ``local`` (a command that only reads the
+        kubeconfig, such as ``config view``: dry runs run it too)."""
         cmd = self.command(args)
         timeout = self.timeout_s if timeout is None else timeout
-        if self.dry_run:
+        if self.dry_run and not local:
             self.echo(f"[dry-run] {cmd}")
             return subprocess.CompletedProcess(self.argv(args), 0, "", "")
         try:
             proc = subprocess.run(self.argv(args), capture_output=True, text=True, timeout=timeout)
         except FileNotFoundError:
-            raise KubectlError(cmd, f"{self.binary} is not installed or not on PATH",
-                               "install kubectl (https://kubernetes.io/docs/tasks/tools/) and "
-                               "run the command again") from None
+            raise KubectlNotFound(cmd, f"{self.binary} is not installed or not on PATH",
+                                  "install kubectl (https://kubernetes.io/docs/tasks/tools/) and "
+                                  "run the command again") from None
         except subprocess.TimeoutExpired:
             raise KubectlError(cmd, f"no answer within {timeout:.0f} s (kubectl was stopped)",
                                "check that the cluster endpoint is reachable from here (VPN, "
@@ -156,8 +168,8 @@ class Kubectl:
         try:
             return subprocess.call(self.argv(args))
         except FileNotFoundError:
-            raise KubectlError(self.command(args), f"{self.binary} is not installed or not on "
-                               "PATH", "install kubectl and run the command again") from None
+            raise KubectlNotFound(self.command(args), f"{self.binary} is not installed or not "
+                                  "on PATH", "install kubectl and run the command again") from None
 
     def reachable(self) -> None:
         """Ask the API server whether it is ready (``get --raw /readyz``) within
@@ -195,31 +207,43 @@ def _eks_cluster_of(doc: dict[str, Any]) -> tuple[str | None, str | None, str | 
     return context, entry, named
 
 
-def check_cluster(k: Kubectl, cluster_name: str, region: str) -> str:
-    """Make sure kubectl talks to this environment's EKS cluster, and pin that context.
+# What kubectl says when no context is selected: client-go's MinifyConfig
+# (tools/clientcmd/api/helpers.go) returns this error when current-context is empty, which is
+# also what an absent kubeconfig gives (kubectl 1.32 prints "error: current-context must exist
+# in order to minify"). A context named with --context that does not exist is a different error
+# ("cannot locate context ...") and stays a refusal.
+_NO_CONTEXT = "current-context must exist in order to minify"
 
-    Reads the (current or --context) context with ``kubectl config view --minify`` (local, no API
-    call). It matches when the context's cluster entry is the cluster's ARN
-    (``aws eks update-kubeconfig`` names it so) or its credentials ask EKS for a token for this
-    cluster name. On a match ``k.context`` is set to the context, so that every later call goes to
-    the same cluster even if the current context changes meanwhile, and the API server is asked
-    whether it answers (``Kubectl.reachable``: seconds, not minutes). Returns the context name;
-    raises KubectlError naming both clusters otherwise. Dry runs check nothing."""
-    if k.dry_run:
-        k.echo(f"[dry-run] would check that the kubectl context points at EKS cluster "
-               f"{cluster_name} in {region}")
-        return k.context or ""
+
+def match_context(k: Kubectl, cluster_name: str, region: str) -> str:
+    """The local half of the context check, shared by the real commands and their dry runs: read
+    the (current or --context) context with ``kubectl config view --minify`` (kubeconfig only, no
+    API call, so it runs in dry runs too) and return its name when it points at EKS cluster
+    ``cluster_name`` in ``region``. It matches when the context's cluster entry is the cluster's
+    ARN (``aws eks update-kubeconfig`` names it so) or its credentials ask EKS for a token for
+    this cluster name. Raises NoKubeContext when there is no context to check (kubectl missing,
+    none selected and no --context), KubectlError naming both clusters when it points elsewhere
+    (or the kubeconfig cannot be read)."""
     args = ["config", "view", "--minify", "-o", "json"]
-    proc = k.run(args)
+    fix = (f"point kubectl at this environment's cluster: aws eks update-kubeconfig --name "
+           f"{cluster_name} --region {region} (or pass --context with its context)")
+    nothing_named = k.context is None
+    try:
+        proc = k.run(args, check=False, local=True)
+    except KubectlNotFound as err:
+        raise (NoKubeContext(err.command, err.message, err.fix) if nothing_named else err) from None
+    if proc.returncode != 0:
+        message = error_text(proc.stderr) or proc.stdout.strip() or f"exit code {proc.returncode}"
+        absent = nothing_named and _NO_CONTEXT in message
+        raise (NoKubeContext if absent else KubectlError)(k.command(args), message, fix)
     try:
         doc = json.loads(proc.stdout or "{}")
     except json.JSONDecodeError:
         doc = {}
     context, entry, named = _eks_cluster_of(doc)
-    fix = (f"point kubectl at this environment's cluster: aws eks update-kubeconfig --name "
-           f"{cluster_name} --region {region} (or pass --context with its context)")
     if context is None:
-        raise KubectlError(k.command(args), "no kubectl context is selected", fix)
+        raise (NoKubeContext if nothing_named else KubectlError)(
+            k.command(args), "no kubectl context is selected", fix)
     arn = re.fullmatch(r"arn:aws[a-z-]*:eks:([a-z0-9-]+):\d{12}:cluster/(.+)", entry or "")
     if arn is not None:
         ok = arn.groups() == (region, cluster_name)
@@ -230,9 +254,42 @@ def check_cluster(k: Kubectl, cluster_name: str, region: str) -> str:
             k.command(args), f"context {context!r} points at cluster {entry or named!r}, not "
             f"this environment's EKS cluster {cluster_name} in {region}; nothing was applied or "
             "deleted", fix)
-    k.context = context
-    k.reachable()
     return context
+
+
+def check_cluster(k: Kubectl, cluster_name: str, region: str) -> str:
+    """Make sure kubectl talks to this environment's EKS cluster, and pin that context.
+
+    ``match_context`` checks the context locally. On a match ``k.context`` is set to it, so that
+    every later call goes to the same cluster even if the current context changes meanwhile (a
+    dry run previews its commands pinned the same way), and, except in a dry run, the API server
+    is asked whether it answers (``Kubectl.reachable``: seconds, not minutes). Returns the context
+    name; raises KubectlError (NoKubeContext when there is none) otherwise."""
+    context = match_context(k, cluster_name, region)
+    k.context = context
+    if k.dry_run:
+        k.echo(f"[dry-run] context check: {context} points at EKS cluster {cluster_name} in "
+               f"{region} (read from the kubeconfig; a dry run does not contact the API server)")
+    else:
+        k.reachable()
+    return context
+
+
+def preview_cluster_check(k: Kubectl, cluster_name: str, region: str, command: str) -> int:
+    """A dry run's context check (``check_cluster``, the real commands' own): 0 when the real
+    ``command`` would go on, or when there is no kubectl context here to check (no kubeconfig or
+    no kubectl: a CI job before the cluster exists), which it says; else 2, the exit code the real
+    command stops with, after printing why. The preview goes on either way (docs/cli.md)."""
+    try:
+        check_cluster(k, cluster_name, region)
+    except NoKubeContext as err:
+        k.echo(f"[dry-run] context check: not run, there is no kubectl context here "
+               f"({err.message}); the real {command} refuses until there is. Fix: {err.fix}")
+        return 0
+    except KubectlError as err:
+        k.echo(f"[dry-run] the real {command} would REFUSE (exit 2): {err}")
+        return 2
+    return 0
 
 
 def objects_in(path: Path) -> list[tuple[str, str, str | None]]:

@@ -11,7 +11,10 @@ expert-parallel backend is, in order: --ep-backend, the backend the gate measure
 these shapes (<state dir>/<name>/gate.json), the config's training.expert_parallel.backend.
 
 status, logs and launch first check that kubectl points at this environment's EKS cluster (or
---context does), and that its API server answers within --request-timeout seconds.
+--context does), and that its API server answers within --request-timeout seconds. launch
+--dry-run makes the same context check (the kubeconfig only, no API server) and exits 2 when the
+context points elsewhere; with no kubectl context at all (a CI job before the cluster exists) it
+says the check did not run and exits on the other checks (docs/cli.md).
 
 status prints the RayJob's jobStatus and jobDeploymentStatus (KubeRay); --watch polls until the
 job ends; -o json|yaml prints the RayJob's state as one document. For Capacity Block groups it first shows the block's window on stderr (start, end, time
@@ -41,10 +44,10 @@ from manifests.render import SHARED_FS_FILES, SUBMITTER_CONTAINER
 from ops import aws, observability, options, reservations
 from ops.config_source import announce
 from ops.gate import GateStateError, legacy_results, load_state, results_path
-from ops.kube import Kubectl, KubectlError, check_cluster
+from ops.kube import Kubectl, KubectlError, check_cluster, preview_cluster_check
 from ops.launching import choose_backend, describe_rayjob, finished, gate_verdict
 from ops.output import add_output_option, emit, wants_json
-from ops.rendering import render_for_run, with_ep_backend
+from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
 
 
 def utcnow() -> datetime:
@@ -87,6 +90,9 @@ def _launch(args: argparse.Namespace) -> int:
     if problem and not args.force and not args.dry_run:
         print(f"Not launching: {problem}.", file=sys.stderr)
         return 1
+    # A dry run's verdict: the exit code of the first check the real launch would stop at, in
+    # the real launch's order (gate, Capacity Block window, kubectl context).
+    verdict = 1 if problem and not args.force else 0
     if problem and args.force:
         print(f"WARNING (--force): {problem}.", file=sys.stderr)
     elif problem:  # a dry run always previews, and says what the real run would do
@@ -109,6 +115,7 @@ def _launch(args: argparse.Namespace) -> int:
         return 1
     if too_short:
         print(f"[dry-run] the real launch would REFUSE: {too_short}.")
+        verdict = verdict or 1
     try:
         ctx, out, outputs = render_for_run(cfg, args.outputs, args.out, args.dry_run,
                                            options.aws_clients(args, cfg.region), print,
@@ -120,8 +127,14 @@ def _launch(args: argparse.Namespace) -> int:
     ns, job = ctx.namespace, ctx.rayjob_name
     try:
         # Before anything is read, deleted (--replace) or applied: kubectl must point at this
-        # environment's cluster, and stays pinned to that context for the calls below.
-        check_cluster(k, outputs.cluster_name, outputs.region)
+        # environment's cluster, and stays pinned to that context for the calls below. A dry
+        # run makes the same check and previews the rest either way.
+        cluster = cluster_to_check(cfg, outputs)
+        if args.dry_run:
+            context_verdict = preview_cluster_check(k, cluster, outputs.region, "launch")
+            verdict = verdict or context_verdict  # an earlier refusal's code comes first
+        else:
+            check_cluster(k, cluster, outputs.region)
         existing = k.get_json(["rayjob", job, "-n", ns])
         if existing is not None:
             st = existing.get("status", {})
@@ -140,13 +153,18 @@ def _launch(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.dry_run:
-        refuses = bool(problem and not args.force) or bool(too_short)
-        if refuses:
-            print("[dry-run] preview only: without --dry-run this launch would refuse (exit 1) "
-                  "for the reason at the top.")
-        return 1 if refuses else 0
+        if verdict:
+            print(f"[dry-run] preview only: without --dry-run this launch would refuse (exit "
+                  f"{verdict}): see the REFUSE line(s) above.")
+        return verdict
+    ro = cfg.training.rollout
+    mode = ""  # the rollout mode, when it is not the default colocated on-policy one
+    if ro.placement == "disaggregated":
+        mode = f" ({cfg.training.nodes - (ro.nodes or 0)} training + {ro.nodes} rollout"
+        mode += (f", {ro.overlap} overlap, up to {ro.off_policy_steps} step(s) off-policy)"
+                 if ro.overlap != "none" else ")")
     print(f"Launched RayJob {job} in namespace {ns} on {cfg.training.nodes} x "
-          f"{cfg.gpu_node_groups[cfg.training.node_group].instance_type}.")
+          f"{cfg.gpu_node_groups[cfg.training.node_group].instance_type}{mode}.")
     flag = options.config_flag(args)
     print(f"Follow it with: rlkit status{flag} --watch   and   rlkit logs{flag} -f")
     return 0

@@ -6,6 +6,7 @@
         --write-config examples/p5-2node.yaml --node-group p5
     rlkit plan --rl --model qwen3-30b-a3b --instance p5en.48xlarge --max-nodes 8 --plot plan.png
     rlkit plan --rl --placement disaggregated --off-policy-steps 2 --nodes 8
+    rlkit plan --rl --off-policy-steps 2 --max-nodes 8 --write-config my-env.yaml --node-group p5
     rlkit plan                     # model, instance, nodes and GRPO shape from the config
 
 Without --model/--instance/--nodes and the GRPO options, the plan takes them from the config
@@ -15,7 +16,8 @@ The model behind the numbers (sources, calibration, limits) is described in docs
 Every number is checked as it is parsed (``--seq-len 0`` or a negative price is a one-line usage
 error naming the flag). The table fits the terminal, dropping its least important columns first;
 in a pipe it prints plain aligned columns; -o json|yaml prints one document. --write-config
-creates the file when it does not exist yet.
+creates the file when it does not exist yet; with --rl it writes the plan's placement, rollout
+pool and overlap (training.rollout), which `rlkit launch` runs and `--config` reads back.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from infra.planner import (
 )
 from infra.planner.config_writer import write_config
 from infra.planner.request import COLOCATED_MEM_FRACTION
+from infra.planner.rl_modes import engine_mem_fraction
 from infra.trainer_contract import DEFAULT_KEEP_LOCAL, EP_BACKENDS
 from infra.catalog.fsx import plan_for_model
 from infra.planner.layout import PRECISIONS
@@ -127,7 +130,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="forward-only log-prob passes before training (1; 2 when the config "
                          "has a KL term)")
     rl.add_argument("--placement", choices=("both", "colocated", "disaggregated"),
-                    default="both", help="rollout placement to consider (both)")
+                    help="rollout placement to consider (default: the config's "
+                         "training.rollout.placement where the file sets it and the instance "
+                         "type, node count and mode all come from the config; else both)")
     rl.add_argument("--overlap", nargs="?", const="batch", choices=OVERLAP_CHOICES,
                     help="how generation overlaps training (disaggregated only): batch (the "
                          "next batch generates while this one trains; Miles train_async.py; "
@@ -235,16 +240,26 @@ def _config_defaults(args: argparse.Namespace) -> bool:
     t, g = cfg.training, cfg.training.grpo
     if args.model is None and args.model_file is None:
         args.model = t.model
+    whole_run = False  # the config's run as it is: its instance type and node count
     if args.instance is None:
         args.instance = cfg.gpu_node_groups[t.node_group].instance_type
         if args.nodes is None and args.max_nodes is None:
             args.nodes = t.nodes
+            whole_run = True
     for dest, value in zip(rl_fields, (
             g.rollout_batch_size, g.n_samples_per_prompt, g.rollout_max_response_len,
             g.num_steps_per_rollout,
             2 if g.kl_loss_coef > 0 else 1)):  # the launcher loads a reference model for KL only
         if getattr(args, dest) is None:
             setattr(args, dest, value)
+    if args.overlap is None and args.off_policy_steps is None:
+        # the config's mode as a whole (--overlap or --off-policy-steps replaces it), and for the
+        # config's whole run the placement the file names (written for a disaggregated plan);
+        # without one both placements are ranked, as before the field existed
+        ro = t.rollout
+        args.overlap, args.off_policy_steps = ro.overlap, ro.off_policy_steps
+        if whole_run and args.placement is None and "placement" in ro.model_fields_set:
+            args.placement = ro.placement
     if args.node_group is None and args.write_config and args.config is not None \
             and Path(args.write_config).resolve() == Path(args.config).resolve():
         args.node_group = t.node_group  # rewriting the config itself: its own node group
@@ -292,7 +307,7 @@ def _run_rl(args: argparse.Namespace) -> int:
         model = load_model_file(args.model_file) if args.model_file else args.model
         pins = Pins(tp=args.tp, pp=args.pp, ep=args.ep, etp=args.etp, cp=args.cp, vpp=args.vpp,
                     mbs=args.mbs, recompute=args.recompute)
-        placements = (("colocated", "disaggregated") if args.placement == "both"
+        placements = (("colocated", "disaggregated") if args.placement in (None, "both")
                       else (args.placement,))
         result = plan_rl(RLPlanRequest(
             model, args.instance, _rl_setup(args), nodes=args.nodes,
@@ -323,23 +338,29 @@ def _run_rl(args: argparse.Namespace) -> int:
 
 
 def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
+    """Write the best GRPO plan: training layout, engines, batch shape and the mode (placement,
+    rollout pool, overlap, off-policy steps: training.rollout), which the launcher turns into the
+    Miles flags ``best.miles_args`` prints."""
     if not args.node_group:
         raise PlannerError("--write-config needs --node-group NAME (a gpu_node_groups entry of "
                            "the config file)")
-    best = result.best
-    if best.placement != "colocated":
-        miles = " ".join(best.miles_args(result.rl, result.system.gpus_per_node))
+    best, rl = result.best, result.rl
+    launcher = engine_mem_fraction(RLSetup(), result.system, best.placement, best.engine.gpus)
+    if rl.mem_fraction is not None and abs(rl.mem_fraction - launcher) > 1e-9:
+        # the launcher sets 0.7 colocated and leaves SGLang's own default on a pool of its own;
+        # the config has no field for another share
         raise PlannerError(
-            f"the best placement is disaggregated ({best.train_nodes} training + "
-            f"{best.rollout_nodes} rollout nodes, {result.rl.mode}), but the kit's launcher runs "
-            "rollout colocated (Miles --colocate) and the config has no field for a separate "
-            "rollout pool; rerun with --placement colocated (and no overlap) to write the best "
-            f"colocated layout, or run Miles yourself with: {miles}")
-    rl = result.rl
+            f"--rollout-mem-fraction {rl.mem_fraction:g}: the config has no field for the "
+            f"engines' memory share, and the launcher runs {best.placement} engines with "
+            f"{launcher:g}; drop --rollout-mem-fraction to plan what the launcher runs")
     _ensure_config(args, result.system.name, best.nodes)
+    rollout = {"gpus_per_engine": best.engine.gpus, "ep": best.engine.ep}
+    if best.placement != "colocated":
+        rollout.update(placement=best.placement, nodes=best.rollout_nodes)
+    if rl.mode != "on-policy":
+        rollout.update(overlap=rl.mode, off_policy_steps=rl.staleness)
     write_config(args.write_config, best.training, result.model.key, result.system.name,
-                 args.node_group,
-                 rollout={"gpus_per_engine": best.engine.gpus, "ep": best.engine.ep},
+                 args.node_group, rollout=rollout, nodes=best.nodes,
                  grpo={"rollout_batch_size": rl.prompts,
                        "n_samples_per_prompt": rl.samples_per_prompt,
                        "global_batch_size": rl.train_batch,

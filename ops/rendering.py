@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from infra import names
 from infra.config import KitConfig, parse_config
 from manifests import (
     StackOutputs,
@@ -47,6 +48,15 @@ def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, 
     outputs = resolve_outputs(cfg, outputs_file, placeholder=dry_run, clients=clients)
     out = out if out is not None else Path("out") / cfg.name
     return render_manifests(cfg, outputs, out, dry_run, echo, reservation_end), out, outputs
+
+
+def cluster_to_check(cfg: KitConfig, outputs: StackOutputs) -> str:
+    """The EKS cluster kubectl must point at: the outputs' ClusterName, or, when a dry run renders
+    with placeholder outputs, the name the cluster stack gives it (names.eks_cluster_name: fixed,
+    not generated), so a dry run checks the same cluster the real command will read."""
+    if outputs.source == "placeholder":
+        return names.eks_cluster_name(cfg.name)
+    return outputs.cluster_name
 
 
 def render_manifests(cfg: KitConfig, outputs: StackOutputs, out: Path, dry_run: bool,

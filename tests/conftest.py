@@ -15,6 +15,10 @@ from typing import Any
 # plugin during synth (cfn-lint runs on the templates in test_cfn_lint.py instead).
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ["CDK_VALIDATION"] = "false"
+# No test reads the developer's kubeconfig: `gate`/`launch --dry-run` read the kubectl context
+# (locally), so without this their result would depend on the machine. A test that wants a
+# context uses the kubectl stub (tests/support/fakes.py) or sets KUBECONFIG itself.
+os.environ["KUBECONFIG"] = "/nonexistent/rlkit-tests/kubeconfig"
 
 import pytest  # noqa: E402
 

@@ -12,7 +12,8 @@ GPU of every node. Two groups matter, both read from the config:
   ``sort_key``; ``miles/ray/train/actor_factory.py``: ``reordered_bundle_indices[rank]``), so rank
   ``r`` sits on node ``r // gpus_per_node``.
 - **rollout** (SGLang ``--sglang-ep-size`` inside one engine): with ``--colocate`` the rollout
-  GPUs start at the same offset 0 (``_get_placement_group_layout``); engine ``i`` holds the
+  GPUs start at the same offset 0 (``_get_placement_group_layout``), disaggregated right after
+  the training GPUs (``training.rollout.nodes`` of the run's nodes); engine ``i`` holds the
   ``gpus_per_engine`` consecutive sorted GPUs from ``i x gpus_per_engine``
   (``miles/ray/rollout/server_group.py``), and its EP group is ``ep`` of them ``gpus_per_engine /
   ep`` apart (SGLang's MoE EP groups inside the engine's TP group).
@@ -39,15 +40,17 @@ class EpSpan:
     name: str  # "training" | "rollout"
     size: int
     stride: int
-    world: int  # GPUs of the run
+    world: int  # GPUs the groups tile (the run's, or one pool's when rollout is disaggregated)
     gpus_per_node: int
     nvlink_domain_gpus: int
+    first: int = 0  # index of the pool's first GPU in node order (a disaggregated rollout's)
 
     def groups(self) -> list[list[int]]:
         """Every group, as global ranks (= the GPU's index in node order)."""
         block = self.size * self.stride
         return [[start + offset + k * self.stride for k in range(self.size)]
-                for start in range(0, self.world, block) for offset in range(self.stride)]
+                for start in range(self.first, self.first + self.world, block)
+                for offset in range(self.stride)]
 
     @property
     def nodes(self) -> int:
@@ -74,13 +77,19 @@ def ep_spans(cfg: KitConfig, itype: InstanceType) -> list[EpSpan]:
     """The training and rollout EP groups of ``cfg`` on ``itype`` (a group of 1 has no all-to-all
     and is left out)."""
     t = cfg.training
+    r = t.rollout
     world = t.nodes * itype.gpu_count
+    # A disaggregated rollout pool is the GPUs after the training ones (Miles v0.1.0
+    # miles/ray/placement_group.py:105): each side's groups tile its own GPUs.
+    pool = (r.nodes or 0) * itype.gpu_count if r.placement == "disaggregated" else 0
+    train_world = world - pool if 0 < pool < world else world
     spans = []
     p = t.parallel
     if p.ep > 1:
-        spans.append(EpSpan("training", p.ep, p.etp, world, itype.gpu_count, itype.nvlink_domain_gpus))
-    r = t.rollout
-    if r.ep > 1 and r.gpus_per_engine % r.ep == 0:
-        spans.append(EpSpan("rollout", r.ep, r.gpus_per_engine // r.ep, world, itype.gpu_count,
+        spans.append(EpSpan("training", p.ep, p.etp, train_world, itype.gpu_count,
                             itype.nvlink_domain_gpus))
-    return [s for s in spans if world % (s.size * s.stride) == 0]
+    if r.ep > 1 and r.gpus_per_engine % r.ep == 0:
+        first = train_world if train_world < world else 0
+        spans.append(EpSpan("rollout", r.ep, r.gpus_per_engine // r.ep, world - first,
+                            itype.gpu_count, itype.nvlink_domain_gpus, first))
+    return [s for s in spans if s.world % (s.size * s.stride) == 0]

@@ -285,6 +285,31 @@ class ParallelConfig(_Model):
 class RolloutConfig(_Model):
     gpus_per_engine: int = Field(8, description="GPUs per SGLang rollout engine.")
     ep: int = Field(8, description="Expert parallel size inside a rollout engine.")
+    placement: Literal["colocated", "disaggregated"] = Field(
+        "colocated",
+        description="Where the SGLang engines run. colocated: on the training GPUs, taking turns "
+        "with training (Miles --colocate). disaggregated: on rollout.nodes of the run's "
+        "training.nodes, apart from training (Miles --rollout-num-gpus); `rlkit plan --rl` ranks "
+        "both.",
+    )
+    nodes: int | None = Field(
+        None,
+        description="With placement disaggregated: how many of the run's training.nodes generate "
+        "(the rollout pool); the other training.nodes - nodes train. Unset when colocated.",
+    )
+    overlap: Literal["none", "batch", "stream"] = Field(
+        "none",
+        description="How generation overlaps training (disaggregated only). none: rollout, weight "
+        "sync and training in turn (Miles train.py). batch: the next rollout generates while this "
+        "one trains, weights pushed every off_policy_steps rollouts (train_async.py "
+        "--update-weights-interval). stream: the engines never drain, with in-flight weight "
+        "updates (train_async.py --fully-async --max-weight-staleness).",
+    )
+    off_policy_steps: int = Field(
+        0,
+        description="How many optimizer steps generation may run ahead of training: 0 with "
+        "overlap none (on-policy), at least 1 with batch or stream.",
+    )
 
 
 

@@ -407,6 +407,8 @@ def _validate_training(cfg: KitConfig, add) -> None:
                     "virtual pipeline stages need pp > 1 and vpp >= 1",
                     "remove vpp or raise pp"))
 
+    _validate_rollout_mode(cfg, add)
+
     ep = t.expert_parallel
     if ep.backend not in EP_BACKENDS:
         add(problem("training.expert_parallel.backend", ep.backend,
@@ -430,3 +432,47 @@ def _validate_training(cfg: KitConfig, add) -> None:
             add(problem(f"training.{name}", getattr(t, name), "must be more than 0 minutes",
                         "set an estimate from an earlier run (the launcher logs what it measures)"))
 
+
+
+def _validate_rollout_mode(cfg: KitConfig, add) -> None:
+    """training.rollout's placement, pool and overlap: the combinations Miles v0.1.0 runs.
+    train_async.py:23 refuses --colocate, and so does --fully-async (miles/utils/arguments.py:59);
+    a disaggregated pool is the GPUs after the training ones (miles/ray/placement_group.py:105)."""
+    t = cfg.training
+    r = t.rollout
+    group = f"gpu_node_groups.{t.node_group}.max_size"
+    if r.placement == "colocated" and r.nodes is not None:
+        add(problem("training.rollout.nodes", r.nodes,
+                    "a colocated rollout runs on the training GPUs and has no pool of its own",
+                    "remove training.rollout.nodes, or set training.rollout.placement: disaggregated"))
+    elif r.placement == "disaggregated":
+        if r.nodes is None or r.nodes < 1:
+            add(problem("training.rollout.nodes", r.nodes,
+                        "a disaggregated rollout needs a pool of at least 1 of the run's nodes",
+                        f"set training.rollout.nodes to {_one_to(t.nodes - 1)} (the rest of "
+                        f"training.nodes = {t.nodes} train), e.g. from `rlkit plan --rl "
+                        "--write-config`"))
+        elif r.nodes >= t.nodes:
+            add(problem("training.rollout.nodes", r.nodes,
+                        f"the rollout pool is part of training.nodes ({t.nodes}) and at least one "
+                        "node must train",
+                        (f"use {_one_to(t.nodes - 1)}, or " if t.nodes > 1 else "")
+                        + f"raise training.nodes (up to {group})"))
+    if r.overlap != "none" and r.placement == "colocated":
+        add(problem("training.rollout.overlap", r.overlap,
+                    "an overlapped rollout needs GPUs of its own: Miles' train_async.py refuses "
+                    "--colocate", "set training.rollout.placement: disaggregated with "
+                    "training.rollout.nodes, or overlap: none"))
+    if r.off_policy_steps < 0 or (r.overlap == "none" and r.off_policy_steps):
+        add(problem("training.rollout.off_policy_steps", r.off_policy_steps,
+                    "must be 0 without overlap (generation can run ahead only while it overlaps "
+                    "training)", "set training.rollout.overlap to batch or stream, or "
+                    "off_policy_steps to 0"))
+    elif r.overlap != "none" and r.off_policy_steps < 1:
+        add(problem("training.rollout.off_policy_steps", r.off_policy_steps,
+                    f"overlap {r.overlap} runs generation at least one optimizer step ahead",
+                    "set off_policy_steps to 1 or more"))
+
+
+def _one_to(n: int) -> str:
+    return "1" if n <= 1 else f"1 to {n}"

@@ -54,7 +54,20 @@ def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
             "gpus_per_node": itype.gpu_count,
             "training": {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "etp": p.etp,
                          "optimizer_cpu_offload": p.optimizer_cpu_offload},
-            "rollout": {"gpus_per_engine": t.rollout.gpus_per_engine, "ep": t.rollout.ep},
+            "rollout": _rollout(t.rollout),
         },
         "expert_parallel": {"backend": t.expert_parallel.backend},
     }
+
+
+def _rollout(r) -> dict[str, Any]:
+    """parallel.rollout: the engine layout, and the mode only when it is not the default
+    (colocated, on-policy), so a default config renders the run.yaml it always did."""
+    out: dict[str, Any] = {"gpus_per_engine": r.gpus_per_engine, "ep": r.ep}
+    if r.placement != "colocated" or r.nodes is not None:
+        out["placement"] = r.placement
+        out["nodes"] = r.nodes if r.nodes is not None else 0
+    if r.overlap != "none" or r.off_policy_steps:
+        out["overlap"] = r.overlap
+        out["off_policy_steps"] = r.off_policy_steps
+    return out

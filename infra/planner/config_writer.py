@@ -1,7 +1,8 @@
 """Write a chosen layout into a kit config YAML file so the rendered manifests use it.
 
 Only the planner's keys under ``training`` are set (``model``, ``node_group``, ``nodes``,
-``parallel`` and ``expert_parallel.backend``); every other key of the file is kept as it was.
+``parallel`` and ``expert_parallel.backend``; from an RL plan also ``rollout``, with its placement,
+pool and overlap, and ``grpo``); every other key of the file is kept as it was.
 Only the top-level ``training:`` block is rewritten, so the rest of the file keeps its text and
 comments (comments inside that block are lost: PyYAML does not keep them).
 """
@@ -61,12 +62,21 @@ def training_section(candidate: Candidate, model_key: str, node_group: str) -> d
     }
 
 
+# training.rollout keys that say how rollout runs (placement, pool, overlap); an on-policy
+# colocated plan removes them, so the file says what the defaults say, as before they existed
+ROLLOUT_MODE_KEYS = ("placement", "nodes", "overlap", "off_policy_steps")
+
+
 def write_config(path: str | Path, candidate: Candidate, model_key: str, instance_type: str,
-                 node_group: str, rollout: dict | None = None, grpo: dict | None = None) -> dict:
+                 node_group: str, rollout: dict | None = None, grpo: dict | None = None,
+                 nodes: int | None = None) -> dict:
     """Merge the plan into the config file at ``path``; return the new file content as a dict.
 
-    ``rollout`` (``gpus_per_engine``, ``ep``) and ``grpo`` (batch-shape keys) come from an RL
-    plan and are merged into ``training.rollout`` / ``training.grpo`` when given.
+    ``rollout`` (``gpus_per_engine``, ``ep`` and, for a disaggregated or overlapped plan,
+    ``placement``, ``nodes``, ``overlap``, ``off_policy_steps``) and ``grpo`` (batch-shape keys)
+    come from an RL plan and are merged into ``training.rollout`` / ``training.grpo`` when given;
+    a ``rollout`` without the mode keys removes them (colocated, on-policy). ``nodes`` is the
+    run's node count when it is more than the training candidate's (a rollout pool of its own).
 
     Refuses, with a PlannerError, when the node group is missing from ``gpu_node_groups``, runs
     a different instance type, or is too small for the planned node count.
@@ -87,8 +97,9 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
         raise PlannerError(f"node group {node_group!r} in {path} runs {group_type}, but the plan "
                            f"is for {instance_type}; plan for {group_type} or pick another group")
     max_size = group.get("max_size")
-    if isinstance(max_size, int) and candidate.nodes > max_size:
-        raise PlannerError(f"the plan needs {candidate.nodes} nodes but node group {node_group!r} "
+    nodes = candidate.nodes if nodes is None else nodes
+    if isinstance(max_size, int) and nodes > max_size:
+        raise PlannerError(f"the plan needs {nodes} nodes but node group {node_group!r} "
                            f"allows at most {max_size} (max_size); raise max_size or plan with "
                            f"--max-nodes {max_size}")
 
@@ -97,10 +108,18 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
         training = data["training"] = {}
     if not isinstance(training, dict):
         raise PlannerError(f"'training' in {path} must be a mapping")
+    kept = training.get("rollout")
+    if rollout is None and isinstance(kept, dict) and kept.get("placement") == "disaggregated":
+        # a training plan puts every node of the run to training; the file gives some to rollout
+        raise PlannerError(
+            f"not writing {path}: its training.rollout.placement is disaggregated (a rollout pool "
+            f"of {kept.get('nodes')} node(s)), but a training plan sizes the layout for every node; "
+            "plan with --rl to write the GRPO step, or set training.rollout.placement: colocated "
+            "(and remove training.rollout.nodes) first")
     new = training_section(candidate, model_key, node_group)
     training["model"] = new["model"]
     training["node_group"] = new["node_group"]
-    training["nodes"] = new["nodes"]
+    training["nodes"] = nodes
     parallel = training.get("parallel")
     if not isinstance(parallel, dict):
         parallel = training["parallel"] = {}
@@ -116,6 +135,9 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
             section = training.get(key)
             if not isinstance(section, dict):
                 section = training[key] = {}
+            if key == "rollout":
+                for mode_key in ROLLOUT_MODE_KEYS:
+                    section.pop(mode_key, None)
             section.update(values)
 
     text = _replace_training_block(path.read_text(encoding="utf-8"), data)

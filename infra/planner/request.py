@@ -60,6 +60,10 @@ class RLSetup:
     # read as "batch"/"none" (the flag's earlier meaning).
     overlap: Overlap | bool | None = None
     off_policy_steps: int = 0  # K: generation may run up to K optimizer steps ahead (0: on-policy)
+    # the engine scheduler's cap on running requests per engine; None: SGLang's CUDA-graph batch
+    # cap (rl.MAX_RUNNING). vLLM's AsyncLLM, which NeMo-RL's async GRPO engines use, defaults to
+    # 128 (tests/planner/test_planner_rl_validation.py names the source)
+    max_running: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.overlap, bool):
@@ -82,6 +86,10 @@ class RLSetup:
                             f"{self.samples} samples of a rollout (prompts x samples_per_prompt); "
                             "Miles needs rollout_batch_size x n_samples_per_prompt = "
                             "global_batch_size x num_steps_per_rollout")
+        if self.max_running is not None and (isinstance(self.max_running, bool) or not isinstance(
+                self.max_running, int) or self.max_running < 1):
+            problems.append(f"max_running={self.max_running!r} must be a whole number >= 1 "
+                            "(running requests per engine) or None (the engine's default)")
         if self.mem_fraction is not None and not (
                 isinstance(self.mem_fraction, float | int) and 0.1 <= self.mem_fraction < 1.0):
             problems.append(f"mem_fraction={self.mem_fraction!r} must be from 0.1 to below 1")

@@ -12,8 +12,9 @@ A synchronous GRPO step (Miles/slime ``train.py``, NeMo-RL on-policy) runs three
    CUDA graphs plus the engine's tensor-parallel all-reduces, more when the engine spans nodes,
    or DeepEP low-latency dispatch/combine with ``deepep``). An engine runs
    ``max(max_response, samples_per_engine * mean_response / max_batch)`` iterations (the longest
-   response bounds the phase; a batch bigger than the KV cache allows runs in waves), with the
-   mean running batch over those iterations. Prefill of the prompts is added at GEMM rate.
+   response bounds the phase; a batch bigger than the KV cache or the scheduler's running-request
+   cap, ``RLSetup.max_running``, allows runs in waves), with the mean running batch over those
+   iterations. Prefill of the prompts is added at GEMM rate.
 2. Weight sync (Megatron to SGLang): the BF16 weights gathered from the training layout and
    loaded into every engine. Colocated: CUDA IPC inside each node, ``SYNC_COLOCATED_GBPS`` per
    node, plus the engine's release/resume of its memory (``OFFLOAD_FIXED_S``). Disaggregated:
@@ -56,7 +57,8 @@ TP_ALLREDUCE_NET_US = 80.0  # one all-reduce across 2 nodes over EFA/IB; calibra
 TP_ALLREDUCE_NET_PER_NODE_US = 80.0  # and per further node; calibrated (RL runs)
 DEEPEP_LL_US = 40.0  # one DeepEP low-latency dispatch or combine inside a node; estimate
 DEEPEP_LL_NET_US = 120.0  # the same across nodes over EFA; estimate
-MAX_RUNNING = 1024  # SGLang max running requests per engine (CUDA-graph batch cap); assumption
+MAX_RUNNING = 1024  # SGLang max running requests per engine (CUDA-graph batch cap); assumption;
+# RLSetup.max_running overrides it (an engine with another scheduler cap)
 # --- weight sync ---------------------------------------------------------------------------
 SYNC_COLOCATED_GBPS = 60.0  # GB/s per node, gather + IPC hand-over of BF16 weights; estimate
 SYNC_FABRIC_EFF = 0.5  # share of the line rate an NCCL broadcast of weights reaches; estimate
@@ -223,16 +225,17 @@ def rollout_time(model: MoEModel, system: System, *, rl: RLSetup, engine: Engine
     cap = engine_kv_tokens(model, system, engine_gpus=engine.gpus,
                            mem_fraction=mem_fraction) / seq_max
     tokens = per_engine * rl.mean_response
+    max_running = rl.max_running or MAX_RUNNING
     if stream:
         # a running sequence holds its mean context, not the maximum, in KV cache on average;
         # the longest response still needs max_response iterations, now spread over K steps
         mean_cap = cap * seq_max / (rl.prompt_len + rl.mean_response)
-        batch = stream_batch(per_engine, mean_cap, MAX_RUNNING, rl.staleness)
+        batch = stream_batch(per_engine, mean_cap, max_running, rl.staleness)
         iterations = max(iterations_for(tokens, batch),
                          math.ceil(rl.max_response_len / rl.staleness))
         batch = tokens / iterations
     else:
-        max_batch = max(1.0, min(per_engine, cap, MAX_RUNNING))
+        max_batch = max(1.0, min(per_engine, cap, max_running))
         iterations = max(rl.max_response_len, math.ceil(tokens / max_batch))
         batch = tokens / iterations
     context = rl.prompt_len + rl.mean_response / 2

@@ -230,6 +230,36 @@ def test_layout_must_divide_gpus():
     ]
 
 
+@pytest.mark.parametrize("rollout,expected", [
+    ({"placement": "disaggregated", "nodes": 2},
+     ["training.rollout.nodes = 2: the rollout pool is part of training.nodes (2) and at least one "
+      "node must train. Fix: use 1, or raise training.nodes (up to gpu_node_groups.p5.max_size)."]),
+    ({"placement": "disaggregated"},
+     ["training.rollout.nodes = None: a disaggregated rollout needs a pool of at least 1 of the "
+      "run's nodes. Fix: set training.rollout.nodes to 1 (the rest of training.nodes = 2 train), "
+      "e.g. from `rlkit plan --rl --write-config`."]),
+    ({"nodes": 1, "overlap": "stream", "off_policy_steps": 2},
+     ["training.rollout.nodes = 1: a colocated rollout runs on the training GPUs and has no pool "
+      "of its own. Fix: remove training.rollout.nodes, or set training.rollout.placement: "
+      "disaggregated.",
+      "training.rollout.overlap = 'stream': an overlapped rollout needs GPUs of its own: Miles' "
+      "train_async.py refuses --colocate. Fix: set training.rollout.placement: disaggregated "
+      "with training.rollout.nodes, or overlap: none."]),
+    ({"placement": "disaggregated", "nodes": 1, "off_policy_steps": 1},
+     ["training.rollout.off_policy_steps = 1: must be 0 without overlap (generation can run "
+      "ahead only while it overlaps training). Fix: set training.rollout.overlap to batch or "
+      "stream, or off_policy_steps to 0."]),
+])
+def test_rollout_placement_pool_and_overlap_are_checked(rollout, expected):
+    assert problems_of({"training": {"rollout": rollout}}) == expected
+
+
+def test_an_asynchronous_disaggregated_rollout_is_a_valid_config():
+    cfg = parse_config({"training": {"rollout": {"placement": "disaggregated", "nodes": 1,
+                                                 "overlap": "batch", "off_policy_steps": 2}}})
+    assert cfg.training.nodes == 2 and cfg.training.rollout.nodes == 1
+
+
 def test_missing_file_and_bad_yaml(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(tmp_path / "nope.yaml")

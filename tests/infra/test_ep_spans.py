@@ -74,3 +74,15 @@ def test_rollout_group_is_strided_inside_its_engine():
     s = EpSpan("rollout", 4, 2, 16, 8, 8)  # engines of 8 GPUs, EP4 -> moe_tp 2
     assert s.groups()[:2] == [[0, 2, 4, 6], [1, 3, 5, 7]]
     assert s.inside_nvlink
+
+
+def test_a_disaggregated_rollout_pool_starts_after_the_training_gpus():
+    # Miles v0.1.0 miles/ray/placement_group.py:105: the rollout GPUs follow the actor's
+    cfg = parse_config({"training": {"nodes": 2, "rollout": {"placement": "disaggregated",
+                                                             "nodes": 1}}})
+    spans = {s.name: s for s in ep_spans(cfg, INSTANCE_TYPES["p5.48xlarge"])}
+    assert spans["training"].groups() == [list(range(8))]
+    assert spans["rollout"].groups() == [list(range(8, 16))]
+    # on GB200 (4 GPUs a node, 72 a domain) a pool after 17 training nodes straddles two domains
+    assert not EpSpan("rollout", 8, 1, 8, 4, 72, first=68).inside_nvlink
+    assert EpSpan("rollout", 8, 1, 8, 4, 72, first=72).inside_nvlink

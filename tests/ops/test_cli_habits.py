@@ -7,6 +7,7 @@ in test_cli_pipes.py."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 import boto3
@@ -17,7 +18,8 @@ from moto import mock_aws
 from infra.config import load_config
 from manifests.context import GENERATED_MARKER
 from ops import cli
-from tests.support.fakes import CONFIG, FakeKubectl, outputs_file
+from ops.kube import Kubectl, KubectlError, NoKubeContext, match_context
+from tests.support.fakes import CONFIG, FakeKubectl, outputs_file, write_state
 from tests.support import FIXTURES
 
 
@@ -164,11 +166,98 @@ def test_dry_runs_exit_non_zero_when_the_real_command_would_refuse(cfg, tmp_path
     assert "[dry-run] kubectl" in out  # it still previewed every command
     # gate --dry-run -o json: the plan of the run as one document, previews on stderr
     assert cli.main(["gate", "--config", str(cfg), "--dry-run", "--out", str(tmp_path / "out"),
-                     "-o", "json"]) == 0
+                     "--outputs", str(outputs_file(tmp_path)), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["dry_run"] is True and doc["jobs"] == ["nodecheck", "allreduce", "ep"]
     assert doc["state"] == str(tmp_path / "state/rlkit/gt/gate.json")  # the XDG state dir
-    assert any(c.startswith("kubectl apply -f") for c in doc["commands"])
+    arn = "arn:aws:eks:us-east-1:123456789012:cluster/gt-cluster"  # the checked context, pinned
+    assert doc["context"] == arn
+    assert any(c.startswith(f"kubectl --context {arn} apply -f") for c in doc["commands"])
+
+
+def dry_run(command: str, cfg, tmp_path, *extra: str, real: bool = False) -> int:
+    """`rlkit gate|launch --dry-run` (or, with ``real``, the command itself) for the cluster of
+    the outputs file (gt-cluster), with a passed gate recorded unless the test removes it."""
+    return cli.main([command, "--config", str(cfg), "--outputs", str(outputs_file(tmp_path)),
+                     "--out", str(tmp_path / "out"), "--state-dir", str(tmp_path / ".rlkit"),
+                     *([] if real else ["--dry-run"]), *extra])
+
+
+@pytest.mark.parametrize("command", ["gate", "launch"])
+def test_a_dry_run_refuses_a_context_on_another_cluster_as_the_real_command_does(
+        cfg, tmp_path, kubectl, capsys, command):
+    write_state(tmp_path)  # a passed gate: only the context can make launch refuse
+    kubectl.point_at("prod")
+    assert dry_run(command, cfg, tmp_path) == 2
+    out = capsys.readouterr().out
+    refusal = next(line for line in out.splitlines() if "REFUSE" in line)
+    assert refusal.startswith(f"[dry-run] the real {command} would REFUSE (exit 2): `kubectl "
+                              "config view --minify -o json` failed: context 'arn:aws:eks:us-east-"
+                              "1:123456789012:cluster/prod' points at cluster")
+    assert "not this environment's EKS cluster gt-cluster in us-east-1" in refusal
+    assert f"[dry-run] kubectl apply -f {tmp_path}/out/" in out  # the preview went on, unpinned
+    assert out.rstrip().endswith(f"without --dry-run this {command} would refuse (exit 2): see "
+                                 "the REFUSE line(s) above.")
+    assert kubectl.all_calls == [["config", "view", "--minify", "-o", "json"]]  # local only
+    # The real command refuses the same context, with the same code and the same words.
+    assert dry_run(command, cfg, tmp_path, real=True) == 2
+    err = capsys.readouterr().err
+    assert f"error: {refusal.split('(exit 2): ', 1)[1]}" in err
+    assert kubectl.calls == []
+
+
+def test_a_dry_run_reports_the_first_refusal_of_the_real_command(cfg, tmp_path, kubectl,
+                                                                 capsys):
+    kubectl.point_at("prod")  # and no gate has run: the real launch stops at the gate first
+    assert dry_run("launch", cfg, tmp_path) == 1
+    out = capsys.readouterr().out
+    assert out.count("would REFUSE") == 2  # both reasons, in the real launch's order
+    assert out.index("no fabric gate has run") < out.index("points at cluster")
+    assert dry_run("launch", cfg, tmp_path, real=True) == 1
+
+
+@pytest.mark.parametrize("command", ["gate", "launch"])
+@pytest.mark.parametrize("here", ["no kubeconfig", "no kubectl"])
+def test_a_dry_run_without_any_kubectl_context_says_the_check_did_not_run(
+        cfg, tmp_path, kubectl, capsys, monkeypatch, command, here):
+    # A CI job before the cluster exists: the dry run is still a pre-check of everything else.
+    write_state(tmp_path)
+    if here == "no kubeconfig":
+        kubectl.no_context()
+        why = "error: current-context must exist in order to minify"
+    else:
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+        why = "kubectl is not installed or not on PATH"
+    assert dry_run(command, cfg, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert (f"[dry-run] context check: not run, there is no kubectl context here ({why}); the "
+            f"real {command} refuses until there is. Fix: ") in out
+    assert "REFUSE" not in out
+    assert f"[dry-run] kubectl apply -f {tmp_path}/out/" in out
+    assert dry_run(command, cfg, tmp_path, real=True) == 2  # the real one cannot go on
+    assert why in capsys.readouterr().err
+
+
+def test_a_dry_run_refuses_a_named_context_that_does_not_exist(cfg, tmp_path, kubectl, capsys):
+    write_state(tmp_path)
+    kubectl.rules[0] = {"match": ["config", "view"], "rc": 1,
+                        "stderr": "error: cannot locate context nope\n"}
+    kubectl.rules_path.write_text(json.dumps(kubectl.rules))
+    assert dry_run("gate", cfg, tmp_path, "--context", "nope") == 2  # named: it must exist
+    assert "REFUSE (exit 2): `kubectl --context nope config view --minify -o json` failed: " \
+        "error: cannot locate context nope" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed here: the "
+                    "real-client check of the no-context message did not run")
+def test_real_kubectl_without_a_kubeconfig_is_no_context_and_a_named_one_is_an_error(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    with pytest.raises(NoKubeContext, match="current-context must exist in order to minify"):
+        match_context(Kubectl(), "gt", "us-east-1")
+    with pytest.raises(KubectlError, match="cannot locate context nope") as err:
+        match_context(Kubectl(context="nope"), "gt", "us-east-1")
+    assert not isinstance(err.value, NoKubeContext)
 
 
 def test_gate_results_live_in_the_xdg_state_dir(cfg, tmp_path, capsys, monkeypatch):

@@ -24,6 +24,7 @@ from manifests.context import image_tag_for
 from ops.image_build import (
     TRAINER_DIR,
     BuildTarget,
+    base_image,
     build_args_passed,
     buildspec_commands,
     context_files,
@@ -35,7 +36,7 @@ from ops.image_build import (
     plan_build,
 )
 
-DIGEST = "sha256:" + "ab" * 32
+DIGEST = base_image()[1]  # what images/trainer/Dockerfile pins (plan_build refuses another)
 OTHER_DIGEST = "sha256:" + "cd" * 32
 
 

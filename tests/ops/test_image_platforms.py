@@ -4,10 +4,17 @@
 from __future__ import annotations
 
 from infra.config import load_config, parse_config
-from ops.image_build import BuildTarget, context_zip, describe_plan, image_platforms, plan_build
+from ops.image_build import (
+    BuildTarget,
+    base_image,
+    context_zip,
+    describe_plan,
+    image_platforms,
+    plan_build,
+)
 from tests.support import REPO_ROOT
 
-DIGEST = "sha256:" + "ab" * 32
+DIGEST = base_image()[1]  # what images/trainer/Dockerfile pins (plan_build refuses another)
 TARGET = BuildTarget(stack="kit-data", bucket="kit-data-bucket",
                      repository_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer",
                      cache_repository_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-cache",

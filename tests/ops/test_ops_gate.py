@@ -423,14 +423,22 @@ def test_gate_times_out_and_names_pending_pods(tmp_path, kubectl, capsys):
 def test_dry_run_prints_commands_and_runs_nothing(tmp_path, kubectl, capsys):
     cfg = tmp_path / "gt.yaml"
     cfg.write_text(CONFIG)
+    # Placeholder outputs (no --outputs): the cluster to check is the one the stack names
+    # after the config (names.eks_cluster_name), and kubectl points at it.
+    kubectl.point_at("gt")
     args = parse(["gate", "--config", str(cfg), "--dry-run", "--out", str(tmp_path / "out"),
                   "--state-dir", str(tmp_path / ".rlkit")])
     assert args.func(args) == 0
     out = capsys.readouterr().out
-    assert kubectl.calls == []
+    # the local context read, nothing else: no API server call, nothing applied
+    assert kubectl.all_calls == [["config", "view", "--minify", "-o", "json"]]
     assert not (tmp_path / "out").exists()
-    assert f"[dry-run] kubectl apply -f {tmp_path}/out/fabric/nodecheck" in out
-    assert "[dry-run] kubectl wait -n rl-training job/fabric-p5-allreduce" in out
+    arn = "arn:aws:eks:us-east-1:123456789012:cluster/gt"
+    assert (f"[dry-run] context check: {arn} points at EKS cluster gt in us-east-1 (read from "
+            "the kubeconfig; a dry run does not contact the API server)") in out
+    # the commands as the real gate runs them: pinned to the checked context
+    assert f"[dry-run] kubectl --context {arn} apply -f {tmp_path}/out/fabric/nodecheck" in out
+    assert f"[dry-run] kubectl --context {arn} wait -n rl-training job/fabric-p5-allreduce" in out
     assert "[dry-run] would judge the logs" in out
 
 

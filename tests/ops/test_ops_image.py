@@ -12,14 +12,14 @@ from botocore.stub import ANY, Stubber
 
 from infra.names import OutputKeys
 from ops import cli
-from ops.image_build import BACKEND_LABEL, context_key, context_zip, follow_build
+from ops.image_build import BACKEND_LABEL, base_image, context_key, context_zip, follow_build
 from ops.aws import AwsClients
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 REPO = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/moe-rl-trainer"
 CACHE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/moe-rl-cache"
-DIGEST = "sha256:" + "ab" * 32
+DIGEST = base_image()[1]  # the base digest images/trainer/Dockerfile pins (--base-digest may repeat it)
 IMAGE_DIGEST = "sha256:" + "12" * 32
 BUILD_ID = "ImageBuildProject-abc:0f1e2d3c"
 OUTPUTS = {"moe-rl-data": {
@@ -195,9 +195,13 @@ def test_existing_tag_is_refused_or_reused(outputs_file, capsys):
     st.done()  # nothing uploaded, nothing started
 
 
-def test_unpinned_base_is_refused_before_anything_happens(outputs_file, capsys):
+def test_unpinned_base_is_refused_before_anything_happens(outputs_file, tmp_path, capsys):
     st = Stubbed()  # no responses queued: any AWS call would fail the test
-    code = run(["image", "build", "--outputs", str(outputs_file), "--backend", "deepep-gin"], st)
+    unpinned = tmp_path / "trainer"  # a build context whose Dockerfile pins the tag only
+    unpinned.mkdir()
+    (unpinned / "Dockerfile").write_text("ARG MILES_IMAGE=radixark/miles:v0.1.0\nFROM scratch\n")
+    code = run(["image", "build", "--outputs", str(outputs_file), "--backend", "deepep-gin",
+                "--context", str(unpinned)], st)
     err = capsys.readouterr().err
     assert code == 2
     assert err == (
@@ -210,6 +214,14 @@ def test_unpinned_base_is_refused_before_anything_happens(outputs_file, capsys):
         "buildx imagetools inspect radixark/miles:v0.1.0` (or the registry's page) and pin it "
         "there (radixark/miles:v0.1.0@sha256:...), or pass --base-digest sha256:...\n")
     assert "Traceback" not in err
+
+
+def test_a_base_digest_other_than_the_pin_is_refused(outputs_file, capsys):
+    other = "sha256:" + "cd" * 32
+    assert run([*BASE[:2], "--outputs", str(outputs_file), "--base-digest", other], Stubbed()) == 2
+    assert (f"--base-digest {other} differs from the digest images/trainer/Dockerfile pins for "
+            f"radixark/miles:v0.1.0 ({DIGEST}). Fix: drop --base-digest, or change the "
+            "Dockerfile's pin") in capsys.readouterr().err
 
 
 def test_bad_digest_text(outputs_file, capsys):

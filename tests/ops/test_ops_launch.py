@@ -73,6 +73,22 @@ def test_launch_applies_namespace_shared_fs_claim_then_rayjob(tmp_path, kubectl,
     assert "kind: RayJob" in (tmp_path / "out/rl-job/01-rayjob.yaml").read_text()
     assert "Launched RayJob qwen3-30b-a3b-grpo" in capsys.readouterr().out
 
+def test_an_asynchronous_disaggregated_run_launches_with_its_mode(tmp_path, kubectl, capsys,
+                                                                   monkeypatch):
+    from tests.support import fakes
+
+    monkeypatch.setattr(fakes, "CONFIG", CONFIG.replace(
+        "training: {node_group: p5, nodes: 2}",
+        "training: {node_group: p5, nodes: 2, rollout: {placement: disaggregated, nodes: 1, "
+        "overlap: stream, off_policy_steps: 2}}"))
+    write_state(tmp_path)
+    assert run(tmp_path, "launch") == 0
+    assert "on 2 x p5.48xlarge (1 training + 1 rollout, stream overlap, up to 2 step(s) " \
+           "off-policy)." in capsys.readouterr().out
+    run_yaml = (tmp_path / "out/rl-job/00-run-config.yaml").read_text()
+    assert "placement: disaggregated" in run_yaml and "overlap: stream" in run_yaml
+
+
 
 def test_uses_the_backend_the_gate_measured_faster(tmp_path, kubectl, capsys):
     write_state(tmp_path, ep={"shape": {}, "faster": "deepep-nvshmem", "measurements": {
@@ -150,7 +166,9 @@ def test_launch_dry_run_prints_commands_only(tmp_path, kubectl, capsys):
     assert run(tmp_path, "launch", "--dry-run") == 0
     out = capsys.readouterr().out
     assert kubectl.calls == []
-    assert f"[dry-run] kubectl apply -f {tmp_path}/out/rl-job" in out
+    assert kubectl.all_calls == [["config", "view", "--minify", "-o", "json"]]  # local only
+    arn = "arn:aws:eks:us-east-1:123456789012:cluster/gt-cluster"  # the outputs' cluster
+    assert f"[dry-run] kubectl --context {arn} apply -f {tmp_path}/out/rl-job" in out
     assert not (tmp_path / "out").exists()
 
 
@@ -222,9 +240,9 @@ def test_dry_run_previews_without_a_gate_and_says_the_real_run_would_refuse(tmp_
     assert out.splitlines()[0].startswith("[dry-run] Launch into environment 'gt' (us-east-1)")
     assert out.splitlines()[1].startswith("[dry-run] the real launch would REFUSE: no fabric "
                                           "gate has run for 'gt'")
-    assert f"[dry-run] kubectl apply -f {tmp_path}/out/rl-job" in out
-    assert out.rstrip().endswith("without --dry-run this launch would refuse (exit 1) for the "
-                                 "reason at the top.")
+    assert f"apply -f {tmp_path}/out/rl-job" in out
+    assert out.rstrip().endswith("without --dry-run this launch would refuse (exit 1): see the "
+                                 "REFUSE line(s) above.")
     assert kubectl.calls == []
 
 

@@ -105,7 +105,8 @@ def test_a_dry_run_previews_and_exits_1_when_the_real_launch_would_refuse(tmp_pa
     assert run(tmp_path, ec2, "launch", "--dry-run") == 1
     out = capsys.readouterr().out
     assert "[dry-run] the real launch would REFUSE: capacity block" in out
-    assert "[dry-run] kubectl apply -f" in out
+    assert "[dry-run] kubectl --context arn:aws:eks:us-east-1:123456789012:cluster/gt-cluster " \
+        "apply -f" in out
     assert kubectl.calls == []
 
 

@@ -22,7 +22,7 @@ from moto import mock_aws
 from infra.config import load_config
 from infra.names import OutputKeys, stack_names
 from ops import cli, image_cmd, preflight_services
-from ops.image_build import BuildResult
+from ops.image_build import BuildResult, base_image
 from tests.support.fakes import FakeKubectl, job_json, script_cluster
 from tests.support import REPO_ROOT, artifacts
 from tests.support.outputs import real_outputs
@@ -90,7 +90,9 @@ def test_the_readme_operate_section_runs_top_to_bottom(chart_dir, tmp_path, monk
     for kind in ("rayjobs", "rayclusters"):  # what the cluster's KubeRay operator installed
         crd = yaml.load((crds / f"ray.io_{kind}.yaml").read_text(), Loader=yaml.CSafeLoader)
         kubectl.rule(["get", "crd", f"{kind}.ray.io"], stdout=json.dumps(crd))
-    monkeypatch.setattr(image_cmd, "start_build", lambda codebuild, plan: "my-env-build:1")
+    builds: list = []  # the plans `rlkit image build` started
+    monkeypatch.setattr(image_cmd, "start_build",
+                        lambda codebuild, plan: builds.append(plan) or "my-env-build:1")
     monkeypatch.setattr(image_cmd, "follow_build", lambda *a, **k: BuildResult(
         "SUCCEEDED", f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/my-env-trainer:t-nccl",
         "sha256:" + "ab" * 32))
@@ -113,9 +115,6 @@ def test_the_readme_operate_section_runs_top_to_bottom(chart_dir, tmp_path, monk
                     took.append(f"{time.monotonic() - started:5.1f} s {command}: {code} {err}")
     expected = {  # what each line exits with against a healthy, stubbed account and cluster
         "preflight": {0, 1},  # moto has no quota data: a preflight WARN/FAIL, never a crash
-        # images/trainer/Dockerfile pins no digest for its base image yet, so the build refuses
-        # until one is pinned there or passed with --base-digest (the message says so)
-        "image": {2},
     }
     for command, code in ran:
         word = command.split()[1] if command.startswith("rlkit") else command.split()[0]
@@ -125,7 +124,10 @@ def test_the_readme_operate_section_runs_top_to_bottom(chart_dir, tmp_path, monk
         "teardown", "teardown"]
     assert (tmp_path / ".local/state/rlkit/my-env/gate.json").is_file()  # XDG state, not cwd
     assert not (tmp_path / ".rlkit").exists()
-    assert "--base-digest" in next(t for t in took if " image build " in t)
+    # the build ran as written, on the base image digest images/trainer/Dockerfile pins
+    assert [(p.base_name, p.base_digest_from) for p in builds] == [
+        ("radixark/miles:v0.1.0", "Dockerfile")]
+    assert builds[0].base_digest == base_image()[1]
     assert (tmp_path / "out/my-env/rl-job").is_dir()
 
 

@@ -215,12 +215,49 @@ def test_rl_write_config_writes_the_engine_layout(capsys, config):
     assert cfg.training.grpo.global_batch_size == 128
 
 
-def test_rl_write_config_refuses_a_disaggregated_plan(capsys, config):
-    rc, _, err = run(capsys, *RL_ARGS, "--placement", "disaggregated", "--write-config",
-                     str(config), "--node-group", "p5")
+def test_rl_write_config_writes_the_rollout_pool_and_mode_and_a_colocated_plan_clears_them(
+        capsys, config):
+    from infra.config import load_config
+
+    rc, out, err = run(capsys, *RL_ARGS, "--placement", "disaggregated", "--overlap", "batch",
+                       "--off-policy-steps", "2", "--write-config", str(config), "--node-group",
+                       "p5", "--json")
+    assert rc == 0, err
+    best = json.loads(out)["candidates"][0]
+    ro = load_config(config).training.rollout
+    assert (ro.placement, ro.nodes, ro.overlap, ro.off_policy_steps) == (
+        "disaggregated", best["rollout_nodes"], "batch", 2)
+    assert load_config(config).training.nodes == best["nodes"]  # the pool is part of the run
+    rc, _, err = run(capsys, *RL_ARGS, "--placement", "colocated", "--write-config", str(config),
+                     "--node-group", "p5")
+    assert rc == 0, err
+    written = config.read_text()
+    assert "placement" not in written and "off_policy_steps" not in written
+
+
+def test_a_training_plan_is_not_written_over_a_disaggregated_rollout(capsys, config):
+    text = config.read_text().replace(
+        "  nodes: 2\n", "  nodes: 2\n  rollout:\n    placement: disaggregated\n    nodes: 1\n", 1)
+    config.write_text(text)
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes",
+                     "2", "--write-config", str(config), "--node-group", "p5")
     assert rc == 2
-    assert "the kit's launcher runs rollout colocated" in err
-    assert "--placement colocated" in err
+    assert err.strip() == (
+        f"rlkit plan: error: not writing {config}: its training.rollout.placement is "
+        "disaggregated (a rollout pool of 1 node(s)), but a training plan sizes the layout for "
+        "every node; plan with --rl to write the GRPO step, or set training.rollout.placement: "
+        "colocated (and remove training.rollout.nodes) first")
+    assert config.read_text() == text
+
+
+def test_rl_write_config_refuses_a_memory_share_the_config_cannot_hold(capsys, config):
+    rc, _, err = run(capsys, *RL_ARGS, "--placement", "colocated", "--rollout-mem-fraction",
+                     "0.5", "--write-config", str(config), "--node-group", "p5")
+    assert rc == 2
+    assert err.strip() == (
+        "rlkit plan: error: --rollout-mem-fraction 0.5: the config has no field for the engines' "
+        "memory share, and the launcher runs colocated engines with 0.7; drop "
+        "--rollout-mem-fraction to plan what the launcher runs")
     assert config.read_text() == P5_EXAMPLE.read_text()
 
 

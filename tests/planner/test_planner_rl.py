@@ -131,6 +131,23 @@ def test_staleness_spreads_the_long_tail_over_steps():
     assert k8[1] == 1024 and k8[0] < tail[0] / 4  # eight steps: only the mean tokens count
 
 
+def test_engine_scheduler_cap_bounds_the_running_batch():
+    # NeMo-RL's async vLLM engines run at most 128 requests (AsyncLLM's default max_num_seqs);
+    # 512 samples on one engine then take four times the iterations of an uncapped engine
+    eng = EngineLayout(gpus=8, ep=8, engines=1)
+    base = dict(prompts=64, samples_per_prompt=8, max_response_len=2048, mean_response_len=1024,
+                off_policy_steps=8)
+    free = rollout_time(QWEN30, P5EN, rl=RLSetup(**base), engine=eng, backend="nccl",
+                        stream=True)
+    capped = rollout_time(QWEN30, P5EN, rl=RLSetup(**base, max_running=128), engine=eng,
+                          backend="nccl", stream=True)
+    assert capped[2] == pytest.approx(128) and free[2] > 128
+    assert capped[1] >= 4 * 1024 > free[1] and capped[0] > free[0]
+    sync = rollout_time(QWEN30, P5EN, rl=RLSetup(**{**base, "off_policy_steps": 0},
+                                                 max_running=128), engine=eng, backend="nccl")
+    assert sync[1] >= 512 * 1024 / 128  # on-policy waves are capped the same way
+
+
 def test_engine_memory_follows_the_placement():
     from infra.planner.rl_modes import engine_mem_fraction, standalone_mem_fraction
 
@@ -163,6 +180,8 @@ def test_overlapped_modes_are_disaggregated_only():
     (dict(overlap="none", off_policy_steps=2), "off_policy_steps=2 needs generation to overlap"),
     (dict(overlap="sometimes"), "overlap='sometimes' must be one of none, batch, stream"),
     (dict(off_policy_steps=-1), "off_policy_steps=-1 must be a whole number >= 0"),
+    (dict(max_running=0), r"max_running=0 must be a whole number >= 1 \(running requests per "
+                          r"engine\) or None"),
 ])
 def test_bad_async_setup_is_one_error(kwargs, message):
     with pytest.raises(PlannerError, match=message):

@@ -123,21 +123,38 @@ def test_a_config_without_its_node_group_is_one_error(capsys, tmp_path):
     assert rc == 0, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [
-    ["--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes", "2"],
-    ["--rl", "--placement", "colocated", "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
-     "--nodes", "2", "--max-response-len", "2048", "--prompts", "16"],
+RL_SHAPE = ["--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--max-response-len", "2048",
+            "--prompts", "16"]
+
+
+@pytest.mark.parametrize("argv,again_flags", [
+    (["--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes", "2"], []),
+    (["--rl", "--placement", "colocated", *RL_SHAPE, "--nodes", "2"],
+     ["--rl", "--placement", "colocated"]),
+    # disaggregated and asynchronous plans: the config holds placement, pool and mode
+    # (training.rollout), and the plan of the config alone is the same plan
+    (["--rl", "--placement", "disaggregated", *RL_SHAPE, "--nodes", "3"], ["--rl"]),
+    (["--rl", *RL_SHAPE, "--max-nodes", "4", "--overlap", "stream", "--off-policy-steps", "2"],
+     ["--rl"]),
+    (["--rl", *RL_SHAPE, "--nodes", "3", "--overlap", "batch", "--off-policy-steps", "1"],
+     ["--rl"]),
 ])
-def test_write_config_then_config_gives_the_same_plan(capsys, tmp_path, argv):
+def test_write_config_then_config_gives_the_same_plan(capsys, tmp_path, argv, again_flags):
     from tests.support import REPO_ROOT
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text((REPO_ROOT / "examples" / "p5-2node.yaml").read_text())
     first = _json(capsys, ["plan", *argv, "--json", "--write-config", str(cfg), "--node-group",
                            "p5"])
-    rl = ["--rl", "--placement", "colocated"] if "--rl" in argv else []
-    again = _json(capsys, ["plan", *rl, "--json", "--config", str(cfg)])
-    strip = ("search_seconds",)
+    again = _json(capsys, ["plan", *again_flags, "--json", "--config", str(cfg)])
+    if "--max-nodes" in argv:  # the first plan searched node counts; the config fixes the best one
+        first_best, again_best = first["candidates"][0], again["candidates"][0]
+        assert again_best == first_best
+        assert (again["mode"], again["off_policy_steps"], again["miles_args"]) == (
+            first["mode"], first["off_policy_steps"], first["miles_args"])
+        return
+    # the warnings say what the search left out (here: colocated layouts), not what it chose
+    strip = ("search_seconds", "warnings")
     assert {k: v for k, v in again.items() if k not in strip} == \
         {k: v for k, v in first.items() if k not in strip}
 

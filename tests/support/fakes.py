@@ -97,6 +97,13 @@ class FakeKubectl:
         self.rules[0] = {"match": ["config", "view"], "stdout": kubeconfig(cluster, region)}
         self.rules_path.write_text(json.dumps(self.rules))
 
+    def no_context(self) -> None:
+        """No kubeconfig at all (or one with no current-context): kubectl's answer to the context
+        read (`config view --minify`), as the real kubectl 1.32 gives it."""
+        self.rules[0] = {"match": ["config", "view"], "rc": 1,
+                         "stderr": "error: current-context must exist in order to minify\n"}
+        self.rules_path.write_text(json.dumps(self.rules))
+
     def rule(self, match, **answer):
         self.rules.append({"match": match, **answer})
         self.rules_path.write_text(json.dumps(self.rules))

@@ -257,3 +257,40 @@ def test_keep_local_is_a_whole_number_of_at_least_one():
         with pytest.raises(ConfigError) as exc:
             parse_run_config(data)
         assert [str(p) for p in exc.value.problems] == [f"checkpoint.keep_local = {json.dumps(bad)}: {rule}"]
+
+
+def _pool(**rollout) -> dict:
+    data = base()  # 2 nodes x 8 GPUs
+    data["parallel"]["rollout"].update(rollout)
+    return data
+
+
+def test_rollout_pool_and_overlap_rules():
+    assert problems_of(_pool(placement="colocated", nodes=1, overlap="stream", off_policy_steps=0)) == [
+        "parallel.rollout.nodes = 1: a colocated rollout runs on the training GPUs and has no pool of its own. "
+        "Fix: remove parallel.rollout.nodes (or set it to 0), or set parallel.rollout.placement: disaggregated.",
+        "parallel.rollout.overlap = \"stream\": an overlapped rollout runs Miles' train_async.py, which refuses "
+        "--colocate (train_async.py:23; --fully-async too: miles/utils/arguments.py:59). Fix: set "
+        "parallel.rollout.placement: disaggregated with parallel.rollout.nodes, or overlap: none.",
+        "parallel.rollout.off_policy_steps = 0: overlap stream runs generation at least one step ahead. Fix: set "
+        "off_policy_steps to 1 or more (Miles --update-weights-interval / --max-weight-staleness).",
+    ]
+    assert problems_of(_pool(placement="disaggregated", nodes=2)) == [
+        "parallel.rollout.nodes = 2: the rollout pool is part of the run's 2 node(s) (parallel.nodes), and at "
+        "least one must train. Fix: use 1, or raise parallel.nodes.",
+    ]
+    assert problems_of(_pool(placement="apart", overlap="none", off_policy_steps=1)) == [
+        "parallel.rollout.placement = \"apart\": must be one of colocated, disaggregated. Fix: use `colocated`.",
+    ]
+
+
+def test_a_disaggregated_pool_leaves_megatron_the_other_nodes():
+    # 1 training node of 8 GPUs: tp 4 x ep 8 still fits, the engines divide the pool's 8 GPUs
+    cfg = parse_run_config(_pool(placement="disaggregated", nodes=1, overlap="batch", off_policy_steps=2))
+    assert (cfg.parallel.training_nodes, cfg.parallel.world_size, cfg.parallel.rollout.entry_point) == (
+        1, 8, "train_async.py")
+    assert problems_of(_pool(placement="disaggregated", nodes=1, gpus_per_engine=16, ep=16)) == [
+        "parallel.rollout.gpus_per_engine = 16: rollout has its own 8 GPUs (parallel.rollout.nodes 1 x 8) and each "
+        "SGLang engine takes gpus_per_engine of them, so gpus_per_engine must divide 8. Fix: use a divisor of 8, "
+        "e.g. 8.",
+    ]

@@ -23,13 +23,15 @@ QWEN = FIXTURES / "qwen3-30b-a3b.yaml"
 
 
 def fake_miles(root: Path, *, actor_imports: str = "import json") -> Path:
-    """A Miles checkout shaped like v0.1.0's: train.py at the top, the Megatron actor module."""
+    """A Miles checkout shaped like v0.1.0's: train.py and train_async.py at the top, the
+    Megatron actor module."""
     (root / "miles" / "backends" / "megatron_utils").mkdir(parents=True)
     for pkg in ("miles", "miles/backends", "miles/backends/megatron_utils"):
         (root / pkg / "__init__.py").write_text("")
     (root / "miles" / "backends" / "megatron_utils" / "actor.py").write_text(
         f"{actor_imports}\nclass MegatronTrainRayActor: pass\n")
-    (root / "train.py").write_text("import asyncio\n\nif __name__ == '__main__':\n    raise SystemExit('ran')\n")
+    for driver in ("train.py", "train_async.py"):
+        (root / driver).write_text("import asyncio\n\nif __name__ == '__main__':\n    raise SystemExit('ran')\n")
     return root
 
 
@@ -95,5 +97,7 @@ def test_the_chain_is_miles_v0_1_0s():
     assert "from miles.backends.megatron_utils.actor import MegatronTrainRayActor" in factory
     train = pinned_source("miles-v0.1.0", "train.py", "Miles")
     assert "from miles.ray.placement_group import" in train and 'if __name__ == "__main__":' in train
+    driver = pinned_source("miles-v0.1.0", "train_async.py", "Miles")  # an overlapped rollout's
+    assert "from miles.ray.placement_group import" in driver and 'if __name__ == "__main__":' in driver
     pinned_source("miles-v0.1.0", "miles/backends/megatron_utils/actor.py", "Miles")
-    assert {"train", "miles.backends.megatron_utils.actor"} <= set(DRIVER_MODULES)
+    assert {"train", "train_async", "miles.backends.megatron_utils.actor"} <= set(DRIVER_MODULES)

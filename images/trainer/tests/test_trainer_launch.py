@@ -527,3 +527,29 @@ def test_check_args_outside_the_image_says_why_it_cannot_check(tmp_path: Path):
     assert code == 2
     assert err.getvalue() == ("rltrainer launch: cannot build Miles' argument parser (No module named 'megatron'); "
                               "run this inside the trainer image\n")
+
+
+@pytest.mark.parametrize("rollout,entry,mode_flags", [
+    ({}, "train.py", ["--colocate"]),
+    ({"placement": "disaggregated", "nodes": 1}, "train.py", ["--rollout-num-gpus", "8"]),
+    ({"placement": "disaggregated", "nodes": 1, "overlap": "batch", "off_policy_steps": 2}, "train_async.py",
+     ["--rollout-num-gpus", "8", "--update-weights-interval", "2"]),
+    ({"placement": "disaggregated", "nodes": 1, "overlap": "stream", "off_policy_steps": 3}, "train_async.py",
+     ["--rollout-num-gpus", "8", "--fully-async", "--max-weight-staleness", "3", "--pause-generation-mode",
+      "in_place"]),
+])
+def test_each_rollout_mode_runs_the_miles_entry_point_with_its_flags(rollout, entry, mode_flags):
+    """Miles v0.1.0: train_async.py for an overlapped rollout (train.py:23 refuses --fully-async),
+    --colocate or a pool after the training GPUs (miles/ray/placement_group.py:92-105)."""
+    data = yaml.safe_load(QWEN.read_text())  # 2 nodes x 8 GPUs
+    data["parallel"]["rollout"].update(rollout)
+    cfg = parse_run_config(data)
+    argv = build_train_command(cfg, hf_checkpoint="/m", prompt_data="/d.jsonl").argv
+    assert argv[1] == f"/root/miles/{entry}"
+    assert argv[2:8] == ["--actor-num-nodes", "2" if not rollout else "1", "--actor-num-gpus-per-node", "8",
+                         "--num-gpus-per-node", "8"]
+    assert argv[8:8 + len(mode_flags)] == mode_flags
+    # engines on GPUs of their own keep SGLang's default memory share; colocated ones the recipe's 0.7
+    assert ("--sglang-mem-fraction-static" in argv) == (not rollout)
+    resumed = build_train_command(cfg, hf_checkpoint="/m", prompt_data="/d.jsonl", start_rollout_id=5).argv
+    assert resumed[1:4] == ["-m", "rltrainer.miles_resume", f"/root/miles/{entry}"]

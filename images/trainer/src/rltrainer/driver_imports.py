@@ -34,6 +34,7 @@ DRIVER_MODULES: tuple[str, ...] = (
     "rltrainer.checkpoints",  # the S3 uploader (boto3)
     "rltrainer.miles_resume",  # the train.py wrapper a resumed run goes through
     "train",  # Miles' train.py, from the Miles checkout (its top-level imports)
+    "train_async",  # its train_async.py, the driver of an overlapped rollout (parallel.rollout.overlap)
     "miles.backends.megatron_utils.actor",  # actor_factory.py: MegatronTrainRayActor
 )
 DEEPEP_MODULES: tuple[str, ...] = ("deep_ep",)  # Megatron's flex dispatcher: from deep_ep import Buffer

@@ -238,10 +238,21 @@ def check_miles_arguments(cfg: RunConfig, model_args: tuple[str, ...], miles_dir
     return None if error is None else f"Miles' argument parser refuses the command: {error}"
 
 
+def _mode_note(cfg: RunConfig) -> str:
+    """How rollout runs, when it is not the recipe's colocated on-policy loop."""
+    ro = cfg.parallel.rollout
+    if ro is None or (ro.placement == "colocated" and ro.overlap == "none"):
+        return ""
+    note = f" ({cfg.parallel.training_nodes} training, {ro.nodes} rollout"
+    if ro.overlap != "none":
+        note += f"; {ro.overlap} overlap, up to {ro.off_policy_steps} step(s) off-policy, {ro.entry_point}"
+    return note + ")"
+
+
 def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_source: str) -> None:
     print(f"# rltrainer launch (dry run): {cfg.run_name}", file=out)
     print(f"# model {cfg.model.name}; expert-parallel backend {cfg.expert_parallel.backend}; "
-          f"{cfg.parallel.nodes} x {cfg.parallel.gpus_per_node} GPUs", file=out)
+          f"{cfg.parallel.nodes} x {cfg.parallel.gpus_per_node} GPUs{_mode_note(cfg)}", file=out)
     print(f"# model arguments from {model_args_source}", file=out)
     for label, uri, kind in (("model.hf_checkpoint", cfg.model.hf_checkpoint, "model"),
                              ("data.prompt_data", cfg.data.prompt_data, "data")):

@@ -257,11 +257,31 @@ def miles_train_args(
     g = cfg.grpo
     ck = cfg.checkpoint
 
-    # Cluster: training and rollout share every GPU (--colocate), as in the Miles recipe.
-    a.add("--actor-num-nodes", par.nodes)
+    # Cluster. Colocated (the Miles recipe): training and rollout share every GPU (--colocate).
+    # Disaggregated: the first training_nodes x gpus_per_node GPUs of Miles' placement group
+    # train and the next --rollout-num-gpus generate (Miles v0.1.0 miles/ray/placement_group.py:
+    # 92-105, _get_placement_group_layout); without --colocate nothing is offloaded between
+    # phases (miles/utils/arguments.py:3296-3331).
+    a.add("--actor-num-nodes", par.training_nodes)
     a.add("--actor-num-gpus-per-node", par.gpus_per_node)
     a.add("--num-gpus-per-node", par.gpus_per_node)
-    a.add("--colocate")
+    if ro.placement == "colocated":
+        a.add("--colocate")
+    else:
+        a.add("--rollout-num-gpus", ro.nodes * par.gpus_per_node)
+    # Asynchrony (run by train_async.py, see build_train_command). batch: the next rollout
+    # generates while this one trains, and weights are pushed every K rollouts
+    # (train_async.py:107-111; --update-weights-interval, miles/utils/arguments.py:780-784).
+    # stream: --fully-async keeps the engines generating (arguments.py:494-503); groups more than
+    # K weight versions old go back to the data buffer (--max-weight-staleness, :672-681); and
+    # in_place keeps in-flight requests' KV cache across a weight update (:786-797), since Miles
+    # refuses abort with --fully-async (:61).
+    if ro.overlap == "batch":
+        a.add("--update-weights-interval", ro.off_policy_steps)
+    elif ro.overlap == "stream":
+        a.add("--fully-async")
+        a.add("--max-weight-staleness", ro.off_policy_steps)
+        a.soft("--pause-generation-mode", "in_place")
 
     # Model architecture (Miles scripts/models/<name>.py model_args()), verbatim.
     a.argv.extend(model_args)
@@ -335,7 +355,10 @@ def miles_train_args(
 
     # SGLang rollout engines (SGLANG_ARGS).
     a.add("--rollout-num-gpus-per-engine", ro.gpus_per_engine)
-    a.soft("--sglang-mem-fraction-static", _SGLANG_MEM_FRACTION)
+    if ro.placement == "colocated":
+        # Engines on GPUs of their own keep SGLang's own default (about 0.82-0.9 of HBM,
+        # sglang server_args.py _handle_gpu_memory_settings), as the planner assumes.
+        a.soft("--sglang-mem-fraction-static", _SGLANG_MEM_FRACTION)
 
     # Numerics (MISC_ARGS).
     a.soft("--attention-dropout", "0.0")
@@ -359,6 +382,14 @@ def miles_train_args(
     return a.argv
 
 
+def entry_point(cfg: RunConfig) -> str:
+    """Miles' driver for the run's mode: ``train.py`` (phases in turn) or ``train_async.py``
+    (an overlapped rollout: Miles v0.1.0 train.py:23 refuses --fully-async, and only
+    train_async.py starts the next rollout before training, train_async.py:79-81)."""
+    ro = cfg.parallel.rollout
+    return ro.entry_point if ro is not None else "train.py"
+
+
 def build_train_command(
     cfg: RunConfig,
     *,
@@ -370,7 +401,8 @@ def build_train_command(
     model_args: tuple[str, ...] | None = None,
     start_rollout_id: int | None = None,
 ) -> TrainCommand:
-    """The full command: ``python3 train.py ...``, or wrapped in ``ray job submit``.
+    """The full command: ``python3 train.py ...`` (``train_async.py`` for an overlapped rollout,
+    ``entry_point``), or wrapped in ``ray job submit``.
 
     ``start_rollout_id`` (a resume: the saved rollout + 1) is passed as ``--start-rollout-id``
     and ``train.py`` runs through ``rltrainer.miles_resume``, because Miles v0.1.0's bridge
@@ -384,7 +416,7 @@ def build_train_command(
     """
     args = miles_train_args(cfg, hf_checkpoint=hf_checkpoint, prompt_data=prompt_data, model_args=model_args)
     env = train_env(cfg)
-    train = [python, f"{miles_dir.rstrip('/')}/train.py", *args]
+    train = [python, f"{miles_dir.rstrip('/')}/{entry_point(cfg)}", *args]
     if start_rollout_id is not None:
         train[1:2] = ["-m", "rltrainer.miles_resume", train[1]]
         train += ["--start-rollout-id", str(start_rollout_id)]

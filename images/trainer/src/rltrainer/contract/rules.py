@@ -46,8 +46,10 @@ from .schema import (
     EXPERT_PARALLEL_KEYS,
     GRPO_KEYS,
     MODEL_KEYS,
+    OVERLAPS,
     OWNED_FLAGS,
     PARALLEL_KEYS,
+    PLACEMENTS,
     ROLLOUT_KEYS,
     TOP_KEYS,
     TRAINING_KEYS,
@@ -210,8 +212,9 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
         if ro is not None:
             gpe = r.integer(ro, "gpus_per_engine", "parallel.rollout", default=gpn if gpn is not None else 1)
             rep = r.integer(ro, "ep", "parallel.rollout", default=1)
-            if gpe is not None and rep is not None:
-                rollout = RolloutParallel(gpus_per_engine=gpe, ep=rep)
+            mode = _rollout_mode(r, ro)
+            if gpe is not None and rep is not None and mode is not None:
+                rollout = RolloutParallel(gpus_per_engine=gpe, ep=rep, **mode)
         if nodes is not None and gpn is not None and training is not None and rollout is not None:
             parallel = ParallelConfig(nodes=nodes, gpus_per_node=gpn, training=training, rollout=rollout)
 
@@ -247,6 +250,53 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
         parallel=parallel,
         expert_parallel=ep_cfg,
     )
+
+
+def _choice(r: Reader, data: dict, key: str, choices: tuple[str, ...], default: str) -> str | None:
+    value = data.get(key, default)
+    if value not in choices:
+        close = difflib.get_close_matches(str(value), choices, n=1)
+        r.add(f"parallel.rollout.{key}", value, f"must be one of {', '.join(choices)}",
+              f"use `{close[0] if close else default}`")
+        return None
+    return value
+
+
+def _rollout_mode(r: Reader, ro: dict) -> dict | None:
+    """placement, nodes, overlap and off_policy_steps of parallel.rollout, checked together: the
+    combinations Miles v0.1.0 refuses at start-up are refused here (train_async.py:23 asserts no
+    --colocate; miles/utils/arguments.py:59 refuses --fully-async with --colocate)."""
+    placement = _choice(r, ro, "placement", PLACEMENTS, "colocated")
+    overlap = _choice(r, ro, "overlap", OVERLAPS, "none")
+    nodes = r.integer(ro, "nodes", "parallel.rollout", default=0, minimum=0)
+    steps = r.integer(ro, "off_policy_steps", "parallel.rollout", default=0, minimum=0)
+    if None in (placement, overlap, nodes, steps):
+        return None
+    bad = len(r.problems)
+    if placement == "colocated" and nodes:
+        r.add("parallel.rollout.nodes", nodes, "a colocated rollout runs on the training GPUs and has no pool of its own",
+              "remove parallel.rollout.nodes (or set it to 0), or set parallel.rollout.placement: disaggregated")
+    if placement == "disaggregated" and not nodes:
+        r.add("parallel.rollout.nodes", nodes, "a disaggregated rollout needs its own nodes (Miles --rollout-num-gpus)",
+              "set parallel.rollout.nodes to the nodes of parallel.nodes that generate, at least 1")
+    if overlap != "none" and placement == "colocated":
+        r.add("parallel.rollout.overlap", overlap,
+              "an overlapped rollout runs Miles' train_async.py, which refuses --colocate (train_async.py:23; "
+              "--fully-async too: miles/utils/arguments.py:59)",
+              "set parallel.rollout.placement: disaggregated with parallel.rollout.nodes, or overlap: none")
+    if overlap == "none" and steps:
+        r.add("parallel.rollout.off_policy_steps", steps, "generation can run ahead of training only when it overlaps it",
+              "set parallel.rollout.overlap to batch or stream, or off_policy_steps to 0")
+    if overlap != "none" and not steps:
+        r.add("parallel.rollout.off_policy_steps", steps, f"overlap {overlap} runs generation at least one step ahead",
+              "set off_policy_steps to 1 or more (Miles --update-weights-interval / --max-weight-staleness)")
+    if len(r.problems) > bad:
+        return None
+    return {"placement": placement, "nodes": nodes, "overlap": overlap, "off_policy_steps": steps}
+
+
+def _up_to(n: int) -> str:
+    return "1" if n == 1 else f"1 to {n}"
 
 
 def _divisors(n: int, limit: int = 12) -> list[int]:
@@ -296,7 +346,18 @@ def _cross_checks(
 
     if parallel is None:
         return
+    if parallel.rollout_nodes >= parallel.nodes:
+        r.add(
+            "parallel.rollout.nodes",
+            parallel.rollout_nodes,
+            f"the rollout pool is part of the run's {parallel.nodes} node(s) (parallel.nodes), and at least one must train",
+            f"use {_up_to(parallel.nodes - 1)}, or raise parallel.nodes" if parallel.nodes > 1
+            else "raise parallel.nodes to 2 or more, or use placement colocated",
+        )
+        return
     world = parallel.world_size
+    count = ("nodes x gpus_per_node" if not parallel.rollout_nodes
+             else "(nodes - rollout.nodes) x gpus_per_node, the training GPUs")
     t = parallel.training
     layout_ok = True
     if world % (t.tp * t.pp * t.cp) != 0:
@@ -304,7 +365,7 @@ def _cross_checks(
         r.add(
             "parallel.training",
             {"tp": t.tp, "pp": t.pp, "cp": t.cp},
-            f"Megatron needs tp x pp x cp to divide the GPU count (nodes x gpus_per_node = {world}), "
+            f"Megatron needs tp x pp x cp to divide the GPU count ({count} = {world}), "
             f"but {t.tp} x {t.pp} x {t.cp} = {t.tp * t.pp * t.cp}",
             f"choose tp, pp and cp whose product divides {world}",
         )
@@ -341,13 +402,18 @@ def _cross_checks(
 
     ro = parallel.rollout
     if ro is not None:
-        if world % ro.gpus_per_engine != 0:
+        if ro.placement == "colocated":
+            engines_on, where = world, f"rollout is colocated with training on all {world} GPUs"
+        else:
+            engines_on = ro.nodes * parallel.gpus_per_node
+            where = f"rollout has its own {engines_on} GPUs (parallel.rollout.nodes {ro.nodes} x {parallel.gpus_per_node})"
+        if engines_on % ro.gpus_per_engine != 0:
             r.add(
                 "parallel.rollout.gpus_per_engine",
                 ro.gpus_per_engine,
-                f"rollout is colocated with training on all {world} GPUs and each SGLang engine takes gpus_per_engine of them, "
-                f"so gpus_per_engine must divide {world}",
-                f"use a divisor of {world}, e.g. {parallel.gpus_per_node}",
+                f"{where} and each SGLang engine takes gpus_per_engine of them, "
+                f"so gpus_per_engine must divide {engines_on}",
+                f"use a divisor of {engines_on}, e.g. {parallel.gpus_per_node}",
             )
         if ro.gpus_per_engine % ro.ep != 0:
             r.add(

@@ -37,7 +37,7 @@ parallel:
   nodes: 2
   gpus_per_node: 8
   training: {tp: 4, pp: 1, cp: 1, ep: 8, etp: 1, optimizer_cpu_offload: false}
-  rollout: {gpus_per_engine: 8, ep: 8}
+  rollout: {gpus_per_engine: 8, ep: 8, placement: colocated, nodes: 0, overlap: none, off_policy_steps: 0}
 expert_parallel:
   backend: nccl
 """
@@ -63,6 +63,11 @@ OWNED_FLAGS: dict[str, str] = {
     "--expert-model-parallel-size": "parallel.training.ep",
     "--expert-tensor-parallel-size": "parallel.training.etp",
     "--rollout-num-gpus-per-engine": "parallel.rollout.gpus_per_engine",
+    "--colocate": "parallel.rollout.placement",
+    "--rollout-num-gpus": "parallel.rollout.nodes",
+    "--update-weights-interval": "parallel.rollout.off_policy_steps",
+    "--fully-async": "parallel.rollout.overlap",
+    "--max-weight-staleness": "parallel.rollout.off_policy_steps",
     "--sglang-ep-size": "parallel.rollout.ep",
     "--sglang-moe-a2a-backend": "expert_parallel.backend",
     "--moe-flex-dispatcher-backend": "expert_parallel.backend",
@@ -111,7 +116,15 @@ GRPO_KEYS = (
 PARALLEL_KEYS = ("nodes", "gpus_per_node", "training", "rollout")
 TRAINING_SIZE_KEYS = ("tp", "pp", "cp", "ep", "etp")
 TRAINING_KEYS = TRAINING_SIZE_KEYS + ("optimizer_cpu_offload",)
-ROLLOUT_KEYS = ("gpus_per_engine", "ep")
+ROLLOUT_KEYS = ("gpus_per_engine", "ep", "placement", "nodes", "overlap", "off_policy_steps")
+# Where the SGLang engines run (Miles v0.1.0 miles/ray/placement_group.py:92-105): on the training
+# GPUs (--colocate) or on a pool of their own after the training GPUs (--rollout-num-gpus).
+PLACEMENTS = ("colocated", "disaggregated")
+# How generation overlaps training: none (train.py, phases in turn), batch (train_async.py: the
+# next rollout generates while this one trains, weights pushed every off_policy_steps rollouts,
+# train_async.py:107-111), stream (train_async.py --fully-async: engines never drain, groups at
+# most off_policy_steps weight versions old; miles/utils/arguments.py:494-503, 672-681).
+OVERLAPS = ("none", "batch", "stream")
 EXPERT_PARALLEL_KEYS = ("backend",)
 
 
@@ -189,6 +202,16 @@ class TrainingParallel:
 class RolloutParallel:
     gpus_per_engine: int
     ep: int = 1
+    placement: str = "colocated"  # PLACEMENTS
+    nodes: int = 0  # disaggregated: the nodes of parallel.nodes that generate (0 when colocated)
+    overlap: str = "none"  # OVERLAPS
+    off_policy_steps: int = 0  # K: generation runs up to K optimizer steps ahead (0: on-policy)
+
+    @property
+    def entry_point(self) -> str:
+        """Miles' driver script: train_async.py for an overlapped mode (train.py asserts
+        ``not args.fully_async``, train.py:23; train_async.py refuses --colocate, :23)."""
+        return "train.py" if self.overlap == "none" else "train_async.py"
 
 
 @dataclass(frozen=True)
@@ -199,8 +222,19 @@ class ParallelConfig:
     rollout: RolloutParallel | None = None
 
     @property
+    def rollout_nodes(self) -> int:
+        """Nodes of a disaggregated rollout pool (0 when rollout shares the training GPUs)."""
+        return self.rollout.nodes if self.rollout is not None else 0
+
+    @property
+    def training_nodes(self) -> int:
+        """Nodes that train (Miles --actor-num-nodes): all of them unless rollout has a pool."""
+        return self.nodes - self.rollout_nodes
+
+    @property
     def world_size(self) -> int:
-        return self.nodes * self.gpus_per_node
+        """Megatron's world: the training GPUs."""
+        return self.training_nodes * self.gpus_per_node
 
     @property
     def data_parallel_size(self) -> int:
