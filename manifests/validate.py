@@ -19,7 +19,6 @@ cluster ``kubectl apply --dry-run=server -f <dir>`` is the real check.
 
 from __future__ import annotations
 
-import copy
 import functools
 import re
 from dataclasses import dataclass, field
@@ -288,13 +287,45 @@ def _path(error: jsonschema.ValidationError, prefix: tuple = ()) -> str:
     return ".".join(str(p) for p in (*prefix, *error.absolute_path)) or "(object)"
 
 
+@functools.lru_cache(maxsize=None)
+def _strict_validator(schema_version: str, kind: str, api_version: str
+                      ) -> jsonschema.Draft202012Validator | None:
+    """kubernetes-validate's strict schema for ``kind`` in ``api_version`` (None: it ships none),
+    as a validator built once. ``kubernetes_validate.validate`` reads the same files for every
+    object, 1.5 MB of ``_definitions.json`` each time; the files and the draft are its own."""
+    from kubernetes_validate.utils import schema_contents
+    from referencing import Registry, Resource
+
+    [full] = {v for v in _shipped_versions() if str(_minor(v)) == schema_version}
+    folder = f"kubernetes-json-schema/v{full}-local-strict"
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)  # apps/v1 -> apps-v1
+    try:
+        schema = schema_contents(f"{folder}/{kind.lower()}-{group_version}.json", schema_version)
+    except FileNotFoundError:
+        return None
+    definitions = schema_contents(f"{folder}/_definitions.json", schema_version)
+    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def _strict_error(obj: dict[str, Any], schema_version: str) -> jsonschema.ValidationError | None:
+    """The first error kubernetes-validate's strict check finds, as its ``validate`` reports it;
+    ``SchemaNotFoundError`` for a kind it has no schema for."""
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    validator = _strict_validator(schema_version, str(kind), str(api_version))
+    if validator is None:
+        raise kubernetes_validate.SchemaNotFoundError(kind=kind, version=schema_version,
+                                                      api_version=api_version)
+    return next(validator.iter_errors(obj), None)  # validate() raises the first, as here
+
+
 def _check_builtin(obj: dict[str, Any], schema_version: str) -> tuple[Status, str, list[str]]:
     """kubernetes-validate strict; ("skipped", ...) when it has no schema for the kind."""
     try:
-        kubernetes_validate.validate(obj, schema_version, strict=True)
+        err = _strict_error(obj, schema_version)
     except kubernetes_validate.SchemaNotFoundError:
         return "skipped", "", []
-    except kubernetes_validate.ValidationError as err:
+    if err is not None:
         return "error", f"kubernetes-validate {schema_version} strict", [
             f"{_path(err)}: {err.message}"]
     return "ok", f"kubernetes-validate {schema_version} strict", []
@@ -306,9 +337,8 @@ def _check_crd(obj: dict[str, Any], crd: CrdVersion, schema_version: str) -> lis
                 for e in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))]
     # The CRD schema leaves metadata open: the API server checks it as an ObjectMeta.
     meta_probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj.get("metadata", {})}
-    try:
-        kubernetes_validate.validate(copy.deepcopy(meta_probe), schema_version, strict=True)
-    except kubernetes_validate.ValidationError as err:
+    err = _strict_error(meta_probe, schema_version)
+    if err is not None:
         messages.append(f"{_path(err)}: {err.message} (ObjectMeta)")
     return messages[:20]
 
