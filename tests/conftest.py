@@ -145,12 +145,43 @@ def chart_dir() -> Path:
     return artifacts.require_chart_dir()
 
 
+# The costliest modules (CPU seconds on 2 cores, 2026-12-01), run first: pytest-xdist's
+# --dist loadfile hands out modules in collection order, so a costly module collected last runs
+# alone at the end while the other worker idles. Stale or missing names are harmless.
+HEAVY_FIRST = (
+    "images/trainer/tests/test_trainer_checkpoint_safety.py",  # 26
+    "tests/stacks/test_app_cli.py",  # 25
+    "tests/stacks/test_cfn_lint.py",  # 24, with synths of the examples
+    "tests/infra/test_fuzz_config.py",  # 18
+    "images/trainer/tests/test_trainer_resume.py",  # 17
+    "tests/ops/test_readme_operate.py",  # 16
+    "tests/stacks/test_checkov.py",  # 15
+    "images/trainer/tests/test_trainer_bench_allreduce.py",  # 13
+    "tests/stacks/test_observability_chart.py",  # 11
+    "tests/manifests/test_manifests_render.py",  # 11
+    "tests/ops/test_ops_check.py",  # 10
+    "tests/ops/test_ops_gate.py",  # 9
+    "tests/manifests/test_miles_contract.py",  # 8
+    "tests/planner/test_planner_cli.py",  # 8
+)
+
+
+def pytest_configure(config):
+    """Keep the collection order below for pytest-xdist (it sorts modules by test count unless
+    told not to, which put the costliest one-test modules last)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marker must be there when it does
 def pytest_collection_modifyitems(config, items):
     """Mark every test that uses an artifact fixture ``external``, and remember which tests are,
-    so an artifact read from an unmarked test fails (tests/support/artifacts.py)."""
+    so an artifact read from an unmarked test fails (tests/support/artifacts.py). Then put the
+    costliest modules first (HEAVY_FIRST), each module's tests kept together and in order."""
     for item in items:
         if EXTERNAL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.external)
     artifacts.EXTERNAL_TESTS.update(i.nodeid for i in items if i.get_closest_marker("external"))
     artifacts.collected = True
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable

@@ -6,13 +6,14 @@
 different Miles gives different behaviour here), and a ``train.py`` that does what Miles'
 driver does with them (``miles/ray/placement_group.py``: take the start from the loaded
 checkpoint only when it is None, then load the data cursor of ``start - 1``; ``train.py``:
-save the model, tracker last, then the cursor), with torch_dist saves.
+save the model, tracker last, then the cursor), with torch_dist saves made beforehand.
 """
 
 from __future__ import annotations
 
 import ast
 import textwrap
+import warnings
 from pathlib import Path
 
 from trainer_helpers import pinned_source
@@ -72,26 +73,24 @@ def parse_args(add_custom_arguments=None):
 
 TRAIN_PY = '''\
 """Stand-in for Miles' train.py driver; its arguments come from Miles' own validation code."""
-import json, os, pathlib, sys, time, warnings
+import json, os, pathlib, pickle, shutil, sys, time, zipfile
 
 from miles.utils.arguments import parse_args
 
 
 def model_save(save, rollout_id, partial=False):
-    # torch only where a save or a cursor needs it: a run with nothing to save or load (the
-    # resume-wrapper test) then costs no torch import (seconds of CPU per run)
-    import torch
-    import torch.distributed.checkpoint as dcp
-
     it_dir = save / f"iter_{rollout_id:07d}"
-    gen = torch.Generator().manual_seed(rollout_id)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if partial:  # killed mid-save: a shard, no .metadata
-            it_dir.mkdir(parents=True, exist_ok=True)
-            (it_dir / "__9_0.distcp").write_bytes(os.urandom(4096))
-            return
-        dcp.save({"w": torch.randn(256, generator=gen)}, checkpoint_id=str(it_dir))
+    if partial:  # killed mid-save: a shard, no .metadata
+        it_dir.mkdir(parents=True, exist_ok=True)
+        (it_dir / "__9_0.distcp").write_bytes(os.urandom(4096))
+        return
+    # A real torch_dist save, made by the test beforehand (build_checkout): the shards, then
+    # .metadata last, as torch.distributed.checkpoint writes them. No torch import here.
+    made = pathlib.Path(__file__).parent / "_saves" / it_dir.name
+    it_dir.mkdir(parents=True, exist_ok=True)
+    for f in sorted(made.iterdir(), key=lambda f: f.name == ".metadata"):
+        shutil.copyfile(f, it_dir / (f.name + ".tmp"))
+        os.replace(it_dir / (f.name + ".tmp"), it_dir / f.name)
     (it_dir / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist"}))
     (it_dir / "common.pt").write_bytes(b"common" + bytes([rollout_id]))
     tracker = save / "latest_checkpointed_iteration.txt"  # Megatron: the tracker after the save
@@ -109,10 +108,9 @@ if __name__ == "__main__":
         args.start_rollout_id = loaded + 1
     cursor = load / f"rollout/global_dataset_state_dict_{args.start_rollout_id - 1}.pt"
     offset = 0
-    if cursor.is_file():
-        import torch
-
-        offset = torch.load(cursor)["sample_offset"]
+    if cursor.is_file():  # Miles: torch.load; a dict of ints needs no torch to read back
+        with zipfile.ZipFile(cursor) as z:
+            offset = pickle.loads(z.read("archive/data.pkl"))["sample_offset"]
     with open(os.environ["FAKE_MILES_LOG"], "a") as log:
         log.write(json.dumps({"start": args.start_rollout_id, "loaded": loaded, "offset": offset,
                               "load": str(load), "argv": sys.argv[1:], "pid": os.getpid()}) + "\\n")
@@ -126,15 +124,29 @@ if __name__ == "__main__":
                 time.sleep(3600)
             model_save(save, rollout_id)
             (save / "rollout").mkdir(exist_ok=True)  # then rollout_manager.save: the data cursor
-            import torch
-
-            torch.save({"sample_offset": offset}, save / f"rollout/global_dataset_state_dict_{rollout_id}.pt")
+            # Miles: torch.save, a zip archive (the launcher checks for a whole one); a dict of
+            # ints is the same pickle in it without torch
+            cursor = save / f"rollout/global_dataset_state_dict_{rollout_id}.pt"
+            with zipfile.ZipFile(cursor.with_suffix(".tmp"), "w") as z:
+                z.writestr("archive/data.pkl", pickle.dumps({"sample_offset": offset}, protocol=2))
+            os.replace(cursor.with_suffix(".tmp"), cursor)
             time.sleep(0.2)
 '''
 
 
-def build_checkout(dest: Path) -> Path:
-    """A Miles checkout at ``dest`` (train.py, miles/utils/arguments.py) built from the pinned sources."""
+def build_checkout(dest: Path, saves: tuple[int, ...] = ()) -> Path:
+    """A Miles checkout at ``dest`` (train.py, miles/utils/arguments.py) built from the pinned
+    sources, with a real torch_dist save for each rollout id in ``saves`` for train.py to copy
+    (made here, once, so that no train.py run imports torch: seconds of CPU each)."""
+    for rollout_id in saves:
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        gen = torch.Generator().manual_seed(rollout_id)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.save({"w": torch.randn(256, generator=gen)},
+                     checkpoint_id=str(dest / "_saves" / f"iter_{rollout_id:07d}"))
     src = upstream_source("miles/utils/arguments.py")
     branch = textwrap.indent(textwrap.dedent(bridge_branch(src)), "    ")
     start = start_rollout_id_argument(src)  # continuation lines sit inside its parentheses

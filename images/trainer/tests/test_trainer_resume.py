@@ -205,7 +205,7 @@ class Launcher:
 @pytest.mark.external
 def test_two_launchers_on_one_directory_save_upload_die_and_resume_exactly(tmp_path: Path, moto_server):
     endpoint, s3 = moto_server
-    checkout = build_checkout(tmp_path / "miles")
+    checkout = build_checkout(tmp_path / "miles", saves=(1, 3, 5))
     shared = tmp_path / "shared"  # the one directory both launchers (pods) mount
     data = yaml.safe_load(QWEN.read_text())
     data["model"]["hf_checkpoint"] = "/models/tiny"
