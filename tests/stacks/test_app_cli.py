@@ -47,11 +47,23 @@ def test_python_app_py_with_a_config_builds_that_config(synth, tmp_path):
         assert produced[stack_name] == template, stack_name
 
 
-def test_long_form_context_argument(tmp_path):
-    result = _run_app(["--context", "config=examples/nonexistent.yaml"], tmp_path / "out")
-    assert result.returncode == 2  # it did read the config argument: the file is missing
-    assert "nonexistent.yaml" in result.stderr
-    assert "Traceback" not in result.stderr
+def _main_in_process(args: list[str], outdir, monkeypatch, capsys) -> tuple[int, str]:
+    """app.py's main as `python app.py ARGS` runs it (the process itself: the test above)."""
+    import app
+
+    monkeypatch.setenv("CDK_OUTDIR", str(outdir))
+    monkeypatch.setenv("CDK_VALIDATION", "false")
+    code = app.main(args)
+    return code, capsys.readouterr().err
+
+
+def test_long_form_context_argument(tmp_path, monkeypatch, capsys):
+    code, err = _main_in_process(["--context", "config=examples/nonexistent.yaml"],
+                                 tmp_path / "out", monkeypatch, capsys)
+    assert code == 2  # it did read the config argument: the file is missing
+    assert "nonexistent.yaml" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("args, shown", [
@@ -60,10 +72,11 @@ def test_long_form_context_argument(tmp_path):
     (["-c"], "'-c'"),
     (["--config", "examples/p5-2node.yaml"], "'--config examples/p5-2node.yaml'"),
 ])
-def test_other_arguments_are_refused_with_the_right_command(args, shown, tmp_path):
-    result = _run_app(args, tmp_path / "out")
-    assert result.returncode == 2
-    assert result.stderr == (
+def test_other_arguments_are_refused_with_the_right_command(args, shown, tmp_path, monkeypatch,
+                                                            capsys):
+    code, err = _main_in_process(args, tmp_path / "out", monkeypatch, capsys)
+    assert code == 2
+    assert err == (
         f"error: app.py: argument {shown} is not -c KEY=VALUE; app.py takes only the context "
         "arguments `cdk synth` takes. Fix: python app.py -c config=FILE, or "
         "npx aws-cdk@2.1148.1 synth -c config=FILE\n")
