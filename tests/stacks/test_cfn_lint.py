@@ -47,8 +47,7 @@ def findings(synth, tmp_path_factory) -> dict[str, list[dict]]:
     broken = tmp_path_factory.mktemp("cfn-lint") / "broken.template.json"
     broken.write_text(BROKEN)
     by_region: dict[str, list[str]] = defaultdict(list)
-    for example in EXAMPLES:
-        s = synth(example)
+    for example, s in synth.all(EXAMPLES).items():
         by_region[s.config.region] += sorted(str(p) for p in s.outdir.glob("*.template.json"))
     found: dict[str, list[dict]] = defaultdict(list)
     for region, templates in sorted(by_region.items()):

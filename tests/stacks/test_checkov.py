@@ -54,9 +54,8 @@ def scanned(synth, tmp_path_factory):
         pytest.skip(message)
     root = tmp_path_factory.mktemp("checkov")
     templates = {}
-    for example in EXAMPLES:
+    for example, s in synth.all(EXAMPLES).items():
         (root / example).mkdir()
-        s = synth(example)
         templates[example] = sorted(p.name for p in s.outdir.glob("*.template.json"))
         assert len(templates[example]) == len(s.templates)
         for name in templates[example]:
