@@ -15,7 +15,6 @@ The same parse runs inside the image at build time (``rltrainer launch --dry-run
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -31,47 +30,14 @@ from rltrainer.miles import (
     MILES_MODEL_SCRIPTS,
     MILES_VERSION,
     build_train_command,
-    model_script_name,
     resolve_model_args,
 )
 
-from tests.support import artifacts, miles_parser  # noqa: E402
+from tests.support.miles_parser import (BACKEND_OWNED_DESTS, MEGATRON_DIR, MILES_DIR, UPSTREAM,
+                                        example_case, parse_offline, require_sources)
 from tests.support import REPO_ROOT
 
 EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
-# ../shared/upstream, else the artifact cache (tests/support/artifacts.py): the tools here take one
-# folder holding the pinned trees side by side.
-UPSTREAM = artifacts.common_root((f"miles-{MILES_VERSION}", "megatron-lm-37f9161", "sglang-0.5.16",
-                                  "deepep-567632d"), "upstream")
-MILES_DIR = UPSTREAM / f"miles-{MILES_VERSION}"
-MEGATRON_DIR = UPSTREAM / "megatron-lm-37f9161"
-SGLANG_FILE = UPSTREAM / "sglang-0.5.16" / "server_args.py"
-# The one Miles flag the launcher sets on purpose over model_args(): DeepEP needs the flex dispatcher.
-BACKEND_OWNED_DESTS = ["moe_token_dispatcher_type"]
-
-
-REQUIRED = (MILES_DIR / "miles" / "utils" / "arguments.py", MEGATRON_DIR / "megatron" / "training" / "arguments.py",
-            SGLANG_FILE)
-
-
-def require_sources(paths=REQUIRED) -> None:
-    """Fail in CI (CI=true), skip elsewhere, saying which pinned sources are missing."""
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        message = (f"the pinned upstream sources are missing: {', '.join(missing)}; put Miles {MILES_VERSION}, "
-                   "Megatron-LM 37f9161 and SGLang 0.5.16 there (see ../shared/upstream/README.md), "
-                   f"or {artifacts.FETCH_HINT}")
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Path:
-    """The pinned upstream sources (../shared/upstream or the cache): required in CI, an explained
-    skip elsewhere."""
-    require_sources()
-    return UPSTREAM
 
 
 def test_missing_sources_fail_in_ci_and_skip_elsewhere(tmp_path, monkeypatch):
@@ -82,25 +48,6 @@ def test_missing_sources_fail_in_ci_and_skip_elsewhere(tmp_path, monkeypatch):
     monkeypatch.setenv("CI", "false")
     with pytest.raises(pytest.skip.Exception, match="put Miles v0.1.0, Megatron-LM 37f9161 and SGLang 0.5.16"):
         require_sources((gone,))
-
-
-def parse_offline(cases: list[dict]) -> dict:
-    """Miles' own parser on ``cases`` (one offline parser process per test worker); its report."""
-    return miles_parser.parse_offline(cases, UPSTREAM)
-
-
-def example_case(example: str) -> dict:
-    """The launcher's train.py arguments for one example, as the kit renders and the image runs it."""
-    kit = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
-    ctx = build_context(kit, placeholder_outputs(kit))
-    cfg = parse_run_config(ctx.run_config, f"{example} run config")
-    model_args, _source = resolve_model_args(cfg, str(MILES_DIR), sys.executable)
-    # Everything after train.py in the command the launcher really runs.
-    cmd = build_train_command(cfg, hf_checkpoint="/fsx/models/hf", prompt_data="/fsx/datasets/p.jsonl",
-                              miles_dir=str(MILES_DIR), python=sys.executable, model_args=model_args)
-    args = cmd.argv[cmd.argv.index(f"{MILES_DIR}/train.py") + 1:]
-    script = None if cfg.model.megatron_args else model_script_name(cfg.model.name, str(MILES_DIR))
-    return {"name": example, "train_args": args, "model_script": script, "owned_dests": BACKEND_OWNED_DESTS}
 
 
 def broken_flag_cases(good: dict) -> list[dict]:

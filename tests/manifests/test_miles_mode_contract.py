@@ -33,9 +33,7 @@ from manifests.context import build_context
 from manifests.outputs import placeholder_outputs
 from rltrainer.contract import parse_run_config
 from rltrainer.miles import build_train_command, resolve_model_args
-from tests.manifests.test_miles_contract import (  # noqa: F401 - upstream is a fixture
-    MILES_DIR, example_case, parse_offline, upstream,
-)
+from tests.support.miles_parser import MILES_DIR, example_case, parse_offline
 from tests.support import REPO_ROOT
 
 MODES = {

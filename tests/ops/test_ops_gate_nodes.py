@@ -185,7 +185,7 @@ def test_passing_runs_raise_the_instance_types_baseline(tmp_path):
 
 
 def test_gate_isolate_cordons_the_node_the_counters_named(tmp_path, kubectl, capsys):
-    from tests.ops.test_ops_gate import run_gate, script_cluster
+    from tests.support.fakes import run_gate, script_cluster
 
     script_cluster(kubectl, "idle-nic-p5-2node")
     assert run_gate(tmp_path, "--isolate") == 1
@@ -203,7 +203,7 @@ def test_gate_isolate_cordons_the_node_the_counters_named(tmp_path, kubectl, cap
 
 
 def test_without_isolate_the_gate_only_prints_the_commands(tmp_path, kubectl, capsys):
-    from tests.ops.test_ops_gate import run_gate, script_cluster
+    from tests.support.fakes import run_gate, script_cluster
 
     script_cluster(kubectl, "idle-nic-p5-2node")
     assert run_gate(tmp_path) == 1
@@ -215,7 +215,7 @@ def test_without_isolate_the_gate_only_prints_the_commands(tmp_path, kubectl, ca
 
 def test_run_subset_applies_waits_collects_and_deletes_the_rewritten_job(tmp_path, kubectl):
     from ops.gate.runner import GateRunner
-    from tests.ops.test_ops_gate import job_json, run_gate, script_cluster
+    from tests.support.fakes import job_json, run_gate, script_cluster
 
     script_cluster(kubectl, "pass-p5-2node")
     assert run_gate(tmp_path) == 0  # renders tmp/out

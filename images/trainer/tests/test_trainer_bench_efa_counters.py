@@ -6,7 +6,7 @@ import io
 import json
 from pathlib import Path
 
-from test_trainer_nodecheck import make_node
+from node_helpers import make_node
 from rltrainer.bench.efa_counters import BYTE_COUNTERS, TrafficProbe, snapshot, traffic_row
 
 
