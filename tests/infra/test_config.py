@@ -587,7 +587,7 @@ def test_gb200_run_must_fit_one_nvlink_domain_of_its_ultraserver_type():
     found = problems_of(_gb200(**{"gpu_node_groups.gb200.capacity.ultraserver_type":
                                   "u-p6e-gb200x36"}))
     assert found == [
-        "training.nodes = 16: a run on p6e-gb200.36xlarge stays inside one NVLink domain (9 "
+        "training.nodes = 18: a run on p6e-gb200.36xlarge stays inside one NVLink domain (9 "
         "instances of u-p6e-gb200x36): its workers claim one ComputeDomain and require the same "
         "nvidia.com/gpu.clique; a run across domains is not supported yet. Fix: use "
         "training.nodes <= 9."]

@@ -78,22 +78,22 @@ def test_one_compute_domain_per_run_claimed_by_every_worker_in_one_clique():
         assert spec["resourceClaims"][0]["resourceClaimTemplateName"] == (
             template if domain == run else f"{workload}-channel")
     rayjob = next(f.obj for f in files if f.kind == "RayJob")
-    assert rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 15  # + the head
+    assert rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 17  # + the head
 
 
-def test_a_full_18_node_ultraserver_run_is_one_domain(tmp_path):
-    """Every node of a u-p6e-gb200x72 (72 GPUs): EP 8 and a batch that 18-way data parallelism
-    divides (the example keeps 16 nodes so that 128 experts divide EP 64, and 2 warm spares)."""
-    text = US.read_text().replace("  nodes: 16\n", "  nodes: 18\n").replace(
-        "ep: 64, etp: 1", "ep: 8, etp: 1")
-    text += "  grpo: {rollout_batch_size: 36, n_samples_per_prompt: 8, global_batch_size: 288}\n"
-    (tmp_path / "us18.yaml").write_text(text)
-    cfg, files = render(tmp_path / "us18.yaml")
-    assert cfg.training.nodes == 18
+def test_a_16_node_run_with_two_spares_is_one_domain(tmp_path):
+    """The example's UltraServer with 2 nodes kept as warm spares in the domain: 64 GPUs, so
+    128 experts divide EP 64 (the example itself runs all 18 nodes at EP 8)."""
+    text = US.read_text().replace("  nodes: 18\n", "  nodes: 16\n").replace(
+        "ep: 8, etp: 1", "ep: 64, etp: 1").replace(
+        "  grpo: {rollout_batch_size: 36, n_samples_per_prompt: 8, global_batch_size: 288}\n", "")
+    (tmp_path / "us16.yaml").write_text(text)
+    cfg, files = render(tmp_path / "us16.yaml")
+    assert (cfg.training.nodes, cfg.training.parallel.ep) == (16, 64)
     (domain,) = [f.obj for f in files if f.kind == "ComputeDomain" and f.path.startswith("rl-job/")]
     template = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
     rayjob = next(f.obj for f in files if f.kind == "RayJob")["spec"]["rayClusterSpec"]
-    assert rayjob["workerGroupSpecs"][0]["replicas"] == 17  # + the head: 18 nodes
+    assert rayjob["workerGroupSpecs"][0]["replicas"] == 15  # + the head: 16 nodes
     for pod in (rayjob["headGroupSpec"]["template"], rayjob["workerGroupSpecs"][0]["template"]):
         assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == template
         assert pod["metadata"]["labels"]["rlkit.aws/compute-domain"] == domain["metadata"]["name"]
