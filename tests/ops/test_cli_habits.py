@@ -7,7 +7,6 @@ in test_cli_pipes.py."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 import boto3
@@ -248,10 +247,8 @@ def test_a_dry_run_refuses_a_named_context_that_does_not_exist(cfg, tmp_path, ku
         "error: cannot locate context nope" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed here: the "
-                    "real-client check of the no-context message did not run")
 def test_real_kubectl_without_a_kubeconfig_is_no_context_and_a_named_one_is_an_error(
-        tmp_path, monkeypatch):
+        real_kubectl, tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     with pytest.raises(NoKubeContext, match="current-context must exist in order to minify"):
         match_context(Kubectl(), "gt", "us-east-1")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -288,9 +287,7 @@ def test_klog_only_errors_are_each_given_once():
         "error: You must be logged in to the server (Unauthorized)"
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed here: "
-                    "the real-client check of the unreachable-cluster message did not run")
-def test_real_kubectl_unreachable_error_once(tmp_path, monkeypatch, capsys):
+def test_real_kubectl_unreachable_error_once(real_kubectl, tmp_path, monkeypatch, capsys):
     ARN = "arn:aws:eks:us-east-1:123456789012:cluster/gt"  # noqa: N806 - the context's cluster
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({
