@@ -188,6 +188,25 @@ def test_kind_without_schema_is_an_error_in_strict_mode(tmp_path):
         f"no CustomResourceDefinition for RayJob (ray.io/v1) under {tmp_path}. Fix: pass --crd-dir")
 
 
+def test_a_crd_file_reads_the_same_as_json_and_a_broken_one_is_named(crd_dir, tmp_path):
+    """kubectl writes CRDs as JSON (`rlkit render` from the cluster): read as JSON, they give the
+    schemas their YAML gives; a file that is neither is a problem naming the file."""
+    import yaml
+
+    from manifests.validate import load_crds
+
+    source = crd_dir / DRA_CRDS / "resource.nvidia.com_computedomains.yaml"
+    (tmp_path / "computedomains.json").write_text(json.dumps(yaml.safe_load(source.read_text())))
+    (tmp_path / "broken.json").write_text('{"kind": "CustomResourceDefinition", ')
+    from_json, from_yaml = load_crds(tmp_path), load_crds(source.parent)
+    key = ("resource.nvidia.com", "ComputeDomain")
+    assert from_json.by_kind[key].keys() == from_yaml.by_kind[key].keys()
+    assert [v.schema for v in from_json.by_kind[key].values()] == \
+        [v.schema for v in from_yaml.by_kind[key].values()]
+    assert len(from_json.problems) == 1
+    assert from_json.problems[0].startswith(f"{tmp_path / 'broken.json'}: not valid YAML (")
+
+
 # --- CRD schema translation ---------------------------------------------------------------------
 
 

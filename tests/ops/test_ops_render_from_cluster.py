@@ -9,13 +9,12 @@ verdict, which proves the cluster's copy is the one used.
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from pathlib import Path
 
 import pytest
-import yaml
 
+from manifests.validate import crd_documents
 from ops.cli import main as rlkit
 from tests.support.fakes import FakeKubectl
 from tests.support import artifacts
@@ -23,11 +22,9 @@ from tests.support import artifacts
 CONTEXT = "arn:aws:eks:us-east-1:123456789012:cluster/rr-cluster"
 
 
-@functools.cache
 def _parsed_crd(path: Path) -> dict:
-    # 1.4 MB of YAML: parsed once per session (with libyaml when present), copied per test.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return next(d for d in yaml.load_all(path.read_text(), Loader=loader) if d)
+    # 1.4 MB of YAML: parsed once per process (the validator's cache), copied per test.
+    return next(d for d in crd_documents(path.read_bytes()) if d)
 
 
 @pytest.fixture

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import boto3
 import pytest
-import yaml
 from moto import mock_aws
 
 from infra.config import load_config
 from infra.names import OutputKeys, stack_names
+from manifests.validate import crd_documents
 from ops import cli, image_cmd, preflight_services
 from ops.image_build import BuildResult, base_image
 from tests.support.fakes import FakeKubectl, job_json, script_cluster
@@ -88,7 +88,7 @@ def test_the_readme_operate_section_runs_top_to_bottom(chart_dir, tmp_path, monk
     crds = chart_dir.parent.parent / "crds/kuberay-v1.7.0" if (
         chart_dir.parent.parent / "crds/kuberay-v1.7.0").is_dir() else artifacts.find("kuberay-v1.7.0")
     for kind in ("rayjobs", "rayclusters"):  # what the cluster's KubeRay operator installed
-        crd = yaml.load((crds / f"ray.io_{kind}.yaml").read_text(), Loader=yaml.CSafeLoader)
+        (crd,) = crd_documents((crds / f"ray.io_{kind}.yaml").read_bytes())
         kubectl.rule(["get", "crd", f"{kind}.ray.io"], stdout=json.dumps(crd))
     builds: list = []  # the plans `rlkit image build` started
     monkeypatch.setattr(image_cmd, "start_build",
