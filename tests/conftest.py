@@ -3,6 +3,7 @@ config variant once per distinct config; the pinned external artifacts (``extern
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -152,6 +153,34 @@ def synth_config(tmp_path_factory):
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _helm_renders_once_per_input():
+    """``helm template`` runs once per distinct input in a test process: the scheduling and chart
+    contracts render the same release of the same chart with the same values for many tests
+    (two of three renders were repeats). Each distinct input still goes through the real Helm;
+    the key holds everything the render reads (release, values, archive file, Helm binary,
+    Kubernetes version), and each caller gets its own copy of the objects."""
+    import copy
+
+    from ops import helm as helm_module
+
+    real = helm_module.render_release
+    done: dict[str, list[dict]] = {}
+
+    def render_release(release, *, archive, helm, kubernetes_version):
+        stat = Path(archive).stat()
+        key = json.dumps([dataclasses.asdict(release), str(archive), stat.st_size,
+                          stat.st_mtime_ns, str(helm), kubernetes_version], sort_keys=True)
+        if key not in done:
+            done[key] = real(release, archive=archive, helm=helm,
+                             kubernetes_version=kubernetes_version)
+        return copy.deepcopy(done[key])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(helm_module, "render_release", render_release)
+        yield
 
 
 # --- pinned external artifacts (tests/support/artifacts.py): tests using these are `external` ---
