@@ -79,6 +79,8 @@ WAIT_MARGIN_S = 60.0
 # How long the first call to the API server may take before rlkit says it is unreachable
 # (`--request-timeout`); kubectl's own default waits for the operating system's TCP timeout.
 REQUEST_TIMEOUT_S = 10.0
+# A kubectl that ignores its own --request-timeout is stopped this much later.
+REQUEST_KILL_MARGIN_S = 5.0
 
 
 class Kubectl:
@@ -183,7 +185,7 @@ class Kubectl:
             f"{wait:g} s)...")
         args = ["get", "--raw", "/readyz", f"--request-timeout={wait:g}s"]
         try:
-            self.run(args, timeout=wait + 5)
+            self.run(args, timeout=wait + REQUEST_KILL_MARGIN_S)
         except KubectlError as err:
             raise KubectlError(
                 self.command(args), f"no answer from the API server (waited up to {wait:g} s): "

@@ -16,7 +16,7 @@ from moto import mock_aws
 
 from infra.config import load_config
 from manifests.context import GENERATED_MARKER
-from ops import cli
+from ops import cli, kube
 from ops.kube import Kubectl, KubectlError, NoKubeContext, match_context
 from tests.support.fakes import CONFIG, FakeKubectl, outputs_file, write_state
 from tests.support import FIXTURES
@@ -136,11 +136,13 @@ def test_logs_pass_kubectl_flags_and_status_prints_yaml(cfg, kubectl, capsys):
     assert doc["finished"] is False
 
 
-def test_an_unreachable_api_server_is_reported_within_seconds(cfg, kubectl, capsys):
+def test_an_unreachable_api_server_is_reported_within_seconds(cfg, kubectl, capsys, monkeypatch):
     kubectl.point_at("gt")
     hang = kubectl.bin / "kubectl"  # answers the local context read, hangs on the API server
     hang.write_text(hang.read_text().replace(
         "exec ", 'case "$*" in *readyz*) sleep 30;; esac\nexec '))
+    # it ignores --request-timeout too: stopped after the margin (5 s; shortened here)
+    monkeypatch.setattr(kube, "REQUEST_KILL_MARGIN_S", 0.5)
     started = time.monotonic()
     assert cli.main(["status", "--config", str(cfg), "--no-health",
                      "--request-timeout", "1"]) == 2
