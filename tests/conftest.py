@@ -63,6 +63,10 @@ def _synthesize(config: KitConfig, outdir: str, *, nag: bool) -> Synth:
     from stacks.kit import build_stacks, make_app
 
     app = make_app(outdir=outdir)
+    # No copy of each asset (the kubectl and awscli layers: 57 MB) in every assembly: the
+    # templates are the same (asset hashes do not depend on staging); only *.assets.json then
+    # point at the source files. The real `python app.py` tests stage as the CLI does.
+    app.node.set_context("aws:cdk:disable-asset-staging", True)
     stacks = build_stacks(app, config)
     nag_error = None
     if nag:
