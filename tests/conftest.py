@@ -25,13 +25,14 @@ import pytest  # noqa: E402
 
 from infra.config import KitConfig, load_config  # noqa: E402
 from tests.support import artifacts  # noqa: E402
-from tests.support.botocore_cache import share_botocore_loader  # noqa: E402
+from tests.support.botocore_cache import share_botocore_loader, share_moto_s3_urls  # noqa: E402
 
 from tests.support.cdk import REPO_ROOT  # noqa: E402
 
 # Every worker imports this file at collection, so the moto tests of images/trainer/tests share
 # the loader too when the whole suite runs.
 share_botocore_loader()
+share_moto_s3_urls()
 
 
 @dataclass
