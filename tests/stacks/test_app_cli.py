@@ -15,12 +15,14 @@ import sys
 
 import pytest
 
-from tests.support.cdk import REPO_ROOT
+from tests.support.cdk import NO_AWS_ENV, REPO_ROOT
 
 
 def _run_app(args: list[str], outdir, *, validation: bool = False) -> subprocess.CompletedProcess:
+    """`python app.py ARGS` on a machine with no AWS credentials or config."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_"))}
-    env.update({"CDK_OUTDIR": str(outdir), "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"})
+    env.update({**NO_AWS_ENV, "CDK_OUTDIR": str(outdir),
+                "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"})
     if not validation:
         env["CDK_VALIDATION"] = "false"
     return subprocess.run([sys.executable, "app.py", *args], cwd=REPO_ROOT, env=env,
@@ -29,7 +31,8 @@ def _run_app(args: list[str], outdir, *, validation: bool = False) -> subprocess
 
 def test_python_app_py_with_a_config_builds_that_config(synth, tmp_path):
     """As a user runs it: with CDK's built-in CloudFormation validation, which
-    @aws-cdk/core:validateAgainstDefaultRules turns from warnings into errors."""
+    @aws-cdk/core:validateAgainstDefaultRules turns from warnings into errors, and without AWS
+    credentials (synth never needs them)."""
     example = "p5-2node"  # not the default: a silently ignored -c would show
     result = _run_app(["-c", f"config=examples/{example}.yaml"], tmp_path / "out",
                       validation=True)

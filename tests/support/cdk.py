@@ -6,6 +6,11 @@ from tests.support import REPO_ROOT
 
 EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
 
+# A machine with no AWS credentials or config anywhere: synth must not need them.
+NO_AWS_ENV = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_PROFILE": "",
+              "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+              "AWS_EC2_METADATA_DISABLED": "true"}
+
 
 def resources(template: dict, type_: str) -> dict[str, dict]:
     return {k: v for k, v in template["Resources"].items() if v["Type"] == type_}
