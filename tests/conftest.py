@@ -175,9 +175,10 @@ def _helm_renders_once_per_input():
     done: dict[str, list[dict]] = {}
 
     def render_release(release, *, archive, helm, kubernetes_version):
-        stat = Path(archive).stat()
-        key = json.dumps([dataclasses.asdict(release), str(archive), stat.st_size,
-                          stat.st_mtime_ns, str(helm), kubernetes_version], sort_keys=True)
+        chart, binary = Path(archive).stat(), Path(helm).stat()  # a linked copy: the same inode
+        key = json.dumps([dataclasses.asdict(release), str(archive), chart.st_size,
+                          chart.st_mtime_ns, binary.st_dev, binary.st_ino, kubernetes_version],
+                         sort_keys=True)
         if key not in done:
             done[key] = real(release, archive=archive, helm=helm,
                              kubernetes_version=kubernetes_version)
