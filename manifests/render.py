@@ -74,18 +74,55 @@ class _IndentedDumper(yaml.SafeDumper):
         super().increase_indent(flow, False)
 
 
-def _yaml_scalar(value: Any) -> str:
-    """One scalar as YAML, quoted only where YAML needs it ('8' stays a string, etc.)."""
-    if isinstance(value, (dict, list)):
-        raise TypeError("q is for scalars; use to_yaml for collections")
+# A render formats the same few values thousands of times (labels, tolerations, env lists: in
+# the tests' renders, 9,000 scalars of 93 distinct values and 4,500 collections of 201), and
+# PyYAML's emitter is pure Python. Values made only of dict, list, str, int, float, bool and None
+# are formatted once, keyed by their repr (which tells 1 from True and 1.0, and {1: x} from
+# {'1': x}); anything else (an Enum, a str subclass) is formatted every time.
+_PLAIN = (str, int, float, bool, type(None))
+_FORMATTED: dict[tuple[str, str], str] = {}
+
+
+def _plain(value: Any) -> bool:
+    if type(value) is dict:
+        return all(type(k) in _PLAIN and _plain(v) for k, v in value.items())
+    if type(value) is list:
+        return all(_plain(v) for v in value)
+    return type(value) in _PLAIN
+
+
+def _formatted(kind: str, value: Any, dump: Callable[[Any], str]) -> str:
+    if not _plain(value):
+        return dump(value)
+    key = (kind, repr(value))
+    text = _FORMATTED.get(key)
+    if text is None:
+        if len(_FORMATTED) >= 4096:
+            _FORMATTED.clear()
+        text = _FORMATTED[key] = dump(value)
+    return text
+
+
+def _dump_scalar(value: Any) -> str:
     text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20)
     return text.removesuffix("\n...\n").removesuffix("\n")
 
 
-def _to_yaml(value: Any) -> str:
-    """A collection as block YAML without the final newline (pair it with Jinja's indent)."""
+def _dump_block(value: Any) -> str:
     return yaml.dump(value, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False,
                      width=1 << 20).rstrip("\n")
+
+
+def _yaml_scalar(value: Any) -> str:
+    """One scalar as YAML, quoted only where YAML needs it ('8' stays a string, etc.)."""
+    if isinstance(value, (dict, list)):
+        raise TypeError("q is for scalars; use to_yaml for collections")
+    return _formatted("scalar", value, _dump_scalar)
+
+
+def _to_yaml(value: Any) -> str:
+    """A collection as block YAML without the final newline (pair it with Jinja's indent)."""
+    return _formatted("block", value, _dump_block)
 
 
 TEMPLATES.filters["q"] = _yaml_scalar

@@ -698,3 +698,26 @@ def test_only_the_jobs_pods_and_the_operator_reach_the_ray_head():
         {"podSelector": {}},
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}},
     ]}]
+
+
+def test_formatting_once_per_value_keeps_values_that_look_alike_apart():
+    """The render formats each plain value once (manifests/render.py): values whose YAML
+    differs must never share a cache entry, asked for in either order."""
+    import importlib
+
+    import yaml
+
+    r = importlib.import_module("manifests.render")  # the module, not manifests.render()
+
+    alike = [1, True, 1.0, "1", None, "null", [1], ["1"], {1: "a"}, {"1": "a"}, {"1": 1},
+             {"a": [True]}, {"a": [1]}]
+    for order in (alike, alike[::-1]):
+        r._FORMATTED.clear()
+        scalars = [r._yaml_scalar(v) for v in order if not isinstance(v, (dict, list))]
+        blocks = [r._to_yaml(v) for v in order]
+        assert scalars == [r._dump_scalar(v) for v in order if not isinstance(v, (dict, list))]
+        assert blocks == [r._dump_block(v) for v in order]
+    assert len(set(blocks)) == len(alike)  # every one of them is different YAML
+    for _ in range(2):  # not plain (a str subclass): formatted, and refused, every time
+        with pytest.raises(yaml.representer.RepresenterError):
+            r._yaml_scalar(type("Name", (str,), {})("1"))
