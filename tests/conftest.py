@@ -244,6 +244,36 @@ HEAVY_FIRST = (
 )
 
 
+# Modules that pay the same costly start-up in every worker process that runs one of them go to
+# one worker together (with --dist loadfile): torch with torch.distributed.checkpoint (5.5 CPU-s
+# to import) and a forkserver that preloads torch (4) for the trainer's tests; the Miles parser
+# server (4: the pinned sources imported and a first parser built) for the Miles contracts.
+SAME_WORKER = {
+    "trainer": ("images/trainer/tests/",),
+    "miles-parser": ("tests/manifests/test_miles_contract.py",
+                     "tests/manifests/test_miles_mode_contract.py"),
+}
+
+
+def work_unit(module: str) -> str:
+    """The unit pytest-xdist hands to one worker: the module, or its SAME_WORKER group."""
+    return next((group for group, prefixes in SAME_WORKER.items()
+                 if module.startswith(prefixes)), module)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the SAME_WORKER groups each one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedStartupScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(super()._split_scope(nodeid))
+
+    return SharedStartupScheduling(config, log)
+
+
 def pytest_configure(config):
     """Keep the collection order below for pytest-xdist (it sorts modules by test count unless
     told not to, which put the costliest one-test modules last)."""
