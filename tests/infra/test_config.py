@@ -292,16 +292,15 @@ def test_an_unquoted_version_is_named_as_the_quoted_number_trap(tmp_path):
 
 
 def test_app_exits_2_with_the_report_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    """app.py's main, given the config as `cdk synth -c config=FILE` hands it over (a refusal as
-    a real process: tests/infra/test_fuzz_config.py)."""
+    """app.py's main with `-c config=FILE` (a refusal as a real process, the config handed over
+    in CDK_CONTEXT_JSON as `cdk synth` does: tests/infra/test_fuzz_config.py)."""
     import app
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"gpu_node_groups": {"p5": group(max_size=0)}}))
     out = tmp_path / "out"
     monkeypatch.setenv("CDK_OUTDIR", str(out))
-    monkeypatch.setenv("CDK_CONTEXT_JSON", f'{{"config": "{bad}"}}')
-    assert app.main([]) == 2
+    assert app.main(["-c", f"config={bad}"]) == 2
     err = capsys.readouterr().err
     assert "gpu_node_groups.p5 = {'min_size': 0, 'desired_size': 2, 'max_size': 0}" in err
     assert "Traceback" not in err

@@ -40,7 +40,8 @@ def test_lambda_and_custom_resource_count(synth, example):
 
 def test_app_py_without_a_config_or_credentials_builds_the_default(synth, tmp_path, monkeypatch):
     """The README's first command, `python app.py`: no config, no AWS credentials. Its main runs
-    here (the process itself, with a config and no credentials: tests/stacks/test_app_cli.py)."""
+    here; the CDK runtime it talks to keeps this process's first environment, so the process
+    itself, with no credentials anywhere, is tests/stacks/test_app_cli.py's."""
     import app
 
     for key in [k for k in os.environ if k.startswith(("AWS_", "CDK_"))]:
