@@ -261,6 +261,7 @@ def work_unit(module: str) -> str:
                  if module.startswith(prefixes)), module)
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown when xdist is not loaded
 def pytest_xdist_make_scheduler(config, log):
     """--dist loadfile, with the SAME_WORKER groups each one unit."""
     if config.getvalue("dist") != "loadfile":
