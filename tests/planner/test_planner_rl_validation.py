@@ -63,7 +63,11 @@ the Qwen3-30B-A3B rows only (the others run fewer than 128 requests per engine).
 
 Goal (issue #23): held-out asynchronous runs median |error| <= 20%, none beyond 40%. The median
 is asserted over every held-out run; the max over all but one, the GB200 Qwen3-30B-A3B row, a
-known miss (printed with its reason): that goal is not met for it.
+known miss (printed with its reason): that goal is not met for it. Its recipe (like every
+NeMo-RL GB200 row here, v0.6.0 and v0.7.0) dispatches tokens with NCCL AlltoAll; the
+Megatron-Bridge GB200 training points the model fits ran flex + HybridEP. NeMo-RL PR #4118
+(2026-09-12) measured this recipe with both, but its figures could not be read, so no rate is
+modelled (docs/planner.md, "Known miss").
 """
 
 from __future__ import annotations
@@ -164,9 +168,15 @@ ASYNC_POINTS = [
                           "PR #3135) raised E2E throughput on all six GB200 cases, and the v0.7 "
                           "summary has this run at 242 s (-19.6%; the model's training -20%, its "
                           "rollout 0%), so the trainer takes ~3.8x the modelled 79.5 s (v0.7: "
-                          "242 / 63.5), where the 32xH100 row caps its own at 2.1x; no source "
-                          "gives the mechanism (Grace host overhead, TransformerEngine #2053, "
-                          "lifts training to 122 s only), so nothing is fitted"),
+                          "242 / 63.5), where the 32xH100 row caps its own at 2.1x. Suspect: "
+                          "the recipe's NCCL AlltoAll token dispatcher across two GB200 trays "
+                          "(every NeMo-RL GB200 row here; the Megatron-Bridge GB200 points the "
+                          "model fits ran HybridEP). No source prices it: NeMo-RL PR #4118 "
+                          "measured AlltoAll -> HybridEP on this recipe but its table was not "
+                          "readable, marin #7668's EP64 profile is not a clean ratio, and "
+                          "Megatron-Bridge PR #3561 has AlltoAll 4% ahead of HybridEP at EP64 "
+                          "on GB200; Grace host overhead (TransformerEngine #2053) lifts "
+                          "training to 122 s only. Nothing is fitted"),
 ]
 
 
