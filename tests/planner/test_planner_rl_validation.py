@@ -8,10 +8,19 @@ samples per step (G-GBS), training batch (T-GBS), generation TP, training TP/CP/
 maximum sequence length, the mean generated sequence length and the step time (generation, policy
 log-probs, refit and training together).
 
+Read from each row's recipe at tag v0.7.0 (81aa43d, the tree the summary links to),
+examples/configs/recipes/llm/performance/grpo-{qwen3-30ba3b-4n8g, qwen3-235b-16n8g,
+qwen3-235b-32n8g (defaults: 16n8g), deepseek-v3-32n8g, deepseek-v3-64n8g (defaults: 32n8g)}.yaml
+over examples/configs/grpo_math_1B.yaml: every one sets ``loss_fn.force_on_policy_ratio: true``
+and none sets ``grpo.seq_logprob_error_threshold``, so nemo_rl/algorithms/grpo.py skips the
+previous-policy log-prob pass (``opd._skip_prev_logprobs``); the base's
+``reference_policy_kl_penalty: 0.01`` keeps the reference pass: one forward-only log-prob pass.
+T-GBS equals G-GBS in every row (2,048 set by the 30B recipe; 512 from the base), as
+force_on_policy_ratio requires: one optimizer step per rollout.
+
 Assumptions (not in the source): prompts of 256 tokens (so max response = max sequence - 256 and
-mean response = mean sequence - 256); two forward-only log-prob passes (previous policy and
-reference, NeMo-RL's GRPO default has a KL penalty); generation engines without expert
-parallelism (vLLM TP); no overlap (on-policy). NeMo-RL generates with vLLM, not SGLang: the
+mean response = mean sequence - 256); generation engines without expert parallelism (vLLM TP);
+no overlap (on-policy). NeMo-RL generates with vLLM, not SGLang: the
 decode model is the same for both engines here, which is itself an assumption.
 
 In sample (they chose DECODE_HBM_EFF, TP_ALLREDUCE_NET_US, TP_ALLREDUCE_NET_PER_NODE_US and
@@ -33,7 +42,8 @@ grpo-*-async-*off.yaml at the same tag, which give what the table does not: sepa
 generation pools (colocated.enabled: false, generation num_nodes), async_grpo with
 max_trajectory_age_steps K and in_flight_weight_updates: true (the planner's "stream" mode),
 vLLM gpu_memory_utilization 0.8 (used as the engines' memory share). Same assumptions as above
-(256-token prompts, two log-prob passes, engines without expert parallelism).
+(256-token prompts, engines without expert parallelism), with two log-prob passes: no
+performance recipe at v0.6.0 sets force_on_policy_ratio, and the base keeps the KL term.
 
 Calibration (they chose the one new modelling decision, that the longest response is spread over
 K steps: the 1-step DeepSeek-V3 row is bounded by its tail, the 8-step Qwen3-30B row by
@@ -97,6 +107,8 @@ class RLPoint:
     engine_tp: int
     published_step_s: float
     out_of_sample: bool = False
+    # force_on_policy_ratio in every v0.7.0 on-policy H100 recipe: only the reference (KL) pass
+    logprob_passes: int = 1
 
 
 POINTS = [
@@ -142,6 +154,8 @@ class AsyncPoint:
     mem_fraction: float = 0.8  # the recipes' vLLM gpu_memory_utilization
     max_running: int = VLLM_ASYNC_MAX_RUNNING  # vLLM AsyncLLM's default max_num_seqs
     known_miss: str = ""  # why this held-out run is outside the max goal (printed, documented)
+    # the v0.6.0 recipes set no force_on_policy_ratio: previous-policy and reference (KL) passes
+    logprob_passes: int = 2
 
 
 ASYNC_POINTS = [
@@ -183,7 +197,8 @@ ASYNC_POINTS = [
 def _rl_setup(p, **extra) -> RLSetup:
     return RLSetup(prompts=p.samples, samples_per_prompt=1, prompt_len=PROMPT,
                    max_response_len=p.max_seq - PROMPT, mean_response_len=p.mean_seq - PROMPT,
-                   steps_per_rollout=p.samples // p.train_batch, logprob_passes=2, **extra)
+                   steps_per_rollout=p.samples // p.train_batch, logprob_passes=p.logprob_passes,
+                   **extra)
 
 
 def _training(p, rl: RLSetup, system: str):
