@@ -22,6 +22,10 @@ rows (colocated; the recipes examples/configs/recipes/llm/performance/grpo-*-{16
 v0.6.0 give vLLM gpu_memory_utilization 0.3 / 0.4 / 0.6, used as the engines' memory share) and
 1-step-off rows (tests/planner/test_planner_rl_validation.py holds those, as held-out async rows).
 Same assumptions as the H100 rows (256-token prompts, two log-prob passes, engines without EP).
+Recompute is each recipe's ``policy.megatron_cfg.activation_checkpointing`` @ v0.6.0 through its
+``defaults:`` chain: true (Megatron full, uniform, one layer: the planner's "full") for
+DeepSeek-V3 (-> grpo-deepseek-v3-32n8g.yaml, line 28) and Qwen3-235B-A22B (->
+grpo-qwen3-235b-16n8g.yaml, line 31), grpo_math_1B.yaml's false ("none") for Qwen3-30B-A3B.
 Calibration: DeepSeek-V3 on 128 GPUs; held out: DeepSeek-V3 on 256, Qwen3-235B-A22B on 64 and
 128, Qwen3-30B-A3B on 16.
 
@@ -43,6 +47,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from infra.planner import Layout, TrainingSetup, evaluate, get_model, get_system
+from infra.planner.layout import RECOMPUTES, Recompute
 from infra.planner.rl import EngineLayout, RLSetup, _seq_len, evaluate_rl
 
 SYSTEM = "dgx-gb200-nvl72"
@@ -145,19 +150,28 @@ class RLPoint:
     mem_fraction: float
     published_step_s: float
     held_out: bool = False
+    # the recipe's policy.megatron_cfg.activation_checkpointing (module docstring); None: the
+    # recipe states nothing, so the lightest that fits is used
+    recompute: Recompute | None = None
 
 
 RL_POINTS = [
+    # grpo-deepseek-v3-32n4g.yaml @ 5fb5889 (defaults: 32n8g, line 28): checkpointing true
     RLPoint("DeepSeek-V3 128xGB200", "deepseek-v3", 128, Layout(ep=16, pp=8, dp=16), 512, 512,
-            1536, 711, 32, 0.3, 108.0),
+            1536, 711, 32, 0.3, 108.0, recompute="full"),
+    # grpo-deepseek-v3-64n4g.yaml @ 5fb5889 (-> 32n4g -> 32n8g): true
     RLPoint("DeepSeek-V3 256xGB200", "deepseek-v3", 256, Layout(ep=16, pp=8, dp=32), 512, 512,
-            1536, 700, 32, 0.3, 98.7, True),
+            1536, 700, 32, 0.3, 98.7, True, recompute="full"),
+    # grpo-qwen3-235b-16n4g.yaml @ 5fb5889 (defaults: 16n8g, line 31): true
     RLPoint("Qwen3-235B 64xGB200", "qwen3-235b-a22b", 64, Layout(tp=2, cp=2, ep=16, pp=4, dp=4),
-            512, 512, 8192, 5709, 8, 0.4, 286.0, True),
+            512, 512, 8192, 5709, 8, 0.4, 286.0, True, recompute="full"),
+    # grpo-qwen3-235b-32n4g.yaml @ 5fb5889 (-> 16n4g -> 16n8g): true
     RLPoint("Qwen3-235B 128xGB200", "qwen3-235b-a22b", 128,
-            Layout(tp=2, cp=2, ep=16, pp=4, dp=8), 512, 512, 8192, 5693, 8, 0.6, 345.0, True),
+            Layout(tp=2, cp=2, ep=16, pp=4, dp=8), 512, 512, 8192, 5693, 8, 0.6, 345.0, True,
+            recompute="full"),
+    # grpo-qwen3-30ba3b-4n4g.yaml @ 5fb5889 sets none: grpo_math_1B.yaml's false
     RLPoint("Qwen3-30B-A3B 16xGB200", "qwen3-30b-a3b", 16, Layout(ep=16, dp=16), 2048, 512,
-            4096, 3199, 1, 0.6, 221.0, True),
+            4096, 3199, 1, 0.6, 221.0, True, recompute="none"),
 ]
 
 
@@ -168,7 +182,7 @@ def predict_rl(p: RLPoint):
                  mem_fraction=p.mem_fraction)
     setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch)
     nodes = p.gpus // 4
-    for rc in ("none", "selective", "full"):
+    for rc in (p.recompute,) if p.recompute else RECOMPUTES:  # no fallback from the recipe's
         c = evaluate(p.model, SYSTEM, nodes, replace(p.layout, recompute=rc), setup,
                      ep_backend="nccl", allow_reference_systems=True)
         if c.memory.fits:
@@ -197,6 +211,7 @@ def test_gb200_grpo_table(capsys):
         print("\n" + table)
     assert statistics.median(held) <= RL_HELD_OUT_MEDIAN, table
     assert max(held) <= RL_HELD_OUT_MAX, table
+    assert all(r.training.memory.fits for _, r, _ in rows), table  # with the recipe's recompute
 
 
 def test_gb200_qwen3_30b_on_policy_row_leaves_its_trainer_a_gap_like_the_known_miss():

@@ -18,6 +18,15 @@ previous-policy log-prob pass (``opd._skip_prev_logprobs``); the base's
 T-GBS equals G-GBS in every row (2,048 set by the 30B recipe; 512 from the base), as
 force_on_policy_ratio requires: one optimizer step per rollout.
 
+Activation recompute, read from the same recipes (each row's ``recompute``, no longer the
+lightest that fits): grpo-qwen3-235b-16n8g.yaml (line 33) and grpo-deepseek-v3-32n8g.yaml (line
+28) set ``policy.megatron_cfg.activation_checkpointing: true`` (32n8g / 64n8g inherit it) and
+no recipe sets ``recompute_granularity``, so the base's "full" holds; _apply_performance_config
+in nemo_rl/models/megatron/setup.py @ 81aa43d (@ 5fb5889 for the v0.6.0 rows below, where it is
+hard-coded) makes that Megatron's full, uniform, one-layer recompute: every layer keeps its
+input and reruns its forward, the planner's "full". The Qwen3-30B-A3B recipes set nothing, so
+the base's ``activation_checkpointing: false`` holds: "none". Every row's recipe states it.
+
 Assumptions (not in the source): prompts of 256 tokens (so max response = max sequence - 256 and
 mean response = mean sequence - 256); generation engines without expert parallelism (vLLM TP);
 no overlap (on-policy). NeMo-RL generates with vLLM, not SGLang: the
@@ -44,6 +53,9 @@ max_trajectory_age_steps K and in_flight_weight_updates: true (the planner's "st
 vLLM gpu_memory_utilization 0.8 (used as the engines' memory share). Same assumptions as above
 (256-token prompts, engines without expert parallelism), with two log-prob passes: no
 performance recipe at v0.6.0 sets force_on_policy_ratio, and the base keeps the KL term.
+Recompute as above, read at v0.6.0 through each recipe's ``defaults:`` chain: full for the
+DeepSeek-V3 and Qwen3-235B rows (they inherit grpo-deepseek-v3-32n8g.yaml line 28 and
+grpo-qwen3-235b-16n8g.yaml line 31), none for the Qwen3-30B-A3B rows.
 
 Calibration (they chose the one new modelling decision, that the longest response is spread over
 K steps: the 1-step DeepSeek-V3 row is bounded by its tail, the 8-step Qwen3-30B row by
@@ -88,6 +100,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from infra.planner import Layout, TrainingSetup, evaluate, get_model, get_system
+from infra.planner.layout import RECOMPUTES, Recompute
 from infra.planner.rl import EngineLayout, RLSetup, _seq_len, decode_iteration_s, evaluate_rl
 
 SOURCE = "NeMo-RL perf summary v0.7 (H100 BF16)"
@@ -109,19 +122,29 @@ class RLPoint:
     out_of_sample: bool = False
     # force_on_policy_ratio in every v0.7.0 on-policy H100 recipe: only the reference (KL) pass
     logprob_passes: int = 1
+    # the recipe's activation recompute (module docstring); None: it states nothing, so the
+    # lightest that fits is used
+    recompute: Recompute | None = None
 
 
 POINTS = [
+    # grpo-qwen3-30ba3b-4n8g.yaml @ 81aa43d sets no activation_checkpointing: the base's false
     RLPoint("Qwen3-30B-A3B 32xH100", "qwen3-30b-a3b", 4, Layout(ep=8, dp=32), 2048, 2048,
-            4096, 3198, 2, 171.0),
+            4096, 3198, 2, 171.0, recompute="none"),
+    # grpo-qwen3-235b-16n8g.yaml:33 @ 81aa43d: activation_checkpointing: true
     RLPoint("Qwen3-235B-A22B 128xH100", "qwen3-235b-a22b", 16,
-            Layout(tp=2, cp=2, ep=16, pp=8, dp=4), 512, 512, 8192, 5719, 16, 367.0),
+            Layout(tp=2, cp=2, ep=16, pp=8, dp=4), 512, 512, 8192, 5719, 16, 367.0,
+            recompute="full"),
+    # grpo-deepseek-v3-32n8g.yaml:28 @ 81aa43d: activation_checkpointing: true
     RLPoint("DeepSeek-V3 256xH100", "deepseek-v3", 32, Layout(ep=16, pp=16, dp=16), 512, 512,
-            1536, 722, 32, 93.0),
+            1536, 722, 32, 93.0, recompute="full"),
+    # grpo-qwen3-235b-32n8g.yaml @ 81aa43d: inherits 16n8g's activation_checkpointing: true
     RLPoint("Qwen3-235B-A22B 256xH100", "qwen3-235b-a22b", 32,
-            Layout(tp=2, cp=2, ep=16, pp=8, dp=8), 512, 512, 8192, 5698, 16, 285.0, True),
+            Layout(tp=2, cp=2, ep=16, pp=8, dp=8), 512, 512, 8192, 5698, 16, 285.0, True,
+            recompute="full"),
+    # grpo-deepseek-v3-64n8g.yaml @ 81aa43d: inherits 32n8g's activation_checkpointing: true
     RLPoint("DeepSeek-V3 512xH100", "deepseek-v3", 64, Layout(ep=32, pp=16, dp=32), 512, 512,
-            1536, 724, 32, 81.2, True),
+            1536, 724, 32, 81.2, True, recompute="full"),
 ]
 MEDIAN_GOAL = 0.25  # the issue's goal
 MAX_GUARD = 0.25  # issue #23: no on-policy error grows past 25% (it was 35%, our own guard)
@@ -156,27 +179,36 @@ class AsyncPoint:
     known_miss: str = ""  # why this held-out run is outside the max goal (printed, documented)
     # the v0.6.0 recipes set no force_on_policy_ratio: previous-policy and reference (KL) passes
     logprob_passes: int = 2
+    recompute: Recompute | None = None  # as RLPoint.recompute
 
 
 ASYNC_POINTS = [
+    # grpo-deepseek-v3-64n8g-async-1off.yaml @ 5fb5889: inherits 32n8g's (line 28) true
     AsyncPoint("DeepSeek-V3 1-off 512xH100", "deepseek-v3", 32, 32, Layout(ep=16, pp=16, dp=16),
-               512, 512, 1536, 710, 32, 1, 64.1),
+               512, 512, 1536, 710, 32, 1, 64.1, recompute="full"),
+    # grpo-qwen3-30ba3b-24n8g-async-8off.yaml @ 5fb5889 (defaults: 4n8g): the base's false
     AsyncPoint("Qwen3-30B-A3B 8-off 192xH100", "qwen3-30b-a3b", 16, 8, Layout(ep=8, dp=128),
-               2048, 512, 4096, 3206, 2, 8, 34.5),
+               2048, 512, 4096, 3206, 2, 8, 34.5, recompute="none"),
+    # grpo-qwen3-235b-32n8g-async-1off.yaml @ 5fb5889: inherits 16n8g's (line 31) true
     AsyncPoint("Qwen3-235B 1-off 256xH100", "qwen3-235b-a22b", 16, 16,
-               Layout(tp=4, ep=16, pp=8, dp=4), 512, 512, 8192, 5721, 8, 1, 231.0, True),
+               Layout(tp=4, ep=16, pp=8, dp=4), 512, 512, 8192, 5721, 8, 1, 231.0, True,
+               recompute="full"),
+    # grpo-qwen3-30ba3b-4n8g-async-1off.yaml @ 5fb5889 (defaults: 4n8g): the base's false
     AsyncPoint("Qwen3-30B-A3B 1-off 32xH100", "qwen3-30b-a3b", 2, 2, Layout(ep=8, pp=2, dp=8),
-               2048, 512, 4096, 3201, 2, 1, 152.0, True),
+               2048, 512, 4096, 3201, 2, 1, 152.0, True, recompute="none"),
     # GB200 NVL72 (4 GPUs a node), the same table's "GB200 BF16" 1-step-off rows and their
     # grpo-*-{64,32,4}n4g-async-1off.yaml recipes; held out, and computed only after every
     # modelling decision above was fixed (blind)
+    # grpo-deepseek-v3-64n4g-async-1off.yaml @ 5fb5889 (-> 64n8g-async-1off -> 32n8g): true
     AsyncPoint("DeepSeek-V3 1-off 256xGB200", "deepseek-v3", 32, 32, Layout(ep=16, pp=8, dp=16),
-               512, 512, 1536, 708, 16, 1, 61.7, True, "dgx-gb200-nvl72"),
+               512, 512, 1536, 708, 16, 1, 61.7, True, "dgx-gb200-nvl72", recompute="full"),
+    # grpo-qwen3-235b-32n4g-async-1off.yaml @ 5fb5889 (-> 32n8g-async-1off -> 16n8g): true
     AsyncPoint("Qwen3-235B 1-off 128xGB200", "qwen3-235b-a22b", 16, 16,
                Layout(tp=4, ep=16, pp=4, dp=4), 512, 512, 8192, 5705, 8, 1, 278.0, True,
-               "dgx-gb200-nvl72"),
+               "dgx-gb200-nvl72", recompute="full"),
+    # grpo-qwen3-30ba3b-4n4g-async-1off.yaml @ 5fb5889 (defaults: 4n4g): the base's false
     AsyncPoint("Qwen3-30B-A3B 1-off 16xGB200", "qwen3-30b-a3b", 2, 2, Layout(ep=8, dp=8),
-               2048, 512, 4096, 3197, 1, 1, 301.0, True, "dgx-gb200-nvl72",
+               2048, 512, 4096, 3197, 1, 1, 301.0, True, "dgx-gb200-nvl72", recompute="none",
                known_miss="by the sources read, the NeMo-RL trainer bounds it, not decode: a "
                           "trainer-only recipe change (force_on_policy_ratio, T-GBS 2048; NeMo-RL "
                           "PR #3135) raised E2E throughput on all six GB200 cases, and the v0.7 "
@@ -202,8 +234,11 @@ def _rl_setup(p, **extra) -> RLSetup:
 
 
 def _training(p, rl: RLSetup, system: str):
+    """The row's training layout with the recipe's recompute; the lightest that fits only where
+    the recipe states none (the fit is asserted per row, so a recipe setting that does not fit
+    fails there rather than falling back)."""
     setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch)
-    for recompute in ("none", "selective", "full"):  # not published: lightest that fits
+    for recompute in (p.recompute,) if p.recompute else RECOMPUTES:
         c = evaluate(p.model, system, p.nodes, replace(p.layout, recompute=recompute),
                      setup, ep_backend="nccl", allow_reference_systems=True)
         if c.memory.fits:
