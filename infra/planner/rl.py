@@ -21,7 +21,8 @@ A synchronous GRPO step (Miles/slime ``train.py``, NeMo-RL on-policy) runs three
    NCCL broadcast over the fabric at the per-node line rate times ``SYNC_FABRIC_EFF``.
 3. Training: the training step of ``timing.step_time`` for the packed mean sequence, once per
    optimizer step of the rollout, plus ``logprob_passes`` forward-only passes (old-policy and,
-   with a KL term, reference log-probs), each a third of a forward+backward.
+   with a KL term, reference log-probs), each a third of a forward+backward (a quarter of a
+   step under full recompute, whose recomputed forward a log-prob pass does not run).
 
 Placement: ``colocated`` runs rollout and training on the same nodes, one after the other (the
 kit's launcher uses Miles ``--colocate``); ``disaggregated`` gives rollout its own nodes. How the
@@ -256,7 +257,11 @@ def sync_time(model: MoEModel, system: System, *, placement: Placement, train_no
 
 
 def train_time(candidate: Candidate, *, rl: RLSetup) -> float:
-    return candidate.time.step * rl.steps_per_rollout * (1 + rl.logprob_passes / 3)
+    """Training seconds per rollout: the optimizer steps plus the forward-only log-prob passes."""
+    # a training step is forward + 2x backward (+ a recomputed forward under full recompute);
+    # a log-prob pass is one forward, which never recomputes
+    forwards = 4 if candidate.layout.recompute == "full" else 3
+    return candidate.time.step * rl.steps_per_rollout * (1 + rl.logprob_passes / forwards)
 
 
 def engine_layouts(model: MoEModel, system: System, *, rl: RLSetup, gpus: int, backend: str,

@@ -198,3 +198,26 @@ def test_long_context_training_uses_context_parallelism_and_can_bound_the_step()
                                    placements=("disaggregated",), top=200))
     assert all(c.training.layout.cp > 1 for c in result.candidates)
     assert result.best.time.bound == "train"
+
+
+def test_a_log_prob_pass_is_one_forward_whatever_the_recompute():
+    """A forward-only log-prob pass never reruns a forward for recompute: it is a third of a
+    plain training step (forward + 2 backward) and a quarter of a full-recompute one."""
+    from dataclasses import replace
+
+    from infra.planner import Layout, TrainingSetup, evaluate
+    from infra.planner.rl import train_time
+
+    rl = RLSetup(prompts=16, samples_per_prompt=8, max_response_len=2048, logprob_passes=2)
+    setup = TrainingSetup(seq_len=4096, global_batch=128)
+    for rc, forwards in (("none", 3), ("selective", 3), ("full", 4)):
+        c = evaluate("qwen3-30b-a3b", "p5en.48xlarge", 1, Layout(ep=8, dp=8, recompute=rc),
+                     setup, ep_backend="nccl")
+        assert train_time(c, rl=rl) == pytest.approx(c.time.step * (1 + 2 / forwards))
+    full = evaluate("qwen3-30b-a3b", "p5en.48xlarge", 1, Layout(ep=8, dp=8, recompute="full"),
+                    setup, ep_backend="nccl")
+    plain = evaluate("qwen3-30b-a3b", "p5en.48xlarge", 1,
+                     replace(full.layout, recompute="none"), setup, ep_backend="nccl")
+    # the log-prob passes cost about the same under both: only the optimizer steps recompute
+    assert (train_time(full, rl=rl) - full.time.step
+            == pytest.approx(train_time(plain, rl=rl) - plain.time.step, rel=0.1))
