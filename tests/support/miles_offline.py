@@ -262,6 +262,18 @@ def install(upstream: Path) -> None:
             if directory.is_dir() and directory.name != "__pycache__" and not (directory / "__init__.py").exists():
                 name = ".".join(directory.relative_to(root).parts)
                 importlib.import_module(name).__getattr__ = _namespace_getattr(name, directory)
+    # Megatron reads each config class's source again (inspect + ast) for its fields' help text
+    # on every parser build, about two thirds of a case's time; the text depends on the class
+    # alone, so one reading per class serves every case (each build still gets its own dict).
+    factory = importlib.import_module("megatron.training.argument_utils").ArgumentGroupFactory
+    read, docstrings = factory._get_field_docstrings, {}
+
+    def read_once(self, cls):
+        if cls not in docstrings:
+            docstrings[cls] = read(self, cls)
+        return dict(docstrings[cls])
+
+    factory._get_field_docstrings = read_once
 
 
 # --- the checks -----------------------------------------------------------------------------------
