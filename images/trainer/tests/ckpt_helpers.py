@@ -71,20 +71,26 @@ def files_of(root: Path, iteration: int) -> dict[str, bytes]:
     return out
 
 
-def s3_objects(client, under: str = "") -> dict[str, bytes]:
-    """Every object under the run prefix (+ ``under``): relative key -> bytes."""
-    out = {}
+def s3_keys(client, under: str = "") -> list[str]:
+    """The key of every object under the run prefix (+ ``under``), relative to it."""
+    keys = []
     token = None
     while True:
         kwargs = {"Bucket": BUCKET, "Prefix": PREFIX + under}
         if token:
             kwargs["ContinuationToken"] = token
         page = client.list_objects_v2(**kwargs)
-        for obj in page.get("Contents", []):
-            out[obj["Key"][len(PREFIX):]] = client.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
+        keys += [obj["Key"][len(PREFIX):] for obj in page.get("Contents", [])]
         if not page.get("IsTruncated"):
-            return out
+            return keys
         token = page["NextContinuationToken"]
+
+
+def s3_objects(client, under: str = "", only=None) -> dict[str, bytes]:
+    """Every object under the run prefix (+ ``under``), or those of its keys in ``only``:
+    relative key -> bytes."""
+    return {key: client.get_object(Bucket=BUCKET, Key=PREFIX + key)["Body"].read()
+            for key in s3_keys(client, under) if only is None or key in only}
 
 
 def aws_test_env(monkeypatch) -> None:
