@@ -255,6 +255,38 @@ def test_real_entry_points_exit_2_without_traceback(name, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
 
 
+def test_libyaml_reads_every_case_as_the_pure_python_strict_loader_does(monkeypatch):
+    """Configs are read with libyaml when the strict loader would accept them as they are
+    (infra/config/loader.py): the same data, or the same refusal with the same line and column,
+    for every case and example; and the examples do take that path."""
+    from infra.config import ConfigError
+    from infra.config import loader
+
+    def outcome(text: str):
+        try:
+            return "data", loader.parse_config_text(text, "c.yaml")
+        except ConfigError as err:
+            return "refused", str(err)
+
+    texts = [(name, raw.decode()) for name, raw in CORPUS if _utf8(raw)]
+    texts += [(p.name, p.read_text()) for p in sorted((REPO_ROOT / "examples").glob("*.yaml"))]
+    fast = {name: outcome(text) for name, text in texts}
+    took_libyaml = {name for name, text in texts if loader._libyaml_load(text)[0]}
+    monkeypatch.setattr(loader, "_LIBYAML_LOADER", None)
+    assert {name: outcome(text) for name, text in texts} == fast
+    examples = {p.name for p in (REPO_ROOT / "examples").glob("*.yaml")}
+    assert examples <= took_libyaml
+    assert not {"anchor", "alias", "merge-key", "alias-bomb", "deep-flow", "deep-block"} & took_libyaml
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def test_write_config_refuses_a_result_that_fails_validation(isolated, capsys):
     from ops.cli import main as rlkit
 
