@@ -41,9 +41,9 @@ def _replace_training_block(original: str, data: dict) -> str:
             end -= 1  # a comment just above the next key belongs to that key
         text = "".join(lines[:start]) + block + "".join(lines[end:])
     try:
-        if yaml.safe_load(text) == data:
+        if parse_config_text(text, "the written config") == data:  # as the kit will read it
             return text
-    except yaml.YAMLError:
+    except ConfigError:
         pass
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
