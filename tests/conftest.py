@@ -288,6 +288,15 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config):
+    """Before pytest's own last full collection (its unraisable-exception plugin runs two at
+    exit, about a second each over these heaps): freeze what the tests left, so the process
+    ends without walking it. An exception raised while a test runs is still reported; one in the
+    finalizer of a reference cycle that only a last collection would free is not."""
+    gc.freeze()
+
+
 def pytest_configure(config):
     """Keep the collection order below for pytest-xdist (it sorts modules by test count unless
     told not to, which put the costliest one-test modules last)."""
