@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -158,6 +159,15 @@ class Arg:
 
 
 def add_cli_args_from_dataclass(parser, cls):
+    for flags, kwargs in _cli_args(cls):
+        parser.add_argument(*flags, **{k: list(v) if k == "choices" else v for k, v in kwargs.items()})
+
+
+@functools.cache
+def _cli_args(cls) -> tuple[tuple[list[str], dict], ...]:
+    """(flags, add_argument keywords) of each of ``cls``'s fields, read once per class: its
+    annotations are strings evaluated in the module, most of a parser build's time."""
+    found = []
     module_globals = vars(sys.modules[cls.__module__])
     for field in dataclasses.fields(cls):
         try:
@@ -168,9 +178,10 @@ def add_cli_args_from_dataclass(parser, cls):
             text = str(field.type)
             if "no_cli=True" in text:
                 continue
-            found = re.search(r"aliases=(\[[^\]]*\])", text)
-            aliases = ast.literal_eval(found.group(1)) if found else []
-            parser.add_argument("--" + field.name.replace("_", "-"), *aliases, dest=field.name, nargs="?")
+            found_aliases = re.search(r"aliases=(\[[^\]]*\])", text)
+            aliases = ast.literal_eval(found_aliases.group(1)) if found_aliases else []
+            found.append((["--" + field.name.replace("_", "-"), *aliases],
+                          {"dest": field.name, "nargs": "?"}))
             continue
         if typing.get_origin(hint) is not typing.Annotated:
             continue
@@ -201,7 +212,8 @@ def add_cli_args_from_dataclass(parser, cls):
                 kwargs["nargs"] = arg.kwargs.get("action_kwargs", {}).get("nargs", "?")
             if choices is not None:
                 kwargs["choices"] = list(choices)
-        parser.add_argument(*flags, **kwargs)
+        found.append((flags, kwargs))
+    return tuple(found)
 
 
 class _Deprecated(argparse.Action):
