@@ -55,3 +55,19 @@ def test_ephemeral_workflow_assumes_a_role_and_always_tears_down():
     assert job["needs"] == "ephemeral" and job["if"] == "always()"
     teardown = next(s for s in job["steps"] if "rlkit teardown" in s.get("run", ""))
     assert "--yes" in teardown["run"]
+
+
+def test_commands_that_never_call_aws_start_without_boto3():
+    """boto3 and botocore.config (about 0.25 s) load when a command first makes a client
+    (ops/aws.py): starting rlkit, building every command's parser and planning need neither."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from ops import cli; cli.build_parser(); "
+             "code = cli.main(['plan', '--model', 'qwen3-30b-a3b', '--instance', 'p5.48xlarge', "
+             "'--nodes', '2', '-o', 'json']); "
+             "print(code, sorted(m for m in ('boto3', 'botocore.config', 'botocore.session') "
+             "if m in sys.modules), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "0 []", done.stderr[-2000:]

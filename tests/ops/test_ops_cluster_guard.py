@@ -140,7 +140,7 @@ def test_an_aws_call_that_hangs_times_out_with_a_clear_message(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     client = boto3.client("cloudformation", region_name="us-east-1",
                           endpoint_url=f"http://127.0.0.1:{server.getsockname()[1]}",
-                          config=aws.CLIENT_CONFIG.merge(Config(read_timeout=0.5,
+                          config=aws.client_config().merge(Config(read_timeout=0.5,
                                                                 retries={"total_max_attempts": 1})))
     with pytest.raises(ReadTimeoutError) as err:
         client.list_stacks()
