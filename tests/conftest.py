@@ -245,7 +245,6 @@ HEAVY_FIRST = (
     "tests/stacks/test_observability_chart.py",  # 11
     "tests/manifests/test_manifests_render.py",  # 11
     "tests/ops/test_ops_check.py",  # 10
-    "tests/ops/test_ops_gate.py",  # 9
     "tests/manifests/test_miles_contract.py",  # 8
     "tests/planner/test_planner_cli.py",  # 8
 )
