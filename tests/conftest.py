@@ -21,6 +21,10 @@ os.environ["CDK_VALIDATION"] = "false"
 # (locally), so without this their result would depend on the machine. A test that wants a
 # context uses the kubectl stub (tests/support/fakes.py) or sets KUBECONFIG itself.
 os.environ["KUBECONFIG"] = "/nonexistent/rlkit-tests/kubeconfig"
+# moto's EC2 backend loads its catalogue of public AMIs each time a region's backend is made or
+# reset (MOTO_EC2_LOAD_DEFAULT_AMIS, moto 5.2.5 settings.py and ec2/models/amis.py): about 3 CPU-s
+# of the preflight tests. The kit never looks up an EC2 image; a test that needs one registers it.
+os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
 
 # The test processes hold a large heap (the jsii runtime's object proxies, torch, botocore's
 # models). With CPython's default thresholds (700, 10, 10) a worker ran about 8,000 young and 35
