@@ -27,9 +27,7 @@ from manifests.context import GENERATED_MARKER, OUTPUTS_ANNOTATION, PLACEHOLDER_
 from manifests.outputs import outputs_from_mapping
 from manifests.render import TEMPLATES
 from tests.support.outputs import real_outputs
-from tests.support import REPO_ROOT
-
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where present: faster
+from tests.support import REPO_ROOT, YAML_LOADER
 
 GOLDEN = REPO_ROOT / "tests" / "golden"
 EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))

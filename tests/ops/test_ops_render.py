@@ -10,9 +10,8 @@ import yaml
 
 from infra.config import load_config
 from ops.cli import main as rlkit
+from tests.support import YAML_LOADER
 from tests.support.outputs import real_outputs
-
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where present: faster
 
 
 def write_config(tmp_path: Path) -> Path:
