@@ -57,17 +57,41 @@ def test_ephemeral_workflow_assumes_a_role_and_always_tears_down():
     assert "--yes" in teardown["run"]
 
 
-def test_commands_that_never_call_aws_start_without_boto3():
-    """boto3 and botocore.config (about 0.25 s) load when a command first makes a client
-    (ops/aws.py): starting rlkit, building every command's parser and planning need neither."""
+def test_a_command_imports_only_its_module_and_no_command_needs_boto3_to_start():
+    """`rlkit plan ...` builds the plan parser alone (ops/cli.py COMMANDS), so it imports no other
+    command module; boto3 and botocore.config (about 0.25 s) load when a command first makes a
+    client (ops/aws.py): planning and building every command's parser need neither."""
     import subprocess
     import sys
 
-    probe = ("import sys; from ops import cli; cli.build_parser(); "
+    probe = ("import sys; from ops import cli; "
              "code = cli.main(['plan', '--model', 'qwen3-30b-a3b', '--instance', 'p5.48xlarge', "
              "'--nodes', '2', '-o', 'json']); "
-             "print(code, sorted(m for m in ('boto3', 'botocore.config', 'botocore.session') "
+             "print(code, sorted(m for m in cli.COMMAND_MODULES if m in sys.modules), "
+             "file=sys.stderr); cli.build_parser(); "
+             "print(sorted(m for m in ('boto3', 'botocore.config', 'botocore.session') "
              "if m in sys.modules), file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=120)
-    assert done.stderr.strip().splitlines()[-1] == "0 []", done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-2:] == ["0 ['ops.plan_cmd']", "[]"], \
+        done.stderr[-2000:]
+
+
+def test_each_command_registers_where_the_command_table_says():
+    """cli.COMMANDS names, for each command, the module whose register() adds it; a command run
+    through that module alone gets the same parser as in the whole CLI."""
+    import argparse
+    import importlib
+
+    registered = {}
+    for module_name in cli.COMMAND_MODULES:
+        scratch = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module_name).register(scratch)
+        registered.update(dict.fromkeys(scratch.choices, module_name))
+    assert registered == cli.COMMANDS
+    assert set(_subcommands()) == set(cli.COMMANDS) | {"help"}
+    for command in cli.COMMANDS:
+        alone = next(a for a in cli.build_parser(command)._actions if a.dest == "command")
+        assert list(alone.choices) == [c for c, m in cli.COMMANDS.items()
+                                       if m == cli.COMMANDS[command]] + ["help"]
+        assert alone.choices[command].format_help() == _subcommands()[command].format_help()

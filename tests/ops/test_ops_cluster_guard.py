@@ -191,7 +191,7 @@ def test_an_unexpected_error_exits_2_with_one_line(monkeypatch, capsys, tmp_path
     monkeypatch.setattr(teardown_cmd, "_run", boom)
     monkeypatch.delenv("RLKIT_DEBUG", raising=False)
     parser_defaults = cli.build_parser
-    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser_defaults(), boom))
+    monkeypatch.setattr(cli, "build_parser", lambda *a: _with_func(parser_defaults(*a), boom))
     assert cli.main(["teardown", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: rlkit teardown failed: RuntimeError: " + "x" * 500 + "... (2000")
