@@ -47,8 +47,9 @@ from dataclasses import dataclass, replace
 import pytest
 
 from infra.planner import Layout, TrainingSetup, evaluate, get_model, get_system
-from infra.planner.layout import RECOMPUTES, Recompute
-from infra.planner.rl import EngineLayout, RLSetup, _seq_len, evaluate_rl
+from infra.planner.layout import Recompute
+from infra.planner.rl import EngineLayout, RLSetup, evaluate_rl
+from tests.support.planner import recipe_training
 
 SYSTEM = "dgx-gb200-nvl72"
 TRAIN_MEDIAN_GOAL, TRAIN_MAX_GOAL = 0.15, 0.30
@@ -180,13 +181,8 @@ def predict_rl(p: RLPoint):
                  max_response_len=p.max_seq - 256, mean_response_len=p.mean_seq - 256,
                  steps_per_rollout=p.samples // p.train_batch, logprob_passes=2,
                  mem_fraction=p.mem_fraction)
-    setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch)
     nodes = p.gpus // 4
-    for rc in (p.recompute,) if p.recompute else RECOMPUTES:  # no fallback from the recipe's
-        c = evaluate(p.model, SYSTEM, nodes, replace(p.layout, recompute=rc), setup,
-                     ep_backend="nccl", allow_reference_systems=True)
-        if c.memory.fits:
-            break
+    c = recipe_training(p.model, SYSTEM, nodes, p.layout, p.recompute, rl)
     system = get_system(SYSTEM, allow_reference=True)
     r = evaluate_rl(get_model(p.model), system, rl=rl, placement="colocated", training=c,
                     rollout_nodes=nodes, engine=EngineLayout(p.engine_tp, 1,

@@ -99,9 +99,10 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from infra.planner import Layout, TrainingSetup, evaluate, get_model, get_system
-from infra.planner.layout import RECOMPUTES, Recompute
-from infra.planner.rl import EngineLayout, RLSetup, _seq_len, decode_iteration_s, evaluate_rl
+from infra.planner import Layout, get_model, get_system
+from infra.planner.layout import Recompute
+from infra.planner.rl import EngineLayout, RLSetup, decode_iteration_s, evaluate_rl
+from tests.support.planner import recipe_training
 
 SOURCE = "NeMo-RL perf summary v0.7 (H100 BF16)"
 PROMPT = 256
@@ -234,16 +235,7 @@ def _rl_setup(p, **extra) -> RLSetup:
 
 
 def _training(p, rl: RLSetup, system: str):
-    """The row's training layout with the recipe's recompute; the lightest that fits only where
-    the recipe states none (the fit is asserted per row, so a recipe setting that does not fit
-    fails there rather than falling back)."""
-    setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch)
-    for recompute in (p.recompute,) if p.recompute else RECOMPUTES:
-        c = evaluate(p.model, system, p.nodes, replace(p.layout, recompute=recompute),
-                     setup, ep_backend="nccl", allow_reference_systems=True)
-        if c.memory.fits:
-            break
-    return c
+    return recipe_training(p.model, system, p.nodes, p.layout, p.recompute, rl)
 
 
 def predict(p: RLPoint):
