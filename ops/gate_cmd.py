@@ -97,13 +97,26 @@ def _print_ep(doc: dict[str, Any], console: Console) -> None:
                   "otherwise)")
 
 
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _kubectl_failed(err: KubectlError, runner: GateRunner) -> int:
+    """Exit 2 on a kubectl error mid-gate, naming what was applied and may still hold nodes."""
+    print(f"error: {err}", file=sys.stderr)
+    left = [str(d) for d in runner.applied]
+    if left:
+        print(f"Applied and maybe still present: {', '.join(left)} (kubectl delete "
+              f"--ignore-not-found {' '.join('-f ' + d for d in left)})", file=sys.stderr)
+    return 2
+
+
 def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
            console: Console, extra: list[Finding] | None = None, as_json: bool = False,
            root: Path | None = None, flag: str = "",
            args: argparse.Namespace | None = None) -> int:
     report.findings[:0] = extra or []
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    path, doc = write_record(report, cfg.name, sdir, logs, now, warn=plain(console))
+    path, doc = write_record(report, cfg.name, sdir, logs, _utc_now(), warn=plain(console))
     if root is not None:  # a passing run raises its instance type's baseline (bisection's bar)
         update_baseline(root, doc)
     if as_json:  # the document gate.json holds; the verdict is also the exit code
@@ -228,12 +241,7 @@ def _run(args: argparse.Namespace) -> int:
         print(err, file=sys.stderr)
         return 130
     except KubectlError as err:
-        print(f"error: {err}", file=sys.stderr)
-        left = [str(d) for d in runner.applied]
-        if left:
-            print(f"Applied and maybe still present: {', '.join(left)} (kubectl delete "
-                  f"--ignore-not-found {' '.join('-f ' + d for d in left)})", file=sys.stderr)
-        return 2
+        return _kubectl_failed(err, runner)
     if args.dry_run:
         echo(f"[dry-run] would judge the logs against infra/catalog/acceptance.py and write "
              f"{sdir / 'gate.json'}")
@@ -252,6 +260,11 @@ def _run(args: argparse.Namespace) -> int:
     report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
     report.findings[:0] = runner.problems  # a job that failed or hung is a node suspect too
     if not report.ok and not args.no_bisect:
+        # Failed whatever bisection finds: recorded first, so that bisection cut short (hours of
+        # subset jobs, Ctrl-C, a kubectl error) cannot leave an earlier PASS for `rlkit launch`.
+        path, _ = write_record(report, cfg.name, sdir, logs, _utc_now(), warn=plain(console))
+        stopped = (f"The gate FAILED (recorded in {path}); bisection stopped before naming a "
+                   "node. Run `rlkit gate` again to bisect.")
         baseline = load_baseline(args.state_dir, group.instance_type).get("figures", {})
         try:
             report.add(*find_bad(report, logs, runner.run_subset, baseline, gin_type, echo))
@@ -262,11 +275,12 @@ def _run(args: argparse.Namespace) -> int:
                     report.add(*rerun_remaining(report, logs, isolated, runner.run_subset, baseline,
                                                 gin_type, echo))
         except GateInterrupted as err:
-            print(err, file=sys.stderr)
+            print(f"{err}\n{stopped}", file=sys.stderr)
             return 130
         except KubectlError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+            code = _kubectl_failed(err, runner)
+            print(stopped, file=sys.stderr)
+            return code
     return finish(report, cfg, sdir, logs, console, as_json=as_json, root=args.state_dir,
                   flag=options.config_flag(args), args=args)
 

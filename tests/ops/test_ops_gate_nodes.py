@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from ops.gate import FAIL, PASS, WARN, evaluate
 from ops.gate.bisect import SubsetResult, find_bad_nodes, isolation_commands, subset_job
 from ops.gate.nodes import find_bad, isolate, nodes_of, rerun_remaining
 from ops.gate.record import baseline_file, load_baseline, state_document, update_baseline
-from ops.kube import Kubectl
+from infra.config import load_config
+from ops.gate.runner import GateInterrupted
+from ops.kube import Kubectl, KubectlError
 from tests.support.fakes import FIXTURES, by_check, judge, kubectl, scenario  # noqa: F401 (fixture)
 from tests.support import REPO_ROOT
 
@@ -235,3 +238,33 @@ def test_run_subset_applies_waits_collects_and_deletes_the_rewritten_job(tmp_pat
     assert job["metadata"]["name"] == sub and job["spec"]["completions"] == 2
     calls = [c for c in kubectl.calls if c[0] in ("apply", "delete") and str(directory) in c]
     assert [c[0] for c in calls] == ["delete", "apply", "delete"] and runner.applied == []
+
+
+@pytest.mark.parametrize("cut_short, code", [
+    (GateInterrupted("Interrupted: deleted fabric-p5-allreduce-b1."), 130),
+    (KubectlError("kubectl get job fabric-p5-allreduce-b1", "the server is currently unable to "
+                  "handle the request"), 2)])
+def test_a_failed_gate_whose_bisection_is_cut_short_leaves_no_earlier_pass(
+        tmp_path, kubectl, capsys, monkeypatch, cut_short, code):
+    """Bisection can run subset jobs for hours; stopped part way, the FAIL it started from is
+    what gate.json holds, not the PASS of an earlier gate that `rlkit launch` would trust."""
+    from ops import gate_cmd
+    from ops.launching import gate_verdict
+    from tests.support.fakes import run_gate, script_cluster, write_state
+
+    write_state(tmp_path, ok=True)  # last week's gate passed
+    script_cluster(kubectl, "degraded-p5-2node")
+
+    def find_bad(*_args):
+        raise cut_short
+
+    monkeypatch.setattr(gate_cmd, "find_bad", find_bad)
+    assert run_gate(tmp_path) == code
+    path = tmp_path / ".rlkit/gt/gate.json"
+    state = json.loads(path.read_text())
+    assert state["ok"] is False and state["finished_at"] != "2026-03-01T12:00:00+00:00"
+    assert (tmp_path / ".rlkit/gt/gate-logs/nodecheck.log").is_file()  # the logs it judged
+    err = capsys.readouterr().err
+    assert f"The gate FAILED (recorded in {path}); bisection stopped before naming a node." in err
+    cfg = load_config(tmp_path / "gt.yaml")
+    assert gate_verdict(state, cfg, path).startswith("the last fabric gate for 'gt' FAILED")
