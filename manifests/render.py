@@ -13,9 +13,9 @@ Output tree (``kubectl apply -f <dir>`` applies one directory's files in name or
     03-shared-fs-pvc.yaml        its PersistentVolumeClaim (ReadWriteMany), mounted by the RL job
     rl-job/00-compute-domain.yaml  ComputeDomain (UltraServers only; also one per fabric job)
     rl-job/00-run-config.yaml    ConfigMap holding run.yaml
-    rl-job/01-rayjob.yaml        KubeRay RayJob
-    rl-job/02-head-networkpolicy.yaml  NetworkPolicy: who may reach the Ray head
-    rl-job/03-rayjob-retry-role.yaml, 04-...-rolebinding.yaml  the launcher may stop retries
+    rl-job/01-head-networkpolicy.yaml  NetworkPolicy: who may reach the Ray head
+    rl-job/02-rayjob-retry-role.yaml, 03-...-rolebinding.yaml  the launcher may stop retries
+    rl-job/04-rayjob.yaml        KubeRay RayJob (last: what it needs exists before it runs)
     fabric/nodecheck/00-job.yaml
     fabric/allreduce/00-service.yaml, 01-job.yaml
     fabric/ep/00-service.yaml, 01-job.yaml
@@ -50,6 +50,7 @@ from manifests.context import (
 SUBMITTER_CONTAINER = "ray-job-submitter"
 # Files every job of the environment needs before its own directory is applied (in this order).
 SHARED_FS_FILES = ("02-shared-fs-pv.yaml", "03-shared-fs-pvc.yaml")
+RAYJOB_FILE = "rl-job/04-rayjob.yaml"  # sorts last in rl-job/ (plan_files says why)
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("manifests", "templates"),
@@ -197,7 +198,20 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
         }),
         FileSpec("rl-job/00-run-config.yaml", "run-configmap.yaml.j2", "ConfigMap",
                  {"meta": _meta(ctx, ctx.configmap_name, "run-config")}),
-        FileSpec("rl-job/01-rayjob.yaml", "rayjob.yaml.j2", "RayJob", {
+        FileSpec("rl-job/01-head-networkpolicy.yaml", "head-networkpolicy.yaml.j2",
+                 "NetworkPolicy", {
+                     "meta": _meta(ctx, f"{ctx.rayjob_name}-ray-head", "ray-head-ingress"),
+                     "head_labels": _pod_labels(ctx, "ray-head", f"{ctx.rayjob_name}-head"),
+                     "operator_namespace": addon("kuberay_operator").namespace}),
+        FileSpec("rl-job/02-rayjob-retry-role.yaml", "rayjob-retry-role.yaml.j2", "Role",
+                 {"meta": _meta(ctx, f"{ctx.rayjob_name}-retry", "rayjob-retry")}),
+        FileSpec("rl-job/03-rayjob-retry-rolebinding.yaml", "rayjob-retry-rolebinding.yaml.j2",
+                 "RoleBinding", {"meta": _meta(ctx, f"{ctx.rayjob_name}-retry", "rayjob-retry"),
+                                 "role_name": f"{ctx.rayjob_name}-retry"}),
+        # The RayJob last: `kubectl apply -f rl-job/` goes in name order, so an apply cut short
+        # (Ctrl-C, a refused object) never leaves a running job without its NetworkPolicy or the
+        # Role that lets the launcher stop its retries; a rerun applies them all again.
+        FileSpec(RAYJOB_FILE, "rayjob.yaml.j2", "RayJob", {
             "meta": _meta(ctx, ctx.rayjob_name, "rl-job", annotations={
                 "rlkit.aws/node-group": f"{ctx.worker.node_group} ({ctx.nodegroup_name})"}),
             "head_labels": _pod_labels(ctx, "ray-head", f"{ctx.rayjob_name}-head"),
@@ -206,16 +220,6 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
             "submitter_labels": _pod_labels(ctx, "ray-job-submitter", f"{ctx.rayjob_name}-submitter"),
             "submitter_container": SUBMITTER_CONTAINER,
         }),
-        FileSpec("rl-job/02-head-networkpolicy.yaml", "head-networkpolicy.yaml.j2",
-                 "NetworkPolicy", {
-                     "meta": _meta(ctx, f"{ctx.rayjob_name}-ray-head", "ray-head-ingress"),
-                     "head_labels": _pod_labels(ctx, "ray-head", f"{ctx.rayjob_name}-head"),
-                     "operator_namespace": addon("kuberay_operator").namespace}),
-        FileSpec("rl-job/03-rayjob-retry-role.yaml", "rayjob-retry-role.yaml.j2", "Role",
-                 {"meta": _meta(ctx, f"{ctx.rayjob_name}-retry", "rayjob-retry")}),
-        FileSpec("rl-job/04-rayjob-retry-rolebinding.yaml", "rayjob-retry-rolebinding.yaml.j2",
-                 "RoleBinding", {"meta": _meta(ctx, f"{ctx.rayjob_name}-retry", "rayjob-retry"),
-                                 "role_name": f"{ctx.rayjob_name}-retry"}),
     ]
     if worker_workload in ctx.compute_domains:
         files.insert(2, _compute_domain_file(ctx, "rl-job", worker_workload))

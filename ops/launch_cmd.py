@@ -40,7 +40,7 @@ from typing import Callable
 from infra import names
 from infra.config import ConfigError, KitConfig, training_ep_backend_problems
 from manifests import RenderError
-from manifests.render import SHARED_FS_FILES, SUBMITTER_CONTAINER
+from manifests.render import RAYJOB_FILE, SHARED_FS_FILES, SUBMITTER_CONTAINER, plan_files
 from ops import aws, observability, options, reservations
 from ops.config_source import announce
 from ops.gate import GateStateError, legacy_results, load_state, results_path
@@ -148,7 +148,11 @@ def _launch(args: argparse.Namespace) -> int:
         k.apply([out / "00-namespace.yaml", out / "01-serviceaccount.yaml"])
         if ctx.shared_fs is not None:  # the claim every pod of the job mounts, and its volume
             k.apply([out / name for name in SHARED_FS_FILES])
-        k.apply([out / "rl-job"])
+        # The RayJob only once everything it needs was accepted (run config, NetworkPolicy, retry
+        # Role and binding, ComputeDomain): `kubectl apply` carries on past a refused object.
+        k.apply([out / f.path for f in plan_files(ctx)
+                 if f.path.startswith("rl-job/") and f.path != RAYJOB_FILE])
+        k.apply([out / RAYJOB_FILE])
     except KubectlError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -246,7 +246,7 @@ def test_ray_cluster_shape(name):
 def test_rayjob_entrypoint_reads_the_mounted_run_config(name):
     files = objects(rendered(name))
     configmap = files["rl-job/00-run-config.yaml"]
-    rayjob = files["rl-job/01-rayjob.yaml"]
+    rayjob = files["rl-job/04-rayjob.yaml"]
     assert rayjob["spec"]["entrypoint"] == "rltrainer launch --config /etc/rltrainer/run.yaml"
     cluster = rayjob["spec"]["rayClusterSpec"]
     for spec in (cluster["headGroupSpec"]["template"]["spec"],
@@ -684,11 +684,22 @@ def test_missing_storage_stack_outputs_are_named():
         "--outputs-file cdk-outputs.json`), then render again with --outputs cdk-outputs.json."]
 
 
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_rayjob_is_applied_after_everything_it_needs(name):
+    """`rlkit launch` runs `kubectl apply -f rl-job/`, which goes in file-name order: the RayJob
+    sorts last, so an apply cut short never leaves it running without its NetworkPolicy, its
+    retry Role and binding, its run config or its ComputeDomain."""
+    directory = sorted(f.path for f in rendered(name) if f.path.startswith("rl-job/"))
+    kinds = {f.path: f.kind for f in rendered(name)}
+    assert [kinds[p] for p in directory][-1] == "RayJob", directory
+    assert {"ConfigMap", "NetworkPolicy", "Role", "RoleBinding"} <= {kinds[p] for p in directory}
+
+
 def test_only_the_jobs_pods_and_the_operator_reach_the_ray_head():
     cfg = example("default")
     files = {f.path: f for f in render(build_context(cfg, placeholder_outputs(cfg)))}
-    policy = files["rl-job/02-head-networkpolicy.yaml"].obj
-    rayjob = files["rl-job/01-rayjob.yaml"].obj
+    policy = files["rl-job/01-head-networkpolicy.yaml"].obj
+    rayjob = files["rl-job/04-rayjob.yaml"].obj
     head_labels = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"]
     assert policy["kind"] == "NetworkPolicy"
     assert policy["metadata"]["namespace"] == names.TRAINER_NAMESPACE

@@ -84,7 +84,7 @@ def test_broken_shared_fs_mount_in_the_submitter_fails_the_crd(crd_dir):
     rayjob = copy.deepcopy(next(f.obj for f in files if f.kind == "RayJob"))
     volume = rayjob["spec"]["submitterPodTemplate"]["spec"]["volumes"][0]
     del volume["persistentVolumeClaim"]["claimName"]  # required by the PodSpec schema
-    report = validate_objects([("rl-job/01-rayjob.yaml", rayjob)],
+    report = validate_objects([("rl-job/04-rayjob.yaml", rayjob)],
                               kubernetes_version=cfg.kubernetes_version, crd_dir=crd_dir,
                               strict=True)
     assert not report.ok
@@ -277,10 +277,10 @@ def test_cli_render_writes_validates_and_prints_the_tree(tmp_path, crd_dir, caps
                "--outputs", str(outputs), "--out", str(out), "--crd-dir", str(crd_dir), "--strict")
     printed = capsys.readouterr().out
     assert code == 0, printed
-    assert "├── rl-job/" in printed and "01-rayjob.yaml" in printed
+    assert "├── rl-job/" in printed and "04-rayjob.yaml" in printed
     assert "14 object(s): 14 valid, 0 invalid, 0 NOT validated (no schema)" in printed
     assert f"kubectl apply -f {out}/rl-job" in printed
-    assert (out / "rl-job" / "01-rayjob.yaml").is_file()
+    assert (out / "rl-job" / "04-rayjob.yaml").is_file()
 
 
 def test_cli_render_reports_a_bad_config(tmp_path, capsys):
@@ -300,11 +300,11 @@ def test_cli_validate_fails_in_ci_without_crd_schemas(tmp_path, monkeypatch, cap
     monkeypatch.setenv("CI", "true")
     assert run("validate", str(out), "--crd-dir", str(empty)) == 1
     captured = capsys.readouterr()
-    assert "ERROR   rl-job/01-rayjob.yaml: RayJob" in captured.out
+    assert "ERROR   rl-job/04-rayjob.yaml: RayJob" in captured.out
     monkeypatch.setenv("CI", "false")
     assert run("validate", str(out), "--crd-dir", str(empty)) == 0
     captured = capsys.readouterr()
-    assert "SKIPPED rl-job/01-rayjob.yaml: RayJob" in captured.out
+    assert "SKIPPED rl-job/04-rayjob.yaml: RayJob" in captured.out
     assert "1 NOT validated" in captured.out
     assert "warning: 1 object(s) NOT validated" in captured.err
 

@@ -134,9 +134,9 @@ def test_the_launcher_may_stop_retries_of_its_own_rayjob_only():
     RayJob's name and a Role to patch exactly that RayJob (rltrainer.no_retry)."""
     cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
     files = {f.path: f.obj for f in render(build_context(cfg, placeholder_outputs(cfg)))}
-    job = files["rl-job/01-rayjob.yaml"]
-    role = files["rl-job/03-rayjob-retry-role.yaml"]
-    binding = files["rl-job/04-rayjob-retry-rolebinding.yaml"]
+    job = files["rl-job/04-rayjob.yaml"]
+    role = files["rl-job/02-rayjob-retry-role.yaml"]
+    binding = files["rl-job/03-rayjob-retry-rolebinding.yaml"]
     assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"],
                               "resourceNames": [job["metadata"]["name"]],
                               "verbs": ["get", "patch"]}]

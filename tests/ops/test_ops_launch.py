@@ -53,7 +53,7 @@ def test_force_launches_despite_a_failed_gate(tmp_path, kubectl, capsys):
     write_state(tmp_path, ok=False)
     assert run(tmp_path, "launch", "--force") == 0
     assert "WARNING (--force)" in capsys.readouterr().err
-    assert ["apply", "-f", str(tmp_path / "out/rl-job")] in kubectl.calls
+    assert ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")] in kubectl.calls
 
 
 # --- applying ------------------------------------------------------------------------------------
@@ -68,8 +68,12 @@ def test_launch_applies_namespace_shared_fs_claim_then_rayjob(tmp_path, kubectl,
                         str(tmp_path / "out/01-serviceaccount.yaml")]
     assert calls[2] == ["apply", "-f", str(tmp_path / "out/02-shared-fs-pv.yaml"), "-f",
                         str(tmp_path / "out/03-shared-fs-pvc.yaml")]
-    assert calls[3] == ["apply", "-f", str(tmp_path / "out/rl-job")]
-    assert "kind: RayJob" in (tmp_path / "out/rl-job/01-rayjob.yaml").read_text()
+    assert calls[3] == ["apply", *(a for f in ("00-run-config", "01-head-networkpolicy",
+                                                "02-rayjob-retry-role", "03-rayjob-retry-rolebinding")
+                                   for a in ("-f", str(tmp_path / f"out/rl-job/{f}.yaml")))]
+    assert calls[4] == ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")]  # the RayJob last
+    assert len(calls) == 5
+    assert "kind: RayJob" in (tmp_path / "out/rl-job/04-rayjob.yaml").read_text()
     assert "Launched RayJob qwen3-30b-a3b-grpo" in capsys.readouterr().out
 
 def test_an_asynchronous_disaggregated_run_launches_with_its_mode(tmp_path, kubectl, capsys,
@@ -157,7 +161,19 @@ def test_replace_deletes_the_old_rayjob_first(tmp_path, kubectl):
     kubectl.rule(["get", "rayjob"], stdout=rayjob())
     assert run(tmp_path, "launch", "--replace") == 0
     verbs = [c[0] for c in kubectl.calls]
-    assert verbs == ["get", "delete", "apply", "apply", "apply"]
+    assert verbs == ["get", "delete", "apply", "apply", "apply", "apply"]
+
+
+def test_a_refused_object_stops_the_launch_before_the_rayjob(tmp_path, kubectl, capsys):
+    """`kubectl apply` applies the rest of its files past a refused one: the RayJob goes in its own
+    apply, after everything it needs was accepted (here the retry Role, refused by RBAC)."""
+    write_state(tmp_path)
+    kubectl.rule(["apply", str(tmp_path / "out/rl-job/02-rayjob-retry-role.yaml")], rc=1,
+                 stderr='Error from server (Forbidden): roles.rbac.authorization.k8s.io '
+                        '"qwen3-30b-a3b-grpo-retry" is forbidden')
+    assert run(tmp_path, "launch") == 2
+    assert "is forbidden" in capsys.readouterr().err
+    assert not [c for c in kubectl.calls if str(tmp_path / "out/rl-job/04-rayjob.yaml") in c]
 
 
 def test_launch_dry_run_prints_commands_only(tmp_path, kubectl, capsys):
@@ -167,7 +183,7 @@ def test_launch_dry_run_prints_commands_only(tmp_path, kubectl, capsys):
     assert kubectl.calls == []
     assert kubectl.all_calls == [["config", "view", "--minify", "-o", "json"]]  # local only
     arn = "arn:aws:eks:us-east-1:123456789012:cluster/gt-cluster"  # the outputs' cluster
-    assert f"[dry-run] kubectl --context {arn} apply -f {tmp_path}/out/rl-job" in out
+    assert f"[dry-run] kubectl --context {arn} apply -f {tmp_path}/out/rl-job/04-rayjob.yaml" in out
     assert not (tmp_path / "out").exists()
 
 
@@ -239,7 +255,7 @@ def test_dry_run_previews_without_a_gate_and_says_the_real_run_would_refuse(tmp_
     assert out.splitlines()[0].startswith("[dry-run] Launch into environment 'gt' (us-east-1)")
     assert out.splitlines()[1].startswith("[dry-run] the real launch would REFUSE: no fabric "
                                           "gate has run for 'gt'")
-    assert f"apply -f {tmp_path}/out/rl-job" in out
+    assert f"apply -f {tmp_path}/out/rl-job/04-rayjob.yaml" in out
     assert out.rstrip().endswith("without --dry-run this launch would refuse (exit 1): see the "
                                  "REFUSE line(s) above.")
     assert kubectl.calls == []

@@ -104,7 +104,7 @@ def test_successful_render_replaces_the_tree_and_keeps_foreign_files(tmp_path, c
     config.write_text("name: rr\ntraining: {run_name: other-run}\n")
     assert rlkit(["render", "--config", str(config), "--out", str(out), "--no-validate"]) == 0
     assert (out / "mine.yaml").read_text() == "kind: ConfigMap\n"
-    rayjob = yaml.safe_load((out / "rl-job" / "01-rayjob.yaml").read_text())
+    rayjob = yaml.safe_load((out / "rl-job" / "04-rayjob.yaml").read_text())
     assert rayjob["metadata"]["name"] == "other-run"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kit.yaml", "out"]
 

@@ -79,7 +79,7 @@ def run(tmp_path, ec2, command, *flags):
 
 
 def head_env(tmp_path) -> dict[str, str]:
-    rayjob = yaml.safe_load((tmp_path / "out/rl-job/01-rayjob.yaml").read_text())
+    rayjob = yaml.safe_load((tmp_path / "out/rl-job/04-rayjob.yaml").read_text())
     head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     return {e["name"]: e["value"] for e in head["env"]}
 

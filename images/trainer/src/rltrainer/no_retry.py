@@ -10,7 +10,7 @@ configured retries. A run stopped before its Capacity Block ends (``rltrainer.re
 the same switch: a retry would wait for, or land on, capacity that is gone.
 
 The kit's manifests name the RayJob in ``RLTRAINER_RAYJOB`` (the RayJob's runtime env) and let
-the trainer ServiceAccount get and patch that one RayJob (``rl-job/03-rayjob-retry-role.yaml``).
+the trainer ServiceAccount get and patch that one RayJob (``rl-job/02-rayjob-retry-role.yaml``).
 Outside such a RayJob this does nothing. The launcher also stops the retries of a run that
 trained to the end but could not upload its last save (``rltrainer.launch``): a retry would
 start a whole GPU cluster only to upload.
