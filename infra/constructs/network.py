@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from aws_cdk import Annotations, Tags
+from aws_cdk import Annotations, RemovalPolicy, Tags
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
@@ -47,7 +47,11 @@ class KitVpc(Construct):
         for subnet in self.vpc.public_subnets + self.vpc.private_subnets:
             subnet.node.default_child.add_metadata("cfn-lint",
                                                    {"config": {"ignore_checks": ["W3010"]}})
-        skip_checkov_log_group_kms(self.vpc.node.find_child("FlowLogs").node.find_child("LogGroup"))
+        flow_log_group = self.vpc.node.find_child("FlowLogs").node.find_child("LogGroup")
+        skip_checkov_log_group_kms(flow_log_group)
+        # Deleted with the VPC it records, like the cluster's log groups: CDK's default (retain)
+        # left one tagged group per environment behind, which teardown then reports as a leftover.
+        flow_log_group.apply_removal_policy(RemovalPolicy.DESTROY)
         # Subnet tags the AWS Load Balancer Controller uses to pick subnets.
         for subnet in self.vpc.public_subnets:
             Tags.of(subnet).add("kubernetes.io/role/elb", "1")

@@ -325,6 +325,17 @@ def test_ephemeral_destroys_data(synth):
         assert r["DeletionPolicy"] == "Delete"
 
 
+def test_an_ephemeral_environment_keeps_nothing_after_its_stacks(synth):
+    """Every resource of an ephemeral environment goes with its stack: a kept one outlives the
+    environment (and its tags make `rlkit teardown` report a leftover and exit 1 on each CI run).
+    The VPC flow-log group was CDK's default, retained, until 2026-12-02."""
+    s = synth("ci-ephemeral")
+    kept = [f"{stack} {lid} ({r['Type']})" for stack, t in s.templates.items()
+            for lid, r in t["Resources"].items()
+            if "Retain" in (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy"))]
+    assert kept == []
+
+
 def test_pod_identity_role_names_only_its_bucket_prefixes(synth):
     s = synth("p5-2node")
     assoc = only(s.template("cluster"), "AWS::EKS::PodIdentityAssociation")["Properties"]
