@@ -111,6 +111,73 @@ def test_the_end_is_re_read_with_describe_capacity_reservations():
                                            RESERVATION_END_ENV: "2026-12-01T18:00:00Z"}, ec2=ec2, log=log)
     assert window.end == END and "could not re-read the end of cr-0123456789abcdef0" in log.getvalue()
     assert reservation.learn_window({}) is None
+    # The guard's re-reads: the current window, or None on a failure (the known end stands).
+    read = reservation.end_reader("cr-0123456789abcdef0", ec2=ec2)
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_capacity_reservations",
+                          {"CapacityReservations": [{"CapacityReservationId": "cr-0123456789abcdef0",
+                                                     "EndDate": extended}]},
+                          {"CapacityReservationIds": ["cr-0123456789abcdef0"]})
+        stub.add_client_error("describe_capacity_reservations", "RequestLimitExceeded")
+        assert read() == reservation.Window(extended, "DescribeCapacityReservations cr-0123456789abcdef0",
+                                            "cr-0123456789abcdef0")
+        assert read() is None
+    assert reservation.end_reader(None) is None
+
+
+def _extends(clock: FakeClock, at: datetime, to: datetime, reads: list) -> callable:
+    """DescribeCapacityReservations on a block its owner extends to ``to`` at ``at``."""
+    def reread() -> reservation.Window:
+        reads.append(clock())
+        return reservation.Window(to if clock() >= at else END, "DescribeCapacityReservations cr-1", "cr-1")
+    return reread
+
+
+def test_a_block_extended_while_the_run_trains_moves_the_save_and_the_stop():
+    """EC2 lets an active block be extended and its instances run on ("Extend Capacity Blocks" in
+    the EC2 user guide); an end read once at the start stopped the run at the old end."""
+    clock, reads = FakeClock(END - 10 * 60 * MIN), []
+    week = END + timedelta(days=7)
+    g = guard(rollout_s=600, save_upload_s=1200, reread=_extends(clock, END - 5 * 60 * MIN, week, reads))
+    while clock() < END:  # past the old end: never asked for a save, never stopped
+        assert g.step(clock(), [], []) == reservation.RUN
+        clock.advance(30)
+    assert g.window.end == week and g.save_by == week - 70 * MIN
+    assert "the Capacity Block was extended: it now ends 2026-12-08 18:00:00 UTC (was 2026-12-01 " \
+           "18:00:00 UTC; DescribeCapacityReservations cr-1)" in g.log.getvalue()
+    # every 15 minutes after the launcher's own read, not every poll
+    assert reads[0] == END - 10 * 60 * MIN + 15 * MIN
+    assert all(b - a == 15 * MIN for a, b in zip(reads, reads[1:])) and reads[-1] == END - 15 * MIN
+
+
+def test_the_end_is_read_again_before_the_last_save_is_asked_for():
+    clock, reads = FakeClock(END - 80 * MIN), []
+    # extended a minute before the save would be asked for; no periodic read since the start
+    g = guard(rollout_s=600, save_upload_s=1200, reread_s=10 ** 9,
+              reread=_extends(clock, END - 71 * MIN, END + 4 * 60 * MIN, reads))
+    assert g.step(clock(), [], []) == reservation.RUN and reads == []
+    clock.now = END - 70 * MIN
+    assert g.step(clock(), [], []) == reservation.RUN
+    assert reads == [END - 70 * MIN]
+
+
+def test_an_extension_after_the_save_was_asked_for_lets_training_go_on():
+    clock, reads = FakeClock(END - 80 * MIN), []
+    g = guard(rollout_s=600, save_upload_s=1200, reread_s=600,
+              reread=_extends(clock, END - 60 * MIN, END + 4 * 60 * MIN, reads))
+    assert g.step(clock(), [], []) == reservation.RUN
+    clock.now = END - 70 * MIN
+    assert g.step(clock(), [], []) == reservation.SAVE  # read again: not extended yet
+    clock.now = END - 60 * MIN
+    assert g.step(clock(), [], []) == reservation.RUN
+    assert (g.state, g.triggered_after) == (reservation.RUN, None)
+    assert "training on; the save asked for is not the last one any more" in g.log.getvalue()
+
+
+def test_a_failed_re_read_keeps_the_known_end():
+    g = guard(rollout_s=600, save_upload_s=1200, reread=lambda: None)
+    assert g.step(END - 71 * MIN, [], []) == reservation.RUN
+    assert g.step(END - 70 * MIN, [], []) == reservation.SAVE
 
 
 # --- the launcher, end to end, against moto S3 and a stand-in train.py ------------------------------

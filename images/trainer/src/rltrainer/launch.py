@@ -434,7 +434,8 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
     guard = None
     window = reservation.learn_window(os.environ, log=err)
     if window is not None:
-        guard = reservation.EndGuard.from_env(window, os.environ, err)
+        guard = reservation.EndGuard.from_env(window, os.environ, err,
+                                              reread=reservation.end_reader(window.reservation_id))
         late = guard.too_late_to_start(clock())
         if late is not None:
             print(f"rltrainer launch: {late}.", file=err, flush=True)

@@ -7,7 +7,9 @@ gone. So on a Capacity Block the launcher:
 
 1. learns the block's end: the value ``rlkit launch`` rendered into the job
    (``RLTRAINER_RESERVATION_END``), re-read with DescribeCapacityReservations when the pod's
-   credentials allow it (a block can be extended; the fresher value wins);
+   credentials allow it (the fresher value wins), at the start, every 15 minutes, and before it
+   asks for the last save or stops: a block can be extended while it runs (EC2 user guide,
+   "Extend Capacity Blocks"), and an end read once would stop the run at the old one;
 2. keeps two durations: one rollout, and one save plus its upload. Each starts as the kit's
    estimate (``RLTRAINER_ROLLOUT_S``, ``RLTRAINER_SAVE_UPLOAD_S``) and is replaced by what this
    run measures: the time between two saves per rollout, and the time from a save's directory
@@ -50,6 +52,9 @@ DEFAULT_ROLLOUT_S = 600.0
 DEFAULT_SAVE_UPLOAD_S = 2400.0
 
 RUN, SAVE, STOP = "run", "save", "stop"
+# How often a running guard re-reads the block's end (and always before it asks for the last save
+# or stops): a few calls an hour, against EC2's request limits per account.
+REREAD_S = 900.0
 
 
 def save_trigger_path(local_dir: str) -> str:
@@ -88,25 +93,51 @@ def learn_window(env: Mapping[str, str], *, ec2: Any = None, log: TextIO | None 
     if rid is None:
         return window
     try:
-        if ec2 is None:
-            import boto3
-            from botocore.config import Config
-
-            # One quick try: the rendered end is there if this fails, and training waits meanwhile.
-            ec2 = boto3.client("ec2", config=Config(connect_timeout=5, read_timeout=10,
-                                                    retries={"max_attempts": 2, "mode": "standard"}))
-        found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
-        end = found[0].get("EndDate") if found else None
+        end = _describe_end(ec2 or _ec2_client(), rid)
     except Exception as exc:  # noqa: BLE001 - the rendered value stands; say why it was not re-read
         print(f"rltrainer: could not re-read the end of {rid} ({type(exc).__name__}: {exc}); "
               + (f"using {window.source}" if window else "no end is known, so nothing stops this run "
                  "before the block ends"), file=out, flush=True)
         return window
+    return window if end is None else Window(end, f"DescribeCapacityReservations {rid}", rid)
+
+
+def end_reader(reservation_id: str | None, ec2: Any = None) -> Callable[[], Window | None] | None:
+    """What EndGuard calls to re-read the block's end while the run trains: the current Window,
+    or None when the call fails (the guard keeps what it has; the start already said whether the
+    pod may read it). None without a reservation ID."""
+    if reservation_id is None:
+        return None
+    client = [ec2]
+
+    def read() -> Window | None:
+        try:
+            client[0] = client[0] or _ec2_client()
+            end = _describe_end(client[0], reservation_id)
+        except Exception:  # noqa: BLE001 - any failure leaves the known end in place
+            return None
+        return None if end is None else Window(end, f"DescribeCapacityReservations {reservation_id}",
+                                               reservation_id)
+
+    return read
+
+
+def _ec2_client() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    # One quick try: the known end stands if this fails, and training goes on meanwhile.
+    return boto3.client("ec2", config=Config(connect_timeout=5, read_timeout=10,
+                                             retries={"max_attempts": 2, "mode": "standard"}))
+
+
+def _describe_end(ec2: Any, rid: str) -> datetime | None:
+    found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
+    end = found[0].get("EndDate") if found else None
     if end is None:
-        return window
+        return None
     end = end if isinstance(end, datetime) else parse_end(str(end))
-    end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
-    return Window(end, f"DescribeCapacityReservations {rid}", rid)
+    return end if end.tzinfo else end.replace(tzinfo=timezone.utc)
 
 
 def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
@@ -135,12 +166,17 @@ class EndGuard:
     stopped_with: int | None = None  # newest save in S3 when training was stopped
     measured_rollout_s: float | None = None
     measured_save_upload: dict[int, float] = field(default_factory=dict)
+    reread: Callable[[], Window | None] | None = None  # end_reader(); None: the end is fixed
+    reread_s: float = REREAD_S
     _first_seen: dict[int, datetime] = field(default_factory=dict)
+    _read_at: datetime | None = None
 
     @classmethod
-    def from_env(cls, window: Window, env: Mapping[str, str], log: TextIO) -> "EndGuard":
+    def from_env(cls, window: Window, env: Mapping[str, str], log: TextIO,
+                 reread: Callable[[], Window | None] | None = None) -> "EndGuard":
         return cls(window, rollout_s=_seconds(env, ROLLOUT_ESTIMATE_ENV, DEFAULT_ROLLOUT_S),
-                   save_upload_s=_seconds(env, SAVE_UPLOAD_ESTIMATE_ENV, DEFAULT_SAVE_UPLOAD_S), log=log)
+                   save_upload_s=_seconds(env, SAVE_UPLOAD_ESTIMATE_ENV, DEFAULT_SAVE_UPLOAD_S), log=log,
+                   reread=reread)
 
     # --- durations -------------------------------------------------------------------------------
 
@@ -197,10 +233,34 @@ class EndGuard:
         return (f"too late to start: {self.arithmetic(now)}, which does not fit. The block's nodes "
                 "are drained before a save could reach S3; launch on the next reservation")
 
+    def _refresh(self, now: datetime) -> None:
+        """Re-read the end when it is due, or when this step would ask for the save or stop; a
+        later end (the block was extended) moves the plan, and an asked-for save that is no longer
+        the last one lets training go on (Miles still saves it; nothing is lost)."""
+        if self._read_at is None:  # the first step: the launcher has just read it
+            self._read_at = now
+        acting = ((self.state == RUN and now >= self.save_by)
+                  or (self.state == SAVE and now >= self.scale_down))
+        due = (now - self._read_at).total_seconds() >= self.reread_s
+        if self.reread is None or self.state == STOP or not (acting or due):
+            return
+        self._read_at = now
+        fresh = self.reread()
+        if fresh is None or fresh.end <= self.window.end:
+            return
+        print(f"rltrainer: the Capacity Block was extended: it now ends {_fmt(fresh.end)} (was "
+              f"{_fmt(self.window.end)}; {fresh.source})", file=self.log, flush=True)
+        self.window = fresh
+        if self.state == SAVE and now < self.save_by:
+            self.state, self.triggered_after = RUN, None
+            print("rltrainer: training on; the save asked for is not the last one any more",
+                  file=self.log, flush=True)
+
     def step(self, now: datetime, saves: Iterable[int], uploaded: Iterable[int]) -> str:
         """RUN (keep training), SAVE (ask Miles for a save now) or STOP (stop training now)."""
         uploaded = set(uploaded)
         self.observe(now, saves, uploaded)
+        self._refresh(now)
         newest = max(uploaded, default=-1)
         if self.state == RUN:
             if now < self.save_by:
