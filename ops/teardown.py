@@ -3,7 +3,7 @@
 Order: GPU node-group stacks and the storage-access stack (they use the cluster), then the cluster
 (and the storage stack, when it goes), then the network. The data stack (bucket, ECR repository)
 outlives clusters on purpose and goes only when the config is ephemeral or the operator asks for
-it. The storage stack (the shared file system) goes with the data, and only when its file system
+it, and never while a kept storage stack imports its bucket. The storage stack (the shared file system) goes with the data, and only when its file system
 is not retained; while the file system stays, so does the network it lives in. CloudFormation cannot delete a bucket that holds objects
 or a repository that holds images, and the kit adds no auto-delete Lambda (design.md: no custom
 resource where a native way exists), so teardown empties them first: every object version and
@@ -155,7 +155,16 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
             stages.append([stack["network"]])
     plan.stages = [s for s in stages if s]
     if ours(stack["data"]):
-        if cfg.ephemeral or delete_data:
+        if storage and not storage_deletable and delete_data:
+            # The kept storage stack imports the bucket and its key (the file system's data
+            # repository associations): CloudFormation would refuse the delete ("Export ...
+            # cannot be deleted as it is in use"), after teardown had emptied the bucket.
+            plan.kept.append(stack["data"])
+            plan.why_kept[stack["data"]] = (
+                f"the kept {stack['storage']} links its file system to this stack's bucket (it "
+                "imports the bucket and its key), so the data stays with it; with storage.retain: "
+                "false (and the storage stack redeployed) --delete-data deletes both")
+        elif cfg.ephemeral or delete_data:
             plan.stages.append([stack["data"]])
             plan.data_stack = stack["data"]
         else:

@@ -47,12 +47,19 @@ def test_kept_file_system_keeps_its_network(tmp_path, capsys):
     assert "Keeping tt-network: the kept shared file system lives in this VPC." in out
 
 
-def test_retained_file_system_is_kept_even_with_delete_data(tmp_path, capsys):
+def test_retained_file_system_keeps_the_data_it_links_to_even_with_delete_data(tmp_path, capsys):
+    """The storage stack imports the data stack's bucket and key: CloudFormation refuses to delete
+    an export in use, so the data stack stays (and its bucket is not emptied) with the file system."""
     make_env_with_storage()
     code, cfn = run(tmp_path, "name: tt\n", "--delete-data")
-    assert code == 0, capsys.readouterr().out
-    assert live_names() == ["tt-network", "tt-storage"]
-    assert "tt-data" in cfn.deleted
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert live_names() == ["tt-data", "tt-network", "tt-storage"]
+    assert cfn.deleted == ["tt-gpu-p5", "tt-storage-access", "tt-cluster"]
+    assert ("Keeping tt-data: the kept tt-storage links its file system to this stack's bucket (it "
+            "imports the bucket and its key), so the data stays with it; with storage.retain: false "
+            "(and the storage stack redeployed) --delete-data deletes both.") in out
+    assert "object version(s)" not in out  # the bucket was not emptied
 
 
 def test_destroyable_file_system_goes_with_the_cluster_before_the_network(tmp_path, capsys):
