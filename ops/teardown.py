@@ -34,6 +34,9 @@ from ops.aws import AWS_ERRORS
 
 _GONE = {"DELETE_COMPLETE"}
 _FAILED = {"DELETE_FAILED"}
+# A stack that shows no DELETE_* status this long after DeleteStack was refused (its status is the
+# one it had before); a poll right after the call may still show the old status.
+REFUSED_AFTER_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -244,14 +247,15 @@ def delete_images(ecr: Any, repository: str, dry_run: bool = False) -> int:
 # --- deleting stacks -----------------------------------------------------------------------------
 
 
-def stack_status(cfn: Any, stack: str) -> str | None:
+def stack_status(cfn: Any, stack: str) -> tuple[str, str] | None:
+    """(status, status reason) of a stack, None when it is gone."""
     try:
         found = cfn.describe_stacks(StackName=stack).get("Stacks", [])
     except AWS_ERRORS as err:
         if "does not exist" in str(err):
             return None
         raise
-    return found[0]["StackStatus"] if found else None
+    return (found[0]["StackStatus"], found[0].get("StackStatusReason", "")) if found else None
 
 
 def failure_reasons(cfn: Any, stack: str, limit: int = 3) -> list[str]:
@@ -275,10 +279,19 @@ def delete_stacks(cfn: Any, stacks: list[str], echo: Callable[[str], None],
     last: dict[str, str | None] = {}
     while pending:
         for s in list(pending):
-            status = stack_status(cfn, s)
-            if status is None or status in _GONE:
+            state = stack_status(cfn, s)
+            status, reason = state or ("DELETE_COMPLETE", "")
+            if status in _GONE:
                 echo(f"  {s}: deleted [{clock() - start:.0f} s]")
                 pending.remove(s)
+            elif not status.startswith("DELETE_") and (
+                    last.get(s) == "DELETE_IN_PROGRESS" or clock() - start >= REFUSED_AFTER_S):
+                # A refused delete ends in the status the stack had before, not in DELETE_FAILED
+                # (an export another stack imports: aws/aws-cdk#604, boto/botocore#2590).
+                raise TeardownError(
+                    f"CloudFormation did not delete stack {s}: it is {status} again"
+                    f"{': ' + reason if reason else ''}. Fix: delete or update what it names "
+                    "first (a stack that imports this one's outputs), then run teardown again")
             elif status in _FAILED:
                 reasons = "; ".join(failure_reasons(cfn, s)) or "see the stack's events"
                 raise TeardownError(

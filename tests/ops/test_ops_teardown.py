@@ -245,6 +245,47 @@ def test_delete_failed_names_the_resource_and_the_fix():
     assert "run teardown again" in msg
 
 
+@pytest.mark.parametrize("seen_deleting", [True, False])
+def test_a_refused_delete_is_reported_with_its_reason_not_waited_out(seen_deleting):
+    """CloudFormation answers a delete it refuses (an export in use) by putting the stack back in
+    its previous status with the reason, never DELETE_FAILED (aws/aws-cdk#604, boto/botocore#2590);
+    the wait used to run to its timeout and then say the delete carries on."""
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    stub = Stubber(cfn)
+    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    reason = ("Export tt-data:ExportsOutputRefDataBucketE6B0FAA83794BF10 cannot be deleted as it "
+              "is in use by tt-storage")
+    stub.add_response("delete_stack", {}, {"StackName": "tt-data"})
+    if seen_deleting:
+        stub.add_response("describe_stacks", {"Stacks": [{
+            "StackName": "tt-data", "StackStatus": "DELETE_IN_PROGRESS", "CreationTime": now}]})
+    stub.add_response("describe_stacks", {"Stacks": [{
+        "StackName": "tt-data", "StackStatus": "UPDATE_COMPLETE", "StackStatusReason": reason,
+        "CreationTime": now}]})
+    clock = iter([0, 40, 40, 40, 40]) if seen_deleting else iter([0, 40, 40, 40])
+    with stub, pytest.raises(TeardownError) as err:
+        delete_stacks(cfn, ["tt-data"], echo=lambda s: None, poll_s=0, clock=clock.__next__)
+    assert str(err.value) == (
+        f"CloudFormation did not delete stack tt-data: it is UPDATE_COMPLETE again: {reason}. Fix: "
+        "delete or update what it names first (a stack that imports this one's outputs), then run "
+        "teardown again")
+
+
+def test_the_old_status_right_after_the_delete_is_not_a_refusal():
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    stub = Stubber(cfn)
+    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    stub.add_response("delete_stack", {}, {"StackName": "tt-cluster"})
+    for status in ("UPDATE_COMPLETE", "DELETE_IN_PROGRESS"):
+        stub.add_response("describe_stacks", {"Stacks": [{
+            "StackName": "tt-cluster", "StackStatus": status, "CreationTime": now}]})
+    stub.add_client_error("describe_stacks", service_error_code="ValidationError",
+                          service_message="Stack with id tt-cluster does not exist")
+    with stub:
+        delete_stacks(cfn, ["tt-cluster"], echo=lambda s: None, poll_s=0,
+                      clock=iter(range(0, 100, 5)).__next__)
+
+
 def test_wait_shows_progress_until_gone():
     cfn = boto3.client("cloudformation", region_name=REGION)
     stub = Stubber(cfn)
