@@ -47,6 +47,7 @@ class ClusterStack(Stack):
             gpu_tolerations=config.gpu_tolerations(),
             kubectl_layer_factory=versions.kubectl_layer_class(config.kubernetes_version),
             cluster_name=cluster_name,
+            control_plane_logs=log_groups is not None,
         )
         self.cluster = kit_cluster.cluster
         if log_groups is not None:

@@ -34,7 +34,8 @@ class KitCluster(Construct):
                  endpoint_access: EndpointAccessConfig, admin_role_arns: list[str],
                  system_nodes: SystemNodesConfig, managed_addons: dict[str, str | None],
                  node_monitoring_agent: bool, gpu_tolerations: list[dict[str, str]],
-                 kubectl_layer_factory, cluster_name: str | None = None) -> None:
+                 kubectl_layer_factory, cluster_name: str | None = None,
+                 control_plane_logs: bool = True) -> None:
         super().__init__(scope, id)
         # The key lives as long as the secrets it protects: the cluster is always deleted with
         # its stack, so a kept key would only be a monthly charge and a teardown leftover. Deleting
@@ -55,11 +56,13 @@ class KitCluster(Construct):
             # Capacity is added explicitly below (system) and by the GPU stacks.
             default_capacity=0,
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            # Only into the group the kit creates with a retention (ClusterLogGroups): without it
+            # EKS creates /aws/eks/<name>/cluster itself, kept forever and left after teardown.
             cluster_logging=[
                 eks.ClusterLoggingTypes.API, eks.ClusterLoggingTypes.AUDIT,
                 eks.ClusterLoggingTypes.AUTHENTICATOR, eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
                 eks.ClusterLoggingTypes.SCHEDULER,
-            ],
+            ] if control_plane_logs else None,
             secrets_encryption_key=self.secrets_key,
             # Explicitly off: CloudFormation's role creates the cluster, so an admin entry for the
             # creator would grant nobody a human can use. Access comes from admin_role_arns only.

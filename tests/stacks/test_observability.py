@@ -207,7 +207,19 @@ def test_observability_off_removes_addon_groups_and_dashboard(synth_config):
     assert names.OutputKeys.DASHBOARD_NAME not in t["Outputs"]
     [cluster] = resources(t, "AWS::EKS::Cluster").values()
     assert cluster["Properties"]["Name"] == cfg.name  # toggling never renames (replaces) it
+    # No control-plane logging either: EKS would create /aws/eks/<name>/cluster itself, with no
+    # retention, outliving the stack (and blocking the kit's own group when turned back on).
+    assert "Logging" not in cluster["Properties"]
     assert stacks
+
+
+def test_control_plane_logs_go_only_to_the_group_the_kit_creates(synth):
+    t = synth("default").template("cluster")
+    [cluster] = resources(t, "AWS::EKS::Cluster").values()
+    enabled = cluster["Properties"]["Logging"]["ClusterLogging"]["EnabledTypes"]
+    assert {e["Type"] for e in enabled} == {"api", "audit", "authenticator", "controllerManager",
+                                            "scheduler"}
+    assert names.control_plane_log_group(cluster["Properties"]["Name"]) in log_groups(t)
 
 
 def test_retention_must_be_a_cloudwatch_period():
