@@ -395,6 +395,20 @@ def test_upload_reads_each_file_once_and_s3_checks_the_checksum(s3, tmp_path: Pa
         assert head.get("ChecksumCRC32"), f"{rel} carries an S3 CRC32 checksum"
 
 
+def test_a_bucket_with_versioning_suspended_still_publishes(s3, tmp_path: Path, monkeypatch):
+    """S3 answers VersionId "null" for objects put while versioning is suspended (moto answers
+    none): the upload and the check before the manifest must read it alike, or no save is ever
+    published and every scan uploads every save again."""
+    src = tmp_path / "src"
+    make_save(src, 10, seed=1)
+    store = store_for(s3)
+    real_head = store._head
+    monkeypatch.setattr(store, "_head", lambda key: {**real_head(key), "VersionId": "null"})
+    result = store.upload(src, 10)
+    assert result.status == "uploaded" and store.list_complete() == [10]
+    assert all(f.version_id is None for f in result.manifest.files)  # nothing pinned
+
+
 def test_multipart_uploads_use_parallel_parts_and_verify_on_restore(s3, tmp_path: Path):
     """A shard above the multipart threshold goes up in parts; its composite CRC32 verifies on restore."""
     from boto3.s3.transfer import TransferConfig

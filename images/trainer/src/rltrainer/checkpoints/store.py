@@ -28,6 +28,14 @@ class UploadResult:
     manifest: Manifest | None = None
 
 
+def _pinned_version(head: dict) -> str | None:
+    """The VersionId a manifest pins: S3 returns one on a versioned bucket, and "null" for an
+    object put while versioning was off or suspended, which a later put overwrites in place
+    (nothing to pin). Upload and publish compare through this one reading."""
+    version = head.get("VersionId")
+    return version if version and version != "null" else None
+
+
 def _error_code(exc: BaseException) -> str:
     response = getattr(exc, "response", None) or {}
     code = str(response.get("Error", {}).get("Code", ""))
@@ -212,7 +220,7 @@ class S3CheckpointStore:
         # also pins each object's version, so a writer that comes after it changes nothing.
         for entry in entries:
             head = self._head(self.key(entry.path))
-            now = (*self._size_and_crc(head), head.get("VersionId") or None)
+            now = (*self._size_and_crc(head), _pinned_version(head))
             if now != (entry.size, entry.crc32, entry.version_id):
                 skip = self._skip_reason(iteration)
                 if skip:
@@ -292,11 +300,8 @@ class S3CheckpointStore:
             raise IncompleteCheckpoint(f"{path} changed size during its upload ({size} -> {got_size} bytes)")
         # S3 says which kind of checksum it kept; without that (moto), the part size decides
         part_size = 0 if head.get("ChecksumType") == "FULL_OBJECT" else self._part_size(size)
-        # S3 returns a VersionId on a versioned bucket ("null" for objects put while versioning
-        # was off or suspended, which a later put overwrites in place: nothing to pin then)
-        version = head.get("VersionId")
-        version = version if version and version != "null" else None
-        return FileEntry(path=rel, size=size, crc32=crc, part_size=part_size, version_id=version)
+        return FileEntry(path=rel, size=size, crc32=crc, part_size=part_size,
+                         version_id=_pinned_version(head))
 
     # -- restore
 
