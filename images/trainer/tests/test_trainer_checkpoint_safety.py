@@ -395,6 +395,27 @@ def test_upload_reads_each_file_once_and_s3_checks_the_checksum(s3, tmp_path: Pa
         assert head.get("ChecksumCRC32"), f"{rel} carries an S3 CRC32 checksum"
 
 
+def test_a_manifest_put_whose_answer_is_lost_counts_as_this_writers_upload(s3, tmp_path: Path):
+    """The conditional PUT lands, its response is lost (a read timeout), and the retry gets 412
+    from the writer's own manifest: that is this writer's upload, not another writer's, or the
+    Capacity Block guard never sees the save it asked for."""
+    from botocore.exceptions import ReadTimeoutError
+
+    src = tmp_path / "src"
+    make_save(src, 10, seed=1)
+    lost = []
+
+    def lose_the_answer(name, _n, kwargs):
+        if name == "put_object" and kwargs["Key"].endswith("_COMPLETE.json") and not lost:
+            lost.append(kwargs["Key"])
+            raise ReadTimeoutError(endpoint_url="https://s3.amazonaws.com")
+
+    log = io.StringIO()
+    result = store_for(HookedClient(s3, after=lose_the_answer), log).upload(src, 10)
+    assert lost and result.status == "uploaded"
+    assert "another writer" not in log.getvalue()  # another writer's 412: the test above
+
+
 def test_a_bucket_with_versioning_suspended_still_publishes(s3, tmp_path: Path, monkeypatch):
     """S3 answers VersionId "null" for objects put while versioning is suspended (moto answers
     none): the upload and the check before the manifest must read it alike, or no save is ever

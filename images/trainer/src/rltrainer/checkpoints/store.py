@@ -236,11 +236,21 @@ class S3CheckpointStore:
                                                ContentType="application/json", IfNoneMatch="*"),
             )
         except ClientError as exc:
-            if _error_code(exc) in ("PreconditionFailed", "412"):
-                self._log(f"{iter_dirname(iteration)} was completed by another writer first; keeping theirs")
-                return UploadResult(iteration, "already-complete")
-            raise
+            if _error_code(exc) not in ("PreconditionFailed", "412"):
+                raise
+            if self._holds(iteration, manifest):  # ours: the PUT landed, its answer was lost
+                return UploadResult(iteration, "uploaded", manifest)
+            self._log(f"{iter_dirname(iteration)} was completed by another writer first; keeping theirs")
+            return UploadResult(iteration, "already-complete")
         return UploadResult(iteration, "uploaded", manifest)
+
+    def _holds(self, iteration: int, manifest: Manifest) -> bool:
+        """Whether S3's manifest of ``iteration`` is ``manifest`` (its creation stamp included):
+        a retried PUT whose first try landed gets 412 from its own manifest."""
+        try:
+            return self.read_manifest(iteration) == manifest
+        except ManifestError:
+            return False
 
     def _skip_reason(self, iteration: int) -> UploadResult | None:
         """Skip an iteration S3 already has complete or quarantined (one LIST finds both markers)."""
