@@ -22,6 +22,9 @@ from ops.gate.bisect import subset_job
 from ops.gate.traffic import POD_LINE
 from ops.kube import Kubectl, KubectlError, objects_in
 
+# Failed reads of a running job in a row that the wait rides out (polls apart) before it gives up.
+POLL_FAILURES_TOLERATED = 5
+
 
 class GateInterrupted(Exception):
     """Ctrl-C during the gate; the message says what was cleaned up or is left."""
@@ -141,12 +144,25 @@ class GateRunner:
             return "complete"
         start = self.clock()
         last = None
+        failures = 0
         while True:
-            job = self.k.get_json(["job", name, "-n", self.ns]) or {}
+            try:
+                job = self.k.get_json(["job", name, "-n", self.ns]) or {}
+                pods = self._pods(name)
+            except KubectlError as err:
+                # A poll, not a change: one refused or timed-out read (API server throttling or
+                # restarting) must not end a gate that ran for an hour; several in a row do.
+                failures += 1
+                if failures >= POLL_FAILURES_TOLERATED:
+                    raise
+                self.echo(f"  {key}: could not read the job ({err.message}); trying again "
+                          f"({failures} of {POLL_FAILURES_TOLERATED - 1})")
+                self.sleep(self.poll_s)
+                continue
+            failures = 0
             status = job.get("status", {})
             conditions = {c["type"]: c.get("status") for c in status.get("conditions", [])}
             elapsed = self.clock() - start
-            pods = self._pods(name)
             phases: dict[str, int] = {}
             for p in pods:
                 phase = p.get("status", {}).get("phase", "Unknown")

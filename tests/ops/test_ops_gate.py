@@ -478,6 +478,27 @@ def test_ctrl_c_reports_exactly_what_is_left_when_delete_fails(tmp_path, kubectl
     assert "Unable to connect to the server" in msg
 
 
+def test_a_few_failed_reads_of_a_running_job_do_not_end_the_gate(tmp_path, kubectl):
+    """An API server that throttles or restarts answers a poll or two with an error; the gate
+    (an hour of jobs, then bisection) goes on, and gives up only after several in a row."""
+    from ops.gate.runner import POLL_FAILURES_TOLERATED
+    from ops.kube import KubectlError
+
+    said: list[str] = []
+    kubectl.rule(["get", "job"], rc=1, times=POLL_FAILURES_TOLERATED - 1,
+                 stderr="Error from server (TooManyRequests): the server has received too many requests")
+    kubectl.rule(["get", "job"], stdout=job_json(True))
+    runner = _runner(tmp_path, Kubectl(), lambda _: None)
+    runner.echo = said.append
+    assert runner.wait("nodecheck", "fabric-p5-nodecheck") == "complete"
+    assert sum("could not read the job" in s for s in said) == POLL_FAILURES_TOLERATED - 1
+    assert said[0].startswith("  nodecheck: could not read the job (Error from server (TooManyRequests)")
+    # One more in a row ends it, with kubectl's own error.
+    kubectl.rule(["get", "pods"], rc=1, stderr="Unable to connect to the server", times=10 ** 6)
+    with pytest.raises(KubectlError, match="Unable to connect to the server"):
+        runner.wait("nodecheck", "fabric-p5-nodecheck")
+
+
 def test_missing_kubectl_is_named(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert run_gate(tmp_path) == 2
