@@ -266,15 +266,44 @@ def failure_reasons(cfn: Any, stack: str, limit: int = 3) -> list[str]:
     return reasons[:limit]
 
 
+def _wait_until_settled(cfn: Any, stack: str, echo: Callable[[str], None], poll_s: float,
+                        deadline: float, sleep: Callable[[float], None],
+                        clock: Callable[[], float]) -> None:
+    """Wait while ``stack`` is being created, updated or rolled back (not deleted)."""
+    shown = None
+    while True:
+        state = stack_status(cfn, stack)
+        status = state[0] if state else "DELETE_COMPLETE"
+        if not status.endswith("_IN_PROGRESS") or status == "DELETE_IN_PROGRESS":
+            return
+        if status != shown:
+            echo(f"  {stack} is {status}: waiting for it to finish before deleting it")
+            shown = status
+        if clock() >= deadline:
+            raise TeardownError(
+                f"{stack} is still {status}; CloudFormation cannot delete a stack in the middle "
+                "of an operation. Fix: wait for it to finish (or cancel an update: aws "
+                f"cloudformation cancel-update-stack --stack-name {stack}), then run teardown again")
+        sleep(poll_s)
+
+
 def delete_stacks(cfn: Any, stacks: list[str], echo: Callable[[str], None],
                   poll_s: float = 15, timeout_s: float = 3600,
                   sleep: Callable[[float], None] = time.sleep,
                   clock: Callable[[], float] = time.monotonic) -> None:
-    """Delete these stacks together and wait until all are gone, printing progress."""
-    for s in stacks:
-        cfn.delete_stack(StackName=s)
-        echo(f"  deleting {s}")
+    """Delete these stacks together and wait until all are gone, printing progress. A stack in
+    the middle of an update (a `cdk deploy` stopped with Ctrl-C carries on) is waited for first:
+    CloudFormation refuses to delete a stack while it is UPDATE_IN_PROGRESS."""
     start = clock()
+    for s in stacks:
+        try:
+            cfn.delete_stack(StackName=s)
+        except AWS_ERRORS as err:
+            if "cannot be deleted while in status" not in str(err):
+                raise
+            _wait_until_settled(cfn, s, echo, poll_s, start + timeout_s, sleep, clock)
+            cfn.delete_stack(StackName=s)
+        echo(f"  deleting {s}")
     pending = list(stacks)
     last: dict[str, str | None] = {}
     while pending:

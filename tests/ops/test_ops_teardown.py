@@ -286,6 +286,48 @@ def test_the_old_status_right_after_the_delete_is_not_a_refusal():
                       clock=iter(range(0, 100, 5)).__next__)
 
 
+def test_a_stack_in_the_middle_of_an_update_is_waited_for_then_deleted():
+    """A `cdk deploy` stopped with Ctrl-C leaves CloudFormation updating; DeleteStack is refused
+    until the update ends (ValidationError "cannot be deleted while in status ...")."""
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    stub = Stubber(cfn)
+    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    stub.add_client_error("delete_stack", service_error_code="ValidationError", service_message=(
+        "Stack [tt-gpu-p5] cannot be deleted while in status UPDATE_IN_PROGRESS"))
+    for status in ("UPDATE_IN_PROGRESS", "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS", "UPDATE_COMPLETE"):
+        stub.add_response("describe_stacks", {"Stacks": [{
+            "StackName": "tt-gpu-p5", "StackStatus": status, "CreationTime": now}]})
+    stub.add_response("delete_stack", {}, {"StackName": "tt-gpu-p5"})
+    stub.add_client_error("describe_stacks", service_error_code="ValidationError",
+                          service_message="Stack with id tt-gpu-p5 does not exist")
+    lines: list[str] = []
+    with stub:
+        delete_stacks(cfn, ["tt-gpu-p5"], echo=lines.append, poll_s=0,
+                      clock=iter(range(0, 100, 5)).__next__)
+    assert lines == [
+        "  tt-gpu-p5 is UPDATE_IN_PROGRESS: waiting for it to finish before deleting it",
+        "  tt-gpu-p5 is UPDATE_COMPLETE_CLEANUP_IN_PROGRESS: waiting for it to finish before deleting it",
+        "  deleting tt-gpu-p5", "  tt-gpu-p5: deleted [15 s]"]
+
+
+def test_an_update_that_outlasts_the_timeout_is_named_with_the_fix():
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    stub = Stubber(cfn)
+    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    stub.add_client_error("delete_stack", service_error_code="ValidationError", service_message=(
+        "Stack [tt-cluster] cannot be deleted while in status UPDATE_ROLLBACK_IN_PROGRESS"))
+    for _ in range(2):
+        stub.add_response("describe_stacks", {"Stacks": [{
+            "StackName": "tt-cluster", "StackStatus": "UPDATE_ROLLBACK_IN_PROGRESS", "CreationTime": now}]})
+    with stub, pytest.raises(TeardownError) as err:
+        delete_stacks(cfn, ["tt-cluster"], echo=lambda s: None, poll_s=0, timeout_s=60,
+                      clock=iter([0, 30, 90]).__next__)
+    assert str(err.value) == (
+        "tt-cluster is still UPDATE_ROLLBACK_IN_PROGRESS; CloudFormation cannot delete a stack in "
+        "the middle of an operation. Fix: wait for it to finish (or cancel an update: aws "
+        "cloudformation cancel-update-stack --stack-name tt-cluster), then run teardown again")
+
+
 def test_wait_shows_progress_until_gone():
     cfn = boto3.client("cloudformation", region_name=REGION)
     stub = Stubber(cfn)
