@@ -390,9 +390,23 @@ def belongs_to(arn: str, stacks: list[str], physical_ids: list[str]) -> bool:
 
 def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
                      echo: Callable[[str], None], dry: str) -> list[str]:
-    """Empty the data stack's buckets and repository; returns the IDs CloudFormation keeps."""
+    """Empty the data stack's buckets and repository; returns the IDs CloudFormation keeps.
+
+    Server access logging is turned off first and the buckets that receive access logs are
+    emptied last: S3 delivers access logs late (best effort), and a record landing in an emptied
+    log bucket fails CloudFormation's delete of it (BucketNotEmpty)."""
     kept_ids = []
-    for res in data_resources(cfn, stack):
+    resources = data_resources(cfn, stack)
+    log_targets = set()
+    for res in resources:
+        if res.kind == "bucket" and not res.retained:
+            target = s3.get_bucket_logging(Bucket=res.name).get("LoggingEnabled", {}).get("TargetBucket")
+            if target:
+                log_targets.add(target)
+                if not dry_run:
+                    s3.put_bucket_logging(Bucket=res.name, BucketLoggingStatus={})
+                echo(f"{dry or ''}Turned off access logging of bucket {res.name} (to {target})")
+    for res in sorted(resources, key=lambda r: r.name in log_targets):
         if res.retained:
             kept_ids.append(res.name)
             echo(f"{res.kind} {res.name} has DeletionPolicy Retain (storage.retain: true): "

@@ -88,6 +88,29 @@ def test_ephemeral_empties_versioned_bucket_and_images_before_deleting_data(tmp_
     assert "Teardown complete." in out
 
 
+def test_access_logging_stops_first_and_the_log_bucket_is_emptied_last(tmp_path, capsys):
+    """S3 delivers access logs late: a record landing in a log bucket emptied before the bucket
+    it logs made CloudFormation's delete of it fail (BucketNotEmpty)."""
+    ids = make_env(data={"DataAccessLogs": {"Type": "AWS::S3::Bucket"},  # the kit's logical IDs
+                         "DataBucket": {"Type": "AWS::S3::Bucket"}})
+    s3 = boto3.client("s3", region_name=REGION)
+    logs, data = ids["DataAccessLogs"], ids["DataBucket"]
+    assert logs < data  # by name the log bucket comes first, as in the kit's data stack
+    s3.put_bucket_policy(Bucket=logs, Policy=json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Service": "logging.s3.amazonaws.com"},
+        "Action": "s3:PutObject", "Resource": f"arn:aws:s3:::{logs}/*"}]}))
+    s3.put_bucket_logging(Bucket=data, BucketLoggingStatus={"LoggingEnabled": {
+        "TargetBucket": logs, "TargetPrefix": "data/"}})
+    fill_bucket(data)
+    code, _ = run(tmp_path, "--yes", ephemeral=True)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    turned_off = out.index(f"Turned off access logging of bucket {data} (to {logs})")
+    emptied_data = out.index(f"in bucket {data}")
+    emptied_logs = out.index(f"in bucket {logs}")
+    assert turned_off < emptied_data < emptied_logs
+
+
 def test_delete_data_flag_deletes_data_of_a_normal_config(tmp_path):
     make_env()
     code, cfn = run(tmp_path, "--yes", "--delete-data")
