@@ -405,7 +405,8 @@ def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
                 log_targets.add(target)
                 if not dry_run:
                     s3.put_bucket_logging(Bucket=res.name, BucketLoggingStatus={})
-                echo(f"{dry or ''}Turned off access logging of bucket {res.name} (to {target})")
+                echo(f"{'[dry-run] would turn' if dry_run else 'Turned'} off access logging of "
+                     f"bucket {res.name} (to {target})")
     for res in sorted(resources, key=lambda r: r.name in log_targets):
         if res.retained:
             kept_ids.append(res.name)
