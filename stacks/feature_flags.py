@@ -17,7 +17,8 @@ Effect of turning the recommended flags on, measured on every example with aws-c
   ``build_stacks`` sets the stack tags explicitly (rlkit teardown reads them).
 - ``@aws-cdk/aws-lambda:useCdkManagedLogGroup``: the kubectl provider's two functions get
   CloudFormation-managed log groups (tagged, 2-year retention, deleted with the stack) instead of
-  ones Lambda creates on first run and nobody deletes.
+  ones Lambda creates on first run and nobody deletes; infra/constructs/cluster.py orders them
+  before the first Helm release and after the last uninstall.
 - ``@aws-cdk/aws-ec2:restrictDefaultSecurityGroup``: kept off, see NOT_RECOMMENDED.
 The other recommended flags change nothing in today's templates.
 """

@@ -6,6 +6,7 @@ from aws_cdk import Annotations, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra import names, versions
@@ -73,7 +74,18 @@ class KitCluster(Construct):
             kubectl_provider_options=eks.KubectlProviderOptions(
                 kubectl_layer=kubectl_layer_factory(self, "KubectlLayer")),
         )
-        acknowledge_kubectl_provider(self.cluster.node.find_child("KubectlProvider"))
+        provider = self.cluster.node.find_child("KubectlProvider")
+        acknowledge_kubectl_provider(provider)
+        # The provider's log groups are named after its functions, so CloudFormation makes them
+        # after the functions and, with nothing depending on them, deletes them while Helm
+        # releases are still uninstalled through those functions; Lambda then recreates them
+        # untagged and never expiring (aws/aws-cdk#31487), and a first invocation that beat the
+        # group's creation would fail it with AlreadyExists. Every kubectl resource waits on the
+        # ready barrier: the barrier waits on the groups, so they outlive the last invocation.
+        barrier = self.cluster.node.find_child("KubectlReadyBarrier")
+        for group in provider.node.find_all():
+            if isinstance(group, logs.CfnLogGroup):
+                barrier.node.add_dependency(group)
         # Only an imported VPC (vpc.existing) triggers this: its owner tags its subnets. The kit
         # creates no load balancers; README "Existing VPC" lists the tags the AWS Load Balancer
         # Controller needs.

@@ -69,3 +69,52 @@ def test_every_managed_addon_overwrites_eks_bootstrapped_fields(synth, example):
     assert not wrong, f"add-ons that would fail over a bootstrapped copy: {wrong}"
     cluster = only(s.template("cluster"), "AWS::EKS::Cluster")["Properties"]
     assert cluster.get("BootstrapSelfManagedAddons", True) is True  # the choice this rests on
+
+
+def _needs(template: dict, logical_id: str) -> set[str]:
+    """Everything ``logical_id`` waits for: DependsOn, Ref and GetAtt, transitively."""
+    res = template["Resources"]
+
+    def direct(lid: str) -> set[str]:
+        found = set(_depends_on(res[lid]))
+
+        def walk(node):
+            if isinstance(node, dict):
+                if isinstance(node.get("Ref"), str) and node["Ref"] in res:
+                    found.add(node["Ref"])
+                if isinstance(node.get("Fn::GetAtt"), list) and node["Fn::GetAtt"][0] in res:
+                    found.add(node["Fn::GetAtt"][0])
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, list):
+                for value in node:
+                    walk(value)
+
+        walk(res[lid].get("Properties", {}))
+        return found
+
+    seen: set[str] = set()
+    todo = [logical_id]
+    while todo:
+        for dep in direct(todo.pop()) - seen:
+            seen.add(dep)
+            todo.append(dep)
+    return seen
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_kubectl_resources_run_only_while_the_providers_log_groups_exist(synth, example):
+    # The kubectl provider's log groups are named after its functions, so nothing waited for them:
+    # created after the functions (a first Helm install could beat them, and the group's create
+    # then fails with AlreadyExists) and deleted while Helm releases were still being uninstalled,
+    # after which Lambda recreates them untagged and never expiring [aws/aws-cdk#31487].
+    cluster = synth(example).template("cluster")
+    functions = {k for k, r in resources(cluster, "AWS::Lambda::Function").items()
+                 if "KubectlProvider" in k}
+    groups = {k for k, r in resources(cluster, "AWS::Logs::LogGroup").items()
+              if _needs(cluster, k) & functions}
+    assert len(groups) == 2, groups
+    kubectl = {k for k, r in cluster["Resources"].items() if r["Type"].startswith("Custom::AWSCDK-EKS-")}
+    assert kubectl
+    for k in sorted(kubectl):
+        assert groups <= _needs(cluster, k), f"{k} does not wait for {sorted(groups - _needs(cluster, k))}"
