@@ -268,26 +268,43 @@ def test_delete_failed_names_the_resource_and_the_fix():
     assert "run teardown again" in msg
 
 
+def _cfn_answering(stack: str, *answers):
+    """A CloudFormation client stubbed for ``delete_stacks`` on ``stack``, answering in order:
+    "delete" (DeleteStack accepted), ("refuse", status) (DeleteStack refused mid-operation), a
+    status or (status, reason) (DescribeStacks), "gone" (DescribeStacks: no such stack)."""
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    stub = Stubber(cfn)
+    for answer in answers:
+        if answer == "delete":
+            stub.add_response("delete_stack", {}, {"StackName": stack})
+        elif answer == "gone":
+            stub.add_client_error("describe_stacks", service_error_code="ValidationError",
+                                  service_message=f"Stack with id {stack} does not exist")
+        elif answer[0] == "refuse":
+            stub.add_client_error("delete_stack", service_error_code="ValidationError",
+                                  service_message=f"Stack [{stack}] cannot be deleted while in "
+                                                  f"status {answer[1]}")
+        else:
+            status, reason = answer if isinstance(answer, tuple) else (answer, None)
+            doc = {"StackName": stack, "StackStatus": status,
+                   "CreationTime": datetime(2026, 3, 1, tzinfo=timezone.utc)}
+            stub.add_response("describe_stacks", {"Stacks": [
+                {**doc, "StackStatusReason": reason} if reason else doc]})
+    return cfn, stub
+
+
 @pytest.mark.parametrize("seen_deleting", [True, False])
 def test_a_refused_delete_is_reported_with_its_reason_not_waited_out(seen_deleting):
     """CloudFormation answers a delete it refuses (an export in use) by putting the stack back in
     its previous status with the reason, never DELETE_FAILED (aws/aws-cdk#604, boto/botocore#2590);
     the wait used to run to its timeout and then say the delete carries on."""
-    cfn = boto3.client("cloudformation", region_name=REGION)
-    stub = Stubber(cfn)
-    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
     reason = ("Export tt-data:ExportsOutputRefDataBucketE6B0FAA83794BF10 cannot be deleted as it "
               "is in use by tt-storage")
-    stub.add_response("delete_stack", {}, {"StackName": "tt-data"})
-    if seen_deleting:
-        stub.add_response("describe_stacks", {"Stacks": [{
-            "StackName": "tt-data", "StackStatus": "DELETE_IN_PROGRESS", "CreationTime": now}]})
-    stub.add_response("describe_stacks", {"Stacks": [{
-        "StackName": "tt-data", "StackStatus": "UPDATE_COMPLETE", "StackStatusReason": reason,
-        "CreationTime": now}]})
-    clock = iter([0, 40, 40, 40, 40]) if seen_deleting else iter([0, 40, 40, 40])
+    cfn, stub = _cfn_answering("tt-data", "delete", *(["DELETE_IN_PROGRESS"] if seen_deleting else []),
+                               ("UPDATE_COMPLETE", reason))
     with stub, pytest.raises(TeardownError) as err:
-        delete_stacks(cfn, ["tt-data"], echo=lambda s: None, poll_s=0, clock=clock.__next__)
+        delete_stacks(cfn, ["tt-data"], echo=lambda s: None, poll_s=0,
+                      clock=iter([0, 40, 40, 40, 40]).__next__)
     assert str(err.value) == (
         f"CloudFormation did not delete stack tt-data: it is UPDATE_COMPLETE again: {reason}. Fix: "
         "delete or update what it names first (a stack that imports this one's outputs), then run "
@@ -295,15 +312,7 @@ def test_a_refused_delete_is_reported_with_its_reason_not_waited_out(seen_deleti
 
 
 def test_the_old_status_right_after_the_delete_is_not_a_refusal():
-    cfn = boto3.client("cloudformation", region_name=REGION)
-    stub = Stubber(cfn)
-    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
-    stub.add_response("delete_stack", {}, {"StackName": "tt-cluster"})
-    for status in ("UPDATE_COMPLETE", "DELETE_IN_PROGRESS"):
-        stub.add_response("describe_stacks", {"Stacks": [{
-            "StackName": "tt-cluster", "StackStatus": status, "CreationTime": now}]})
-    stub.add_client_error("describe_stacks", service_error_code="ValidationError",
-                          service_message="Stack with id tt-cluster does not exist")
+    cfn, stub = _cfn_answering("tt-cluster", "delete", "UPDATE_COMPLETE", "DELETE_IN_PROGRESS", "gone")
     with stub:
         delete_stacks(cfn, ["tt-cluster"], echo=lambda s: None, poll_s=0,
                       clock=iter(range(0, 100, 5)).__next__)
@@ -312,17 +321,8 @@ def test_the_old_status_right_after_the_delete_is_not_a_refusal():
 def test_a_stack_in_the_middle_of_an_update_is_waited_for_then_deleted():
     """A `cdk deploy` stopped with Ctrl-C leaves CloudFormation updating; DeleteStack is refused
     until the update ends (ValidationError "cannot be deleted while in status ...")."""
-    cfn = boto3.client("cloudformation", region_name=REGION)
-    stub = Stubber(cfn)
-    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
-    stub.add_client_error("delete_stack", service_error_code="ValidationError", service_message=(
-        "Stack [tt-gpu-p5] cannot be deleted while in status UPDATE_IN_PROGRESS"))
-    for status in ("UPDATE_IN_PROGRESS", "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS", "UPDATE_COMPLETE"):
-        stub.add_response("describe_stacks", {"Stacks": [{
-            "StackName": "tt-gpu-p5", "StackStatus": status, "CreationTime": now}]})
-    stub.add_response("delete_stack", {}, {"StackName": "tt-gpu-p5"})
-    stub.add_client_error("describe_stacks", service_error_code="ValidationError",
-                          service_message="Stack with id tt-gpu-p5 does not exist")
+    cfn, stub = _cfn_answering("tt-gpu-p5", ("refuse", "UPDATE_IN_PROGRESS"), "UPDATE_IN_PROGRESS",
+                               "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS", "UPDATE_COMPLETE", "delete", "gone")
     lines: list[str] = []
     with stub:
         delete_stacks(cfn, ["tt-gpu-p5"], echo=lines.append, poll_s=0,
@@ -334,14 +334,8 @@ def test_a_stack_in_the_middle_of_an_update_is_waited_for_then_deleted():
 
 
 def test_an_update_that_outlasts_the_timeout_is_named_with_the_fix():
-    cfn = boto3.client("cloudformation", region_name=REGION)
-    stub = Stubber(cfn)
-    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
-    stub.add_client_error("delete_stack", service_error_code="ValidationError", service_message=(
-        "Stack [tt-cluster] cannot be deleted while in status UPDATE_ROLLBACK_IN_PROGRESS"))
-    for _ in range(2):
-        stub.add_response("describe_stacks", {"Stacks": [{
-            "StackName": "tt-cluster", "StackStatus": "UPDATE_ROLLBACK_IN_PROGRESS", "CreationTime": now}]})
+    cfn, stub = _cfn_answering("tt-cluster", ("refuse", "UPDATE_ROLLBACK_IN_PROGRESS"),
+                               "UPDATE_ROLLBACK_IN_PROGRESS", "UPDATE_ROLLBACK_IN_PROGRESS")
     with stub, pytest.raises(TeardownError) as err:
         delete_stacks(cfn, ["tt-cluster"], echo=lambda s: None, poll_s=0, timeout_s=60,
                       clock=iter([0, 30, 90]).__next__)
@@ -352,14 +346,7 @@ def test_an_update_that_outlasts_the_timeout_is_named_with_the_fix():
 
 
 def test_wait_shows_progress_until_gone():
-    cfn = boto3.client("cloudformation", region_name=REGION)
-    stub = Stubber(cfn)
-    now = datetime(2026, 3, 1, tzinfo=timezone.utc)
-    stub.add_response("delete_stack", {}, {"StackName": "tt-cluster"})
-    stub.add_response("describe_stacks", {"Stacks": [{
-        "StackName": "tt-cluster", "StackStatus": "DELETE_IN_PROGRESS", "CreationTime": now}]})
-    stub.add_client_error("describe_stacks", service_error_code="ValidationError",
-                          service_message="Stack with id tt-cluster does not exist")
+    cfn, stub = _cfn_answering("tt-cluster", "delete", "DELETE_IN_PROGRESS", "gone")
     lines: list[str] = []
     with stub:
         delete_stacks(cfn, ["tt-cluster"], echo=lines.append, poll_s=0,
