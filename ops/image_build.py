@@ -426,6 +426,19 @@ def upload_context(s3: Any, bucket: str, key: str, data: bytes) -> bool:
     return True
 
 
+def running_build(codebuild: Any, project: str, tag: str, recent: int = 20) -> str | None:
+    """The ID of a still running build of ``project`` that pushes ``tag`` (one an interrupted
+    `rlkit image build` started: CodeBuild carries on), or None. Among the ``recent`` newest."""
+    ids = codebuild.list_builds_for_project(projectName=project,
+                                            sortOrder="DESCENDING").get("ids", [])[:recent]
+    for build in codebuild.batch_get_builds(ids=ids).get("builds", []) if ids else []:
+        env = {v["name"]: v.get("value")
+               for v in build.get("environment", {}).get("environmentVariables", [])}
+        if build.get("buildStatus") == "IN_PROGRESS" and env.get("IMAGE_TAG") == tag:
+            return build["id"]
+    return None
+
+
 def start_build(codebuild: Any, plan: BuildPlan) -> str:
     build = codebuild.start_build(
         projectName=plan.target.project, sourceTypeOverride="S3",

@@ -45,6 +45,7 @@ from ops.image_build import (
     follow_build,
     list_images,
     plan_build,
+    running_build,
     start_build,
     target_from_cloudformation,
     target_from_file,
@@ -121,16 +122,22 @@ def _build(args: argparse.Namespace) -> int:
                   "repository's tags are immutable. Fix: set a new training.image_tag in the "
                   "config, or pass --reuse to use the existing image.", file=sys.stderr)
             return 2
-        uploaded = upload_context(c.s3, target.bucket, plan.context_key, data)
-        echo(f"{'uploaded' if uploaded else 'already uploaded'}: s3://{target.bucket}/"
-             f"{plan.context_key} ({plan.context_files} files, {plan.context_bytes} bytes)")
-        build_id = start_build(c.codebuild, plan)
+        build_id = _running_build(c.codebuild, target.project, plan.image_tag)
+        if build_id is not None:
+            echo(f"a build of {plan.image_uri} is already running ({build_id}, started by an "
+                 "earlier `rlkit image build`): following it instead of starting a second one, "
+                 "which could not push the immutable tag")
+        else:
+            uploaded = upload_context(c.s3, target.bucket, plan.context_key, data)
+            echo(f"{'uploaded' if uploaded else 'already uploaded'}: s3://{target.bucket}/"
+                 f"{plan.context_key} ({plan.context_files} files, {plan.context_bytes} bytes)")
+            build_id = start_build(c.codebuild, plan)
+            echo(f"started build {build_id} of {plan.image_uri} (backend {plan.backend}); logs in "
+                 f"CloudWatch log group {target.log_group}")
     except aws.AWS_ERRORS as err:
         print(f"error: {aws.describe_error(err)}. Fix: check that stack {target.stack} is "
               f"deployed and your credentials may use it; {aws.CREDENTIALS_FIX}", file=sys.stderr)
         return 2
-    echo(f"started build {build_id} of {plan.image_uri} (backend {plan.backend}); logs in "
-         f"CloudWatch log group {target.log_group}")
     result_doc["build_id"] = build_id
     if not args.wait:
         echo(f"follow it with `aws codebuild batch-get-builds --ids {build_id}` or the CodeBuild "
@@ -204,6 +211,18 @@ def _common(p: argparse.ArgumentParser) -> None:
     options.add_outputs_source(p, "cdk --outputs-file JSON (default: read the data stack from "
                                "CloudFormation)")
     options.add_aws(p)
+
+
+def _running_build(codebuild, project: str, tag: str) -> str | None:
+    """A running build of this tag, or None; a caller without codebuild:ListBuildsForProject
+    gets a warning and a new build, as before the check existed."""
+    try:
+        return running_build(codebuild, project, tag)
+    except aws.AWS_ERRORS as err:
+        print(f"warning: could not look for a running build of {tag} ({aws.describe_error(err)}); "
+              "starting one. If an interrupted `rlkit image build` left one running, this one "
+              "cannot push the same tag.", file=sys.stderr)
+        return None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

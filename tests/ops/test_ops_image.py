@@ -87,11 +87,14 @@ def expect_upload(st):
     return key
 
 
-def expect_start(st, key, backend="nccl", extra=()):
+def expect_start(st, key, backend="nccl", extra=(), listed=True):
     overrides = [{"name": "EP_BACKEND", "value": backend, "type": "PLAINTEXT"},
                  {"name": "IMAGE_TAG", "value": f"0.1.0-{backend}", "type": "PLAINTEXT"},
                  {"name": "VCS_REF", "value": "c0ffee", "type": "PLAINTEXT"},
                  {"name": "BASE_IMAGE_DIGEST", "value": DIGEST, "type": "PLAINTEXT"}, *extra]
+    if listed:  # no build of the tag is running
+        st.codebuild.add_response("list_builds_for_project", {}, expected_params={
+            "projectName": "ImageBuildProject-abc", "sortOrder": "DESCENDING"})
     st.codebuild.add_response("start_build", {"build": {"id": BUILD_ID}}, expected_params={
         "projectName": "ImageBuildProject-abc", "sourceTypeOverride": "S3",
         "sourceLocationOverride": f"moe-rl-data-bucket/{key}",
@@ -156,6 +159,43 @@ def test_build_without_wait_starts_and_returns(outputs_file, capsys):
     assert code == 0
     st.done()
     assert f"aws codebuild batch-get-builds --ids {BUILD_ID}" in capsys.readouterr().out
+
+
+def test_a_build_an_interrupted_run_left_running_is_followed_not_started_again(outputs_file, capsys):
+    """Ctrl-C on `rlkit image build --wait` leaves CodeBuild building; a rerun (or a CI retry)
+    found no pushed tag and started a second build, whose push of the immutable tag failed."""
+    st = Stubbed()
+    expect_new_tag(st)
+    older = "ImageBuildProject-abc:0f0f"
+    st.codebuild.add_response("list_builds_for_project", {"ids": [BUILD_ID, older]})
+    st.codebuild.add_response("batch_get_builds", {"builds": [
+        {"id": BUILD_ID, "buildStatus": "IN_PROGRESS", "environment": {
+            "type": "LINUX_CONTAINER", "image": "aws/codebuild/standard:7.0",
+            "computeType": "BUILD_GENERAL1_2XLARGE",
+            "environmentVariables": [{"name": "IMAGE_TAG", "value": "0.1.0-nccl"}]}},
+        {"id": older, "buildStatus": "IN_PROGRESS", "environment": {
+            "type": "LINUX_CONTAINER", "image": "aws/codebuild/standard:7.0",
+            "computeType": "BUILD_GENERAL1_2XLARGE",
+            "environmentVariables": [{"name": "IMAGE_TAG", "value": "0.0.9-nccl"}]}}]},
+        expected_params={"ids": [BUILD_ID, older]})
+    code = run([*BASE, "--outputs", str(outputs_file)], st)  # no upload, no StartBuild stubbed
+    out = capsys.readouterr().out
+    assert code == 0, out
+    st.done()
+    assert (f"a build of {REPO}:0.1.0-nccl is already running ({BUILD_ID}, started by an earlier "
+            "`rlkit image build`): following it instead of starting a second one") in out
+    assert f"aws codebuild batch-get-builds --ids {BUILD_ID}" in out
+
+
+def test_without_permission_to_list_builds_it_warns_and_starts_one(outputs_file, capsys):
+    st = Stubbed()
+    expect_new_tag(st)
+    key = expect_upload(st)
+    st.codebuild.add_client_error("list_builds_for_project", "AccessDeniedException")
+    expect_start(st, key, listed=False)
+    assert run([*BASE, "--outputs", str(outputs_file)], st) == 0
+    st.done()
+    assert "warning: could not look for a running build of 0.1.0-nccl" in capsys.readouterr().err
 
 
 def test_failed_build_names_the_phase(outputs_file, capsys):
