@@ -276,13 +276,20 @@ def test_the_launcher_saves_uploads_and_stops_before_the_block_ends(run, monkeyp
 
 
 def test_the_launcher_does_not_start_a_run_that_cannot_reach_a_save(run, monkeypatch):
+    """Nor does it leave behind a save the killed attempt finished but did not upload: that needs
+    no GPU, and an ephemeral file system goes with the cluster."""
+    from ckpt_helpers import make_save
+
     s3, argv, mounts, stops, tmp_path = run
+    make_save(tmp_path / "ckpt", 7)  # the previous attempt saved 7, then its pod was killed
     monkeypatch.setattr(launch, "clock", FakeClock(END - 65 * MIN))
     err = io.StringIO()
     assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == reservation.EXIT_RESERVATION_END
     assert "too late to start" in err.getvalue()
     assert not (tmp_path / "started").exists()
     assert len(stops) == 1
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="my-bucket").get("Contents", [])]
+    assert "checkpoints/run1/iter_0000007/_COMPLETE.json" in keys, err.getvalue()
 
 
 def test_a_trainer_that_ignores_sigterm_is_killed_after_the_grace_period():

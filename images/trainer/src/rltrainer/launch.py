@@ -439,6 +439,7 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         late = guard.too_late_to_start(clock())
         if late is not None:
             print(f"rltrainer launch: {late}.", file=err, flush=True)
+            _upload_finished_saves(cfg, model_args, args, err)
             return EXIT_RESERVATION_END
         print(f"rltrainer: on a Capacity Block: {guard.arithmetic(clock())}; a save is asked for by "
               f"{guard.save_by:%Y-%m-%d %H:%M} UTC at the latest", file=err, flush=True)
@@ -446,8 +447,6 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
     from .checkpoints import (
         CheckpointWatcher,
         Retention,
-        RetryPolicy,
-        S3CheckpointStore,
         local_iterations,
         prepare_resume,
         stripe_across_targets,
@@ -459,9 +458,7 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
     try:
         stripe_across_targets(cfg.checkpoint.local_dir, err)
         hf, data = stage_inputs(cfg, log=err)
-        # Miles writes a data cursor with every save unless the global dataset is off.
-        store = S3CheckpointStore(cfg.checkpoint.s3_uri, retry=RetryPolicy(log=err), progress_stream=err,
-                                  require_data_cursor="--disable-rollout-global-dataset" not in model_args)
+        store = _checkpoint_store(cfg, model_args, err)
         resume = prepare_resume(store, cfg.checkpoint.local_dir, log=err, retention=retention)
     except (ClientError, BotoCoreError, OSError, RuntimeError, ValueError) as exc:
         # Before training nothing is lost yet: say what failed instead of a traceback.
@@ -504,6 +501,31 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
               file=err, flush=True)
         return EXIT_RESERVATION_END
     return code
+
+
+def _checkpoint_store(cfg: RunConfig, model_args, err: TextIO):
+    from .checkpoints import RetryPolicy, S3CheckpointStore
+
+    # Miles writes a data cursor with every save unless the global dataset is off.
+    return S3CheckpointStore(cfg.checkpoint.s3_uri, retry=RetryPolicy(log=err), progress_stream=err,
+                             require_data_cursor="--disable-rollout-global-dataset" not in model_args)
+
+
+def _upload_finished_saves(cfg: RunConfig, model_args, args, err: TextIO) -> None:
+    """Too late to train is not too late to upload: a save the killed attempt finished but did
+    not upload needs no GPU, and a file system deleted with the cluster would take it along."""
+    from .checkpoints import CheckpointWatcher
+
+    try:
+        watcher = CheckpointWatcher(_checkpoint_store(cfg, model_args, err), cfg.checkpoint.local_dir,
+                                    interval_s=args.upload_interval, log=err)
+    except Exception as exc:  # noqa: BLE001 - the exit code is the reservation's either way
+        print(f"rltrainer: could not upload the saves left on {cfg.checkpoint.local_dir}: {exc}",
+              file=err, flush=True)
+        return
+    missing = _final_scan(watcher, err, stop=False)
+    if missing:
+        print(f"rltrainer: saves {missing} are still only in {cfg.checkpoint.local_dir}", file=err, flush=True)
 
 
 def _final_scan(watcher, err: TextIO, *, stop: bool) -> list:
