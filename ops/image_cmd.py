@@ -41,9 +41,7 @@ from ops.image_build import (
     context_zip,
     describe_plan,
     existing_image,
-    fetch_url,
     follow_build,
-    list_images,
     plan_build,
     running_build,
     start_build,
@@ -52,6 +50,7 @@ from ops.image_build import (
     upload_context,
     vcs_ref,
 )
+from ops.image_status import fetch_url, list_images
 
 DEFAULT_TIMEOUT_S = 5 * 3600  # the project's 4 h build timeout plus queueing
 
