@@ -3,8 +3,9 @@
 Order: GPU node-group stacks and the storage-access stack (they use the cluster), then the cluster
 (and the storage stack, when it goes), then the network. The data stack (bucket, ECR repository)
 outlives clusters on purpose and goes only when the config is ephemeral or the operator asks for
-it, and never while a kept storage stack imports its bucket. The storage stack (the shared file system) goes with the data, and only when its file system
-is not retained; while the file system stays, so does the network it lives in. CloudFormation cannot delete a bucket that holds objects
+it, and never while a kept storage stack imports its bucket. The storage stack (the shared file
+system) goes with the data, and only when its file system is not retained; while the file system
+stays, so does the network it lives in. CloudFormation cannot delete a bucket that holds objects
 or a repository that holds images, and the kit adds no auto-delete Lambda (design.md: no custom
 resource where a native way exists), so teardown empties them first: every object version and
 delete marker, every image.
@@ -295,14 +296,17 @@ def delete_stacks(cfn: Any, stacks: list[str], echo: Callable[[str], None],
     the middle of an update (a `cdk deploy` stopped with Ctrl-C carries on) is waited for first:
     CloudFormation refuses to delete a stack while it is UPDATE_IN_PROGRESS."""
     start = clock()
+    requested: dict[str, float] = {}
     for s in stacks:
         try:
             cfn.delete_stack(StackName=s)
+            requested[s] = start
         except AWS_ERRORS as err:
             if "cannot be deleted while in status" not in str(err):
                 raise
             _wait_until_settled(cfn, s, echo, poll_s, start + timeout_s, sleep, clock)
             cfn.delete_stack(StackName=s)
+            requested[s] = clock()
         echo(f"  deleting {s}")
     pending = list(stacks)
     last: dict[str, str | None] = {}
@@ -314,7 +318,7 @@ def delete_stacks(cfn: Any, stacks: list[str], echo: Callable[[str], None],
                 echo(f"  {s}: deleted [{clock() - start:.0f} s]")
                 pending.remove(s)
             elif not status.startswith("DELETE_") and (
-                    last.get(s) == "DELETE_IN_PROGRESS" or clock() - start >= REFUSED_AFTER_S):
+                    last.get(s) == "DELETE_IN_PROGRESS" or clock() - requested[s] >= REFUSED_AFTER_S):
                 # A refused delete ends in the status the stack had before, not in DELETE_FAILED
                 # (an export another stack imports: aws/aws-cdk#604, boto/botocore#2590).
                 raise TeardownError(
