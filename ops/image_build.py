@@ -38,6 +38,7 @@ TRAINER_DIR = Path(__file__).resolve().parent.parent / "images" / "trainer"
 BUILDSPEC = "buildspec.yml"
 BASE_IMAGE_ARG = "MILES_IMAGE"
 BACKEND_LABEL = "io.moe-rl-eks-kit.ep-backend"
+IMAGE_TAG_VAR = "IMAGE_TAG"  # the build's override naming the tag it pushes (buildspec.yml)
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 # OCI distribution spec's tag grammar.
 TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
@@ -333,7 +334,7 @@ def plan_build(cfg: KitConfig, target: BuildTarget, *, backend: str | None, vcs_
                         "sha256:...")
     if problems:
         raise ImageBuildError("\n".join(f"  - {p}" for p in problems))
-    overrides = {"EP_BACKEND": backend, "IMAGE_TAG": tag, "VCS_REF": vcs_ref}
+    overrides = {"EP_BACKEND": backend, IMAGE_TAG_VAR: tag, "VCS_REF": vcs_ref}
     platforms = image_platforms(cfg)
     if platforms != DEFAULT_PLATFORM:  # the buildspec's default: x86 only
         overrides["IMAGE_PLATFORMS"] = platforms
@@ -429,10 +430,12 @@ def running_build(codebuild: Any, project: str, tag: str, recent: int = 20) -> s
     `rlkit image build` started: CodeBuild carries on), or None. Among the ``recent`` newest."""
     ids = codebuild.list_builds_for_project(projectName=project,
                                             sortOrder="DESCENDING").get("ids", [])[:recent]
-    for build in codebuild.batch_get_builds(ids=ids).get("builds", []) if ids else []:
+    if not ids:  # the listing omits ids for a project with no builds; BatchGetBuilds needs one
+        return None
+    for build in codebuild.batch_get_builds(ids=ids).get("builds", []):
         env = {v["name"]: v.get("value")
                for v in build.get("environment", {}).get("environmentVariables", [])}
-        if build.get("buildStatus") == "IN_PROGRESS" and env.get("IMAGE_TAG") == tag:
+        if build.get("buildStatus") == "IN_PROGRESS" and env.get(IMAGE_TAG_VAR) == tag:
             return build["id"]
     return None
 
