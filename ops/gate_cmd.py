@@ -41,7 +41,6 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from infra import names
 from infra.config import KitConfig
 from manifests import RenderError
 from manifests.context import FABRIC_DEADLINE_SECONDS
@@ -63,7 +62,8 @@ from ops.gate import (
 from ops.gate.nodes import find_bad, isolate, isolation_advice, rerun_remaining
 from ops.gate.record import load_baseline, update_baseline
 from ops.gate.runner import GateInterrupted, GateRunner
-from ops.kube import Kubectl, KubectlError, check_cluster, preview_cluster_check
+from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector,
+                      preview_cluster_check)
 from ops.output import emit, make_console, print_table, wants_json
 from ops.rendering import cluster_to_check, gin_type_for, render_for_run, with_ep_backend
 
@@ -230,7 +230,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
     jobs = [(j.key, j.name) for j in ctx.fabric]
-    selector = ",".join(f"{k}={v}" for k, v in names.gpu_node_labels(t.node_group).items())
+    selector = gpu_group_selector(t.node_group)
     runner = GateRunner(kubectl, ctx.namespace, out, jobs, group.instance_type, t.nodes,
                         args.timeout, args.poll, echo, node_selector=selector)
     echo(f"Fabric gate on {t.nodes} x {group.instance_type} ({t.node_group}), EP backend "

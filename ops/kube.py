@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from infra import names
+
 KUBECONFIG_FIX = ("point kubectl at the cluster: aws eks update-kubeconfig --name <cluster> "
                   "--region <region> (the cluster stack's UpdateKubeconfigCommand output)")
 
@@ -292,6 +294,11 @@ def preview_cluster_check(k: Kubectl, cluster_name: str, region: str, command: s
         k.echo(f"[dry-run] the real {command} would REFUSE (exit 2): {err}")
         return 2
     return 0
+
+
+def gpu_group_selector(group: str) -> str:
+    """The label selector of GPU node group ``group``'s nodes (the labels the kit sets on them)."""
+    return ",".join(f"{k}={v}" for k, v in names.gpu_node_labels(group).items())
 
 
 def objects_in(path: Path) -> list[tuple[str, str, str | None]]:

@@ -1,7 +1,9 @@
 """`rlkit launch`, `rlkit status`, `rlkit logs`: start the RL job, follow it, read its output.
 
 launch renders the manifests (RayJob and its run config) and applies them with kubectl. It
-refuses when the last fabric gate of this config failed, or when none ran, unless --force;
+refuses when the last fabric gate of this config failed, or when none ran, or when the training
+group now has a schedulable node the gate did not measure (by EC2 instance ID) or fewer measured
+nodes than the job needs, unless --force;
 --dry-run always previews and says whether, and why, the real run would refuse. On a Capacity
 Block, launch reads the block's end (DescribeCapacityReservations), refuses a run that cannot have
 one complete save in S3 before EKS drains the block's nodes (40 minutes before the end), and
@@ -44,8 +46,10 @@ from manifests.render import RAYJOB_FILE, SHARED_FS_FILES, SUBMITTER_CONTAINER, 
 from ops import aws, observability, options, reservations
 from ops.config_source import announce
 from ops.gate import GateStateError, legacy_results, load_state, results_path
-from ops.kube import Kubectl, KubectlError, check_cluster, preview_cluster_check
-from ops.launching import choose_backend, describe_rayjob, finished, gate_verdict
+from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector,
+                      preview_cluster_check)
+from ops.launching import (choose_backend, describe_rayjob, finished, gate_nodes_verdict,
+                           gate_verdict)
 from ops.output import add_output_option, emit, wants_json
 from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
 
@@ -135,6 +139,15 @@ def _launch(args: argparse.Namespace) -> int:
             verdict = verdict or context_verdict  # an earlier refusal's code comes first
         else:
             check_cluster(k, cluster, outputs.region)
+        if state is not None and not problem:  # the gate passed: on the nodes there now?
+            nodes_doc = k.get_json(["nodes", "-l", gpu_group_selector(cfg.training.node_group)])
+            if not args.dry_run:  # a dry run reads nothing: the command above is its preview
+                moved, line = gate_nodes_verdict(state, nodes_doc, cfg, options.config_flag(args))
+                if moved and not args.force:
+                    print(f"Not launching: {moved}.", file=sys.stderr)
+                    return 1
+                print(f"WARNING (--force): {moved}." if moved else line,
+                      file=sys.stderr if moved or line.startswith("note:") else sys.stdout)
         existing = k.get_json(["rayjob", job, "-n", ns])
         if existing is not None:
             st = existing.get("status", {})

@@ -10,6 +10,7 @@ from typing import Any
 from infra.catalog import INSTANCE_TYPES
 from infra.config import KitConfig
 from infra.config.ep_spans import ep_spans
+from ops.gate.record import instance_id
 
 # KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
 TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -39,6 +40,47 @@ def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path,
                 f"the job runs on {cfg.training.nodes} x {group.instance_type}. Run `{gate}` for "
                 "this shape, or pass --force")
     return None
+
+
+def gate_nodes_verdict(state: dict[str, Any], nodes_doc: dict[str, Any] | None, cfg: KitConfig,
+                       config_flag: str = " --config <this config>") -> tuple[str | None, str]:
+    """(why launch must not start, None when it may; a line on the nodes) from the nodes the
+    passing gate measured and the training group's nodes now (``kubectl get nodes -l <group
+    labels> -o json``). Nodes that joined since and are schedulable (not cordoned) were never
+    measured, and the job may land on them: a Capacity Block renewed on other hosts, a node
+    replaced by auto-repair, a group scaled up. Measured nodes that left matter only when fewer
+    than the job needs are left: the others would join later, unmeasured."""
+    group = cfg.training.node_group
+    measured = state.get("measured_nodes") or []
+    if not measured:
+        return None, (f"note: the last gate ({state.get('finished_at', '?')}) recorded no node "
+                      "names (an older rlkit wrote it), so launch cannot tell whether the nodes "
+                      f"changed since; `rlkit gate{config_flag}` records them")
+    instances = {m["instance"] for m in measured if m.get("instance")}
+    by_name = {m["name"] for m in measured if not m.get("instance")}
+    kept, new = 0, []
+    for item in (nodes_doc or {}).get("items", []):
+        name = item.get("metadata", {}).get("name", "?")
+        if (item.get("spec") or {}).get("unschedulable"):
+            continue  # cordoned (the gate's --isolate does this): the job cannot land there
+        if instance_id(item) in instances or name in by_name:
+            kept += 1
+        else:
+            new.append(f"{name} ({instance_id(item) or 'no instance ID'})")
+    when, wanted = state.get("finished_at", "?"), cfg.training.nodes
+    gate = f"`rlkit gate{config_flag} --outputs cdk-outputs.json`"
+    if new:
+        return (f"{len(new)} schedulable node(s) of gpu_node_groups.{group} were not measured by "
+                f"the last gate ({when}), and the job may land on them: {', '.join(new)}. Run "
+                f"{gate} to measure the nodes the group has now, or pass --force"), ""
+    if kept < wanted:
+        return (f"only {kept} of the {len(measured)} node(s) the last gate measured ({when}) are "
+                f"still schedulable in gpu_node_groups.{group}, and the job needs {wanted}: the "
+                f"rest would be nodes that join later, unmeasured. When the group has its nodes "
+                f"again, run {gate}, or pass --force"), ""
+    gone = len(measured) - kept
+    return None, (f"Fabric gate: passed {when} on these nodes ({kept} schedulable now"
+                  + (f"; {gone} measured node(s) left or cordoned since)" if gone else ")"))
 
 
 def choose_backend(state: dict[str, Any] | None, cfg: KitConfig,

@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from ops.gate.findings import GateReport, size_text
+from ops.gate.findings import JOB_KEYS, GateReport, size_text
+from ops.gate.traffic import pod_nodes
 
 
 LEGACY_ROOT = Path(".rlkit")  # before 0.1.0's XDG move: relative to the working directory
@@ -54,10 +55,33 @@ def faster_backend(measurements: dict[str, dict[str, Any]]) -> str | None:
     return min(measurements, key=lambda b: measurements[b]["time_us"])
 
 
+def measured_nodes(logs: dict[str, str], bad: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """The nodes the gate's jobs ran on (their pod lines), less the nodes it named bad: each with
+    its EC2 instance ID where the node list (``logs["nodes"]``) gives one. A node name can come
+    back on another instance (names are private IP addresses), an instance ID cannot."""
+    ran = {n for key in JOB_KEYS for n in pod_nodes(logs.get(key, "")).values() if n != "unscheduled"}
+    try:
+        items = json.loads(logs.get("nodes") or "{}").get("items", [])
+    except (json.JSONDecodeError, AttributeError):
+        items = []
+    instances = {i.get("metadata", {}).get("name"): instance_id(i) for i in items}
+    return [{"name": n, **({"instance": instances[n]} if instances.get(n) else {})}
+            for n in sorted(ran - set(bad or {}))]
+
+
+def instance_id(node: dict[str, Any]) -> str | None:
+    """A Kubernetes node's EC2 instance ID, from its providerID (``aws:///<zone>/<id>``)."""
+    provider = (node.get("spec") or {}).get("providerID") or ""
+    last = provider.rsplit("/", 1)[-1]
+    return last if provider.startswith("aws://") and last.startswith("i-") else None
+
+
 def state_document(report: GateReport, config_name: str, finished_at: str,
-                   previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    """gate.json: the verdict, every measured figure, and the EP step times merged with earlier
-    runs of the same shape (for the backend choice)."""
+                   previous: dict[str, Any] | None = None,
+                   nodes: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """gate.json: the verdict, every measured figure, the nodes measured (``measured_nodes``;
+    `rlkit launch` compares them with the group's nodes then), and the EP step times merged with
+    earlier runs of the same shape (for the backend choice)."""
     measurements: dict[str, dict[str, Any]] = {}
     layout = None
     if report.ep is not None:
@@ -87,6 +111,7 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
         "ok": report.ok,
         "instance_type": report.instance_type,
         "nodes": report.nodes,
+        "measured_nodes": nodes or [],
         "ep_backend_measured": report.ep_backend,
         "findings": [f.to_dict() for f in report.findings],
         "figures": figures(report),
@@ -189,7 +214,7 @@ class GateStateError(ValueError):
 # gate.json fields `rlkit launch` reads, with the types they must have.
 _STATE_FIELDS: dict[str, tuple[type, ...]] = {
     "ok": (bool,), "instance_type": (str,), "nodes": (int,), "findings": (list,),
-    "ep": (dict, type(None)),
+    "ep": (dict, type(None)), "measured_nodes": (list,),
 }
 
 
@@ -216,6 +241,9 @@ def load_state(path: Path) -> dict[str, Any] | None:
             raise corrupt(f"{key} is {type(doc[key]).__name__}")
     if not all(isinstance(f, dict) for f in doc.get("findings", [])):
         raise corrupt("findings must be objects")
+    if not all(isinstance(n, dict) and isinstance(n.get("name"), str)
+               and isinstance(n.get("instance", ""), str) for n in doc.get("measured_nodes", [])):
+        raise corrupt("measured_nodes must be objects with a name")
     ep = doc.get("ep") or {}
     if not isinstance(ep.get("measurements", {}), dict) or not all(
             isinstance(m, dict) and isinstance(m.get("time_us", 0), (int, float))
@@ -240,6 +268,7 @@ def write_record(report: GateReport, config_name: str, sdir: Path, logs: dict[st
     except GateStateError as err:  # this run's result replaces it
         warn(f"warning: {err}; writing a fresh one.")
         previous = None
-    doc = state_document(report, config_name, finished_at, previous)
+    doc = state_document(report, config_name, finished_at, previous,
+                         measured_nodes(logs, report.bad_nodes))
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path, doc

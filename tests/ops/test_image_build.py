@@ -4,6 +4,7 @@ context, and the dry run's exact commands."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -259,9 +260,13 @@ exit 0
                 "CACHE_REPOSITORY_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-cache",
                 "BUILDKIT_IMAGE": IMAGE_BUILD_BUILDKIT_IMAGE, "VCS_REF": "abc",
                 "CODEBUILD_BUILD_SUCCEEDING": "1"}
-    result = subprocess.run(["bash", "-c", script], cwd=work, env={**base_env, **env},
-                            capture_output=True, text=True, timeout=60)
-    Path("/tmp/build-metadata.json").unlink(missing_ok=True)  # the buildspec's fixed path
+    # The buildspec's metadata file has a fixed path: one run at a time, whichever pytest worker
+    # runs it (tests of this file run side by side without --dist loadfile).
+    with open("/tmp/build-metadata.json.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(["bash", "-c", script], cwd=work, env={**base_env, **env},
+                                capture_output=True, text=True, timeout=60)
+        Path("/tmp/build-metadata.json").unlink(missing_ok=True)
     calls = log.read_text().splitlines() if log.exists() else []
     return result, calls
 

@@ -59,8 +59,8 @@ def test_launch_pins_the_checked_context_for_every_call(tmp_path, kubectl, capsy
     after_check = kubectl.all_calls[1:]
     assert kubectl.all_calls[0] == ["config", "view", "--minify", "-o", "json"]
     assert after_check and all(c[:2] == ["--context", arn] for c in after_check)
-    assert [c[2:4] for c in after_check][:3] == [["get", "--raw"], ["get", "rayjob"],
-                                                 ["delete", "--ignore-not-found"]]
+    assert [c[2:4] for c in after_check][:4] == [["get", "--raw"], ["get", "nodes"],
+                                                 ["get", "rayjob"], ["delete", "--ignore-not-found"]]
 
 
 def test_gate_refuses_a_context_on_another_cluster(tmp_path, kubectl, capsys):
@@ -160,6 +160,8 @@ def test_an_aws_call_that_hangs_times_out_with_a_clear_message(monkeypatch):
     ('{"ok": true, "nodes": "2"}', "nodes is str"),
     ('{"ok": false, "findings": ["x"]}', "findings must be objects"),
     ('{"ok": true, "ep": {"measurements": {"nccl": 5}}}', "ep.measurements must map"),
+    ('{"ok": true, "measured_nodes": {"ip-10-0-1-10": "i-0aaa"}}', "measured_nodes is dict"),
+    ('{"ok": true, "measured_nodes": [{"instance": "i-0aaa"}]}', "measured_nodes must be objects"),
 ])
 def test_corrupt_gate_json_is_a_clean_error(tmp_path, kubectl, capsys, content, why):
     state = tmp_path / ".rlkit" / "gt" / "gate.json"

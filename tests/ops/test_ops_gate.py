@@ -379,6 +379,10 @@ def test_gate_runs_each_job_in_order_and_records_a_pass(tmp_path, kubectl, capsy
     assert len(deletes) == 6  # before (stale run) and after each job
     state = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())
     assert state["ok"] is True and state["ep"]["faster"] == "nccl"
+    # the nodes its pods ran on, with the instances behind them (nodes.json's providerIDs)
+    assert state["measured_nodes"] == [
+        {"name": "ip-10-0-1-10.ec2.internal", "instance": "i-0000000000000000a"},
+        {"name": "ip-10-0-1-11.ec2.internal", "instance": "i-0000000000000000b"}]
     nodes_call = next(c for c in kubectl.calls if c[:2] == ["get", "nodes"])
     assert "rlkit.io/node-role=gpu,rlkit.io/efa=true,rlkit.io/node-group=p5" in nodes_call or any(
         "node-group=p5" in a for a in nodes_call)
@@ -569,3 +573,17 @@ def test_fixtures_are_what_make_fixtures_writes(tmp_path):
     for rel in written:
         assert (tmp_path / rel).read_text() == (FIXTURES / rel).read_text(), (
             f"{rel} is stale: run .venv/bin/python tests/fixtures/gate/make_fixtures.py")
+
+
+def test_measured_nodes_leave_out_bad_nodes_and_keep_names_without_a_node_list():
+    """A node the gate named bad was measured, but not accepted; without nodes.json (judging
+    saved logs that lack it) a node is known by its name only."""
+    from ops.gate.record import measured_nodes
+
+    logs = {k: (FIXTURES / "slow-node-p5-4node" / f"{k}.log").read_text()
+            for k in ("nodecheck", "allreduce")}
+    names = [f"ip-10-0-1-{i}.ec2.internal" for i in (10, 11, 12, 13)]
+    assert measured_nodes(logs) == [{"name": n} for n in names]
+    logs["nodes"] = (FIXTURES / "slow-node-p5-4node" / "nodes.json").read_text()
+    assert measured_nodes(logs, {names[2]: "drags allreduce (bisection)"}) == [
+        {"name": n, "instance": f"i-0{i:016x}"} for i, n in zip((10, 11, 13), names[:2] + names[3:])]

@@ -10,6 +10,9 @@ from ops import launching
 from tests.support.fakes import CONFIG, FakeKubectl, rayjob, run, write_state
 from tests.support import FIXTURES as TEST_FIXTURES
 
+# The training group's nodes: the kit's labels on them (infra/names.py), as a kubectl selector.
+GROUP_SELECTOR = "rlkit.aws/node-role=gpu,rlkit.aws/efa=true,rlkit.aws/node-group=p5"
+
 
 @pytest.fixture
 def kubectl(tmp_path, monkeypatch):
@@ -56,6 +59,89 @@ def test_force_launches_despite_a_failed_gate(tmp_path, kubectl, capsys):
     assert ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")] in kubectl.calls
 
 
+# --- the nodes the gate measured --------------------------------------------------------------
+
+MEASURED = [{"name": "ip-10-0-1-10.ec2.internal", "instance": "i-0aaa"},
+            {"name": "ip-10-0-1-11.ec2.internal", "instance": "i-0bbb"}]
+
+
+def group_nodes(*nodes: tuple[str, str] | tuple[str, str, bool]) -> str:
+    """`kubectl get nodes -l <group> -o json`: (name, instance ID[, cordoned]) per node."""
+    return json.dumps({"kind": "List", "items": [
+        {"metadata": {"name": n[0]}, "spec": {"providerID": f"aws:///us-east-1a/{n[1]}",
+                                              **({"unschedulable": True} if n[2:] == (True,) else {})}}
+        for n in nodes]})
+
+
+def test_launches_on_the_nodes_the_gate_measured_and_says_so(tmp_path, kubectl, capsys):
+    write_state(tmp_path, measured=MEASURED)
+    kubectl.rule(["get", "nodes", "-l", GROUP_SELECTOR],
+                 stdout=group_nodes(("ip-10-0-1-11.ec2.internal", "i-0bbb"),
+                                    ("ip-10-0-1-10.ec2.internal", "i-0aaa")))
+    assert run(tmp_path, "launch") == 0
+    assert "Fabric gate: passed 2026-03-01T12:00:00+00:00 on these nodes (2 schedulable now)" in \
+        capsys.readouterr().out
+
+
+def test_refuses_when_an_unmeasured_node_joined_even_under_a_measured_name(tmp_path, kubectl,
+                                                                           capsys):
+    """A node replaced since the gate (auto-repair, a Capacity Block on other hosts) can come back
+    with the same private IP, so the same name: the instance ID tells them apart."""
+    write_state(tmp_path, measured=MEASURED)
+    kubectl.rule(["get", "nodes"], stdout=group_nodes(("ip-10-0-1-10.ec2.internal", "i-0aaa"),
+                                                      ("ip-10-0-1-11.ec2.internal", "i-0ccc")))
+    assert run(tmp_path, "launch") == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (
+        "Not launching: 1 schedulable node(s) of gpu_node_groups.p5 were not measured by the last "
+        "gate (2026-03-01T12:00:00+00:00), and the job may land on them: "
+        f"ip-10-0-1-11.ec2.internal (i-0ccc). Run `rlkit gate --config {tmp_path / 'gt.yaml'} "
+        "--outputs cdk-outputs.json` to measure the nodes the group has now, or pass --force.")
+    assert not any(c[0] in ("apply", "delete") for c in kubectl.calls)
+
+
+def test_a_cordoned_node_does_not_count_and_too_few_measured_nodes_refuse(tmp_path, kubectl,
+                                                                        capsys):
+    """The unmeasured node is cordoned (the job cannot land there), but the job needs two nodes
+    and one measured node is left: the second would be one that joins later."""
+    write_state(tmp_path, measured=MEASURED)
+    kubectl.rule(["get", "nodes"], stdout=group_nodes(("ip-10-0-1-10.ec2.internal", "i-0aaa"),
+                                                      ("ip-10-0-1-12.ec2.internal", "i-0ddd", True)))
+    assert run(tmp_path, "launch") == 1
+    assert ("Not launching: only 1 of the 2 node(s) the last gate measured "
+            "(2026-03-01T12:00:00+00:00) are still schedulable in gpu_node_groups.p5, and the job "
+            "needs 2") in capsys.readouterr().err
+    assert not any(c[0] == "apply" for c in kubectl.calls)
+
+
+def test_force_launches_on_unmeasured_nodes_with_a_warning(tmp_path, kubectl, capsys):
+    write_state(tmp_path, measured=MEASURED)
+    kubectl.rule(["get", "nodes"], stdout=group_nodes(("ip-10-0-1-12.ec2.internal", "i-0ddd"),
+                                                      ("ip-10-0-1-13.ec2.internal", "i-0eee")))
+    assert run(tmp_path, "launch", "--force") == 0
+    assert "WARNING (--force): 2 schedulable node(s) of gpu_node_groups.p5 were not measured" in \
+        capsys.readouterr().err
+    assert ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")] in kubectl.calls
+
+
+def test_a_record_without_node_names_launches_with_a_note(tmp_path, kubectl, capsys):
+    write_state(tmp_path)  # as an rlkit before measured_nodes wrote it
+    kubectl.rule(["get", "nodes"], stdout=group_nodes(("ip-10-0-1-12.ec2.internal", "i-0ddd")))
+    assert run(tmp_path, "launch") == 0
+    assert ("note: the last gate (2026-03-01T12:00:00+00:00) recorded no node names (an older "
+            "rlkit wrote it), so launch cannot tell whether the nodes changed since") in \
+        capsys.readouterr().err
+
+
+def test_a_dry_run_previews_the_node_read_and_judges_nothing(tmp_path, kubectl, capsys):
+    write_state(tmp_path, measured=MEASURED)
+    assert run(tmp_path, "launch", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert f"[dry-run] kubectl --context arn:aws:eks:us-east-1:123456789012:cluster/gt-cluster " \
+           f"get nodes -l {GROUP_SELECTOR} -o json --ignore-not-found" in out
+    assert "Fabric gate: passed" not in out
+
+
 # --- applying ------------------------------------------------------------------------------------
 
 
@@ -63,16 +149,18 @@ def test_launch_applies_namespace_shared_fs_claim_then_rayjob(tmp_path, kubectl,
     write_state(tmp_path)
     assert run(tmp_path, "launch") == 0
     calls = kubectl.calls
-    assert calls[0][:3] == ["get", "rayjob", "qwen3-30b-a3b-grpo"]
-    assert calls[1] == ["apply", "-f", str(tmp_path / "out/00-namespace.yaml"), "-f",
+    # the group's nodes, to compare with those the gate measured (this record names none)
+    assert calls[0] == ["get", "nodes", "-l", GROUP_SELECTOR, "-o", "json", "--ignore-not-found"]
+    assert calls[1][:3] == ["get", "rayjob", "qwen3-30b-a3b-grpo"]
+    assert calls[2] == ["apply", "-f", str(tmp_path / "out/00-namespace.yaml"), "-f",
                         str(tmp_path / "out/01-serviceaccount.yaml")]
-    assert calls[2] == ["apply", "-f", str(tmp_path / "out/02-shared-fs-pv.yaml"), "-f",
+    assert calls[3] == ["apply", "-f", str(tmp_path / "out/02-shared-fs-pv.yaml"), "-f",
                         str(tmp_path / "out/03-shared-fs-pvc.yaml")]
-    assert calls[3] == ["apply", *(a for f in ("00-run-config", "01-head-networkpolicy",
+    assert calls[4] == ["apply", *(a for f in ("00-run-config", "01-head-networkpolicy",
                                                 "02-rayjob-retry-role", "03-rayjob-retry-rolebinding")
                                    for a in ("-f", str(tmp_path / f"out/rl-job/{f}.yaml")))]
-    assert calls[4] == ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")]  # the RayJob last
-    assert len(calls) == 5
+    assert calls[5] == ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")]  # the RayJob last
+    assert len(calls) == 6
     assert "kind: RayJob" in (tmp_path / "out/rl-job/04-rayjob.yaml").read_text()
     assert "Launched RayJob qwen3-30b-a3b-grpo" in capsys.readouterr().out
 
@@ -161,7 +249,7 @@ def test_replace_deletes_the_old_rayjob_first(tmp_path, kubectl):
     kubectl.rule(["get", "rayjob"], stdout=rayjob())
     assert run(tmp_path, "launch", "--replace") == 0
     verbs = [c[0] for c in kubectl.calls]
-    assert verbs == ["get", "delete", "apply", "apply", "apply", "apply"]
+    assert verbs == ["get", "get", "delete", "apply", "apply", "apply", "apply"]
 
 
 def test_a_refused_object_stops_the_launch_before_the_rayjob(tmp_path, kubectl, capsys):

@@ -201,12 +201,16 @@ def run_gate(tmp_path: Path, *extra: str) -> int:
 
 # --- rlkit launch / status / logs ------------------------------------------------------------
 
-def write_state(tmp_path, ok=True, nodes=2, itype="p5.48xlarge", ep=None, findings=()):
+def write_state(tmp_path, ok=True, nodes=2, itype="p5.48xlarge", ep=None, findings=(),
+                measured=None):
+    """A gate.json; ``measured``: its measured_nodes (None: a record of an rlkit before them)."""
     d = tmp_path / ".rlkit" / "gt"
     d.mkdir(parents=True, exist_ok=True)
-    (d / "gate.json").write_text(json.dumps({
-        "version": 1, "config": "gt", "finished_at": "2026-03-01T12:00:00+00:00", "ok": ok,
-        "instance_type": itype, "nodes": nodes, "findings": list(findings), "ep": ep}))
+    doc = {"version": 1, "config": "gt", "finished_at": "2026-03-01T12:00:00+00:00", "ok": ok,
+           "instance_type": itype, "nodes": nodes, "findings": list(findings), "ep": ep}
+    if measured is not None:
+        doc["measured_nodes"] = measured
+    (d / "gate.json").write_text(json.dumps(doc))
 
 
 def run(tmp_path, command, *flags):
