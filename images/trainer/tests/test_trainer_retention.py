@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ckpt_helpers import BUCKET, PREFIX, URI, Crash, files_of, make_save, moto_s3
+from ckpt_helpers import (BUCKET, PREFIX, URI, Crash, files_of, make_save, moto_s3, write_cursor,
+                          write_model_save)
 from rltrainer.checkpoints import (
     CheckpointWatcher,
     Retention,
@@ -73,6 +74,37 @@ def test_only_saves_complete_in_s3_beyond_the_newest_k_are_deleted(s3, tmp_path:
     # no tracker: nothing is known finished, nothing is deleted
     (root / "latest_checkpointed_iteration.txt").unlink()
     assert Retention(keep_local=1).prunable(root, complete_in_s3=[10, 20, 30, 40, 50]) == []
+
+
+def test_a_save_under_a_quarantined_number_goes_once_a_newer_one_is_in_s3(s3, tmp_path: Path):
+    """Before: after a fallback from bad iter 20, Megatron saved 20 again; the store never uploads
+    to a quarantined number, so that save was never complete in S3 and never deleted, and the
+    volume (sized for keep_local + 1 saves) was full at the next save."""
+    store = store_for(s3)
+    first = tmp_path / "first-pod"
+    for it in (10, 20):
+        make_save(first, it, seed=it)
+        store.upload(first, it)
+    store.quarantine(20, "a shard does not match its manifest")
+    root, log = tmp_path / "ckpt", io.StringIO()
+    retention = Retention(keep_local=1)
+    assert prepare_resume(store, root, log=log, retention=retention).iteration == 10
+    watcher = CheckpointWatcher(store, root, log=log, retention=retention)
+    make_save(root, 20, seed=99)  # the same number again, on the same save grid
+    watcher.scan_once()
+    assert local_iterations(root) == [10, 20]  # no newer save in S3 yet: nothing is superseded
+    make_save(root, 30, seed=30)
+    watcher.scan_once()
+    assert store.list_complete() == [10, 30] and local_iterations(root) == [30]
+    assert cursors(root) == [30]
+    assert ("deleted local iter_0000020 (quarantined in S3, so never uploaded; a newer save is "
+            "complete there") in log.getvalue()
+    # a resume prunes the same way (the save reappears below the tracker, which stays at 30)
+    write_model_save(root, 20, seed=98)
+    write_cursor(root, 20, seed=98)
+    assert local_iterations(root) == [20, 30] and read_tracker(root) == 30
+    assert prepare_resume(store, root, log=io.StringIO(), retention=retention).iteration == 30
+    assert local_iterations(root) == [30]
 
 
 def test_a_save_being_written_above_the_tracker_is_never_deleted(s3, tmp_path: Path):

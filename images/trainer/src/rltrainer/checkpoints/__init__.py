@@ -47,7 +47,8 @@ Rules:
 - On a versioned bucket the manifest (format v3) records each object's S3 VersionId and
   restore downloads exactly those versions: a second writer that puts the same keys after the
   manifest exists cannot change what a restore reads.
-- Locally, saves that S3 holds complete are deleted beyond the newest ``keep_local``, and
+- Locally, saves that S3 holds complete (or never will: their number is quarantined there and a
+  newer save is complete) are deleted beyond the newest ``keep_local``, and
   quarantined torn saves are bounded (``retention``), so a run that saves for days stays
   inside the file system the kit sized for it.
 

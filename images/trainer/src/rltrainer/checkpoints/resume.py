@@ -69,7 +69,9 @@ def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO 
         retention.bound_quarantine(root, out)
     result = _resume(store, root, out)
     if retention is not None:
-        retention.prune(root, store.list_complete(), protect=[] if result.iteration is None else [result.iteration],
+        manifests, quarantined = store._markers()
+        retention.prune(root, manifests - quarantined, quarantined_in_s3=quarantined,
+                        protect=[] if result.iteration is None else [result.iteration],
                         log=out)
     return result
 
@@ -179,7 +181,8 @@ class CheckpointWatcher:
                 print(f"rltrainer: {iter_dirname(iteration)} is complete in {self.store.uri}", file=self.log, flush=True)
             if self.retention is not None:
                 try:
-                    self.retention.prune(self.local_dir, self._complete, log=self.log)
+                    self.retention.prune(self.local_dir, self._complete, log=self.log,
+                                         quarantined_in_s3=known - self._complete)
                 except OSError as exc:  # a failed delete must not stop uploads; the next scan tries again
                     print(f"rltrainer: pruning local saves failed, will retry: {exc}", file=self.log, flush=True)
             return done_now

@@ -12,6 +12,10 @@ The policy, applied by the upload watcher after each scan and by the resume befo
   not the newest save complete in S3, not the one the tracker points at (the one restored or
   resumed from) and not one the caller protects. A save above the tracker is being written and
   is never touched here.
+- A local save whose number S3 has quarantined can never be uploaded (the store does not write
+  to a quarantined iteration). After a fallback from a bad save N, Megatron saves N again on the
+  same grid; that save is deleted on the same terms, once S3 holds a newer save complete.
+  Before, it stayed for good, and the next save after it did not fit.
 - Deleting is two steps: the save's directory and data cursor are first renamed into
   ``_pruning/`` (one rename each, atomic on one file system), then removed. A pod that dies
   half way through a delete leaves a partial tree only under ``_pruning/``, never a partial
@@ -73,31 +77,39 @@ class Retention:
         if self.keep_quarantined < 0:
             raise ValueError(f"keep_quarantined must be >= 0, got {self.keep_quarantined}")
 
-    def prunable(self, local_dir: str | Path, complete_in_s3: Iterable[int], protect: Iterable[int] = ()) -> list[int]:
-        """The local saves this policy would delete now, ascending."""
+    def prunable(self, local_dir: str | Path, complete_in_s3: Iterable[int], protect: Iterable[int] = (),
+                 quarantined_in_s3: Iterable[int] = ()) -> list[int]:
+        """The local saves this policy would delete now, ascending: complete in S3, or under a
+        number S3 has quarantined and older than the newest save complete in S3."""
         root = Path(local_dir)
         tracker = read_tracker(root)
         if tracker is None:
             return []  # no finished save yet, or a restore is under way: nothing is safe to delete
         complete = set(complete_in_s3)
+        newest = max(complete, default=None)
         finished = [i for i in local_iterations(root) if i <= tracker]
         keep = set(finished[-self.keep_local:]) | {tracker} | set(protect)
-        if complete:
-            keep.add(max(complete))
-        return [i for i in finished if i in complete and i not in keep]
+        if newest is not None:
+            keep.add(newest)
+        superseded = {i for i in quarantined_in_s3 if newest is not None and i < newest}
+        return [i for i in finished if (i in complete or i in superseded) and i not in keep]
 
     def prune(self, local_dir: str | Path, complete_in_s3: Iterable[int], protect: Iterable[int] = (),
-              log: TextIO | None = None) -> list[int]:
+              log: TextIO | None = None, quarantined_in_s3: Iterable[int] = ()) -> list[int]:
         """Delete what ``prunable`` names, then bound the quarantine; returns the iterations deleted."""
         root = Path(local_dir)
         out = log or sys.stderr
         _clear_pruning(root)
-        doomed = self.prunable(root, complete_in_s3, protect)
+        complete = set(complete_in_s3)
+        doomed = self.prunable(root, complete, protect, quarantined_in_s3)
         for iteration in doomed:
             _delete_save(root, iteration)
-        if doomed:
-            print(f"rltrainer: deleted local {', '.join(iter_dirname(i) for i in doomed)} (complete in S3; "
-                  f"keeping the newest {self.keep_local} finished save(s) on {root})", file=out, flush=True)
+        for named, why in (([i for i in doomed if i in complete], "complete in S3"),
+                           ([i for i in doomed if i not in complete],
+                            "quarantined in S3, so never uploaded; a newer save is complete there")):
+            if named:
+                print(f"rltrainer: deleted local {', '.join(iter_dirname(i) for i in named)} ({why}; "
+                      f"keeping the newest {self.keep_local} finished save(s) on {root})", file=out, flush=True)
         self.bound_quarantine(root, out)
         return doomed
 
