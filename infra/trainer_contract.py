@@ -15,6 +15,7 @@ from __future__ import annotations
 try:
     from rltrainer.contract import (
         DEFAULT_KEEP_LOCAL,
+        DEFAULT_KEEP_S3,
         DEFAULT_RM_TYPE,
         EKS_SCALE_DOWN_MARGIN_S,
         EP_BACKENDS,
@@ -41,7 +42,7 @@ except ImportError as exc:  # pragma: no cover - the kit's requirements install 
         "pip install -r requirements.txt, or pip install -e images/trainer") from exc
 
 __all__ = [
-    "DEFAULT_KEEP_LOCAL", "DEFAULT_RM_TYPE", "EKS_SCALE_DOWN_MARGIN_S", "RESERVATION_END_ENV", "RESERVATION_ID_ENV",
+    "DEFAULT_KEEP_LOCAL", "DEFAULT_KEEP_S3", "DEFAULT_RM_TYPE", "EKS_SCALE_DOWN_MARGIN_S", "RESERVATION_END_ENV", "RESERVATION_ID_ENV",
     "ROLLOUT_ESTIMATE_ENV", "SAVE_UPLOAD_ESTIMATE_ENV", "EP_BACKENDS", "GIN_TRAINING_RULE",
     "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
     "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "TRAINER_RUNTIME_ENV",

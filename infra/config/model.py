@@ -13,7 +13,7 @@ from pydantic import Field
 
 from infra import names
 from infra.catalog.fsx import DEFAULT_THROUGHPUT, SHARED_FS_MIN_CAPACITY_GIB
-from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_RM_TYPE
+from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_RM_TYPE
 from infra.addons.config import AddonsConfig
 from infra.config.base import _Model
 from infra.versions import (
@@ -347,6 +347,13 @@ class CheckpointConfig(_Model):
         "resumed from). The file system is sized for the reference weights plus keep_local + 1 "
         "saves (the kept ones and the one being written); at least 1.",
     )
+    keep_s3: int = Field(
+        DEFAULT_KEEP_S3,
+        description="Complete saves the launcher keeps in S3 (the newest ones); older ones are "
+        "deleted there, manifest first (never one still on the shared file system, never the one "
+        "resumed from). 0 keeps every save. On the versioned bucket a deleted save's storage is "
+        "freed after storage.noncurrent_version_days.",
+    )
 
 
 class TrainingConfig(_Model):
@@ -378,8 +385,8 @@ class TrainingConfig(_Model):
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     checkpoint: CheckpointConfig = Field(
         default_factory=CheckpointConfig,
-        description="What the launcher keeps of the run's saves on the shared file system (every "
-        "complete save stays in S3).",
+        description="What the launcher keeps of the run's saves on the shared file system and in "
+        "S3 (by default every complete save stays in S3).",
     )
     image: str | None = Field(
         None, description="Trainer image URI; default: the data stack's ECR repository at image_tag."

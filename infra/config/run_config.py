@@ -34,6 +34,8 @@ def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
             "save_interval": CHECKPOINT_SAVE_INTERVAL,
             # retention on the shared file system, the same K its size is checked against
             "keep_local": t.checkpoint.keep_local,
+            # only when set: a default config renders the run.yaml it always did
+            **({"keep_s3": t.checkpoint.keep_s3} if t.checkpoint.keep_s3 else {}),
         },
         "data": {"prompt_data": prompt_data, "input_key": "prompt", "label_key": "label",
                  "rm_type": t.reward_model},

@@ -50,6 +50,7 @@ _RUN_CONFIG_PATHS = (
     ("data.rm_type", "training.reward_model"),
     ("run_name", "training.run_name"),
     ("checkpoint.keep_local", "training.checkpoint.keep_local"),
+    ("checkpoint.keep_s3", "training.checkpoint.keep_s3"),
     ("grpo", "training.grpo"),
     ("expert_parallel", "training.expert_parallel"),
     ("parallel", "training.parallel"),

@@ -520,6 +520,22 @@ def test_prompt_data_locations(shared_fs, prompt_data, expected):
     assert ctx.run_config["data"]["prompt_data"] == expected
 
 
+def test_s3_retention_reaches_the_trainer_and_its_rule_is_the_trainers():
+    """training.checkpoint.keep_s3 renders into run.yaml only when set (a default config's run.yaml
+    is unchanged), and a value the trainer refuses fails config validation under the kit's path."""
+    cfg = parse_config({"training": {"checkpoint": {"keep_s3": 3}}})
+    ctx = build_context(cfg, placeholder_outputs(cfg))
+    assert ctx.run_config["checkpoint"]["keep_s3"] == 3
+    assert _rltrainer().contract.parse_run_config(ctx.run_config).checkpoint.keep_s3 == 3
+    default = parse_config({})
+    assert "keep_s3" not in build_context(default, placeholder_outputs(default)).run_config["checkpoint"]
+    with pytest.raises(ConfigError) as err:
+        parse_config({"training": {"checkpoint": {"keep_s3": -1}}})
+    assert [str(p) for p in err.value.problems] == [
+        "training.checkpoint.keep_s3 = -1: the trainer refuses it: must be >= 0. Fix: use a value of "
+        "at least 0."]
+
+
 def test_prompt_data_key_outside_the_datasets_prefix_is_refused():
     # Config validation refuses it now (before any render); the renderer keeps its own check.
     with pytest.raises(ConfigError) as err:

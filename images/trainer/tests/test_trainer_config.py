@@ -42,6 +42,7 @@ def test_fixture_is_valid_and_fills_defaults():
     cfg = parse_run_config(minimal)
     assert (cfg.checkpoint.local_dir, cfg.checkpoint.save_interval) == ("/checkpoints", 20)
     assert cfg.checkpoint.keep_local == 1  # the newest finished save; the kit sizes its file system from it
+    assert cfg.checkpoint.keep_s3 == 0  # every save stays in S3 unless the user bounds it
     assert (cfg.data.input_key, cfg.data.label_key) == ("prompt", "label")
     assert cfg.model.megatron_args == ()
     assert cfg.expert_parallel.backend == "nccl"
@@ -179,7 +180,7 @@ def test_every_problem_is_reported_at_once_in_order():
         '  - model.megatron_args[49] = "--tensor-model-parallel-size=2": the launcher sets '
         "--tensor-model-parallel-size from parallel.training.tp. Fix: remove it from megatron_args and set "
         "parallel.training.tp instead.",
-        "  - checkpoint.save_intervall = 10: unknown key (allowed here: s3_uri, local_dir, save_interval, keep_local). "
+        "  - checkpoint.save_intervall = 10: unknown key (allowed here: s3_uri, local_dir, save_interval, keep_local, keep_s3). "
         "Fix: remove it or rename it to `save_interval`.",
         '  - checkpoint.s3_uri = "my-bucket/checkpoints": must be an s3:// URI with a bucket and a prefix. '
         "Fix: use e.g. s3://my-bucket/checkpoints/qwen3-30b-a3b-grpo/.",
@@ -198,7 +199,7 @@ def test_wrong_types_and_missing_sections():
         "model = (missing): this section is required. Fix: add a `model:` mapping with keys name, hf_checkpoint, "
         "megatron_args.",
         "checkpoint = (missing): this section is required. Fix: add a `checkpoint:` mapping with keys s3_uri, "
-        "local_dir, save_interval, keep_local.",
+        "local_dir, save_interval, keep_local, keep_s3.",
         "data = (missing): this section is required. Fix: add a `data:` mapping with keys prompt_data, input_key, "
         "label_key, rm_type.",
         "grpo = (missing): this section is required. Fix: add a `grpo:` mapping with keys num_rollout, "

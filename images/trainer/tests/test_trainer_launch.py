@@ -267,6 +267,7 @@ def test_full_launch_stages_inputs_trains_uploads_and_resumes(tmp_path: Path, aw
     # keep every save locally: this test compares the restored save after the resumed run
     # trained on (retention has its own tests: test_trainer_retention.py)
     data["checkpoint"]["keep_local"] = 4
+    data["checkpoint"]["keep_s3"] = 3  # S3 keeps the newest three (the second run saves the fourth)
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump(data))
     argv = ["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable, "--upload-interval", "0.1"]
@@ -300,7 +301,7 @@ def test_full_launch_stages_inputs_trains_uploads_and_resumes(tmp_path: Path, aw
     assert "restoring iter_0000002 from s3://my-bucket/checkpoints/run1/" in err.getvalue()
     for rel, content in saved.items():
         assert (local / rel).read_bytes() == content, rel
-    assert complete() == [1, 2, 3, 4]
+    assert complete() == [2, 3, 4]  # 1 deleted from S3: beyond keep_s3, and not on this volume
 
 
 # A stand-in Miles checkout for unit tests: a model script in the v0.1.0 layout

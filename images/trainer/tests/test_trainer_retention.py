@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ckpt_helpers import (BUCKET, PREFIX, URI, Crash, files_of, make_save, moto_s3, write_cursor,
-                          write_model_save)
+from ckpt_helpers import (BUCKET, PREFIX, URI, Crash, HookedClient, files_of, make_save, moto_s3, s3_keys,
+                          write_cursor, write_model_save)
 from rltrainer.checkpoints import (
     CheckpointWatcher,
     Retention,
@@ -151,6 +151,70 @@ def test_resume_prunes_old_local_saves_but_never_its_start_point(s3, tmp_path: P
     result = prepare_resume(store, root, log=io.StringIO(), retention=Retention(keep_local=1))
     assert result.iteration == 30 and local_iterations(root) == [30]
     assert read_tracker(root) == 30
+
+
+# ------------------------------------------------------------------------ retention in S3
+
+
+def iterations_in_s3(client) -> list[int]:
+    """Iterations with any object left in S3 (their directory or their data cursor)."""
+    found = {int(k.split("/")[0][len("iter_"):]) for k in s3_keys(client, "iter_")}
+    found |= {int(k[len("rollout/global_dataset_state_dict_"):-3]) for k in s3_keys(client, "rollout/")}
+    return sorted(found)
+
+
+def test_s3_keeps_the_newest_k_complete_saves_and_deletes_the_rest_whole(s3, tmp_path: Path):
+    """Before: S3 kept every save of a run for good (a 235B save is terabytes, every 20
+    rollouts). With keep_s3, the older saves go: manifest, shards and data cursor."""
+    root, log = tmp_path / "ckpt", io.StringIO()
+    store = store_for(s3)
+    watcher = CheckpointWatcher(store, root, log=log, retention=Retention(keep_local=1, keep_s3=2))
+    for it in (10, 20, 30, 40, 50):
+        make_save(root, it, seed=it)
+        watcher.scan_once()
+    assert store.list_complete() == [40, 50] and iterations_in_s3(s3) == [40, 50]
+    assert local_iterations(root) == [50]
+    assert f"deleted iter_0000010 from {URI} (keeping the newest 2 complete save(s) there)" in log.getvalue()
+    # the default keeps every save
+    assert Retention(keep_local=1).s3_prunable([10, 20, 30], on_disk=[]) == []
+    # never one still on the shared file system (an uploader's source), never the start point
+    assert Retention(keep_s3=1).s3_prunable([10, 20, 30], on_disk=[20, 30]) == [10]
+    assert Retention(keep_s3=1).s3_prunable([10, 20, 30], on_disk=[], protect=[10]) == [20]
+    with pytest.raises(ValueError, match="keep_s3 must be >= 0"):
+        Retention(keep_s3=-1)
+
+
+def test_a_delete_cut_short_is_finished_at_the_next_resume_and_uploads_are_left_alone(s3, tmp_path: Path):
+    """The manifest goes first, so a pod killed during a delete leaves a save that is gone for
+    every reader but still stored; the next resume deletes those objects. Objects without a
+    manifest that may be an upload under way (a save on the file system, or newer than every save
+    kept) stay."""
+    first = tmp_path / "first-pod"
+    store = store_for(s3)
+    for it in (10, 20, 30):
+        make_save(first, it, seed=it)
+        store.upload(first, it)
+
+    def die(name, _n, _kw):
+        if name == "delete_objects":
+            raise Crash("killed while deleting")
+
+    with pytest.raises(Crash):
+        Retention(keep_s3=2).prune_s3(store_for(HookedClient(s3, before=die)), [10, 20, 30], tmp_path / "empty",
+                                      log=io.StringIO())
+    assert store.list_complete() == [20, 30] and iterations_in_s3(s3) == [10, 20, 30]
+    s3.put_object(Bucket=BUCKET, Key=PREFIX + "iter_0000040/__0_0.distcp", Body=b"x")  # a newer writer's
+    log = io.StringIO()
+    result = prepare_resume(store, tmp_path / "ckpt", log=log, retention=Retention(keep_local=1, keep_s3=2))
+    assert result.iteration == 30
+    assert iterations_in_s3(s3) == [20, 30, 40]
+    assert f"deleted what a cut-short delete left of iter_0000010 in {URI}" in log.getvalue()
+    # an old save on the shared file system whose upload is under way (or was cut short) stays too
+    shared = tmp_path / "shared"
+    write_model_save(shared, 7, seed=7)
+    s3.put_object(Bucket=BUCKET, Key=PREFIX + "iter_0000007/__0_0.distcp", Body=b"x")
+    Retention(keep_s3=2).prune_s3(store, [20, 30], shared, log=io.StringIO(), orphans=True)
+    assert iterations_in_s3(s3) == [7, 20, 30, 40]
 
 
 # ------------------------------------------------------------------------ quarantine

@@ -7,11 +7,12 @@ on a directory whose capacity is enforced by accounting: every byte the run writ
 trainer's saves, the tracker, the restore's downloads) is checked against the capacity first,
 and a write that would exceed it fails with ENOSPC, as on a full file system. The capacity is
 what the kit sizes the shared file system for: the reference weights plus ``keep_local + 1``
-saves (docs/operations.md, "A run that saves for a week").
+saves (docs/operations.md, "A run that saves for a week"). S3 keeps the newest ``KEEP_S3``
+complete saves (``checkpoint.keep_s3``); without it S3 would hold all of them by the end.
 
 The pod is killed at many points (mid-save, between Megatron's tracker and Miles' cursor,
-mid-upload, right after the manifest, mid-delete, mid-restore, the volume lost), and every
-restart must resume from the newest whole save with its own data cursor.
+mid-upload, right after the manifest, mid-delete, mid-delete in S3, mid-restore, the volume
+lost), and every restart must resume from the newest whole save with its own data cursor.
 
 Before retention, the third save failed with ENOSPC here, as on FSx: nothing ever freed the
 directory.
@@ -45,6 +46,7 @@ from rltrainer.checkpoints.retention import tree_bytes
 pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
 
 ROLLOUTS = 36  # one save per rollout: iterations 0..35, plus the ones redone after a kill
+KEEP_S3 = 3  # complete saves kept in S3
 WEIGHTS = 64 << 10
 SHARD = 32 << 10
 SLACK = 4 << 10  # the tracker file and its temporary copy
@@ -127,6 +129,7 @@ KILLS = {
     14: "mid-delete",       # an old save renamed into _pruning/, not yet removed
     17: "volume-lost",      # a new pod on an empty volume: everything comes from S3
     20: "mid-restore",      # the volume lost, and the pod killed while downloading
+    22: "mid-s3-delete",    # an old save's manifest deleted from S3, its objects not yet
     24: "mid-save",
     27: "before-cursor",
     30: "mid-upload",
@@ -157,6 +160,8 @@ def test_a_week_of_saves_stays_inside_the_file_system_and_always_resumes(s3, tmp
             armed["mid-upload"] -= 1
             if armed["mid-upload"] == 0:
                 raise Crash("killed mid-upload")
+        if name == "delete_objects" and armed.pop("mid-s3-delete", None):
+            raise Crash("killed mid-delete in S3")
         if name == "download_file" and "mid-restore" in armed:
             armed["mid-restore"] -= 1
             if armed["mid-restore"] == 0:
@@ -184,7 +189,7 @@ def test_a_week_of_saves_stays_inside_the_file_system_and_always_resumes(s3, tmp
         log = io.StringIO()
         store = S3CheckpointStore(URI, client=client, retry=RetryPolicy(sleep=lambda s: None, log=log),
                                   progress_stream=log, progress_interval_s=3600)
-        policy = Retention(keep_local=keep_local, free_bytes=fs.free)
+        policy = Retention(keep_local=keep_local, keep_s3=KEEP_S3, free_bytes=fs.free)
         resume = prepare_resume(store, root, log=log, retention=policy)
         fs.observe()
         # the newest whole save, with its own data cursor, is where the run goes on
@@ -208,7 +213,7 @@ def test_a_week_of_saves_stays_inside_the_file_system_and_always_resumes(s3, tmp
                 raise Crash("killed before the data cursor")
             fs.write(f"checkpoints/run/{files[-1][0]}", files[-1][1])
             whole.append(it)
-            if kill in ("mid-upload", "after-manifest", "mid-delete"):
+            if kill in ("mid-upload", "after-manifest", "mid-delete", "mid-s3-delete"):
                 armed[kill] = 2  # the second upload_file (of three files), or at once for the others
             watcher.scan_once()
             fs.observe()
@@ -218,13 +223,13 @@ def test_a_week_of_saves_stays_inside_the_file_system_and_always_resumes(s3, tmp
                 if kill == "mid-restore":
                     armed["mid-restore"] = 2
                 raise Crash(f"{kill} after iteration {it}")
-            # S3 holds every save the trainer finished (the newest is published now; the whole
-            # list, a LIST of the growing prefix, every few saves); locally the newest keep_local stay
+            # S3 holds the newest KEEP_S3 saves the trainer finished (the newest is published now;
+            # the whole list every few saves); locally the newest keep_local stay
             if it % 6:
                 markers = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}iter_{it:07d}/_").get("Contents", [])
                 assert [m["Key"][len(PREFIX):] for m in markers] == [f"iter_{it:07d}/_COMPLETE.json"]
             else:
-                assert store.list_complete() == whole, log.getvalue()
+                assert store.list_complete() == whole[-KEEP_S3:], log.getvalue()
             assert local_iterations(root) == whole[-keep_local:], log.getvalue()
 
     while True:
@@ -236,12 +241,19 @@ def test_a_week_of_saves_stays_inside_the_file_system_and_always_resumes(s3, tmp
             armed.pop("mid-upload", None)
             armed.pop("after-manifest", None)
             armed.pop("mid-delete", None)
+            armed.pop("mid-s3-delete", None)
 
     assert not pending and restarts == len(KILLS) + 1  # mid-restore kills twice: the loss, then the download
     assert whole == list(range(ROLLOUTS)) and len(whole) >= 30
     store = S3CheckpointStore(URI, client=s3, retry=RetryPolicy(sleep=lambda s: None), progress_stream=io.StringIO())
-    assert store.list_complete() == whole and store.list_quarantined() == []
-    for it in (0, ROLLOUTS // 2, ROLLOUTS - 1):
+    assert store.list_complete() == whole[-KEEP_S3:] and store.list_quarantined() == []
+    # nothing else is left in S3: the older saves went whole, the cut-short delete too
+    left = {k[len(PREFIX):].split("/")[0] for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=BUCKET, Prefix=PREFIX) for k in (o["Key"] for o in page.get("Contents", []))}
+    assert left == {f"iter_{i:07d}" for i in whole[-KEEP_S3:]} | {"rollout"}
+    assert sorted(store._keys_under(PREFIX + "rollout/")) == sorted(
+        f"{PREFIX}rollout/global_dataset_state_dict_{i}.pt" for i in whole[-KEEP_S3:])
+    for it in whole[-KEEP_S3:]:
         manifest = store.read_manifest(it)
         assert manifest.format == VERSIONED_MANIFEST_FORMAT and all(f.version_id for f in manifest.files)
         assert {f.path: f.size for f in manifest.files} == {r: len(b) for r, b in save_files(it).items()}

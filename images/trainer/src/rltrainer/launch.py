@@ -454,7 +454,7 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
 
     from botocore.exceptions import BotoCoreError, ClientError
 
-    retention = Retention(keep_local=cfg.checkpoint.keep_local)
+    retention = Retention(keep_local=cfg.checkpoint.keep_local, keep_s3=cfg.checkpoint.keep_s3)
     try:
         stripe_across_targets(cfg.checkpoint.local_dir, err)
         hf, data = stage_inputs(cfg, log=err)

@@ -59,7 +59,8 @@ def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO 
     3. Otherwise start from what is local, or fresh from the reference weights.
     4. With a ``retention`` policy, torn saves just moved aside are bounded first (so that a
        restore has room), and once the start point is settled, older local saves that S3
-       holds are deleted (never the start point itself).
+       holds are deleted (never the start point itself), and with ``keep_s3`` the saves in S3
+       beyond the newest ``keep_s3``, with what a delete cut short left behind.
     """
     out = log or sys.stderr
     root = Path(local_dir)
@@ -70,9 +71,9 @@ def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO 
     result = _resume(store, root, out)
     if retention is not None:
         manifests, quarantined = store._markers()
-        retention.prune(root, manifests - quarantined, quarantined_in_s3=quarantined,
-                        protect=[] if result.iteration is None else [result.iteration],
-                        log=out)
+        start = [] if result.iteration is None else [result.iteration]
+        retention.prune(root, manifests - quarantined, quarantined_in_s3=quarantined, protect=start, log=out)
+        retention.prune_s3(store, manifests - quarantined, root, protect=start, log=out, orphans=True)
     return result
 
 
@@ -185,6 +186,11 @@ class CheckpointWatcher:
                                          quarantined_in_s3=known - self._complete)
                 except OSError as exc:  # a failed delete must not stop uploads; the next scan tries again
                     print(f"rltrainer: pruning local saves failed, will retry: {exc}", file=self.log, flush=True)
+                try:
+                    self._complete -= set(self.retention.prune_s3(self.store, self._complete, self.local_dir,
+                                                                  log=self.log))
+                except Exception as exc:  # noqa: BLE001 - as above: training and uploads go on
+                    print(f"rltrainer: pruning saves in S3 failed, will retry: {exc}", file=self.log, flush=True)
             return done_now
 
     def pending(self) -> list[int]:

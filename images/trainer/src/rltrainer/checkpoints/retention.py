@@ -20,6 +20,12 @@ The policy, applied by the upload watcher after each scan and by the resume befo
   ``_pruning/`` (one rename each, atomic on one file system), then removed. A pod that dies
   half way through a delete leaves a partial tree only under ``_pruning/``, never a partial
   ``iter_*`` directory that a later resume could mistake for a save; the next prune clears it.
+- In S3, with ``keep_s3`` > 0 (0, the default, keeps every save there), complete saves beyond
+  the newest ``keep_s3`` are deleted, but never one still on the shared file system (every
+  uploader uploads from there, and a local save is deleted only once S3 holds it) and never the
+  one resumed from. A delete removes the manifest first, so a save is complete or gone; the
+  objects of a delete cut short (no manifest, older than every save kept, not on the file system)
+  are deleted when the next pod resumes. Quarantined saves are left alone.
 - Quarantine is bounded: at most ``keep_quarantined`` batches of torn saves stay (newest
   first), and fewer when the file system's free space is below what the next save needs (the
   size of the newest finished save): a torn save kept for inspection must never be what makes
@@ -33,10 +39,13 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, TextIO
+from typing import TYPE_CHECKING, Callable, Iterable, TextIO
 
 from .layout import LOCAL_QUARANTINE_DIR, PRUNING_DIR, iter_dirname, rollout_state_relpath
 from .local import local_iterations, read_tracker
+
+if TYPE_CHECKING:
+    from .store import S3CheckpointStore
 
 
 def disk_free_bytes(path: Path) -> int:
@@ -69,6 +78,7 @@ class Retention:
     keep_local: int = 1
     keep_quarantined: int = 1
     free_bytes: Callable[[Path], int] = disk_free_bytes
+    keep_s3: int = 0  # complete saves kept in S3; 0 keeps every one
 
     def __post_init__(self) -> None:
         if self.keep_local < 1:
@@ -76,6 +86,8 @@ class Retention:
             raise ValueError(f"keep_local must be >= 1, got {self.keep_local}")
         if self.keep_quarantined < 0:
             raise ValueError(f"keep_quarantined must be >= 0, got {self.keep_quarantined}")
+        if self.keep_s3 < 0:
+            raise ValueError(f"keep_s3 must be >= 0 (0 keeps every save in S3), got {self.keep_s3}")
 
     def prunable(self, local_dir: str | Path, complete_in_s3: Iterable[int], protect: Iterable[int] = (),
                  quarantined_in_s3: Iterable[int] = ()) -> list[int]:
@@ -111,6 +123,41 @@ class Retention:
                 print(f"rltrainer: deleted local {', '.join(iter_dirname(i) for i in named)} ({why}; "
                       f"keeping the newest {self.keep_local} finished save(s) on {root})", file=out, flush=True)
         self.bound_quarantine(root, out)
+        return doomed
+
+    def s3_prunable(self, complete_in_s3: Iterable[int], on_disk: Iterable[int],
+                    protect: Iterable[int] = ()) -> list[int]:
+        """The complete S3 saves this policy would delete now, ascending."""
+        if self.keep_s3 == 0:
+            return []
+        complete = sorted(set(complete_in_s3))
+        keep = set(complete[-self.keep_s3:]) | set(on_disk) | set(protect)
+        return [i for i in complete if i not in keep]
+
+    def prune_s3(self, store: S3CheckpointStore, complete_in_s3: Iterable[int], local_dir: str | Path,
+                 protect: Iterable[int] = (), log: TextIO | None = None, orphans: bool = False) -> list[int]:
+        """Delete what ``s3_prunable`` names from ``store``; with ``orphans``, also the objects of
+        deletes cut short below every save kept. Returns the iterations deleted."""
+        if self.keep_s3 == 0:
+            return []
+        out = log or sys.stderr
+        complete = set(complete_in_s3)
+        on_disk = set(local_iterations(Path(local_dir)))
+        doomed = self.s3_prunable(complete, on_disk, protect)
+        for iteration in doomed:
+            store.delete(iteration)
+        if doomed:
+            print(f"rltrainer: deleted {', '.join(iter_dirname(i) for i in doomed)} from {store.uri} (keeping "
+                  f"the newest {self.keep_s3} complete save(s) there)", file=out, flush=True)
+        kept = complete - set(doomed)
+        if orphans and kept:
+            # an upload under way is of a save on the file system, or above every save kept
+            leftovers = [i for i in store.orphans() if i < min(kept) and i not in on_disk]
+            for iteration in leftovers:
+                store.delete_objects(iteration)
+            if leftovers:
+                print(f"rltrainer: deleted what a cut-short delete left of {', '.join(map(iter_dirname, leftovers))} "
+                      f"in {store.uri} (no manifest, older than every save kept)", file=out, flush=True)
         return doomed
 
     def bound_quarantine(self, local_dir: str | Path, log: TextIO | None = None) -> list[str]:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from ..contract import parse_s3_uri
-from .layout import CHECKSUM_ALGORITHM, MANIFEST_NAME, MARKER_KEY, QUARANTINE_MARKER, STAGING_DIR, iter_dirname
+from .layout import (CHECKSUM_ALGORITHM, ITER_DIR, MANIFEST_NAME, MARKER_KEY, QUARANTINE_MARKER, STAGING_DIR,
+                     iter_dirname, rollout_state_relpath)
 from .local import check_local_save, stamp, write_tracker
 from .manifest import CorruptCheckpoint, FileEntry, IncompleteCheckpoint, Manifest, ManifestError, entry_matches
 from .progress import Progress
@@ -96,25 +97,29 @@ class S3CheckpointStore:
 
     # -- listing
 
-    def _markers(self) -> tuple[set[int], set[int]]:
-        def _list() -> tuple[set[int], set[int]]:
-            manifests: set[int] = set()
-            quarantined: set[int] = set()
+    def _list_pages(self, what: str, **kwargs: Any) -> list[dict]:
+        """Every page of one ListObjectsV2 listing (retried as a whole)."""
+        def _list() -> list[dict]:
+            pages: list[dict] = []
             token = None
             while True:
-                kwargs = {"Bucket": self.bucket, "Prefix": self.key("iter_")}
-                if token:
-                    kwargs["ContinuationToken"] = token
-                page = self.client.list_objects_v2(**kwargs)
-                for obj in page.get("Contents", []):
-                    m = MARKER_KEY.fullmatch(obj["Key"][len(self.prefix):])
-                    if m:
-                        (manifests if m.group(2) == MANIFEST_NAME else quarantined).add(int(m.group(1)))
-                if not page.get("IsTruncated"):
-                    return manifests, quarantined
-                token = page.get("NextContinuationToken")
+                more = {"ContinuationToken": token} if token else {}
+                pages.append(self.client.list_objects_v2(Bucket=self.bucket, **kwargs, **more))
+                if not pages[-1].get("IsTruncated"):
+                    return pages
+                token = pages[-1].get("NextContinuationToken")
 
-        return self.retry.call(f"list {self.uri}", _list)
+        return self.retry.call(what, _list)
+
+    def _markers(self) -> tuple[set[int], set[int]]:
+        manifests: set[int] = set()
+        quarantined: set[int] = set()
+        for page in self._list_pages(f"list {self.uri}", Prefix=self.key("iter_")):
+            for obj in page.get("Contents", []):
+                m = MARKER_KEY.fullmatch(obj["Key"][len(self.prefix):])
+                if m:
+                    (manifests if m.group(2) == MANIFEST_NAME else quarantined).add(int(m.group(1)))
+        return manifests, quarantined
 
     def list_complete(self) -> list[int]:
         """Iterations with a manifest and no quarantine marker, ascending (manifests not parsed here)."""
@@ -312,6 +317,52 @@ class S3CheckpointStore:
         part_size = 0 if head.get("ChecksumType") == "FULL_OBJECT" else self._part_size(size)
         return FileEntry(path=rel, size=size, crc32=crc, part_size=part_size,
                          version_id=_pinned_version(head))
+
+    # -- delete (retention in S3)
+
+    def delete(self, iteration: int) -> int:
+        """Delete one checkpoint: its manifest first, so that from then on no reader takes it for
+        complete, then every object under its directory and its data cursor; returns how many
+        objects went. A crash between the two leaves objects without a manifest, which
+        ``orphans`` finds. On a versioned bucket the objects become noncurrent versions, which the
+        bucket's lifecycle expires (the kit's storage.noncurrent_version_days)."""
+        self.retry.call(f"delete the manifest of {iter_dirname(iteration)}", lambda: self.client.delete_object(
+            Bucket=self.bucket, Key=self.manifest_key(iteration)))
+        return self.delete_objects(iteration)
+
+    def delete_objects(self, iteration: int) -> int:
+        """Delete what S3 holds under ``iteration``'s directory, and its data cursor."""
+        keys = self._keys_under(self.key(f"{iter_dirname(iteration)}/"))
+        keys.append(self.key(rollout_state_relpath(iteration)))
+        for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1,000 keys
+            batch = [{"Key": k} for k in keys[start:start + 1000]]
+            answer = self.retry.call(f"delete {len(batch)} object(s) of {iter_dirname(iteration)}",
+                                     lambda batch=batch: self.client.delete_objects(
+                                         Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}))
+            if answer.get("Errors"):
+                first = answer["Errors"][0]
+                raise RuntimeError(f"S3 refused to delete {len(answer['Errors'])} object(s) of "
+                                   f"{iter_dirname(iteration)}, e.g. s3://{self.bucket}/{first.get('Key')}: "
+                                   f"{first.get('Code')} {first.get('Message', '')}".rstrip())
+        return len(keys)
+
+    def orphans(self) -> list[int]:
+        """Iterations with objects in S3 but neither a manifest nor a quarantine marker: uploads
+        under way or cut short, and deletes cut short. Which of them are safe to delete is the
+        caller's decision (``Retention.prune_s3``)."""
+        manifests, quarantined = self._markers()
+        found: set[int] = set()
+        for page in self._list_pages(f"list the iterations in {self.uri}", Prefix=self.key("iter_"),
+                                     Delimiter="/"):
+            for common in page.get("CommonPrefixes", []):
+                m = ITER_DIR.fullmatch(common["Prefix"][len(self.prefix):].rstrip("/"))
+                if m:
+                    found.add(int(m.group(1)))
+        return sorted(found - manifests - quarantined)
+
+    def _keys_under(self, prefix: str) -> list[str]:
+        return [obj["Key"] for page in self._list_pages(f"list s3://{self.bucket}/{prefix}", Prefix=prefix)
+                for obj in page.get("Contents", [])]
 
     # -- restore
 

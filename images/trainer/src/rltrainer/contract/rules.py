@@ -41,6 +41,7 @@ from .schema import (
     CHECKPOINT_KEYS,
     DATA_KEYS,
     DEFAULT_KEEP_LOCAL,
+    DEFAULT_KEEP_S3,
     DEFAULT_LOCAL_DIR,
     DEFAULT_SAVE_INTERVAL,
     EXPERT_PARALLEL_KEYS,
@@ -150,9 +151,10 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
             local = None
         interval = r.integer(c, "save_interval", "checkpoint", default=DEFAULT_SAVE_INTERVAL)
         keep = r.integer(c, "keep_local", "checkpoint", default=DEFAULT_KEEP_LOCAL)
-        if s3 is not None and local is not None and interval is not None and keep is not None:
+        keep_s3 = r.integer(c, "keep_s3", "checkpoint", default=DEFAULT_KEEP_S3, minimum=0)
+        if None not in (s3, local, interval, keep, keep_s3):
             checkpoint = CheckpointConfig(s3_uri=s3 if s3.endswith("/") else s3 + "/", local_dir=local,
-                                          save_interval=interval, keep_local=keep)
+                                          save_interval=interval, keep_local=keep, keep_s3=keep_s3)
 
     # data
     data_cfg = None

@@ -17,6 +17,7 @@ checkpoint:
   local_dir: /checkpoints
   save_interval: 20
   keep_local: 1
+  keep_s3: 0
 data:
   prompt_data: s3://my-bucket/datasets/dapo-math-17k.jsonl
   input_key: prompt
@@ -49,6 +50,10 @@ DEFAULT_SAVE_INTERVAL = 20
 # beside it that is two saves on disk, what the kit sizes the file system for (docs/operations.md,
 # "A run that saves for a week").
 DEFAULT_KEEP_LOCAL = 1
+# Complete saves kept in S3 (the newest ones); 0 keeps every save. Every save stays by default:
+# deleting finished checkpoints is the user's choice, and S3 costs far less than the GPU hours a
+# save holds (docs/operations.md, "A run that saves for a week").
+DEFAULT_KEEP_S3 = 0
 
 # Flags the launcher derives from the config. Passing one of them again through
 # model.megatron_args would silently fight the config (argparse keeps the last one),
@@ -99,7 +104,7 @@ OWNED_FLAGS: dict[str, str] = {
 # The keys each section allows (anything else is an error).
 TOP_KEYS = ("run_name", "model", "checkpoint", "data", "grpo", "parallel", "expert_parallel")
 MODEL_KEYS = ("name", "hf_checkpoint", "megatron_args")
-CHECKPOINT_KEYS = ("s3_uri", "local_dir", "save_interval", "keep_local")
+CHECKPOINT_KEYS = ("s3_uri", "local_dir", "save_interval", "keep_local", "keep_s3")
 DATA_KEYS = ("prompt_data", "input_key", "label_key", "rm_type")
 GRPO_KEYS = (
     "num_rollout",
@@ -162,6 +167,7 @@ class CheckpointConfig:
     local_dir: str = DEFAULT_LOCAL_DIR
     save_interval: int = DEFAULT_SAVE_INTERVAL
     keep_local: int = DEFAULT_KEEP_LOCAL
+    keep_s3: int = DEFAULT_KEEP_S3
 
 
 @dataclass(frozen=True)
