@@ -502,6 +502,42 @@ def test_a_crash_at_any_step_of_an_upload_loses_nothing_complete(s3, tmp_path: P
         assert store_for(s3).list_complete() == [10, 20]
 
 
+def test_an_upload_cut_short_resumes_with_the_files_s3_already_has(s3, tmp_path: Path):
+    """Before: a retry uploaded the whole save again (terabytes for a 235B save), and on the
+    versioned bucket every object sent twice stayed as an old version for 30 days. Now a file S3
+    holds with the same size and checksum is not sent again; one that differs (another writer's,
+    or damaged) is."""
+    s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    src = tmp_path / "src"
+    files = {it: make_save(src, it, seed=it) for it in (20, 30)}
+    for it in (20, 30):  # each upload dies as its second file starts
+        uploads: list[str] = []
+
+        def die(name, _n, _kw, uploads=uploads):
+            if name == "upload_file":
+                uploads.append(name)
+                if len(uploads) == 2:
+                    raise Crash("killed during the second file")
+
+        with pytest.raises(Crash):
+            store_for(HookedClient(s3, before=die)).upload(src, it)
+    [sent20] = s3_keys(s3, "iter_0000020/")  # one file of each made it
+    [sent30] = s3_keys(s3, "iter_0000030/")
+    corrupt_file(s3, sent30)  # same size, other bytes: not the file this writer has
+    logs = {it: io.StringIO() for it in (20, 30)}
+    for it, sent_again in ((20, len(files[20]) - 1), (30, len(files[30]))):
+        calls = HookedClient(s3)
+        assert store_for(calls, logs[it]).upload(src, it).status == "uploaded"
+        assert calls.calls.count("upload_file") == sent_again, (it, calls.calls)
+    assert "1 file(s) of iter_0000020 (0.0 GiB) were already in S3 from an upload cut short" in logs[20].getvalue()
+    assert "already in S3" not in logs[30].getvalue()
+    assert len(s3.list_object_versions(Bucket=BUCKET, Prefix=PREFIX + sent20)["Versions"]) == 1
+    for it in (20, 30):
+        store = store_for(s3)
+        store.restore(store.read_manifest(it), tmp_path / f"dst{it}")
+        assert files_of(tmp_path / f"dst{it}", it) == files[it]
+
+
 def test_a_crash_at_any_step_of_a_restore_leaves_the_volume_as_it_was(s3, tmp_path: Path):
     src = tmp_path / "src"
     make_save(src, 10, seed=1)

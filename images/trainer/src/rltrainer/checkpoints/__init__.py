@@ -28,7 +28,8 @@ checkpoint, written last::
 Rules:
 
 - A checkpoint exists in S3 only once its ``_COMPLETE.json`` does and no ``_QUARANTINED.json``
-  sits beside it. An upload that dies half way leaves files but no manifest.
+  sits beside it. An upload that dies half way leaves files but no manifest; the next upload of
+  that save sends only the files S3 does not already hold with the same size and checksum.
 - A complete checkpoint is never written again: an uploader that finds the manifest skips
   the whole iteration, checks again before every file, and writes the manifest with a
   conditional put (``If-None-Match: *``), so of two writers only the first one publishes.

@@ -193,7 +193,8 @@ class S3CheckpointStore:
         progress = Progress(f"upload {iter_dirname(iteration)} to {self.uri}", sum(sizes.values()),
                             self.progress_stream, self.progress_interval_s)
         parts = partition(sizes, uploaders)
-        tasks = [functools.partial(self.upload_files, root, iteration, part, progress) for part in parts]
+        present = self._sizes_under(iteration)  # what an upload of this save cut short left there
+        tasks = [functools.partial(self.upload_files, root, iteration, part, progress, present) for part in parts]
         results = (run_parts or run_in_threads)(tasks) if len(tasks) > 1 else [t() for t in tasks]
         skipped = [r for r in results if isinstance(r, UploadResult)]
         if skipped:
@@ -202,17 +203,29 @@ class S3CheckpointStore:
         progress.finish()
         return self.publish(iteration, [by_path[rel] for rel in rels])
 
-    def upload_files(self, root: Path, iteration: int, rels: list[str],
-                     progress: Progress | None = None) -> list[FileEntry] | UploadResult:
+    def upload_files(self, root: Path, iteration: int, rels: list[str], progress: Progress | None = None,
+                     present: dict[str, int] | None = None) -> list[FileEntry] | UploadResult:
         """Upload ``rels`` of one save (one part of it): their manifest entries, or the
-        ``UploadResult`` of a skip when another writer completed or quarantined the iteration."""
+        ``UploadResult`` of a skip when another writer completed or quarantined the iteration.
+        A file S3 already holds with the same size and checksum (``present``: an upload of this
+        save that was cut short) is not uploaded again."""
         progress = progress or Progress(f"upload part of {iter_dirname(iteration)}", 0, None, 1e9)
-        entries = []
+        entries, reused = [], []
         for rel in rels:
             skip = self._skip_reason(iteration)  # another writer may have finished it meanwhile
             if skip:
                 return skip
-            entries.append(self._upload_file(root / rel, rel, (root / rel).stat().st_size, progress))
+            size = (root / rel).stat().st_size
+            entry = self._already_there(root / rel, rel, size) if (present or {}).get(rel) == size else None
+            if entry is not None:
+                progress(size)
+                reused.append(size)
+            else:
+                entry = self._upload_file(root / rel, rel, size, progress)
+            entries.append(entry)
+        if reused:
+            self._log(f"{len(reused)} file(s) of {iter_dirname(iteration)} ({sum(reused) / 2**30:.1f} GiB) were "
+                      "already in S3 from an upload cut short, with the same checksum: not uploaded again")
         return entries
 
     def publish(self, iteration: int, entries: list[FileEntry]) -> UploadResult:
@@ -291,6 +304,29 @@ class S3CheckpointStore:
     def _head_checksum(self, key: str) -> tuple[int, str]:
         return self._size_and_crc(self._head(key))
 
+    def _sizes_under(self, iteration: int) -> dict[str, int]:
+        """Size of every object under the save's directory, by path relative to the run prefix."""
+        prefix = self.key(f"{iter_dirname(iteration)}/")
+        return {obj["Key"][len(self.prefix):]: int(obj["Size"])
+                for page in self._list_pages(f"list s3://{self.bucket}/{prefix}", Prefix=prefix)
+                for obj in page.get("Contents", [])}
+
+    def _entry_of(self, rel: str, size: int, head: dict) -> FileEntry:
+        # S3 says which kind of checksum it kept; without that (moto), the part size decides
+        part_size = 0 if head.get("ChecksumType") == "FULL_OBJECT" else self._part_size(size)
+        return FileEntry(path=rel, size=size, crc32=self._size_and_crc(head)[1], part_size=part_size,
+                         version_id=_pinned_version(head))
+
+    def _already_there(self, path: Path, rel: str, size: int) -> FileEntry | None:
+        """The entry of the object S3 holds for ``rel`` when it is this very file (size and CRC32
+        at this store's part size); None when it is not, or cannot be told."""
+        head = self._head(self.key(rel))
+        got_size, crc = self._size_and_crc(head)
+        if got_size != size or not crc:
+            return None
+        entry = self._entry_of(rel, size, head)
+        return entry if entry_matches(path, entry) else None
+
     def _upload_file(self, path: Path, rel: str, size: int, progress: Progress) -> FileEntry:
         key = self.key(rel)
         sent = [0]
@@ -313,10 +349,7 @@ class S3CheckpointStore:
                                        "the store must support S3 additional checksums")
         if got_size != size or path.stat().st_size != size:
             raise IncompleteCheckpoint(f"{path} changed size during its upload ({size} -> {got_size} bytes)")
-        # S3 says which kind of checksum it kept; without that (moto), the part size decides
-        part_size = 0 if head.get("ChecksumType") == "FULL_OBJECT" else self._part_size(size)
-        return FileEntry(path=rel, size=size, crc32=crc, part_size=part_size,
-                         version_id=_pinned_version(head))
+        return self._entry_of(rel, size, head)
 
     # -- delete (retention in S3)
 
