@@ -157,19 +157,28 @@ def _line(message: str, show_source: bool) -> str:
     return text
 
 
+# How far back each follow poll reads again: CloudWatch Logs makes events searchable some time
+# after they arrive, and Fluent Bit on each node ships its own batches, so an event can appear
+# after newer ones were printed. Events seen within this window are remembered and not repeated.
+FOLLOW_LOOKBACK_MS = 120_000
+
+
 def read_logs(logs_client: Any, query: LogQuery, *, start: dt.datetime, out: TextIO,
               follow: bool = False, poll_s: float = 5.0,
               sleep: Callable[[float], None] = time.sleep, max_polls: int | None = None,
               tail: int | None = None, timestamps: bool = False) -> int:
     """Print the matching events from ``start`` in time order; with ``follow``, keep polling
-    (until interrupted, or ``max_polls`` polls for tests). ``tail``: of the first poll, only the
-    last N lines; ``timestamps``: each line starts with its event time (RFC 3339, as kubectl).
-    Returns the number of lines."""
-    start_ms = int(start.timestamp() * 1000)
-    seen_at_last_ms: set[str] = set()
+    (until interrupted, or ``max_polls`` polls for tests), each poll reading again the last
+    ``FOLLOW_LOOKBACK_MS`` so that an event that became searchable late is printed, not lost
+    (after the newer lines). ``tail``: of the first poll, only the last N lines;
+    ``timestamps``: each line starts with its event time (RFC 3339, as kubectl). Returns the
+    number of lines."""
+    start_ms = newest_ms = int(start.timestamp() * 1000)
+    seen: dict[Any, int] = {}  # events printed (or left out by --tail) in the window -> timestamp
     printed = polls = 0
     while True:
-        kwargs: dict[str, Any] = {"logGroupName": query.group, "startTime": start_ms,
+        kwargs: dict[str, Any] = {"logGroupName": query.group,
+                                  "startTime": max(start_ms, newest_ms - FOLLOW_LOOKBACK_MS),
                                   "filterPattern": query.filter_pattern}
         if query.stream_prefix:
             kwargs["logStreamNamePrefix"] = query.stream_prefix
@@ -181,27 +190,24 @@ def read_logs(logs_client: Any, query: LogQuery, *, start: dt.datetime, out: Tex
                 break
             kwargs["nextToken"] = page["nextToken"]
         events.sort(key=lambda e: (e["timestamp"], e.get("eventId", "")))
-        skip = max(0, len(events) - tail) if tail is not None and polls == 0 else 0
-        for i, event in enumerate(events):
-            if i < skip:  # before the --tail window: not printed, but the next poll starts after it
-                if event["timestamp"] > start_ms:
-                    start_ms, seen_at_last_ms = event["timestamp"], set()
-                seen_at_last_ms.add(event.get("eventId"))
+        fresh = [e for e in events if e.get("eventId", (e["timestamp"], e["message"])) not in seen]
+        skip = max(0, len(fresh) - tail) if tail is not None and polls == 0 else 0
+        for i, event in enumerate(fresh):
+            seen[event.get("eventId", (event["timestamp"], event["message"]))] = event["timestamp"]
+            newest_ms = max(newest_ms, event["timestamp"])
+            if i < skip:  # before the --tail window: not printed, and not printed later either
                 continue
-            if event["timestamp"] == start_ms and event.get("eventId") in seen_at_last_ms:
-                continue  # the next poll starts at the last timestamp: skip what it repeats
             line = _line(event["message"], query.show_source)
             if timestamps:
                 when = dt.datetime.fromtimestamp(event["timestamp"] / 1000, dt.timezone.utc)
                 line = f"{when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} {line}"
             print(line, file=out, flush=True)
             printed += 1
-            if event["timestamp"] > start_ms:
-                start_ms, seen_at_last_ms = event["timestamp"], set()
-            seen_at_last_ms.add(event.get("eventId"))
         polls += 1
         if not follow or (max_polls is not None and polls >= max_polls):
             return printed
+        # what the next poll cannot return again need not be remembered
+        seen = {k: t for k, t in seen.items() if t >= newest_ms - FOLLOW_LOOKBACK_MS}
         sleep(poll_s)
 
 

@@ -343,19 +343,49 @@ def test_read_logs_pages_in_time_order_and_follows_without_repeats():
     stub.add_response("filter_log_events", {
         "events": [{"eventId": "1", "timestamp": t0 + 10, "message": record("first", container="w")}]},
         {**base, "nextToken": "p2"})
-    # The follow poll starts at the last timestamp: event 2 comes again and is not printed again.
+    # The follow poll reads the last two minutes again (here from the start): events 1 and 2
+    # come again and are not printed again; event 4 is older than event 3 but became searchable
+    # only now (late ingestion, another node's batch): printed, not lost.
     stub.add_response("filter_log_events", {"events": [
+        {"eventId": "1", "timestamp": t0 + 10, "message": record("first", container="w")},
         {"eventId": "2", "timestamp": t0 + 20, "message": record("second", container="w")},
         {"eventId": "3", "timestamp": t0 + 30, "message": "not json"}]},
-        {**base, "startTime": t0 + 20})
+        {**base, "startTime": t0})
+    later = t0 + 300_000  # five minutes on: the window is the last two minutes before event 5
+    stub.add_response("filter_log_events", {"events": [
+        {"eventId": "5", "timestamp": later, "message": "fifth"}]}, {**base, "startTime": t0})
+    stub.add_response("filter_log_events", {"events": [
+        {"eventId": "4", "timestamp": later - 1_000, "message": "fourth, late"},
+        {"eventId": "5", "timestamp": later, "message": "fifth"}]},
+        {**base, "startTime": later - 120_000})
     out, sleeps = io.StringIO(), []
     with stub:
         n = observability.read_logs(logs, q, start=start, out=out, follow=True,
-                                    sleep=sleeps.append, max_polls=2)
+                                    sleep=sleeps.append, max_polls=4)
     stub.assert_no_pending_responses()
     assert out.getvalue().splitlines() == ["[qwen3-30b-a3b-grpo-x7k2p/w] first",
-                                           "[qwen3-30b-a3b-grpo-x7k2p/w] second", "not json"]
-    assert n == 3 and sleeps == [5.0]
+                                           "[qwen3-30b-a3b-grpo-x7k2p/w] second", "not json",
+                                           "fifth", "fourth, late"]
+    assert n == 5 and sleeps == [5.0] * 3
+
+
+def test_read_logs_tail_leaves_out_the_older_lines_for_good():
+    """--tail N -f: the first poll prints its last N lines; the lines before them are not
+    printed either when a follow poll reads them again."""
+    logs, stub = stubbed("logs")
+    q = observability.log_query(CFG, node=None, submitter_container="ray-job-submitter")
+    start = NOW - dt.timedelta(hours=1)
+    t0 = int(start.timestamp() * 1000)
+    base = {"logGroupName": q.group, "startTime": t0, "filterPattern": q.filter_pattern}
+    events = [{"eventId": str(i), "timestamp": t0 + i, "message": f"line {i}"} for i in (1, 2, 3)]
+    stub.add_response("filter_log_events", {"events": events}, base)
+    stub.add_response("filter_log_events", {"events": events + [
+        {"eventId": "4", "timestamp": t0 + 4, "message": "line 4"}]}, base)
+    out = io.StringIO()
+    with stub:
+        n = observability.read_logs(logs, q, start=start, out=out, follow=True, tail=1,
+                                    sleep=lambda s: None, max_polls=2)
+    assert out.getvalue().splitlines() == ["line 3", "line 4"] and n == 2
 
 
 def run_logs(tmp_path, monkeypatch, *flags, logs_client=None):
