@@ -12,8 +12,9 @@ node's allocatable vpc.amazonaws.com/efa with what the pods request.
 
 Ctrl-C deletes the job it applied, or prints exactly what is left and how to delete it.
 --logs-dir judges logs collected earlier (no cluster needed). --compare puts the figures of
-recorded gate.json files side by side (no config, no cluster); a passing gate also raises its
-instance type's baseline (the best all-reduce busbw per size), a gate.json-like file --compare reads.
+recorded gate.json files side by side (no config, no cluster); a passing gate also updates its
+instance type's baseline (per size, the median all-reduce busbw of the last five passing gates), a
+gate.json-like file --compare reads.
 
 Finding the bad node: the EFA port counters name a node with an idle or missing NIC directly. When
 the all-reduce or EP benchmark fails or is slow and nothing names a node, the gate reruns it on
@@ -117,7 +118,7 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
            args: argparse.Namespace | None = None) -> int:
     report.findings[:0] = extra or []
     path, doc = write_record(report, cfg.name, sdir, logs, _utc_now(), warn=plain(console))
-    if root is not None:  # a passing run raises its instance type's baseline (bisection's bar)
+    if root is not None:  # a passing run updates its instance type's baseline (bisection's bar)
         update_baseline(root, doc)
     if as_json:  # the document gate.json holds; the verdict is also the exit code
         emit(args or argparse.Namespace(output="json"), doc)
