@@ -79,7 +79,7 @@ class AwsClients:
         "sts": "sts", "ec2": "ec2", "quotas": "service-quotas",
         "cloudformation": "cloudformation", "s3": "s3", "ecr": "ecr",
         "tagging": "resourcegroupstaggingapi", "codebuild": "codebuild", "logs": "logs",
-        "cloudwatch": "cloudwatch", "kms": "kms", "eks": "eks",
+        "cloudwatch": "cloudwatch", "kms": "kms", "eks": "eks", "fsx": "fsx",
     }
 
     def __init__(self, region: str | None = None, profile: str | None = None,

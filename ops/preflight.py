@@ -516,7 +516,7 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
             update = check_capacity_block_update(clients.cloudformation, clients.eks, cfg, n, g)
             checks += [update] if update is not None else []
     checks.append(check_quota(clients.quotas, cfg, region))
-    checks += service_checks(clients.ec2, clients.quotas, cfg, region)  # FSx AZ, CodeBuild
+    checks += service_checks(clients, cfg, region)  # FSx AZ and replacement, CodeBuild
     checks.append(check_existing_stacks(clients.cloudformation, cfg))
     return checks
 

@@ -2,7 +2,9 @@
 quota, capacity reservations and blocks, placement group, Kubernetes version, existing stacks).
 A Capacity Block group whose deployed node group runs nodes fails: EKS updates such a group only at
 desired size 0, and the fix names the scale-to-0 command (docs/operations.md, "A reservation's
-end").
+end"). A config that would make a deploy replace the deployed shared file system (its AZ or
+storage.kms changed: both are fixed at creation) fails, before the new, empty one is created and
+the old one is left billing with the saves on it.
 
 Exit code 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for a bad config.
 """

@@ -134,3 +134,110 @@ def test_the_quota_checked_is_the_build_projects_compute_type(synth):
     [project] = resources(synth("default").template("data"), "AWS::CodeBuild::Project").values()
     assert project["Properties"]["Environment"]["ComputeType"] == \
         versions.IMAGE_BUILD_COMPUTE_TYPE
+
+
+# --- the deployed file system stays --------------------------------------------------------------
+
+FS_ID = "fs-0123456789abcdef0"
+SUBNET = "subnet-0123456789abcdef0"
+KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def deployed(zone="us-east-1a", key_manager="AWS", stack_error=None):
+    """AwsClients whose CloudFormation, FSx, EC2 and KMS answer for a deployed storage stack
+    (botocore's Stubber: the requests and answers are checked against the services' models)."""
+    from ops.aws import AwsClients
+    from tests.support.preflight import stubbed
+
+    cfn, cfn_stub = stubbed("cloudformation")
+    fsx, fsx_stub = stubbed("fsx")
+    ec2, ec2_stub = stubbed("ec2")
+    kms, kms_stub = stubbed("kms")
+    if stack_error:
+        cfn_stub.add_client_error("describe_stacks", "ValidationError", stack_error,
+                                  expected_params={"StackName": "pf-storage"})
+    else:
+        cfn_stub.add_response("describe_stacks", {"Stacks": [{
+            "StackName": "pf-storage", "CreationTime": "2026-11-01T00:00:00Z",
+            "StackStatus": "UPDATE_COMPLETE",
+            "Outputs": [{"OutputKey": "SharedFileSystemId", "OutputValue": FS_ID}]}]},
+            {"StackName": "pf-storage"})
+        fsx_stub.add_response("describe_file_systems", {"FileSystems": [{
+            "FileSystemId": FS_ID, "FileSystemType": "LUSTRE", "SubnetIds": [SUBNET],
+            "KmsKeyId": KEY_ARN}]}, {"FileSystemIds": [FS_ID]})
+        ec2_stub.add_response("describe_subnets", {"Subnets": [{
+            "SubnetId": SUBNET, "AvailabilityZone": zone}]}, {"SubnetIds": [SUBNET]})
+        kms_stub.add_response("describe_key", {"KeyMetadata": {
+            "KeyId": KEY_ARN.rsplit("/", 1)[1], "KeyManager": key_manager}}, {"KeyId": KEY_ARN})
+    for stub in (cfn_stub, fsx_stub, ec2_stub, kms_stub):
+        stub.activate()
+    return AwsClients(cloudformation=cfn, fsx=fsx, ec2=ec2, kms=kms)
+
+
+def test_a_storage_stack_not_deployed_yet_passes():
+    check = preflight_services.check_fsx_kept(
+        deployed(stack_error="Stack with id pf-storage does not exist"), config())
+    assert (check.status, check.detail) == (
+        PASS, "pf-storage is not deployed: the first deploy creates the file system in us-east-1a")
+
+
+def test_the_same_zone_and_key_keep_the_file_system():
+    check = preflight_services.check_fsx_kept(deployed(), config())
+    assert (check.status, check.detail) == (
+        PASS, f"{FS_ID} stays: same AZ (us-east-1a) and the AWS-managed key")
+
+
+def test_moving_the_training_groups_zone_would_replace_the_file_system():
+    """Before: the training group moved to us-east-1b and the next deploy made a new, empty file
+    system there; the old one, with the saves, stayed billed outside any stack."""
+    check = preflight_services.check_fsx_kept(deployed(zone="us-east-1b"), config())
+    assert check.status == FAIL
+    assert check.detail == (
+        f"a deploy would replace {FS_ID}: this config changes its AZ from us-east-1b to us-east-1a, "
+        "which a file system cannot change in place; CloudFormation would create a new, empty one, "
+        f"and {FS_ID} would be retained outside any stack, still billed, with the saves on it")
+    assert check.fix.startswith("keep gpu_node_groups.p5.availability_zone: us-east-1b; to move "
+                                "it on purpose, let the run's last save reach S3, delete pf-storage")
+
+
+def test_switching_kms_would_replace_it_and_an_ephemeral_one_is_deleted():
+    cfg = config(storage={"kms": True}, ephemeral=True,
+                 cost_guard={"ttl_hours": 6, "max_gpu_nodes": 2})
+    check = preflight_services.check_fsx_kept(deployed(), cfg)
+    assert check.status == FAIL
+    assert ("changes its encryption from the AWS-managed key to the kit's customer-managed key"
+            in check.detail)
+    assert "would be deleted with everything on it" in check.detail
+    assert check.fix.startswith("keep storage.kms: false;")
+    assert preflight_services.check_fsx_kept(deployed(key_manager="CUSTOMER"), cfg).status == PASS
+
+
+def test_an_unreadable_file_system_warns_with_the_permissions():
+    from ops.aws import AwsClients
+    from tests.support.preflight import stubbed
+
+    clients = deployed()
+    fsx, stub = stubbed("fsx")
+    stub.add_client_error("describe_file_systems", "AccessDeniedException", "no")
+    stub.activate()
+    clients = AwsClients(cloudformation=clients.cloudformation, fsx=fsx)
+    check = preflight_services.check_fsx_kept(clients, config())
+    assert check.status == WARN and check.detail.startswith(f"cannot tell whether a deploy would replace {FS_ID}")
+    assert "fsx:DescribeFileSystems, ec2:DescribeSubnets and kms:DescribeKey" in check.fix
+
+
+def test_what_the_check_compares_is_what_cloudformation_cannot_update(synth):
+    """The real CloudFormation resource schema (the one cfn-lint ships) lists the file system's
+    SubnetIds and KmsKeyId as create-only, and the synthesized storage stack sets exactly those
+    from the AZ and storage.kms: the two things the check compares."""
+    import json
+    from importlib import resources as importlib_resources
+
+    schemas = importlib_resources.files("cfnlint.data.schemas")
+    index = json.loads((schemas / "providers" / "us-east-1.json").read_text())
+    schema = json.loads((schemas / "resources" / f"{index['AWS::FSx::FileSystem']}.json").read_text())
+    assert {"/properties/SubnetIds", "/properties/KmsKeyId"} <= set(schema["createOnlyProperties"])
+    for example, kms in (("default", False), ("p5-2node", True)):
+        [fs] = resources(synth(example).template("storage"), "AWS::FSx::FileSystem").values()
+        assert len(fs["Properties"]["SubnetIds"]) == 1
+        assert ("KmsKeyId" in fs["Properties"]) == kms == synth(example).config.storage.kms
