@@ -26,6 +26,7 @@ from infra.versions import (
 from ops import ultraserver_preflight
 from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, AwsClients, describe_error, error_code
 from ops.check_result import Check
+from ops.preflight_replace import replacement_checks
 from ops.preflight_services import offline_service_checks, service_checks
 
 
@@ -516,7 +517,8 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
             update = check_capacity_block_update(clients.cloudformation, clients.eks, cfg, n, g)
             checks += [update] if update is not None else []
     checks.append(check_quota(clients.quotas, cfg, region))
-    checks += service_checks(clients, cfg, region)  # FSx AZ and replacement, CodeBuild
+    checks += service_checks(clients.ec2, clients.quotas, cfg, region)  # FSx AZ, CodeBuild
+    checks += replacement_checks(clients, cfg)
     checks.append(check_existing_stacks(clients.cloudformation, cfg))
     return checks
 

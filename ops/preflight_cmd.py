@@ -4,7 +4,8 @@ A Capacity Block group whose deployed node group runs nodes fails: EKS updates s
 desired size 0, and the fix names the scale-to-0 command (docs/operations.md, "A reservation's
 end"). A config that would make a deploy replace the deployed shared file system (its AZ or
 storage.kms changed: both are fixed at creation) fails, before the new, empty one is created and
-the old one is left billing with the saves on it.
+the old one is left billing with the saves on it. A tag change that would replace a GPU group's
+placement group (and so roll its nodes) is a warning.
 
 Exit code 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for a bad config.
 """

@@ -8,12 +8,6 @@ where the file system goes, and CodeBuild's quota for the image build's machine 
   Wavelength Zone subnet. FSx has no API that lists which deployment types an AZ offers;
   CreateFileSystem is the first to refuse a PERSISTENT_2 file system there, so the check names
   the zone ID to compare with the FSx for Lustre user guide.
-- **The deployed file system stays** (CloudFormation DescribeStacks, FSx DescribeFileSystems, EC2
-  DescribeSubnets, KMS DescribeKey): a file system's subnets and KMS key are fixed at creation
-  (``createOnlyProperties`` of AWS::FSx::FileSystem in the CloudFormation resource schema), so a
-  config that moves the file system's AZ or switches ``storage.kms`` makes the next deploy create
-  a new, empty file system. The old one, with the saves on it, is then retained outside any stack
-  and still billed, or deleted with them when the environment is ephemeral.
 - **CodeBuild's 2XLARGE concurrency** (Service Quotas): the image build runs on
   ``BUILD_GENERAL1_2XLARGE``, whose per-account concurrency quota is 0 on many new accounts;
   StartBuild then fails with "Cannot have more than 0 builds in queue for the account"
@@ -26,19 +20,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from infra import names
 from infra.catalog.regions import botocore_version, regions
 from infra.config import KitConfig, has_shared_fs
 from infra.config.derived import shared_fs_availability_zone
 from infra.problems import FAIL, PASS, WARN
 from infra.versions import IMAGE_BUILD_COMPUTE_TYPE
-from manifests.outputs import describe_stack_outputs
-from ops.aws import AWS_ERRORS, AwsClients, describe_error
+from ops.aws import AWS_ERRORS, describe_error
 from ops.check_result import Check
 
 FSX_REGION = "FSx for Lustre in the region"
 FSX_ZONE = "FSx for Lustre AZ"
-FSX_KEPT = "shared file system kept"
 BUILD_QUOTA = "image build quota"
 # "Concurrently running builds for Linux/2XLarge environment" in the CodeBuild quotas; GPU and
 # ARM sizes have their own quotas and must not match.
@@ -51,10 +42,10 @@ def offline_service_checks(cfg: KitConfig) -> list[Check]:
     return [check_fsx_region(cfg)] if has_shared_fs(cfg) else []
 
 
-def service_checks(clients: AwsClients, cfg: KitConfig, region: str) -> list[Check]:
+def service_checks(ec2: Any, quotas: Any, cfg: KitConfig, region: str) -> list[Check]:
     """The checks here that call AWS (read-only)."""
-    checks = [check_fsx_zone(clients.ec2, cfg), check_fsx_kept(clients, cfg)] if has_shared_fs(cfg) else []
-    return checks + [check_image_build_quota(clients.quotas, region)]
+    checks = [check_fsx_zone(ec2, cfg)] if has_shared_fs(cfg) else []
+    return checks + [check_image_build_quota(quotas, region)]
 
 
 def check_fsx_region(cfg: KitConfig) -> Check:
@@ -96,63 +87,6 @@ def check_fsx_zone(ec2: Any, cfg: KitConfig) -> Check:
                  f"{zone} is zone ID {zone_id}, available; FSx lists no per-AZ offering, so "
                  f"whether it takes a {_FSX_DEPLOYMENT} file system shows at the storage stack's "
                  "create (compare the zone ID with the FSx for Lustre user guide)")
-
-
-def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
-    """Would a deploy of this config replace the deployed shared file system (its AZ or its KMS
-    key changed)? PASS when the storage stack is not deployed yet."""
-    stack = names.stack_names(cfg.name)["storage"]
-    zone = shared_fs_availability_zone(cfg)
-    subject = f"{stack} (storage.shared_filesystem)"
-    try:
-        outputs = describe_stack_outputs(clients.cloudformation, stack)
-    except AWS_ERRORS as err:
-        if "does not exist" not in describe_error(err):
-            return Check(FSX_KEPT, subject, WARN, f"could not read {stack}: {describe_error(err)}",
-                         "allow cloudformation:DescribeStacks, then run preflight again before "
-                         "deploying the storage stack")
-        outputs = None
-    fs_id = (outputs or {}).get(names.OutputKeys.SHARED_FS_ID)
-    if not fs_id:
-        return Check(FSX_KEPT, subject, PASS,
-                     f"{stack} is not deployed: the first deploy creates the file system in {zone}")
-    try:
-        fs = clients.fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
-        deployed_zone = clients.ec2.describe_subnets(SubnetIds=fs["SubnetIds"][:1])[
-            "Subnets"][0]["AvailabilityZone"]
-        key = fs.get("KmsKeyId")
-        customer_key = bool(key) and clients.kms.describe_key(KeyId=key)[
-            "KeyMetadata"].get("KeyManager") == "CUSTOMER"
-    except AWS_ERRORS as err:
-        return Check(FSX_KEPT, subject, WARN,
-                     f"cannot tell whether a deploy would replace {fs_id}: {describe_error(err)}",
-                     "allow fsx:DescribeFileSystems, ec2:DescribeSubnets and kms:DescribeKey, then "
-                     "run preflight again before deploying the storage stack")
-    keys = {True: "the kit's customer-managed key", False: "the AWS-managed key"}
-    moves, keep = [], []
-    if deployed_zone != zone:
-        field = ("storage.shared_filesystem.availability_zone"
-                 if cfg.storage.shared_filesystem.availability_zone else
-                 f"gpu_node_groups.{cfg.training.node_group}.availability_zone")
-        moves.append(f"its AZ from {deployed_zone} to {zone}")
-        keep.append(f"{field}: {deployed_zone}")
-    if customer_key != cfg.storage.kms:
-        moves.append(f"its encryption from {keys[customer_key]} to {keys[cfg.storage.kms]}")
-        keep.append(f"storage.kms: {str(customer_key).lower()}")
-    if not moves:
-        return Check(FSX_KEPT, subject, PASS,
-                     f"{fs_id} stays: same AZ ({zone}) and {keys[customer_key]}")
-    fate = ("deleted with everything on it (an ephemeral environment, or storage.retain: false)"
-            if cfg.ephemeral or not cfg.storage.retain else
-            "retained outside any stack, still billed, with the saves on it")
-    return Check(
-        FSX_KEPT, subject, FAIL,
-        f"a deploy would replace {fs_id}: this config changes {' and '.join(moves)}, which a file "
-        f"system cannot change in place; CloudFormation would create a new, empty one, and {fs_id} "
-        f"would be {fate}",
-        f"keep {' and '.join(keep)}; to move it on purpose, let the run's last save reach S3, "
-        f"delete {stack} (rlkit teardown removes it with the cluster), then deploy: the new file "
-        "system reads the bucket again")
 
 
 def check_image_build_quota(quotas: Any, region: str) -> Check:

@@ -8,6 +8,7 @@ from aws_cdk import App, Environment, Tags
 
 from infra import names
 from infra.config import KitConfig
+from infra.config.derived import resource_tags
 from stacks.cluster_stack import ClusterStack
 from stacks.data_stack import DataStack
 from stacks.feature_flags import cdk_json_context
@@ -24,15 +25,6 @@ def make_app(outdir: str | None = None) -> App:
     So `python app.py`, `cdk synth` and the tests build identical templates; see feature_flags.py.
     """
     return App(outdir=outdir, context=cdk_json_context())
-
-
-def resource_tags(config: KitConfig) -> dict[str, str]:
-    """Tags on every resource of the environment: the user's, then the kit's own last, since
-    teardown finds resources by them and no user tag may replace them."""
-    tags = {**config.tags, names.ENVIRONMENT_TAG: config.name}
-    if config.cost_guard.ttl_hours is not None:
-        tags[names.TTL_TAG] = str(config.cost_guard.ttl_hours)
-    return tags
 
 
 @dataclass

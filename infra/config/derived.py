@@ -1,5 +1,6 @@
 """Values the rest of the kit derives from a valid config, each defined once: whether there is a
-shared file system, where checkpoints are written, and what the file system costs."""
+shared file system, where checkpoints are written, what the file system costs, and the tags on
+every resource."""
 
 from __future__ import annotations
 
@@ -8,6 +9,15 @@ from infra.catalog.fsx import SharedFsCost, checkpoints_phrase, cost_for, shared
 from infra.config.model import KitConfig
 
 CHECKPOINT_LOCAL_DIR = "/checkpoints"  # single-node runs without a shared file system
+
+
+def resource_tags(config: KitConfig) -> dict[str, str]:
+    """Tags on every resource of the environment: the user's, then the kit's own last, since
+    teardown finds resources by them and no user tag may replace them."""
+    tags = {**config.tags, names.ENVIRONMENT_TAG: config.name}
+    if config.cost_guard.ttl_hours is not None:
+        tags[names.TTL_TAG] = str(config.cost_guard.ttl_hours)
+    return tags
 
 
 def has_shared_fs(cfg: KitConfig) -> bool:

@@ -265,7 +265,8 @@ class CostGuardConfig(_Model):
         None, description="Upper bound on the sum of max_size over all GPU node groups."
     )
     ttl_hours: int | None = Field(
-        None, description="Time-to-live tag put on every resource; required when ephemeral."
+        None, description="Time-to-live tag put on every resource; required when ephemeral. Like "
+        "`tags`, changing it on a deployed environment replaces the placement groups."
     )
 
 
@@ -467,7 +468,10 @@ class KitConfig(_Model):
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     cost_guard: CostGuardConfig = Field(default_factory=CostGuardConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
-    tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every resource.")
+    tags: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra tags on every resource. A GPU group's placement group cannot change its "
+        "tags in place: changing them replaces it and rolls the group's nodes (rlkit preflight warns).")
 
     @property
     def stack_names(self) -> dict[str, str]:

@@ -48,7 +48,7 @@ def test_gpu_instances_their_volumes_and_interfaces_carry_the_environment_tags(s
     # Node group tags do not propagate to the instances EKS launches, so before this the p5s,
     # their EBS volumes and their 32 ENIs carried no environment tag: teardown's leftover check
     # and the cost trail could not see them.
-    from stacks.kit import resource_tags
+    from infra.config.derived import resource_tags
 
     s = synth(example)
     expected = resource_tags(s.config)

@@ -1,0 +1,148 @@
+"""Preflight checks that read what is deployed and say what the next `cdk deploy` of this config
+would replace. CloudFormation replaces a resource when a create-only property changes (the
+``createOnlyProperties`` of its resource schema); two of the kit's resources hold something that
+a replacement loses:
+
+- **The shared file system** (CloudFormation DescribeStacks, FSx DescribeFileSystems, EC2
+  DescribeSubnets, KMS DescribeKey): its subnets and KMS key are create-only, so a config that
+  moves the file system's AZ or switches ``storage.kms`` makes the deploy create a new, empty file
+  system. The old one, with the saves on it, is then retained outside any stack and still billed,
+  or deleted with them when the environment is ephemeral.
+- **A GPU group's placement group** (CloudFormation DescribeStackResources, EC2
+  DescribePlacementGroups): its tags are create-only, and the kit tags every resource with the
+  config's ``tags`` and ``cost_guard.ttl_hours``. A change to either replaces the placement
+  group, the launch template then names another group, and EKS replaces every node of the group
+  in a rolling update, under a running job.
+
+Each passes before its stack is deployed, and warns when what it needs cannot be read.
+"""
+
+from __future__ import annotations
+
+from infra import names
+from infra.config import GpuNodeGroupConfig, KitConfig, has_shared_fs
+from infra.config.derived import resource_tags, shared_fs_availability_zone
+from infra.problems import FAIL, PASS, WARN
+from manifests.outputs import describe_stack_outputs
+from ops.aws import AWS_ERRORS, AwsClients, describe_error
+from ops.check_result import Check
+
+FSX_KEPT = "shared file system kept"
+PLACEMENT_GROUP_KEPT = "placement group kept"
+
+
+def _outputs(clients: AwsClients, stack: str) -> dict[str, str] | None:
+    """A stack's outputs, None when it is not deployed; other errors reach the caller."""
+    try:
+        return describe_stack_outputs(clients.cloudformation, stack)
+    except AWS_ERRORS as err:
+        if "does not exist" in describe_error(err):
+            return None
+        raise
+
+
+def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
+    """Would a deploy of this config replace the deployed shared file system (its AZ or its KMS
+    key changed)? PASS when the storage stack is not deployed yet."""
+    stack = names.stack_names(cfg.name)["storage"]
+    zone = shared_fs_availability_zone(cfg)
+    subject = f"{stack} (storage.shared_filesystem)"
+    try:
+        outputs = _outputs(clients, stack)
+    except AWS_ERRORS as err:
+        return Check(FSX_KEPT, subject, WARN, f"could not read {stack}: {describe_error(err)}",
+                     "allow cloudformation:DescribeStacks, then run preflight again before "
+                     "deploying the storage stack")
+    fs_id = (outputs or {}).get(names.OutputKeys.SHARED_FS_ID)
+    if not fs_id:
+        return Check(FSX_KEPT, subject, PASS,
+                     f"{stack} is not deployed: the first deploy creates the file system in {zone}")
+    try:
+        fs = clients.fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
+        deployed_zone = clients.ec2.describe_subnets(SubnetIds=fs["SubnetIds"][:1])[
+            "Subnets"][0]["AvailabilityZone"]
+        key = fs.get("KmsKeyId")
+        customer_key = bool(key) and clients.kms.describe_key(KeyId=key)[
+            "KeyMetadata"].get("KeyManager") == "CUSTOMER"
+    except AWS_ERRORS as err:
+        return Check(FSX_KEPT, subject, WARN,
+                     f"cannot tell whether a deploy would replace {fs_id}: {describe_error(err)}",
+                     "allow fsx:DescribeFileSystems, ec2:DescribeSubnets and kms:DescribeKey, then "
+                     "run preflight again before deploying the storage stack")
+    keys = {True: "the kit's customer-managed key", False: "the AWS-managed key"}
+    moves, keep = [], []
+    if deployed_zone != zone:
+        field = ("storage.shared_filesystem.availability_zone"
+                 if cfg.storage.shared_filesystem.availability_zone else
+                 f"gpu_node_groups.{cfg.training.node_group}.availability_zone")
+        moves.append(f"its AZ from {deployed_zone} to {zone}")
+        keep.append(f"{field}: {deployed_zone}")
+    if customer_key != cfg.storage.kms:
+        moves.append(f"its encryption from {keys[customer_key]} to {keys[cfg.storage.kms]}")
+        keep.append(f"storage.kms: {str(customer_key).lower()}")
+    if not moves:
+        return Check(FSX_KEPT, subject, PASS,
+                     f"{fs_id} stays: same AZ ({zone}) and {keys[customer_key]}")
+    fate = ("deleted with everything on it (an ephemeral environment, or storage.retain: false)"
+            if cfg.ephemeral or not cfg.storage.retain else
+            "retained outside any stack, still billed, with the saves on it")
+    return Check(
+        FSX_KEPT, subject, FAIL,
+        f"a deploy would replace {fs_id}: this config changes {' and '.join(moves)}, which a file "
+        f"system cannot change in place; CloudFormation would create a new, empty one, and {fs_id} "
+        f"would be {fate}",
+        f"keep {' and '.join(keep)}; to move it on purpose, let the run's last save reach S3, "
+        f"delete {stack} (rlkit teardown removes it with the cluster), then deploy: the new file "
+        "system reads the bucket again")
+
+
+def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: str,
+                               group: GpuNodeGroupConfig) -> Check | None:
+    """Would a deploy replace the placement group the kit made for this GPU group (its tags
+    changed)? None when the kit makes none for it."""
+    if not group.uses_placement_group:
+        return None
+    stack = names.gpu_stack_name(cfg.name, group_name)
+    subject = f"gpu_node_groups.{group_name} ({stack})"
+    try:
+        found = clients.cloudformation.describe_stack_resources(StackName=stack)["StackResources"]
+    except AWS_ERRORS as err:
+        if "does not exist" in describe_error(err):
+            return Check(PLACEMENT_GROUP_KEPT, subject, PASS,
+                         f"{stack} is not deployed: the first deploy creates the placement group")
+        return Check(PLACEMENT_GROUP_KEPT, subject, WARN, f"could not read {stack}: {describe_error(err)}",
+                     "allow cloudformation:DescribeStackResources, then run preflight again")
+    pg = next((r["PhysicalResourceId"] for r in found
+               if r["ResourceType"] == "AWS::EC2::PlacementGroup" and r.get("PhysicalResourceId")), None)
+    if pg is None:
+        return Check(PLACEMENT_GROUP_KEPT, subject, PASS,
+                     f"{stack} has no placement group yet: this deploy creates it")
+    try:
+        [described] = clients.ec2.describe_placement_groups(GroupNames=[pg])["PlacementGroups"]
+    except (AWS_ERRORS, ValueError) as err:
+        return Check(PLACEMENT_GROUP_KEPT, subject, WARN,
+                     f"cannot tell whether a deploy would replace placement group {pg}: "
+                     f"{describe_error(err) if isinstance(err, AWS_ERRORS) else err}",
+                     "allow ec2:DescribePlacementGroups, then run preflight again")
+    # aws:cloudformation:* tags are CloudFormation's own, not in the template
+    deployed = {t["Key"]: t["Value"] for t in described.get("Tags", []) if not t["Key"].startswith("aws:")}
+    wanted = resource_tags(cfg)
+    if deployed == wanted:
+        return Check(PLACEMENT_GROUP_KEPT, subject, PASS, f"placement group {pg} keeps its tags")
+    changes = sorted(f"{k}: {deployed.get(k, '(none)')} -> {wanted.get(k, '(none)')}"
+                     for k in deployed.keys() | wanted.keys() if deployed.get(k) != wanted.get(k))
+    return Check(
+        PLACEMENT_GROUP_KEPT, subject, WARN,
+        f"a deploy would replace placement group {pg} (its tags cannot change in place: "
+        f"{'; '.join(changes)}), and EKS then replaces every node of the group in a rolling update",
+        "deploy when no job runs on the group (rlkit status), or keep the tags and "
+        "cost_guard.ttl_hours as they were")
+
+
+def replacement_checks(clients: AwsClients, cfg: KitConfig) -> list[Check]:
+    """Every check here for one config (read-only)."""
+    checks = [check_fsx_kept(clients, cfg)] if has_shared_fs(cfg) else []
+    for name, group in cfg.gpu_node_groups.items():
+        check = check_placement_group_kept(clients, cfg, name, group)
+        checks += [check] if check is not None else []
+    return checks

@@ -1,0 +1,192 @@
+"""Preflight: what the next deploy of a config would replace (ops/preflight_replace.py): the
+shared file system (AZ, KMS key) and a GPU group's placement group (tags). botocore's Stubber
+answers the AWS calls, so requests and answers are checked against the services' models; the
+create-only properties come from the CloudFormation resource schemas cfn-lint ships."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources as importlib_resources
+
+from infra.config import parse_config
+from infra.config.derived import resource_tags
+from infra.problems import FAIL, PASS, WARN
+from ops import preflight_replace
+from ops.aws import AwsClients
+from tests.support.cdk import resources
+from tests.support.preflight import stubbed
+
+
+def config(**over):
+    return parse_config({"name": "pf", **over})
+
+
+def create_only(resource_type: str) -> set[str]:
+    """The create-only properties of a CloudFormation resource type, from its resource schema."""
+    schemas = importlib_resources.files("cfnlint.data.schemas")
+    index = json.loads((schemas / "providers" / "us-east-1.json").read_text())
+    schema = json.loads((schemas / "resources" / f"{index[resource_type]}.json").read_text())
+    return set(schema["createOnlyProperties"])
+
+
+# --- the deployed file system stays --------------------------------------------------------------
+
+FS_ID = "fs-0123456789abcdef0"
+SUBNET = "subnet-0123456789abcdef0"
+KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def deployed(zone="us-east-1a", key_manager="AWS", stack_error=None):
+    """AwsClients whose CloudFormation, FSx, EC2 and KMS answer for a deployed storage stack
+    (botocore's Stubber: the requests and answers are checked against the services' models)."""
+    cfn, cfn_stub = stubbed("cloudformation")
+    fsx, fsx_stub = stubbed("fsx")
+    ec2, ec2_stub = stubbed("ec2")
+    kms, kms_stub = stubbed("kms")
+    if stack_error:
+        cfn_stub.add_client_error("describe_stacks", "ValidationError", stack_error,
+                                  expected_params={"StackName": "pf-storage"})
+    else:
+        cfn_stub.add_response("describe_stacks", {"Stacks": [{
+            "StackName": "pf-storage", "CreationTime": "2026-11-01T00:00:00Z",
+            "StackStatus": "UPDATE_COMPLETE",
+            "Outputs": [{"OutputKey": "SharedFileSystemId", "OutputValue": FS_ID}]}]},
+            {"StackName": "pf-storage"})
+        fsx_stub.add_response("describe_file_systems", {"FileSystems": [{
+            "FileSystemId": FS_ID, "FileSystemType": "LUSTRE", "SubnetIds": [SUBNET],
+            "KmsKeyId": KEY_ARN}]}, {"FileSystemIds": [FS_ID]})
+        ec2_stub.add_response("describe_subnets", {"Subnets": [{
+            "SubnetId": SUBNET, "AvailabilityZone": zone}]}, {"SubnetIds": [SUBNET]})
+        kms_stub.add_response("describe_key", {"KeyMetadata": {
+            "KeyId": KEY_ARN.rsplit("/", 1)[1], "KeyManager": key_manager}}, {"KeyId": KEY_ARN})
+    for stub in (cfn_stub, fsx_stub, ec2_stub, kms_stub):
+        stub.activate()
+    return AwsClients(cloudformation=cfn, fsx=fsx, ec2=ec2, kms=kms)
+
+
+def test_a_storage_stack_not_deployed_yet_passes():
+    check = preflight_replace.check_fsx_kept(
+        deployed(stack_error="Stack with id pf-storage does not exist"), config())
+    assert (check.status, check.detail) == (
+        PASS, "pf-storage is not deployed: the first deploy creates the file system in us-east-1a")
+
+
+def test_the_same_zone_and_key_keep_the_file_system():
+    check = preflight_replace.check_fsx_kept(deployed(), config())
+    assert (check.status, check.detail) == (
+        PASS, f"{FS_ID} stays: same AZ (us-east-1a) and the AWS-managed key")
+
+
+def test_moving_the_training_groups_zone_would_replace_the_file_system():
+    """Before: the training group moved to us-east-1b and the next deploy made a new, empty file
+    system there; the old one, with the saves, stayed billed outside any stack."""
+    check = preflight_replace.check_fsx_kept(deployed(zone="us-east-1b"), config())
+    assert check.status == FAIL
+    assert check.detail == (
+        f"a deploy would replace {FS_ID}: this config changes its AZ from us-east-1b to us-east-1a, "
+        "which a file system cannot change in place; CloudFormation would create a new, empty one, "
+        f"and {FS_ID} would be retained outside any stack, still billed, with the saves on it")
+    assert check.fix.startswith("keep gpu_node_groups.p5.availability_zone: us-east-1b; to move "
+                                "it on purpose, let the run's last save reach S3, delete pf-storage")
+
+
+def test_switching_kms_would_replace_it_and_an_ephemeral_one_is_deleted():
+    cfg = config(storage={"kms": True}, ephemeral=True,
+                 cost_guard={"ttl_hours": 6, "max_gpu_nodes": 2})
+    check = preflight_replace.check_fsx_kept(deployed(), cfg)
+    assert check.status == FAIL
+    assert ("changes its encryption from the AWS-managed key to the kit's customer-managed key"
+            in check.detail)
+    assert "would be deleted with everything on it" in check.detail
+    assert check.fix.startswith("keep storage.kms: false;")
+    assert preflight_replace.check_fsx_kept(deployed(key_manager="CUSTOMER"), cfg).status == PASS
+
+
+def test_an_unreadable_file_system_warns_with_the_permissions():
+    clients = deployed()
+    fsx, stub = stubbed("fsx")
+    stub.add_client_error("describe_file_systems", "AccessDeniedException", "no")
+    stub.activate()
+    clients = AwsClients(cloudformation=clients.cloudformation, fsx=fsx)
+    check = preflight_replace.check_fsx_kept(clients, config())
+    assert check.status == WARN and check.detail.startswith(f"cannot tell whether a deploy would replace {FS_ID}")
+    assert "fsx:DescribeFileSystems, ec2:DescribeSubnets and kms:DescribeKey" in check.fix
+
+
+def test_what_the_check_compares_is_what_cloudformation_cannot_update(synth):
+    """The real CloudFormation resource schema (the one cfn-lint ships) lists the file system's
+    SubnetIds and KmsKeyId as create-only, and the synthesized storage stack sets exactly those
+    from the AZ and storage.kms: the two things the check compares."""
+    assert {"/properties/SubnetIds", "/properties/KmsKeyId"} <= create_only("AWS::FSx::FileSystem")
+    for example, kms in (("default", False), ("p5-2node", True)):
+        [fs] = resources(synth(example).template("storage"), "AWS::FSx::FileSystem").values()
+        assert len(fs["Properties"]["SubnetIds"]) == 1
+        assert ("KmsKeyId" in fs["Properties"]) == kms == synth(example).config.storage.kms
+
+
+# --- a GPU group's placement group ---------------------------------------------------------------
+
+PG = "pf-gpu-p5-EfaNodeGroupPlacementGroup1A2B3C4D-0123ABCD"
+
+
+def gpu_stack(tags: dict[str, str] | None, stack_error: str | None = None):
+    """AwsClients answering for the deployed GPU stack pf-gpu-p5 and its placement group's tags."""
+    cfn, cfn_stub = stubbed("cloudformation")
+    ec2, ec2_stub = stubbed("ec2")
+    if stack_error:
+        cfn_stub.add_client_error("describe_stack_resources", "ValidationError", stack_error,
+                                  expected_params={"StackName": "pf-gpu-p5"})
+    else:
+        cfn_stub.add_response("describe_stack_resources", {"StackResources": [
+            {"LogicalResourceId": "EfaNodeGroupPlacementGroup1A2B3C4D", "PhysicalResourceId": PG,
+             "ResourceType": "AWS::EC2::PlacementGroup", "Timestamp": "2026-11-01T00:00:00Z",
+             "ResourceStatus": "CREATE_COMPLETE"}]}, {"StackName": "pf-gpu-p5"})
+        ec2_stub.add_response("describe_placement_groups", {"PlacementGroups": [{
+            "GroupName": PG, "Strategy": "cluster", "State": "available",
+            "Tags": [{"Key": k, "Value": v} for k, v in (tags or {}).items()]
+            + [{"Key": "aws:cloudformation:stack-name", "Value": "pf-gpu-p5"}]}]},
+            {"GroupNames": [PG]})
+    for stub in (cfn_stub, ec2_stub):
+        stub.activate()
+    return AwsClients(cloudformation=cfn, ec2=ec2)
+
+
+def pg_check(clients, cfg):
+    return preflight_replace.check_placement_group_kept(clients, cfg, "p5", cfg.gpu_node_groups["p5"])
+
+
+def test_a_placement_group_with_the_configs_tags_is_kept_and_a_new_stack_passes():
+    cfg = config(tags={"team": "rl"})
+    assert pg_check(gpu_stack(resource_tags(cfg)), cfg).detail == f"placement group {PG} keeps its tags"
+    check = pg_check(gpu_stack(None, stack_error="Stack with id pf-gpu-p5 does not exist"), cfg)
+    assert (check.status, check.detail) == (
+        PASS, "pf-gpu-p5 is not deployed: the first deploy creates the placement group")
+
+
+def test_a_tag_change_would_replace_the_placement_group_and_roll_the_nodes():
+    """Before: adding a cost-centre tag (or changing cost_guard.ttl_hours) and deploying replaced
+    the placement group, and EKS then replaced every GPU node of the group under the job."""
+    before = config(tags={"team": "rl"})
+    after = config(tags={"team": "rl", "cost-centre": "42"})
+    check = pg_check(gpu_stack(resource_tags(before)), after)
+    assert check.status == WARN
+    assert check.detail == (
+        f"a deploy would replace placement group {PG} (its tags cannot change in place: "
+        "cost-centre: (none) -> 42), and EKS then replaces every node of the group in a rolling "
+        "update")
+    assert check.fix.startswith("deploy when no job runs on the group (rlkit status)")
+
+
+def test_a_group_in_an_existing_placement_group_is_not_checked():
+    cfg = config(gpu_node_groups={"p5": {"instance_type": "p5.48xlarge", "availability_zone":
+                                         "us-east-1a", "placement_group_name": "odcr-pg"}})
+    assert pg_check(AwsClients(), cfg) is None
+
+
+def test_the_placement_groups_tags_are_create_only_and_carry_the_configs(synth):
+    """The real resource schema lists the placement group's Tags as create-only, and the
+    synthesized GPU stack puts the config's tags on it: a tag change is a replacement."""
+    assert "/properties/Tags" in create_only("AWS::EC2::PlacementGroup")
+    s = synth("default")
+    [pg] = resources(s.template("gpu", "p5"), "AWS::EC2::PlacementGroup").values()
+    assert {t["Key"]: t["Value"] for t in pg["Properties"]["Tags"]} == resource_tags(s.config)
