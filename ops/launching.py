@@ -69,6 +69,11 @@ def gate_nodes_verdict(state: dict[str, Any], nodes_doc: dict[str, Any] | None, 
             new.append(f"{name} ({instance_id(item) or 'no instance ID'})")
     when, wanted = state.get("finished_at", "?"), cfg.training.nodes
     gate = f"`rlkit gate{config_flag} --outputs cdk-outputs.json`"
+    if new and kept >= wanted:  # enough measured nodes: the others are spares the job may take
+        return (f"gpu_node_groups.{group} offers {kept + len(new)} schedulable nodes, the job "
+                f"and the last gate ({when}) use {wanted}, and the job may land on one the gate "
+                f"did not measure: {', '.join(new)}. Cordon those (kubectl cordon <node>) to keep the job "
+                f"on the measured nodes, or pass --force"), ""
     if new:
         return (f"{len(new)} schedulable node(s) of gpu_node_groups.{group} were not measured by "
                 f"the last gate ({when}), and the job may land on them: {', '.join(new)}. Run "

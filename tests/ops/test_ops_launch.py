@@ -100,6 +100,20 @@ def test_refuses_when_an_unmeasured_node_joined_even_under_a_measured_name(tmp_p
     assert not any(c[0] in ("apply", "delete") for c in kubectl.calls)
 
 
+def test_a_spare_node_the_gate_did_not_measure_is_named_with_what_to_do(tmp_path, kubectl, capsys):
+    """A group with more nodes than the job: the gate measured the job's two, the third may
+    take the job's pod."""
+    write_state(tmp_path, measured=MEASURED)
+    kubectl.rule(["get", "nodes"], stdout=group_nodes(("ip-10-0-1-10.ec2.internal", "i-0aaa"),
+                                                      ("ip-10-0-1-11.ec2.internal", "i-0bbb"),
+                                                      ("ip-10-0-1-12.ec2.internal", "i-0ddd")))
+    assert run(tmp_path, "launch") == 1
+    assert ("Not launching: gpu_node_groups.p5 offers 3 schedulable nodes, the job and the last "
+            "gate (2026-03-01T12:00:00+00:00) use 2, and the job may land on one the gate did not "
+            "measure: ip-10-0-1-12.ec2.internal (i-0ddd). Cordon those (kubectl cordon <node>) to keep "
+            "the job on the measured nodes, or pass --force.") in capsys.readouterr().err
+
+
 def test_a_cordoned_node_does_not_count_and_too_few_measured_nodes_refuse(tmp_path, kubectl,
                                                                         capsys):
     """The unmeasured node is cordoned (the job cannot land there), but the job needs two nodes
