@@ -14,10 +14,19 @@ a replacement loses:
   group, the launch template then names another group, and EKS replaces every node of the group
   in a rolling update, under a running job.
 
+- **The cluster's admin access entries** (CloudFormation GetTemplate): one entry per
+  ``admin_role_arns`` item, keyed by its position. An entry's principal is create-only and, with
+  the cluster, its identifier, and CloudFormation creates a replacement before it deletes the old
+  resource; so removing or reordering roles moves a role that still has its entry to another
+  position, the create fails (an entry for that principal exists), and the stack rolls back.
+
 Each passes before its stack is deployed, and warns when what it needs cannot be read.
 """
 
 from __future__ import annotations
+
+import json
+import re
 
 from infra import names
 from infra.config import GpuNodeGroupConfig, KitConfig, has_shared_fs
@@ -29,6 +38,10 @@ from ops.check_result import Check
 
 FSX_KEPT = "shared file system kept"
 PLACEMENT_GROUP_KEPT = "placement group kept"
+ADMIN_ENTRIES = "admin access entries"
+# CDK's logical ID of the access entry of admin_role_arns[i] (infra/constructs/cluster.py
+# `Admin{i}` under the cluster construct): the path, then an 8-character hash.
+_ADMIN_ENTRY_ID = re.compile(r"Admin(\d+)[0-9A-F]{8}$")
 
 
 def _outputs(clients: AwsClients, stack: str) -> dict[str, str] | None:
@@ -139,9 +152,48 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
         "cost_guard.ttl_hours as they were")
 
 
+def check_admin_entries(clients: AwsClients, cfg: KitConfig) -> Check:
+    """Would a deploy create an admin access entry for a role whose deployed entry sits at
+    another position of admin_role_arns (a failed deploy and a rollback)?"""
+    stack = names.stack_names(cfg.name)["cluster"]
+    subject = f"admin_role_arns ({stack})"
+    try:
+        body = clients.cloudformation.get_template(StackName=stack)["TemplateBody"]
+    except AWS_ERRORS as err:
+        if "does not exist" in describe_error(err):
+            return Check(ADMIN_ENTRIES, subject, PASS,
+                         f"{stack} is not deployed: the first deploy creates the entries")
+        return Check(ADMIN_ENTRIES, subject, WARN, f"could not read {stack}: {describe_error(err)}",
+                     "allow cloudformation:GetTemplate, then run preflight again before changing "
+                     "admin_role_arns")
+    template = body if isinstance(body, dict) else json.loads(body)
+    deployed: dict[int, str] = {}
+    for logical_id, resource in template.get("Resources", {}).items():
+        m = _ADMIN_ENTRY_ID.search(logical_id)
+        principal = resource.get("Properties", {}).get("PrincipalArn")
+        if resource.get("Type") == "AWS::EKS::AccessEntry" and m and isinstance(principal, str):
+            deployed[int(m.group(1))] = principal
+    wanted = dict(enumerate(cfg.admin_role_arns))
+    moved = [f"{arn} (deployed at {[j for j, a in deployed.items() if a == arn][0]}, now at {i})"
+             for i, arn in wanted.items() if deployed.get(i) != arn and arn in deployed.values()]
+    if not moved:
+        return Check(ADMIN_ENTRIES, subject, PASS,
+                     "no role moves to another position: no entry is created twice")
+    order = [deployed[i] for i in sorted(deployed)]
+    return Check(
+        ADMIN_ENTRIES, subject, FAIL,
+        f"a deploy would create a second access entry for {'; '.join(moved)}: entries are keyed by "
+        "position, CloudFormation creates the new one before it deletes the old, and EKS refuses a "
+        "second entry for a principal, so the cluster stack would roll back",
+        f"keep the deployed order ({', '.join(order)}) and add new roles at the end; to remove or "
+        "reorder, deploy once with the list cut before the first role that moves, then deploy the "
+        "list you want")
+
+
 def replacement_checks(clients: AwsClients, cfg: KitConfig) -> list[Check]:
     """Every check here for one config (read-only)."""
-    checks = [check_fsx_kept(clients, cfg)] if has_shared_fs(cfg) else []
+    checks = [check_admin_entries(clients, cfg)]
+    checks += [check_fsx_kept(clients, cfg)] if has_shared_fs(cfg) else []
     for name, group in cfg.gpu_node_groups.items():
         check = check_placement_group_kept(clients, cfg, name, group)
         checks += [check] if check is not None else []

@@ -446,7 +446,9 @@ class KitConfig(_Model):
     vpc: VpcConfig = Field(default_factory=VpcConfig)
     endpoint_access: EndpointAccessConfig = Field(default_factory=EndpointAccessConfig)
     admin_role_arns: list[str] = Field(
-        default_factory=list, description="IAM role ARNs granted cluster-admin access entries."
+        default_factory=list,
+        description="IAM role ARNs granted cluster-admin access entries. Entries are keyed by "
+        "position: add roles at the end (rlkit preflight refuses a change that moves a role).",
     )
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)
     gpu_node_groups: dict[str, GpuNodeGroupConfig] = Field(

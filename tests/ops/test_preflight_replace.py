@@ -21,12 +21,15 @@ def config(**over):
     return parse_config({"name": "pf", **over})
 
 
-def create_only(resource_type: str) -> set[str]:
-    """The create-only properties of a CloudFormation resource type, from its resource schema."""
+def resource_schema(resource_type: str) -> dict:
+    """A CloudFormation resource type's schema, as cfn-lint ships it (us-east-1)."""
     schemas = importlib_resources.files("cfnlint.data.schemas")
     index = json.loads((schemas / "providers" / "us-east-1.json").read_text())
-    schema = json.loads((schemas / "resources" / f"{index[resource_type]}.json").read_text())
-    return set(schema["createOnlyProperties"])
+    return json.loads((schemas / "resources" / f"{index[resource_type]}.json").read_text())
+
+
+def create_only(resource_type: str) -> set[str]:
+    return set(resource_schema(resource_type)["createOnlyProperties"])
 
 
 # --- the deployed file system stays --------------------------------------------------------------
@@ -190,3 +193,60 @@ def test_the_placement_groups_tags_are_create_only_and_carry_the_configs(synth):
     s = synth("default")
     [pg] = resources(s.template("gpu", "p5"), "AWS::EC2::PlacementGroup").values()
     assert {t["Key"]: t["Value"] for t in pg["Properties"]["Tags"]} == resource_tags(s.config)
+
+
+# --- the cluster's admin access entries ----------------------------------------------------------
+
+ADMIN_A = "arn:aws:iam::123456789012:role/PlatformAdmin"
+ADMIN_B = "arn:aws:iam::123456789012:role/OnCall"
+
+
+def cluster_stack(admins: list[str] | None, error: str | None = None) -> AwsClients:
+    """AwsClients whose GetTemplate returns a cluster stack with one entry per admin, under the
+    logical IDs CDK gives them (EksAdmin<i> and a hash)."""
+    cfn, stub = stubbed("cloudformation")
+    if error:
+        stub.add_client_error("get_template", "ValidationError", error,
+                              expected_params={"StackName": "pf-cluster"})
+    else:
+        entries = {f"EksAdmin{i}{1234567 + i:08X}": {"Type": "AWS::EKS::AccessEntry", "Properties": {
+            "ClusterName": {"Ref": "EksClusterB2BDED5B"}, "PrincipalArn": arn}}
+            for i, arn in enumerate(admins or [])}
+        stub.add_response("get_template", {"TemplateBody": json.dumps({"Resources": entries})},
+                          {"StackName": "pf-cluster"})
+    stub.activate()
+    return AwsClients(cloudformation=cfn)
+
+
+def test_adding_an_admin_at_the_end_passes_and_a_new_cluster_too():
+    cfg = config(admin_role_arns=[ADMIN_A, ADMIN_B])
+    assert preflight_replace.check_admin_entries(cluster_stack([ADMIN_A]), cfg).status == PASS
+    check = preflight_replace.check_admin_entries(
+        cluster_stack(None, error="Stack with id pf-cluster does not exist"), cfg)
+    assert (check.status, check.detail) == (
+        PASS, "pf-cluster is not deployed: the first deploy creates the entries")
+
+
+def test_removing_the_first_admin_would_roll_the_cluster_stack_back():
+    """Before: admin B moved from position 1 to 0; CloudFormation created B's entry again before
+    deleting the old one, EKS refused it, and the cluster stack rolled back."""
+    check = preflight_replace.check_admin_entries(cluster_stack([ADMIN_A, ADMIN_B]),
+                                                  config(admin_role_arns=[ADMIN_B]))
+    assert check.status == FAIL
+    assert check.detail.startswith(
+        f"a deploy would create a second access entry for {ADMIN_B} (deployed at 1, now at 0)")
+    assert check.fix.startswith(f"keep the deployed order ({ADMIN_A}, {ADMIN_B}) and add new roles "
+                                "at the end; to remove or reorder, deploy once with the list cut")
+
+
+def test_admin_entries_are_keyed_by_position_under_the_ids_the_check_reads(synth):
+    """The real schema: an entry's principal is create-only and, with the cluster, its identifier
+    (a second entry for it cannot exist); the synthesized cluster stack names the entry of
+    admin_role_arns[0] as the check expects."""
+    assert "/properties/PrincipalArn" in create_only("AWS::EKS::AccessEntry")
+    assert "/properties/PrincipalArn" in resource_schema("AWS::EKS::AccessEntry")["primaryIdentifier"]
+    s = synth("p5-2node")
+    found = {preflight_replace._ADMIN_ENTRY_ID.search(k).group(1): r["Properties"]["PrincipalArn"]
+             for k, r in resources(s.template("cluster"), "AWS::EKS::AccessEntry").items()
+             if preflight_replace._ADMIN_ENTRY_ID.search(k)}
+    assert found == {str(i): arn for i, arn in enumerate(s.config.admin_role_arns)} != {}
