@@ -251,7 +251,7 @@ def test_a_week_of_saves_stays_inside_the_file_system_and_always_resumes(s3, tmp
     left = {k[len(PREFIX):].split("/")[0] for page in s3.get_paginator("list_objects_v2").paginate(
         Bucket=BUCKET, Prefix=PREFIX) for k in (o["Key"] for o in page.get("Contents", []))}
     assert left == {f"iter_{i:07d}" for i in whole[-KEEP_S3:]} | {"rollout"}
-    assert sorted(store._keys_under(PREFIX + "rollout/")) == sorted(
+    assert sorted(store._objects_under(PREFIX + "rollout/")) == sorted(
         f"{PREFIX}rollout/global_dataset_state_dict_{i}.pt" for i in whole[-KEEP_S3:])
     for it in whole[-KEEP_S3:]:
         manifest = store.read_manifest(it)

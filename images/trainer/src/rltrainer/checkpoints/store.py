@@ -304,12 +304,16 @@ class S3CheckpointStore:
     def _head_checksum(self, key: str) -> tuple[int, str]:
         return self._size_and_crc(self._head(key))
 
-    def _sizes_under(self, iteration: int) -> dict[str, int]:
-        """Size of every object under the save's directory, by path relative to the run prefix."""
-        prefix = self.key(f"{iter_dirname(iteration)}/")
-        return {obj["Key"][len(self.prefix):]: int(obj["Size"])
+    def _objects_under(self, prefix: str) -> dict[str, int]:
+        """Key -> size of every object under ``prefix``."""
+        return {obj["Key"]: int(obj["Size"])
                 for page in self._list_pages(f"list s3://{self.bucket}/{prefix}", Prefix=prefix)
                 for obj in page.get("Contents", [])}
+
+    def _sizes_under(self, iteration: int) -> dict[str, int]:
+        """Size of every object under the save's directory, by path relative to the run prefix."""
+        return {key[len(self.prefix):]: size
+                for key, size in self._objects_under(self.key(f"{iter_dirname(iteration)}/")).items()}
 
     def _entry_of(self, rel: str, size: int, head: dict) -> FileEntry:
         # S3 says which kind of checksum it kept; without that (moto), the part size decides
@@ -365,8 +369,8 @@ class S3CheckpointStore:
 
     def delete_objects(self, iteration: int) -> int:
         """Delete what S3 holds under ``iteration``'s directory, and its data cursor."""
-        keys = self._keys_under(self.key(f"{iter_dirname(iteration)}/"))
-        keys.append(self.key(rollout_state_relpath(iteration)))
+        keys = [*self._objects_under(self.key(f"{iter_dirname(iteration)}/")),
+                self.key(rollout_state_relpath(iteration))]
         for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1,000 keys
             batch = [{"Key": k} for k in keys[start:start + 1000]]
             answer = self.retry.call(f"delete {len(batch)} object(s) of {iter_dirname(iteration)}",
@@ -392,10 +396,6 @@ class S3CheckpointStore:
                 if m:
                     found.add(int(m.group(1)))
         return sorted(found - manifests - quarantined)
-
-    def _keys_under(self, prefix: str) -> list[str]:
-        return [obj["Key"] for page in self._list_pages(f"list s3://{self.bucket}/{prefix}", Prefix=prefix)
-                for obj in page.get("Contents", [])]
 
     # -- restore
 
