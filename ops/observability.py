@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import re
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
@@ -167,47 +168,55 @@ def read_logs(logs_client: Any, query: LogQuery, *, start: dt.datetime, out: Tex
               follow: bool = False, poll_s: float = 5.0,
               sleep: Callable[[float], None] = time.sleep, max_polls: int | None = None,
               tail: int | None = None, timestamps: bool = False) -> int:
-    """Print the matching events from ``start`` in time order; with ``follow``, keep polling
-    (until interrupted, or ``max_polls`` polls for tests), each poll reading again the last
-    ``FOLLOW_LOOKBACK_MS`` so that an event that became searchable late is printed, not lost
-    (after the newer lines). ``tail``: of the first poll, only the last N lines;
-    ``timestamps``: each line starts with its event time (RFC 3339, as kubectl). Returns the
-    number of lines."""
+    """Print the matching events from ``start`` in time order, page by page as CloudWatch returns
+    them (FilterLogEvents sorts by event time), so a day of output is neither held in memory nor
+    waited for; with ``follow``, keep polling (until interrupted, or ``max_polls`` polls for
+    tests), each poll reading again the last ``FOLLOW_LOOKBACK_MS`` so that an event that became
+    searchable late is printed, not lost (after the newer lines). ``tail``: of the first poll,
+    only the last N lines; ``timestamps``: each line starts with its event time (RFC 3339, as
+    kubectl). Returns the number of lines."""
     start_ms = newest_ms = int(start.timestamp() * 1000)
     seen: dict[Any, int] = {}  # events printed (or left out by --tail) in the window -> timestamp
     printed = polls = 0
+
+    def emit(event: dict) -> None:
+        nonlocal printed
+        line = _line(event["message"], query.show_source)
+        if timestamps:
+            when = dt.datetime.fromtimestamp(event["timestamp"] / 1000, dt.timezone.utc)
+            line = f"{when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} {line}"
+        print(line, file=out, flush=True)
+        printed += 1
+
     while True:
         kwargs: dict[str, Any] = {"logGroupName": query.group,
                                   "startTime": max(start_ms, newest_ms - FOLLOW_LOOKBACK_MS),
                                   "filterPattern": query.filter_pattern}
         if query.stream_prefix:
             kwargs["logStreamNamePrefix"] = query.stream_prefix
-        events: list[dict] = []
+        last = deque(maxlen=tail) if tail is not None and polls == 0 else None  # --tail's lines
         while True:
             page = logs_client.filter_log_events(**kwargs)
-            events.extend(page.get("events", []))
+            for event in sorted(page.get("events", []), key=lambda e: (e["timestamp"], e.get("eventId", ""))):
+                key = event.get("eventId", (event["timestamp"], event["message"]))
+                if key in seen:
+                    continue
+                seen[key] = event["timestamp"]
+                newest_ms = max(newest_ms, event["timestamp"])
+                if last is not None:
+                    last.append(event)  # lines before the last N are left out for good
+                else:
+                    emit(event)
+            # a later poll cannot return what is older than its window: no need to remember it
+            seen = {k: t for k, t in seen.items() if t >= newest_ms - FOLLOW_LOOKBACK_MS}
             if not page.get("nextToken"):
                 break
             kwargs["nextToken"] = page["nextToken"]
-        events.sort(key=lambda e: (e["timestamp"], e.get("eventId", "")))
-        fresh = [e for e in events if e.get("eventId", (e["timestamp"], e["message"])) not in seen]
-        skip = max(0, len(fresh) - tail) if tail is not None and polls == 0 else 0
-        for i, event in enumerate(fresh):
-            seen[event.get("eventId", (event["timestamp"], event["message"]))] = event["timestamp"]
-            newest_ms = max(newest_ms, event["timestamp"])
-            if i < skip:  # before the --tail window: not printed, and not printed later either
-                continue
-            line = _line(event["message"], query.show_source)
-            if timestamps:
-                when = dt.datetime.fromtimestamp(event["timestamp"] / 1000, dt.timezone.utc)
-                line = f"{when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} {line}"
-            print(line, file=out, flush=True)
-            printed += 1
+        for event in last or ():
+            emit(event)
         polls += 1
         if not follow or (max_polls is not None and polls >= max_polls):
             return printed
-        # what the next poll cannot return again need not be remembered
-        seen = {k: t for k, t in seen.items() if t >= newest_ms - FOLLOW_LOOKBACK_MS}
         sleep(poll_s)
 
 

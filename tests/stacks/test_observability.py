@@ -330,18 +330,19 @@ def test_log_query_submitter_or_node():
     assert n.stream_prefix == "ip-10-0-1-5.ec2.internal-" and n.show_source
 
 
-def test_read_logs_pages_in_time_order_and_follows_without_repeats():
+def test_read_logs_prints_page_by_page_and_follows_without_repeats_or_losses():
     logs, stub = stubbed("logs")
     q = observability.log_query(CFG, node="node-a", submitter_container="ray-job-submitter")
     start = NOW - dt.timedelta(hours=1)
     t0 = int(start.timestamp() * 1000)
     base = {"logGroupName": q.group, "startTime": t0, "filterPattern": q.filter_pattern,
             "logStreamNamePrefix": "node-a-"}
+    # FilterLogEvents returns events sorted by event time, page after page
     stub.add_response("filter_log_events", {
-        "events": [{"eventId": "2", "timestamp": t0 + 20, "message": record("second", container="w")}],
+        "events": [{"eventId": "1", "timestamp": t0 + 10, "message": record("first", container="w")}],
         "nextToken": "p2"}, base)
     stub.add_response("filter_log_events", {
-        "events": [{"eventId": "1", "timestamp": t0 + 10, "message": record("first", container="w")}]},
+        "events": [{"eventId": "2", "timestamp": t0 + 20, "message": record("second", container="w")}]},
         {**base, "nextToken": "p2"})
     # The follow poll reads the last two minutes again (here from the start): events 1 and 2
     # come again and are not printed again; event 4 is older than event 3 but became searchable
@@ -358,11 +359,19 @@ def test_read_logs_pages_in_time_order_and_follows_without_repeats():
         {"eventId": "4", "timestamp": later - 1_000, "message": "fourth, late"},
         {"eventId": "5", "timestamp": later, "message": "fifth"}]},
         {**base, "startTime": later - 120_000})
-    out, sleeps = io.StringIO(), []
+    out, sleeps, printed_before_call = io.StringIO(), [], []
+
+    class Recording:  # what was printed when each page was asked for
+        def filter_log_events(self, **kwargs):
+            printed_before_call.append(len(out.getvalue().splitlines()))
+            return logs.filter_log_events(**kwargs)
+
     with stub:
-        n = observability.read_logs(logs, q, start=start, out=out, follow=True,
+        n = observability.read_logs(Recording(), q, start=start, out=out, follow=True,
                                     sleep=sleeps.append, max_polls=4)
     stub.assert_no_pending_responses()
+    # page by page: the first page's line is out before the second page is read
+    assert printed_before_call == [0, 1, 2, 3, 4]
     assert out.getvalue().splitlines() == ["[qwen3-30b-a3b-grpo-x7k2p/w] first",
                                            "[qwen3-30b-a3b-grpo-x7k2p/w] second", "not json",
                                            "fifth", "fourth, late"]
