@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Callable, TypeVar
 
 from infra import names
 from infra.config import GpuNodeGroupConfig, KitConfig, has_shared_fs
@@ -42,16 +43,21 @@ ADMIN_ENTRIES = "admin access entries"
 # CDK's logical ID of the access entry of admin_role_arns[i] (infra/constructs/cluster.py
 # `Admin{i}` under the cluster construct): the path, then an 8-character hash.
 _ADMIN_ENTRY_ID = re.compile(r"Admin(\d+)[0-9A-F]{8}$")
+T = TypeVar("T")
 
 
-def _outputs(clients: AwsClients, stack: str) -> dict[str, str] | None:
-    """A stack's outputs, None when it is not deployed; other errors reach the caller."""
+def _read_stack(check: str, subject: str, stack: str, read: Callable[[], T], creates: str,
+                permission: str) -> T | Check:
+    """``read()`` of a deployed stack, or the verdict that ends the check: a pass when the stack
+    is not deployed (its first deploy creates ``creates``), a warning when it cannot be read."""
     try:
-        return describe_stack_outputs(clients.cloudformation, stack)
+        return read()
     except AWS_ERRORS as err:
         if "does not exist" in describe_error(err):
-            return None
-        raise
+            return Check(check, subject, PASS,
+                         f"{stack} is not deployed: the first deploy creates {creates}")
+        return Check(check, subject, WARN, f"could not read {stack}: {describe_error(err)}",
+                     f"allow {permission}, then run preflight again before deploying {stack}")
 
 
 def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
@@ -60,16 +66,15 @@ def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
     stack = names.stack_names(cfg.name)["storage"]
     zone = shared_fs_availability_zone(cfg)
     subject = f"{stack} (storage.shared_filesystem)"
-    try:
-        outputs = _outputs(clients, stack)
-    except AWS_ERRORS as err:
-        return Check(FSX_KEPT, subject, WARN, f"could not read {stack}: {describe_error(err)}",
-                     "allow cloudformation:DescribeStacks, then run preflight again before "
-                     "deploying the storage stack")
+    outputs = _read_stack(FSX_KEPT, subject, stack,
+                          lambda: describe_stack_outputs(clients.cloudformation, stack),
+                          f"the file system in {zone}", "cloudformation:DescribeStacks")
+    if isinstance(outputs, Check):
+        return outputs
     fs_id = (outputs or {}).get(names.OutputKeys.SHARED_FS_ID)
     if not fs_id:
         return Check(FSX_KEPT, subject, PASS,
-                     f"{stack} is not deployed: the first deploy creates the file system in {zone}")
+                     f"{stack} has no file system yet: the next deploy creates it in {zone}")
     try:
         fs = clients.fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
         deployed_zone = clients.ec2.describe_subnets(SubnetIds=fs["SubnetIds"][:1])[
@@ -117,14 +122,12 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
         return None
     stack = names.gpu_stack_name(cfg.name, group_name)
     subject = f"gpu_node_groups.{group_name} ({stack})"
-    try:
-        found = clients.cloudformation.describe_stack_resources(StackName=stack)["StackResources"]
-    except AWS_ERRORS as err:
-        if "does not exist" in describe_error(err):
-            return Check(PLACEMENT_GROUP_KEPT, subject, PASS,
-                         f"{stack} is not deployed: the first deploy creates the placement group")
-        return Check(PLACEMENT_GROUP_KEPT, subject, WARN, f"could not read {stack}: {describe_error(err)}",
-                     "allow cloudformation:DescribeStackResources, then run preflight again")
+    found = _read_stack(PLACEMENT_GROUP_KEPT, subject, stack,
+                        lambda: clients.cloudformation.describe_stack_resources(StackName=stack)[
+                            "StackResources"],
+                        "the placement group", "cloudformation:DescribeStackResources")
+    if isinstance(found, Check):
+        return found
     pg = next((r["PhysicalResourceId"] for r in found
                if r["ResourceType"] == "AWS::EC2::PlacementGroup" and r.get("PhysicalResourceId")), None)
     if pg is None:
@@ -157,15 +160,11 @@ def check_admin_entries(clients: AwsClients, cfg: KitConfig) -> Check:
     another position of admin_role_arns (a failed deploy and a rollback)?"""
     stack = names.stack_names(cfg.name)["cluster"]
     subject = f"admin_role_arns ({stack})"
-    try:
-        body = clients.cloudformation.get_template(StackName=stack)["TemplateBody"]
-    except AWS_ERRORS as err:
-        if "does not exist" in describe_error(err):
-            return Check(ADMIN_ENTRIES, subject, PASS,
-                         f"{stack} is not deployed: the first deploy creates the entries")
-        return Check(ADMIN_ENTRIES, subject, WARN, f"could not read {stack}: {describe_error(err)}",
-                     "allow cloudformation:GetTemplate, then run preflight again before changing "
-                     "admin_role_arns")
+    body = _read_stack(ADMIN_ENTRIES, subject, stack,
+                       lambda: clients.cloudformation.get_template(StackName=stack)["TemplateBody"],
+                       "the entries", "cloudformation:GetTemplate")
+    if isinstance(body, Check):
+        return body
     template = body if isinstance(body, dict) else json.loads(body)
     deployed: dict[int, str] = {}
     for logical_id, resource in template.get("Resources", {}).items():

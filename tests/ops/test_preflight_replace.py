@@ -34,6 +34,14 @@ def create_only(resource_type: str) -> set[str]:
 
 # --- the deployed file system stays --------------------------------------------------------------
 
+def stack_answer(stub, operation: str, stack: str, response: dict, error: str | None) -> None:
+    """CloudFormation's answer about ``stack``: ``response``, or the ValidationError ``error``."""
+    if error:
+        stub.add_client_error(operation, "ValidationError", error, expected_params={"StackName": stack})
+    else:
+        stub.add_response(operation, response, {"StackName": stack})
+
+
 FS_ID = "fs-0123456789abcdef0"
 SUBNET = "subnet-0123456789abcdef0"
 KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
@@ -46,15 +54,11 @@ def deployed(zone="us-east-1a", key_manager="AWS", stack_error=None):
     fsx, fsx_stub = stubbed("fsx")
     ec2, ec2_stub = stubbed("ec2")
     kms, kms_stub = stubbed("kms")
-    if stack_error:
-        cfn_stub.add_client_error("describe_stacks", "ValidationError", stack_error,
-                                  expected_params={"StackName": "pf-storage"})
-    else:
-        cfn_stub.add_response("describe_stacks", {"Stacks": [{
-            "StackName": "pf-storage", "CreationTime": "2026-11-01T00:00:00Z",
-            "StackStatus": "UPDATE_COMPLETE",
-            "Outputs": [{"OutputKey": "SharedFileSystemId", "OutputValue": FS_ID}]}]},
-            {"StackName": "pf-storage"})
+    stack_answer(cfn_stub, "describe_stacks", "pf-storage", {"Stacks": [{
+        "StackName": "pf-storage", "CreationTime": "2026-11-01T00:00:00Z",
+        "StackStatus": "UPDATE_COMPLETE",
+        "Outputs": [{"OutputKey": "SharedFileSystemId", "OutputValue": FS_ID}]}]}, stack_error)
+    if not stack_error:
         fsx_stub.add_response("describe_file_systems", {"FileSystems": [{
             "FileSystemId": FS_ID, "FileSystemType": "LUSTRE", "SubnetIds": [SUBNET],
             "KmsKeyId": KEY_ARN}]}, {"FileSystemIds": [FS_ID]})
@@ -136,14 +140,11 @@ def gpu_stack(tags: dict[str, str] | None, stack_error: str | None = None):
     """AwsClients answering for the deployed GPU stack pf-gpu-p5 and its placement group's tags."""
     cfn, cfn_stub = stubbed("cloudformation")
     ec2, ec2_stub = stubbed("ec2")
-    if stack_error:
-        cfn_stub.add_client_error("describe_stack_resources", "ValidationError", stack_error,
-                                  expected_params={"StackName": "pf-gpu-p5"})
-    else:
-        cfn_stub.add_response("describe_stack_resources", {"StackResources": [
-            {"LogicalResourceId": "EfaNodeGroupPlacementGroup1A2B3C4D", "PhysicalResourceId": PG,
-             "ResourceType": "AWS::EC2::PlacementGroup", "Timestamp": "2026-11-01T00:00:00Z",
-             "ResourceStatus": "CREATE_COMPLETE"}]}, {"StackName": "pf-gpu-p5"})
+    stack_answer(cfn_stub, "describe_stack_resources", "pf-gpu-p5", {"StackResources": [
+        {"LogicalResourceId": "EfaNodeGroupPlacementGroup1A2B3C4D", "PhysicalResourceId": PG,
+         "ResourceType": "AWS::EC2::PlacementGroup", "Timestamp": "2026-11-01T00:00:00Z",
+         "ResourceStatus": "CREATE_COMPLETE"}]}, stack_error)
+    if not stack_error:
         ec2_stub.add_response("describe_placement_groups", {"PlacementGroups": [{
             "GroupName": PG, "Strategy": "cluster", "State": "available",
             "Tags": [{"Key": k, "Value": v} for k, v in (tags or {}).items()]
@@ -205,15 +206,11 @@ def cluster_stack(admins: list[str] | None, error: str | None = None) -> AwsClie
     """AwsClients whose GetTemplate returns a cluster stack with one entry per admin, under the
     logical IDs CDK gives them (EksAdmin<i> and a hash)."""
     cfn, stub = stubbed("cloudformation")
-    if error:
-        stub.add_client_error("get_template", "ValidationError", error,
-                              expected_params={"StackName": "pf-cluster"})
-    else:
-        entries = {f"EksAdmin{i}{1234567 + i:08X}": {"Type": "AWS::EKS::AccessEntry", "Properties": {
-            "ClusterName": {"Ref": "EksClusterB2BDED5B"}, "PrincipalArn": arn}}
-            for i, arn in enumerate(admins or [])}
-        stub.add_response("get_template", {"TemplateBody": json.dumps({"Resources": entries})},
-                          {"StackName": "pf-cluster"})
+    entries = {f"EksAdmin{i}{1234567 + i:08X}": {"Type": "AWS::EKS::AccessEntry", "Properties": {
+        "ClusterName": {"Ref": "EksClusterB2BDED5B"}, "PrincipalArn": arn}}
+        for i, arn in enumerate(admins or [])}
+    stack_answer(stub, "get_template", "pf-cluster",
+                 {"TemplateBody": json.dumps({"Resources": entries})}, error)
     stub.activate()
     return AwsClients(cloudformation=cfn)
 
