@@ -209,6 +209,23 @@ def test_relay_copies_every_line_and_adds_emf_after_metric_lines():
     assert json.loads(emf)["loss"] == 0.0123
 
 
+def test_a_failing_output_does_not_stop_the_relay_draining_the_pipe(capfd):
+    """Before: the first failed write (a full disk under Ray's job log, a closed stream) ended the
+    relay thread; the child's pipe then filled and train.py blocked on its next log line, with
+    nothing failed and the GPUs idle. Now every line is still read, and the loss is said once."""
+    class FullDisk(io.StringIO):
+        def write(self, text):
+            if len(self.getvalue()) > 100:
+                raise OSError(28, "No space left on device")
+            return super().write(text)
+
+    source = io.BytesIO(b"".join(b"line %d\n" % i for i in range(5000)))
+    metrics.relay(source, FullDisk(), run="r")
+    assert source.read() == b""  # drained to the end
+    err = capfd.readouterr().err
+    assert err.count("writing the trainer's output failed ([Errno 28] No space left on device)") == 1
+
+
 def test_launcher_relays_a_child_process(tmp_path, capfd):
     """run_training with metrics on: the child's stdout and stderr still arrive, and each metric
     line is followed by its EMF line on stdout."""

@@ -286,6 +286,28 @@ def test_a_real_write_failure_is_reported(tmp_path: Path):
     assert p.write_probe("/fsx/missing-dir").startswith("FileNotFoundError")
 
 
+def test_pods_checking_the_shared_file_system_at_once_do_not_share_a_probe_file(tmp_path: Path,
+                                                                              monkeypatch):
+    """Before: the probe file was named by PID, and `rltrainer nodecheck` is PID 1 in every pod of
+    the fabric job, so one pod's unlink between another's write and read-back failed that node's
+    shared_fs check (a false gate failure)."""
+    import os
+
+    root = make_node(tmp_path)
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    first, second = probe(root), probe(root)
+    read_bytes, other_pod = Path.read_bytes, {}
+
+    def read_after_the_other_pod(self):
+        if not other_pod:  # the other pod writes, reads back and unlinks in between
+            other_pod["ran"] = True
+            other_pod["error"] = second.write_probe("/fsx")
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_after_the_other_pod)
+    assert first.write_probe("/fsx") is None and other_pod == {"ran": True, "error": None}
+
+
 def test_the_images_versions_are_shown(tmp_path: Path):
     root = make_node(tmp_path)
     record = root / "opt" / "rltrainer" / "image-versions.json"

@@ -200,17 +200,37 @@ def relay(source: IO[bytes], sink: TextIO, *, run: str, emf_sink: TextIO | None 
           lock: threading.Lock | None = None, ledger: EmittedLedger | None = None) -> None:
     """Copy ``source`` (a child's pipe) to ``sink`` line by line, writing each Miles metric line's
     EMF line to ``emf_sink`` (default ``sink``) right after it. Undecodable bytes pass through
-    as replacement characters; a failure to build an EMF line never stops the copy."""
+    as replacement characters; a failure to build an EMF line never stops the copy, and neither
+    does a failed write (a full disk under the job's log, a closed stream): the pipe is always
+    drained, since a child whose pipe fills blocks on its next write, and training would hang
+    with nothing failed. Lines that could not be written are counted and said once."""
     emf_sink = emf_sink or sink
     lock = lock or threading.Lock()
     text = (raw.decode("utf-8", errors="replace") for raw in iter(source.readline, b""))
+    lost = 0
     for line, emf in emf_lines(text, run=run, ledger=ledger):
         with lock:
-            sink.write(line)
-            sink.flush()
-            if emf is not None:
-                emf_sink.write(emf + "\n")
-                emf_sink.flush()
+            try:
+                sink.write(line)
+                sink.flush()
+                if emf is not None:
+                    emf_sink.write(emf + "\n")
+                    emf_sink.flush()
+            except (OSError, ValueError) as exc:  # ValueError: a closed file
+                lost += 1
+                if lost == 1:
+                    _say_once(f"rltrainer: writing the trainer's output failed ({exc}); the output "
+                              "is still read so that training goes on, but lines are lost")
+
+
+def _say_once(message: str) -> None:
+    """A warning on this process's original stderr, if that can still be written."""
+    import sys
+
+    try:
+        print(message, file=sys.__stderr__, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def start_relays(proc, *, run: str, ledger_path: str | Path | None = None,

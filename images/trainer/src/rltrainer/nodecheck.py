@@ -68,8 +68,10 @@ import json
 import os
 import re
 import resource
+import socket
 import subprocess
 import sys
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
@@ -279,7 +281,9 @@ class NodeProbe:
 
     def write_probe(self, path: str) -> str | None:
         """Write, sync, read back and remove a small file in ``path``; the error, or None."""
-        target = self.p(path) / f".rltrainer-nodecheck-{os.getpid()}"
+        # Every node's check writes here at once, each as PID 1 of its own container: the name
+        # must be unique across pods, or one pod's unlink fails another's read-back.
+        target = self.p(path) / f".rltrainer-nodecheck-{socket.gethostname()}-{uuid.uuid4().hex}"
         data = b"rltrainer nodecheck\n"
         try:
             with open(target, "wb") as f:
