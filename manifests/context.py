@@ -66,6 +66,11 @@ ALLREDUCE_MIN_BYTES = "1M"
 ALLREDUCE_MAX_BYTES = "16G"
 FABRIC_DEADLINE_SECONDS = 3600  # a stuck rendezvous must not hold GPU nodes forever
 RAYJOB_TTL_SECONDS = 600  # keep the finished Ray cluster 10 minutes for logs, then delete it
+# Pod failures of KubeRay's submitter Job before KubeRay fails the whole RayJob (its own default
+# is 2). The submitter follows the driver's log for the whole run from a system node, so a node
+# drained for an update, an eviction or a dropped log stream each fail one pod; a new pod only
+# reattaches (KubeRay v1.7.0 common/job.go: `ray job status` first, submit only if no job).
+SUBMITTER_BACKOFF_LIMIT = 10
 
 
 class _Frozen(BaseModel):

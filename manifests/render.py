@@ -41,6 +41,7 @@ from manifests.context import (
     COMPUTE_DOMAIN_LABEL,
     GENERATED_MARKER,
     GPU_CLIQUE_LABEL,
+    SUBMITTER_BACKOFF_LIMIT,
     WORKLOAD_LABEL,
     RenderContext,
 )
@@ -130,6 +131,7 @@ TEMPLATES.filters["q"] = _yaml_scalar
 TEMPLATES.filters["to_yaml"] = _to_yaml
 TEMPLATES.globals["HOSTNAME_LABEL"] = HOSTNAME_LABEL
 TEMPLATES.globals["WORKLOAD_LABEL"] = WORKLOAD_LABEL
+TEMPLATES.globals["SUBMITTER_BACKOFF_LIMIT"] = SUBMITTER_BACKOFF_LIMIT
 # Resource names a GPU pod requests: one definition, shared with the CDK side (infra/names.py).
 TEMPLATES.globals["GPU_RESOURCE"] = names.GPU_RESOURCE
 TEMPLATES.globals["EFA_RESOURCE"] = names.EFA_RESOURCE

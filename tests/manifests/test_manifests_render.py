@@ -243,6 +243,18 @@ def test_ray_cluster_shape(name):
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
+def test_the_submitter_survives_more_than_kuberays_two_retries(name):
+    """KubeRay v1.7.0 fails the whole RayJob when its submitter Job fails, and that Job's
+    backoffLimit is 2 unless spec.submitterConfig sets it (rayjob_controller.go, createNewK8sJob).
+    Before: three drained system nodes in a run of days ended a run that was training fine."""
+    from manifests.context import SUBMITTER_BACKOFF_LIMIT
+
+    rayjob = next(f.obj for f in rendered(name) if f.kind == "RayJob")
+    assert rayjob["spec"]["submitterConfig"] == {"backoffLimit": SUBMITTER_BACKOFF_LIMIT}
+    assert SUBMITTER_BACKOFF_LIMIT > 2
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
 def test_rayjob_entrypoint_reads_the_mounted_run_config(name):
     files = objects(rendered(name))
     configmap = files["rl-job/00-run-config.yaml"]
