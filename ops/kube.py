@@ -152,8 +152,12 @@ class Kubectl:
         return self.run(args).stdout
 
     def delete(self, paths: Sequence[Path | str], wait: bool = True,
-               timeout_s: int = 120) -> str:
+               timeout_s: int = 120, cascade: str | None = None) -> str:
+        """``cascade="foreground"``: the objects go only after what they own (with ``wait``, the
+        call returns once those are gone too)."""
         args = ["delete", "--ignore-not-found", f"--wait={'true' if wait else 'false'}"]
+        if cascade is not None:
+            args.append(f"--cascade={cascade}")
         if wait:
             args.append(f"--timeout={timeout_s}s")
         for p in paths:

@@ -54,6 +54,9 @@ from ops.output import add_output_option, emit, wants_json
 from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
 
 
+REPLACE_TIMEOUT_S = 600  # --replace: the old RayJob, its Ray cluster and its submitter Job
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)  # tests replace it: a block's end is a matter of the clock
 
@@ -157,7 +160,11 @@ def _launch(args: argparse.Namespace) -> int:
                       f"{st.get('jobDeploymentStatus', '-')}). Pass --replace to delete it and "
                       "start again, or set a new training.run_name.", file=sys.stderr)
                 return 1
-            k.delete([out / "rl-job"])
+            # Foreground: KubeRay names the submitter Job like the RayJob and adopts one that
+            # still exists (rayjob_controller.go createK8sJobIfNeed, v1.7.0), so the new RayJob
+            # would read the old run's Job (and its failure) if the old one were deleted behind
+            # the call's back. The old Ray cluster's GPU pods take a while to stop.
+            k.delete([out / "rl-job"], timeout_s=REPLACE_TIMEOUT_S, cascade="foreground")
         k.apply([out / "00-namespace.yaml", out / "01-serviceaccount.yaml"])
         if ctx.shared_fs is not None:  # the claim every pod of the job mounts, and its volume
             k.apply([out / name for name in SHARED_FS_FILES])

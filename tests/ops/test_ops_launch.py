@@ -264,6 +264,10 @@ def test_replace_deletes_the_old_rayjob_first(tmp_path, kubectl):
     assert run(tmp_path, "launch", "--replace") == 0
     verbs = [c[0] for c in kubectl.calls]
     assert verbs == ["get", "get", "delete", "apply", "apply", "apply", "apply"]
+    # foreground: the old RayJob's submitter Job (named like the new one, which KubeRay would
+    # adopt) is gone before the new RayJob is applied
+    [delete] = [c for c in kubectl.calls if c[0] == "delete"]
+    assert "--cascade=foreground" in delete and "--wait=true" in delete and "--timeout=600s" in delete
 
 
 def test_a_refused_object_stops_the_launch_before_the_rayjob(tmp_path, kubectl, capsys):
