@@ -193,6 +193,9 @@ class RenderContext(_Frozen):
     worker_replicas: int  # the other nodes of the run (training.nodes - 1)
     fabric: list[FabricJob]
     fabric_deadline_seconds: int
+    # A PodDisruptionBudget keeps drains off the run's GPU pods (a node group update then fails
+    # instead of killing the run); not on a Capacity Block, whose nodes EKS drains before its end.
+    disruption_budget: bool
     # GPU workload (WORKLOAD_LABEL value) -> its ComputeDomain: the RL job's workers and each
     # fabric job; empty where NVLink stops at the node.
     compute_domains: dict[str, ComputeDomain] = {}
@@ -518,6 +521,7 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         worker_replicas=t.nodes - 1,
         fabric=jobs,
         fabric_deadline_seconds=FABRIC_DEADLINE_SECONDS,
+        disruption_budget=cfg.gpu_node_groups[t.node_group].capacity.type != "capacity-block",
         # The head is a GPU pod of the run too: it claims the workers' domain and sits in their
         # clique, or its share of Miles' actors would talk to the rest over EFA.
         compute_domains={w: d for w, n in [(f"{t.run_name}-head", t.run_name),

@@ -13,6 +13,8 @@ Output tree (``kubectl apply -f <dir>`` applies one directory's files in name or
     03-shared-fs-pvc.yaml        its PersistentVolumeClaim (ReadWriteMany), mounted by the RL job
     rl-job/00-compute-domain.yaml  ComputeDomain (UltraServers only; also one per fabric job)
     rl-job/00-run-config.yaml    ConfigMap holding run.yaml
+    rl-job/01-disruption-budget.yaml  PodDisruptionBudget: no drain of the run's GPU pods
+                                 (not on a Capacity Block)
     rl-job/01-head-networkpolicy.yaml  NetworkPolicy: who may reach the Ray head
     rl-job/02-rayjob-retry-role.yaml, 03-...-rolebinding.yaml  the launcher may stop retries
     rl-job/04-rayjob.yaml        KubeRay RayJob (last: what it needs exists before it runs)
@@ -200,6 +202,11 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
         }),
         FileSpec("rl-job/00-run-config.yaml", "run-configmap.yaml.j2", "ConfigMap",
                  {"meta": _meta(ctx, ctx.configmap_name, "run-config")}),
+        *([FileSpec("rl-job/01-disruption-budget.yaml", "disruption-budget.yaml.j2",
+                    "PodDisruptionBudget", {
+                        "meta": _meta(ctx, ctx.rayjob_name, "rl-job-disruption-budget"),
+                        "workloads": [f"{ctx.rayjob_name}-head", worker_workload]})]
+          if ctx.disruption_budget else []),
         FileSpec("rl-job/01-head-networkpolicy.yaml", "head-networkpolicy.yaml.j2",
                  "NetworkPolicy", {
                      "meta": _meta(ctx, f"{ctx.rayjob_name}-ray-head", "ray-head-ingress"),

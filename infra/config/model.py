@@ -140,7 +140,9 @@ class GpuNodeGroupConfig(_Model):
     force_update: bool = Field(
         False,
         description="On a node group update, replace nodes even when pod disruption budgets "
-        "block draining them (running jobs are evicted). Off: the update waits for them.",
+        "block draining them (running jobs are evicted). Off: the RL job's budget (rendered "
+        "unless the group is a Capacity Block) makes such an update fail while the job runs, "
+        "and the deploy rolls back.",
     )
     root_volume_gib: int = Field(200, description="Encrypted gp3 root volume size in GiB.")
     labels: dict[str, str] = Field(

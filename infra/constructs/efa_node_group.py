@@ -202,7 +202,8 @@ class EfaNodeGroup(Construct):
                                   effect=_TAINT_EFFECT[t.effect])
                     for t in [*group.node_taints(), *startup_taints]],
             enable_node_auto_repair=auto_repair,
-            # Without force, an update waits for pod disruption budgets instead of evicting jobs.
+            # Without force, an update does not evict pods a disruption budget protects (the RL
+            # job's, manifests/templates/disruption-budget.yaml.j2): it fails and rolls back.
             force_update=group.force_update,
             # Reserved capacity has no spare instance for a surge: replace all nodes in place.
             # On-demand p5s have spares in principle, but a surged node must fit the cluster

@@ -254,6 +254,40 @@ def test_the_submitter_survives_more_than_kuberays_two_retries(name):
     assert SUBMITTER_BACKOFF_LIMIT > 2
 
 
+def _selects(selector: dict, labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels, matchExpressions In/NotIn/Exists) on labels."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    ops = {"In": lambda e: labels.get(e["key"]) in e["values"],
+           "NotIn": lambda e: labels.get(e["key"]) not in e["values"],
+           "Exists": lambda e: e["key"] in labels}
+    return all(ops[e["operator"]](e) for e in selector.get("matchExpressions", []))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_a_drain_cannot_evict_the_runs_gpu_pods_unless_on_a_capacity_block(name):
+    """Before: nothing stopped an EKS node group update (a new launch template) from draining the
+    run's nodes one by one, though force_update: false promised to wait for disruption budgets.
+    The budget selects the Ray head and workers (not KubeRay's submitter on a system node), lets
+    none go voluntarily, and lets an unhealthy pod go. A Capacity Block gets none: EKS drains its
+    nodes before the block ends."""
+    cfg = example(name)
+    spec = next(f.obj for f in rendered(name) if f.kind == "RayJob")["spec"]
+    pods = {"head": spec["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"],
+            "worker": spec["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["metadata"]["labels"],
+            "submitter": spec["submitterPodTemplate"]["metadata"]["labels"]}
+    budgets = [f.obj for f in rendered(name) if f.kind == "PodDisruptionBudget"]
+    if cfg.gpu_node_groups[cfg.training.node_group].capacity.type == "capacity-block":
+        assert budgets == []
+        return
+    [budget] = budgets
+    assert budget["metadata"]["namespace"] == names.TRAINER_NAMESPACE
+    assert {k: v for k, v in budget["spec"].items() if k != "selector"} == {
+        "maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+    assert {pod for pod, labels in pods.items() if _selects(budget["spec"]["selector"], labels)} == {
+        "head", "worker"}
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_rayjob_entrypoint_reads_the_mounted_run_config(name):
     files = objects(rendered(name))

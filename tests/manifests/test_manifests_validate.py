@@ -278,7 +278,8 @@ def test_cli_render_writes_validates_and_prints_the_tree(tmp_path, crd_dir, caps
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "├── rl-job/" in printed and "04-rayjob.yaml" in printed
-    assert "14 object(s): 14 valid, 0 invalid, 0 NOT validated (no schema)" in printed
+    # the PodDisruptionBudget (policy/v1) is validated like the rest
+    assert "15 object(s): 15 valid, 0 invalid, 0 NOT validated (no schema)" in printed
     assert f"kubectl apply -f {out}/rl-job" in printed
     assert (out / "rl-job" / "04-rayjob.yaml").is_file()
 

@@ -170,8 +170,9 @@ def test_launch_applies_namespace_shared_fs_claim_then_rayjob(tmp_path, kubectl,
                         str(tmp_path / "out/01-serviceaccount.yaml")]
     assert calls[3] == ["apply", "-f", str(tmp_path / "out/02-shared-fs-pv.yaml"), "-f",
                         str(tmp_path / "out/03-shared-fs-pvc.yaml")]
-    assert calls[4] == ["apply", *(a for f in ("00-run-config", "01-head-networkpolicy",
-                                                "02-rayjob-retry-role", "03-rayjob-retry-rolebinding")
+    assert calls[4] == ["apply", *(a for f in ("00-run-config", "01-disruption-budget",
+                                                "01-head-networkpolicy", "02-rayjob-retry-role",
+                                                "03-rayjob-retry-rolebinding")
                                    for a in ("-f", str(tmp_path / f"out/rl-job/{f}.yaml")))]
     assert calls[5] == ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")]  # the RayJob last
     assert len(calls) == 6
