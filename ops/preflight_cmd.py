@@ -6,7 +6,9 @@ end"). A config that would make a deploy replace the deployed shared file system
 storage.kms changed: both are fixed at creation) fails, before the new, empty one is created and
 the old one is left billing with the saves on it. A tag change that would replace a GPU group's
 placement group (and so roll its nodes) is a warning; an admin_role_arns change that moves a role
-to another position (its access entry would be created twice: a rollback) fails.
+to another position (its access entry would be created twice: a rollback) fails, and so does an
+availability_zones change other than zones added at the end (the VPC's subnets are numbered by
+zone position).
 
 Exit code 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for a bad config.
 """

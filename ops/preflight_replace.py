@@ -20,6 +20,14 @@ a replacement loses:
   resource; so removing or reordering roles moves a role that still has its entry to another
   position, the create fails (an entry for that principal exists), and the stack rolls back.
 
+- **The order of ``availability_zones``** (CloudFormation GetTemplate): the VPC's subnets are
+  numbered by their zone's position in the list, and a subnet's zone is create-only. Inserting,
+  removing or reordering zones moves numbered subnets to other zones: they would be replaced,
+  while the cluster, storage and GPU stacks import them, so the network stack update fails. Adding
+  a zone at the end only adds subnets, but it also changes the system node group's subnets
+  (create-only), which replaces that group: the job submitter, the KubeRay operator and CoreDNS
+  move to new nodes.
+
 Each passes before its stack is deployed, and warns when what it needs cannot be read.
 """
 
@@ -43,6 +51,9 @@ ADMIN_ENTRIES = "admin access entries"
 # CDK's logical ID of the access entry of admin_role_arns[i] (infra/constructs/cluster.py
 # `Admin{i}` under the cluster construct): the path, then an 8-character hash.
 _ADMIN_ENTRY_ID = re.compile(r"Admin(\d+)[0-9A-F]{8}$")
+ZONE_ORDER = "availability zone order"
+# CDK's logical ID of the VPC's n-th private subnet (ec2.Vpc, subnet group "private").
+_PRIVATE_SUBNET_ID = re.compile(r"privateSubnet(\d+)Subnet[0-9A-F]{8}$")
 T = TypeVar("T")
 
 
@@ -165,9 +176,8 @@ def check_admin_entries(clients: AwsClients, cfg: KitConfig) -> Check:
                        "the entries", "cloudformation:GetTemplate")
     if isinstance(body, Check):
         return body
-    template = body if isinstance(body, dict) else json.loads(body)
     deployed: dict[int, str] = {}
-    for logical_id, resource in template.get("Resources", {}).items():
+    for logical_id, resource in _template(body).get("Resources", {}).items():
         m = _ADMIN_ENTRY_ID.search(logical_id)
         principal = resource.get("Properties", {}).get("PrincipalArn")
         if resource.get("Type") == "AWS::EKS::AccessEntry" and m and isinstance(principal, str):
@@ -189,9 +199,53 @@ def check_admin_entries(clients: AwsClients, cfg: KitConfig) -> Check:
         "list you want")
 
 
+def _template(body: dict | str) -> dict:
+    """GetTemplate's TemplateBody: botocore parses a JSON body itself; a stub may not."""
+    return body if isinstance(body, dict) else json.loads(body)
+
+
+def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
+    """Would a deploy move the VPC's numbered subnets to other zones (availability_zones changed
+    other than at its end)? None for an existing VPC (the kit owns no subnets then)."""
+    if cfg.vpc.existing is not None:
+        return None
+    stack = names.stack_names(cfg.name)["network"]
+    subject = f"availability_zones ({stack})"
+    body = _read_stack(ZONE_ORDER, subject, stack,
+                       lambda: clients.cloudformation.get_template(StackName=stack)["TemplateBody"],
+                       "the subnets", "cloudformation:GetTemplate")
+    if isinstance(body, Check):
+        return body
+    numbered = {}
+    for logical_id, resource in _template(body).get("Resources", {}).items():
+        m = _PRIVATE_SUBNET_ID.search(logical_id)
+        if resource.get("Type") == "AWS::EC2::Subnet" and m:
+            numbered[int(m.group(1))] = resource.get("Properties", {}).get("AvailabilityZone")
+    deployed = [numbered[n] for n in sorted(numbered)]
+    wanted = list(cfg.availability_zones)
+    if wanted[:len(deployed)] != deployed:
+        return Check(
+            ZONE_ORDER, subject, FAIL,
+            f"the deployed VPC's subnets are numbered for {deployed}, this config lists {wanted}: a "
+            "deploy would move or remove numbered subnets (a subnet's zone cannot change: "
+            "replacement), and the cluster, storage and GPU stacks import them, so the network "
+            "stack update fails",
+            f"keep availability_zones starting with {deployed}, and add zones at the end")
+    if len(wanted) > len(deployed):
+        return Check(
+            ZONE_ORDER, subject, WARN,
+            f"{', '.join(wanted[len(deployed):])} added at the end: new subnets only, but the "
+            "system node group's subnets change, which replaces that group (the job submitter, "
+            "the KubeRay operator and CoreDNS move to new nodes)",
+            "deploy it when no job runs")
+    return Check(ZONE_ORDER, subject, PASS, f"the subnets stay in {deployed}")
+
+
 def replacement_checks(clients: AwsClients, cfg: KitConfig) -> list[Check]:
     """Every check here for one config (read-only)."""
     checks = [check_admin_entries(clients, cfg)]
+    zones = check_zone_order(clients, cfg)
+    checks += [zones] if zones is not None else []
     checks += [check_fsx_kept(clients, cfg)] if has_shared_fs(cfg) else []
     for name, group in cfg.gpu_node_groups.items():
         check = check_placement_group_kept(clients, cfg, name, group)

@@ -429,7 +429,9 @@ class KitConfig(_Model):
     region: str = Field("us-east-1", description="AWS region.")
     availability_zones: list[str] = Field(
         default_factory=lambda: ["us-east-1a", "us-east-1b"],
-        description="AZs of the VPC, named explicitly so synth needs no lookup (at least two).",
+        description="AZs of the VPC, named explicitly so synth needs no lookup (at least two). "
+        "Subnets are numbered by position: on a deployed VPC, add zones at the end only (rlkit "
+        "preflight refuses other changes).",
     )
     local_zones: list[str] = Field(
         default_factory=list,

@@ -247,3 +247,54 @@ def test_admin_entries_are_keyed_by_position_under_the_ids_the_check_reads(synth
              for k, r in resources(s.template("cluster"), "AWS::EKS::AccessEntry").items()
              if preflight_replace._ADMIN_ENTRY_ID.search(k)}
     assert found == {str(i): arn for i, arn in enumerate(s.config.admin_role_arns)} != {}
+
+
+# --- the order of availability_zones -------------------------------------------------------------
+
+
+def network_stack(zones: list[str]) -> AwsClients:
+    """AwsClients whose GetTemplate returns a network stack with one public and one private
+    subnet per zone, numbered as CDK numbers them."""
+    cfn, stub = stubbed("cloudformation")
+    subnets = {f"NetworkVpc{kind}Subnet{n}Subnet{1234567 + n:08X}": {
+        "Type": "AWS::EC2::Subnet", "Properties": {"AvailabilityZone": zone}}
+        for kind in ("public", "private") for n, zone in enumerate(zones, start=1)}
+    stack_answer(stub, "get_template", "pf-network",
+                 {"TemplateBody": json.dumps({"Resources": subnets})}, None)
+    stub.activate()
+    return AwsClients(cloudformation=cfn)
+
+
+ZONES = ["us-east-1a", "us-east-1b"]
+
+
+def test_the_same_zones_pass_and_a_zone_added_at_the_end_warns():
+    same = preflight_replace.check_zone_order(network_stack(ZONES), config(availability_zones=ZONES))
+    assert (same.status, same.detail) == (PASS, "the subnets stay in ['us-east-1a', 'us-east-1b']")
+    added = preflight_replace.check_zone_order(
+        network_stack(ZONES), config(availability_zones=[*ZONES, "us-east-1c"]))
+    assert added.status == WARN and added.detail.startswith(
+        "us-east-1c added at the end: new subnets only, but the system node group's subnets change")
+
+
+def test_a_zone_inserted_before_others_would_move_the_numbered_subnets():
+    """Before: listing us-east-1c first renumbered the subnets, so subnet 1 had to move from
+    us-east-1a to us-east-1c (a replacement) while the other stacks imported it."""
+    check = preflight_replace.check_zone_order(
+        network_stack(ZONES), config(availability_zones=["us-east-1c", *ZONES]))
+    assert check.status == FAIL
+    assert check.fix == ("keep availability_zones starting with ['us-east-1a', 'us-east-1b'], and "
+                         "add zones at the end")
+
+
+def test_the_subnets_are_numbered_by_zone_position_and_their_zone_is_create_only(synth):
+    """The real schemas: a subnet's zone and a node group's subnets are create-only; the
+    synthesized network stack numbers its private subnets in the config's zone order, under the
+    IDs the check parses."""
+    assert "/properties/AvailabilityZone" in create_only("AWS::EC2::Subnet")
+    assert "/properties/Subnets" in create_only("AWS::EKS::Nodegroup")
+    s = synth("p5-2node")
+    numbered = {int(m.group(1)): r["Properties"]["AvailabilityZone"]
+                for k, r in resources(s.template("network"), "AWS::EC2::Subnet").items()
+                if (m := preflight_replace._PRIVATE_SUBNET_ID.search(k))}
+    assert [numbered[n] for n in sorted(numbered)] == s.config.availability_zones
