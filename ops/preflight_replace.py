@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from infra import names
 from infra.config import GpuNodeGroupConfig, KitConfig, has_shared_fs
@@ -166,22 +166,33 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
         "cost_guard.ttl_hours as they were")
 
 
+def _numbered(clients: AwsClients, check: str, subject: str, stack: str, creates: str,
+              resource_type: str, logical_id: re.Pattern, prop: str) -> dict[int, Any] | Check:
+    """In the deployed template of ``stack``: number (``logical_id``'s group 1) -> ``prop`` of
+    each ``resource_type`` resource whose logical ID matches; or the verdict that ends the check
+    (``_read_stack``)."""
+    body = _read_stack(check, subject, stack,
+                       lambda: clients.cloudformation.get_template(StackName=stack)["TemplateBody"],
+                       creates, "cloudformation:GetTemplate")
+    if isinstance(body, Check):
+        return body
+    # botocore parses a JSON template body itself; a stubbed answer may be the string
+    template = body if isinstance(body, dict) else json.loads(body)
+    return {int(m.group(1)): resource.get("Properties", {}).get(prop)
+            for name, resource in template.get("Resources", {}).items()
+            if resource.get("Type") == resource_type and (m := logical_id.search(name))}
+
+
 def check_admin_entries(clients: AwsClients, cfg: KitConfig) -> Check:
     """Would a deploy create an admin access entry for a role whose deployed entry sits at
     another position of admin_role_arns (a failed deploy and a rollback)?"""
     stack = names.stack_names(cfg.name)["cluster"]
     subject = f"admin_role_arns ({stack})"
-    body = _read_stack(ADMIN_ENTRIES, subject, stack,
-                       lambda: clients.cloudformation.get_template(StackName=stack)["TemplateBody"],
-                       "the entries", "cloudformation:GetTemplate")
-    if isinstance(body, Check):
-        return body
-    deployed: dict[int, str] = {}
-    for logical_id, resource in _template(body).get("Resources", {}).items():
-        m = _ADMIN_ENTRY_ID.search(logical_id)
-        principal = resource.get("Properties", {}).get("PrincipalArn")
-        if resource.get("Type") == "AWS::EKS::AccessEntry" and m and isinstance(principal, str):
-            deployed[int(m.group(1))] = principal
+    found = _numbered(clients, ADMIN_ENTRIES, subject, stack, "the entries",
+                      "AWS::EKS::AccessEntry", _ADMIN_ENTRY_ID, "PrincipalArn")
+    if isinstance(found, Check):
+        return found
+    deployed = {i: arn for i, arn in found.items() if isinstance(arn, str)}
     wanted = dict(enumerate(cfg.admin_role_arns))
     moved = [f"{arn} (deployed at {[j for j, a in deployed.items() if a == arn][0]}, now at {i})"
              for i, arn in wanted.items() if deployed.get(i) != arn and arn in deployed.values()]
@@ -199,11 +210,6 @@ def check_admin_entries(clients: AwsClients, cfg: KitConfig) -> Check:
         "list you want")
 
 
-def _template(body: dict | str) -> dict:
-    """GetTemplate's TemplateBody: botocore parses a JSON body itself; a stub may not."""
-    return body if isinstance(body, dict) else json.loads(body)
-
-
 def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
     """Would a deploy move the VPC's numbered subnets to other zones (availability_zones changed
     other than at its end)? None for an existing VPC (the kit owns no subnets then)."""
@@ -211,16 +217,10 @@ def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
         return None
     stack = names.stack_names(cfg.name)["network"]
     subject = f"availability_zones ({stack})"
-    body = _read_stack(ZONE_ORDER, subject, stack,
-                       lambda: clients.cloudformation.get_template(StackName=stack)["TemplateBody"],
-                       "the subnets", "cloudformation:GetTemplate")
-    if isinstance(body, Check):
-        return body
-    numbered = {}
-    for logical_id, resource in _template(body).get("Resources", {}).items():
-        m = _PRIVATE_SUBNET_ID.search(logical_id)
-        if resource.get("Type") == "AWS::EC2::Subnet" and m:
-            numbered[int(m.group(1))] = resource.get("Properties", {}).get("AvailabilityZone")
+    numbered = _numbered(clients, ZONE_ORDER, subject, stack, "the subnets", "AWS::EC2::Subnet",
+                         _PRIVATE_SUBNET_ID, "AvailabilityZone")
+    if isinstance(numbered, Check):
+        return numbered
     deployed = [numbered[n] for n in sorted(numbered)]
     wanted = list(cfg.availability_zones)
     if wanted[:len(deployed)] != deployed:
