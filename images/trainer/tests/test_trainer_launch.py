@@ -479,7 +479,7 @@ def test_multi_node_run_refuses_a_checkpoint_dir_on_a_private_filesystem(tmp_pat
 
 
 def test_filesystem_type_takes_the_longest_mount_and_the_nearest_existing_parent(tmp_path: Path):
-    from rltrainer.launch import filesystem_type, shared_storage_problem
+    from rltrainer.mounts import filesystem_type, shared_storage_problem
 
     shared = tmp_path / "fsx dir"
     shared.mkdir()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -347,6 +348,7 @@ with zipfile.ZipFile(save / "rollout" / f"global_dataset_state_dict_{it}.pt", "w
     z.writestr("data.pkl", b"cursor")
 with open(os.environ["FAKE_TRAIN_LOG"], "a") as log:
     log.write("trained\\n")
+sys.exit(int(os.environ.get("FAKE_TRAIN_EXIT", "0")))  # a run that fails after its last save
 '''
 
 
@@ -421,3 +423,37 @@ def test_a_final_upload_that_keeps_failing_stops_kuberays_retries_and_says_how_t
     assert (f"rltrainer checkpoint upload --s3-uri {URI} --local-dir {tmp_path / 'ckpt'} --iteration N"
             in err.getvalue())
     assert "for each iteration N in 3:" in err.getvalue()
+
+
+def test_saves_on_the_pods_own_disk_are_retried_after_any_exit_and_kuberays_retry_stays(
+        s3, tmp_path: Path, monkeypatch):
+    """A single-node run without a shared file system saves to an emptyDir, which goes with the
+    pod. Before: a failed run did not retry the upload (its resume was said to upload the local
+    save, which a new pod does not have), and a finished run stopped KubeRay's retries, saying
+    the save stayed on the shared file system."""
+    from rltrainer import launch, no_retry
+
+    argv, mounts = _launch_config(tmp_path)
+    config = Path(argv[argv.index("--config") + 1])
+    data = yaml.safe_load(config.read_text())
+    data["parallel"]["nodes"] = 1
+    config.write_text(yaml.safe_dump(data))
+    mounts.write_text(f"overlay {tmp_path} overlay rw 0 0\n")  # the pod's own disk
+    monkeypatch.setenv("FAKE_TRAIN_LOG", str(tmp_path / "train.log"))
+
+    def down(self, local_dir, iteration):
+        raise OSError("S3 unreachable")
+
+    monkeypatch.setattr(S3CheckpointStore, "upload", down)
+    stopped = []
+    monkeypatch.setattr(no_retry, "stop_retries", lambda log, **kw: stopped.append(kw) or True)
+    for exit_code in ("1", "0"):  # a failed run, then a finished one
+        monkeypatch.setenv("FAKE_TRAIN_EXIT", exit_code)
+        shutil.rmtree(tmp_path / "ckpt", ignore_errors=True)
+        sleeps: list[float] = []
+        err = io.StringIO()
+        code = launch.main(argv, out=io.StringIO(), err=err, mounts_file=str(mounts), sleep=sleeps.append)
+        assert code != 0 and sleeps == [5, 10, 20], err.getvalue()
+        assert (f"they are on this pod's own disk ({tmp_path / 'ckpt'}) and go with it; KubeRay's "
+                "retry resumes from the last save in S3") in err.getvalue()
+    assert stopped == []

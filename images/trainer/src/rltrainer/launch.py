@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -67,14 +66,9 @@ from .miles import (
     miles_train_args,
     resolve_model_args,
 )
+from .mounts import MOUNTS_FILE, on_shared_filesystem, shared_storage_problem
 
 DEFAULT_CONFIG = RUN_CONFIG_PATH  # where the kit's RL job mounts it
-MOUNTS_FILE = "/proc/mounts"
-# Filesystems every node of a multi-node run can mount at once: Lustre (FSx for Lustre), NFS
-# (EFS mounts as nfs4), and the usual parallel filesystems. Anything else (ext4, xfs, overlay,
-# tmpfs: an emptyDir or the container's own disk) is private to one pod.
-SHARED_FILESYSTEMS = frozenset({"lustre", "nfs", "nfs4", "efs", "ceph", "cephfs", "gpfs", "beegfs", "wekafs",
-                                "fuse.glusterfs", "glusterfs"})
 EXIT_CONFIG = 2
 EXIT_UPLOAD = 3  # training succeeded but a finished save could not be uploaded
 EXIT_PREPARE = 4  # staging inputs or restoring the checkpoint failed; training never started
@@ -152,62 +146,6 @@ def stage_inputs(cfg: RunConfig, client=None, log: TextIO | None = None) -> tupl
         bucket, key = parse_s3_uri(cfg.data.prompt_data)
         fetch(bucket, key, Path(data))
     return hf, data
-
-
-def _unescape_mount(path: str) -> str:
-    """/proc/mounts writes space, tab, newline and backslash as octal escapes."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
-
-
-def filesystem_type(path: str, mounts_file: str = MOUNTS_FILE) -> tuple[str, str] | None:
-    """(filesystem type, mount point) of the mount holding ``path``, from /proc/mounts.
-
-    ``path`` need not exist yet: its nearest existing parent decides (that is where the
-    launcher would create it). None when the mounts file cannot be read.
-    """
-    target = Path(path)
-    while not target.exists() and target != target.parent:
-        target = target.parent
-    real = os.path.realpath(target)
-    try:
-        lines = Path(mounts_file).read_text().splitlines()
-    except OSError:
-        return None
-    best: tuple[str, str] | None = None
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        mount, fstype = _unescape_mount(fields[1]), fields[2]
-        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
-        if inside and (best is None or len(mount) >= len(best[1])):
-            best = (fstype, mount)  # the last and longest match is the mount on top
-    return best
-
-
-def shared_storage_problem(cfg: RunConfig, mounts_file: str = MOUNTS_FILE) -> str | None:
-    """Why a multi-node run cannot use ``checkpoint.local_dir`` (None when it can).
-
-    The launcher and its upload watcher run on the Ray head; Megatron writes the saves on
-    the workers. Unless all of them mount one shared filesystem at ``local_dir``, the watcher
-    sees no saves, uploads nothing, and the saves vanish with the pods.
-    """
-    if cfg.parallel.nodes <= 1:
-        return None
-    local = cfg.checkpoint.local_dir
-    found = filesystem_type(local, mounts_file)
-    if found is None:
-        return (f"checkpoint.local_dir = {json.dumps(local)}: cannot tell its filesystem ({mounts_file} is unreadable), "
-                "and a multi-node run needs it on a shared filesystem. Fix: run where /proc/mounts is readable")
-    fstype, mount = found
-    if fstype in SHARED_FILESYSTEMS:
-        return None
-    return (
-        f"checkpoint.local_dir = {json.dumps(local)}: a {cfg.parallel.nodes}-node run needs it on a filesystem every node "
-        f"mounts (one of {', '.join(sorted(SHARED_FILESYSTEMS))}), but it is on {fstype} (mount point {mount}), which "
-        "only this pod sees: the workers' saves would never reach the upload watcher. Fix: mount the shared volume "
-        "(FSx for Lustre) at this path on the head and every worker, or point checkpoint.local_dir at where it is mounted"
-    )
 
 
 def image_backend_problem(cfg: RunConfig, image_backend: str | None) -> str | None:
@@ -475,7 +413,7 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         print(f"rltrainer: the run is finished (iteration {resume.iteration} is its last rollout, "
               f"grpo.num_rollout = {cfg.grpo.num_rollout}); not training again, only uploading its saves",
               file=err, flush=True)
-        return _finish_uploads(watcher, cfg, 0, args, err, sleep, scan_first=True)
+        return _finish_uploads(watcher, cfg, 0, args, err, sleep, scan_first=True, mounts_file=mounts_file)
     cmd = build_train_command(cfg, hf_checkpoint=hf, prompt_data=data, miles_dir=args.miles_dir,
                               python=args.python, ray_address=args.ray_address, model_args=model_args,
                               start_rollout_id=resume.start_rollout_id)
@@ -493,7 +431,7 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
                 stop=lambda: _stop_group(proc), sleep=lambda s: sleep(s), poll_s=args.upload_interval)
     code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait,
                         metrics_ledger=str(Path(cfg.checkpoint.local_dir) / metrics.LEDGER_FILE))
-    code = _finish_uploads(watcher, cfg, code, args, err, sleep)
+    code = _finish_uploads(watcher, cfg, code, args, err, sleep, mounts_file=mounts_file)
     if guard is not None and guard.state == reservation.STOP:
         reservation.clear_trigger(local)
         print(f"rltrainer: stopped before the Capacity Block ends; newest save in S3: "
@@ -542,13 +480,15 @@ def _final_scan(watcher, err: TextIO, *, stop: bool) -> list:
 
 
 def _finish_uploads(watcher, cfg: RunConfig, code: int, args, err: TextIO, sleep: Callable[[float], None],
-                    scan_first: bool = False) -> int:
+                    scan_first: bool = False, mounts_file: str = MOUNTS_FILE) -> int:
     """The exit path: upload the last saves; a finished run retries the upload, not the job."""
     missing = _final_scan(watcher, err, stop=not scan_first)
     attempt, delay = 1, args.final_upload_delay
-    # Only a run that trained to the end retries here: after a failed run KubeRay's retry has
-    # training left to do anyway, and its resume uploads the local save first.
-    while missing and code == 0 and attempt < args.final_upload_attempts:
+    # Saves on the shared file system outlive this pod: after a failed run KubeRay's retry has
+    # training left to do anyway, and its resume uploads the local save first, so only a run that
+    # trained to the end retries here. Saves on this pod's own disk go with it: always retried.
+    kept = on_shared_filesystem(cfg.checkpoint.local_dir, mounts_file)
+    while missing and (code == 0 or not kept) and attempt < args.final_upload_attempts:
         print(f"rltrainer: the run finished but saves {missing} are not in S3 yet; upload attempt "
               f"{attempt + 1}/{args.final_upload_attempts} in {delay:g}s", file=err, flush=True)
         sleep(delay)
@@ -556,9 +496,11 @@ def _finish_uploads(watcher, cfg: RunConfig, code: int, args, err: TextIO, sleep
         attempt, delay = attempt + 1, min(300.0, delay * 2)
     if not missing:
         return code
-    print(f"rltrainer: finished saves not in S3 after the final upload: {missing}; "
-          f"they remain in {cfg.checkpoint.local_dir}", file=err, flush=True)
-    if code == 0:
+    print(f"rltrainer: finished saves not in S3 after the final upload: {missing}; " + (
+        f"they remain in {cfg.checkpoint.local_dir}" if kept else
+        f"they are on this pod's own disk ({cfg.checkpoint.local_dir}) and go with it; KubeRay's "
+        "retry resumes from the last save in S3"), file=err, flush=True)
+    if code == 0 and kept:
         from .no_retry import stop_retries
 
         # A KubeRay retry would start a whole GPU cluster only to find the run finished; the
