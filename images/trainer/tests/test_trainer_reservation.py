@@ -292,6 +292,29 @@ def test_the_launcher_does_not_start_a_run_that_cannot_reach_a_save(run, monkeyp
     assert "checkpoints/run1/iter_0000007/_COMPLETE.json" in keys, err.getvalue()
 
 
+def test_a_start_that_staging_and_restoring_made_too_late_does_not_train(run, monkeypatch):
+    """A KubeRay retry late in a block: in time when it starts, too late once the inputs are
+    staged and the start point restored (their time was not counted). Before: it started
+    training whose first save could not fit before the scale-down (the stand-in trainer here
+    saves at once, so only the refusal shows)."""
+    from rltrainer.checkpoints import resume as resume_module
+
+    s3, argv, mounts, stops, tmp_path = run
+    fake = FakeClock(END - 75 * MIN)  # 5 minutes before a save must be asked for
+    monkeypatch.setattr(launch, "clock", fake)
+    real_prepare = resume_module.prepare_resume
+
+    def slow_restore(*args, **kwargs):
+        fake.advance(10 * 60)  # a 10-minute restore
+        return real_prepare(*args, **kwargs)
+
+    monkeypatch.setattr("rltrainer.checkpoints.prepare_resume", slow_restore)
+    err = io.StringIO()
+    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == reservation.EXIT_RESERVATION_END
+    assert "rltrainer launch: after staging and restoring, too late to start:" in err.getvalue()
+    assert not (tmp_path / "started").exists() and len(stops) == 1
+
+
 def test_a_trainer_that_ignores_sigterm_is_killed_after_the_grace_period():
     import signal
     import subprocess

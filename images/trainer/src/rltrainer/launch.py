@@ -405,6 +405,11 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         return EXIT_PREPARE
     print(f"rltrainer: start point: {resume.source}"
           + (f" iteration {resume.iteration}" if resume.iteration is not None else ""), file=err, flush=True)
+    if guard is not None and (late := guard.too_late_to_start(clock())) is not None:
+        # Staging the inputs and restoring took the block's time (a retry late in the block);
+        # the resume has uploaded the local saves already.
+        print(f"rltrainer launch: after staging and restoring, {late}.", file=err, flush=True)
+        return EXIT_RESERVATION_END
     watcher = CheckpointWatcher(store, cfg.checkpoint.local_dir, interval_s=args.upload_interval, log=err,
                                 retention=retention)
     if resume.start_rollout_id is not None and resume.start_rollout_id >= cfg.grpo.num_rollout:
