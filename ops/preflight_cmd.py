@@ -5,7 +5,7 @@ desired size 0, and the fix names the scale-to-0 command (docs/operations.md, "A
 end"). A config that would make a deploy replace the deployed shared file system (its AZ or
 storage.kms changed: both are fixed at creation) fails, before the new, empty one is created and
 the old one is left billing with the saves on it. A tag change that would replace a GPU group's
-placement group (and so roll its nodes) is a warning; an admin_role_arns change that moves a role
+placement group (and so roll its nodes), or a taint that would reach running GPU nodes, is a warning; an admin_role_arns change that moves a role
 to another position (its access entry would be created twice: a rollback) fails, and so does an
 availability_zones change other than zones added at the end (the VPC's subnets are numbered by
 zone position).

@@ -28,6 +28,13 @@ a replacement loses:
   (create-only), which replaces that group: the job submitter, the KubeRay operator and CoreDNS
   move to new nodes.
 
+- **A GPU group's taints** (CloudFormation GetTemplate): EKS applies a node group's taints to the
+  nodes it has (UpdateNodegroupConfig: "taints to be applied to the nodes in the node group after
+  the update"). A taint the deploy adds reaches running nodes: a NoExecute one evicts every pod
+  without a toleration, the job included, and the FSx startup taint (added when the environment
+  gains the file system, or by the first deploy of a kit that has it) then stays on nodes whose
+  FSx CSI node plugin already ran, until that plugin restarts.
+
 Each passes before its stack is deployed, and warns when what it needs cannot be read.
 """
 
@@ -39,7 +46,7 @@ from typing import Any, Callable, TypeVar
 
 from infra import names
 from infra.config import GpuNodeGroupConfig, KitConfig, has_shared_fs
-from infra.config.derived import resource_tags, shared_fs_availability_zone
+from infra.config.derived import gpu_group_taints, resource_tags, shared_fs_availability_zone
 from infra.problems import FAIL, PASS, WARN
 from manifests.outputs import describe_stack_outputs
 from ops.aws import AWS_ERRORS, AwsClients, describe_error
@@ -52,6 +59,10 @@ ADMIN_ENTRIES = "admin access entries"
 # `Admin{i}` under the cluster construct): the path, then an 8-character hash.
 _ADMIN_ENTRY_ID = re.compile(r"Admin(\d+)[0-9A-F]{8}$")
 ZONE_ORDER = "availability zone order"
+NODE_TAINTS = "node taints"
+# CloudFormation's spelling of a taint effect (AWS::EKS::Nodegroup Taint) -> Kubernetes'.
+_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
+            "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 # CDK's logical ID of the VPC's n-th private subnet (ec2.Vpc, subnet group "private").
 _PRIVATE_SUBNET_ID = re.compile(r"privateSubnet(\d+)Subnet[0-9A-F]{8}$")
 T = TypeVar("T")
@@ -166,18 +177,24 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
         "cost_guard.ttl_hours as they were")
 
 
+def _deployed_template(clients: AwsClients, check: str, subject: str, stack: str,
+                       creates: str) -> dict | Check:
+    """The deployed template of ``stack``, or the verdict that ends the check (``_read_stack``)."""
+    body = _read_stack(check, subject, stack,
+                       lambda: clients.cloudformation.get_template(StackName=stack)["TemplateBody"],
+                       creates, "cloudformation:GetTemplate")
+    # botocore parses a JSON template body itself; a stubbed answer may be the string
+    return body if isinstance(body, (dict, Check)) else json.loads(body)
+
+
 def _numbered(clients: AwsClients, check: str, subject: str, stack: str, creates: str,
               resource_type: str, logical_id: re.Pattern, prop: str) -> dict[int, Any] | Check:
     """In the deployed template of ``stack``: number (``logical_id``'s group 1) -> ``prop`` of
     each ``resource_type`` resource whose logical ID matches; or the verdict that ends the check
     (``_read_stack``)."""
-    body = _read_stack(check, subject, stack,
-                       lambda: clients.cloudformation.get_template(StackName=stack)["TemplateBody"],
-                       creates, "cloudformation:GetTemplate")
-    if isinstance(body, Check):
-        return body
-    # botocore parses a JSON template body itself; a stubbed answer may be the string
-    template = body if isinstance(body, dict) else json.loads(body)
+    template = _deployed_template(clients, check, subject, stack, creates)
+    if isinstance(template, Check):
+        return template
     return {int(m.group(1)): resource.get("Properties", {}).get(prop)
             for name, resource in template.get("Resources", {}).items()
             if resource.get("Type") == resource_type and (m := logical_id.search(name))}
@@ -241,6 +258,31 @@ def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
     return Check(ZONE_ORDER, subject, PASS, f"the subnets stay in {deployed}")
 
 
+def check_node_taints(clients: AwsClients, cfg: KitConfig, group_name: str) -> Check:
+    """Would a deploy add a taint to the running nodes of GPU group ``group_name``?"""
+    stack = names.gpu_stack_name(cfg.name, group_name)
+    subject = f"gpu_node_groups.{group_name} ({stack})"
+    template = _deployed_template(clients, NODE_TAINTS, subject, stack, "the node group")
+    if isinstance(template, Check):
+        return template
+    deployed = {(t.get("Key"), _EFFECTS.get(t.get("Effect"), t.get("Effect")))
+                for r in template.get("Resources", {}).values() if r.get("Type") == "AWS::EKS::Nodegroup"
+                for t in r.get("Properties", {}).get("Taints") or []}
+    added = [t for t in gpu_group_taints(cfg, group_name) if (t.key, t.effect) not in deployed]
+    if not added:
+        return Check(NODE_TAINTS, subject, PASS, "the deploy adds no taint to the group's nodes")
+    restart = [f"kubectl -n kube-system rollout restart daemonset/{names.SELF_REMOVING_TAINTS[t.key]}"
+               for t in added if t.key in names.SELF_REMOVING_TAINTS]
+    return Check(
+        NODE_TAINTS, subject, WARN,
+        f"the deploy adds {', '.join(f'{t.key}:{t.effect}' for t in added)} to the group's running "
+        "nodes (EKS applies a node group's taints to the nodes it has)"
+        + (": NoExecute evicts every pod without a toleration, the job included"
+           if any(t.effect == "NoExecute" for t in added) else ""),
+        "deploy when no job runs on the group"
+        + (f", then restart the agent that removes the taint: {'; '.join(restart)}" if restart else ""))
+
+
 def replacement_checks(clients: AwsClients, cfg: KitConfig) -> list[Check]:
     """Every check here for one config (read-only)."""
     checks = [check_admin_entries(clients, cfg)]
@@ -250,4 +292,5 @@ def replacement_checks(clients: AwsClients, cfg: KitConfig) -> list[Check]:
     for name, group in cfg.gpu_node_groups.items():
         check = check_placement_group_kept(clients, cfg, name, group)
         checks += [check] if check is not None else []
+        checks.append(check_node_taints(clients, cfg, name))
     return checks

@@ -7,9 +7,9 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from infra import names
 from infra.catalog import INSTANCE_TYPES
 from infra.config import KitConfig
+from infra.config.derived import gpu_group_taints
 from infra.constructs.efa_node_group import EfaNodeGroup
 from infra.names import OutputKeys
 
@@ -37,9 +37,7 @@ class GpuStack(Stack):
             instance=INSTANCE_TYPES[group.instance_type],
             cluster_security_group_id=cluster.cluster_security_group_id,
             auto_repair=config.node_health.auto_repair, instance_tags=instance_tags,
-            # Pods wait for the FSx CSI node plugin, which removes the taint once it runs.
-            startup_taints=((names.FSX_AGENT_NOT_READY_TAINT,)
-                            if config.storage.shared_filesystem.type == "fsx-lustre" else ()),
+            taints=gpu_group_taints(config, group_name),
         )
         CfnOutput(self, OutputKeys.NODEGROUP_NAME,
                   value=self.node_group.nodegroup.nodegroup_name)

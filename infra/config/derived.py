@@ -20,6 +20,14 @@ def resource_tags(config: KitConfig) -> dict[str, str]:
     return tags
 
 
+def gpu_group_taints(cfg: KitConfig, group_name: str) -> list[names.Taint]:
+    """The taints of GPU group ``group_name``'s nodes: the group's own, then the FSx startup
+    taint when the environment has the file system (pods wait for the FSx CSI node plugin, which
+    removes it from its node once it runs)."""
+    startup = [names.FSX_AGENT_NOT_READY_TAINT] if has_shared_fs(cfg) else []
+    return [*cfg.gpu_node_groups[group_name].node_taints(), *startup]
+
+
 def has_shared_fs(cfg: KitConfig) -> bool:
     """Whether the environment has the shared file system (storage stacks, PV/PVC, /fsx)."""
     return cfg.storage.shared_filesystem.type != "none"

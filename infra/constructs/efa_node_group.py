@@ -8,6 +8,8 @@ capacity block or ODCR), the GPU taint and the labels the manifests select on.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from aws_cdk import CfnTag, Fn, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -93,8 +95,8 @@ class EfaNodeGroup(Construct):
     def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
                  group_name: str, group: GpuNodeGroupConfig, instance: InstanceType,
                  cluster_security_group_id: str, auto_repair: bool,
-                 instance_tags: dict[str, str], subnet: ec2.ISubnet | None = None,
-                 startup_taints: tuple[names.Taint, ...] = ()) -> None:
+                 instance_tags: dict[str, str], taints: Sequence[names.Taint],
+                 subnet: ec2.ISubnet | None = None) -> None:
         super().__init__(scope, id)
         self.security_group = ec2.SecurityGroup(
             self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
@@ -200,7 +202,7 @@ class EfaNodeGroup(Construct):
             labels=group.node_labels(group_name),
             taints=[eks.TaintSpec(key=t.key, value=t.value or None,
                                   effect=_TAINT_EFFECT[t.effect])
-                    for t in [*group.node_taints(), *startup_taints]],
+                    for t in taints],
             enable_node_auto_repair=auto_repair,
             # Without force, an update does not evict pods a disruption budget protects (the RL
             # job's, manifests/templates/disruption-budget.yaml.j2): it fails and rolls back.

@@ -298,3 +298,46 @@ def test_the_subnets_are_numbered_by_zone_position_and_their_zone_is_create_only
                 for k, r in resources(s.template("network"), "AWS::EC2::Subnet").items()
                 if (m := preflight_replace._PRIVATE_SUBNET_ID.search(k))}
     assert [numbered[n] for n in sorted(numbered)] == s.config.availability_zones
+
+
+# --- a GPU group's taints ------------------------------------------------------------------------
+
+GPU_TAINT = {"Key": "nvidia.com/gpu", "Value": "true", "Effect": "NO_SCHEDULE"}
+FSX_TAINT = {"Key": "fsx.csi.aws.com/agent-not-ready", "Effect": "NO_EXECUTE"}
+
+
+def gpu_template(taints: list[dict]) -> AwsClients:
+    cfn, stub = stubbed("cloudformation")
+    stack_answer(stub, "get_template", "pf-gpu-p5", {"TemplateBody": json.dumps({"Resources": {
+        "EfaNodeGroupNodegroup3B02DA54": {"Type": "AWS::EKS::Nodegroup",
+                                          "Properties": {"Taints": taints}}}})}, None)
+    stub.activate()
+    return AwsClients(cloudformation=cfn)
+
+
+def test_a_deploy_that_adds_the_fsx_startup_taint_to_running_nodes_warns():
+    """Before: a group deployed without the FSx startup taint (an older kit, or no file system
+    yet) got it on its running nodes at the next deploy: NoExecute evicted the job, and the
+    taint stayed, since the FSx CSI node plugin removes it only when it starts."""
+    check = preflight_replace.check_node_taints(gpu_template([GPU_TAINT]), config(), "p5")
+    assert check.status == WARN
+    assert check.detail == (
+        "the deploy adds fsx.csi.aws.com/agent-not-ready:NoExecute to the group's running nodes "
+        "(EKS applies a node group's taints to the nodes it has): NoExecute evicts every pod "
+        "without a toleration, the job included")
+    assert check.fix == ("deploy when no job runs on the group, then restart the agent that "
+                         "removes the taint: kubectl -n kube-system rollout restart "
+                         "daemonset/fsx-csi-node")
+    same = preflight_replace.check_node_taints(gpu_template([GPU_TAINT, FSX_TAINT]), config(), "p5")
+    assert (same.status, same.detail) == (PASS, "the deploy adds no taint to the group's nodes")
+
+
+def test_the_taints_the_check_expects_are_the_ones_the_stack_deploys(synth):
+    """What the check compares with the deployed group (gpu_group_taints) is what the synthesized
+    GPU stack sets: one definition for both."""
+    from infra.config.derived import gpu_group_taints
+
+    s = synth("default")
+    [ng] = resources(s.template("gpu", "p5"), "AWS::EKS::Nodegroup").values()
+    assert [(t["Key"], preflight_replace._EFFECTS[t["Effect"]]) for t in ng["Properties"]["Taints"]] \
+        == [(t.key, t.effect) for t in gpu_group_taints(s.config, "p5")]
