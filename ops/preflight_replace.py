@@ -55,16 +55,16 @@ from ops.check_result import Check
 FSX_KEPT = "shared file system kept"
 PLACEMENT_GROUP_KEPT = "placement group kept"
 ADMIN_ENTRIES = "admin access entries"
+ZONE_ORDER = "availability zone order"
+NODE_TAINTS = "node taints"
 # CDK's logical ID of the access entry of admin_role_arns[i] (infra/constructs/cluster.py
 # `Admin{i}` under the cluster construct): the path, then an 8-character hash.
 _ADMIN_ENTRY_ID = re.compile(r"Admin(\d+)[0-9A-F]{8}$")
-ZONE_ORDER = "availability zone order"
-NODE_TAINTS = "node taints"
+# CDK's logical ID of the VPC's n-th private subnet (ec2.Vpc, subnet group "private").
+_PRIVATE_SUBNET_ID = re.compile(r"privateSubnet(\d+)Subnet[0-9A-F]{8}$")
 # CloudFormation's spelling of a taint effect (AWS::EKS::Nodegroup Taint) -> Kubernetes'.
 _EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
             "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
-# CDK's logical ID of the VPC's n-th private subnet (ec2.Vpc, subnet group "private").
-_PRIVATE_SUBNET_ID = re.compile(r"privateSubnet(\d+)Subnet[0-9A-F]{8}$")
 T = TypeVar("T")
 
 
