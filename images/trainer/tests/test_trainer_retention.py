@@ -401,19 +401,27 @@ def test_a_finished_run_whose_last_upload_fails_retries_the_upload_not_the_job(s
     assert (tmp_path / "train.log").read_text() == "trained\n"
 
 
-def test_a_final_upload_that_keeps_failing_stops_kuberays_retries_and_says_how_to_upload(
-        s3, tmp_path: Path, monkeypatch):
-    from rltrainer import launch, no_retry
+def _s3_down(tmp_path: Path, monkeypatch) -> list[dict]:
+    """Every upload fails (S3 unreachable); returns the list of the launcher's stop_retries calls."""
+    from rltrainer import no_retry
 
-    argv, mounts = _launch_config(tmp_path)
     monkeypatch.setenv("FAKE_TRAIN_LOG", str(tmp_path / "train.log"))
 
     def down(self, local_dir, iteration):
         raise OSError("S3 unreachable")
 
     monkeypatch.setattr(S3CheckpointStore, "upload", down)
-    stopped = []
+    stopped: list[dict] = []
     monkeypatch.setattr(no_retry, "stop_retries", lambda log, **kw: stopped.append(kw) or True)
+    return stopped
+
+
+def test_a_final_upload_that_keeps_failing_stops_kuberays_retries_and_says_how_to_upload(
+        s3, tmp_path: Path, monkeypatch):
+    from rltrainer import launch
+
+    argv, mounts = _launch_config(tmp_path)
+    stopped = _s3_down(tmp_path, monkeypatch)
     sleeps: list[float] = []
     err = io.StringIO()
     code = launch.main(argv, out=io.StringIO(), err=err, mounts_file=str(mounts), sleep=sleeps.append)
@@ -431,7 +439,7 @@ def test_saves_on_the_pods_own_disk_are_retried_after_any_exit_and_kuberays_retr
     pod. Before: a failed run did not retry the upload (its resume was said to upload the local
     save, which a new pod does not have), and a finished run stopped KubeRay's retries, saying
     the save stayed on the shared file system."""
-    from rltrainer import launch, no_retry
+    from rltrainer import launch
 
     argv, mounts = _launch_config(tmp_path)
     config = Path(argv[argv.index("--config") + 1])
@@ -439,14 +447,7 @@ def test_saves_on_the_pods_own_disk_are_retried_after_any_exit_and_kuberays_retr
     data["parallel"]["nodes"] = 1
     config.write_text(yaml.safe_dump(data))
     mounts.write_text(f"overlay {tmp_path} overlay rw 0 0\n")  # the pod's own disk
-    monkeypatch.setenv("FAKE_TRAIN_LOG", str(tmp_path / "train.log"))
-
-    def down(self, local_dir, iteration):
-        raise OSError("S3 unreachable")
-
-    monkeypatch.setattr(S3CheckpointStore, "upload", down)
-    stopped = []
-    monkeypatch.setattr(no_retry, "stop_retries", lambda log, **kw: stopped.append(kw) or True)
+    stopped = _s3_down(tmp_path, monkeypatch)
     for exit_code in ("1", "0"):  # a failed run, then a finished one
         monkeypatch.setenv("FAKE_TRAIN_EXIT", exit_code)
         shutil.rmtree(tmp_path / "ckpt", ignore_errors=True)
