@@ -35,6 +35,13 @@ a replacement loses:
   gains the file system, or by the first deploy of a kit that has it) then stays on nodes whose
   FSx CSI node plugin already ran, until that plugin restarts.
 
+- **CRDs a Helm release gains on a later deploy** (CloudFormation GetTemplate): CDK's Helm
+  handler runs `helm upgrade --install`, and Helm applies a chart's ``crds/`` only when it first
+  installs a release. The device plugin's release turns on its node-feature-discovery subchart
+  (and its three CRDs) only when an UltraServer group is configured, so adding one to a deployed
+  cluster would leave NFD without its CRDs, and GPU feature discovery's clique labels, which
+  ComputeDomains and the run's pod affinity need, would never come.
+
 Each passes before its stack is deployed, and warns when what it needs cannot be read.
 """
 
@@ -45,6 +52,7 @@ import re
 from typing import Any, Callable, TypeVar
 
 from infra import names
+from infra.addons import dra_driver, nvidia_device_plugin
 from infra.config import GpuNodeGroupConfig, KitConfig, has_shared_fs
 from infra.config.derived import gpu_group_taints, resource_tags, shared_fs_availability_zone
 from infra.problems import FAIL, PASS, WARN
@@ -57,6 +65,7 @@ PLACEMENT_GROUP_KEPT = "placement group kept"
 ADMIN_ENTRIES = "admin access entries"
 ZONE_ORDER = "availability zone order"
 NODE_TAINTS = "node taints"
+CHART_CRDS = "chart CRDs"
 # CDK's logical ID of the access entry of admin_role_arns[i] (infra/constructs/cluster.py
 # `Admin{i}` under the cluster construct): the path, then an 8-character hash.
 _ADMIN_ENTRY_ID = re.compile(r"Admin(\d+)[0-9A-F]{8}$")
@@ -283,9 +292,43 @@ def check_node_taints(clients: AwsClients, cfg: KitConfig, group_name: str) -> C
         + (f", then restart the agent that removes the taint: {'; '.join(restart)}" if restart else ""))
 
 
+def check_nfd_crds(clients: AwsClients, cfg: KitConfig) -> Check | None:
+    """Would a deploy turn on the device plugin release's NFD subchart, whose CRDs Helm installs
+    only with a release's first install? None when this config has no UltraServer group."""
+    if not dra_driver.ultraservers_configured(cfg.gpu_instance_types()):
+        return None
+    addon = nvidia_device_plugin.ADDON
+    stack = names.stack_names(cfg.name)["cluster"]
+    subject = f"{addon.key} ({stack})"
+    template = _deployed_template(clients, CHART_CRDS, subject, stack, "the release with its CRDs")
+    if isinstance(template, Check):
+        return template
+    values = [r.get("Properties", {}).get("Values") for r in template.get("Resources", {}).values()
+              if r.get("Type") == "Custom::AWSCDK-EKS-HelmChart"
+              and r.get("Properties", {}).get("Release") == addon.release]
+    if not values:
+        return Check(CHART_CRDS, subject, PASS,
+                     f"{stack} has no {addon.release} release yet: its first install brings the CRDs")
+    deployed = values[0] if isinstance(values[0], dict) else json.loads(values[0] or "{}")
+    if (deployed.get("nfd") or {}).get("enabled"):
+        return Check(CHART_CRDS, subject, PASS, f"the {addon.release} release has run NFD since its install")
+    chart = f"{addon.chart}/charts/node-feature-discovery/crds/"
+    return Check(
+        CHART_CRDS, subject, FAIL,
+        f"this config adds an UltraServer group, which turns on the {addon.release} release's "
+        "node-feature-discovery subchart; Helm installs a chart's CRDs only with a release's first "
+        "install, so NFD would run without its CRDs and the GPU clique labels (ComputeDomains, the "
+        "run's pod affinity) would never appear",
+        f"before deploying, apply the CRDs: helm pull {addon.chart} --repo {addon.repository} "
+        f"--version {addon.pinned.version} --untar --untardir /tmp/nfd-crds && kubectl apply "
+        f"--server-side -f /tmp/nfd-crds/{chart}")
+
+
 def replacement_checks(clients: AwsClients, cfg: KitConfig) -> list[Check]:
     """Every check here for one config (read-only)."""
     checks = [check_admin_entries(clients, cfg)]
+    crds = check_nfd_crds(clients, cfg)
+    checks += [crds] if crds is not None else []
     zones = check_zone_order(clients, cfg)
     checks += [zones] if zones is not None else []
     checks += [check_fsx_kept(clients, cfg)] if has_shared_fs(cfg) else []

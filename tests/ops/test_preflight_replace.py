@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from importlib import resources as importlib_resources
 
+import pytest
+
 from infra.config import parse_config
 from infra.config.derived import resource_tags
 from infra.problems import FAIL, PASS, WARN
@@ -341,3 +343,69 @@ def test_the_taints_the_check_expects_are_the_ones_the_stack_deploys(synth):
     [ng] = resources(s.template("gpu", "p5"), "AWS::EKS::Nodegroup").values()
     assert [(t["Key"], preflight_replace._EFFECTS[t["Effect"]]) for t in ng["Properties"]["Taints"]] \
         == [(t.key, t.effect) for t in gpu_group_taints(s.config, "p5")]
+
+
+# --- CRDs a Helm release gains on a later deploy -------------------------------------------------
+
+
+def ultraserver_config():
+    from infra.config import load_config
+    from tests.support import REPO_ROOT
+
+    return load_config(REPO_ROOT / "examples" / "p6e-gb200-ultraserver.yaml")
+
+
+def cluster_with_device_plugin(cfg, nfd_enabled: bool) -> AwsClients:
+    """AwsClients whose GetTemplate returns the cluster stack with the device plugin's release,
+    its values as CDK writes them (a JSON string)."""
+    cfn, stub = stubbed("cloudformation")
+    stack = f"{cfg.name}-cluster"
+    values = json.dumps({"nfd": {"enabled": nfd_enabled}, "gfd": {"enabled": nfd_enabled}})
+    stack_answer(stub, "get_template", stack, {"TemplateBody": json.dumps({"Resources": {
+        "AddonsnvidiadevicepluginFAF552E3": {"Type": "Custom::AWSCDK-EKS-HelmChart", "Properties": {
+            "Release": "nvidia-device-plugin", "Values": values}}}})}, None)
+    stub.activate()
+    return AwsClients(cloudformation=cfn)
+
+
+def test_adding_an_ultraserver_group_to_a_deployed_cluster_needs_the_nfd_crds_first():
+    """Before: the deploy turned on the device plugin release's NFD subchart with `helm upgrade`,
+    which installs no CRDs, so NFD ran without its CRDs and no GPU clique label ever appeared."""
+    cfg = ultraserver_config()
+    check = preflight_replace.check_nfd_crds(cluster_with_device_plugin(cfg, False), cfg)
+    assert check.status == FAIL
+    assert "Helm installs a chart's CRDs only with a release's first install" in check.detail
+    assert check.fix == (
+        "before deploying, apply the CRDs: helm pull nvidia-device-plugin --repo "
+        "https://nvidia.github.io/k8s-device-plugin --version 0.20.0 --untar --untardir "
+        "/tmp/nfd-crds && kubectl apply --server-side -f "
+        "/tmp/nfd-crds/nvidia-device-plugin/charts/node-feature-discovery/crds/")
+    assert preflight_replace.check_nfd_crds(cluster_with_device_plugin(cfg, True), cfg).status == PASS
+    assert preflight_replace.check_nfd_crds(AwsClients(), config()) is None  # no UltraServer
+
+
+@pytest.mark.external
+def test_the_nfd_crds_are_where_the_fix_says_and_the_release_values_are_what_the_check_reads(synth):
+    """The pinned chart (its locked archive) keeps NFD's CRDs in the subchart's crds/ folder the
+    fix applies; the synthesized cluster stacks write nfd.enabled into the release's values, off
+    without UltraServers and on with them."""
+    import tarfile
+
+    import yaml
+
+    from infra.addons import nvidia_device_plugin
+    from tests.support import artifacts
+
+    addon = nvidia_device_plugin.ADDON
+    archive = artifacts.require(f"{addon.chart}-{addon.pinned.version}")
+    with tarfile.open(archive) as tar:
+        docs = [d for m in tar.getmembers()
+                if m.name.startswith(f"{addon.chart}/charts/node-feature-discovery/crds/")
+                and m.isfile()
+                for d in yaml.safe_load_all(tar.extractfile(m).read()) if d]
+    assert {d["kind"] for d in docs} == {"CustomResourceDefinition"} and len(docs) == 3
+    for example, enabled in (("default", False), ("p6e-gb200-ultraserver", True)):
+        s = synth(example)
+        [release] = [r for r in resources(s.template("cluster"), "Custom::AWSCDK-EKS-HelmChart").values()
+                     if r["Properties"]["Release"] == addon.release]
+        assert json.loads(release["Properties"]["Values"])["nfd"]["enabled"] is enabled
