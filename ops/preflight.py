@@ -23,6 +23,7 @@ from infra.versions import (
     TRAINER_IMAGE_MIN_DRIVER_BRANCH,
     standard_support_warning,
 )
+from manifests.outputs import describe_stack_outputs
 from ops import ultraserver_preflight
 from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, AwsClients, describe_error, error_code
 from ops.check_result import Check
@@ -312,14 +313,11 @@ def check_capacity_block_update_offline(group_name: str, group: GpuNodeGroupConf
 def _stack_outputs(cfn: Any, stack: str) -> dict[str, str] | None:
     """A stack's outputs (None: no such stack)."""
     try:
-        found = cfn.describe_stacks(StackName=stack).get("Stacks", [])
+        return describe_stack_outputs(cfn, stack)
     except AWS_ERRORS as err:
         if "does not exist" in describe_error(err):
             return None
         raise
-    if not found:
-        return None
-    return {o["OutputKey"]: o["OutputValue"] for o in found[0].get("Outputs", [])}
 
 
 def check_capacity_block_update(cfn: Any, eks: Any, cfg: KitConfig, group_name: str,
