@@ -7,6 +7,8 @@ project for one EP backend (default: the config's training.expert_parallel.backe
 tag is the one the manifests pull, <training.image_tag>-<backend>. The build (images/trainer/
 buildspec.yml) refuses a tag that exists, an unpinned base image or one whose tag moved, and fails
 when the Dockerfile's contract check fails; after the push it prints ECR's scan findings.
+--reuse takes an existing tag instead, if it holds every platform the config needs (linux/amd64,
+and linux/arm64 with a P6e-GB200 group).
 --dry-run prints the upload, the build's overrides and every command with its values; it calls
 AWS only to read the stack outputs (none with --outputs).
 
@@ -34,6 +36,7 @@ from ops.aws import AwsClients
 from ops.config_source import announce
 from ops.output import add_output_option, emit, make_console, plain_table, wants_json
 from ops.image_build import (
+    DEFAULT_PLATFORM,
     TRAINER_DIR,
     BuildTarget,
     ImageBuildError,
@@ -42,6 +45,7 @@ from ops.image_build import (
     describe_plan,
     existing_image,
     follow_build,
+    image_platforms,
     plan_build,
     running_build,
     start_build,
@@ -50,7 +54,7 @@ from ops.image_build import (
     upload_context,
     vcs_ref,
 )
-from ops.image_status import fetch_url, list_images
+from ops.image_status import fetch_url, image_platforms_held, list_images
 
 DEFAULT_TIMEOUT_S = 5 * 3600  # the project's 4 h build timeout plus queueing
 
@@ -112,12 +116,36 @@ def _build(args: argparse.Namespace) -> int:
     try:
         existing = existing_image(c.ecr, target.repository_name, plan.image_tag)
         if existing is not None:
-            ref = f"{plan.image_uri}@{existing['imageDigest']}"
+            digest = existing["imageDigest"]
+            ref = f"{plan.image_uri}@{digest}"
+            wanted = image_platforms(cfg).split(",")
+            held, unread = _platforms_held(c.ecr, target.repository_name, digest, args.fetch)
+            missing = [p for p in wanted if held is not None and p not in held]
+            if missing:
+                print(f"error: {plan.image_uri} already exists ({digest}) and holds "
+                      f"{', '.join(sorted(held or ())) or 'no platform'}, not "
+                      f"{', '.join(missing)}, which the config needs ({', '.join(wanted)}: the "
+                      "system nodes' linux/amd64 and each GPU group's platform); pods there could "
+                      "not pull it, and the repository's tags are immutable. Fix: set a new "
+                      "training.image_tag in the config, then run `rlkit image build` again.",
+                      file=sys.stderr)
+                return 2
             if args.reuse:
+                if unread is not None and wanted != [DEFAULT_PLATFORM]:
+                    print(f"error: cannot reuse {ref}: could not read its platforms ({unread}), "
+                          f"and the config needs {', '.join(wanted)}; a tag built before an arm64 "
+                          "GPU group was added holds linux/amd64 only. Fix: allow "
+                          "ecr:BatchGetImage and ecr:GetDownloadUrlForLayer on the repository and "
+                          "rerun, or set a new training.image_tag and build.", file=sys.stderr)
+                    return 2
+                if unread is not None:
+                    # Every image `rlkit image build` pushes holds linux/amd64, all this config needs.
+                    print(f"warning: could not read the platforms of {ref} ({unread}); reusing it, "
+                          f"as the config needs only {DEFAULT_PLATFORM}", file=sys.stderr)
                 echo(f"reusing {ref} (the tag exists; --reuse)")
                 echo(f"image: {ref}")
                 return done(0, image=ref, reused=True)
-            print(f"error: {plan.image_uri} already exists ({existing['imageDigest']}) and the "
+            print(f"error: {plan.image_uri} already exists ({digest}) and the "
                   "repository's tags are immutable. Fix: set a new training.image_tag in the "
                   "config, or pass --reuse to use the existing image.", file=sys.stderr)
             return 2
@@ -212,6 +240,15 @@ def _common(p: argparse.ArgumentParser) -> None:
     options.add_aws(p)
 
 
+def _platforms_held(ecr, repository: str, digest: str,
+                    fetch: Callable[[str], bytes]) -> tuple[set[str] | None, str | None]:
+    """(the platforms image ``digest`` holds, None) or (None, why they could not be read)."""
+    try:
+        return image_platforms_held(ecr, repository, digest, fetch), None
+    except (*aws.AWS_ERRORS, OSError, ValueError, KeyError) as err:
+        return None, aws.describe_error(err)
+
+
 def _running_build(codebuild, project: str, tag: str) -> str | None:
     """A running build of this tag, or None; a caller without codebuild:ListBuildsForProject
     gets a warning and a new build, as before the check existed."""
@@ -240,7 +277,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     options.add_dry_run(b, "print the upload, the overrides and every build command; start "
                         "nothing")
     b.add_argument("--reuse", action="store_true",
-                   help="when the tag already exists, print it and succeed instead of refusing")
+                   help="when the tag already exists and holds every platform the config "
+                   "needs, print it and succeed instead of refusing")
     b.add_argument("--base-digest", default=None,
                    help="sha256 digest the base image (Dockerfile MILES_IMAGE) must have, when "
                    "the Dockerfile pins none")
@@ -254,7 +292,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--poll", type=float, default=10.0, help="seconds between log polls")
     b.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds to follow the build with --wait (default {DEFAULT_TIMEOUT_S})")
-    b.set_defaults(func=_build)
+    b.set_defaults(func=_build, fetch=fetch_url)
 
     s = sub.add_parser("status", help="the repository's images: tags, digests, backend, scan",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -49,23 +49,58 @@ def fetch_url(url: str) -> bytes:
         return response.read()
 
 
+# What a tag may point at. The build pushes with --provenance=false (images/trainer/buildspec.yml),
+# so a single-platform build is one manifest and a multi-arch build one index.
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def _manifest(ecr: Any, repository: str, digest: str, media_types: list[str]) -> dict | None:
+    images = ecr.batch_get_image(repositoryName=repository, imageIds=[{"imageDigest": digest}],
+                                 acceptedMediaTypes=media_types).get("images", [])
+    return json.loads(images[0]["imageManifest"]) if images else None
+
+
+def _config_blob(ecr: Any, repository: str, manifest: dict,
+                 fetch: Callable[[str], bytes]) -> dict | None:
+    """An image manifest's config blob, through ECR's layer download URL (None without one)."""
+    config_digest = manifest.get("config", {}).get("digest")
+    if not config_digest:
+        return None
+    url = ecr.get_download_url_for_layer(repositoryName=repository,
+                                         layerDigest=config_digest)["downloadUrl"]
+    return json.loads(fetch(url))
+
+
 def image_labels(ecr: Any, repository: str, digest: str,
                  fetch: Callable[[str], bytes] = fetch_url) -> dict[str, str]:
     """The image config's labels (manifest -> config blob through ECR's layer download URL)."""
-    images = ecr.batch_get_image(
-        repositoryName=repository, imageIds=[{"imageDigest": digest}],
-        acceptedMediaTypes=["application/vnd.docker.distribution.manifest.v2+json",
-                            "application/vnd.oci.image.manifest.v1+json"])["images"]
-    if not images:
-        return {}
-    manifest = json.loads(images[0]["imageManifest"])
-    config_digest = manifest.get("config", {}).get("digest")
-    if not config_digest:
-        return {}
-    url = ecr.get_download_url_for_layer(repositoryName=repository,
-                                         layerDigest=config_digest)["downloadUrl"]
-    config = json.loads(fetch(url))
-    return config.get("config", {}).get("Labels") or {}
+    manifest = _manifest(ecr, repository, digest, [DOCKER_MANIFEST, OCI_MANIFEST])
+    config = _config_blob(ecr, repository, manifest, fetch) if manifest else None
+    return (config or {}).get("config", {}).get("Labels") or {}
+
+
+def image_platforms_held(ecr: Any, repository: str, digest: str,
+                         fetch: Callable[[str], bytes] = fetch_url) -> set[str]:
+    """The platforms (``os/architecture``) the image ``digest`` holds: an index's entries, or a
+    single manifest's config blob. Raises ValueError when ECR returns neither; AWS and fetch
+    errors reach the caller."""
+    manifest = _manifest(ecr, repository, digest,
+                         [OCI_INDEX, DOCKER_MANIFEST_LIST, OCI_MANIFEST, DOCKER_MANIFEST])
+    if manifest is None:
+        raise ValueError(f"ECR returned no manifest for {digest}")
+    if "manifests" in manifest:
+        held = {f"{m.get('platform', {}).get('os')}/{m.get('platform', {}).get('architecture')}"
+                for m in manifest["manifests"]}
+        # BuildKit's attestation manifests say unknown/unknown; they run nowhere.
+        held.discard("unknown/unknown")
+        return held
+    config = _config_blob(ecr, repository, manifest, fetch)
+    if not config or not config.get("os") or not config.get("architecture"):
+        raise ValueError(f"the manifest of {digest} names no image config with os and architecture")
+    return {f"{config['os']}/{config['architecture']}"}
 
 
 def list_images(ecr: Any, repository: str, *, labels: bool = True,

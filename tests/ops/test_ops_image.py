@@ -11,6 +11,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from infra.names import OutputKeys
+from tests.support import REPO_ROOT
 from ops import cli
 from ops.image_build import BACKEND_LABEL, base_image, context_key, context_zip, follow_build
 from ops.aws import AwsClients
@@ -221,18 +222,123 @@ def test_failed_build_names_the_phase(outputs_file, capsys):
             "docker buildx build ... exit 1. The log above says why.") in captured.err
 
 
+def expect_platforms(st, manifest, config_blob=False, digest=IMAGE_DIGEST):
+    """The existing image's manifest (and, for a single manifest, its config blob's URL)."""
+    st.ecr.add_response("batch_get_image", {"images": [{"imageManifest": json.dumps(manifest)}]},
+                        expected_params={
+        "repositoryName": "moe-rl-trainer", "imageIds": [{"imageDigest": digest}],
+        "acceptedMediaTypes": ["application/vnd.oci.image.index.v1+json",
+                               "application/vnd.docker.distribution.manifest.list.v2+json",
+                               "application/vnd.oci.image.manifest.v1+json",
+                               "application/vnd.docker.distribution.manifest.v2+json"]})
+    if config_blob:
+        st.ecr.add_response("get_download_url_for_layer", {"downloadUrl": "https://config"},
+                            expected_params={"repositoryName": "moe-rl-trainer",
+                                             "layerDigest": "sha256:cfg"})
+
+
+AMD64_MANIFEST = {"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                  "config": {"digest": "sha256:cfg"}}
+
+
+def run_with_config_blob(argv, st, blob):
+    args = cli.build_parser().parse_args(argv)
+    args.clients_factory = lambda region, profile: st.clients
+    args.fetch = lambda url: json.dumps(blob).encode()
+    return args.func(args)
+
+
 def test_existing_tag_is_refused_or_reused(outputs_file, capsys):
     st = Stubbed()
     detail = {"imageDetails": [{"imageDigest": IMAGE_DIGEST, "imageTags": ["0.1.0-nccl"]}]}
+    blob = {"os": "linux", "architecture": "amd64"}
     st.ecr.add_response("describe_images", detail)
-    assert run([*BASE, "--outputs", str(outputs_file)], st) == 2
+    expect_platforms(st, AMD64_MANIFEST, config_blob=True)
+    assert run_with_config_blob([*BASE, "--outputs", str(outputs_file)], st, blob) == 2
     assert (f"error: {REPO}:0.1.0-nccl already exists ({IMAGE_DIGEST}) and the repository's tags "
             "are immutable. Fix: set a new training.image_tag in the config, or pass --reuse to "
             "use the existing image.") in capsys.readouterr().err
     st.ecr.add_response("describe_images", detail)
-    assert run([*BASE, "--outputs", str(outputs_file), "--reuse"], st) == 0
+    expect_platforms(st, AMD64_MANIFEST, config_blob=True)
+    assert run_with_config_blob([*BASE, "--outputs", str(outputs_file), "--reuse"], st, blob) == 0
     assert f"image: {REPO}:0.1.0-nccl@{IMAGE_DIGEST}" in capsys.readouterr().out
     st.done()  # nothing uploaded, nothing started
+
+
+@pytest.fixture
+def gb200(tmp_path):
+    """The GB200 example (an arm64 GPU group) and its data stack's outputs."""
+    outputs = tmp_path / "gb200-outputs.json"
+    outputs.write_text(json.dumps({"gb200-us-data": OUTPUTS["moe-rl-data"]}))
+    return ["--config", str(REPO_ROOT / "examples" / "p6e-gb200-ultraserver.yaml"),
+            "--outputs", str(outputs)]
+
+
+def test_reuse_refuses_a_tag_without_the_platforms_the_config_needs(gb200, capsys):
+    """0.1.0-nccl built for an x86-only config, then an arm64 (GB200) group added: --reuse
+    passed and the arm64 pods could not pull the image."""
+    st = Stubbed()
+    st.ecr.add_response("describe_images", {"imageDetails": [
+        {"imageDigest": IMAGE_DIGEST, "imageTags": ["0.1.0-nccl"]}]})
+    expect_platforms(st, AMD64_MANIFEST, config_blob=True)
+    code = run_with_config_blob([*BASE, *gb200, "--reuse"], st,
+                                {"os": "linux", "architecture": "amd64"})
+    captured = capsys.readouterr()
+    assert code == 2, captured.out
+    st.done()  # nothing uploaded, nothing started
+    assert captured.err == (
+        f"error: {REPO}:0.1.0-nccl already exists ({IMAGE_DIGEST}) and holds linux/amd64, not "
+        "linux/arm64, which the config needs (linux/amd64, linux/arm64: the system nodes' "
+        "linux/amd64 and each GPU group's platform); pods there could not pull it, and the "
+        "repository's tags are immutable. Fix: set a new training.image_tag in the config, then "
+        "run `rlkit image build` again.\n")
+    assert "image:" not in captured.out
+
+
+def test_reuse_reads_a_multi_arch_index_and_skips_attestations(gb200, capsys):
+    st = Stubbed()
+    st.ecr.add_response("describe_images", {"imageDetails": [
+        {"imageDigest": IMAGE_DIGEST, "imageTags": ["0.1.0-nccl"]}]})
+    expect_platforms(st, {"mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+        {"digest": "sha256:a", "platform": {"os": "linux", "architecture": "amd64"}},
+        {"digest": "sha256:b", "platform": {"os": "linux", "architecture": "arm64",
+                                            "variant": "v8"}},
+        {"digest": "sha256:c", "platform": {"os": "unknown", "architecture": "unknown"}}]})
+    assert run([*BASE, *gb200, "--reuse"], st) == 0
+    st.done()
+    assert f"image: {REPO}:0.1.0-nccl@{IMAGE_DIGEST}" in capsys.readouterr().out
+    # An index of amd64 and an attestation only: arm64 is missing.
+    st.ecr.add_response("describe_images", {"imageDetails": [
+        {"imageDigest": IMAGE_DIGEST, "imageTags": ["0.1.0-nccl"]}]})
+    expect_platforms(st, {"manifests": [
+        {"digest": "sha256:a", "platform": {"os": "linux", "architecture": "amd64"}},
+        {"digest": "sha256:c", "platform": {"os": "unknown", "architecture": "unknown"}}]})
+    assert run([*BASE, *gb200, "--reuse"], st) == 2
+    assert "holds linux/amd64, not linux/arm64" in capsys.readouterr().err
+
+
+def test_unreadable_platforms_refuse_an_arm64_reuse_and_warn_on_x86(gb200, outputs_file, capsys):
+    st = Stubbed()
+    detail = {"imageDetails": [{"imageDigest": IMAGE_DIGEST, "imageTags": ["0.1.0-nccl"]}]}
+    st.ecr.add_response("describe_images", detail)
+    st.ecr.add_client_error("batch_get_image", "AccessDeniedException", "no")
+    assert run([*BASE, *gb200, "--reuse"], st) == 2
+    assert capsys.readouterr().err == (
+        f"error: cannot reuse {REPO}:0.1.0-nccl@{IMAGE_DIGEST}: could not read its platforms "
+        "(BatchGetImage failed: AccessDeniedException: no), and the config needs linux/amd64, "
+        "linux/arm64; a tag built before an arm64 GPU group was added holds linux/amd64 only. "
+        "Fix: allow ecr:BatchGetImage and ecr:GetDownloadUrlForLayer on the repository and "
+        "rerun, or set a new training.image_tag and build.\n")
+    # x86 only: every image the build pushes holds linux/amd64, so it warns and reuses.
+    st.ecr.add_response("describe_images", detail)
+    st.ecr.add_client_error("batch_get_image", "AccessDeniedException", "no")
+    assert run([*BASE, "--outputs", str(outputs_file), "--reuse"], st) == 0
+    st.done()
+    captured = capsys.readouterr()
+    assert ("warning: could not read the platforms of "
+            f"{REPO}:0.1.0-nccl@{IMAGE_DIGEST} (BatchGetImage failed: AccessDeniedException: no); "
+            "reusing it, as the config needs only linux/amd64") in captured.err
+    assert f"image: {REPO}:0.1.0-nccl@{IMAGE_DIGEST}" in captured.out
 
 
 def test_unpinned_base_is_refused_before_anything_happens(outputs_file, tmp_path, capsys):
