@@ -425,19 +425,58 @@ def upload_context(s3: Any, bucket: str, key: str, data: bytes) -> bool:
     return True
 
 
-def running_build(codebuild: Any, project: str, tag: str, recent: int = 20) -> str | None:
-    """The ID of a still running build of ``project`` that pushes ``tag`` (one an interrupted
-    `rlkit image build` started: CodeBuild carries on), or None. Among the ``recent`` newest."""
-    ids = codebuild.list_builds_for_project(projectName=project,
+# What decides a build's image besides its source zip: a running build is this plan's only when
+# these and the source location match (the buildspec's defaults fill in what a build leaves out).
+ADOPT_VARS = ("VCS_REF", "IMAGE_PLATFORMS", "EP_BACKEND", "BASE_IMAGE_DIGEST", "DEEPEP_GIN_REF")
+
+
+def _adopt_inputs(plan: BuildPlan, env: dict[str, str | None] | None = None,
+                  source: str | None = None) -> dict[str, str]:
+    """The inputs ``plan`` builds from, or, with ``env`` and ``source``, a build's: the source
+    location and ADOPT_VARS as the buildspec sees them."""
+    if env is None:
+        env = {o["name"]: o["value"] for o in plan.overrides}
+        source = plan.source_location
+    defaults = {"IMAGE_PLATFORMS": DEFAULT_PLATFORM,
+                # The buildspec falls back to the Dockerfile's pin; a build of the same source has
+                # the same Dockerfile (another source is a difference already).
+                "BASE_IMAGE_DIGEST": plan.base_digest if plan.base_digest_from == "Dockerfile"
+                else ""}
+    inputs = {"source": f"s3://{source}" if source else "(none)"}
+    inputs.update({k: env.get(k) or defaults.get(k, "") for k in ADOPT_VARS})
+    return inputs
+
+
+def running_build(codebuild: Any, plan: BuildPlan, recent: int = 20) -> str | None:
+    """The ID of a still running build of the plan's project that pushes its tag from its
+    inputs (one an interrupted `rlkit image build` started: CodeBuild carries on), or None.
+    Among the ``recent`` newest. A running build of the tag from other inputs raises
+    ImageBuildError: it would push its image under the immutable tag first."""
+    ids = codebuild.list_builds_for_project(projectName=plan.target.project,
                                             sortOrder="DESCENDING").get("ids", [])[:recent]
     if not ids:  # the listing omits ids for a project with no builds; BatchGetBuilds needs one
         return None
+    wanted = _adopt_inputs(plan)
+    others = []
     for build in codebuild.batch_get_builds(ids=ids).get("builds", []):
         env = {v["name"]: v.get("value")
                for v in build.get("environment", {}).get("environmentVariables", [])}
-        if build.get("buildStatus") == "IN_PROGRESS" and env.get(IMAGE_TAG_VAR) == tag:
+        if build.get("buildStatus") != "IN_PROGRESS" or env.get(IMAGE_TAG_VAR) != plan.image_tag:
+            continue
+        found = _adopt_inputs(plan, env, build.get("source", {}).get("location"))
+        if found == wanted:
             return build["id"]
-    return None
+        others.append((build["id"], found))
+    if not others:
+        return None
+    build_id, found = others[0]  # the newest
+    differs = "; ".join(f"{k} {found[k] or '(empty)'} (this run: {wanted[k] or '(empty)'})"
+                        for k in wanted if found[k] != wanted[k])
+    raise ImageBuildError(
+        f"a build of {plan.image_uri} is already running ({build_id}) from other inputs: "
+        f"{differs}. It would push its image under the tag first, and the tag is immutable, so "
+        f"this run's could never be pushed. Fix: stop it (`aws codebuild stop-build --id "
+        f"{build_id}`) and rerun, or set a new training.image_tag.")
 
 
 def start_build(codebuild: Any, plan: BuildPlan) -> str:

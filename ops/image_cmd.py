@@ -38,6 +38,7 @@ from ops.output import add_output_option, emit, make_console, plain_table, wants
 from ops.image_build import (
     DEFAULT_PLATFORM,
     TRAINER_DIR,
+    BuildPlan,
     BuildTarget,
     ImageBuildError,
     context_files,
@@ -149,11 +150,11 @@ def _build(args: argparse.Namespace) -> int:
                   "repository's tags are immutable. Fix: set a new training.image_tag in the "
                   "config, or pass --reuse to use the existing image.", file=sys.stderr)
             return 2
-        build_id = _running_build(c.codebuild, target.project, plan.image_tag)
+        build_id = _running_build(c.codebuild, plan)
         if build_id is not None:
-            echo(f"a build of {plan.image_uri} is already running ({build_id}, started by an "
-                 "earlier `rlkit image build`): following it instead of starting a second one, "
-                 "which could not push the immutable tag")
+            echo(f"a build of {plan.image_uri} from the same source and inputs is already running "
+                 f"({build_id}, started by an earlier `rlkit image build`): following it instead "
+                 "of starting a second one, which could not push the immutable tag")
         else:
             uploaded = upload_context(c.s3, target.bucket, plan.context_key, data)
             echo(f"{'uploaded' if uploaded else 'already uploaded'}: s3://{target.bucket}/"
@@ -161,6 +162,9 @@ def _build(args: argparse.Namespace) -> int:
             build_id = start_build(c.codebuild, plan)
             echo(f"started build {build_id} of {plan.image_uri} (backend {plan.backend}); logs in "
                  f"CloudWatch log group {target.log_group}")
+    except ImageBuildError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except aws.AWS_ERRORS as err:
         print(f"error: {aws.describe_error(err)}. Fix: check that stack {target.stack} is "
               f"deployed and your credentials may use it; {aws.CREDENTIALS_FIX}", file=sys.stderr)
@@ -249,11 +253,12 @@ def _platforms_held(ecr, repository: str, digest: str,
         return None, aws.describe_error(err)
 
 
-def _running_build(codebuild, project: str, tag: str) -> str | None:
-    """A running build of this tag, or None; a caller without codebuild:ListBuildsForProject
+def _running_build(codebuild, plan: BuildPlan) -> str | None:
+    """A running build of this plan, or None; a caller without codebuild:ListBuildsForProject
     gets a warning and a new build, as before the check existed."""
+    tag = plan.image_tag
     try:
-        return running_build(codebuild, project, tag)
+        return running_build(codebuild, plan)
     except aws.AWS_ERRORS as err:
         print(f"warning: could not look for a running build of {tag} ({aws.describe_error(err)}); "
               "starting one. If an interrupted `rlkit image build` left one running, this one "

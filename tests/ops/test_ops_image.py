@@ -162,6 +162,20 @@ def test_build_without_wait_starts_and_returns(outputs_file, capsys):
     assert f"aws codebuild batch-get-builds --ids {BUILD_ID}" in capsys.readouterr().out
 
 
+def running(build_id, tag="0.1.0-nccl", key=None, **env):
+    """A BatchGetBuilds entry of a running build: this run's inputs unless ``key``/``env`` say."""
+    variables = {"EP_BACKEND": "nccl", "IMAGE_TAG": tag, "VCS_REF": "c0ffee",
+                 "BASE_IMAGE_DIGEST": DIGEST, **env}
+    return {"id": build_id, "buildStatus": "IN_PROGRESS",
+            "source": {"type": "S3",
+                       "location": f"moe-rl-data-bucket/{key or context_key(context_zip())}"},
+            "environment": {
+                "type": "LINUX_CONTAINER", "image": "aws/codebuild/standard:7.0",
+                "computeType": "BUILD_GENERAL1_2XLARGE",
+                "environmentVariables": [{"name": k, "value": v, "type": "PLAINTEXT"}
+                                         for k, v in variables.items() if v is not None]}}
+
+
 def test_a_build_an_interrupted_run_left_running_is_followed_not_started_again(outputs_file, capsys):
     """Ctrl-C on `rlkit image build --wait` leaves CodeBuild building; a rerun (or a CI retry)
     found no pushed tag and started a second build, whose push of the immutable tag failed."""
@@ -169,23 +183,62 @@ def test_a_build_an_interrupted_run_left_running_is_followed_not_started_again(o
     expect_new_tag(st)
     older = "ImageBuildProject-abc:0f0f"
     st.codebuild.add_response("list_builds_for_project", {"ids": [BUILD_ID, older]})
+    # Started without --base-digest: the buildspec takes the Dockerfile's pin, this run's digest.
     st.codebuild.add_response("batch_get_builds", {"builds": [
-        {"id": BUILD_ID, "buildStatus": "IN_PROGRESS", "environment": {
-            "type": "LINUX_CONTAINER", "image": "aws/codebuild/standard:7.0",
-            "computeType": "BUILD_GENERAL1_2XLARGE",
-            "environmentVariables": [{"name": "IMAGE_TAG", "value": "0.1.0-nccl"}]}},
-        {"id": older, "buildStatus": "IN_PROGRESS", "environment": {
-            "type": "LINUX_CONTAINER", "image": "aws/codebuild/standard:7.0",
-            "computeType": "BUILD_GENERAL1_2XLARGE",
-            "environmentVariables": [{"name": "IMAGE_TAG", "value": "0.0.9-nccl"}]}}]},
+        running(BUILD_ID, BASE_IMAGE_DIGEST=None),
+        running(older, tag="0.0.9-nccl", key="image-builds/trainer-old.zip")]},
         expected_params={"ids": [BUILD_ID, older]})
     code = run([*BASE, "--outputs", str(outputs_file)], st)  # no upload, no StartBuild stubbed
     out = capsys.readouterr().out
     assert code == 0, out
     st.done()
-    assert (f"a build of {REPO}:0.1.0-nccl is already running ({BUILD_ID}, started by an earlier "
-            "`rlkit image build`): following it instead of starting a second one") in out
+    assert (f"a build of {REPO}:0.1.0-nccl from the same source and inputs is already running "
+            f"({BUILD_ID}, started by an earlier `rlkit image build`): following it instead of "
+            "starting a second one") in out
     assert f"aws codebuild batch-get-builds --ids {BUILD_ID}" in out
+
+
+def test_a_running_build_of_the_tag_from_other_inputs_is_refused_not_followed(outputs_file,
+                                                                              capsys):
+    """Ctrl-C, a fix under images/trainer and a rerun with the same image_tag: the rerun followed
+    the old build (the unfixed source) and printed its digest as if it were the new image."""
+    st = Stubbed()
+    expect_new_tag(st)
+    old = "ImageBuildProject-abc:0e0e"
+    st.codebuild.add_response("list_builds_for_project", {"ids": [old]})
+    st.codebuild.add_response("batch_get_builds", {"builds": [
+        running(old, key="image-builds/trainer-unfixed.zip", VCS_REF="bad1dea",
+                BASE_IMAGE_DIGEST=None)]},
+        expected_params={"ids": [old]})
+    code = run([*BASE, "--outputs", str(outputs_file), "--wait"], st)  # nothing started
+    captured = capsys.readouterr()
+    assert code == 2, captured.out
+    st.done()
+    assert captured.err == (
+        f"error: a build of {REPO}:0.1.0-nccl is already running ({old}) from other inputs: "
+        "source s3://moe-rl-data-bucket/image-builds/trainer-unfixed.zip (this run: "
+        f"s3://moe-rl-data-bucket/{context_key(context_zip())}); VCS_REF bad1dea (this run: "
+        "c0ffee). It would push its image under the tag first, and the tag is immutable, so "
+        f"this run's could never be pushed. Fix: stop it (`aws codebuild stop-build --id {old}`) "
+        "and rerun, or set a new training.image_tag.\n")
+    assert "image:" not in captured.out
+
+
+@pytest.mark.parametrize("env, differs", [
+    ({"IMAGE_PLATFORMS": "linux/amd64,linux/arm64"},
+     "IMAGE_PLATFORMS linux/amd64,linux/arm64 (this run: linux/amd64)"),
+    ({"DEEPEP_GIN_REF": "a" * 40}, f"DEEPEP_GIN_REF {'a' * 40} (this run: (empty))"),
+    ({"BASE_IMAGE_DIGEST": "sha256:" + "cd" * 32},
+     f"BASE_IMAGE_DIGEST sha256:{'cd' * 32} (this run: {DIGEST})"),
+])
+def test_every_build_input_is_compared(outputs_file, capsys, env, differs):
+    st = Stubbed()
+    expect_new_tag(st)
+    st.codebuild.add_response("list_builds_for_project", {"ids": [BUILD_ID]})
+    st.codebuild.add_response("batch_get_builds", {"builds": [running(BUILD_ID, **env)]})
+    assert run([*BASE, "--outputs", str(outputs_file)], st) == 2
+    st.done()
+    assert f"from other inputs: {differs}. It would push" in capsys.readouterr().err
 
 
 def test_without_permission_to_list_builds_it_warns_and_starts_one(outputs_file, capsys):
