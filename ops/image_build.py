@@ -22,6 +22,7 @@ import yaml
 
 from infra import names
 from infra.config import KitConfig
+from infra.config.values import IMAGE_TAG_RE
 from infra.catalog import INSTANCE_TYPES
 from infra.trainer_contract import EP_BACKENDS
 from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE
@@ -40,8 +41,6 @@ BASE_IMAGE_ARG = "MILES_IMAGE"
 BACKEND_LABEL = "io.moe-rl-eks-kit.ep-backend"
 IMAGE_TAG_VAR = "IMAGE_TAG"  # the build's override naming the tag it pushes (buildspec.yml)
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
-# OCI distribution spec's tag grammar.
-TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 # Zip entries get a fixed time stamp, so the same files give the same zip and the same S3 key.
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -310,10 +309,11 @@ def plan_build(cfg: KitConfig, target: BuildTarget, *, backend: str | None, vcs_
     if deepep_gin_ref and backend != "deepep-gin":
         problems.append(f"--deepep-gin-ref is only for --backend deepep-gin, not {backend}. "
                         "Fix: drop it")
-    # The tag the manifests pull for this backend (manifests.context.image_tag_for).
+    # The tag the manifests pull for this backend (manifests.context.image_tag_for). Config
+    # validation checks it for every backend already; this guards a config built without it.
     tag = image_tag_for(cfg.model_copy(update={"training": cfg.training.model_copy(update={
         "expert_parallel": cfg.training.expert_parallel.model_copy(update={"backend": backend})})}))
-    if not TAG_RE.fullmatch(tag):
+    if not IMAGE_TAG_RE.fullmatch(tag):
         problems.append(f"training.image_tag {cfg.training.image_tag}: {tag} is not an image tag "
                         "(letters, digits, _ . -, at most 128, not starting with . or -). Fix: "
                         "use a version such as 0.1.0")

@@ -392,12 +392,16 @@ class TrainingConfig(_Model):
         "S3 (by default every complete save stays in S3).",
     )
     image: str | None = Field(
-        None, description="Trainer image URI; default: the data stack's ECR repository at image_tag."
+        None, description="Trainer image reference, pinned by digest (<repository>@sha256:...) or "
+        "with a version tag; not latest and not untagged (the pods pull IfNotPresent, so a moving "
+        "tag could run two images in one job). Default: the data stack's ECR repository at "
+        "image_tag."
     )
     image_tag: str = Field(
         "0.1.0", description="Version tag of the trainer image in the ECR repository (tags are "
-        "immutable there, so use a version, not latest). Each expert-parallel backend is its own "
-        "build, pushed as <image_tag>-<backend>; the manifests pull the one for "
+        "immutable there, so use a version, not latest): letters, digits, _ . -, not starting "
+        "with . or -. Each expert-parallel backend is its own build, pushed as "
+        "<image_tag>-<backend> (at most 128 characters); the manifests pull the one for "
         "expert_parallel.backend."
     )
     extra_env: dict[str, str] = Field(

@@ -9,6 +9,7 @@ from infra import names
 from infra.catalog.instances import INSTANCE_TYPES
 from infra.config.errors import problem
 from infra.config.model import KitConfig
+from infra.trainer_contract import EP_BACKENDS
 from infra.versions import DEFAULT_SYSTEM_INSTANCE_TYPE
 
 LABEL_KEY_RE = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
@@ -26,6 +27,16 @@ _TAG_CHARS_RE = re.compile(r"[\w .:/=+\-@]*")
 MAX_USER_TAGS = 40
 KIT_TAG_PREFIX = "rlkit:"
 _INSTANCE_TYPE_RE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
+# The OCI distribution spec's tag grammar, for the tag the build pushes and the manifests pull,
+# <training.image_tag>-<backend> (ops.image_build checks the same), and for training.image's tag.
+IMAGE_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+MAX_IMAGE_TAG_CHARS = 128
+# training.image_tag's room: the longest backend's tag must fit too.
+MAX_IMAGE_VERSION_CHARS = MAX_IMAGE_TAG_CHARS - len(names.image_tag("", max(EP_BACKENDS, key=len)))
+# Why training.image must not move: the trainer pods pull with imagePullPolicy IfNotPresent.
+_MOVING_IMAGE = ("the trainer pods pull with imagePullPolicy IfNotPresent, so nodes that cached an "
+                 "older image under it keep running that one while new nodes pull the new one, "
+                 "and one job runs two images")
 
 
 def validate_values(cfg: KitConfig, add) -> None:
@@ -93,6 +104,15 @@ def validate_values(cfg: KitConfig, add) -> None:
             seen.add((t.key, t.effect))
 
     t = cfg.training
+    backend = max(EP_BACKENDS, key=len)
+    if not IMAGE_TAG_RE.fullmatch(names.image_tag(t.image_tag, backend)):
+        add(problem("training.image_tag", t.image_tag,
+                    "not an image tag version: letters, digits, _ . -, not starting with . or -, "
+                    f"at most {MAX_IMAGE_VERSION_CHARS} characters (the image is tagged "
+                    f"<image_tag>-<backend>, {backend} the longest backend, and a tag is at most "
+                    f"{MAX_IMAGE_TAG_CHARS})", "use a version such as 0.1.0"))
+    if t.image is not None:
+        _image_reference(t.image, add)
     if not t.prompt_data.startswith(("s3://", "/")) and \
             not t.prompt_data.startswith(names.DATASETS_PREFIX):
         add(problem("training.prompt_data", t.prompt_data,
@@ -112,3 +132,22 @@ def validate_values(cfg: KitConfig, add) -> None:
                         f"copy the data into the data bucket under {names.DATASETS_PREFIX} and "
                         f"give its key, e.g. {names.DATASETS_PREFIX}"
                         f"{value.rstrip('/').rsplit('/', 1)[-1]}"))
+
+
+def _image_reference(ref: str, add) -> None:
+    """training.image: pinned by digest (always fine), or a version tag that does not move."""
+    name, _, digest = ref.partition("@")
+    if digest:
+        return
+    last = name.rsplit("/", 1)[-1]  # a registry's :port comes before the last /
+    tag = last.partition(":")[2] if ":" in last else None
+    fix = ("pin it by digest (<repository>@sha256:...), or use a version tag that is never "
+           "pushed twice")
+    if tag is None:
+        add(problem("training.image", ref, f"names no tag and no digest, so it means :latest: "
+                    f"{_MOVING_IMAGE}", fix))
+    elif tag == "latest":
+        add(problem("training.image", ref, f"the tag latest moves: {_MOVING_IMAGE}", fix))
+    elif not IMAGE_TAG_RE.fullmatch(tag):
+        add(problem("training.image", ref, f"{tag!r} is not an image tag (letters, digits, _ . -, "
+                    f"at most {MAX_IMAGE_TAG_CHARS}, not starting with . or -)", fix))

@@ -419,6 +419,43 @@ def test_tags_are_validated():
     assert "a tag key is 1-128 letters" in got[3]
 
 
+def test_image_tag_is_an_image_tag_for_every_backend():
+    """image_tag: "v1 beta" loaded and rendered image: ...:v1 beta-nccl; only `rlkit image build`
+    refused it."""
+    assert problems_of({"training": {"image_tag": "v1 beta"}}) == [
+        "training.image_tag = 'v1 beta': not an image tag version: letters, digits, _ . -, not "
+        "starting with . or -, at most 113 characters (the image is tagged "
+        "<image_tag>-<backend>, deepep-nvshmem the longest backend, and a tag is at most 128). "
+        "Fix: use a version such as 0.1.0."]
+    assert parse_config({"training": {"image_tag": "v" * 113}}).training.image_tag == "v" * 113
+    assert problems_of({"training": {"image_tag": "v" * 114}})[0].startswith(
+        "training.image_tag = 'vvv")
+    for bad in ("", ".1", "-1", "1.0/x", "1.0:x"):
+        assert problems_of({"training": {"image_tag": bad}})[0].startswith(
+            f"training.image_tag = {bad!r}: not an image tag version"), bad
+
+
+MOVING = ("the trainer pods pull with imagePullPolicy IfNotPresent, so nodes that cached an older "
+          "image under it keep running that one while new nodes pull the new one, and one job "
+          "runs two images. Fix: pin it by digest (<repository>@sha256:...), or use a version tag "
+          "that is never pushed twice.")
+
+
+def test_trainer_image_must_not_move():
+    """training.image without a tag (so :latest) or at :latest: nodes that cached an older image
+    kept running it beside new nodes running the new one."""
+    assert problems_of({"training": {"image": "registry.example:5000/team/trainer"}}) == [
+        "training.image = 'registry.example:5000/team/trainer': names no tag and no digest, so "
+        f"it means :latest: {MOVING}"]
+    assert problems_of({"training": {"image": "public.ecr.aws/team/trainer:latest"}}) == [
+        f"training.image = 'public.ecr.aws/team/trainer:latest': the tag latest moves: {MOVING}"]
+    assert problems_of({"training": {"image": "trainer:v1 beta"}})[0].startswith(
+        "training.image = 'trainer:v1 beta': 'v1 beta' is not an image tag (letters, digits")
+    digest = "sha256:" + "ab" * 32
+    for fine in (f"trainer@{digest}", f"trainer:latest@{digest}", "registry.example:5000/t:1.2.3"):
+        assert parse_config({"training": {"image": fine}}).training.image == fine
+
+
 def test_taints_are_validated():
     got = problems_of({"gpu_node_groups": {"p5": group(taints=[
         {"key": "bad key", "value": "x"}, {"key": "team", "value": "a" * 64},
