@@ -41,6 +41,9 @@ BASE_IMAGE_ARG = "MILES_IMAGE"
 BACKEND_LABEL = "io.moe-rl-eks-kit.ep-backend"
 IMAGE_TAG_VAR = "IMAGE_TAG"  # the build's override naming the tag it pushes (buildspec.yml)
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+# A full commit: the DeepEP fork has no release tags, and a branch name builds whatever it is that
+# day under an immutable tag.
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 # Zip entries get a fixed time stamp, so the same files give the same zip and the same S3 key.
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -304,11 +307,16 @@ def plan_build(cfg: KitConfig, target: BuildTarget, *, backend: str | None, vcs_
     if backend == "deepep-gin" and not deepep_gin_ref:
         problems.append("--backend deepep-gin needs --deepep-gin-ref: the amazon-contributing/"
                         "DeepEP fork has no release tags, so the Dockerfile refuses to build "
-                        "without a commit. Fix: pass --deepep-gin-ref <commit> (see "
+                        "without a commit. Fix: pass --deepep-gin-ref <40-hex commit> (see "
                         "images/trainer/README.md)")
     if deepep_gin_ref and backend != "deepep-gin":
         problems.append(f"--deepep-gin-ref is only for --backend deepep-gin, not {backend}. "
                         "Fix: drop it")
+    elif deepep_gin_ref and not COMMIT_RE.fullmatch(deepep_gin_ref):
+        problems.append(f"--deepep-gin-ref {deepep_gin_ref}: not a full commit SHA (40 lowercase "
+                        "hex digits); a branch, tag or short SHA can build other code each time. "
+                        "Fix: pass the commit, e.g. from `git ls-remote "
+                        "https://github.com/amazon-contributing/DeepEP refs/heads/main`")
     # The tag the manifests pull for this backend (manifests.context.image_tag_for). Config
     # validation checks it for every backend already; this guards a config built without it.
     tag = image_tag_for(cfg.model_copy(update={"training": cfg.training.model_copy(update={

@@ -288,7 +288,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="sha256 digest the base image (Dockerfile MILES_IMAGE) must have, when "
                    "the Dockerfile pins none")
     b.add_argument("--deepep-gin-ref", default=None,
-                   help="amazon-contributing/DeepEP commit (required with --backend deepep-gin)")
+                   help="amazon-contributing/DeepEP commit, the full 40-hex SHA (required with "
+                   "--backend deepep-gin)")
     b.add_argument("--vcs-ref", default=None,
                    help="commit recorded in the image (default: git rev-parse HEAD, -dirty when "
                    "images/trainer has changes)")

@@ -372,7 +372,7 @@ TARGET = BuildTarget(stack="kit-data", bucket="kit-data-bucket",
 def test_dry_run_renders_the_exact_build_command(backend):
     cfg = parse_config({"training": {"image_tag": "1.2.3"}})
     data = context_zip()
-    gin = "0123abc" if backend == "deepep-gin" else None
+    gin = "0123abc" * 5 + "01234" if backend == "deepep-gin" else None
     plan = plan_build(cfg, TARGET, backend=backend, vcs_ref="deadbeef", context=data, files=3,
                       base_digest=DIGEST, deepep_gin_ref=gin)
     assert plan.image_tag == f"1.2.3-{backend}"
@@ -406,8 +406,8 @@ def test_dry_run_tag_is_the_one_the_manifests_pull():
             REPO_ROOT / "examples" / f"{example}.yaml")
         plan = plan_build(cfg, TARGET, backend=None, vcs_ref="x", context=b"z", files=1,
                           base_digest=DIGEST,
-                          deepep_gin_ref="abc" if cfg.training.expert_parallel.backend ==
-                          "deepep-gin" else None)
+                          deepep_gin_ref="0123abc" * 5 + "01234"
+                          if cfg.training.expert_parallel.backend == "deepep-gin" else None)
         assert plan.image_tag == image_tag_for(cfg)
 
 

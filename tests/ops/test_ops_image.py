@@ -23,6 +23,7 @@ CACHE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/moe-rl-cache"
 DIGEST = base_image()[1]  # the base digest images/trainer/Dockerfile pins (--base-digest may repeat it)
 IMAGE_DIGEST = "sha256:" + "12" * 32
 BUILD_ID = "ImageBuildProject-abc:0f1e2d3c"
+GIN_REF = "0123456789abcdef0123456789abcdef01234567"  # a DeepEP fork commit, in full
 OUTPUTS = {"moe-rl-data": {
     OutputKeys.BUCKET_NAME: "moe-rl-data-bucket", OutputKeys.ECR_REPOSITORY_URI: REPO,
     OutputKeys.TRAINER_ROLE_ARN: f"arn:aws:iam::{ACCOUNT}:role/t",
@@ -154,9 +155,9 @@ def test_build_without_wait_starts_and_returns(outputs_file, capsys):
     expect_new_tag(st, "0.1.0-deepep-gin")
     key = expect_upload(st)
     expect_start(st, key, "deepep-gin",
-                 extra=[{"name": "DEEPEP_GIN_REF", "value": "f00d", "type": "PLAINTEXT"}])
+                 extra=[{"name": "DEEPEP_GIN_REF", "value": GIN_REF, "type": "PLAINTEXT"}])
     code = run([*BASE, "--outputs", str(outputs_file), "--backend", "deepep-gin",
-                "--deepep-gin-ref", "f00d"], st)
+                "--deepep-gin-ref", GIN_REF], st)
     assert code == 0
     st.done()
     assert f"aws codebuild batch-get-builds --ids {BUILD_ID}" in capsys.readouterr().out
@@ -407,12 +408,25 @@ def test_unpinned_base_is_refused_before_anything_happens(outputs_file, tmp_path
         "error: cannot build the trainer image:\n"
         "  - --backend deepep-gin needs --deepep-gin-ref: the amazon-contributing/DeepEP fork "
         "has no release tags, so the Dockerfile refuses to build without a commit. Fix: pass "
-        "--deepep-gin-ref <commit> (see images/trainer/README.md)\n"
+        "--deepep-gin-ref <40-hex commit> (see images/trainer/README.md)\n"
         "  - the base image radixark/miles:v0.1.0 (images/trainer/Dockerfile ARG MILES_IMAGE) has "
         "no pinned digest, and the build refuses an unpinned base. Fix: read it with `docker "
         "buildx imagetools inspect radixark/miles:v0.1.0` (or the registry's page) and pin it "
         "there (radixark/miles:v0.1.0@sha256:...), or pass --base-digest sha256:...\n")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("ref", ["main", "0123abc", GIN_REF.upper(), GIN_REF + "0"])
+def test_deepep_gin_ref_must_be_a_full_commit(outputs_file, capsys, ref):
+    """--deepep-gin-ref main built whatever main was that day, under an immutable tag."""
+    st = Stubbed()  # no responses queued: any AWS call would fail the test
+    assert run([*BASE, "--outputs", str(outputs_file), "--backend", "deepep-gin",
+                "--deepep-gin-ref", ref], st) == 2
+    assert capsys.readouterr().err == (
+        "error: cannot build the trainer image:\n"
+        f"  - --deepep-gin-ref {ref}: not a full commit SHA (40 lowercase hex digits); a branch, "
+        "tag or short SHA can build other code each time. Fix: pass the commit, e.g. from `git "
+        "ls-remote https://github.com/amazon-contributing/DeepEP refs/heads/main`\n")
 
 
 def test_a_base_digest_other_than_the_pin_is_refused(outputs_file, capsys):
