@@ -26,6 +26,26 @@ from infra import names
 # auto_create_group, "Automatically create the log group", default false; the kit spells it out].
 AUTO_CREATE_GROUP = "false"
 
+# The most each output keeps queued on disk, in Fluent Bit's unit (G = 10^9 bytes). The big tail
+# inputs buffer to the filesystem (``storage.type filesystem``: the chart's storage.path,
+# /var/fluent-bit/state/flb-storage/, a hostPath on the node's root volume), and without
+# ``storage.total_limit_size`` an output's queue has no bound [Fluent Bit 5.0 docs,
+# pipeline/buffering.md "Per-output settings" (fluent/fluent-bit-docs branch 5.0, fddebe3):
+# "Sets the size of the queue for this output plugin ... the number of chunks buffered to the
+# filesystem with this output as the intended destination. If the output plugin reaches its
+# storage.total_limit_size capacity, the oldest chunk from its queue will be discarded to make
+# room for new data", default none; the chart 6.4.0 runs aws-for-fluent-bit 3.4.8, which is
+# Fluent Bit v5.0.7 (aws/aws-for-fluent-bit release v3.4.8)]. A slow CloudWatch, or a restarted
+# KubeRay submitter printing a days-long job log again from its start, would otherwise spool onto
+# the disk that holds the trainer image. 1 GB per output, and two outputs are fed by filesystem
+# inputs (application, dataplane): under 2 GiB in all, a tenth of the 20 GiB the kit allows
+# beside the trainer image on the smallest system root volume it accepts (TRAINER_IMAGE_DISK_GIB
+# + 20, infra/config/rules.py; ops/scheduling.py NODE_DISK_RESERVE_GIB), and 1 % of the default
+# 200 GiB. What is dropped past it is the oldest queued lines, which a replayed log has sent before.
+# Every output sets it, so an input moved to filesystem storage later is bounded too.
+STORAGE_TOTAL_LIMIT_GB = 1
+STORAGE_TOTAL_LIMIT = f"{STORAGE_TOTAL_LIMIT_GB}G"
+
 # Paths of the container logs of the node's own networking pods: the dataplane file reads them,
 # the application file leaves them out (as the chart does).
 _DATAPLANE_CONTAINERS = ("/var/log/containers/aws-node*", "/var/log/containers/kube-proxy*")
@@ -45,12 +65,13 @@ def section(kind: str, settings: dict[str, str]) -> str:
 
 def cloudwatch_output(match: str, kind: str, extra: dict[str, str] | None = None, *,
                       stream_prefix: str = "${HOST_NAME}-") -> str:
-    """A ``cloudwatch_logs`` output into the cluster's ``kind`` log group, never creating it."""
+    """A ``cloudwatch_logs`` output into the cluster's ``kind`` log group, never creating it, its
+    filesystem queue bounded (STORAGE_TOTAL_LIMIT)."""
     return section("OUTPUT", {
         "Name": "cloudwatch_logs", "Match": match, "region": "${AWS_REGION}",
         "log_group_name": names.container_insights_log_group("${CLUSTER_NAME}", kind),
         "log_stream_prefix": stream_prefix, "auto_create_group": AUTO_CREATE_GROUP,
-        **(extra or {})})
+        "storage.total_limit_size": STORAGE_TOTAL_LIMIT, **(extra or {})})
 
 
 _INSIGHTS = {"extra_user_agent": "container-insights"}

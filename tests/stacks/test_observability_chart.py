@@ -7,12 +7,16 @@ values read back from the synthesized observability stack, as EKS would install 
   groups, untagged and with no retention, and the next deploy of the same name fails on them
   (issue 21, "No log groups come back").
 - The kit's files keep the chart's inputs and log groups (nothing lost by replacing them).
+- Every output fed by an input that buffers to the filesystem bounds its queue there
+  (``storage.total_limit_size``; Fluent Bit's default is no bound, and the chart sets none), so a
+  slow CloudWatch or a replayed job log cannot fill the node's root volume.
 - Application Signals stays off unless asked: the chart turns it on and its AutoMonitor would
   instrument every Python service, the trainer included.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 
@@ -20,8 +24,9 @@ import pytest
 
 from infra import names
 from infra.config import load_config
+from infra.constructs import fluent_bit
 from infra.constructs import observability as obs_construct
-from ops import helm, observability
+from ops import helm, observability, scheduling
 from tests.support import artifacts
 from tests.support.cdk import REPO_ROOT
 
@@ -143,6 +148,69 @@ def test_a_changed_output_is_caught(render, synth):
     assert group_creating_outputs(render(values)) == [
         "fluent-bit-config/host-log.conf -> /aws/containerinsights/${CLUSTER_NAME}/host: "
         "auto_create_group true"]
+
+
+# --- the filesystem buffer's bound --------------------------------------------------------------
+
+_UNITS = {"": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9, "GB": 10**9}
+
+
+def size_bytes(text: str) -> int:
+    """A Fluent Bit unit size (Fluent Bit 5.0 docs, administration/configuring-fluent-bit.md
+    "Unit sizes": none = bytes, K/KB = 1,000, M/MB = 10^6, G/GB = 10^9) in bytes."""
+    number, unit = re.fullmatch(r"(\d+)\s*([a-zA-Z]*)", text.strip()).groups()
+    return int(number) * _UNITS[unit.upper()]
+
+
+def filesystem_queues(files: dict[str, str]) -> dict[str, str | None]:
+    """Of one Fluent Bit configuration (its files, which it includes together): each output that
+    an input with ``storage.type filesystem`` feeds (the output's Match covers the input's Tag)
+    -> its ``storage.total_limit_size``, None where it sets none (no bound)."""
+    parsed = [(file, kind, dict(settings)) for file, text in files.items()
+              for kind, settings in sections(text)]
+    tags = [opts["tag"] for _, kind, opts in parsed
+            if kind == "INPUT" and opts.get("storage.type", "").lower() == "filesystem"]
+    return {f"{file} -> {opts.get('log_group_name', opts.get('name'))}":
+            opts.get("storage.total_limit_size")
+            for file, kind, opts in parsed if kind == "OUTPUT"
+            and any(fnmatch.fnmatchcase(tag, opts.get("match", "")) for tag in tags)}
+
+
+def test_every_filesystem_fed_output_of_the_kit_is_bounded():
+    """The kit's own files, as the stack passes them: the application and dataplane tails buffer
+    to the filesystem, and both their outputs bound that queue, within a tenth of the disk the kit
+    reserves beside the trainer image."""
+    queues = filesystem_queues(fluent_bit.extra_files()["config"])
+    group = "/aws/containerinsights/${CLUSTER_NAME}/"
+    assert set(queues) == {f"application-log.conf -> {group}application",
+                           f"dataplane-log.conf -> {group}dataplane"}
+    assert set(queues.values()) == {fluent_bit.STORAGE_TOTAL_LIMIT}
+    total = sum(size_bytes(v) for v in queues.values())
+    assert total <= scheduling.NODE_DISK_RESERVE_GIB * 2**30 / 10
+
+
+def test_every_filesystem_fed_output_is_bounded_in_the_rendered_chart(render, synth):
+    queues = filesystem_queues(fluent_bit_files(render(kit_values(synth)))["fluent-bit-config"])
+    assert queues and all(v == fluent_bit.STORAGE_TOTAL_LIMIT for v in queues.values()), queues
+
+
+def test_the_chart_alone_spools_without_bound(render):
+    """The upstream default: the chart's application and dataplane tails buffer to the filesystem
+    and none of its outputs sets a bound."""
+    queues = filesystem_queues(fluent_bit_files(render({}))["fluent-bit-config"])
+    group = "/aws/containerinsights/${CLUSTER_NAME}/"
+    assert queues == {f"application-log.conf -> {group}application": None,
+                      f"dataplane-log.conf -> {group}dataplane": None}
+
+
+def test_an_unbounded_output_is_caught():
+    """Deliberately broken input: the dataplane output without its bound."""
+    files = dict(fluent_bit.extra_files()["config"])
+    files["dataplane-log.conf"] = re.sub(r"\n\s*storage\.total_limit_size .*", "",
+                                         files["dataplane-log.conf"])
+    queues = filesystem_queues(files)
+    assert [k for k, v in queues.items() if v is None] == [
+        "dataplane-log.conf -> /aws/containerinsights/${CLUSTER_NAME}/dataplane"]
 
 
 # --- Application Signals ------------------------------------------------------------------------
