@@ -21,6 +21,7 @@ from infra.config.ep_spans import ep_spans
 from infra.config.run_config import run_config_document
 from infra.catalog.models import MODEL_CATALOG
 from infra.trainer_contract import (
+    ENVIRONMENT_ENV,
     RAYJOB_ENV,
     RESERVATION_END_ENV,
     RESERVATION_ID_ENV,
@@ -472,11 +473,13 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
     # The head is a GPU node like the workers (the run's first node), and the entrypoint runs
     # there: Ray starts a job's entrypoint on the head unless the job asks for entrypoint
     # resources, and the kit asks for none. The launcher gets the trainer variables, the RayJob's
-    # name (on a configuration error it stops KubeRay's retries, rltrainer.no_retry) and the
+    # name (on a configuration error it stops KubeRay's retries, rltrainer.no_retry), the
+    # environment's name (a dimension of the training metrics, rltrainer.metrics) and the
     # reservation's end; later names win, so a user's extra_env cannot hide them.
     head_env = {e["name"]: e["value"] for e in env}
     head_env.update(TRAINER_RUNTIME_ENV)
     head_env[RAYJOB_ENV] = t.run_name
+    head_env[ENVIRONMENT_ENV] = cfg.name
     head_env.update({e["name"]: e["value"] for e in reservation_env(cfg, reservation_end)})
     head = worker.model_copy(update={"env": [{"name": k, "value": v} for k, v in head_env.items()]})
     if has_shared_fs(cfg) and _is_bucket_key(t.prompt_data):

@@ -17,7 +17,11 @@ from typing import Any, Callable, TextIO
 
 from infra import names
 from infra.config import KitConfig
-from infra.trainer_contract import METRICS_NAMESPACE, METRICS_RUN_DIMENSION
+from infra.trainer_contract import (
+    METRICS_ENVIRONMENT_DIMENSION,
+    METRICS_NAMESPACE,
+    METRICS_RUN_DIMENSION,
+)
 from infra.versions import CLOUDWATCH_OBSERVABILITY_ADDON
 from ops import scheduling
 
@@ -45,9 +49,12 @@ class HealthQuery:
 
 
 def health_queries(config: KitConfig) -> tuple[list[HealthQuery], dict[str, list[dict]]]:
-    """The queries of the health line and, per query id, its metric dimensions."""
+    """The queries of the health line and, per query id, its metric dimensions. The training
+    metrics are this environment's run: the run name alone is shared by every environment of the
+    account that keeps the default (rltrainer.metrics DIMENSIONS)."""
     cluster = {"ClusterName": names.eks_cluster_name(config.name)}
-    run = {METRICS_RUN_DIMENSION: config.training.run_name}
+    run = {METRICS_ENVIRONMENT_DIMENSION: config.name,
+           METRICS_RUN_DIMENSION: config.training.run_name}
     queries = [
         HealthQuery("gpu", "GPU util", "ContainerInsights", "node_gpu_utilization", "Average",
                     lambda v: f"{v:.0f}%"),

@@ -43,7 +43,7 @@ def test_only_infra_trainer_contract_imports_the_trainer():
 def test_no_kit_module_spells_the_trainers_names():
     """A copy of a contract value in kit code would drift silently; the kit imports the name."""
     spelled = {trainer_contract.RAYJOB_ENV, trainer_contract.RUN_CONFIG_DIR, trainer_contract.RUN_CONFIG_PATH,
-               trainer_contract.METRICS_NAMESPACE}
+               trainer_contract.METRICS_NAMESPACE, trainer_contract.ENVIRONMENT_ENV}
     backend_lists = {tuple(trainer_contract.EP_BACKENDS), tuple(trainer_contract.TRAINING_EP_BACKENDS)}
     copies = []
     for path in kit_sources():

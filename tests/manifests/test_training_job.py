@@ -59,7 +59,7 @@ import functools  # noqa: E402
 import yaml  # noqa: E402
 
 from infra.config import load_config  # noqa: E402
-from infra.trainer_contract import RAYJOB_ENV, TRAINER_RUNTIME_ENV  # noqa: E402
+from infra.trainer_contract import ENVIRONMENT_ENV, RAYJOB_ENV, TRAINER_RUNTIME_ENV  # noqa: E402
 from manifests import build_context, placeholder_outputs, render  # noqa: E402
 from tests.support import REPO_ROOT
 
@@ -103,6 +103,7 @@ def test_every_ray_actor_gets_the_trainer_and_efa_environment(example, backend_v
     # trainer variables and what the launcher needs
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert _env(head) == {**_env(worker), **TRAINER_RUNTIME_ENV, "RLTRAINER_RAYJOB": job["metadata"]["name"],
+                          "RLTRAINER_ENVIRONMENT": job["metadata"]["labels"]["app.kubernetes.io/instance"],
                           **head_vars}
 
 
@@ -146,6 +147,19 @@ def test_the_launcher_may_stop_retries_of_its_own_rayjob_only():
                                     "namespace": job["metadata"]["namespace"]}]
     env = {e["name"]: e["value"] for e in head["containers"][0]["env"]}
     assert env[RAYJOB_ENV] == job["metadata"]["name"]
+
+
+def test_the_launcher_learns_its_environment_for_the_metrics_dimension():
+    """The training metrics' namespace is the account's, and the default run name is the same in
+    every environment: the head names the environment (rltrainer.metrics), and a user's extra_env
+    cannot hide it."""
+    cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
+    cfg = cfg.model_copy(update={"training": cfg.training.model_copy(
+        update={"extra_env": {ENVIRONMENT_ENV: "other"}})})
+    files = {f.path: f.obj for f in render(build_context(cfg, placeholder_outputs(cfg)))}
+    head = files["rl-job/04-rayjob.yaml"]["spec"]["rayClusterSpec"]["headGroupSpec"]
+    env = {e["name"]: e["value"] for e in head["template"]["spec"]["containers"][0]["env"]}
+    assert env[ENVIRONMENT_ENV] == cfg.name
 
 
 # --- where the driver runs ----------------------------------------------------------------------

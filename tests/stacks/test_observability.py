@@ -156,7 +156,7 @@ def test_fluent_bit_output_sends_emf_lines_to_the_training_metrics_group():
     # The launcher's EMF lines start with the marker the rule matches.
     from rltrainer import metrics as trainer_metrics
     line = "[2026-11-30 10:00:00.000 x] log_utils.py:542 - step 3: {'train/loss': 0.5}\n"
-    [(_, emf)] = list(trainer_metrics.emf_lines([line], run="r"))
+    [(_, emf)] = list(trainer_metrics.emf_lines([line], environment="e", run="r"))
     assert emf.startswith('{"_aws":')
 
 
@@ -273,7 +273,8 @@ def test_health_line_reports_latest_values_and_problems():
     cw, stub = stubbed("cloudwatch")
     queries, dims = observability.health_queries(CFG)
     assert dims["gpu"] == [{"Name": "ClusterName", "Value": names.eks_cluster_name(CFG.name)}]
-    assert dims["reward"] == [{"Name": "Run", "Value": CFG.training.run_name}]
+    assert dims["reward"] == [{"Name": "Environment", "Value": CFG.name},
+                              {"Name": "Run", "Value": CFG.training.run_name}]
     restarts = observability._query(queries[3], dims["restarts"])
     assert restarts["Expression"] == (
         "MAX(SEARCH('{ContainerInsights,ClusterName,Namespace,PodName} MetricName="
@@ -290,6 +291,37 @@ def test_health_line_reports_latest_values_and_problems():
         line = observability.health_line(cw, CFG, now=NOW)
     assert line == ("health, last 15 min: problem (failed nodes): GPU util 87%, EFA rx drops 0, "
                     "failed nodes 1, container restarts in rl-training n/a, reward 0.625, step time 306 s")
+
+
+def test_two_environments_with_one_run_name_read_their_own_training_metrics():
+    """The training namespace is the account's and the default run name is every environment's
+    (docs/operations.md runs two environments in one account): the health line's reward and step
+    time name the environment, and name exactly the metric the trainer's EMF line makes."""
+    from rltrainer import metrics as trainer_metrics
+
+    staging = CFG.model_copy(update={"name": "staging"})
+    prod = CFG.model_copy(update={"name": "prod"})
+    assert staging.training.run_name == prod.training.run_name
+
+    def queried(cfg) -> set[tuple]:
+        queries, dims = observability.health_queries(cfg)
+        stats = [observability._query(q, dims[q.id])["MetricStat"]["Metric"] for q in queries
+                 if q.namespace == trainer_metrics.NAMESPACE]
+        return {(m["Namespace"], m["MetricName"],
+                 tuple((d["Name"], d["Value"]) for d in m["Dimensions"])) for m in stats}
+
+    def emitted(cfg) -> set[tuple]:
+        lines = ["x - rollout 3: {'rollout/raw_reward': 0.5}\n", "x - perf 3: {'perf/step_time': 90.0}\n"]
+        records = [json.loads(emf) for _, emf in trainer_metrics.emf_lines(
+            lines, environment=cfg.name, run=cfg.training.run_name)]
+        return {(d["Namespace"], m["Name"], tuple((k, r[k]) for k in ks))
+                for r in records for d in r["_aws"]["CloudWatchMetrics"]
+                for ks in d["Dimensions"] for m in d["Metrics"]}
+
+    assert queried(staging) == emitted(staging) and queried(prod) == emitted(prod)
+    assert not queried(staging) & queried(prod)
+    assert ("RLKit/Training", "reward", (("Environment", "prod"), ("Run", prod.training.run_name))) \
+        in queried(prod)
 
 
 def test_health_line_without_data():

@@ -15,7 +15,7 @@ import yaml
 
 from rltrainer import contract
 from rltrainer.launch import DEFAULT_CONFIG, IMAGE_BACKEND_ENV
-from rltrainer.metrics import NAMESPACE, RUN_DIMENSION
+from rltrainer.metrics import DIMENSIONS, ENVIRONMENT_ENV, NAMESPACE, RUN_DIMENSION
 from rltrainer.miles import train_env
 from rltrainer.no_retry import RAYJOB_ENV
 
@@ -74,6 +74,8 @@ def test_the_trainer_reads_the_contract_names():
     assert IMAGE_BACKEND_ENV == contract.IMAGE_BACKEND_ENV == "RLTRAINER_IMAGE_EP_BACKEND"
     assert RAYJOB_ENV == contract.RAYJOB_ENV == "RLTRAINER_RAYJOB"
     assert (NAMESPACE, RUN_DIMENSION) == (contract.METRICS_NAMESPACE, contract.METRICS_RUN_DIMENSION)
+    assert DIMENSIONS == [contract.METRICS_ENVIRONMENT_DIMENSION, contract.METRICS_RUN_DIMENSION]
+    assert ENVIRONMENT_ENV == contract.ENVIRONMENT_ENV == "RLTRAINER_ENVIRONMENT"
     assert train_env(None) == dict(contract.TRAINER_RUNTIME_ENV) == {
         "PYTHONPATH": "/root/Megatron-LM", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONUNBUFFERED": "1"}
 

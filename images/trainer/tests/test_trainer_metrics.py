@@ -77,8 +77,9 @@ def real_lines() -> dict[str, str]:
     }
 
 
-def emf_of(line: str, run: str = "qwen3-grpo", now: float = 1_700_000_000.5) -> dict | None:
-    [(_, emf)] = list(metrics.emf_lines([line], run=run, clock=lambda: now))
+def emf_of(line: str, run: str = "qwen3-grpo", now: float = 1_700_000_000.5,
+           environment: str = "moe-rl") -> dict | None:
+    [(_, emf)] = list(metrics.emf_lines([line], environment=environment, run=run, clock=lambda: now))
     return None if emf is None else json.loads(emf)
 
 
@@ -122,7 +123,8 @@ def test_real_miles_lines_become_emf(name):
     directive = record["_aws"]["CloudWatchMetrics"][0]
     assert record["_aws"]["Timestamp"] == 1_700_000_000_500
     assert directive["Namespace"] == "RLKit/Training"
-    assert directive["Dimensions"] == [["Run"]] and record["Run"] == "qwen3-grpo"
+    assert directive["Dimensions"] == [["Environment", "Run"]]
+    assert (record["Environment"], record["Run"]) == ("moe-rl", "qwen3-grpo")
     names = [m["Name"] for m in directive["Metrics"]]
     for name_ in names:  # every declared metric has a numeric value at the top level
         assert isinstance(record[name_], float)
@@ -137,6 +139,31 @@ def test_real_miles_lines_become_emf(name):
     assert record.get("rollout_id", record.get("train_step")) == (42 if name == "step" else 7)
 
 
+def metric_identities(record: dict) -> set[tuple]:
+    """What CloudWatch makes of one EMF record: per metric and dimension set, its identity
+    (namespace, metric name, dimension name/value pairs), which is what a query names."""
+    return {(d["Namespace"], m["Name"], tuple((k, record[k]) for k in dims))
+            for d in record["_aws"]["CloudWatchMetrics"] for dims in d["Dimensions"]
+            for m in d["Metrics"]}
+
+
+def test_two_environments_with_the_same_run_name_are_different_metrics():
+    """The namespace is the account's, and the default run name is the same in every environment:
+    with the run name as the only dimension, two environments' rewards were one metric."""
+    line = real_lines()["rollout"]
+    staging, prod = (metric_identities(emf_of(line, environment=e)) for e in ("staging", "prod"))
+    assert staging and prod and not staging & prod
+    assert ("RLKit/Training", "reward", (("Environment", "prod"), ("Run", "qwen3-grpo"))) in prod
+    # No directive carries a set without the environment (a metric of its own, mixing them).
+    assert all(("Environment", "prod") in dims for _, _, dims in prod)
+
+
+def test_the_environment_comes_from_the_kits_variable():
+    assert metrics.environment_name({"RLTRAINER_ENVIRONMENT": "staging"}) == "staging"
+    assert metrics.environment_name({}) == metrics.METRICS_NO_ENVIRONMENT == "unnamed"
+    assert metrics.environment_name({"RLTRAINER_ENVIRONMENT": " "}) == "unnamed"
+
+
 def test_ray_dedup_suffix_is_tolerated():
     line = real_lines()["step"].rstrip("\n") + " [repeated 3x across cluster]\n"
     assert emf_of(line)["loss"] == 0.0123
@@ -147,7 +174,8 @@ def test_ray_dedup_suffix_is_tolerated():
 
 def test_emf_equals_what_the_aws_reference_library_writes():
     """AWS's own EMF library (aws-embedded-metrics, pinned in requirements-dev.txt) validates
-    the namespace, dimension, names, units and values, and serializes the same record."""
+    the namespace, dimensions (at most 30 per set; ASCII values of 1-1024 characters), names,
+    units and values, and serializes the same record."""
     import datetime as dt
 
     from aws_embedded_metrics.logger.metrics_context import MetricsContext
@@ -162,7 +190,8 @@ def test_emf_equals_what_the_aws_reference_library_writes():
         ctx = MetricsContext()
         validate_namespace(directive["Namespace"])
         ctx.namespace = directive["Namespace"]
-        ctx.set_dimensions([{"Run": mine["Run"]}], use_default=False)
+        ctx.set_dimensions([{"Environment": mine["Environment"], "Run": mine["Run"]}],
+                           use_default=False)
         for metric in directive["Metrics"]:
             ctx.put_metric(metric["Name"], mine[metric["Name"]], metric["Unit"])
         for key in ("miles_line", "rollout_id", "train_step"):
@@ -201,7 +230,7 @@ def test_relay_copies_every_line_and_adds_emf_after_metric_lines():
     lines = real_lines()
     source = io.BytesIO(b"starting\n" + lines["step"].encode() + b"\xff broken bytes\n")
     sink, emf_sink = io.StringIO(), io.StringIO()
-    metrics.relay(source, sink, run="r1", emf_sink=emf_sink)
+    metrics.relay(source, sink, environment="e", run="r1", emf_sink=emf_sink)
     assert sink.getvalue().splitlines()[0] == "starting"
     assert sink.getvalue().splitlines()[1] == lines["step"].rstrip("\n")
     assert sink.getvalue().splitlines()[2] == "\ufffd broken bytes"
@@ -220,18 +249,19 @@ def test_a_failing_output_does_not_stop_the_relay_draining_the_pipe(capfd):
             return super().write(text)
 
     source = io.BytesIO(b"".join(b"line %d\n" % i for i in range(5000)))
-    metrics.relay(source, FullDisk(), run="r")
+    metrics.relay(source, FullDisk(), environment="e", run="r")
     assert source.read() == b""  # drained to the end
     err = capfd.readouterr().err
     assert err.count("writing the trainer's output failed ([Errno 28] No space left on device)") == 1
 
 
-def test_launcher_relays_a_child_process(tmp_path, capfd):
+def test_launcher_relays_a_child_process(tmp_path, capfd, monkeypatch):
     """run_training with metrics on: the child's stdout and stderr still arrive, and each metric
-    line is followed by its EMF line on stdout."""
+    line is followed by its EMF line on stdout, for the environment the kit's RayJob names."""
     from rltrainer.launch import run_training
     from rltrainer.miles import TrainCommand
 
+    monkeypatch.setenv("RLTRAINER_ENVIRONMENT", "env-a")
     line = real_lines()["step"]
     child = ("import sys\nsys.stdout.write('hello\\n')\nsys.stderr.write(" + repr(line) + ")\n"
              "sys.exit(3)\n")
@@ -241,7 +271,8 @@ def test_launcher_relays_a_child_process(tmp_path, capfd):
     assert code == 3
     assert line in err and "hello" in out
     emf = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-    assert [e["Run"] for e in emf] == ["run-a"] and emf[0]["grad_norm"] == 1.7
+    assert [(e["Environment"], e["Run"]) for e in emf] == [("env-a", "run-a")]
+    assert emf[0]["grad_norm"] == 1.7
 
 
 # --- each datapoint once: a restarted submitter, a retried job -----------------------------------
@@ -260,13 +291,15 @@ def test_a_retried_job_does_not_send_a_rollout_twice(tmp_path):
                    "perf 7: {'perf/rollout_time': 30.0}", "perf 7: {'perf/step_time': 90.0}",
                    "step 14: {'train/loss': 0.1}")
     emf1 = io.StringIO()
-    metrics.relay(io.BytesIO(first), io.StringIO(), run="r", emf_sink=emf1, ledger=metrics.EmittedLedger(ledger))
+    metrics.relay(io.BytesIO(first), io.StringIO(), environment="e", run="r", emf_sink=emf1,
+                  ledger=metrics.EmittedLedger(ledger))
     assert len(emf1.getvalue().splitlines()) == 5
     retry = _lines("rollout 6: {'rollout/raw_reward': 0.55}", "rollout 7: {'rollout/raw_reward': 0.65}",
                    "perf 7: {'perf/step_time': 91.0}", "rollout 8: {'rollout/raw_reward': 0.7}",
                    "step 14: {'train/loss': 0.2}", "step 16: {'train/loss': 0.09}")
     sink, emf2 = io.StringIO(), io.StringIO()
-    metrics.relay(io.BytesIO(retry), sink, run="r", emf_sink=emf2, ledger=metrics.EmittedLedger(ledger))
+    metrics.relay(io.BytesIO(retry), sink, environment="e", run="r", emf_sink=emf2,
+                  ledger=metrics.EmittedLedger(ledger))
     sent = [json.loads(x) for x in emf2.getvalue().splitlines()]
     assert [(e["miles_line"], e.get("rollout_id", e.get("train_step"))) for e in sent] == [("rollout", 8), ("step", 16)]
     assert len(sink.getvalue().splitlines()) == 6  # every log line is still relayed
@@ -278,7 +311,7 @@ def test_a_broken_ledger_sends_rather_than_drops(tmp_path):
     ledger = tmp_path / metrics.LEDGER_FILE
     ledger.write_text("{not json")
     emf = io.StringIO()
-    metrics.relay(io.BytesIO(_lines("rollout 1: {'rollout/raw_reward': 0.5}")), io.StringIO(), run="r",
+    metrics.relay(io.BytesIO(_lines("rollout 1: {'rollout/raw_reward': 0.5}")), io.StringIO(), environment="e", run="r",
                   emf_sink=emf, ledger=metrics.EmittedLedger(ledger))
     assert len(emf.getvalue().splitlines()) == 1
 
@@ -292,7 +325,8 @@ def test_in_the_rayjob_emf_goes_to_the_containers_own_output_not_the_job_log(tmp
     sink = metrics.emf_sink({"RLTRAINER_RAYJOB": "qwen3-grpo"}, container_stdout=str(container_out))
     assert sink is not None
     job_log = io.StringIO()
-    metrics.relay(io.BytesIO(_lines("rollout 3: {'rollout/raw_reward': 0.5}")), job_log, run="r", emf_sink=sink)
+    metrics.relay(io.BytesIO(_lines("rollout 3: {'rollout/raw_reward': 0.5}")), job_log, environment="e", run="r",
+                  emf_sink=sink)
     sink.close()
     assert "_aws" not in job_log.getvalue()
     assert json.loads(container_out.read_text())["reward"] == 0.5
@@ -309,7 +343,8 @@ def test_a_restarted_submitter_replaying_the_job_log_adds_no_datapoint(tmp_path)
     sink = metrics.emf_sink({"RLTRAINER_RAYJOB": "qwen3-grpo"}, container_stdout=str(container_out))
     job_log = io.StringIO()
     metrics.relay(io.BytesIO(_lines("rollout 1: {'rollout/raw_reward': 0.5}", "rollout 2: {'rollout/raw_reward': 0.6}")),
-                  job_log, run="r", emf_sink=sink, ledger=metrics.EmittedLedger(tmp_path / metrics.LEDGER_FILE))
+                  job_log, environment="e", run="r", emf_sink=sink,
+                  ledger=metrics.EmittedLedger(tmp_path / metrics.LEDGER_FILE))
     sink.close()
     submitter_output = job_log.getvalue() * 2  # printed once, then again after the restart
     collected = [x for x in container_out.read_text().splitlines() + submitter_output.splitlines()

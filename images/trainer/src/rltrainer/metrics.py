@@ -44,8 +44,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Iterable, TextIO
 
+from .contract import ENVIRONMENT_ENV, METRICS_NO_ENVIRONMENT
+from .contract import METRICS_ENVIRONMENT_DIMENSION as ENVIRONMENT_DIMENSION
 from .contract import METRICS_NAMESPACE as NAMESPACE  # CloudWatch namespace (the kit queries it)
 from .contract import METRICS_RUN_DIMENSION as RUN_DIMENSION
+
+# The one dimension set of every metric. The namespace is the account's, and two environments of
+# one account may run under the same run name (the kit's default run name is the same in every
+# environment), so the run name alone would mix their datapoints: the environment is part of the
+# identity. One set only: each dimension set is a metric of its own (billed per metric), and the
+# kit queries this one. Two keys, well inside the EMF limits (30 keys per dimension set; each
+# value ASCII, 1-1024 characters, not blank: aws-embedded-metrics 3.5.0 constants.py and
+# validator.py, which the tests run on every record; the environment's name is at most 20
+# characters of [a-z0-9-], the run name a DNS label).
+DIMENSIONS = [ENVIRONMENT_DIMENSION, RUN_DIMENSION]
 
 # Miles key -> (EMF metric name, CloudWatch unit). Only the actor's keys: a critic's carry a
 # "critic-" role tag and are left alone.
@@ -100,7 +112,15 @@ def parse_line(line: str) -> MetricLine | None:
     return MetricLine(kind=match["kind"], index=int(match["id"]), values=values)
 
 
-def emf_record(metric: MetricLine, *, run: str, timestamp_ms: int) -> dict | None:
+def environment_name(env: dict[str, str] | None = None) -> str:
+    """The kit environment this run belongs to (ENVIRONMENT_ENV, which the kit's RayJob sets on
+    the Ray head), or METRICS_NO_ENVIRONMENT outside the kit."""
+    env = os.environ if env is None else env
+    return env.get(ENVIRONMENT_ENV, "").strip() or METRICS_NO_ENVIRONMENT
+
+
+def emf_record(metric: MetricLine, *, environment: str, run: str,
+               timestamp_ms: int) -> dict | None:
     """The EMF object for ``metric``, or None when it carries none of the mapped metrics."""
     chosen = {METRICS[key]: value for key, value in metric.values.items() if key in METRICS}
     if not chosen:
@@ -110,10 +130,11 @@ def emf_record(metric: MetricLine, *, run: str, timestamp_ms: int) -> dict | Non
             "Timestamp": timestamp_ms,
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [[RUN_DIMENSION]],
+                "Dimensions": [DIMENSIONS],
                 "Metrics": [{"Name": name, "Unit": unit} for name, unit in chosen],
             }],
         },
+        ENVIRONMENT_DIMENSION: environment,
         RUN_DIMENSION: run,
         # Properties (not metrics): where the numbers came from, for Logs Insights.
         "miles_line": metric.kind,
@@ -176,7 +197,8 @@ def emf_sink(env: dict[str, str] | None = None, container_stdout: str = CONTAINE
         return None
 
 
-def emf_lines(lines: Iterable[str], *, run: str, clock: Callable[[], float] = time.time,
+def emf_lines(lines: Iterable[str], *, environment: str, run: str,
+              clock: Callable[[], float] = time.time,
               ledger: EmittedLedger | None = None) -> Iterable[tuple[str, str | None]]:
     """For each input line: (the line, its EMF line or None). With ``ledger``, a line already
     sent (same kind, an index at or below the ledger's) gets None."""
@@ -184,7 +206,7 @@ def emf_lines(lines: Iterable[str], *, run: str, clock: Callable[[], float] = ti
         try:
             metric = parse_line(line)
             record = None if metric is None else emf_record(
-                metric, run=run, timestamp_ms=int(clock() * 1000))
+                metric, environment=environment, run=run, timestamp_ms=int(clock() * 1000))
             if record is not None and ledger is not None:
                 names = [m["Name"] for m in record["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
                 if not ledger.fresh(f"{metric.kind}:{','.join(sorted(names))}", metric.index):
@@ -196,8 +218,9 @@ def emf_lines(lines: Iterable[str], *, run: str, clock: Callable[[], float] = ti
         yield line, emf
 
 
-def relay(source: IO[bytes], sink: TextIO, *, run: str, emf_sink: TextIO | None = None,
-          lock: threading.Lock | None = None, ledger: EmittedLedger | None = None) -> None:
+def relay(source: IO[bytes], sink: TextIO, *, environment: str, run: str,
+          emf_sink: TextIO | None = None, lock: threading.Lock | None = None,
+          ledger: EmittedLedger | None = None) -> None:
     """Copy ``source`` (a child's pipe) to ``sink`` line by line, writing each Miles metric line's
     EMF line to ``emf_sink`` (default ``sink``) right after it. Undecodable bytes pass through
     as replacement characters; a failure to build an EMF line never stops the copy, and neither
@@ -208,7 +231,7 @@ def relay(source: IO[bytes], sink: TextIO, *, run: str, emf_sink: TextIO | None 
     lock = lock or threading.Lock()
     text = (raw.decode("utf-8", errors="replace") for raw in iter(source.readline, b""))
     lost = 0
-    for line, emf in emf_lines(text, run=run, ledger=ledger):
+    for line, emf in emf_lines(text, environment=environment, run=run, ledger=ledger):
         with lock:
             try:
                 sink.write(line)
@@ -233,17 +256,21 @@ def _say_once(message: str) -> None:
         pass
 
 
-def start_relays(proc, *, run: str, ledger_path: str | Path | None = None,
+def start_relays(proc, *, run: str, environment: str | None = None,
+                 ledger_path: str | Path | None = None,
                  emf_out: TextIO | None = None) -> list[threading.Thread]:
     """Relay ``proc``'s piped stdout and stderr to this process's; EMF lines go to ``emf_out``
-    (default: ``emf_sink()``, else stdout), each (kind, rollout id) once per ``ledger_path``."""
+    (default: ``emf_sink()``, else stdout), each (kind, rollout id) once per ``ledger_path``,
+    for ``environment`` (default: ``environment_name()``) and ``run``."""
     import sys
 
+    environment = environment or environment_name()
     lock = threading.Lock()
     ledger = EmittedLedger(ledger_path)
     out = emf_out or emf_sink() or sys.stdout
     threads = [threading.Thread(target=relay, args=(pipe, sink),
-                                kwargs={"run": run, "emf_sink": out, "lock": lock, "ledger": ledger},
+                                kwargs={"environment": environment, "run": run, "emf_sink": out,
+                                        "lock": lock, "ledger": ledger},
                                 name=f"metrics-relay-{name}", daemon=True)
                for name, pipe, sink in (("stdout", proc.stdout, sys.stdout),
                                         ("stderr", proc.stderr, sys.stderr))]

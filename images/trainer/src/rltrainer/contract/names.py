@@ -52,6 +52,10 @@ RUN_CONFIG_PATH = f"{RUN_CONFIG_DIR}/{RUN_CONFIG_FILE}"
 # The kit's RayJob names itself here, so that the launcher can stop KubeRay's retries of a run
 # that failed on its configuration (rltrainer.no_retry).
 RAYJOB_ENV = "RLTRAINER_RAYJOB"
+# The kit's environment (its config's ``name``), which the kit puts on the Ray head: the training
+# metrics carry it as a dimension (METRICS_ENVIRONMENT_DIMENSION), since the run name alone is
+# the same in two environments of one account that keep the default run name.
+ENVIRONMENT_ENV = "RLTRAINER_ENVIRONMENT"
 # Each image variant says which expert-parallel backend it was built for (the Dockerfile sets it).
 IMAGE_BACKEND_ENV = "RLTRAINER_IMAGE_EP_BACKEND"
 MEGATRON_DIR = "/root/Megatron-LM"  # the Miles image's Megatron-LM checkout
@@ -85,7 +89,12 @@ EKS_SCALE_DOWN_MARGIN_S = 40 * 60
 
 # --- training metrics ----------------------------------------------------------------------------
 
-# CloudWatch namespace and dimension of the launcher's embedded-metric-format lines
-# (rltrainer.metrics); the kit's dashboard and `rlkit status` query them.
+# CloudWatch namespace and dimensions of the launcher's embedded-metric-format lines
+# (rltrainer.metrics); the kit's dashboard and `rlkit status` query them. The namespace is the
+# account's (per region), so a metric's identity is its environment and its run: one dimension
+# set, [Environment, Run].
 METRICS_NAMESPACE = "RLKit/Training"
+METRICS_ENVIRONMENT_DIMENSION = "Environment"
 METRICS_RUN_DIMENSION = "Run"
+# The environment dimension's value where no kit environment is set (a launch outside the kit).
+METRICS_NO_ENVIRONMENT = "unnamed"
