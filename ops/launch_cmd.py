@@ -21,8 +21,8 @@ says the check did not run and exits on the other checks (docs/cli.md).
 status prints the RayJob's jobStatus and jobDeploymentStatus (KubeRay); --watch polls until the
 job ends; -o json|yaml prints the RayJob's state as one document. For Capacity Block groups it first shows the block's window on stderr (start, end, time
 left, when EKS drains the nodes). Then, on stderr, the environment's CloudWatch dashboard URL and
-a one-line health summary (GPU use, EFA drops, failed nodes, restarts, reward, step time;
---no-health skips it).
+a one-line health summary (GPU use, EFA drops, failed nodes, restarts, reward, step time; a
+RUNNING job whose run reported no training step for a while is a problem; --no-health skips it).
 logs prints the trainer's output: the KubeRay submitter Job (named like the RayJob) runs
 `ray job submit`, which follows the driver's log; -f keeps following. Once the pods are gone
 (or with --node NODE, or --source cloudwatch) it reads the same output from CloudWatch Logs,
@@ -268,7 +268,7 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     except KeyboardInterrupt:
         print("Stopped watching; the job keeps running.", file=sys.stderr)
         return 130
-    _print_health(args, cfg)
+    _print_health(args, cfg, doc)
     st = doc.get("status", {})
     if st.get("jobStatus") == "FAILED" or st.get("jobDeploymentStatus") in ("Failed",
                                                                             "ValidationFailed"):
@@ -290,8 +290,9 @@ def _status_document(cfg: KitConfig, doc: dict) -> dict:
             "finished": finished(doc)}
 
 
-def _print_health(args: argparse.Namespace, cfg: KitConfig) -> None:
-    """The dashboard URL and the health line, on stderr (stdout stays the job state)."""
+def _print_health(args: argparse.Namespace, cfg: KitConfig, rayjob: dict | None = None) -> None:
+    """The dashboard URL and the health line, on stderr (stdout stays the job state); with the
+    RayJob RUNNING, the line also says when its run reports no training step."""
     if not cfg.observability.enabled:
         print("dashboard: none (observability.enabled is false in the config)", file=sys.stderr)
         return
@@ -300,7 +301,8 @@ def _print_health(args: argparse.Namespace, cfg: KitConfig) -> None:
         return
     try:
         cloudwatch = options.aws_clients(args, cfg.region).cloudwatch
-        line = observability.health_line(cloudwatch, cfg, now=datetime.now(timezone.utc))
+        line = observability.health_line(cloudwatch, cfg, now=datetime.now(timezone.utc),
+                                         running_from=observability.running_since(rayjob))
     except aws.AWS_ERRORS as err:
         line = f"health: unavailable ({aws.describe_error(err)})"
     print(line, file=sys.stderr)

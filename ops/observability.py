@@ -90,24 +90,93 @@ def _query(q: HealthQuery, dims: list[dict]) -> dict:
 
 
 HEALTH_WINDOW = dt.timedelta(minutes=15)
+_TRAINING_IDS = ("reward", "steptime")
 
 
-def health_line(cloudwatch: Any, config: KitConfig, *, now: dt.datetime) -> str:
+def quiet_window(config: KitConfig) -> dt.timedelta:
+    """How long a healthy run can go without a reward or step-time datapoint. The launcher writes
+    both once per rollout, so the gap is normally one rollout (``training.rollout_minutes``, the
+    config's estimate of one rollout with its training step). The longest gap of a healthy run is
+    a rollout followed by a save and its upload: the launcher's upload after the last rollout,
+    and the save before a Capacity Block ends, keep the job RUNNING with no step
+    (``training.save_upload_minutes`` estimates one save plus its upload). Twice the rollout
+    estimate plus that leaves one whole rollout of margin over both estimates; at least the health
+    line's own 15 minutes."""
+    t = config.training
+    return max(HEALTH_WINDOW, dt.timedelta(minutes=2 * t.rollout_minutes + t.save_upload_minutes))
+
+
+def running_since(rayjob: dict | None) -> dt.datetime | None:
+    """When the RayJob's current attempt started, while its Ray job is RUNNING; else None. The Ray
+    job's own start (``status.rayJobInfo.startTime``, set once the entrypoint runs) or, without
+    it, the attempt's (``status.startTime``, when KubeRay began creating its Ray cluster). KubeRay
+    v1.7.0 clears the first and sets the second again for every retry (rayjob_controller.go:
+    Retrying resets ``RayJobStatusInfo``; ``initRayJobStatusIfNeed`` sets ``StartTime``), so both
+    are this attempt's."""
+    st = (rayjob or {}).get("status") or {}
+    if st.get("jobStatus") != "RUNNING":
+        return None
+    for stamp in ((st.get("rayJobInfo") or {}).get("startTime"), st.get("startTime")):
+        if isinstance(stamp, str) and stamp:
+            try:
+                when = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+    return None
+
+
+def _stalled(config: KitConfig, latest_training: dt.datetime | None, *, now: dt.datetime,
+             running_from: dt.datetime | None) -> str | None:
+    """The problem of a RUNNING job that reports no training step, or None. Judged only once the
+    job's current attempt has run twice the quiet window: before its first rollout the launcher
+    stages the inputs and restores the newest save (about one save's transfer) and the engines
+    load, which can take as long as the window itself, so a job that just started (or was just
+    retried) is never called stalled. Without a start time nothing is judged."""
+    if running_from is None:
+        return None
+    window = quiet_window(config)
+    ran = now - running_from
+    if ran < 2 * window or (latest_training is not None and now - latest_training <= window):
+        return None
+    minutes = int(window.total_seconds() // 60)
+    return (f"no training step reported in the last {minutes} min (no reward or step time; "
+            f"the job has run {int(ran.total_seconds() // 60)} min, about one rollout every "
+            f"{config.training.rollout_minutes:g} min expected)")
+
+
+def health_line(cloudwatch: Any, config: KitConfig, *, now: dt.datetime,
+                running_from: dt.datetime | None = None) -> str:
     """One line: the latest value of each health metric over the last 15 minutes; 'problem'
-    when a node failed, EFA dropped packets or a container restarted."""
+    when a node failed, EFA dropped packets or a container restarted, or, with ``running_from``
+    (``running_since``: the RayJob is RUNNING), when its run reported no reward and no step time
+    within ``quiet_window`` (``_stalled`` says when that is judged)."""
     queries, dims = health_queries(config)
+    lookback = HEALTH_WINDOW if running_from is None else quiet_window(config)
     response = cloudwatch.get_metric_data(
         MetricDataQueries=[_query(q, dims[q.id]) for q in queries],
-        StartTime=now - HEALTH_WINDOW, EndTime=now, ScanBy="TimestampDescending")
-    latest = {r["Id"]: r["Values"][0] for r in response.get("MetricDataResults", [])
-              if r.get("Values")}
+        StartTime=now - lookback, EndTime=now, ScanBy="TimestampDescending")
+    newest = {r["Id"]: (_utc(r["Timestamps"][0]) if r.get("Timestamps") else now, r["Values"][0])
+              for r in response.get("MetricDataResults", []) if r.get("Values")}
+    latest = {k: v for k, (when, v) in newest.items() if now - when <= HEALTH_WINDOW}
     parts = [f"{q.label} {q.fmt(latest[q.id]) if q.id in latest else 'n/a'}" for q in queries]
     problems = [q.label for q in queries
                 if q.id in ("efadrop", "failed", "restarts") and latest.get(q.id, 0) > 0]
+    stepped = [newest[k][0] for k in _TRAINING_IDS if k in newest]
+    stalled = _stalled(config, max(stepped, default=None), now=now, running_from=running_from)
+    if stalled:
+        problems.append(stalled)
     verdict = f"problem ({', '.join(problems)})" if problems else (
         "ok" if latest else "no data yet (no GPU node up, or the add-on is not running)")
     return f"health, last {int(HEALTH_WINDOW.total_seconds() // 60)} min: {verdict}: " + \
         ", ".join(parts)
+
+
+def _utc(when: Any) -> dt.datetime:
+    """A GetMetricData timestamp (botocore parses it to an aware datetime) in UTC."""
+    if isinstance(when, str):
+        when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+    return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
 
 
 # --- logs after the pods ------------------------------------------------------------------------
