@@ -81,6 +81,9 @@ class Plan:
     refused: dict[str, str] = field(default_factory=dict)
     # Stacks that only look like ``<name>-gpu-<group>`` and are not tagged for this environment.
     ignored: dict[str, str] = field(default_factory=dict)
+    # Stacks of this environment the teardown was asked to delete but keeps, because deleting
+    # them now would lose or strand something (stack name -> why): the teardown is incomplete.
+    blocked: dict[str, str] = field(default_factory=dict)
 
     @property
     def stacks(self) -> list[str]:
@@ -143,12 +146,22 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
     # the storage stack goes only when its file system goes with it.
     storage_deletable = cfg.ephemeral or (delete_data and not cfg.storage_retain)
     storage = ours(stack["storage"])
+    if storage and storage_deletable and retained_file_systems(cfn, stack["storage"]):
+        # The config says the file system may go, but the deployed stack still retains it (the
+        # config changed without a deploy): deleting the stack would leave the file system
+        # billing outside any stack, and its network interfaces would block the VPC's delete.
+        storage_deletable = False
+        plan.blocked[stack["storage"]] = plan.why_kept[stack["storage"]] = (
+            "the deployed file system still has DeletionPolicy Retain (the config's "
+            "storage.retain: false or ephemeral: true was not deployed yet), so CloudFormation "
+            f"would leave it billing outside any stack. Fix: cdk deploy {stack['storage']} with "
+            "this config, then run teardown again")
     stages = [gpu + access,
               ([stack["cluster"]] if ours(stack["cluster"]) else [])
               + ([stack["storage"]] if storage and storage_deletable else [])]
     if storage and not storage_deletable:
         plan.kept.append(stack["storage"])
-        plan.why_kept[stack["storage"]] = (
+        plan.why_kept.setdefault(stack["storage"],
             "the shared file system is retained with the data; with storage.retain: false (and "
             "the storage stack redeployed) --delete-data deletes it too")
     if ours(stack["network"]):
@@ -169,11 +182,55 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
                 "imports the bucket and its key), so the data stays with it; with storage.retain: "
                 "false (and the storage stack redeployed) --delete-data deletes both")
         elif cfg.ephemeral or delete_data:
-            plan.stages.append([stack["data"]])
-            plan.data_stack = stack["data"]
+            importers = outside_importers(cfn, stack["data"], plan.stacks)
+            if importers:
+                plan.kept.append(stack["data"])
+                plan.blocked[stack["data"]] = plan.why_kept[stack["data"]] = importers_problem(
+                    stack["data"], importers)
+            else:
+                plan.stages.append([stack["data"]])
+                plan.data_stack = stack["data"]
         else:
             plan.kept.append(stack["data"])
     return plan
+
+
+def retained_file_systems(cfn: Any, stack: str) -> list[str]:
+    """Logical IDs of the deployed stack's file systems that CloudFormation retains."""
+    return sorted(k for k, r in _template(cfn, stack).get("Resources", {}).items()
+                  if r.get("Type") == "AWS::FSx::FileSystem" and r.get("DeletionPolicy") == "Retain")
+
+
+def outside_importers(cfn: Any, stack: str, deleting: list[str] = ()) -> dict[str, list[str]]:
+    """Export name -> the stacks importing it, of ``stack``'s exports, less ``deleting`` (stacks
+    gone by then). CloudFormation refuses to delete a stack whose export is in use, and only says
+    so after the delete was asked for: by then teardown would have emptied the data stack."""
+    found = cfn.describe_stacks(StackName=stack).get("Stacks", [])
+    exports = [o["ExportName"] for o in (found[0].get("Outputs", []) if found else [])
+               if o.get("ExportName")]
+    importers = {}
+    for export in exports:
+        users, token = [], None
+        try:
+            while True:
+                page = cfn.list_imports(ExportName=export, **({"NextToken": token} if token else {}))
+                users += [s for s in page.get("Imports", []) if s not in deleting]
+                if not (token := page.get("NextToken")):
+                    break
+        except AWS_ERRORS as err:
+            if "is not imported by any stack" not in str(err):  # ListImports' answer for none
+                raise
+        if users:
+            importers[export] = sorted(users)
+    return importers
+
+
+def importers_problem(stack: str, importers: dict[str, list[str]]) -> str:
+    users = sorted({s for v in importers.values() for s in v})
+    export = next(iter(importers))
+    return (f"{', '.join(users)} still import(s) its outputs (e.g. {export}), so CloudFormation "
+            "would refuse to delete it after teardown had emptied its bucket and repository. "
+            f"Fix: delete {', '.join(users)} (or remove the imports), then run teardown again")
 
 
 # --- emptying the data stack ---------------------------------------------------------------------
@@ -198,18 +255,28 @@ def _template(cfn: Any, stack: str) -> dict[str, Any]:
     return body
 
 
+@dataclass(frozen=True)
+class StackResource:
+    type: str  # AWS::S3::Bucket, ...
+    physical_id: str
+    retained: bool  # DeletionPolicy Retain: CloudFormation leaves it in place
+
+
+def stack_resources(cfn: Any, stack: str) -> list[StackResource]:
+    """Every resource of a deployed stack that has a physical ID, with whether it is retained."""
+    template = _template(cfn, stack).get("Resources", {})
+    return [StackResource(r["ResourceType"], r["PhysicalResourceId"],
+                          template.get(r["LogicalResourceId"], {}).get("DeletionPolicy") == "Retain")
+            for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack)
+            for r in page.get("StackResourceSummaries", []) if r.get("PhysicalResourceId")]
+
+
 def data_resources(cfn: Any, stack: str) -> list[DataResource]:
     """Buckets and ECR repositories of the data stack, with whether CloudFormation keeps them."""
-    resources = _template(cfn, stack).get("Resources", {})
-    found = []
-    for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack):
-        for r in page.get("StackResourceSummaries", []):
-            kind = {"AWS::S3::Bucket": "bucket",
-                    "AWS::ECR::Repository": "repository"}.get(r["ResourceType"])
-            if kind and r.get("PhysicalResourceId"):
-                policy = resources.get(r["LogicalResourceId"], {}).get("DeletionPolicy")
-                found.append(DataResource(kind, r["PhysicalResourceId"], policy == "Retain"))
-    return sorted(found, key=lambda d: (d.kind, d.name))
+    kinds = {"AWS::S3::Bucket": "bucket", "AWS::ECR::Repository": "repository"}
+    return sorted((DataResource(kinds[r.type], r.physical_id, r.retained)
+                   for r in stack_resources(cfn, stack) if r.type in kinds),
+                  key=lambda d: (d.kind, d.name))
 
 
 def empty_bucket(s3: Any, bucket: str, dry_run: bool = False) -> int:
@@ -234,15 +301,36 @@ def empty_bucket(s3: Any, bucket: str, dry_run: bool = False) -> int:
 
 
 def delete_images(ecr: Any, repository: str, dry_run: bool = False) -> int:
-    count = 0
-    for page in ecr.get_paginator("list_images").paginate(repositoryName=repository):
-        ids = page.get("imageIds", [])
-        for i in range(0, len(ids), 100):  # BatchDeleteImage takes at most 100 IDs
-            batch = ids[i:i + 100]
-            if not dry_run:
-                ecr.batch_delete_image(repositoryName=repository, imageIds=batch)
-            count += len(batch)
-    return count
+    """Delete every image of ``repository`` (by digest, so each once whatever its tags); returns
+    how many. ECR refuses to delete an image that a multi-arch image index still lists
+    (ImageReferencedByManifestList, botocore's ecr ImageFailureCode): those are tried again once
+    the indexes are gone. Any other failure stops the teardown, naming it: CloudFormation cannot
+    delete a repository that still holds an image."""
+    digests = sorted({i["imageDigest"] for page in ecr.get_paginator("list_images").paginate(
+        repositoryName=repository) for i in page.get("imageIds", []) if i.get("imageDigest")})
+    pending = [] if dry_run else digests
+    while pending:
+        referenced = []
+        for i in range(0, len(pending), 100):  # BatchDeleteImage takes at most 100 IDs
+            result = ecr.batch_delete_image(repositoryName=repository, imageIds=[
+                {"imageDigest": d} for d in pending[i:i + 100]])
+            for failure in result.get("failures", []):
+                code = failure.get("failureCode")
+                if code == "ImageReferencedByManifestList":
+                    referenced.append(failure["imageId"]["imageDigest"])
+                elif code != "ImageNotFound":  # gone already: what teardown wants
+                    raise TeardownError(
+                        f"ECR repository {repository}: could not delete image "
+                        f"{failure.get('imageId', {}).get('imageDigest', '?')} ({code}: "
+                        f"{failure.get('failureReason', '')}). Fix: delete it by hand (aws ecr "
+                        "batch-delete-image), then run teardown again")
+        if len(referenced) == len(pending):  # no index left to delete first: no progress
+            raise TeardownError(
+                f"ECR repository {repository}: {len(referenced)} image(s) are still listed by an "
+                "image index that could not be deleted. Fix: delete the index by hand (aws ecr "
+                "batch-delete-image), then run teardown again")
+        pending = referenced
+    return len(digests)
 
 
 # --- deleting stacks -----------------------------------------------------------------------------
@@ -376,20 +464,14 @@ def cluster_log_groups(logs: Any, cluster_name: str) -> list[str]:
     return sorted(found)
 
 
-def stack_physical_ids(cfn: Any, stack: str) -> list[str]:
-    """Physical IDs of every resource of a stack (to recognize a kept stack's resources)."""
-    ids = []
-    for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack):
-        ids += [r["PhysicalResourceId"] for r in page.get("StackResourceSummaries", [])
-                if r.get("PhysicalResourceId")]
-    return ids
-
-
 def belongs_to(arn: str, stacks: list[str], physical_ids: list[str]) -> bool:
-    """Whether an ARN is one of these stacks or a resource with one of these physical IDs."""
+    """Whether an ARN is one of these stacks or a resource with one of these physical IDs: the
+    ID ends the ARN after a / (key/ID, project/NAME) or a : (arn:aws:s3:::BUCKET,
+    ...:log-group:NAME, which may also end in :*)."""
     if any(f":stack/{stack}/" in arn for stack in stacks):
         return True
-    return any(arn.endswith(f":::{pid}") or arn.endswith(f"/{pid}") for pid in physical_ids)
+    arn = arn.removesuffix(":*")
+    return any(arn.endswith((f"/{pid}", f":{pid}")) for pid in physical_ids)
 
 
 def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
@@ -399,8 +481,9 @@ def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
     Server access logging is turned off first and the buckets that receive access logs are
     emptied last: S3 delivers access logs late (best effort), and a record landing in an emptied
     log bucket fails CloudFormation's delete of it (BucketNotEmpty)."""
-    kept_ids = []
     resources = data_resources(cfn, stack)
+    # What CloudFormation retains stays on purpose: the data, and a KMS key with storage.retain.
+    kept_ids = [r.physical_id for r in stack_resources(cfn, stack) if r.retained]
     log_targets = set()
     for res in resources:
         if res.kind == "bucket" and not res.retained:
@@ -413,7 +496,6 @@ def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
                      f"bucket {res.name} (to {target})")
     for res in sorted(resources, key=lambda r: r.name in log_targets):
         if res.retained:
-            kept_ids.append(res.name)
             echo(f"{res.kind} {res.name} has DeletionPolicy Retain (storage.retain: true): "
                  "CloudFormation keeps it with its data. To delete it as well, empty and "
                  "delete it by hand afterwards.")
@@ -427,15 +509,13 @@ def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
     return kept_ids
 
 
-def split_leftovers(cfn: Any, arns: list[str], kept_stacks: list[str], kept_ids: list[str],
-                    whole_stacks: list[str] = ()) -> tuple[list[str], list[str]]:
-    """(kept on purpose, left) of the ARNs still tagged with the environment. Of a kept data stack
-    only its bucket(s) and repository count as kept; of ``whole_stacks`` (a kept network or
-    storage stack) every resource does."""
+def split_leftovers(cfn: Any, arns: list[str], kept_stacks: list[str], kept_ids: list[str]
+                    ) -> tuple[list[str], list[str]]:
+    """(kept on purpose, left) of the ARNs still tagged with the environment: every resource of a
+    kept stack (its bucket and repository, and its build project, log group and key as well) and
+    the resources ``kept_ids`` names (what a deleted stack retains) are kept on purpose."""
     kept_ids = list(kept_ids)
     for stack in kept_stacks:
-        kept_ids += [r.name for r in data_resources(cfn, stack)]
-        if stack in whole_stacks:
-            kept_ids += stack_physical_ids(cfn, stack)
+        kept_ids += [r.physical_id for r in stack_resources(cfn, stack)]
     kept = [a for a in arns if belongs_to(a, kept_stacks, kept_ids)]
     return kept, [a for a in arns if a not in kept]

@@ -11,13 +11,19 @@ after every other stack is gone: only then are its buckets emptied (every object
 delete marker) and its images deleted, since CloudFormation refuses to delete either while they
 hold data. A failed cluster delete therefore never leaves a running environment without its data.
 
+It also keeps, and says why: a storage stack whose deployed file system is still retained (the
+config's storage.retain: false not deployed yet), and a data stack another stack still imports
+from (CloudFormation would refuse its delete after the bucket was emptied).
+
 When the config no longer validates (written for an older kit, say), teardown still works: it
-reads the environment's name and region from the file, or from --name and --region, and finds the
-stacks by their exact names and tag; it then keeps the data, and a retained file system with its
-network, whatever the config said (--delete-data still deletes the data stack).
+reads the environment's name and region from the file, or from --name with --region and
+--account, and finds the stacks by their exact names and tag; it then keeps the data, and a
+retained file system with its network, whatever the config said (--delete-data still deletes the
+data stack).
 
 Asks you to type the environment name unless --yes. --dry-run prints what it would delete, and
-exits non-zero where the real teardown would refuse.
+exits non-zero where the real teardown would refuse or leave a stack. Afterwards it lists what is
+still tagged with the environment, re-reading for up to 3 minutes (the tagging API lags deletes).
 Exit code 0 when everything is gone, 1 when something is left or a deletion failed, 2 for a bad
 config or a missing confirmation, 130 when interrupted (CloudFormation carries on; run again).
 """
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Callable
 
 from infra import names
@@ -39,6 +46,8 @@ from ops.teardown import (
     cluster_log_groups,
     delete_stacks,
     empty_data_stack,
+    importers_problem,
+    outside_importers,
     plan_teardown,
     scheduled_key_deletions,
     split_leftovers,
@@ -55,7 +64,10 @@ def _confirm(name: str, args: argparse.Namespace, ask: Callable[[str], str]) -> 
         print("error: teardown needs confirmation and stdin is not a terminal. Fix: pass --yes "
               "(CI) or run it interactively.", file=sys.stderr)
         return False
-    answer = ask(f"Type the environment name ({name}) to delete these stacks: ").strip()
+    try:
+        answer = ask(f"Type the environment name ({name}) to delete these stacks: ").strip()
+    except EOFError:  # Ctrl-D, or stdin closed
+        answer = ""
     if answer != name:
         print(f"Not confirmed ({answer!r} is not {name!r}); nothing deleted.", file=sys.stderr)
         return False
@@ -66,11 +78,16 @@ def _target(args: argparse.Namespace) -> Target | None:
     """The environment to tear down: --name (with --region), else the config; a config that no
     longer validates still names its environment (its problems are printed as a warning)."""
     if args.name is not None:
-        if args.region is None:
-            print(f"error: --name {args.name} needs --region (the region its stacks are in); "
-                  "nothing deleted", file=sys.stderr)
+        # Tags prove the environment's name, not its account: a profile for another account
+        # holding an environment of the same name would match them too.
+        missing = [flag for flag, value in (("--region", args.region), ("--account", args.account))
+                   if value is None]
+        if missing:
+            print(f"error: --name {args.name} needs {' and '.join(missing)} (the region its "
+                  "stacks are in and the account they belong to; teardown refuses credentials "
+                  "for any other account); nothing deleted", file=sys.stderr)
             return None
-        return Target.by_name(args.name, args.region)
+        return Target.by_name(args.name, args.region, args.account)
     cfg = options.load_config(args)
     if cfg is not None:
         return Target.of(cfg)
@@ -126,6 +143,8 @@ def _run(args: argparse.Namespace) -> int:
               "(or its tags were changed). Check it by hand.", file=sys.stderr)
     for stack, why in plan.ignored.items():
         echo(f"Leaving {stack} alone: {why}.")
+    for stack, why in plan.blocked.items():
+        print(f"warning: not deleting {stack}: {why}.", file=sys.stderr)
 
     if plan.stacks:
         echo(f"Teardown of {cfg.name!r} in account {account}, {region}, in this order:")
@@ -134,6 +153,8 @@ def _run(args: argparse.Namespace) -> int:
     else:
         echo(f"No stacks of {cfg.name!r} to delete in {region}.")
     for kept in plan.kept:
+        if kept in plan.blocked:
+            continue  # warned above
         if kept in plan.why_kept:
             echo(f"Keeping {kept}: {plan.why_kept[kept]}.")
             continue
@@ -148,7 +169,12 @@ def _run(args: argparse.Namespace) -> int:
         for stage in plan.stages:
             if stage == [plan.data_stack]:
                 # Data last: every other stack is gone by now, so emptying the bucket can no
-                # longer leave a running environment without its data.
+                # longer leave a running environment without its data, unless a stack outside
+                # the plan imports from it (asked again: the plan was made before the deletes).
+                if not args.dry_run and (importers := outside_importers(c.cloudformation,
+                                                                        plan.data_stack)):
+                    raise TeardownError(f"not emptying or deleting {plan.data_stack}: "
+                                        + importers_problem(plan.data_stack, importers))
                 kept_ids += empty_data_stack(c.cloudformation, c.s3, c.ecr, plan.data_stack,
                                              args.dry_run, echo, dry)
             if args.dry_run:
@@ -171,57 +197,70 @@ def _run(args: argparse.Namespace) -> int:
               f"({', '.join(plan.stacks)}).", file=sys.stderr)
         return 130
 
-    if plan.refused:
-        print(f"Not complete: {len(plan.refused)} stack(s) named like this environment's were left "
-              "(see the warnings above).", file=sys.stderr)
+    incomplete = len(plan.refused) + len(plan.blocked)
+    if incomplete:
+        print(f"Not complete: {incomplete} stack(s) of this environment, or named like its "
+              "stacks, were left (see the warnings above).", file=sys.stderr)
     if args.dry_run:
         echo(f"[dry-run] would list resources still tagged {names.ENVIRONMENT_TAG}={cfg.name} "
              "(resourcegroupstaggingapi get-resources)")
-        return 0
-    code = report_leftovers(c, cfg.name, kept_stacks, kept_ids, echo,
-                            whole_stacks=list(plan.why_kept))
-    return 1 if plan.refused else code
+        return 1 if incomplete else 0
+    code = report_leftovers(c, cfg.name, kept_stacks, kept_ids, echo, sleep=args.sleep)
+    if code == 0 and not incomplete:
+        echo("Teardown complete.")
+    return 1 if incomplete else code
+
+
+# The Resource Groups Tagging API lists a deleted resource for a while ("a few minutes"):
+# leftovers are read again before they count, so a clean teardown does not fail on that lag.
+LEFTOVER_SETTLE_S = 180
+LEFTOVER_POLL_S = 30
 
 
 def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], kept_ids: list[str],
-                     echo: Callable[[str], None], whole_stacks: list[str] = ()) -> int:
-    """List what still carries the environment tag. Of the data stack only its bucket(s) and
-    repository count as kept; of ``whole_stacks`` (a kept network or storage stack) every
-    resource does."""
-    try:
-        arns = tagged_resources(c.tagging, name)
-    except aws.AWS_ERRORS as err:
-        print(f"warning: could not list tagged resources: {aws.describe_error(err)}. Check by "
-              f"hand: aws resourcegroupstaggingapi get-resources --tag-filters "
-              f"Key={names.ENVIRONMENT_TAG},Values={name}", file=sys.stderr)
-        return 1
-    kept, left = split_leftovers(c.cloudformation, arns, kept_stacks, kept_ids, whole_stacks)
-    try:
-        scheduled = scheduled_key_deletions(c.kms, left)
-        groups = cluster_log_groups(c.logs, names.eks_cluster_name(name))
-    except aws.AWS_ERRORS as err:
-        print(f"warning: could not check KMS keys and log groups: {aws.describe_error(err)}. "
-              "Check by hand: aws kms describe-key and aws logs describe-log-groups "
-              f"--log-group-name-prefix /aws/containerinsights/{names.eks_cluster_name(name)}/",
-              file=sys.stderr)
-        return 1
-    left = [a for a in left if a not in scheduled]
-    left += [f"log group {g}" for g in groups if not any(g in a for a in left)]
+                     echo: Callable[[str], None],
+                     sleep: Callable[[float], None] = time.sleep) -> int:
+    """List what still carries the environment tag, less what is kept on purpose (every
+    resource of a kept stack, and what a deleted stack retains); 0 when nothing is left. What
+    is left is read again every LEFTOVER_POLL_S seconds, up to LEFTOVER_SETTLE_S."""
+    waited = 0
+    while True:
+        try:
+            arns = tagged_resources(c.tagging, name)
+            kept, left = split_leftovers(c.cloudformation, arns, kept_stacks, kept_ids)
+            scheduled = scheduled_key_deletions(c.kms, left)
+            groups = cluster_log_groups(c.logs, names.eks_cluster_name(name))
+        except aws.AWS_ERRORS as err:
+            print(f"warning: could not list what is left: {aws.describe_error(err)}. Check by "
+                  f"hand: aws resourcegroupstaggingapi get-resources --tag-filters "
+                  f"Key={names.ENVIRONMENT_TAG},Values={name}, and aws logs describe-log-groups "
+                  f"--log-group-name-prefix /aws/containerinsights/{names.eks_cluster_name(name)}/",
+                  file=sys.stderr)
+            return 1
+        left = [a for a in left if a not in scheduled]
+        left += [f"log group {g}" for g in groups if not any(g in a for a in left)]
+        if not left or waited >= LEFTOVER_SETTLE_S:
+            break
+        echo(f"{len(left)} resource(s) still tagged {names.ENVIRONMENT_TAG}={name}; the tagging "
+             f"API lags deletions, reading again in {LEFTOVER_POLL_S} s (up to "
+             f"{LEFTOVER_SETTLE_S - waited} s more)")
+        sleep(LEFTOVER_POLL_S)
+        waited += LEFTOVER_POLL_S
     for a in kept:
         echo(f"kept on purpose: {a}")
     for a in scheduled:
         echo(f"scheduled for deletion by KMS: {a}")
     if not left:
         echo(f"Nothing else is tagged {names.ENVIRONMENT_TAG}={name}, and no log group is left "
-             "for its cluster. Teardown complete.")
+             "for its cluster.")
         return 0
-    echo(f"Still tagged {names.ENVIRONMENT_TAG}={name} ({len(left)}):")
+    echo(f"Still tagged {names.ENVIRONMENT_TAG}={name} ({len(left)}), {waited} s after the "
+         "deletes:")
     for a in left:
         echo(f"  {a}")
-    echo("These may still be deleting (the tagging API lags a few minutes) or were created outside "
-         "the stacks (e.g. load balancers or volumes made by Kubernetes, or log groups a "
-         "still-running Fluent Bit recreated). Check again in a few minutes; delete what remains "
-         "in the console or with the service's CLI.")
+    echo("These were created outside the stacks (e.g. load balancers or volumes made by "
+         "Kubernetes, or log groups a still-running Fluent Bit recreated), or are still being "
+         "deleted. Delete what remains in the console or with the service's CLI.")
     return 1
 
 
@@ -238,8 +277,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--delete-data", action="store_true",
                    help="delete the data stack too: empties the bucket (all versions) and the ECR "
                    "repository (always done when the config is ephemeral)")
+    p.add_argument("--account", default=None, metavar="ACCOUNT_ID",
+                   help="with --name: the AWS account the environment belongs to (teardown "
+                   "refuses credentials for any other)")
     options.add_dry_run(p, "print what would be deleted; change nothing")
     p.add_argument("--poll", type=float, default=15.0, help="seconds between status polls")
     p.add_argument("--timeout", type=float, default=3600.0,
                    help="seconds to wait for each stage (default 3600)")
-    p.set_defaults(func=_run, ask=input)
+    p.set_defaults(func=_run, ask=input, sleep=time.sleep)

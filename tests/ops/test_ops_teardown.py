@@ -12,52 +12,9 @@ from botocore.stub import Stubber
 
 from ops import teardown_cmd
 from ops.teardown import TeardownError, delete_images, delete_stacks, empty_bucket
-from ops.aws import AwsClients
-from tests.support.teardown import DATA, REGION, Recording, aws, env_tags, live_names, make_env, make_stack  # noqa: F401 (aws: autouse fixture)
-
-
-def fill_bucket(bucket: str) -> None:
-    s3 = boto3.client("s3", region_name=REGION)
-    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    s3.put_object(Bucket=bucket, Key="checkpoints/a", Body=b"1")
-    s3.put_object(Bucket=bucket, Key="checkpoints/a", Body=b"2")
-    s3.delete_object(Bucket=bucket, Key="checkpoints/a")  # leaves a delete marker
-
-
-def push_image(repo: str, tag: str) -> None:
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                "config": {"digest": f"sha256:{tag * 64}"[:71], "size": 1,
-                           "mediaType": "application/vnd.docker.container.image.v1+json"},
-                "layers": []}
-    boto3.client("ecr", region_name=REGION).put_image(
-        repositoryName=repo, imageManifest=json.dumps(manifest), imageTag=tag)
-
-
-def write_config(tmp_path, ephemeral=False, name="tt", account=None):
-    text = f"name: {name}\n"
-    if account:
-        text += f"account: '{account}'\n"
-    if ephemeral:
-        text += "ephemeral: true\ncost_guard: {max_gpu_nodes: 2, ttl_hours: 6}\n"
-    path = tmp_path / "c.yaml"
-    path.write_text(text)
-    return path
-
-
-def run(tmp_path, *flags, ephemeral=False, answer=None, name="tt", account=None, cfn=None):
-    parser = argparse.ArgumentParser(prog="rlkit")
-    teardown_cmd.register(parser.add_subparsers(dest="command"))
-    config = write_config(tmp_path, ephemeral, name=name, account=account)
-    args = parser.parse_args(["teardown", "--config", str(config), "--poll", "0", *flags])
-    cfn = cfn or Recording(boto3.client("cloudformation", region_name=REGION))
-    clients = AwsClients(REGION, cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
-                      ecr=boto3.client("ecr", region_name=REGION),
-                      tagging=boto3.client("resourcegroupstaggingapi", region_name=REGION),
-                      sts=boto3.client("sts", region_name=REGION))
-    args.clients_factory = lambda region, profile: clients
-    if answer is not None:
-        args.ask = lambda prompt: answer
-    return args.func(args), cfn
+from tests.support.teardown import (  # noqa: F401 (aws: autouse fixture)
+    DATA, REGION, Recording, aws, fill_bucket, live_names, make_env, make_stack, push_image,
+    run, write_config)
 
 
 # --- order and data ------------------------------------------------------------------------------
@@ -159,7 +116,7 @@ def test_leftover_tagged_resource_is_listed_and_fails(tmp_path, capsys):
     code, _ = run(tmp_path, "--yes")
     out = capsys.readouterr().out
     assert code == 1
-    assert "Still tagged rlkit:environment=tt (1):\n  arn:aws:s3:::stray-tt" in out
+    assert "Still tagged rlkit:environment=tt (1), 180 s after the deletes:\n  arn:aws:s3:::stray-tt" in out
     assert "created outside the stacks" in out
 
 
@@ -182,7 +139,7 @@ def test_a_kms_key_still_enabled_is_a_leftover(tmp_path, capsys):
     key = kms.create_key(Tags=[{"TagKey": "rlkit:environment", "TagValue": "tt"}])["KeyMetadata"]
     code, _ = run(tmp_path, "--yes")
     out = capsys.readouterr().out
-    assert code == 1 and f"Still tagged rlkit:environment=tt (1):\n  {key['Arn']}" in out
+    assert code == 1 and f"Still tagged rlkit:environment=tt (1), 180 s after the deletes:\n  {key['Arn']}" in out
 
 
 def test_a_log_group_of_the_cluster_is_a_leftover_even_untagged(tmp_path, capsys):
@@ -195,7 +152,7 @@ def test_a_log_group_of_the_cluster_is_a_leftover_even_untagged(tmp_path, capsys
     code, _ = run(tmp_path, "--yes")
     out = capsys.readouterr().out
     assert code == 1
-    assert "Still tagged rlkit:environment=tt (1):\n  log group /aws/containerinsights/tt/application" in out
+    assert "Still tagged rlkit:environment=tt (1), 180 s after the deletes:\n  log group /aws/containerinsights/tt/application" in out
     assert "recreated" in out and "/other/" not in out
 
 

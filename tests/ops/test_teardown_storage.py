@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
-
-import boto3
-
-from ops import teardown_cmd
-from ops.aws import AwsClients
-from tests.support.teardown import REGION, Recording, aws, live_names, make_env, make_stack  # noqa: F401
+from tests.support.teardown import aws, live_names, make_env, make_stack  # noqa: F401 (aws: autouse fixture)
+from tests.support.teardown import run as teardown_run
 
 
 def make_env_with_storage(name="tt"):
@@ -19,18 +14,7 @@ def make_env_with_storage(name="tt"):
 
 
 def run(tmp_path, config_text: str, *flags):
-    parser = argparse.ArgumentParser(prog="rlkit")
-    teardown_cmd.register(parser.add_subparsers(dest="command"))
-    config = tmp_path / "c.yaml"
-    config.write_text(config_text)
-    args = parser.parse_args(["teardown", "--config", str(config), "--poll", "0", "--yes", *flags])
-    cfn = Recording(boto3.client("cloudformation", region_name=REGION))
-    clients = AwsClients(REGION, cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
-                      ecr=boto3.client("ecr", region_name=REGION),
-                      tagging=boto3.client("resourcegroupstaggingapi", region_name=REGION),
-                      sts=boto3.client("sts", region_name=REGION))
-    args.clients_factory = lambda region, profile: clients
-    return args.func(args), cfn
+    return teardown_run(tmp_path, "--yes", *flags, config_text=config_text)
 
 
 def test_kept_file_system_keeps_its_network(tmp_path, capsys):
