@@ -14,6 +14,7 @@ from infra.constructs.shared_filesystem import fsx_may_use_bucket_key
 from infra.constructs.trainer_identity import TrainerRole
 from infra.constructs.trainer_image_build import TrainerImageBuild
 from infra.constructs.trainer_repository import TrainerRepository
+from infra import names
 from infra.names import OutputKeys
 
 
@@ -36,7 +37,8 @@ class DataStack(Stack):
             fsx_may_use_bucket_key(self.bucket_key)  # datasets/ and models/ links
         self.repository = TrainerRepository(self, "TrainerImage", removal_policy=policy).repository
         self.trainer_role = TrainerRole(
-            self, "Trainer", bucket=self.bucket, bucket_key=self.bucket_key,
+            self, "Trainer", cluster_name=names.eks_cluster_name(config.name),
+            bucket=self.bucket, bucket_key=self.bucket_key,
             read_capacity_blocks=any(g.capacity.type == "capacity-block"
                                      for g in config.gpu_node_groups.values())).role
         CfnOutput(self, OutputKeys.BUCKET_NAME, value=self.bucket.bucket_name)

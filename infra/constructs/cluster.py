@@ -158,7 +158,7 @@ class KitCluster(Construct):
         # created, so the nodes come after the association and the agent: the first aws-node pod
         # on a node already has them (kube-proxy too, as the creation order asks).
         if node_roles.VPC_CNI_ADDON in self.addons:
-            self.vpc_cni_role = node_roles.vpc_cni_role(self, "VpcCniRole")
+            self.vpc_cni_role = node_roles.vpc_cni_role(self, "VpcCniRole", cluster_name=cluster_name)
             self.addons[node_roles.VPC_CNI_ADDON].node.default_child.pod_identity_associations = [
                 eks.CfnAddon.PodIdentityAssociationProperty(
                     service_account=node_roles.VPC_CNI_SERVICE_ACCOUNT,

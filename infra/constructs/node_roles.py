@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from infra.constructs.nag import acknowledge, managed_policy_finding
+from infra.constructs.pod_identity import KUBE_SYSTEM, pod_identity_principal
 
 # What a node itself needs [EKS user guide, "Amazon EKS node IAM role"].
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")
@@ -35,12 +36,12 @@ def restrict_node_role(role: iam.IRole) -> None:
         for p in NODE_POLICIES]
 
 
-def vpc_cni_role(scope: Construct, id: str) -> iam.Role:
+def vpc_cni_role(scope: Construct, id: str, *, cluster_name: str) -> iam.Role:
     """The role the vpc-cni add-on's ``aws-node`` pods get through EKS Pod Identity."""
     role = iam.Role(
         scope, id,
-        # Pod Identity needs both sts:AssumeRole and sts:TagSession in the trust policy.
-        assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+        assumed_by=pod_identity_principal(cluster_name=cluster_name, namespace=KUBE_SYSTEM,
+                                          service_account=VPC_CNI_SERVICE_ACCOUNT),
         description="Amazon VPC CNI (aws-node) through EKS Pod Identity, instead of the node role",
         managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY)],
     )

@@ -32,6 +32,7 @@ from constructs import Construct
 from infra import names
 from infra.constructs import fluent_bit
 from infra.constructs.nag import acknowledge, managed_policy_finding
+from infra.constructs.pod_identity import pod_identity_principal
 
 # The add-on's agent and Fluent Bit run as this service account [chart amazon-cloudwatch-
 # observability 6.4.0 templates/_helpers.tpl "cloudwatch-agent.serviceAccountName": the agent's
@@ -137,8 +138,9 @@ class CloudWatchObservability(Construct):
         super().__init__(scope, id)
         self.role = iam.Role(
             self, "Role",
-            # Pod Identity needs both sts:AssumeRole and sts:TagSession in the trust policy.
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            assumed_by=pod_identity_principal(cluster_name=cluster_name,
+                                              namespace=ADDON_NAMESPACE,
+                                              service_account=ADDON_SERVICE_ACCOUNT),
             description="CloudWatch agent and Fluent Bit of the amazon-cloudwatch-observability add-on",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(AGENT_POLICY)],
         )

@@ -32,6 +32,7 @@ from constructs import Construct, IConstruct
 
 from infra import names, versions
 from infra.constructs.nag import skip_checkov
+from infra.constructs.pod_identity import KUBE_SYSTEM, pod_identity_principal
 
 # Lustre traffic: TCP 988 and TCP 1018-1023, between the file servers and between the file system
 # and its clients [FSx for Lustre User Guide, "File system access control with Amazon VPC" and
@@ -201,8 +202,9 @@ class FsxCsiDriver(Construct):
         super().__init__(scope, id)
         self.role = iam.Role(
             self, "ControllerRole",
-            # Pod Identity needs both sts:AssumeRole and sts:TagSession in the trust policy.
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            assumed_by=pod_identity_principal(cluster_name=cluster.cluster_name,
+                                              namespace=KUBE_SYSTEM,
+                                              service_account=FSX_CSI_CONTROLLER_SERVICE_ACCOUNT),
             # No permissions. The driver's install guide attaches AmazonFSxFullAccess for
             # dynamic provisioning; the controller calls the FSx API only in CreateVolume,
             # DeleteVolume, ValidateVolumeCapabilities and ControllerExpandVolume

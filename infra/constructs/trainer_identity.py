@@ -11,6 +11,7 @@ from constructs import Construct
 
 from infra import names
 from infra.constructs.nag import acknowledge
+from infra.constructs.pod_identity import pod_identity_principal
 
 
 class TrainerRole(Construct):
@@ -20,13 +21,14 @@ class TrainerRole(Construct):
     cluster stack binds it to the service account with ``bind_trainer_role``.
     """
 
-    def __init__(self, scope: Construct, id: str, *, bucket: s3.Bucket,
+    def __init__(self, scope: Construct, id: str, *, cluster_name: str, bucket: s3.Bucket,
                  bucket_key: kms.IKey | None, read_capacity_blocks: bool = False) -> None:
         super().__init__(scope, id)
         self.role = iam.Role(
             self, "Role",
-            # Pod Identity needs both sts:AssumeRole and sts:TagSession in the trust policy.
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            assumed_by=pod_identity_principal(cluster_name=cluster_name,
+                                              namespace=names.TRAINER_NAMESPACE,
+                                              service_account=names.TRAINER_SERVICE_ACCOUNT),
             description="RL trainer pods: checkpoints and datasets in the kit's bucket only",
         )
         self.role.add_to_policy(iam.PolicyStatement(

@@ -1,0 +1,27 @@
+"""The trust of a role that pods get through EKS Pod Identity."""
+
+from __future__ import annotations
+
+from aws_cdk import aws_iam as iam
+
+# Session tags EKS Pod Identity passes when it assumes a role for a pod [Amazon EKS user guide,
+# "Create IAM role with trust policy required by EKS Pod Identity" (pod-id-role.html), "Setting
+# Conditions", and "Enable or disable session tags" (pod-id-abac.html), read 2026-12-02].
+CLUSTER_TAG = "aws:RequestTag/eks-cluster-name"
+NAMESPACE_TAG = "aws:RequestTag/kubernetes-namespace"
+SERVICE_ACCOUNT_TAG = "aws:RequestTag/kubernetes-service-account"
+# Where EKS installs the vpc-cni and aws-fsx-csi-driver add-ons' pods [Amazon EKS user guide,
+# "Amazon VPC CNI" (aws-node in kube-system) and "Deploy the FSx for Lustre driver" (fsx-csi-create
+# .html: the controller in kube-system)].
+KUBE_SYSTEM = "kube-system"
+
+
+def pod_identity_principal(*, cluster_name: str, namespace: str,
+                           service_account: str) -> iam.IPrincipal:
+    """EKS Pod Identity (sts:AssumeRole and sts:TagSession), for one service account of one
+    namespace of one cluster. Without the conditions, anyone in the account who may create a Pod
+    Identity association and pass the role could bind it to a service account of another
+    namespace or cluster (another environment's) and use its permissions."""
+    return iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")).with_conditions(
+        {"StringEquals": {CLUSTER_TAG: cluster_name, NAMESPACE_TAG: namespace,
+                          SERVICE_ACCOUNT_TAG: service_account}})
