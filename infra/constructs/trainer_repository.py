@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ecr as ecr
 from constructs import Construct
 
@@ -18,13 +18,15 @@ class TrainerRepository(Construct):
             self, "Repository",
             image_scan_on_push=True,
             image_tag_mutability=ecr.TagMutability.IMMUTABLE,
-            lifecycle_rules=[ecr.LifecycleRule(
-                description="Drop untagged layers left by re-pushes after two weeks",
-                tag_status=ecr.TagStatus.UNTAGGED, max_image_age=Duration.days(14),
-            )],
+            # No lifecycle rule. Tags are immutable, so no push leaves an untagged image behind;
+            # the only untagged images are the per-platform images of a multi-arch tag (the
+            # P6e-GB200 build), which its index lists by digest: an "untagged, older than N
+            # days" rule (this repository had one) would select exactly those, and whether ECR's
+            # lifecycle skips images an index still lists is not documented (aws/containers-
+            # roadmap#1466 asks for rules that follow an index to its images).
             removal_policy=removal_policy,
         )
         skip_checkov(self.repository, "CKV_AWS_136",
-                     "ECR encrypts images at rest with AES-256. A KMS key would need kms:Decrypt "
-                     "for every node role that pulls, and changing a repository's encryption "
-                     "replaces it (and loses its images).")
+                     "ECR encrypts images at rest with AES-256. A customer key would be one "
+                     "more key to manage for no control the kit needs, and changing a "
+                     "repository's encryption replaces it (and loses its images).")

@@ -60,3 +60,16 @@ def test_gpu_instances_their_volumes_and_interfaces_carry_the_environment_tags(s
         assert set(specs) == {"instance", "volume", "network-interface"}, (group, sorted(specs))
         for kind, tags in specs.items():
             assert tags == {**expected, "rlkit:node-group": group}, (group, kind)
+
+
+@pytest.mark.parametrize("example", ["p6e-gb200-ultraserver", "default"])
+def test_no_rule_expires_the_images_a_multi_arch_trainer_tag_lists(synth, example):
+    """The trainer repository's tags are immutable, so its only untagged images are the
+    per-platform images of a multi-arch tag (an arm64 GPU group's build): an "untagged" lifecycle
+    rule would select exactly those, under a tag a resumed job still pulls."""
+    data = synth(example).template("data")
+    (repo,) = [r for r in resources(data, "AWS::ECR::Repository").values()
+               if r["Properties"].get("ImageTagMutability") == "IMMUTABLE"]
+    rules = json.loads(repo["Properties"].get("LifecyclePolicy", {}).get(
+        "LifecyclePolicyText", '{"rules": []}'))["rules"]
+    assert not [r for r in rules if r["selection"]["tagStatus"] in ("untagged", "any")], rules
