@@ -5,7 +5,8 @@ all-reduce, expert-parallel dispatch/combine. Each job is applied with kubectl, 
 progress, its pod logs collected and the job deleted. A failed node check stops the gate before
 the benchmarks. The figures are compared with infra/catalog/acceptance.py; the verdict and the EP
 figures go to <state dir>/<name>/gate.json ($XDG_STATE_HOME/rlkit, or --state-dir), which `rlkit launch` reads (it refuses to launch after a
-failed gate, and uses the faster measured EP backend).
+failed gate, and uses the faster measured EP backend, among those measured by a gate that
+passed).
 
 After the node check it also reads the GPU nodes (kubectl get nodes -o json) and compares each
 node's allocatable vpc.amazonaws.com/efa with what the pods request.
@@ -90,12 +91,17 @@ def _print_ep(doc: dict[str, Any], console: Console) -> None:
     if not ep:
         return
     parts = [f"{b}: {m['time_us'] / 1000:.2f} ms per dispatch + combine"
+             + ("" if m.get("passed") else " (its gate failed: never chosen)")
              for b, m in sorted(ep["measurements"].items())]
     say = plain(console)
     where = f" ({ep['decided_by']})" if ep.get("decided_by") else ""
     say(f"EP backends measured for the model's shape{where}: " + "; ".join(parts))
-    say(f"Faster: {ep['faster']} (`rlkit launch` uses it unless --ep-backend says "
-                  "otherwise)")
+    if ep.get("faster"):
+        say(f"Faster: {ep['faster']} (`rlkit launch` uses it unless --ep-backend says "
+            "otherwise)")
+    else:
+        say("Faster: none (no EP backend was measured by a gate that passed; `rlkit launch` "
+            "uses the config's)")
 
 
 def _utc_now() -> str:

@@ -10,7 +10,8 @@ one complete save in S3 before EKS drains the block's nodes (40 minutes before t
 renders the end into the job so that the launcher saves and stops in time; a dry run that the
 real launch would refuse for this exits 1. The
 expert-parallel backend is, in order: --ep-backend, the backend the gate measured faster for
-these shapes (<state dir>/<name>/gate.json), the config's training.expert_parallel.backend.
+these shapes (<state dir>/<name>/gate.json; only measurements taken by a gate that passed), the
+config's training.expert_parallel.backend.
 
 status, logs and launch first check that kubectl points at this environment's EKS cluster (or
 --context does), and that its API server answers within --request-timeout seconds. launch

@@ -10,7 +10,7 @@ from typing import Any
 from infra.catalog import INSTANCE_TYPES
 from infra.config import KitConfig
 from infra.config.ep_spans import ep_spans
-from ops.gate.record import instance_id
+from ops.gate.record import instance_id, measurement_passed
 
 # KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
 TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -90,12 +90,17 @@ def gate_nodes_verdict(state: dict[str, Any], nodes_doc: dict[str, Any] | None, 
 
 def choose_backend(state: dict[str, Any] | None, cfg: KitConfig,
                    override: str | None) -> tuple[str, str]:
-    """(backend, why) in order: --ep-backend, the gate's faster backend, the config."""
+    """(backend, why) in order: --ep-backend, the gate's faster backend (among measurements taken
+    by a gate that passed: ``measurement_passed``), the config."""
     configured = cfg.training.expert_parallel.backend
     if override is not None:
         return override, "--ep-backend"
     ep = (state or {}).get("ep") or {}
-    faster = ep.get("faster")
+    measurements = ep.get("measurements") or {}
+    # Only a measurement taken by a gate that passed may choose; gate.json's own "faster" is not
+    # trusted (an older rlkit chose it among failed gates' figures too).
+    passed = {b: m for b, m in measurements.items() if measurement_passed(b, m, state)}
+    faster = min(passed, key=lambda b: passed[b]["time_us"]) if passed else None
     layout = ep.get("layout")
     if faster and layout is not None:
         # The gate measured the run's own EP groups; a config whose groups changed since then
@@ -107,14 +112,27 @@ def choose_backend(state: dict[str, Any] | None, cfg: KitConfig,
             return configured, (f"config: the gate measured EP groups {then or 'over every GPU'}, this "
                                 f"config runs {now or 'none'}; run `rlkit gate` again to choose from a "
                                 "measurement of this layout")
+    times = ", ".join(f"{b} {m['time_us'] / 1000:.2f} ms" for b, m in sorted(passed.items()))
+    failed = "; ".join(f"{b} {m['time_us'] / 1000:.2f} ms, "
+                       + ("its gate failed" if "passed" in m else
+                          "its gate's verdict not recorded (an older rlkit)")
+                       for b, m in sorted(measurements.items()) if b not in passed)
+    if faster and failed:
+        where = f", measured {ep['decided_by']}" if ep.get("decided_by") else ""
+        if faster == configured:
+            return faster, (f"config; the gate measured it fastest of the backends it passed with "
+                            f"({failed}; {times}{where})")
+        return faster, (f"measured faster by the gate among the backends it passed with ({failed}; "
+                        f"{times}{where}); the config says {configured}; --ep-backend overrides")
     if faster:
-        times = ", ".join(f"{b} {m['time_us'] / 1000:.2f} ms"
-                          for b, m in sorted(ep.get("measurements", {}).items()))
         where = f", measured {ep['decided_by']}" if ep.get("decided_by") else ""
         if faster == configured:
             return faster, f"config; the gate measured it fastest ({times}{where})"
         return faster, (f"measured faster by the gate ({times}{where}); the config says {configured}; "
                         "--ep-backend overrides")
+    if failed:
+        return configured, (f"config: no EP measurement comes from a gate that passed ({failed}); "
+                            "run `rlkit gate` until it passes to choose from a measurement")
     return configured, "config (the gate measured no EP backend)"
 
 

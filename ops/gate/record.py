@@ -49,11 +49,24 @@ def legacy_results(config_name: str) -> Path | None:
 STATE_VERSION = 2
 
 
+def measurement_passed(backend: str, measurement: dict[str, Any],
+                       state: dict[str, Any] | None) -> bool:
+    """Whether an EP measurement was taken by a gate that passed (only those may choose the
+    backend). gate.json records it per measurement (``passed``); one an older rlkit recorded
+    without it counts only when it is that gate's own backend (``ep_backend_measured``) and that
+    gate passed: the others may come from a gate that failed."""
+    if "passed" in measurement:
+        return measurement["passed"] is True
+    return bool(state) and state.get("ok") is True and state.get("ep_backend_measured") == backend
+
+
 def faster_backend(measurements: dict[str, dict[str, Any]]) -> str | None:
-    """The EP backend with the lowest dispatch + combine step time for the same shape."""
-    if not measurements:
+    """The EP backend with the lowest dispatch + combine step time for the same shape, among the
+    measurements taken by a gate that passed (None when there is none)."""
+    passed = {b: m for b, m in measurements.items() if m.get("passed") is True}
+    if not passed:
         return None
-    return min(measurements, key=lambda b: measurements[b]["time_us"])
+    return min(passed, key=lambda b: passed[b]["time_us"])
 
 
 def measured_nodes(logs: dict[str, str], bad: dict[str, str] | None = None) -> list[dict[str, str]]:
@@ -82,7 +95,8 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
                    nodes: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """gate.json: the verdict, every measured figure, the nodes measured (``measured_nodes``;
     `rlkit launch` compares them with the group's nodes then), and the EP step times merged with
-    earlier runs of the same shape (for the backend choice)."""
+    earlier runs of the same shape (for the backend choice), each marked with whether the gate
+    that measured it passed (``passed``: a failed gate's figure never chooses the backend)."""
     measurements: dict[str, dict[str, Any]] = {}
     layout = None
     if report.ep is not None:
@@ -94,13 +108,15 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
                 and previous.get("nodes") == report.nodes
                 and prev_ep.get("shape") == report.ep.shape
                 and prev_ep.get("layout") == layout):
-            measurements.update(prev_ep.get("measurements", {}))
+            # each with whether its gate passed (an older rlkit's file: as far as it can tell)
+            measurements.update({b: {**m, "passed": measurement_passed(b, m, previous)}
+                                 for b, m in prev_ep.get("measurements", {}).items()})
     ep_doc = None
     if report.ep is not None:
         measurements[report.ep.backend] = {
             "time_us": report.ep.time_us, "decided_by": report.ep.decided_by,
             "spans": report.ep.spans, "acceptance": report.ep.acceptance,
-            "measured_at": finished_at}
+            "measured_at": finished_at, "passed": report.ok}
         ep_doc = {"shape": report.ep.shape, "layout": layout, "decided_by": report.ep.decided_by,
                   "measurements": measurements, "faster": faster_backend(measurements)}
     elif previous:

@@ -10,7 +10,7 @@ import pytest
 from infra.catalog import acceptance
 from infra.config import parse_config
 from ops.gate import (FAIL, PASS, WARN, compare, evaluate, faster_backend, judge_allocatable, nccl_transport,
-                      state_document)
+                      state_document, write_record)
 from ops.gate.runner import GateInterrupted, GateRunner
 from ops.kube import Kubectl
 from tests.support import REPO_ROOT
@@ -344,12 +344,30 @@ def test_state_merges_ep_measurements_and_picks_the_faster_backend():
     doc = state_document(report, "cb", "2026-03-01T12:00:00+00:00", prev)
     assert set(doc["ep"]["measurements"]) == {"nccl", "deepep-nvshmem"}
     assert doc["ep"]["faster"] == "deepep-nvshmem" and doc["ok"] is True
-    assert faster_backend({"a": {"time_us": 2}, "b": {"time_us": 1}}) == "b"
+    assert faster_backend({"a": {"time_us": 2, "passed": True}, "b": {"time_us": 1, "passed": True}}) == "b"
     assert doc["ep"]["decided_by"].startswith("training: EP8 inside one NVLink domain")
     assert set(doc["ep"]["measurements"]["deepep-nvshmem"]["spans"]) == {"training", "rollout"}
     # a measurement of other EP groups (another layout) is not compared with this one
     prev["ep"]["layout"] = {"model": {"ep_size": 16, "ep_nodes": 2, "where": "EP16 across EFA (2 nodes)"}}
     assert set(state_document(report, "cb", "now", prev)["ep"]["measurements"]) == {"deepep-nvshmem"}
+
+
+def test_a_backend_whose_gate_failed_is_never_called_faster(tmp_path):
+    """`rlkit gate --ep-backend deepep-nvshmem` failed (NVSHMEM on UCX, not libfabric), a later
+    `rlkit gate` with nccl passed: the failed run's step time is kept, marked, and never faster."""
+    failed = judge("nvshmem-not-libfabric-p5en-2node")
+    assert not failed.ok and failed.ep.backend == "deepep-nvshmem"
+    write_record(failed, "gt", tmp_path, {}, "2026-03-01T12:00:00+00:00", print)
+    passed = judge("pass-p5en-deepep-2node")  # the same nodes and shape, measured with nccl
+    passed.ep_backend = passed.ep.backend = "nccl"
+    passed.ep.time_us = failed.ep.time_us * 3  # slower than the failed run's figure
+    path, doc = write_record(passed, "gt", tmp_path, {}, "2026-03-02T12:00:00+00:00", print)
+    measurements = doc["ep"]["measurements"]
+    assert doc["ok"] is True and set(measurements) == {"nccl", "deepep-nvshmem"}
+    assert doc["ep"]["faster"] == "nccl"
+    assert measurements["deepep-nvshmem"]["passed"] is False and measurements["nccl"]["passed"] is True
+    # no passing measurement at all: nothing is faster
+    assert faster_backend({"deepep-nvshmem": {"time_us": 1, "passed": False}}) is None
 
 
 def test_state_ignores_earlier_measurements_of_another_shape():

@@ -198,12 +198,42 @@ def test_an_asynchronous_disaggregated_run_launches_with_its_mode(tmp_path, kube
 
 def test_uses_the_backend_the_gate_measured_faster(tmp_path, kubectl, capsys):
     write_state(tmp_path, ep={"shape": {}, "faster": "deepep-nvshmem", "measurements": {
-        "nccl": {"time_us": 9000.0}, "deepep-nvshmem": {"time_us": 4000.0}}})
+        "nccl": {"time_us": 9000.0, "passed": True}, "deepep-nvshmem": {"time_us": 4000.0, "passed": True}}})
     assert run(tmp_path, "launch") == 0
     out = capsys.readouterr().out
     assert ("EP backend: deepep-nvshmem (measured faster by the gate (deepep-nvshmem 4.00 ms, "
             "nccl 9.00 ms); the config says nccl; --ep-backend overrides)") in out
     assert "deepep" in (tmp_path / "out/rl-job/00-run-config.yaml").read_text()
+
+
+def test_a_backend_whose_gate_failed_is_not_chosen(tmp_path, kubectl, capsys):
+    """`rlkit gate --ep-backend deepep-nvshmem` failed (fixture nvshmem-not-libfabric-p5en-2node)
+    with a lower step time; a later gate with nccl passed. Launch uses nccl, and says why."""
+    write_state(tmp_path, ep={"shape": {}, "faster": "deepep-nvshmem", "measurements": {
+        "nccl": {"time_us": 9000.0, "passed": True},
+        "deepep-nvshmem": {"time_us": 6000.0, "passed": False}}})
+    assert run(tmp_path, "launch") == 0
+    out = capsys.readouterr().out
+    assert ("EP backend: nccl (config; the gate measured it fastest of the backends it passed with "
+            "(deepep-nvshmem 6.00 ms, its gate failed; nccl 9.00 ms))") in out
+    assert "deepep" not in (tmp_path / "out/rl-job/00-run-config.yaml").read_text()
+
+
+def test_a_record_without_pass_marks_trusts_only_its_own_backend():
+    """gate.json from an rlkit before measurements carried ``passed``: only the last gate's own
+    backend is known to come from a passing gate."""
+    from infra.config import parse_config
+    import yaml
+
+    cfg = parse_config(yaml.safe_load(CONFIG))
+    state = {"ok": True, "ep_backend_measured": "nccl", "ep": {"measurements": {
+        "nccl": {"time_us": 9000.0}, "deepep-nvshmem": {"time_us": 4000.0}}}}
+    backend, why = launching.choose_backend(state, cfg, None)
+    assert backend == "nccl"
+    assert "deepep-nvshmem 4.00 ms, its gate's verdict not recorded (an older rlkit)" in why
+    state["ok"] = False
+    assert launching.choose_backend(state, cfg, None)[1].startswith(
+        "config: no EP measurement comes from a gate that passed")
 
 
 LAYOUT = {"training": {"ep_size": 8, "ep_nodes": 1, "where": "EP8 inside one NVLink domain (1 node, 8 GPUs per domain)"},
@@ -213,7 +243,8 @@ LAYOUT = {"training": {"ep_size": 8, "ep_nodes": 1, "where": "EP8 inside one NVL
 def test_the_choice_names_the_measurement_that_decided_it(tmp_path, kubectl, capsys):
     write_state(tmp_path, ep={"shape": {}, "faster": "deepep-nvshmem", "layout": LAYOUT,
                               "decided_by": "training: EP8 inside one NVLink domain (1 node, 8 GPUs per domain)",
-                              "measurements": {"nccl": {"time_us": 9000.0}, "deepep-nvshmem": {"time_us": 4000.0}}})
+                              "measurements": {"nccl": {"time_us": 9000.0, "passed": True},
+                                               "deepep-nvshmem": {"time_us": 4000.0, "passed": True}}})
     assert run(tmp_path, "launch") == 0
     assert ("nccl 9.00 ms, measured training: EP8 inside one NVLink domain (1 node, 8 GPUs per domain)); "
             "the config says nccl") in capsys.readouterr().out
@@ -223,7 +254,7 @@ def test_a_measurement_of_another_ep_layout_does_not_choose(tmp_path, kubectl, c
     """The gate measured EP16 groups; this config's training groups are EP8: another path."""
     layout = dict(LAYOUT, training={"ep_size": 16, "ep_nodes": 2, "where": "EP16 across EFA (2 nodes)"})
     write_state(tmp_path, ep={"shape": {}, "faster": "deepep-nvshmem", "layout": layout, "measurements": {
-        "nccl": {"time_us": 9000.0}, "deepep-nvshmem": {"time_us": 4000.0}}})
+        "nccl": {"time_us": 9000.0, "passed": True}, "deepep-nvshmem": {"time_us": 4000.0, "passed": True}}})
     assert run(tmp_path, "launch") == 0
     out = capsys.readouterr().out
     assert ("EP backend: nccl (config: the gate measured EP groups {'training': 16, 'rollout': 8}, this config "
@@ -234,7 +265,7 @@ def test_a_gin_backend_the_gate_measured_faster_is_not_used_for_training(tmp_pat
                                                                          capsys):
     """The gate may benchmark deepep-gin; the pinned Megatron cannot train with it."""
     write_state(tmp_path, ep={"shape": {}, "faster": "deepep-gin", "measurements": {
-        "nccl": {"time_us": 9000.0}, "deepep-gin": {"time_us": 4000.0}}})
+        "nccl": {"time_us": 9000.0, "passed": True}, "deepep-gin": {"time_us": 4000.0, "passed": True}}})
     assert run(tmp_path, "launch") == 2
     err = capsys.readouterr().err
     assert err.startswith("Not launching: EP backend deepep-gin (measured faster by the gate")
