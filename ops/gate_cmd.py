@@ -11,7 +11,10 @@ passed).
 After the node check it also reads the GPU nodes (kubectl get nodes -o json) and compares each
 node's allocatable vpc.amazonaws.com/efa with what the pods request.
 
-Ctrl-C deletes the job it applied, or prints exactly what is left and how to delete it.
+Ctrl-C deletes the job it applied, or prints exactly what is left and how to delete it. Before
+the first job, gate.json is set to "under way, not passed" (in_progress), so a gate cut short
+(Ctrl-C, a kubectl error, the process killed) leaves that, and `rlkit launch` refuses, saying the
+last gate did not finish, rather than trusting an earlier pass.
 --logs-dir judges logs collected earlier (no cluster needed). --compare puts the figures of
 recorded gate.json files side by side (no config, no cluster); a passing gate also updates its
 instance type's baseline (per size, the median all-reduce busbw of the last five passing gates), a
@@ -60,6 +63,7 @@ from ops.gate import (
     evaluate,
     state_dir,
     write_record,
+    write_started,
 )
 from ops.gate.nodes import find_bad, isolate, isolation_advice, rerun_remaining
 from ops.gate.record import load_baseline, update_baseline
@@ -242,13 +246,32 @@ def _run(args: argparse.Namespace) -> int:
                         args.timeout, args.poll, echo, node_selector=selector)
     echo(f"Fabric gate on {t.nodes} x {group.instance_type} ({t.node_group}), EP backend "
          f"{backend}: {', '.join(k for k, _ in jobs)}")
+    unfinished = ""  # what gate.json says when the run is cut short (a dry run writes nothing)
+    if not args.dry_run:
+        # Until this run's verdict replaces it, gate.json says a gate is under way (not passed):
+        # one cut short must not leave an earlier PASS for `rlkit launch` to trust.
+        try:
+            started = write_started(cfg.name, sdir, _utc_now(), group.instance_type, t.nodes,
+                                    backend, plain(console))
+        except OSError as err:
+            print(f"error: cannot record in {sdir / 'gate.json'} that a gate is under way ({err}), "
+                  "so nothing was run. Fix: make the state directory writable, or pass "
+                  "--state-dir with one that is", file=sys.stderr)
+            return 2
+        unfinished = (f"{started} records that this gate did not finish: `rlkit launch` refuses "
+                      f"until a gate passes. Run `rlkit gate{options.config_flag(args)}` again.")
     try:
         logs = runner.run()
     except GateInterrupted as err:
         print(err, file=sys.stderr)
+        if unfinished:
+            print(unfinished, file=sys.stderr)
         return 130
     except KubectlError as err:
-        return _kubectl_failed(err, runner)
+        code = _kubectl_failed(err, runner)
+        if unfinished:
+            print(unfinished, file=sys.stderr)
+        return code
     if args.dry_run:
         echo(f"[dry-run] would judge the logs against infra/catalog/acceptance.py and write "
              f"{sdir / 'gate.json'}")

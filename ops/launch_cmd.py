@@ -1,7 +1,8 @@
 """`rlkit launch`, `rlkit status`, `rlkit logs`: start the RL job, follow it, read its output.
 
 launch renders the manifests (RayJob and its run config) and applies them with kubectl. It
-refuses when the last fabric gate of this config failed, or when none ran, or when the training
+refuses when the last fabric gate of this config failed, did not finish (cut short before its
+verdict), or when none ran, or when the training
 group now has a schedulable node the gate did not measure (by EC2 instance ID) or fewer measured
 nodes than the job needs, unless --force;
 --dry-run always previews and says whether, and why, the real run would refuse. On a Capacity

@@ -27,6 +27,12 @@ def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path,
         return (f"no fabric gate has run for {cfg.name!r} (no {state_path}). Run `{gate}` first: "
                 "it checks the EFA fabric in minutes before the job spends GPU hours. Or pass "
                 "--force to launch without it")
+    if state.get("in_progress"):
+        return (f"the last fabric gate for {cfg.name!r} did not finish (started "
+                f"{state.get('started_at', '?')}): it was stopped (Ctrl-C, a kubectl error, the "
+                "process killed) before its verdict, so it has none, and the gate before it no "
+                f"longer counts. Run `{gate}` again until it passes, or pass --force to launch "
+                "anyway")
     if not state.get("ok"):
         failed = [f"{f['check']} ({f['measured']}; expected {f['expected']})"
                   for f in state.get("findings", []) if f.get("status") == "fail"]

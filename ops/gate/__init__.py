@@ -95,4 +95,5 @@ from ops.gate.record import (  # noqa: F401
     state_dir,
     state_document,
     write_record,
+    write_started,
 )

@@ -5,7 +5,8 @@ The file lives at ``<state root>/<environment name>/gate.json``, with the logs i
 ``gate-logs/`` beside it. The state root is ``--state-dir``, else ``$XDG_STATE_HOME/rlkit``, else
 ``~/.local/state/rlkit`` (the XDG base directory default), so results do not depend on the working
 directory. The functions here are the results store's API (``state_dir``, ``results_path``,
-``load_state``, ``write_record``): code that reads earlier results goes through them.
+``load_state``, ``write_started``, ``write_record``): code that reads earlier results goes through
+them. Every write of gate.json is atomic (``write_json``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from ops.gate.findings import JOB_KEYS, GateReport, size_text
+from ops.gate.findings import FAIL, JOB_KEYS, Finding, GateReport, size_text
 from ops.gate.traffic import pod_nodes
 
 
@@ -58,6 +59,13 @@ def measurement_passed(backend: str, measurement: dict[str, Any],
     if "passed" in measurement:
         return measurement["passed"] is True
     return bool(state) and state.get("ok") is True and state.get("ep_backend_measured") == backend
+
+
+def marked(measurements: dict[str, dict[str, Any]],
+           state: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """``state``'s EP measurements, each with whether its gate passed (``measurement_passed``), so
+    they keep their verdict in a document written later."""
+    return {b: {**m, "passed": measurement_passed(b, m, state)} for b, m in measurements.items()}
 
 
 def faster_backend(measurements: dict[str, dict[str, Any]]) -> str | None:
@@ -108,9 +116,7 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
                 and previous.get("nodes") == report.nodes
                 and prev_ep.get("shape") == report.ep.shape
                 and prev_ep.get("layout") == layout):
-            # each with whether its gate passed (an older rlkit's file: as far as it can tell)
-            measurements.update({b: {**m, "passed": measurement_passed(b, m, previous)}
-                                 for b, m in prev_ep.get("measurements", {}).items()})
+            measurements.update(marked(prev_ep.get("measurements", {}), previous))
     ep_doc = None
     if report.ep is not None:
         measurements[report.ep.backend] = {
@@ -230,7 +236,7 @@ def update_baseline(root: str | Path, doc: dict[str, Any]) -> Path | None:
                 nodes=doc.get("nodes"), finished_at=doc.get("finished_at"), ok=True)
     path = baseline_file(root, doc["instance_type"])
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(base, indent=2) + "\n")
+    write_json(path, base)
     return path
 
 
@@ -244,7 +250,7 @@ class GateStateError(ValueError):
 # gate.json fields `rlkit launch` reads, with the types they must have.
 _STATE_FIELDS: dict[str, tuple[type, ...]] = {
     "ok": (bool,), "instance_type": (str,), "nodes": (int,), "findings": (list,),
-    "ep": (dict, type(None)), "measured_nodes": (list,),
+    "ep": (dict, type(None)), "measured_nodes": (list,), "in_progress": (bool,),
 }
 
 
@@ -282,6 +288,49 @@ def load_state(path: Path) -> dict[str, Any] | None:
     return doc
 
 
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Write ``doc`` to ``path`` whole or not at all: a temporary file beside it, then os.replace
+    (atomic on one file system), so a write cut short (disk full, the process killed) leaves the
+    previous file, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_started(config_name: str, sdir: Path, started_at: str, instance_type: str, nodes: int,
+                  ep_backend: str, warn: Callable[[str], None]) -> Path:
+    """Before a gate's first job: gate.json says a gate of this config is under way and has not
+    passed (``in_progress``; ``ok`` false), until the run's verdict replaces it. A gate cut short
+    (Ctrl-C, a kubectl error, the process killed) then leaves that, never the pass of an earlier
+    gate for `rlkit launch` to trust. The earlier EP measurements of the same instance type and
+    node count are kept, with their verdicts, for the next gate to compare backends with."""
+    sdir.mkdir(parents=True, exist_ok=True)
+    path = sdir / "gate.json"
+    try:
+        previous = load_state(path)
+    except GateStateError as err:  # this run's record replaces it
+        warn(f"warning: {err}; writing a fresh one.")
+        previous = None
+    ep = None
+    if previous and (previous.get("instance_type"), previous.get("nodes")) == (instance_type, nodes):
+        ep = previous.get("ep")
+        if ep:
+            ep = {**ep, "measurements": marked(ep.get("measurements") or {}, previous)}
+    unfinished = Finding(
+        "gate run", FAIL, "did not finish", "a verdict",
+        f"the gate started {started_at} was stopped before it judged its jobs (Ctrl-C, a kubectl "
+        "error, the process killed)", "run `rlkit gate` again until it passes")
+    write_json(path, {
+        "version": STATE_VERSION, "config": config_name, "started_at": started_at, "ok": False,
+        "in_progress": True, "instance_type": instance_type, "nodes": nodes,
+        "measured_nodes": [], "ep_backend_measured": ep_backend,
+        "findings": [unfinished.to_dict()], "figures": {}, "ep": ep})
+    return path
+
+
 def write_record(report: GateReport, config_name: str, sdir: Path, logs: dict[str, str],
                  finished_at: str, warn: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
     """Write the judged logs to ``sdir/gate-logs/`` and the result to ``sdir/gate.json`` (EP
@@ -300,5 +349,5 @@ def write_record(report: GateReport, config_name: str, sdir: Path, logs: dict[st
         previous = None
     doc = state_document(report, config_name, finished_at, previous,
                          measured_nodes(logs, report.bad_nodes))
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    write_json(path, doc)
     return path, doc

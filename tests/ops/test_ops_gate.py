@@ -12,7 +12,7 @@ from infra.config import parse_config
 from ops.gate import (FAIL, PASS, WARN, compare, evaluate, faster_backend, judge_allocatable, nccl_transport,
                       state_document, write_record)
 from ops.gate.runner import GateInterrupted, GateRunner
-from ops.kube import Kubectl
+from ops.kube import Kubectl, KubectlError
 from tests.support import REPO_ROOT
 from tests.support.fakes import (CONFIG, FIXTURES, FakeKubectl, by_check, gate_parse as parse, job_json, judge,
                                  pods_json, run_gate, scenario, script_cluster)
@@ -498,6 +498,62 @@ def test_ctrl_c_reports_exactly_what_is_left_when_delete_fails(tmp_path, kubectl
     assert "Left in namespace rl-training: job/fabric-p5-nodecheck." in msg
     assert f"kubectl delete --ignore-not-found -f {tmp_path}/out/fabric/nodecheck" in msg
     assert "Unable to connect to the server" in msg
+
+
+@pytest.mark.parametrize("cut_short, code", [
+    (GateInterrupted("Interrupted; deleted job/fabric-p5-allreduce from namespace rl-training."), 130),
+    (KubectlError("kubectl get job fabric-p5-allreduce", "Unable to connect to the server"), 2)])
+def test_a_gate_cut_short_while_measuring_leaves_no_earlier_pass(tmp_path, kubectl, capsys, monkeypatch,
+                                                                 cut_short, code):
+    """Yesterday's gate passed; today's is stopped by Ctrl-C or a kubectl error before it judged
+    anything. gate.json must not still say PASS: launch refuses, saying the gate did not finish."""
+    from infra.config import load_config
+    from ops.gate import load_state
+    from ops.launching import gate_verdict
+    from tests.support.fakes import write_state
+
+    earlier = {"shape": {}, "measurements": {"nccl": {"time_us": 1600.0, "passed": True}}}
+    write_state(tmp_path, ok=True, ep=earlier)
+
+    def stopped(self):
+        raise cut_short
+
+    monkeypatch.setattr(GateRunner, "run", stopped)
+    assert run_gate(tmp_path) == code
+    path = tmp_path / ".rlkit/gt/gate.json"
+    state = load_state(path)
+    assert state["ok"] is False and state["in_progress"] is True
+    assert state["started_at"] != "2026-03-01T12:00:00+00:00"
+    assert state["ep"] == earlier  # kept for the next gate to compare backends with
+    err = capsys.readouterr().err
+    assert (f"{path} records that this gate did not finish: `rlkit launch` refuses until a gate "
+            f"passes. Run `rlkit gate --config {tmp_path / 'gt.yaml'}` again.") in err
+    verdict = gate_verdict(state, load_config(tmp_path / "gt.yaml"), path)
+    assert verdict.startswith(f"the last fabric gate for 'gt' did not finish (started {state['started_at']})")
+    assert "Run `rlkit gate --config <this config> --outputs cdk-outputs.json` again" in verdict
+
+
+def test_a_gate_json_write_cut_short_leaves_the_previous_record_whole(tmp_path, monkeypatch):
+    """A write that stops part way (disk full, the process killed) must leave the old gate.json
+    or the new one, never half of one that launch then calls corrupt."""
+    from pathlib import Path
+
+    from ops.gate import load_state
+
+    path, _ = write_record(judge("pass-p5-2node"), "gt", tmp_path, {}, "2026-03-01T12:00:00+00:00", print)
+    before = path.read_text()
+    real_write = Path.write_text
+
+    def torn(self, text, *args, **kwargs):
+        real_write(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", torn)
+    with pytest.raises(OSError):
+        write_record(judge("degraded-p5-2node"), "gt", tmp_path, {}, "2026-03-02T12:00:00+00:00", print)
+    monkeypatch.undo()
+    assert path.read_text() == before and load_state(path)["ok"] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gate-logs", "gate.json"]  # no temporary file left
 
 
 def test_a_few_failed_reads_of_a_running_job_do_not_end_the_gate(tmp_path, kubectl):

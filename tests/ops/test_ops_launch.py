@@ -45,6 +45,22 @@ def test_refuses_after_a_failed_gate_naming_the_failures(tmp_path, kubectl, caps
     assert kubectl.calls == []
 
 
+def test_refuses_after_a_gate_that_did_not_finish(tmp_path, kubectl, capsys):
+    """A gate stopped by Ctrl-C or a kubectl error leaves gate.json saying it is under way."""
+    d = tmp_path / ".rlkit" / "gt"
+    d.mkdir(parents=True)
+    (d / "gate.json").write_text(json.dumps({
+        "version": 2, "config": "gt", "started_at": "2026-03-02T08:00:00+00:00", "ok": False,
+        "in_progress": True, "instance_type": "p5.48xlarge", "nodes": 2, "findings": [], "ep": None}))
+    assert run(tmp_path, "launch") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Not launching: the last fabric gate for 'gt' did not finish (started "
+                          "2026-03-02T08:00:00+00:00)")
+    assert f"Run `rlkit gate --config {tmp_path / 'gt.yaml'} --outputs cdk-outputs.json` again" in err
+    assert "--force" in err and "Traceback" not in err
+    assert kubectl.calls == []
+
+
 def test_refuses_when_the_gate_measured_another_shape(tmp_path, kubectl, capsys):
     write_state(tmp_path, nodes=4)
     assert run(tmp_path, "launch") == 1
