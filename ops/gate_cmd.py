@@ -23,8 +23,9 @@ gate.json-like file --compare reads.
 Finding the bad node: the EFA port counters name a node with an idle or missing NIC directly. When
 the all-reduce or EP benchmark fails or is slow and nothing names a node, the gate reruns it on
 halves of the nodes, then on pairs with a node seen healthy, judging each rerun against the
-published figure and the baseline, until the node(s) that drag it down are named (--no-bisect
-skips this). It prints the cordon and taint commands for each; --isolate runs them (only on this
+published figure and the baseline, until the node(s) that drag it down are named; it names only
+a node a rerun proves bad (one that failed beside nodes proven healthy), and reports nodes the
+reruns cannot tell apart as such, never isolating them (--no-bisect skips this). It prints the cordon and taint commands for each; --isolate runs them (only on this
 environment's GPU nodes, saying so first) and reruns the benchmarks on the remaining nodes.
 docs/gate.md explains each number and where its threshold comes from.
 

@@ -3,8 +3,9 @@
 A fabric benchmark over N nodes runs at the pace of its slowest node; the number says that
 something is wrong, not where. ``find_bad_nodes`` reruns the benchmark on halves of the nodes
 (each half at least two nodes, so that it still crosses EFA), recurses into the halves that fail,
-and ends with pairs: a suspect paired with a node already seen healthy. The nodes whose pairs fail
-are named. Each subset's figure is judged against the published figure where one applies and
+and ends with pairs: a suspect paired with a node already seen healthy. A node is named only when
+a rerun proves it bad (it failed beside nodes proven healthy); what the reruns cannot tell apart is
+reported as undecided, never named or isolated. Each subset's figure is judged against the published figure where one applies and
 against the per-instance-type baseline that earlier passing gates recorded
 (``ops.gate.record.load_baseline``; ``rlkit gate --compare`` shows it), whichever is known.
 
@@ -17,6 +18,7 @@ runner applies what this module writes, the measure function is injected (record
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -59,23 +61,38 @@ def find_bad_nodes(nodes: list[str], measure: Callable[[list[str]], SubsetResult
                    max_runs: int = 16) -> Bisection:
     """Name the node(s) that drag a benchmark on ``nodes`` down, rerunning ``measure`` on parts.
 
-    Halves while a half keeps at least two nodes; then each suspect with a known-good node. Two
-    nodes and no healthy one known cannot be told apart by a benchmark that needs two nodes: they
-    are returned as ``undecided``. Both halves passing means no single node drags the whole down
-    (the placement, the AZ or the rail layout between the halves): ``note`` says so.
+    Halves while a half keeps at least two nodes; then each suspect with a known-good node. The
+    rule: a node that passes in any rerun is healthy, and a node is named ``bad`` only when a rerun
+    of it beside nodes proven healthy fails; a node nothing proves bad is never named (it goes to
+    ``undecided``, which the gate reports and never isolates). Two nodes and no healthy one known
+    cannot be told apart by a benchmark that needs two nodes; three suspects with no healthy node
+    run their three pairs, and when every pair fails (at least two bad, which ones unknown) all
+    three are ``undecided``. Suspects left undecided before a healthy node was found elsewhere
+    are each rerun beside it at the end. Both halves passing means no single node drags the whole
+    down (the placement, the AZ or the rail layout between the halves): ``note`` says so.
     """
     out = Bisection()
-    good: list[str] = []
+    good: list[str] = []  # nodes proven healthy: each passed in a rerun
+    ambiguous: list[list[str]] = []  # three suspects whose every pair failed
 
     def run(subset: list[str]) -> SubsetResult:
         result = measure(subset)
         out.steps.append(result)
         return result
 
+    def say(text: str) -> None:
+        out.note = f"{out.note}; {text}" if out.note else text
+
+    def stopped(suspects: list[str]) -> bool:
+        if len(out.steps) < max_runs:
+            return False
+        out.undecided += [s for s in suspects if s not in out.undecided]
+        if f"stopped after {max_runs} reruns" not in out.note:
+            say(f"stopped after {max_runs} reruns")
+        return True
+
     def search(suspects: list[str]) -> None:
-        if len(out.steps) >= max_runs:
-            out.undecided += [s for s in suspects if s not in out.undecided]
-            out.note = f"stopped after {max_runs} reruns"
+        if stopped(suspects):
             return
         if len(suspects) >= 4:
             failing = []
@@ -85,12 +102,12 @@ def find_bad_nodes(nodes: list[str], measure: Callable[[list[str]], SubsetResult
                 else:
                     failing.append(half)
             if not failing:
-                out.note = ("every half passes on its own: no single node drags the benchmark; "
-                            "look at what joins the halves (placement group, AZ, rails)")
+                say("every half passes on its own: no single node drags the benchmark; "
+                    "look at what joins the halves (placement group, AZ, rails)")
             for half in failing:
                 search(half)
             return
-        if good:
+        if good:  # a failure beside a node proven healthy proves the suspect bad
             partner = good[0]
             for suspect in suspects:
                 if run([suspect, partner]).ok:
@@ -99,19 +116,40 @@ def find_bad_nodes(nodes: list[str], measure: Callable[[list[str]], SubsetResult
                     out.bad.append(suspect)
             return
         if len(suspects) == 3:  # no healthy partner yet: the pairs among them
-            a, b, c = suspects
-            fails = {frozenset(p): not run(list(p)).ok for p in ((a, b), (a, c), (b, c))}
+            pairs = {p: run(list(p)).ok for p in itertools.combinations(suspects, 2)}
+            healthy = {n for p, ok in pairs.items() if ok for n in p}
+            good.extend(n for n in suspects if n in healthy)
             for node in suspects:
-                if all(f for pair, f in fails.items() if node in pair):
+                if node in healthy:
+                    continue
+                # bad only when it failed beside a node that passed in another pair
+                if any(not ok and node in p and set(p) - {node} <= healthy for p, ok in pairs.items()):
                     out.bad.append(node)
-                elif not any(f for pair, f in fails.items() if node in pair):
-                    good.append(node)
-            if not out.bad:
-                out.undecided += [n for n in suspects if n not in good]
+                else:
+                    out.undecided.append(node)
+            if not healthy:  # said at the end, unless a healthy node found later tells them apart
+                ambiguous.append(suspects)
+            contradicted = [p for p, ok in pairs.items() if not ok and set(p) <= healthy]
+            if contradicted:
+                say(f"the pair {', '.join(contradicted[0])} failed although both passed in other "
+                    "pairs: the failure does not repeat reliably")
             return
         out.undecided += suspects
 
     search(list(nodes))
+    # Suspects left undecided before any node was proven healthy: now one is, pair each with it.
+    for suspect in list(out.undecided):
+        if not good or stopped([]):
+            break
+        out.undecided.remove(suspect)
+        if run([suspect, good[0]]).ok:
+            good.append(suspect)
+        else:
+            out.bad.append(suspect)
+    for trio in ambiguous:
+        if set(trio) & set(out.undecided):
+            say(f"every pair among {', '.join(trio)} failed: at least two of them are bad, but "
+                "with no node proven healthy the reruns cannot tell which (or whether all three are)")
     if not out.bad and not out.undecided and not out.note:
         out.note = "no subset failed: the failure did not repeat"
     return out

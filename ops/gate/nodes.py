@@ -96,12 +96,17 @@ def find_bad(report: GateReport, logs: dict[str, str], run_subset: Callable[[str
             findings.append(Finding(
                 f"bad node {node}", FAIL, f"drags {key}", "passes with any healthy node",
                 f"bisection of the {key} benchmark over {len(nodes)} nodes: every rerun with {node} "
-                f"failed ({'; '.join(s.summary for s in failing[-2:])}), the others passed",
+                f"failed ({'; '.join(s.summary for s in failing[-2:])}), one of them beside nodes "
+                "that passed elsewhere",
                 "isolate it: " + "; ".join("kubectl " + " ".join(c) for c in isolation_commands(node))
                 + " (or rlkit gate --isolate), then run `rlkit gate` again"))
         if found.undecided or found.note:
-            findings.append(Finding(f"bisection ({key})", WARN, ", ".join(found.undecided) or "-",
-                                    "a named node", found.note or "the reruns could not tell these apart",
+            detail = found.note or "the reruns could not tell these apart"
+            if found.undecided:  # not proven bad: not named, not isolated
+                detail += "; none of them is named bad or isolated"
+            findings.append(Finding(f"bisection ({key})", WARN,
+                                    f"cannot tell: {', '.join(found.undecided)}" if found.undecided
+                                    else "-", "a named node", detail,
                                     "compare their EFA counters and nodecheck results; add a node "
                                     "and run `rlkit gate` again"))
     return findings

@@ -81,6 +81,59 @@ def test_bisection_algorithm_edges():
     assert found.bad == [] and "no single node drags" in found.note
 
 
+def test_two_bad_nodes_of_three_name_no_node_they_cannot_prove_bad():
+    """Three suspects, a and b bad: every pair fails, so each node "failed all its pairs", but
+    healthy c did too. Nothing proves any one of them bad: all three are "cannot tell"."""
+    def measure_bad(*bad):
+        return lambda nodes: SubsetResult(nodes, not set(bad) & set(nodes), "")
+
+    found = find_bad_nodes(["a", "b", "c"], measure_bad("a", "b"))
+    assert found.bad == [] and found.undecided == ["a", "b", "c"]
+    assert "every pair among a, b, c failed: at least two of them are bad" in found.note
+    # all three bad: the same results, the same answer
+    assert find_bad_nodes(["a", "b", "c"], measure_bad("a", "b", "c")).bad == []
+    # one pair passes: its two nodes are healthy, and the third failed beside a healthy one
+    found = find_bad_nodes(["a", "b", "c"], measure_bad("c"))
+    assert found.bad == ["c"] and not found.undecided
+    # results that contradict each other (a flaky run) name nobody
+    flaky = {("a", "b"): True, ("a", "c"): True, ("b", "c"): False}
+    found = find_bad_nodes(["a", "b", "c"], lambda nodes: SubsetResult(nodes, flaky[tuple(nodes)], ""))
+    assert found.bad == [] and "does not repeat" in found.note
+
+
+def test_a_three_node_run_with_two_bad_nodes_isolates_nothing(tmp_path, kubectl):
+    """Through find_bad and --isolate: the undecided nodes are a warning, never cordoned."""
+    meta, logs = scenario("slow-node-p5-4node")
+    three = NODES[:3]
+    logs = {k: "\n".join(l for l in v.splitlines() if NODES[3] not in l) for k, v in logs.items()}
+    report = evaluate(logs, "p5.48xlarge", 3, "nccl")
+    bad = {NODES[0], NODES[1]}
+    healthy = (FIXTURES / "slow-node-p5-4node/bisect" / f"{NODES[0]}+{NODES[1]}" / "allreduce.log").read_text()
+
+    def run_subset(key, nodes, suffix):
+        return ("failed", "") if bad & set(nodes) else ("complete", healthy)
+
+    findings = find_bad(report, logs, run_subset, {}, None, lambda _: None)
+    assert not report.bad_nodes
+    f = {x.check: x for x in findings}
+    assert not [c for c in f if c.startswith("bad node")]
+    warn = f["bisection (allreduce)"]
+    assert warn.status == WARN and warn.measured == f"cannot tell: {', '.join(three)}"
+    assert "none of them is named bad or isolated" in warn.detail
+    kubectl.rule(["get", "nodes"], stdout=json.dumps({"items": [{"metadata": {"name": n}} for n in three]}))
+    assert isolate(Kubectl(), report.bad_nodes, "rlkit.aws/node-group=p5", lambda _: None) == ([], [])
+    assert not [c for c in kubectl.calls if c[0] in ("cordon", "taint")]
+
+
+def test_a_node_left_undecided_is_paired_with_a_node_found_healthy_later():
+    """Six nodes, a and b bad in the first half, d bad in the second: the first half's pairs all
+    fail (no healthy node yet), the second half's find e and f healthy; a, b and c are then each
+    rerun beside e, which tells them apart."""
+    bad = {"a", "b", "d"}
+    found = find_bad_nodes(list("abcdef"), lambda nodes: SubsetResult(nodes, not bad & set(nodes), ""))
+    assert sorted(found.bad) == ["a", "b", "d"] and not found.undecided and not found.note
+
+
 def test_two_node_failure_says_why_it_cannot_bisect():
     meta, logs = scenario("degraded-p5-2node")
     report = evaluate(logs, "p5.48xlarge", 2, "nccl")
