@@ -147,6 +147,9 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
                ". Isolate them (or run `rlkit gate --isolate`):"))
         for command in isolation_advice(report, isolated):
             say(f"  {command}")
+    if report.image:
+        say(f"Image measured: {report.image} (`rlkit launch` refuses another for EP backend "
+            f"{report.ep_backend} until a gate measures it)")
     if report.ok:
         say(f"Gate PASSED. Recorded in {path}. Next: rlkit launch{flag}")
         return 0
@@ -253,7 +256,7 @@ def _run(args: argparse.Namespace) -> int:
         # one cut short must not leave an earlier PASS for `rlkit launch` to trust.
         try:
             started = write_started(cfg.name, sdir, _utc_now(), group.instance_type, t.nodes,
-                                    backend, plain(console))
+                                    backend, plain(console), image=ctx.worker.image)
         except OSError as err:
             print(f"error: cannot record in {sdir / 'gate.json'} that a gate is under way ({err}), "
                   "so nothing was run. Fix: make the state directory writable, or pass "
@@ -289,6 +292,7 @@ def _run(args: argparse.Namespace) -> int:
                  f"{refused}): see the REFUSE line(s) above.")
         return refused
     report = evaluate(logs, group.instance_type, t.nodes, backend, gin_type)
+    report.image = ctx.worker.image  # what its jobs ran: `rlkit launch` holds the job to it
     report.findings[:0] = runner.problems  # a job that failed or hung is a node suspect too
     if not report.ok and not args.no_bisect:
         # Failed whatever bisection finds: recorded first, so that bisection cut short (hours of

@@ -4,7 +4,9 @@ launch renders the manifests (RayJob and its run config) and applies them with k
 refuses when the last fabric gate of this config failed, did not finish (cut short before its
 verdict), or when none ran, or when the training
 group now has a schedulable node the gate did not measure (by EC2 instance ID) or fewer measured
-nodes than the job needs, unless --force;
+nodes than the job needs, or when the image it would run for the chosen EP backend is not the
+one the gate measured for it (gate.json records it; an image built since is a fabric stack the gate
+never ran), unless --force;
 --dry-run always previews and says whether, and why, the real run would refuse. On a Capacity
 Block, launch reads the block's end (DescribeCapacityReservations), refuses a run that cannot have
 one complete save in S3 before EKS drains the block's nodes (40 minutes before the end), and
@@ -50,8 +52,8 @@ from ops.config_source import announce
 from ops.gate import GateStateError, legacy_results, load_state, results_path
 from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector,
                       preview_cluster_check)
-from ops.launching import (choose_backend, describe_rayjob, finished, gate_nodes_verdict,
-                           gate_verdict)
+from ops.launching import (choose_backend, describe_rayjob, finished, gate_image_verdict,
+                           gate_nodes_verdict, gate_verdict)
 from ops.output import add_output_option, emit, wants_json
 from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
 
@@ -107,6 +109,7 @@ def _launch(args: argparse.Namespace) -> int:
     elif problem:  # a dry run always previews, and says what the real run would do
         print(f"[dry-run] the real launch would REFUSE: {problem}.")
     backend, why = choose_backend(state, cfg, args.ep_backend)
+    configured = cfg.training.expert_parallel.backend
     try:
         cfg = with_ep_backend(cfg, backend)
     except ConfigError as err:
@@ -132,6 +135,21 @@ def _launch(args: argparse.Namespace) -> int:
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2
+    if state is not None and not problem:  # the gate passed: with the image this job runs?
+        wrong, line = gate_image_verdict(
+            state, backend, ctx.worker.image, configured=configured,
+            placeholder=outputs.is_placeholder and cfg.training.image is None,
+            config_flag=options.config_flag(args))
+        if wrong and not args.force and not args.dry_run:
+            print(f"Not launching: {wrong}.", file=sys.stderr)
+            return 1
+        if wrong and args.force:
+            print(f"WARNING (--force): {wrong}.", file=sys.stderr)
+        elif wrong:
+            print(f"[dry-run] the real launch would REFUSE: {wrong}.")
+            verdict = verdict or 1
+        else:
+            print(line, file=sys.stderr if line.startswith("note:") else sys.stdout)
     k = _kubectl(args)
     ns, job = ctx.namespace, ctx.rayjob_name
     try:

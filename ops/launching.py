@@ -94,6 +94,51 @@ def gate_nodes_verdict(state: dict[str, Any], nodes_doc: dict[str, Any] | None, 
                   + (f"; {gone} measured node(s) left or cordoned since)" if gone else ")"))
 
 
+def gate_image_verdict(state: dict[str, Any], backend: str, image: str, *, configured: str,
+                       placeholder: bool = False,
+                       config_flag: str = " --config <this config>") -> tuple[str | None, str]:
+    """(why launch must not start, None when it may; a line on the image) from the image the job
+    would run for EP ``backend`` and the one the passing gate measured for it (gate.json
+    ``ep.measurements.<backend>.image``, else the top-level ``image`` when ``backend`` is the
+    gate's own). The kit's repository has immutable tags, so another reference is another build
+    (another EFA installer, aws-ofi-nccl, NCCL, NVSHMEM): a fabric stack the gate never ran.
+    ``configured``: the config's own backend (the gate measures it without --ep-backend);
+    ``placeholder``: ``image`` was rendered from placeholder stack outputs (a dry run), so only
+    its tag is compared."""
+    when = state.get("finished_at", "?")
+    gate = f"rlkit gate{config_flag} --outputs cdk-outputs.json"
+    if backend != configured:
+        gate += f" --ep-backend {backend}"
+    if "image" not in state:
+        return None, (f"note: the last gate ({when}) recorded no image (an older rlkit wrote it), "
+                      f"so launch cannot tell whether {image} is the image it measured; "
+                      f"`rlkit gate{config_flag}` records it")
+    measurement = ((state.get("ep") or {}).get("measurements") or {}).get(backend)
+    if measurement is not None and "image" in measurement:
+        then = measurement["image"]
+    elif backend == state.get("ep_backend_measured"):
+        then = state["image"]
+    elif measurement is None:
+        return (f"the last gate ({when}) ran {state['image'] or 'an image it did not record'} (EP "
+                f"backend {state.get('ep_backend_measured', '?')}), never the image of EP backend "
+                f"{backend} ({image}). Run `{gate}` to measure it, or pass --force"), ""
+    else:  # measured by an older rlkit, kept in a newer record
+        return None, (f"note: the last gate recorded no image for EP backend {backend} (an older "
+                      f"rlkit measured it), so launch cannot tell whether {image} is the one "
+                      f"measured; `{gate}` records it")
+    if then is None:
+        return None, (f"note: the last gate ({when}) judged saved logs (--logs-dir), which do not say "
+                      f"which image ran them, so launch cannot tell whether {image} is the one "
+                      "measured")
+    same = (then.rsplit(":", 1)[-1] == image.rsplit(":", 1)[-1]) if placeholder else then == image
+    if not same:
+        return (f"the job would run image {image} (EP backend {backend}), but the last gate "
+                f"({when}) measured {then}: an image built since (another EFA installer, "
+                "aws-ofi-nccl, NCCL or NVSHMEM) is a fabric stack the gate never ran. Run "
+                f"`{gate}` to measure this image, or pass --force"), ""
+    return None, f"Image: {image} (the one the last gate measured, {when})"
+
+
 def choose_backend(state: dict[str, Any] | None, cfg: KitConfig,
                    override: str | None) -> tuple[str, str]:
     """(backend, why) in order: --ep-backend, the gate's faster backend (among measurements taken

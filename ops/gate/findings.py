@@ -118,6 +118,7 @@ class GateReport:
     ep: EpMeasurement | None = None
     allreduce: dict[int, float] = field(default_factory=dict)  # size -> busbw GB/s
     bad_nodes: dict[str, str] = field(default_factory=dict)  # node -> why (EFA counters, bisection)
+    image: str | None = None  # the trainer image its jobs ran; None: unknown (saved logs judged)
 
     @property
     def ok(self) -> bool:

@@ -104,7 +104,9 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
     """gate.json: the verdict, every measured figure, the nodes measured (``measured_nodes``;
     `rlkit launch` compares them with the group's nodes then), and the EP step times merged with
     earlier runs of the same shape (for the backend choice), each marked with whether the gate
-    that measured it passed (``passed``: a failed gate's figure never chooses the backend)."""
+    that measured it passed (``passed``: a failed gate's figure never chooses the backend) and
+    with the image it ran (``image``; also the run's own, top level: `rlkit launch` refuses
+    another; None when unknown, as for saved logs judged with --logs-dir)."""
     measurements: dict[str, dict[str, Any]] = {}
     layout = None
     if report.ep is not None:
@@ -122,7 +124,7 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
         measurements[report.ep.backend] = {
             "time_us": report.ep.time_us, "decided_by": report.ep.decided_by,
             "spans": report.ep.spans, "acceptance": report.ep.acceptance,
-            "measured_at": finished_at, "passed": report.ok}
+            "measured_at": finished_at, "passed": report.ok, "image": report.image}
         ep_doc = {"shape": report.ep.shape, "layout": layout, "decided_by": report.ep.decided_by,
                   "measurements": measurements, "faster": faster_backend(measurements)}
     elif previous:
@@ -136,6 +138,7 @@ def state_document(report: GateReport, config_name: str, finished_at: str,
         "nodes": report.nodes,
         "measured_nodes": nodes or [],
         "ep_backend_measured": report.ep_backend,
+        "image": report.image,
         "findings": [f.to_dict() for f in report.findings],
         "figures": figures(report),
         "ep": ep_doc,
@@ -251,6 +254,7 @@ class GateStateError(ValueError):
 _STATE_FIELDS: dict[str, tuple[type, ...]] = {
     "ok": (bool,), "instance_type": (str,), "nodes": (int,), "findings": (list,),
     "ep": (dict, type(None)), "measured_nodes": (list,), "in_progress": (bool,),
+    "image": (str, type(None)),
 }
 
 
@@ -301,7 +305,7 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
 
 
 def write_started(config_name: str, sdir: Path, started_at: str, instance_type: str, nodes: int,
-                  ep_backend: str, warn: Callable[[str], None]) -> Path:
+                  ep_backend: str, warn: Callable[[str], None], image: str | None = None) -> Path:
     """Before a gate's first job: gate.json says a gate of this config is under way and has not
     passed (``in_progress``; ``ok`` false), until the run's verdict replaces it. A gate cut short
     (Ctrl-C, a kubectl error, the process killed) then leaves that, never the pass of an earlier
@@ -326,7 +330,7 @@ def write_started(config_name: str, sdir: Path, started_at: str, instance_type: 
     write_json(path, {
         "version": STATE_VERSION, "config": config_name, "started_at": started_at, "ok": False,
         "in_progress": True, "instance_type": instance_type, "nodes": nodes,
-        "measured_nodes": [], "ep_backend_measured": ep_backend,
+        "measured_nodes": [], "ep_backend_measured": ep_backend, "image": image,
         "findings": [unfinished.to_dict()], "figures": {}, "ep": ep})
     return path
 

@@ -397,6 +397,9 @@ def test_gate_runs_each_job_in_order_and_records_a_pass(tmp_path, kubectl, capsy
     assert len(deletes) == 6  # before (stale run) and after each job
     state = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())
     assert state["ok"] is True and state["ep"]["faster"] == "nccl"
+    # the image its jobs ran (training.image_tag, the EP backend), which launch holds the job to
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gt:0.1.0-nccl"
+    assert state["image"] == image and state["ep"]["measurements"]["nccl"]["image"] == image
     # the nodes its pods ran on, with the instances behind them (nodes.json's providerIDs)
     assert state["measured_nodes"] == [
         {"name": "ip-10-0-1-10.ec2.internal", "instance": "i-0000000000000000a"},
@@ -590,6 +593,8 @@ def test_logs_dir_judges_recorded_logs(tmp_path, capsys):
                   "--state-dir", str(tmp_path / ".rlkit"), "--width", "250"])
     assert args.func(args) == 1
     assert "degraded fabric" in capsys.readouterr().out
+    # saved logs do not say which image ran them: recorded as unknown, not as this config's
+    assert json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())["image"] is None
 
 
 def test_ep_backend_override_is_validated(tmp_path, capsys):

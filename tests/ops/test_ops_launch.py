@@ -172,6 +172,97 @@ def test_a_dry_run_previews_the_node_read_and_judges_nothing(tmp_path, kubectl, 
     assert "Fabric gate: passed" not in out
 
 
+# --- the image the gate measured -------------------------------------------------------------
+
+REPO = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gt"  # the outputs' EcrRepositoryUri
+
+
+def test_launches_the_image_the_gate_measured_and_says_so(tmp_path, kubectl, capsys):
+    write_state(tmp_path, image=f"{REPO}:0.1.0-nccl")
+    assert run(tmp_path, "launch") == 0
+    assert f"Image: {REPO}:0.1.0-nccl (the one the last gate measured, 2026-03-01T12:00:00+00:00)" in \
+        capsys.readouterr().out
+
+
+def test_refuses_an_image_rebuilt_since_the_gate(tmp_path, kubectl, capsys, monkeypatch):
+    """The gate measured 0.1.0-nccl; the config now pulls 0.2.0-nccl (another EFA installer or
+    NCCL): a fabric stack the gate never measured."""
+    from tests.support import fakes
+
+    monkeypatch.setattr(fakes, "CONFIG", CONFIG.replace("training: {node_group: p5, nodes: 2}",
+                                                        "training: {node_group: p5, nodes: 2, image_tag: 0.2.0}"))
+    write_state(tmp_path, image=f"{REPO}:0.1.0-nccl")
+    assert run(tmp_path, "launch") == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (
+        f"Not launching: the job would run image {REPO}:0.2.0-nccl (EP backend nccl), but the last "
+        f"gate (2026-03-01T12:00:00+00:00) measured {REPO}:0.1.0-nccl: an image built since "
+        "(another EFA installer, aws-ofi-nccl, NCCL or NVSHMEM) is a fabric stack the gate never "
+        f"ran. Run `rlkit gate --config {tmp_path / 'gt.yaml'} --outputs cdk-outputs.json` to "
+        "measure this image, or pass --force.")
+    assert not any(c[0] == "apply" for c in kubectl.calls)
+    assert run(tmp_path, "launch", "--force") == 0
+    assert f"WARNING (--force): the job would run image {REPO}:0.2.0-nccl" in capsys.readouterr().err
+
+
+def test_each_backend_is_held_to_the_image_it_was_measured_with(tmp_path, kubectl, capsys):
+    """Two gates, two backends: deepep-nvshmem (faster) was measured with an older build."""
+    write_state(tmp_path, image=f"{REPO}:0.1.0-nccl", ep={"shape": {}, "measurements": {
+        "nccl": {"time_us": 9000.0, "passed": True, "image": f"{REPO}:0.1.0-nccl"},
+        "deepep-nvshmem": {"time_us": 4000.0, "passed": True, "image": f"{REPO}:0.0.9-deepep-nvshmem"}}})
+    assert run(tmp_path, "launch") == 1
+    assert (f"the job would run image {REPO}:0.1.0-deepep-nvshmem (EP backend deepep-nvshmem), but "
+            f"the last gate (2026-03-01T12:00:00+00:00) measured {REPO}:0.0.9-deepep-nvshmem") in \
+        capsys.readouterr().err
+    assert run(tmp_path, "launch", "--ep-backend", "nccl") == 0
+
+
+def test_refuses_a_backend_whose_image_the_gate_never_ran(tmp_path, kubectl, capsys):
+    write_state(tmp_path, image=f"{REPO}:0.1.0-nccl")
+    assert run(tmp_path, "launch", "--ep-backend", "deepep-nvshmem") == 1
+    err = capsys.readouterr().err
+    assert (f"Not launching: the last gate (2026-03-01T12:00:00+00:00) ran {REPO}:0.1.0-nccl (EP "
+            f"backend nccl), never the image of EP backend deepep-nvshmem ({REPO}:0.1.0-deepep-nvshmem). "
+            f"Run `rlkit gate --config {tmp_path / 'gt.yaml'} --outputs cdk-outputs.json --ep-backend "
+            "deepep-nvshmem` to measure it, or pass --force.") in err
+
+
+def test_a_record_without_an_image_launches_with_a_note(tmp_path, kubectl, capsys):
+    write_state(tmp_path)  # as an rlkit before images were recorded wrote it
+    assert run(tmp_path, "launch") == 0
+    assert ("note: the last gate (2026-03-01T12:00:00+00:00) recorded no image (an older rlkit "
+            f"wrote it), so launch cannot tell whether {REPO}:0.1.0-nccl is the image it measured") in \
+        capsys.readouterr().err
+
+
+def test_a_dry_run_with_placeholder_outputs_compares_the_tag():
+    """Without stack outputs a dry run renders the repository as a placeholder: the tag is what
+    can differ (the repository is the environment's own)."""
+    state = {"ok": True, "finished_at": "t", "image": f"{REPO}:0.1.0-nccl", "ep_backend_measured": "nccl"}
+    assert launching.gate_image_verdict(state, "nccl", "placeholder-run-cdk-deploy:0.1.0-nccl",
+                                        configured="nccl", placeholder=True)[0] is None
+    problem, _ = launching.gate_image_verdict(state, "nccl", "placeholder-run-cdk-deploy:0.2.0-nccl",
+                                              configured="nccl", placeholder=True)
+    assert problem.startswith("the job would run image placeholder-run-cdk-deploy:0.2.0-nccl")
+    # with the real outputs the whole reference counts
+    assert launching.gate_image_verdict(state, "nccl", "other.registry/gt:0.1.0-nccl", configured="nccl")[0]
+
+
+def test_what_launch_cannot_tell_about_the_image_is_a_note():
+    """Saved logs judged with --logs-dir do not say which image ran them; a backend an older
+    rlkit measured, kept in a newer record, has no image either: a note, as for measured_nodes."""
+    image = f"{REPO}:0.1.0-nccl"
+    saved = {"ok": True, "finished_at": "t", "image": None, "ep_backend_measured": "nccl",
+             "ep": {"measurements": {"nccl": {"time_us": 1.0, "passed": True, "image": None}}}}
+    problem, line = launching.gate_image_verdict(saved, "nccl", image, configured="nccl")
+    assert problem is None and line.startswith("note: the last gate (t) judged saved logs (--logs-dir)")
+    older = {"ok": True, "finished_at": "t", "image": image, "ep_backend_measured": "nccl",
+             "ep": {"measurements": {"deepep-nvshmem": {"time_us": 1.0, "passed": True}}}}
+    problem, line = launching.gate_image_verdict(older, "deepep-nvshmem", f"{REPO}:0.1.0-deepep-nvshmem",
+                                                 configured="nccl")
+    assert problem is None and "recorded no image for EP backend deepep-nvshmem (an older rlkit" in line
+
+
 # --- applying ------------------------------------------------------------------------------------
 
 

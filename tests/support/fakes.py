@@ -202,14 +202,18 @@ def run_gate(tmp_path: Path, *extra: str) -> int:
 # --- rlkit launch / status / logs ------------------------------------------------------------
 
 def write_state(tmp_path, ok=True, nodes=2, itype="p5.48xlarge", ep=None, findings=(),
-                measured=None):
-    """A gate.json; ``measured``: its measured_nodes (None: a record of an rlkit before them)."""
+                measured=None, image=None, backend="nccl"):
+    """A gate.json; ``measured``: its measured_nodes (None: a record of an rlkit before them);
+    ``image``: the image its run (EP ``backend``) measured (None: a record of an rlkit before
+    images were recorded)."""
     d = tmp_path / ".rlkit" / "gt"
     d.mkdir(parents=True, exist_ok=True)
     doc = {"version": 1, "config": "gt", "finished_at": "2026-03-01T12:00:00+00:00", "ok": ok,
            "instance_type": itype, "nodes": nodes, "findings": list(findings), "ep": ep}
     if measured is not None:
         doc["measured_nodes"] = measured
+    if image is not None:
+        doc.update(image=image, ep_backend_measured=backend)
     (d / "gate.json").write_text(json.dumps(doc))
 
 
