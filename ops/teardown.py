@@ -466,12 +466,12 @@ def cluster_log_groups(logs: Any, cluster_name: str) -> list[str]:
 
 def belongs_to(arn: str, stacks: list[str], physical_ids: list[str]) -> bool:
     """Whether an ARN is one of these stacks or a resource with one of these physical IDs: the
-    ID ends the ARN after a / (key/ID, project/NAME) or a : (arn:aws:s3:::BUCKET,
-    ...:log-group:NAME, which may also end in :*)."""
+    ID is the ARN (an SNS topic's) or ends it after a / (key/ID, project/NAME) or a :
+    (arn:aws:s3:::BUCKET, ...:log-group:NAME, which may also end in :*)."""
     if any(f":stack/{stack}/" in arn for stack in stacks):
         return True
     arn = arn.removesuffix(":*")
-    return any(arn.endswith((f"/{pid}", f":{pid}")) for pid in physical_ids)
+    return any(arn == pid or arn.endswith((f"/{pid}", f":{pid}")) for pid in physical_ids)
 
 
 def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,

@@ -8,7 +8,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from ops.teardown import TeardownError, delete_images
+from ops.teardown import TeardownError, belongs_to, delete_images
 from tests.support.teardown import (  # noqa: F401 (aws: autouse fixture)
     DATA, REGION, Recording, aws, fill_bucket, live_names, make_env, make_stack, run)
 
@@ -269,3 +269,13 @@ def test_an_aws_error_reading_leftovers_is_a_clean_warning(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1
     assert "warning: could not list what is left: GetTemplate failed: AccessDenied: no." in err
+
+
+@pytest.mark.parametrize("arn, pid", [
+    ("arn:aws:sns:us-east-1:123456789012:tt-alerts", "arn:aws:sns:us-east-1:123456789012:tt-alerts"),
+    ("arn:aws:logs:us-east-1:123456789012:log-group:tt-build:*", "tt-build"),
+    ("arn:aws:codebuild:us-east-1:123456789012:project/tt-image", "tt-image"),
+    ("arn:aws:s3:::tt-data-bucket", "tt-data-bucket")])
+def test_a_kept_stacks_resource_is_recognised_by_its_physical_id(arn, pid):
+    assert belongs_to(arn, [], [pid])
+    assert not belongs_to(arn, [], [pid + "-other"])
