@@ -23,6 +23,7 @@ pool and overlap (training.rollout), which `rlkit launch` runs and `--config` re
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -204,9 +205,10 @@ def run(args: argparse.Namespace) -> int:
             if not args.node_group:
                 raise PlannerError("--write-config needs --node-group NAME (a gpu_node_groups "
                                    "entry of the config file)")
-            _ensure_config(args, result.system.name, result.best.nodes)
+            start = _new_config_text(args, result.system.name, result.best.nodes)
             write_config(args.write_config, result.best, result.model.key, result.system.name,
-                         args.node_group)
+                         args.node_group, new_file_text=start)
+            _say_created(args, start)
     except PlannerError as err:
         return _error(err)
     shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments,
@@ -353,7 +355,7 @@ def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
             f"--rollout-mem-fraction {rl.mem_fraction:g}: the config has no field for the "
             f"engines' memory share, and the launcher runs {best.placement} engines with "
             f"{launcher:g}; drop --rollout-mem-fraction to plan what the launcher runs")
-    _ensure_config(args, result.system.name, best.nodes)
+    start = _new_config_text(args, result.system.name, best.nodes)
     rollout = {"gpus_per_engine": best.engine.gpus, "ep": best.engine.ep}
     if best.placement != "colocated":
         rollout.update(placement=best.placement, nodes=best.rollout_nodes)
@@ -365,21 +367,29 @@ def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
                        "n_samples_per_prompt": rl.samples_per_prompt,
                        "global_batch_size": rl.train_batch,
                        "num_steps_per_rollout": rl.steps_per_rollout,
-                       "rollout_max_response_len": rl.max_response_len})
+                       "rollout_max_response_len": rl.max_response_len},
+                 new_file_text=start)
+    _say_created(args, start)
 
 
-def _ensure_config(args: argparse.Namespace, instance_type: str, nodes: int) -> None:
-    """--write-config names a file that does not exist yet: start it (the README's first
-    command), with the node group the plan runs on; write_config then merges the plan in."""
+def _new_config_text(args: argparse.Namespace, instance_type: str, nodes: int) -> str | None:
+    """--write-config names a file that does not exist yet: the text that starts it (the README's
+    first command), with the node group the plan runs on; write_config merges the plan into it and
+    creates the file only when the result validates. None when the file exists."""
     path = Path(args.write_config)
-    if path.exists():
-        return
+    if os.path.lexists(path):
+        return None
     if not path.parent.is_dir():
         raise PlannerError(f"--write-config {path}: the directory {path.parent} does not exist; "
                            "create it or write the config elsewhere")
-    path.write_text(starter_config(path, instance_type, args.node_group, nodes))
-    print(f"created {path}: a new config for environment {path.stem!r} (edit name, region and "
-          "account before deploying)", file=sys.stderr)
+    return starter_config(path, instance_type, args.node_group, nodes)
+
+
+def _say_created(args: argparse.Namespace, start: str | None) -> None:
+    if start is not None:
+        path = Path(args.write_config)
+        print(f"created {path}: a new config for environment {path.stem!r} (edit name, region "
+              "and account before deploying)", file=sys.stderr)
 
 
 def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:

@@ -48,6 +48,12 @@ def _replace_training_block(original: str, data: dict) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def training_section(candidate: Candidate, model_key: str, node_group: str) -> dict:
     """The ``training`` keys the planner owns, for ``candidate``."""
     L = candidate.layout
@@ -69,8 +75,12 @@ ROLLOUT_MODE_KEYS = ("placement", "nodes", "overlap", "off_policy_steps")
 
 def write_config(path: str | Path, candidate: Candidate, model_key: str, instance_type: str,
                  node_group: str, rollout: dict | None = None, grpo: dict | None = None,
-                 nodes: int | None = None) -> dict:
+                 nodes: int | None = None, new_file_text: str | None = None) -> dict:
     """Merge the plan into the config file at ``path``; return the new file content as a dict.
+
+    ``new_file_text`` starts the file when ``path`` does not exist yet (a new config): the plan is
+    merged into that text, and the file is created only when the result validates, so a refused
+    plan leaves nothing behind.
 
     ``rollout`` (``gpus_per_engine``, ``ep`` and, for a disaggregated or overlapped plan,
     ``placement``, ``nodes``, ``overlap``, ``off_policy_steps``) and ``grpo`` (batch-shape keys)
@@ -82,8 +92,13 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
     a different instance type, or is too small for the planned node count.
     """
     path = Path(path)
+    creating = new_file_text is not None and not os.path.lexists(path)
     try:  # the same strict reading as every other config consumer (no aliases, duplicates...)
-        data = read_config_file(path)
+        if creating:
+            original, data = new_file_text, parse_config_text(new_file_text, str(path))
+        else:
+            data = read_config_file(path)
+            original = path.read_text(encoding="utf-8")
     except ConfigError as err:
         raise PlannerError(f"not writing {path}: {err}") from None
     groups = data.get("gpu_node_groups") or {}
@@ -140,7 +155,7 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
                     section.pop(mode_key, None)
             section.update(values)
 
-    text = _replace_training_block(path.read_text(encoding="utf-8"), data)
+    text = _replace_training_block(original, data)
     try:  # never write a config that fails validation
         parse_config(parse_config_text(text, str(path)), str(path))
     except ConfigError as err:
@@ -148,7 +163,7 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
                            ) from None
     # Write through a symlink: replace the file it points at, not the link itself.
     target = Path(os.path.realpath(path))
-    mode = target.stat().st_mode & 0o777
+    mode = target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -155,6 +155,24 @@ def test_write_config_appends_a_training_block_when_there_is_none(capsys, tmp_pa
     assert yaml.safe_load(path.read_text())["training"]["model"] == "qwen3-30b-a3b"
 
 
+def test_a_refused_write_to_a_new_file_leaves_no_file(capsys, tmp_path):
+    # DeepSeek-V3's weights and checkpoints do not fit the starter's 1,200 GiB file system, so
+    # the merged config is refused; the new file must not be left behind half-written (a rerun
+    # would then read it as the user's config).
+    target = tmp_path / "new.yaml"
+    rc, _, err = run(capsys, "--model", "deepseek-v3", "--instance", "p5en.48xlarge",
+                     "--nodes", "16", "--write-config", str(target), "--node-group", "p5en")
+    assert rc == 2
+    assert f"not writing {target}: the result would not be a valid config" in err
+    assert "created" not in err
+    assert not target.exists() and list(tmp_path.iterdir()) == []  # no temp file either
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5en.48xlarge",
+                     "--nodes", "2", "--write-config", str(target), "--node-group", "p5en")
+    assert rc == 0, err
+    assert f"created {target}" in err  # still a new file: the refused run left nothing
+    assert yaml.safe_load(target.read_text())["training"]["model"] == "qwen3-30b-a3b"
+
+
 def test_benchmark_script_runs(capsys):
     import runpy
 
