@@ -206,9 +206,10 @@ def run(args: argparse.Namespace) -> int:
                 raise PlannerError("--write-config needs --node-group NAME (a gpu_node_groups "
                                    "entry of the config file)")
             start = _new_config_text(args, result.system.name, result.best.nodes)
+            notes: list[str] = []
             write_config(args.write_config, result.best, result.model.key, result.system.name,
-                         args.node_group, new_file_text=start)
-            _say_created(args, start)
+                         args.node_group, new_file_text=start, notes=notes)
+            _say_created(args, start, notes)
     except PlannerError as err:
         return _error(err)
     shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments,
@@ -356,6 +357,7 @@ def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
             f"engines' memory share, and the launcher runs {best.placement} engines with "
             f"{launcher:g}; drop --rollout-mem-fraction to plan what the launcher runs")
     start = _new_config_text(args, result.system.name, best.nodes)
+    notes: list[str] = []
     rollout = {"gpus_per_engine": best.engine.gpus, "ep": best.engine.ep}
     if best.placement != "colocated":
         rollout.update(placement=best.placement, nodes=best.rollout_nodes)
@@ -368,8 +370,8 @@ def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
                        "global_batch_size": rl.train_batch,
                        "num_steps_per_rollout": rl.steps_per_rollout,
                        "rollout_max_response_len": rl.max_response_len},
-                 new_file_text=start)
-    _say_created(args, start)
+                 new_file_text=start, notes=notes)
+    _say_created(args, start, notes)
 
 
 def _new_config_text(args: argparse.Namespace, instance_type: str, nodes: int) -> str | None:
@@ -385,11 +387,13 @@ def _new_config_text(args: argparse.Namespace, instance_type: str, nodes: int) -
     return starter_config(path, instance_type, args.node_group, nodes)
 
 
-def _say_created(args: argparse.Namespace, start: str | None) -> None:
+def _say_created(args: argparse.Namespace, start: str | None, notes: list[str]) -> None:
     if start is not None:
         path = Path(args.write_config)
         print(f"created {path}: a new config for environment {path.stem!r} (edit name, region "
               "and account before deploying)", file=sys.stderr)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:

@@ -22,6 +22,7 @@ All feed-forward blocks are SwiGLU (three matrices: gate, up, down).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -81,6 +82,12 @@ class MoEModel:
     @property
     def v_dim(self) -> int:
         return self.head_dim if self.attention == "gqa" else self.v_head_dim
+
+    @property
+    def hf_repo(self) -> str | None:
+        """The Hugging Face repository ``source`` points at ('Qwen/Qwen3-30B-A3B'), or None."""
+        m = re.match(r"https://huggingface\.co/([^/\s]+/[^/\s]+)/", self.source)
+        return m.group(1) if m else None
 
     @property
     def kv_groups(self) -> int:

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from infra import names
 from infra.catalog.fsx import DEFAULT_THROUGHPUT, SHARED_FS_MIN_CAPACITY_GIB
+from infra.catalog.models import MODEL_CATALOG
 from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_RM_TYPE
 from infra.addons.config import AddonsConfig
 from infra.config.base import _Model
@@ -359,11 +360,20 @@ class CheckpointConfig(_Model):
     )
 
 
+def model_hf_checkpoint(model_key: str) -> str | None:
+    """Where the kit keeps catalog model ``model_key``'s Hugging Face weights: the repository's
+    name under the shared file system's models folder (``/fsx/models/Qwen3-30B-A3B``, which shows
+    ``s3://<bucket>/models/Qwen3-30B-A3B/``). None for a model the catalog does not know."""
+    model = MODEL_CATALOG.get(model_key)
+    repo = model.hf_repo if model is not None else None
+    return f"{names.SHARED_FS_MODELS_DIR}/{repo.split('/')[1]}" if repo else None
+
+
 class TrainingConfig(_Model):
     run_name: str = Field("qwen3-30b-a3b-grpo", description="Name of the RL run (DNS label).")
     model: str = Field("qwen3-30b-a3b", description="Model key (see `rlkit plan --help`).")
     hf_checkpoint: str = Field(
-        f"{names.SHARED_FS_MODELS_DIR}/Qwen3-30B-A3B",
+        model_hf_checkpoint("qwen3-30b-a3b"),  # the default model's
         description="Hugging Face weights: a path every pod sees (under "
         f"{names.SHARED_FS_MODELS_DIR}, which shows the bucket's {names.MODELS_PREFIX} prefix), a "
         "path in the image, or s3://."

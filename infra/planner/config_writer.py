@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from infra.config import ConfigError, parse_config, parse_config_text, read_config_file
+from infra.config.model import TrainingConfig, model_hf_checkpoint
 from infra.planner.errors import PlannerError
 from infra.planner.search import Candidate
 
@@ -68,6 +69,39 @@ def training_section(candidate: Candidate, model_key: str, node_group: str) -> d
     }
 
 
+_DEFAULT_MODEL = TrainingConfig.model_fields["model"].default
+_DEFAULT_CHECKPOINT = TrainingConfig.model_fields["hf_checkpoint"].default
+
+
+def _checkpoint_for(training: dict, model_key: str, path: Path, new_file: bool) -> str | None:
+    """The ``training.hf_checkpoint`` a plan for ``model_key`` needs when the file's
+    ``training.model`` is another model (its checkpoint holds that model's weights): the same
+    location with the new model's folder when it ends in the old one's (``/fsx/models/``,
+    ``s3://<bucket>/models/``), else the kit's default for the new model. None when the model
+    stays. A model the catalog has no weights location for is refused: the old weights would
+    load into it."""
+    old_model = training.get("model", _DEFAULT_MODEL)
+    if old_model == model_key:
+        return None
+    old = training.get("hf_checkpoint", _DEFAULT_CHECKPOINT)
+    default = model_hf_checkpoint(model_key)
+    if default is None:
+        fix = (f"start {path} from a catalog model's plan, then set training.model: {model_key} "
+               "and training.hf_checkpoint to its Hugging Face weights by hand" if new_file else
+               f"set training.model: {model_key} and training.hf_checkpoint to its Hugging Face "
+               f"weights in {path} first, then rerun")
+        raise PlannerError(
+            f"not writing {path}: training.model would change from {old_model} to {model_key}, "
+            f"but training.hf_checkpoint ({old}) holds {old_model}'s weights and the kit knows no "
+            f"weights location for {model_key}; {fix}")
+    old_dir = model_hf_checkpoint(old_model)
+    old_name = old_dir.rsplit("/", 1)[1] if old_dir else None
+    stem = old.rstrip("/")
+    if old_name and stem.endswith("/" + old_name):
+        return stem[:-len(old_name)] + default.rsplit("/", 1)[1] + old[len(stem):]
+    return default
+
+
 # training.rollout keys that say how rollout runs (placement, pool, overlap); an on-policy
 # colocated plan removes them, so the file says what the defaults say, as before they existed
 ROLLOUT_MODE_KEYS = ("placement", "nodes", "overlap", "off_policy_steps")
@@ -75,12 +109,16 @@ ROLLOUT_MODE_KEYS = ("placement", "nodes", "overlap", "off_policy_steps")
 
 def write_config(path: str | Path, candidate: Candidate, model_key: str, instance_type: str,
                  node_group: str, rollout: dict | None = None, grpo: dict | None = None,
-                 nodes: int | None = None, new_file_text: str | None = None) -> dict:
+                 nodes: int | None = None, new_file_text: str | None = None,
+                 notes: list[str] | None = None) -> dict:
     """Merge the plan into the config file at ``path``; return the new file content as a dict.
 
     ``new_file_text`` starts the file when ``path`` does not exist yet (a new config): the plan is
     merged into that text, and the file is created only when the result validates, so a refused
     plan leaves nothing behind.
+
+    A plan for another model than the file's also moves ``training.hf_checkpoint`` to that model's
+    weights (``_checkpoint_for``); what it set is appended to ``notes``.
 
     ``rollout`` (``gpus_per_engine``, ``ep`` and, for a disaggregated or overlapped plan,
     ``placement``, ``nodes``, ``overlap``, ``off_policy_steps``) and ``grpo`` (batch-shape keys)
@@ -132,7 +170,15 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
             "plan with --rl to write the GRPO step, or set training.rollout.placement: colocated "
             "(and remove training.rollout.nodes) first")
     new = training_section(candidate, model_key, node_group)
+    checkpoint = _checkpoint_for(training, model_key, path, creating)
     training["model"] = new["model"]
+    if checkpoint is not None:
+        old = training.get("hf_checkpoint", _DEFAULT_CHECKPOINT)
+        training["hf_checkpoint"] = checkpoint
+        if notes is not None:
+            notes.append(f"set training.hf_checkpoint to {checkpoint}, where the kit keeps "
+                         f"{model_key}'s weights (it was {old}, the previous model's); put the "
+                         "weights there, or edit it")
     training["node_group"] = new["node_group"]
     training["nodes"] = nodes
     parallel = training.get("parallel")

@@ -173,6 +173,58 @@ def test_a_refused_write_to_a_new_file_leaves_no_file(capsys, tmp_path):
     assert yaml.safe_load(target.read_text())["training"]["model"] == "qwen3-30b-a3b"
 
 
+def _with_capacity(config: Path, gib: int, hf_checkpoint: str | None = None) -> None:
+    data = yaml.safe_load(config.read_text())
+    data["storage"]["shared_filesystem"] = {"capacity_gib": gib}
+    if hf_checkpoint is not None:
+        data["training"]["hf_checkpoint"] = hf_checkpoint
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.mark.parametrize("before,after", [
+    (None, "/fsx/models/Mixtral-8x7B-v0.1"),  # the default (Qwen3-30B-A3B's) -> the kit's
+    ("/root/models/Qwen3-30B-A3B/", "/root/models/Mixtral-8x7B-v0.1/"),  # same place
+    ("/fsx/models/my-finetune", "/fsx/models/Mixtral-8x7B-v0.1"),
+])
+def test_write_config_moves_the_checkpoint_with_the_model(capsys, config, before, after):
+    # the example trains qwen3-30b-a3b; a plan for another model must not keep its weights
+    _with_capacity(config, 2400, before)
+    rc, _, err = run(capsys, "--model", "mixtral-8x7b", "--instance", "p5.48xlarge",
+                     "--nodes", "2", "--write-config", str(config), "--node-group", "p5")
+    assert rc == 0, err
+    training = yaml.safe_load(config.read_text())["training"]
+    assert (training["model"], training["hf_checkpoint"]) == ("mixtral-8x7b", after)
+    assert f"note: set training.hf_checkpoint to {after}" in err
+
+
+def test_write_config_keeps_the_checkpoint_of_the_same_model(capsys, config):
+    _with_capacity(config, 1200, "/fsx/models/my-qwen3-finetune")
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                     "--nodes", "2", "--write-config", str(config), "--node-group", "p5")
+    assert rc == 0, err
+    assert yaml.safe_load(config.read_text())["training"]["hf_checkpoint"] == \
+        "/fsx/models/my-qwen3-finetune"
+    assert "hf_checkpoint" not in err
+
+
+def test_write_config_refuses_a_model_without_a_known_checkpoint(capsys, config, tmp_path):
+    model = tmp_path / "tiny.yaml"
+    model.write_text("key: tiny-moe\nnum_hidden_layers: 4\nhidden_size: 1024\nvocab_size: 32000\n"
+                     "num_attention_heads: 16\nnum_key_value_heads: 4\nhead_dim: 64\n"
+                     "n_routed_experts: 16\nnum_experts_per_tok: 2\nmoe_intermediate_size: 512\n")
+    before = config.read_text()
+    rc, _, err = run(capsys, "--model-file", str(model), "--instance", "p5.48xlarge",
+                     "--nodes", "1", "--write-config", str(config), "--node-group", "p5")
+    assert rc == 2
+    assert err.strip() == (
+        f"rlkit plan: error: not writing {config}: training.model would change from "
+        "qwen3-30b-a3b to tiny-moe, but training.hf_checkpoint (/fsx/models/Qwen3-30B-A3B) holds "
+        "qwen3-30b-a3b's weights and the kit knows no weights location for tiny-moe; set "
+        f"training.model: tiny-moe and training.hf_checkpoint to its Hugging Face weights in "
+        f"{config} first, then rerun")
+    assert config.read_text() == before
+
+
 def test_benchmark_script_runs(capsys):
     import runpy
 
