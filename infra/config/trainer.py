@@ -8,6 +8,7 @@ this module maps its problems onto the kit config's field paths.
 from __future__ import annotations
 
 from infra.catalog.instances import INSTANCE_TYPES
+from infra.catalog.models import MODEL_CATALOG
 from infra.config.errors import problem
 from infra.config.model import KitConfig
 from infra.config.run_config import run_config_document
@@ -19,6 +20,7 @@ from infra.trainer_contract import (
     TRAINING_EP_BACKENDS,
     RunConfigError,
     parse_run_config,
+    pipeline_split_problem,
 )
 
 
@@ -82,11 +84,20 @@ def trainer_problems(cfg: KitConfig, already: list[Problem]) -> list[Problem]:
                               prompt_data=cfg.training.prompt_data if
                               cfg.training.prompt_data.startswith(("s3://", "/"))
                               else f"s3://rlkit-config-check/{cfg.training.prompt_data}")
+    reported = [p.path for p in already]
+    found = []
+    # The run.yaml carries no layer count (the launcher takes it from Miles' model_args() in the
+    # image), so the trainer's pipeline-split rule is run here with the catalog's.
+    model = MODEL_CATALOG.get(cfg.training.model)
+    split = model and pipeline_split_problem(
+        cfg.training.parallel.pp, model.num_layers,
+        f"training.model {model.key} has {model.num_layers} layers", "training.parallel.pp")
+    if split and "training.parallel.pp" not in reported:
+        found.append(problem(split.path, split.value, f"the trainer refuses it: {split.rule}",
+                             split.fix))
     try:
         parse_run_config(doc, "run config")
     except RunConfigError as err:
-        reported = [p.path for p in already]
-        found = []
         for rp in err.problems:
             if rp.path == "expert_parallel.backend":
                 # The kit checks the backend itself; the fabric gate renders configs with
@@ -97,5 +108,4 @@ def trainer_problems(cfg: KitConfig, already: list[Problem]) -> list[Problem]:
                    for r in reported):
                 continue
             found.append(problem(path, rp.value, f"the trainer refuses it: {rp.rule}", rp.fix))
-        return found
-    return []
+    return found

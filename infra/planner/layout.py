@@ -137,6 +137,23 @@ def setup_problems(s: TrainingSetup) -> list[str]:
     return out
 
 
+# Megatron-LM (radixark/Megatron-LM 37f9161, the commit Miles v0.1.0 pins),
+# megatron/training/arguments.py:623-636 (validate_args): without --pipeline-model-parallel-layout,
+# virtual pipeline stages or --decoder-first/last-pipeline-num-layers it asserts "Number of layers
+# should be divisible by the pipeline-model-parallel size". The kit's launcher passes only
+# --pipeline-model-parallel-size (images/trainer/src/rltrainer/miles.py) and Miles' model_args()
+# pass none of those flags, so a kit plan keeps to pipeline sizes that divide the layers.
+def pipeline_split_problem(model: MoEModel, pp: int) -> str | None:
+    """Why ``pp`` pipeline stages cannot split ``model``'s layers evenly; None when they can."""
+    if pp <= 1 or model.num_layers % pp == 0:
+        return None
+    fits = [d for d in range(1, model.num_layers + 1) if model.num_layers % d == 0]
+    return (f"pp={pp} does not divide the {model.num_layers} layers of {model.key}: Megatron "
+            "splits the layers evenly over the pipeline stages, and the kit's launcher passes no "
+            "uneven split (--decoder-first/last-pipeline-num-layers); use a pp that divides "
+            f"{model.num_layers} ({', '.join(map(str, fits))})")
+
+
 def layout_problem(model: MoEModel, layout: Layout, setup: TrainingSetup,
                    gpus_per_node: int) -> str | None:
     """First divisibility rule the layout breaks, as a sentence; None when it is well-formed.

@@ -143,7 +143,10 @@ class PlanRequest:
     ``pins`` fixes parts of the layout. ``memory_headroom_gib`` keeps that much GPU memory free on
     top of the model's own reserve and fragmentation allowance. ``price_per_hour`` overrides the
     catalog's on-demand price; ``allow_reference_systems`` admits the validation-only InfiniBand
-    systems.
+    systems. ``even_pipeline`` (the default) keeps to pipeline sizes that divide the model's
+    layers, the only ones Megatron runs without an explicit uneven split, which the kit's launcher
+    does not pass (``layout.pipeline_split_problem``); False plans for a launcher that passes one
+    (the step time charges the fullest stage).
     """
 
     model: str | MoEModel
@@ -158,6 +161,7 @@ class PlanRequest:
     price_per_hour: float | None = None
     memory_headroom_gib: float = 0.0
     allow_reference_systems: bool = False
+    even_pipeline: bool = True
 
 
 @dataclass(frozen=True)

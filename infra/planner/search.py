@@ -17,7 +17,9 @@ from typing import Iterable
 from infra.planner.backend import BackendChoice, recommend_backend
 from infra.planner.errors import PlannerError, field as named
 from infra.planner.hardware import PRICE_DATE, System, get_system
-from infra.planner.layout import Layout, Recompute, TrainingSetup, layout_problem
+from infra.planner.layout import (
+    Layout, Recompute, TrainingSetup, layout_problem, pipeline_split_problem,
+)
 from infra.planner.memory import MemoryBreakdown, estimate_memory, static_memory_gib
 from infra.planner.models import MoEModel, get_model
 from infra.planner.request import Objective, Pins, PlanRequest
@@ -126,7 +128,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup,
-               pins: Pins) -> Iterable[Layout]:
+               pins: Pins, even_pipeline: bool = True) -> Iterable[Layout]:
     gpus = nodes * system.gpus_per_node
     gpn = system.gpus_per_node
     tps = [pins.tp] if pins.tp else [t for t in _TP if t <= system.nvlink_gpus]
@@ -139,7 +141,9 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
             if gpus % (tp * cp):
                 continue
             rest = gpus // (tp * cp)
-            pps = [pins.pp] if pins.pp else [p for p in _divisors(rest) if p <= model.num_layers]
+            pps = [pins.pp] if pins.pp else [
+                p for p in _divisors(rest) if p <= model.num_layers
+                and not (even_pipeline and pipeline_split_problem(model, p))]
             for pp in pps:
                 if rest % pp:
                     continue
@@ -158,11 +162,14 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
 
 
 def _check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...],
-                setup: TrainingSetup) -> None:
+                setup: TrainingSetup, even_pipeline: bool = True) -> None:
     """Fail fast, with the rule broken, when the caller pinned sizes that cannot divide."""
     fixed = pins.fixed()
     if not fixed:
         return
+    split = pipeline_split_problem(m, pins.pp) if even_pipeline and pins.pp else None
+    if split:
+        raise PlannerError(f"requested layout does not divide: {split}")
     # Check the pinned sizes alone (dp = 1; whatever fails here fails for every dp, except the
     # expert-group-vs-stage rule, which depends on dp and is left to the search).
     probe = Layout(**fixed)
@@ -240,10 +247,10 @@ def plan(request: PlanRequest) -> PlanResult:
     warnings: list[str] = []
     if objective not in ("cost", "throughput"):
         raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
-    _check_pins(m, system, pins, counts, setup)
+    _check_pins(m, system, pins, counts, setup, r.even_pipeline)
 
     for n in counts:
-        for L in _enumerate(m, system, n, setup, pins):
+        for L in _enumerate(m, system, n, setup, pins, r.even_pipeline):
             evaluated += 1
             problem = layout_problem(m, L, setup, system.nvlink_gpus)
             if problem:

@@ -488,6 +488,25 @@ def test_system_instance_type_is_validated(itype, rule):
         .startswith(f"system_nodes.instance_type = '{itype}': {rule}")
 
 
+def test_pipeline_size_must_divide_the_models_layers():
+    # Megatron 37f9161 megatron/training/arguments.py:623-636 asserts num_layers % pp == 0 when
+    # no uneven split is given, and the launcher gives none; qwen3-30b-a3b has 48 layers.
+    # 16 GPUs = pp 16 x dp 1: the layout divides the GPUs, only the layers refuse it.
+    assert parse_config({"training": {"parallel": {"tp": 1, "pp": 16, "ep": 1}}}
+                        ).training.parallel.pp == 16
+    found = problems_of({"training": {"model": "qwen3-235b-a22b",
+                                      "parallel": {"tp": 2, "pp": 8, "ep": 1},
+                                      "hf_checkpoint": "/fsx/models/Qwen3-235B-A22B"},
+                         "storage": {"shared_filesystem": {"capacity_gib": 7200}}})
+    assert found == [
+        "training.parallel.pp = 8: the trainer refuses it: Megatron splits the layers evenly over "
+        "the pipeline stages (\"Number of layers should be divisible by the pipeline-model-parallel "
+        "size\"), and training.model qwen3-235b-a22b has 94 layers, which 8 does not divide; the "
+        "launcher passes no uneven split (--decoder-first/last-pipeline-num-layers). Fix: use a pp "
+        "that divides 94 (one of 1, 2, 47, 94).",
+    ]
+
+
 def test_trainer_run_config_validation_runs_inside_kit_validation():
     got = problems_of({"training": {"grpo": {"lr": 0.0, "eps_clip": -1.0,
                                              "rollout_temperature": float("nan")}}})

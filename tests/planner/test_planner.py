@@ -307,6 +307,24 @@ def test_pinned_layout_that_does_not_divide_is_refused():
                               "15 GPUs, but 2 node(s) of p5.48xlarge have 16")
 
 
+def test_pipeline_sizes_divide_the_layers_as_megatron_needs():
+    # Megatron-LM 37f9161 megatron/training/arguments.py:623-636 asserts num_layers % pp == 0
+    # unless given an uneven split, which the kit's launcher never passes: Qwen3-235B-A22B's 94
+    # layers allow pp 1, 2, 47 or 94 only (the search used to pick PP8 here)
+    r = plan(PlanRequest("qwen3-235b-a22b", "p5en.48xlarge", nodes=8, top=10**6))
+    assert {c.layout.pp for c in r.candidates} <= {1, 2, 47, 94}
+    free = plan(PlanRequest("qwen3-235b-a22b", "p5en.48xlarge", nodes=8, top=10**6,
+                            even_pipeline=False))  # a launcher that passes an uneven split
+    assert 8 in {c.layout.pp for c in free.candidates}
+    with pytest.raises(PlannerError) as err:
+        plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2, pins=Pins(pp=5)))
+    assert str(err.value) == (
+        "requested layout does not divide: pp=5 does not divide the 48 layers of qwen3-30b-a3b: "
+        "Megatron splits the layers evenly over the pipeline stages, and the kit's launcher passes "
+        "no uneven split (--decoder-first/last-pipeline-num-layers); use a pp that divides 48 (1, "
+        "2, 3, 4, 6, 8, 12, 16, 24, 48)")
+
+
 def test_model_too_big_for_the_quota_says_how_close_it_got():
     with pytest.raises(PlannerError) as err:
         plan(PlanRequest("kimi-k2", P5, max_nodes=2))

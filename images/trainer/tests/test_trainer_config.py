@@ -101,6 +101,28 @@ def test_expert_count_must_split_over_ep():
     ]
 
 
+def test_pipeline_size_must_split_the_layers_evenly():
+    # Megatron-LM 37f9161 megatron/training/arguments.py:623-636: without an explicit split it
+    # asserts num_layers % pp == 0; the fixture's model has 48 layers on 16 GPUs.
+    data = base()
+    data["parallel"]["training"].update(tp=1, pp=16, ep=1)
+    parse_run_config(copy.deepcopy(data))  # 16 divides 48
+    margs = data["model"]["megatron_args"]
+    margs[margs.index("--num-layers") + 1] = "47"
+    assert problems_of(copy.deepcopy(data)) == [
+        "parallel.training.pp = 16: Megatron splits the layers evenly over the pipeline stages (\"Number of layers "
+        "should be divisible by the pipeline-model-parallel size\"), and model.megatron_args sets --num-layers 47, "
+        "which 16 does not divide; the launcher passes no uneven split (--decoder-first/last-pipeline-num-layers). "
+        "Fix: use a pp that divides 47 (one of 1, 47)."
+    ]
+    # each --account-for-*-in-pipeline-split counts one more layer (arguments.py:629-633)
+    parse_run_config({**data, "model": {**data["model"], "megatron_args": [
+        *margs, "--account-for-loss-in-pipeline-split"]}})
+    # an explicit split is Megatron's to check
+    parse_run_config({**data, "model": {**data["model"], "megatron_args": [
+        *margs, "--decoder-last-pipeline-num-layers", "2"]}})
+
+
 def test_global_batch_must_split_over_data_parallel_ranks():
     data = base()
     data["parallel"]["training"]["tp"] = 1  # dp = 16

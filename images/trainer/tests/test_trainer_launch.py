@@ -410,6 +410,27 @@ def test_model_script_expert_count_is_checked_against_ep(tmp_path: Path):
     )
 
 
+def test_model_script_layer_count_is_checked_against_pp(tmp_path: Path):
+    # the kit renders megatron_args: [], so only the model script's --num-layers (4 here) can
+    # show a pipeline size Megatron would refuse after the GPUs start
+    miles = fake_miles(tmp_path)
+    data = yaml.safe_load(config_without_model_args(tmp_path).read_text())
+    data["parallel"]["training"].update(tp=1, pp=8, ep=1)
+    cfg = tmp_path / "run-pp8.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    err = io.StringIO()
+    assert launch_main(["--config", str(cfg), "--dry-run", "--miles-dir", str(miles), "--python", sys.executable],
+                       out=io.StringIO(), err=err) == 2
+    script = miles / "scripts" / "models" / "qwen3-30B-A3B.py"
+    assert err.getvalue() == (
+        f"{cfg}: 1 problem:\n"
+        "  - parallel.training.pp = 8: Megatron splits the layers evenly over the pipeline stages (\"Number of "
+        f"layers should be divisible by the pipeline-model-parallel size\"), and {script} model_args() sets "
+        "--num-layers 4, which 8 does not divide; the launcher passes no uneven split "
+        "(--decoder-first/last-pipeline-num-layers). Fix: use a pp that divides 4 (one of 1, 2, 4).\n"
+    )
+
+
 def test_unknown_model_without_megatron_args_is_refused_at_launch(tmp_path: Path):
     miles = fake_miles(tmp_path, script_name="glm4-9B.py")
     cfg = config_without_model_args(tmp_path)

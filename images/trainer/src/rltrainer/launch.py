@@ -53,6 +53,7 @@ from .contract import (
     ConfigError,
     RunConfig,
     expert_count_problems,
+    pipeline_split_problems,
     load_run_config,
     parse_s3_uri,
 )
@@ -326,6 +327,7 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         model_args = (f"<model_args() of {args.miles_dir}/scripts/models/<script for {cfg.model.name}>.py>",)
         model_args_source = f"unresolved here: {exc}"
     problems = expert_count_problems(cfg.parallel.training, model_args, model_args_source)
+    problems += pipeline_split_problems(cfg.parallel.training, model_args, model_args_source)
     if problems:
         print(str(ConfigError(problems, args.config)), file=err)
         return EXIT_CONFIG

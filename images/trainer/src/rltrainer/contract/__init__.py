@@ -46,7 +46,10 @@ from .names import (
     TRAINING_EP_BACKENDS,
 )
 from .problems import MISSING, ConfigError, Problem, render_value
-from .rules import expert_count_problems, load_run_config, parse_run_config, parse_s3_uri
+from .rules import (
+    expert_count_problems, load_run_config, parse_run_config, parse_s3_uri, pipeline_split_problem,
+    pipeline_split_problems,
+)
 from .schema import (
     DEFAULT_KEEP_LOCAL,
     DEFAULT_KEEP_S3,
@@ -77,5 +80,6 @@ __all__ = [
     "CheckpointConfig", "ConfigError", "DataConfig", "ExpertParallelConfig", "GrpoConfig", "ModelConfig",
     "ParallelConfig", "Problem", "RolloutParallel", "RunConfig", "TrainingParallel",
     "expert_count_problems", "flag_value", "load_run_config", "parse_run_config", "parse_s3_uri",
+    "pipeline_split_problem", "pipeline_split_problems",
     "render_value",
 ]
