@@ -188,7 +188,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--plot", metavar="FILE",
                      help="draw cost per million trained tokens against node count and the "
                           "chosen layout's step-time breakdown (PNG)")
-    p.set_defaults(func=run)
+    # not a flag: the NVLink domain of the config's node group (its UltraServer type), read
+    # with the instance type from the config
+    p.set_defaults(func=run, ultraserver_type=None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -245,7 +247,9 @@ def _config_defaults(args: argparse.Namespace) -> bool:
         args.model = t.model
     whole_run = False  # the config's run as it is: its instance type and node count
     if args.instance is None:
-        args.instance = cfg.gpu_node_groups[t.node_group].instance_type
+        group = cfg.gpu_node_groups[t.node_group]
+        args.instance = group.instance_type
+        args.ultraserver_type = group.capacity.ultraserver_type
         if args.nodes is None and args.max_nodes is None:
             args.nodes = t.nodes
             whole_run = True
@@ -318,7 +322,7 @@ def _run_rl(args: argparse.Namespace) -> int:
             placements=placements, objective=args.objective, top=args.top, pins=pins,
             engine=(args.engine_gpus, args.engine_ep) if args.engine_gpus else None,
             ep_backend=args.ep_backend, price_per_hour=args.price_per_hour,
-            release=args.release))
+            release=args.release, ultraserver_type=args.ultraserver_type))
         if args.plot:
             draw(from_rl_plan(result), args.plot)
         if args.write_config:
@@ -413,6 +417,7 @@ def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:
         model, args.instance, nodes=args.nodes, max_nodes=args.max_nodes, setup=setup,
         pins=pins, ep_backend=args.ep_backend, objective=args.objective, top=top or args.top,
         price_per_hour=args.price_per_hour, memory_headroom_gib=args.headroom_gib,
+        ultraserver_type=args.ultraserver_type,
     ))
 
 

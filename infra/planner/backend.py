@@ -41,19 +41,23 @@ class BackendChoice:
 
 
 def recommend_backend(instance_type: str, nodes: int, ep_span_nodes: int,
-                      override: str | None = None, nvlink_gpus: int = 8) -> BackendChoice:
+                      override: str | None = None, nvlink_gpus: int = 8,
+                      domain: str = "") -> BackendChoice:
     """Recommend (and, with ``override``, check) the expert-parallel backend for a job.
-    ``ep_span_nodes`` counts NVLink reaches (nodes, or NVLink domains of ``nvlink_gpus``)."""
+    ``ep_span_nodes`` counts NVLink reaches (nodes, or NVLink domains of ``nvlink_gpus``);
+    ``domain`` names that domain for messages (``System.describe_domain``)."""
     if nvlink_gpus > DEEPEP_MAX_NVL_PEERS:
+        named_domain = f" ({domain})" if domain else ""
         if override is not None and override.startswith("deepep"):
             raise PlannerError(
                 f"expert-parallel backend {override!r} cannot run on {instance_type}: its NVLink "
-                f"domain holds {nvlink_gpus} GPUs and the pinned DeepEP (567632d) addresses at "
-                f"most {DEEPEP_MAX_NVL_PEERS} NVLink peers (NUM_MAX_NVL_PEERS); use nccl "
-                "(all-to-all over multi-node NVLink)")
+                f"domain{named_domain} holds {nvlink_gpus} GPUs and the pinned DeepEP (567632d) "
+                f"addresses at most {DEEPEP_MAX_NVL_PEERS} NVLink peers (NUM_MAX_NVL_PEERS); use "
+                "nccl (all-to-all over multi-node NVLink)")
         return BackendChoice("nccl", "nccl", (
             f"NCCL all-to-all over multi-node NVLink: the pinned DeepEP addresses at most "
-            f"{DEEPEP_MAX_NVL_PEERS} NVLink peers, and this NVLink domain holds {nvlink_gpus}"
+            f"{DEEPEP_MAX_NVL_PEERS} NVLink peers, and this NVLink domain{named_domain} holds "
+            f"{nvlink_gpus}"
             + ("" if ep_span_nodes <= 1 else
                f"; expert groups span {ep_span_nodes} domains, the rest over EFA")))
     if ep_span_nodes <= 1:

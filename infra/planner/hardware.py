@@ -76,6 +76,8 @@ class System:
     plannable: bool = True  # False: a validation reference, not an EC2 instance type
     # GPUs one NVLink domain holds (catalog InstanceType.nvlink_domain_gpus); 0 = one node
     nvlink_domain_gpus: int = 0
+    # the UltraServer type that NVLink domain is (catalog InstanceType.ultraservers); "" for none
+    ultraserver: str = ""
 
     @property
     def efficiency(self) -> Efficiency:
@@ -94,23 +96,57 @@ class System:
         return self.nvlink_domain_gpus or self.gpus_per_node
 
     @property
+    def domain_instances(self) -> int:
+        """Instances one NVLink domain spans: 1 for HGX types, the UltraServer's size else."""
+        return max(1, self.nvlink_domain_gpus // self.gpus_per_node)
+
+    def describe_domain(self) -> str:
+        """'u-p6e-gb200x72, 18 instances' (from the catalog), for messages."""
+        name = f"{self.ultraserver}, " if self.ultraserver else ""
+        return f"{name}{self.domain_instances} instances"
+
+    @property
+    def max_run_nodes(self) -> int | None:
+        """The most nodes one kit run may use: a run on a multi-node NVLink type stays inside
+        one domain (its workers claim one ComputeDomain; infra/config/ultraserver.py refuses
+        more). None where nodes are not capped (HGX types, reference systems)."""
+        return self.domain_instances if self.plannable and self.domain_instances > 1 else None
+
+    def domain_cap_problem(self, nodes: int) -> str | None:
+        """Why ``nodes`` is too many for one run on this system (see ``max_run_nodes``)."""
+        cap = self.max_run_nodes
+        if cap is None or nodes <= cap:
+            return None
+        return (f"a run on {self.name} stays inside one NVLink domain ({self.describe_domain()}): "
+                "its workers claim one ComputeDomain, and the kit does not run across domains")
+
+    @property
     def family(self) -> str:
         return self.name.split(".")[0]
 
 
-def _ec2_system(name: str) -> System:
-    """The system of catalog instance type ``name`` (prices and source from its entry)."""
+def _ec2_system(name: str, ultraserver_type: str | None = None) -> System:
+    """The system of catalog instance type ``name`` (prices and source from its entry). On a type
+    sold as UltraServers the NVLink domain is ``ultraserver_type``'s (catalog
+    ``InstanceType.ultraservers``), by default the catalog's ``nvlink_domain_instances``."""
     it = INSTANCE_TYPES[name]
     gpu = GPUS.get(it.gpu_model)
     if gpu is None:
         raise PlannerError(
             f"cannot plan for {name}: its GPU model {it.gpu_model!r} has no record in the GPU "
             f"catalog (infra/catalog/gpus.py; known: {', '.join(GPUS)}); add one")
+    kinds = dict(it.ultraservers)
+    if ultraserver_type is not None and ultraserver_type not in kinds:
+        raise PlannerError(
+            f"ultraserver type {ultraserver_type!r}: {name} is not sold as it; "
+            + (f"use one of {', '.join(kinds)}" if kinds else "it is no UltraServer type"))
+    instances = kinds[ultraserver_type] if ultraserver_type else it.nvlink_domain_instances
+    ultraserver = ultraserver_type or next((k for k, n in it.ultraservers if n == instances), "")
     return System(
         name=name, gpu=gpu, gpus_per_node=it.gpu_count,
         gpu_memory_gib=it.gpu_memory_gib, fabric=_efa_fabric(it.efa_bandwidth_gbps, it.gpu_count),
         price_per_hour=it.on_demand_usd_per_hour, price_source=it.price_source,
-        nvlink_domain_gpus=it.nvlink_domain_gpus,
+        nvlink_domain_gpus=it.gpu_count * instances, ultraserver=ultraserver,
     )
 
 
@@ -161,10 +197,12 @@ def plannable_systems() -> dict[str, System]:
             if it.gpu_model in GPUS}
 
 
-def get_system(name: str, allow_reference: bool = False) -> System:
-    """The plannable system for an EC2 instance type (or a reference system if allowed)."""
+def get_system(name: str, allow_reference: bool = False,
+               ultraserver_type: str | None = None) -> System:
+    """The plannable system for an EC2 instance type (or a reference system if allowed);
+    ``ultraserver_type`` picks the NVLink domain of a type sold as UltraServers."""
     if name in INSTANCE_TYPES:
-        return _ec2_system(name)
+        return _ec2_system(name, ultraserver_type)
     if allow_reference and name in REFERENCE_SYSTEMS:
         return REFERENCE_SYSTEMS[name]
     raise PlannerError(f"unknown instance type {name!r}; known: {', '.join(INSTANCE_TYPES)}")

@@ -143,7 +143,10 @@ class PlanRequest:
     ``pins`` fixes parts of the layout. ``memory_headroom_gib`` keeps that much GPU memory free on
     top of the model's own reserve and fragmentation allowance. ``price_per_hour`` overrides the
     catalog's on-demand price; ``allow_reference_systems`` admits the validation-only InfiniBand
-    systems. ``even_pipeline`` (the default) keeps to pipeline sizes that divide the model's
+    systems. On a type whose NVLink domain spans instances (GB200 UltraServers) node counts stop
+    at one domain, the catalog's UltraServer size (``ultraserver_type`` picks one of the types it
+    is sold as; default the catalog's ``nvlink_domain_instances``): the kit runs inside one
+    domain. ``even_pipeline`` (the default) keeps to pipeline sizes that divide the model's
     layers, the only ones Megatron runs without an explicit uneven split, which the kit's launcher
     does not pass (``layout.pipeline_split_problem``); False plans for a launcher that passes one
     (the step time charges the fullest stage).
@@ -162,6 +165,7 @@ class PlanRequest:
     memory_headroom_gib: float = 0.0
     allow_reference_systems: bool = False
     even_pipeline: bool = True
+    ultraserver_type: str | None = None  # the NVLink domain of an UltraServer type (catalog)
 
 
 @dataclass(frozen=True)
@@ -187,3 +191,4 @@ class RLPlanRequest:
     ep_backend: str | None = None
     price_per_hour: float | None = None
     release: str = "baseline"  # software release of the training step (infra/catalog/releases.py)
+    ultraserver_type: str | None = None  # the NVLink domain of an UltraServer type (catalog)

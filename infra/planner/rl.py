@@ -47,7 +47,9 @@ from infra.planner.request import Pins, Placement, PlanRequest, RLPlanRequest, R
 from infra.planner.rl_modes import (
     compose_step, engine_mem_fraction, iterations_for, miles_mode_args, stream_batch,
 )
-from infra.planner.search import Candidate, check_node_counts, check_precision, plan
+from infra.planner.search import (
+    Candidate, check_domain, check_node_counts, check_precision, plan,
+)
 
 # --- decode constants (see module docstring; calibration in docs/planner.md) ------------------
 DECODE_FIXED_MS = 1.0  # per iteration: scheduler, sampling, graph launch; estimate
@@ -349,7 +351,8 @@ def _search_training(model, system, rl, precision, where, colocate, pins, ep_bac
                                                     if colocate else 0.0))
         result = plan(PlanRequest(model, system.name, **where, setup=setup,
                                   pins=pins or Pins(), ep_backend=ep_backend, top=10**9,
-                                  price_per_hour=price_per_hour))
+                                  price_per_hour=price_per_hour,
+                                  ultraserver_type=system.ultraserver or None))
     except PlannerError:
         return {}
     best: dict[int, Candidate] = {}
@@ -366,7 +369,7 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
     started = time.perf_counter()
     req = request
     m = get_model(req.model) if isinstance(req.model, str) else req.model
-    system = get_system(req.instance_type)
+    system = get_system(req.instance_type, ultraserver_type=req.ultraserver_type)
     rl, nodes, precision, placements = req.rl, req.nodes, req.precision, req.placements
     objective, pins, engine, ep_backend = req.objective, req.pins, req.engine, req.ep_backend
     price_per_hour = req.price_per_hour
@@ -379,7 +382,8 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
         if p not in ("colocated", "disaggregated"):
             raise PlannerError(f"placement {p!r} is not one of colocated, disaggregated")
     check_node_counts(nodes, req.max_nodes)
-    warnings = []
+    capped = check_domain(system, nodes, req.max_nodes, DEFAULT_RL_MAX_NODES)
+    warnings = [capped] if capped else []
     if rl.mode != "on-policy" and "colocated" in placements:
         if placements == ("colocated",):
             raise PlannerError(
@@ -391,7 +395,7 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
         warnings.append(f"{rl.mode} overlap runs disaggregated only (Miles refuses --colocate "
                         "with it): colocated layouts were not ranked")
     max_nodes = req.max_nodes
-    max_nodes = max_nodes or DEFAULT_RL_MAX_NODES
+    max_nodes = min(max_nodes or DEFAULT_RL_MAX_NODES, system.max_run_nodes or 10**9)
     top_n = nodes or max_nodes
     counts = [nodes] if nodes else list(range(1, max_nodes + 1))
     gpn = system.gpus_per_node

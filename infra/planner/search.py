@@ -205,11 +205,28 @@ def _cost(system: System, nodes: int, t: StepTime, price_override: float | None)
     return Cost(price, per_hour, per_hour / tokens_per_hour * 1e6, source)
 
 
-def _node_counts(nodes: int | None, max_nodes: int | None) -> tuple[int, ...]:
+def _node_counts(nodes: int | None, max_nodes: int | None,
+                 cap: int | None = None) -> tuple[int, ...]:
     if nodes is not None:
         return (nodes,)
     top = max_nodes or DEFAULT_MAX_NODES
-    return tuple(range(1, top + 1))
+    return tuple(range(1, min(top, cap or top) + 1))
+
+
+def check_domain(system: System, nodes: int | None, max_nodes: int | None,
+                 default_max: int) -> str | None:
+    """Refuse a fixed node count beyond one NVLink domain (``System.max_run_nodes``); return
+    the warning to print when the search range is cut to it (None when it is not)."""
+    if nodes is not None:
+        problem = system.domain_cap_problem(nodes)
+        if problem:
+            raise PlannerError(f"{named('nodes')} {nodes}: {problem}; plan "
+                               f"{system.max_run_nodes} nodes or fewer")
+        return None
+    top = max_nodes or default_max
+    problem = system.domain_cap_problem(top)
+    return (f"searched up to {system.max_run_nodes} nodes, not {top}: {problem}"
+            if problem else None)
 
 
 def check_node_counts(nodes: int | None, max_nodes: int | None) -> None:
@@ -233,18 +250,20 @@ def plan(request: PlanRequest) -> PlanResult:
     started = time.perf_counter()
     r = request
     m = get_model(r.model) if isinstance(r.model, str) else r.model
-    system = get_system(r.instance_type, allow_reference=r.allow_reference_systems)
+    system = get_system(r.instance_type, allow_reference=r.allow_reference_systems,
+                        ultraserver_type=r.ultraserver_type)
     check_node_counts(r.nodes, r.max_nodes)
+    capped = check_domain(system, r.nodes, r.max_nodes, DEFAULT_MAX_NODES)
     setup = r.setup
     check_precision(system, setup.precision)
     pins = r.pins
-    counts = _node_counts(r.nodes, r.max_nodes)
+    counts = _node_counts(r.nodes, r.max_nodes, system.max_run_nodes)
     objective, ep_backend, memory_headroom_gib = r.objective, r.ep_backend, r.memory_headroom_gib
 
     candidates: list[Candidate] = []
     rejected: list[Rejection] = []
     evaluated = 0
-    warnings: list[str] = []
+    warnings: list[str] = [capped] if capped else []
     if objective not in ("cost", "throughput"):
         raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
     _check_pins(m, system, pins, counts, setup, r.even_pipeline)
@@ -257,7 +276,8 @@ def plan(request: PlanRequest) -> PlanResult:
                 rejected.append(Rejection(n, L, problem))
                 continue
             _, span = ep_span(L, system.nvlink_gpus)
-            choice = recommend_backend(system.name, n, span, ep_backend, system.nvlink_gpus)
+            choice = recommend_backend(system.name, n, span, ep_backend, system.nvlink_gpus,
+                                       system.describe_domain())
             static = static_memory_gib(m, L, setup)
             if static + memory_headroom_gib > system.gpu_memory_gib:
                 rejected.append(Rejection(
@@ -291,12 +311,14 @@ def plan(request: PlanRequest) -> PlanResult:
         closest = min((r for r in rejected if r.needed_gib is not None),
                       key=lambda r: r.needed_gib, default=None)
         where = f"{counts[0]} node(s)" if len(counts) == 1 else f"1 to {counts[-1]} nodes"
+        also = f" ({capped})" if capped else ""
         if closest is not None:
             raise PlannerError(
                 f"{m.key} does not fit on {where} of {system.name}: the closest layout "
-                f"({closest.layout.label()}, {closest.nodes} node(s)) {closest.reason}")
+                f"({closest.layout.label()}, {closest.nodes} node(s)) {closest.reason}{also}")
         reason = rejected[0].reason if rejected else "no layout could be formed"
-        raise PlannerError(f"no valid layout for {m.key} on {where} of {system.name}: {reason}")
+        raise PlannerError(f"no valid layout for {m.key} on {where} of {system.name}: "
+                           f"{reason}{also}")
 
     if objective == "throughput":
         candidates.sort(key=lambda c: (-c.time.tokens_per_s_per_gpu * c.gpus, c.nodes))
@@ -340,7 +362,8 @@ def evaluate(model: str | MoEModel, instance_type: str, nodes: int, layout: Layo
     if problem:
         raise PlannerError(f"layout {layout.label()} does not divide: {problem}")
     _, span = ep_span(layout, system.nvlink_gpus)
-    choice = recommend_backend(system.name, nodes, span, ep_backend, system.nvlink_gpus)
+    choice = recommend_backend(system.name, nodes, span, ep_backend, system.nvlink_gpus,
+                               system.describe_domain())
     mem = estimate_memory(m, system, layout, setup, choice.backend)
     t = step_time(m, system, layout, setup, choice.backend)
     return Candidate(nodes, layout, mem, t, choice, _cost(system, nodes, t, None))

@@ -225,6 +225,62 @@ def test_write_config_refuses_a_model_without_a_known_checkpoint(capsys, config,
     assert config.read_text() == before
 
 
+def _gb200_config(tmp_path, ultraserver_type: str, nodes: int):
+    data = yaml.safe_load((REPO / "examples" / "p6e-gb200-ultraserver.yaml").read_text())
+    data["gpu_node_groups"]["gb200"]["capacity"]["ultraserver_type"] = ultraserver_type
+    data["training"]["nodes"] = nodes
+    path = tmp_path / "gb200.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_node_counts_stop_at_one_nvlink_domain(capsys, tmp_path):
+    # the kit refuses a run beyond one NVLink domain (infra/config/ultraserver.py: training.nodes
+    # <= the UltraServer's instances), so the plan must not pick one: the domain comes from the
+    # catalog (InstanceType.ultraservers / nvlink_domain_instances), never the type's name
+    rc = main(["plan", "--instance", "p6e-gb200.36xlarge", "--model", "qwen3-235b-a22b",
+               "--max-nodes", "32", "--price-per-hour", "100", "--json", "--top", "100"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["node_counts_searched"][-1] == 18
+    assert max(c["nodes"] for c in d["candidates"]) <= 18
+    assert d["warnings"][0] == (
+        "searched up to 18 nodes, not 32: a run on p6e-gb200.36xlarge stays inside one NVLink "
+        "domain (u-p6e-gb200x72, 18 instances): its workers claim one ComputeDomain, and the kit "
+        "does not run across domains")
+    rc = main(["plan", "--instance", "p6e-gb200.36xlarge", "--model", "qwen3-30b-a3b",
+               "--nodes", "20", "--price-per-hour", "100"])
+    out, err = capsys.readouterr()
+    assert (rc, out) == (2, "")
+    assert err.strip() == (
+        "rlkit plan: error: --nodes 20: a run on p6e-gb200.36xlarge stays inside one NVLink "
+        "domain (u-p6e-gb200x72, 18 instances): its workers claim one ComputeDomain, and the kit "
+        "does not run across domains; plan 18 nodes or fewer")
+    rc = main(["plan", "--rl", "--instance", "p6e-gb200.36xlarge", "--model", "qwen3-30b-a3b",
+               "--max-nodes", "32", "--price-per-hour", "100", "--json", "--top", "1000",
+               "--max-response-len", "1024"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert max(c["nodes"] for c in json.loads(out)["candidates"]) <= 18
+
+
+def test_the_config_s_ultraserver_type_sets_the_domain(capsys, tmp_path):
+    from infra.planner import get_system
+
+    assert get_system("p6e-gb200.36xlarge", ultraserver_type="u-p6e-gb200x36").nvlink_gpus == 36
+    config = _gb200_config(tmp_path, "u-p6e-gb200x36", 8)
+    rc = main(["plan", "--config", str(config), "--max-nodes", "16", "--price-per-hour", "100",
+               "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["node_counts_searched"][-1] == 9
+    assert "(u-p6e-gb200x36, 9 instances)" in d["warnings"][0]
+    assert "NVLink domain (u-p6e-gb200x36, 9 instances) holds 36" in \
+        d["candidates"][0]["ep_backend"]["reason"]
+
+
 def test_benchmark_script_runs(capsys):
     import runpy
 

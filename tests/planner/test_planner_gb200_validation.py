@@ -258,6 +258,7 @@ def test_deepep_on_an_nvl72_domain_is_one_clear_error(capsys):
     assert rc == 2
     assert err.strip() == (
         "rlkit plan: error: expert-parallel backend 'deepep-nvshmem' cannot run on "
-        "p6e-gb200.36xlarge: its NVLink domain holds 72 GPUs and the pinned DeepEP (567632d) "
+        "p6e-gb200.36xlarge: its NVLink domain (u-p6e-gb200x72, 18 instances) holds 72 GPUs and "
+        "the pinned DeepEP (567632d) "
         "addresses at most 8 NVLink peers (NUM_MAX_NVL_PEERS); use nccl (all-to-all over "
         "multi-node NVLink)")
