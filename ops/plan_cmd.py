@@ -106,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what.add_argument("--rollout-mem-fraction", type=fraction, default=None,
                       help="GPU memory the engine claims (SGLang mem_fraction_static; default "
                            "0.7 colocated, SGLang's standalone default on its own GPUs)")
-    what.add_argument("--rollout-kv-tokens", type=non_negative_int, default=0,
+    what.add_argument("--rollout-kv-tokens", type=non_negative_int,
                       help="with --colocate: size the engine's KV cache by resident tokens per "
                            "GPU instead of --rollout-mem-fraction")
     what.add_argument("--no-rollout-offload", action="store_true",
@@ -120,10 +120,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="prompts per rollout (config grpo.rollout_batch_size)")
     rl.add_argument("--samples-per-prompt", type=positive_int,
                     help="samples per prompt (config grpo.n_samples_per_prompt)")
-    rl.add_argument("--prompt-len", type=positive_int, default=512, help="prompt tokens (512)")
+    rl.add_argument("--prompt-len", type=positive_int, help="prompt tokens (512)")
     rl.add_argument("--max-response-len", type=positive_int,
                     help="maximum response tokens (config grpo.rollout_max_response_len)")
-    rl.add_argument("--mean-response-len", type=non_negative_int, default=0,
+    rl.add_argument("--mean-response-len", type=non_negative_int,
                     help="mean response tokens (default 60%% of the maximum)")
     rl.add_argument("--steps-per-rollout", type=positive_int,
                     help="optimizer steps per rollout (config grpo.num_steps_per_rollout)")
@@ -193,8 +193,67 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, ultraserver_type=None)
 
 
+# flags that shape a GRPO step: only --rl plans one (checked before the config fills its GRPO
+# shape and mode into the same options, so only what the user typed is refused)
+_RL_ONLY = (
+    ("prompts", "--prompts"), ("samples_per_prompt", "--samples-per-prompt"),
+    ("prompt_len", "--prompt-len"), ("max_response_len", "--max-response-len"),
+    ("mean_response_len", "--mean-response-len"), ("steps_per_rollout", "--steps-per-rollout"),
+    ("logprob_passes", "--logprob-passes"), ("placement", "--placement"),
+    ("overlap", "--overlap"), ("off_policy_steps", "--off-policy-steps"),
+    ("engine_gpus", "--engine-gpus"), ("engine_ep", "--engine-ep"),
+)
+# flags of a training plan's colocated rollout engine (refused with --rl by _NOT_WITH_RL)
+_COLOCATE_ONLY = (("rollout_kv_tokens", "--rollout-kv-tokens"),
+                  ("no_rollout_offload", "--no-rollout-offload"))
+
+
+def _typed(value) -> bool:
+    """An option the command line set (its default is None, or False for a switch)."""
+    return value is not None and value is not False
+
+
+def _ignored_flag_problem(args: argparse.Namespace) -> str | None:
+    """A typed flag the plan would ignore: GRPO options without --rl, a training plan's
+    rollout-engine options without --colocate."""
+    if args.rl:
+        return None
+
+    def typed_of(options) -> list[tuple[str, object]]:
+        return [(flag, getattr(args, dest)) for dest, flag in options
+                if _typed(getattr(args, dest))]
+
+    def sentence(typed: list[tuple[str, object]], needs: str, does: str, fix: str) -> str:
+        many = len(typed) > 1
+        shown = ", ".join(flag if value is True else
+                          f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
+                          for flag, value in typed)
+        return (f"{shown} need{'' if many else 's'} {needs}: {'they' if many else 'it'} "
+                f"{does if many else does.replace('shape', 'shapes').replace('size', 'sizes')}; "
+                f"{fix}, or drop {'them' if many else typed[0][0]}")
+
+    typed = typed_of(_RL_ONLY)
+    if typed:
+        return sentence(typed, "--rl", "shape a GRPO step, which a training plan ignores",
+                        "add --rl")
+    if args.colocate:
+        return None
+    typed = typed_of((("rollout_mem_fraction", "--rollout-mem-fraction"), *_COLOCATE_ONLY))
+    if not typed:
+        return None
+    with_rl = [flag for flag, _ in typed] == ["--rollout-mem-fraction"]  # the only one --rl takes
+    return sentence(typed, "--colocate or --rl" if with_rl else "--colocate",
+                    "size a rollout engine, and this training plan has none",
+                    "add --colocate (the engine shares the training GPUs)"
+                    + (" or plan a GRPO step with --rl" if with_rl else ""))
+
+
 def run(args: argparse.Namespace) -> int:
     """Plan, print, and optionally write the config and the plot."""
+    ignored = _ignored_flag_problem(args)
+    if ignored:
+        print(f"rlkit plan: error: {ignored}", file=sys.stderr)
+        return 2
     if not _config_defaults(args):
         return 2
     if args.rl:
@@ -284,8 +343,9 @@ def _best_per_nodes(args: argparse.Namespace) -> list:
 
 def _rl_setup(args: argparse.Namespace) -> RLSetup:
     return RLSetup(prompts=args.prompts, samples_per_prompt=args.samples_per_prompt,
-                   prompt_len=args.prompt_len, max_response_len=args.max_response_len,
-                   mean_response_len=args.mean_response_len,
+                   prompt_len=args.prompt_len or RLSetup.prompt_len,
+                   max_response_len=args.max_response_len,
+                   mean_response_len=args.mean_response_len or 0,
                    steps_per_rollout=args.steps_per_rollout, logprob_passes=args.logprob_passes,
                    mem_fraction=args.rollout_mem_fraction, overlap=args.overlap,
                    off_policy_steps=args.off_policy_steps or 0)
@@ -307,7 +367,7 @@ _NOT_WITH_RL = (
 def _run_rl(args: argparse.Namespace) -> int:
     try:
         for dest, flag, instead in _NOT_WITH_RL:
-            if getattr(args, dest):
+            if _typed(getattr(args, dest)):
                 raise PlannerError(f"{flag} does not apply with --rl: {instead}")
         if (args.engine_gpus is None) != (args.engine_ep is None):
             raise PlannerError("--engine-gpus and --engine-ep go together; pass both or neither")
@@ -411,7 +471,7 @@ def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:
         colocate_rollout=args.colocate, rollout_offload=not args.no_rollout_offload,
         rollout_mem_fraction=(COLOCATED_MEM_FRACTION if args.rollout_mem_fraction is None
                               else args.rollout_mem_fraction) if args.colocate else 0.0,
-        rollout_tokens_per_gpu=args.rollout_kv_tokens if args.colocate else 0,
+        rollout_tokens_per_gpu=(args.rollout_kv_tokens or 0) if args.colocate else 0,
     )
     return plan(PlanRequest(
         model, args.instance, nodes=args.nodes, max_nodes=args.max_nodes, setup=setup,

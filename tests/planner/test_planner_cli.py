@@ -65,6 +65,45 @@ def test_errors_are_one_clear_line(capsys, argv, message):
     assert err.strip() == message
 
 
+@pytest.mark.parametrize("flags,message", [
+    (["--placement", "disaggregated"], "--placement disaggregated needs --rl: it shapes a GRPO "
+     "step, which a training plan ignores; add --rl, or drop --placement"),
+    (["--off-policy-steps", "3"], "--off-policy-steps 3 needs --rl: it shapes a GRPO step, which a "
+     "training plan ignores; add --rl, or drop --off-policy-steps"),
+    (["--prompts", "5", "--engine-gpus", "8"], "--prompts 5, --engine-gpus 8 need --rl: they "
+     "shape a GRPO step, which a training plan ignores; add --rl, or drop them"),
+    (["--rollout-mem-fraction", "0.5"], "--rollout-mem-fraction 0.5 needs --colocate or --rl: it "
+     "sizes a rollout engine, and this training plan has none; add --colocate (the engine shares "
+     "the training GPUs) or plan a GRPO step with --rl, or drop --rollout-mem-fraction"),
+    (["--rollout-kv-tokens", "100000"], "--rollout-kv-tokens 100000 needs --colocate: it sizes a "
+     "rollout engine, and this training plan has none; add --colocate (the engine shares the "
+     "training GPUs), or drop --rollout-kv-tokens"),
+    (["--rollout-kv-tokens", "0", "--no-rollout-offload"], "--rollout-kv-tokens 0, "
+     "--no-rollout-offload need --colocate: they size a rollout engine, and this training plan "
+     "has none; add --colocate (the engine shares the training GPUs), or drop them"),
+])
+def test_flags_a_training_plan_would_ignore_are_refused(capsys, flags, message):
+    rc, out, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                       "--nodes", "2", *flags)
+    assert (rc, out) == (2, "")
+    assert err.strip() == f"rlkit plan: error: {message}"
+
+
+def test_the_config_s_grpo_shape_is_not_a_typed_flag(capsys, tmp_path):
+    # the config fills --prompts, --max-response-len, the mode... into the same options; a
+    # training plan from it must still run
+    path = tmp_path / "kit.yaml"
+    data = yaml.safe_load(P5_EXAMPLE.read_text())
+    data["training"]["rollout"] = {"overlap": "batch", "off_policy_steps": 1,
+                                   "placement": "disaggregated", "nodes": 1}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    rc, _, err = run(capsys, "--config", str(path))
+    assert rc == 0, err
+    rc, _, err = run(capsys, "--config", str(path), "--colocate", "--rollout-mem-fraction", "0.5",
+                     "--rollout-kv-tokens", "1000")
+    assert rc == 0, err
+
+
 @pytest.fixture
 def config(tmp_path) -> Path:
     path = tmp_path / "kit.yaml"
