@@ -68,6 +68,9 @@ FLAGS = {
     "price_per_hour": "--price-per-hour",
     "max_response_len": "--max-response-len",
     "off_policy_steps": "--off-policy-steps",
+    "engine_gpus": "--engine-gpus",
+    "engine_ep": "--engine-ep",
+    **{size: f"--{size}" for size in ("tp", "pp", "ep", "etp", "cp", "vpp", "mbs", "recompute")},
 }
 OVERLAP_CHOICES = ("none", "batch", "stream")
 

@@ -48,7 +48,7 @@ from infra.planner.rl_modes import (
     compose_step, engine_mem_fraction, iterations_for, miles_mode_args, stream_batch,
 )
 from infra.planner.search import (
-    Candidate, check_domain, check_node_counts, check_precision, plan,
+    Candidate, check_domain, check_node_counts, check_pins, check_precision, plan,
 )
 
 # --- decode constants (see module docstring; calibration in docs/planner.md) ------------------
@@ -361,6 +361,38 @@ def _search_training(model, system, rl, precision, where, colocate, pins, ep_bac
     return best
 
 
+def _check_engine(model: MoEModel, system: System, rl: RLSetup, engine: tuple[int, int],
+                  placements: tuple[str, ...], counts: list[int]) -> None:
+    """The rules ``engine_layouts`` applies to a pinned (GPUs, ep) engine, each refused naming
+    the pin (the search would drop it silently and blame the node count)."""
+    g, ep = engine
+    ge, ee = named("engine_gpus"), named("engine_ep")
+    if g < 1 or ep < 1:
+        raise PlannerError(f"{ge} {g} and {ee} {ep} must be at least 1")
+    if g % ep:
+        fits = [d for d in range(1, g + 1) if g % d == 0]
+        raise PlannerError(f"{ee} {ep} does not divide {ge} {g}: SGLang splits an engine's "
+                           f"experts over ep of its GPUs; use one of {', '.join(map(str, fits))}")
+    if model.num_experts % ep:
+        raise PlannerError(f"{ee} {ep} does not divide the {model.num_experts} routed experts of "
+                           f"{model.key}; use an ep that divides both them and {ge} {g}")
+    gpn = system.gpus_per_node
+    if all(n * gpn % g for n in counts):
+        where = (f"{counts[0]} node(s)" if len(counts) == 1
+                 else f"{counts[0]} to {counts[-1]} nodes")
+        raise PlannerError(f"{ge} {g} divides none of the GPU counts searched ({gpn} per node, "
+                           f"{where}): engines tile their GPUs; use a divisor of {gpn} or a "
+                           "multiple of it")
+    weights = _weights_bytes(model) / g / GIB
+    shares = {p: engine_mem_fraction(rl, system, p, g) * system.gpu_memory_gib for p in placements}
+    if all(weights > 0.9 * share for share in shares.values()):
+        best = max(shares.values())
+        raise PlannerError(f"{ge} {g}: an engine of {g} GPU(s) holds {weights:.0f} GiB of BF16 "
+                           f"weights per GPU, more than 90% of its memory share ({best:.0f} GiB "
+                           f"of {system.name}'s {system.gpu_memory_gib:g}), so no KV cache fits; "
+                           "pin more GPUs per engine")
+
+
 def plan_rl(request: RLPlanRequest) -> RLPlan:
     """Rank colocated and disaggregated GRPO layouts by cost per step (or step time); see
     :class:`RLPlanRequest`. Raises PlannerError, naming the request's fields, with the fix when
@@ -398,6 +430,17 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
     max_nodes = min(max_nodes or DEFAULT_RL_MAX_NODES, system.max_run_nodes or 10**9)
     top_n = nodes or max_nodes
     counts = [nodes] if nodes else list(range(1, max_nodes + 1))
+    if placements == ("disaggregated",) and top_n < 2:
+        given = f"{named('nodes')} {nodes}" if nodes else f"{named('max_nodes')} {top_n}"
+        raise PlannerError(f"a disaggregated GRPO step needs at least 2 nodes (one for "
+                           f"training, one for rollout), got {given}; plan 2 or more nodes")
+    # a pinned part of the training layout or of the engines is checked on its own first, so
+    # its problem is reported naming it (the search below drops what does not fit silently)
+    check_pins(m, system, pins, (), TrainingSetup(seq_len=_seq_len(rl),
+                                                  global_batch=rl.train_batch,
+                                                  precision=precision, release=req.release))
+    if engine is not None:
+        _check_engine(m, system, rl, engine, placements, counts)
     gpn = system.gpus_per_node
     cands: list[RLCandidate] = []
     if "colocated" in placements:
@@ -433,14 +476,14 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
                                              price_per_hour=price_per_hour))
     if not cands:
         where = f"{nodes} node(s)" if nodes else f"1 to {max_nodes} nodes"
-        if placements == ("disaggregated",) and top_n < 2:
-            raise PlannerError(f"a disaggregated GRPO step needs at least 2 nodes (one for "
-                               f"training, one for rollout), got {named('nodes')} {top_n}; "
-                               "plan 2 or more nodes")
+        pinned = [f"{named(k)} {v}" for k, v in pins.fixed().items()]
+        if engine is not None:
+            pinned += [f"{named('engine_gpus')} {engine[0]}", f"{named('engine_ep')} {engine[1]}"]
+        also = f", or change the pinned {', '.join(pinned)}" if pinned else ""
         raise PlannerError(f"no GRPO layout for {m.key} fits on {where} of {system.name}: no "
                            "training layout fits, or no engine size leaves room for KV cache; "
                            f"allow more nodes ({named('max_nodes')}) or lower "
-                           f"{named('max_response_len')}")
+                           f"{named('max_response_len')}{also}")
 
     def key(c: RLCandidate):
         if objective == "cost" and c.dollars_per_step is not None:

@@ -161,9 +161,10 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
                                              vpp=vpp, mbs=mbs)
 
 
-def _check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...],
+def check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...],
                 setup: TrainingSetup, even_pipeline: bool = True) -> None:
-    """Fail fast, with the rule broken, when the caller pinned sizes that cannot divide."""
+    """Fail fast, with the rule broken, when the caller pinned sizes that cannot divide (the
+    GPU count too when ``counts`` is one node count)."""
     fixed = pins.fixed()
     if not fixed:
         return
@@ -266,7 +267,7 @@ def plan(request: PlanRequest) -> PlanResult:
     warnings: list[str] = [capped] if capped else []
     if objective not in ("cost", "throughput"):
         raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
-    _check_pins(m, system, pins, counts, setup, r.even_pipeline)
+    check_pins(m, system, pins, counts, setup, r.even_pipeline)
 
     for n in counts:
         for L in _enumerate(m, system, n, setup, pins, r.even_pipeline):

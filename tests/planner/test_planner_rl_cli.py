@@ -32,6 +32,53 @@ def test_rl_option_errors_are_one_clear_line(capsys, extra, message):
     assert err.strip() == message
 
 
+@pytest.mark.parametrize("extra,message", [
+    # a pinned part of the layout is checked on its own, so its own problem is named (the
+    # search dropped it silently and blamed --max-nodes / --max-response-len)
+    (("--tp", "3"), "requested layout does not divide: tp=3 does not divide the 32 attention "
+                    "heads of qwen3-30b-a3b"),
+    (("--ep", "7"), "requested layout does not divide: ep=7 does not divide the 128 routed "
+                    "experts of qwen3-30b-a3b"),
+    (("--pp", "5"), "requested layout does not divide: pp=5 does not divide the 48 layers of "
+                    "qwen3-30b-a3b: Megatron splits the layers evenly over the pipeline stages, "
+                    "and the kit's launcher passes no uneven split "
+                    "(--decoder-first/last-pipeline-num-layers); use a pp that divides 48 (1, 2, "
+                    "3, 4, 6, 8, 12, 16, 24, 48)"),
+    (("--engine-gpus", "8", "--engine-ep", "3"),
+     "--engine-ep 3 does not divide --engine-gpus 8: SGLang splits an engine's experts over ep of "
+     "its GPUs; use one of 1, 2, 4, 8"),
+    (("--engine-gpus", "3", "--engine-ep", "3"),
+     "--engine-ep 3 does not divide the 128 routed experts of qwen3-30b-a3b; use an ep that "
+     "divides both them and --engine-gpus 3"),
+    (("--engine-gpus", "6", "--engine-ep", "2", "--nodes", "1"),
+     "--engine-gpus 6 divides none of the GPU counts searched (8 per node, 1 node(s)): engines "
+     "tile their GPUs; use a divisor of 8 or a multiple of it"),
+    (("--max-nodes", "1", "--placement", "disaggregated"),
+     "a disaggregated GRPO step needs at least 2 nodes (one for training, one for rollout), got "
+     "--max-nodes 1; plan 2 or more nodes"),
+    (("--tp", "8", "--pp", "8", "--nodes", "1"),
+     "no GRPO layout for qwen3-30b-a3b fits on 1 node(s) of p5.48xlarge: no training layout "
+     "fits, or no engine size leaves room for KV cache; allow more nodes (--max-nodes) or lower "
+     "--max-response-len, or change the pinned --tp 8, --pp 8"),
+])
+def test_a_pinned_flag_s_problem_names_that_flag(capsys, extra, message):
+    rc = main([*BASE, "--max-response-len", "1024", *extra])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err.strip() == f"rlkit plan: error: {message}"
+
+
+def test_a_pinned_engine_too_small_for_the_weights_names_it(capsys):
+    rc = main(["plan", "--rl", "--model", "deepseek-v3", "--instance", "p5en.48xlarge",
+               "--max-nodes", "4", "--engine-gpus", "8", "--engine-ep", "8"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err.strip() == (
+        "rlkit plan: error: --engine-gpus 8: an engine of 8 GPU(s) holds 159 GiB of BF16 weights "
+        "per GPU, more than 90% of its memory share (126 GiB of p5en.48xlarge's 141), so no KV "
+        "cache fits; pin more GPUs per engine")
+
+
 def test_pinned_engine_layout_is_used(capsys):
     import json
 
