@@ -9,8 +9,9 @@
     rlkit plan --rl --off-policy-steps 2 --max-nodes 8 --write-config my-env.yaml --node-group p5
     rlkit plan                     # model, instance, nodes and GRPO shape from the config
 
-Without --model/--instance/--nodes and the GRPO options, the plan takes them from the config
-(--config, else $RLKIT_CONFIG, else the built-in default); a flag overrides its config value.
+Without --model/--instance/--nodes, --global-batch and the GRPO options, the plan takes them from
+the config (--config, else $RLKIT_CONFIG, else the built-in default); a flag overrides its config
+value.
 
 The model behind the numbers (sources, calibration, limits) is described in docs/planner.md.
 Every number is checked as it is parsed (``--seq-len 0`` or a negative price is a one-line usage
@@ -95,7 +96,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--model-file", metavar="YAML", help="a custom MoE model described in YAML")
     what.add_argument("--seq-len", type=positive_int, help="tokens per sequence (4096)")
     what.add_argument("--global-batch", type=positive_int,
-                      help="sequences per optimizer step (256)")
+                      help="sequences per optimizer step (default: the config's "
+                           "training.grpo.global_batch_size, 256 without one)")
     what.add_argument("--precision", choices=PRECISIONS, default="bf16",
                       help="training precision; mxfp8 needs Blackwell (p6) (bf16)")
     what.add_argument("--bf16-moments", action="store_true",
@@ -298,7 +300,10 @@ def _config_defaults(args: argparse.Namespace) -> bool:
     out. False (problems printed) on a bad config."""
     rl_fields = ("prompts", "samples_per_prompt", "max_response_len", "steps_per_rollout",
                  "logprob_passes")
-    if (args.model or args.model_file) and args.instance and \
+    # a training plan trains the config's global batch (the trainer refuses a data-parallel size
+    # that does not divide it); a named config is read for it even when nothing else is missing
+    batch_from_config = not args.rl and args.global_batch is None and args.config is not None
+    if (args.model or args.model_file) and args.instance and not batch_from_config and \
             (not args.rl or all(getattr(args, f) is not None for f in rl_fields)):
         return True
     cfg = load_config(args)  # validated: its node group exists
@@ -315,6 +320,8 @@ def _config_defaults(args: argparse.Namespace) -> bool:
         if args.nodes is None and args.max_nodes is None:
             args.nodes = t.nodes
             whole_run = True
+    if not args.rl and args.global_batch is None:
+        args.global_batch = g.global_batch_size
     for dest, value in zip(rl_fields, (
             g.rollout_batch_size, g.n_samples_per_prompt, g.rollout_max_response_len,
             g.num_steps_per_rollout,

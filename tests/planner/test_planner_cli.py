@@ -320,6 +320,27 @@ def test_the_config_s_ultraserver_type_sets_the_domain(capsys, tmp_path):
         d["candidates"][0]["ep_backend"]["reason"]
 
 
+def test_a_training_plan_from_a_config_trains_its_global_batch(capsys, config):
+    # training.grpo.global_batch_size 20 on 16 GPUs: the trainer refuses a data-parallel size
+    # that does not divide it (DP8 was picked for the planner's own 256)
+    data = yaml.safe_load(config.read_text())
+    data["training"]["grpo"] = {"rollout_batch_size": 5, "n_samples_per_prompt": 4,
+                                "global_batch_size": 20}
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    for argv in (["--config", str(config)],
+                 ["--config", str(config), "--model", "qwen3-30b-a3b", "--instance",
+                  "p5.48xlarge", "--nodes", "2"]):
+        rc, out, err = run(capsys, *argv, "--json", "--top", "100")
+        assert rc == 0, err
+        d = json.loads(out)
+        assert d["setup"]["global_batch"] == 20
+        assert all(20 % c["layout"]["dp"] == 0 for c in d["candidates"])
+    rc, _, err = run(capsys, "--config", str(config), "--write-config", str(config))
+    assert rc == 0, err  # the written layout passes the trainer's validation
+    rc, out, err = run(capsys, "--config", str(config), "--global-batch", "64", "--json")
+    assert rc == 0 and json.loads(out)["setup"]["global_batch"] == 64  # the flag overrides it
+
+
 def test_benchmark_script_runs(capsys):
     import runpy
 

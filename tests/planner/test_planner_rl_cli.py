@@ -164,9 +164,10 @@ def test_a_config_without_its_node_group_is_one_error(capsys, tmp_path):
     _, err = capsys.readouterr()
     assert rc == 2
     assert "training.node_group = 'nope': no GPU node group has this name" in err
-    # a command line that needs nothing from the config does not read it
+    # a command line that needs nothing from the config does not read it (a training plan
+    # takes its global batch from a named config, so it gives --global-batch too)
     rc = main(["plan", "--config", str(cfg), "--model", "qwen3-30b-a3b", "--instance",
-               "p5.48xlarge", "--nodes", "1", "--json", "--top", "1"])
+               "p5.48xlarge", "--nodes", "1", "--global-batch", "256", "--json", "--top", "1"])
     assert rc == 0, capsys.readouterr().err
 
 
