@@ -279,7 +279,9 @@ class ParallelConfig(_Model):
     cp: int = Field(1, description="Context parallel size.")
     ep: int = Field(8, description="Expert parallel size.")
     etp: int = Field(1, description="Expert tensor parallel size.")
-    vpp: int | None = Field(None, description="Virtual pipeline stages per rank (optional).")
+    vpp: int | None = Field(None, description="Virtual pipeline stages per rank: null (or 1). "
+                            "The launcher runs no interleaved pipeline yet (the trainer's run "
+                            "config has no virtual-pipeline size), so more is refused.")
     optimizer_cpu_offload: bool = Field(
         False, description="Keep Adam's state and step on the CPU (Miles' --optimizer-cpu-offload with "
         "--overlap-cpu-optimizer-d2h-h2d and --use-precision-aware-optimizer), for memory-tight H100 "

@@ -402,7 +402,14 @@ def _validate_training(cfg: KitConfig, add) -> None:
         add(problem("training.parallel.tp", par.tp,
                     f"tensor parallelism must stay inside one node ({itype.gpu_count} GPUs)",
                     f"use tp <= {itype.gpu_count}"))
-    if par.vpp is not None and (par.vpp < 1 or par.pp == 1):
+    if par.vpp is not None and par.vpp > 1:
+        # the trainer's run config has no virtual-pipeline size (infra/config/run_config.py), so
+        # the launcher never passes one and Megatron runs vpp 1 (`rlkit plan` plans vpp 1 too)
+        add(problem("training.parallel.vpp", par.vpp,
+                    "the kit's launcher runs no interleaved pipeline: the trainer's run config has "
+                    "no virtual-pipeline size, so Megatron would run vpp 1 and this value would be "
+                    "ignored", "remove vpp (or set it to null)"))
+    elif par.vpp is not None and (par.vpp < 1 or par.pp == 1):
         add(problem("training.parallel.vpp", par.vpp,
                     "virtual pipeline stages need pp > 1 and vpp >= 1",
                     "remove vpp or raise pp"))

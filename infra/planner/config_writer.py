@@ -19,6 +19,7 @@ import yaml
 from infra.config import ConfigError, parse_config, parse_config_text, read_config_file
 from infra.config.model import TrainingConfig, model_hf_checkpoint
 from infra.planner.errors import PlannerError
+from infra.planner.layout import INTERLEAVING_RULE
 from infra.planner.search import Candidate
 
 
@@ -63,7 +64,8 @@ def training_section(candidate: Candidate, model_key: str, node_group: str) -> d
         "node_group": node_group,
         "nodes": candidate.nodes,
         "parallel": {"tp": L.tp, "pp": L.pp, "cp": L.cp, "ep": L.ep, "etp": L.etp,
-                     # the kit config spells "no interleaving" as null (it rejects vpp with pp=1)
+                     # the kit config spells "no interleaving" as null (write_config refuses
+                     # vpp > 1, which the launcher does not run)
                      "vpp": L.vpp if L.vpp > 1 else None},
         "expert_parallel": {"backend": candidate.backend.backend},
     }
@@ -169,6 +171,10 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
             f"of {kept.get('nodes')} node(s)), but a training plan sizes the layout for every node; "
             "plan with --rl to write the GRPO step, or set training.rollout.placement: colocated "
             "(and remove training.rollout.nodes) first")
+    if candidate.layout.vpp > 1:
+        raise PlannerError(f"not writing {path}: the layout interleaves its pipeline (vpp "
+                           f"{candidate.layout.vpp}) and {INTERLEAVING_RULE}; plan without "
+                           "interleaving (PlanRequest.interleaving False, the default)")
     new = training_section(candidate, model_key, node_group)
     checkpoint = _checkpoint_for(training, model_key, path, creating)
     training["model"] = new["model"]

@@ -154,6 +154,14 @@ def pipeline_split_problem(model: MoEModel, pp: int) -> str | None:
             f"{model.num_layers} ({', '.join(map(str, fits))})")
 
 
+# The trainer's run config (rltrainer.contract TRAINING_SIZE_KEYS: tp, pp, cp, ep, etp) has no
+# virtual-pipeline size and its launcher passes neither --num-virtual-stages-per-pipeline-rank
+# nor --num-layers-per-virtual-pipeline-stage, so Megatron runs vpp 1 (arguments.py:620-621 at
+# 37f9161 sets virtual_pipeline_model_parallel_size None without them).
+INTERLEAVING_RULE = ("the kit's launcher runs no interleaved pipeline (the trainer's run config "
+                     "has no virtual-pipeline size, so Megatron would run vpp 1)")
+
+
 def layout_problem(model: MoEModel, layout: Layout, setup: TrainingSetup,
                    gpus_per_node: int) -> str | None:
     """First divisibility rule the layout breaks, as a sentence; None when it is well-formed.

@@ -149,7 +149,9 @@ class PlanRequest:
     domain. ``even_pipeline`` (the default) keeps to pipeline sizes that divide the model's
     layers, the only ones Megatron runs without an explicit uneven split, which the kit's launcher
     does not pass (``layout.pipeline_split_problem``); False plans for a launcher that passes one
-    (the step time charges the fullest stage).
+    (the step time charges the fullest stage). ``interleaving`` (off by default) also searches
+    interleaved pipelines (vpp > 1): the kit's launcher passes no virtual-pipeline size (the
+    trainer's run config has none), so a kit plan keeps vpp 1 (``layout.INTERLEAVING_RULE``).
     """
 
     model: str | MoEModel
@@ -166,6 +168,7 @@ class PlanRequest:
     allow_reference_systems: bool = False
     even_pipeline: bool = True
     ultraserver_type: str | None = None  # the NVLink domain of an UltraServer type (catalog)
+    interleaving: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from infra.planner.backend import BackendChoice, recommend_backend
 from infra.planner.errors import PlannerError, field as named
 from infra.planner.hardware import PRICE_DATE, System, get_system
 from infra.planner.layout import (
-    Layout, Recompute, TrainingSetup, layout_problem, pipeline_split_problem,
+    INTERLEAVING_RULE, Layout, Recompute, TrainingSetup, layout_problem, pipeline_split_problem,
 )
 from infra.planner.memory import MemoryBreakdown, estimate_memory, static_memory_gib
 from infra.planner.models import MoEModel, get_model
@@ -128,7 +128,8 @@ def _divisors(n: int) -> list[int]:
 
 
 def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup,
-               pins: Pins, even_pipeline: bool = True) -> Iterable[Layout]:
+               pins: Pins, even_pipeline: bool = True,
+               interleaving: bool = False) -> Iterable[Layout]:
     gpus = nodes * system.gpus_per_node
     gpn = system.gpus_per_node
     tps = [pins.tp] if pins.tp else [t for t in _TP if t <= system.nvlink_gpus]
@@ -151,7 +152,8 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
                 stage = tp * cp * dp
                 etps = [pins.etp] if pins.etp else sorted({1, tp})
                 vpps = [pins.vpp] if pins.vpp else (
-                    [1] if pp == 1 else [v for v in _VPP if pp * v <= model.num_layers])
+                    [1] if pp == 1 or not interleaving
+                    else [v for v in _VPP if pp * v <= model.num_layers])
                 for etp in etps:
                     eps = [pins.ep] if pins.ep else [e for e in ep_all if stage % (e * etp) == 0]
                     for ep in eps:
@@ -162,7 +164,8 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
 
 
 def check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...],
-                setup: TrainingSetup, even_pipeline: bool = True) -> None:
+                setup: TrainingSetup, even_pipeline: bool = True,
+                interleaving: bool = False) -> None:
     """Fail fast, with the rule broken, when the caller pinned sizes that cannot divide (the
     GPU count too when ``counts`` is one node count)."""
     fixed = pins.fixed()
@@ -171,6 +174,9 @@ def check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...],
     split = pipeline_split_problem(m, pins.pp) if even_pipeline and pins.pp else None
     if split:
         raise PlannerError(f"requested layout does not divide: {split}")
+    if pins.vpp and pins.vpp > 1 and not interleaving:
+        raise PlannerError(f"requested layout: {named('vpp')} {pins.vpp}: {INTERLEAVING_RULE}; "
+                           f"drop {named('vpp')}")
     # Check the pinned sizes alone (dp = 1; whatever fails here fails for every dp, except the
     # expert-group-vs-stage rule, which depends on dp and is left to the search).
     probe = Layout(**fixed)
@@ -267,10 +273,10 @@ def plan(request: PlanRequest) -> PlanResult:
     warnings: list[str] = [capped] if capped else []
     if objective not in ("cost", "throughput"):
         raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
-    check_pins(m, system, pins, counts, setup, r.even_pipeline)
+    check_pins(m, system, pins, counts, setup, r.even_pipeline, r.interleaving)
 
     for n in counts:
-        for L in _enumerate(m, system, n, setup, pins, r.even_pipeline):
+        for L in _enumerate(m, system, n, setup, pins, r.even_pipeline, r.interleaving):
             evaluated += 1
             problem = layout_problem(m, L, setup, system.nvlink_gpus)
             if problem:

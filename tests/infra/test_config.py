@@ -507,6 +507,16 @@ def test_pipeline_size_must_divide_the_models_layers():
     ]
 
 
+def test_an_interleaved_pipeline_is_refused_it_would_not_run():
+    # infra/config/run_config.py hands the trainer tp, pp, cp, ep and etp only: a vpp was
+    # accepted and silently dropped
+    assert problems_of({"training": {"parallel": {"tp": 1, "pp": 2, "ep": 8, "vpp": 4}}}) == [
+        "training.parallel.vpp = 4: the kit's launcher runs no interleaved pipeline: the trainer's "
+        "run config has no virtual-pipeline size, so Megatron would run vpp 1 and this value "
+        "would be ignored. Fix: remove vpp (or set it to null)."]
+    assert parse_config({"training": {"parallel": {"pp": 2, "vpp": 1}}}).training.parallel.vpp == 1
+
+
 def test_trainer_run_config_validation_runs_inside_kit_validation():
     got = problems_of({"training": {"grpo": {"lr": 0.0, "eps_clip": -1.0,
                                              "rollout_temperature": float("nan")}}})

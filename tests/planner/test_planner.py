@@ -325,6 +325,26 @@ def test_pipeline_sizes_divide_the_layers_as_megatron_needs():
         "2, 3, 4, 6, 8, 12, 16, 24, 48)")
 
 
+def test_kit_plans_do_not_interleave_the_pipeline():
+    # the trainer's run config has no vpp and its launcher passes no virtual-pipeline flag, so
+    # Megatron runs vpp 1 (37f9161 arguments.py:620-621); the search used to pick VPP6/VPP8
+    r = plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2, top=10**6))
+    assert {c.layout.vpp for c in r.candidates} == {1}
+    free = plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2, top=10**6, interleaving=True))
+    assert max(c.layout.vpp for c in free.candidates) > 1
+    with pytest.raises(PlannerError) as err:
+        plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2, pins=Pins(pp=2, vpp=2)))
+    assert str(err.value) == (
+        "requested layout: vpp 2: the kit's launcher runs no interleaved pipeline (the trainer's "
+        "run config has no virtual-pipeline size, so Megatron would run vpp 1); drop vpp")
+    best = free.candidates[[c.layout.vpp for c in free.candidates].index(
+        max(c.layout.vpp for c in free.candidates))]
+    from infra.planner.config_writer import write_config
+    from tests.support import REPO_ROOT
+    with pytest.raises(PlannerError, match=r"interleaves its pipeline \(vpp \d+\)"):
+        write_config(REPO_ROOT / "examples" / "p5-2node.yaml", best, "qwen3-30b-a3b", P5, "p5")
+
+
 def test_model_too_big_for_the_quota_says_how_close_it_got():
     with pytest.raises(PlannerError) as err:
         plan(PlanRequest("kimi-k2", P5, max_nodes=2))
