@@ -76,6 +76,15 @@ FLAGS = {
 OVERLAP_CHOICES = ("none", "batch", "stream")
 
 
+def _plot_problem(path: str | None) -> str | None:
+    """--plot writes a PNG: a name without .png would be refused by matplotlib (x.txt) or
+    written under another name (myplot -> myplot.png)."""
+    if path is None or Path(path).suffix.lower() == ".png":
+        return None
+    return (f"--plot {path}: the plot is a PNG image, written to exactly the file named; name a "
+            f".png file, e.g. {Path(path).with_suffix('.png') if Path(path).suffix else path + '.png'}")
+
+
 def _error(err: PlannerError) -> int:
     print(f"rlkit plan: error: {err.naming(FLAGS)}", file=sys.stderr)
     return 2
@@ -255,7 +264,7 @@ def _ignored_flag_problem(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan, print, and optionally write the config and the plot."""
-    ignored = _ignored_flag_problem(args)
+    ignored = _ignored_flag_problem(args) or _plot_problem(args.plot)
     if ignored:
         print(f"rlkit plan: error: {ignored}", file=sys.stderr)
         return 2

@@ -61,6 +61,8 @@ def draw(data: PlotData, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     path = Path(path)
+    if path.suffix.lower() != ".png":  # matplotlib would refuse it, or add .png itself
+        raise PlannerError(f"plot {str(path)!r}: the plot is a PNG image; name a .png file")
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4),
                                       gridspec_kw={"width_ratios": (3, 2)})
     left.plot(data.nodes, data.dollars_per_million_tokens, marker="o")

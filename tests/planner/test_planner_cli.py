@@ -475,6 +475,20 @@ def test_plot_without_prices_is_one_clear_error(capsys, tmp_path):
                            "pass --price-per-hour")
 
 
+@pytest.mark.parametrize("name", ["x.txt", "myplot"])
+def test_plot_names_a_png_file(capsys, tmp_path, name):
+    # x.txt was a ValueError from matplotlib ("This is a bug in rlkit"); myplot was written as
+    # myplot.png and reported as myplot
+    target = tmp_path / name
+    rc, out, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                       "--nodes", "2", "--plot", str(target))
+    assert (rc, out) == (2, "")
+    assert err.strip() == (f"rlkit plan: error: --plot {target}: the plot is a PNG image, written "
+                           f"to exactly the file named; name a .png file, e.g. "
+                           f"{tmp_path / 'x.png' if name == 'x.txt' else str(target) + '.png'}")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_mxfp8_on_hopper_is_refused(capsys):
     rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
                      "--nodes", "1", "--precision", "mxfp8")
