@@ -50,6 +50,7 @@ from infra.planner.plot import draw, from_rl_plan, from_training_plan
 from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
 from infra.planner.search import DEFAULT_MAX_NODES, PlanResult
 from ops.config_source import starter_config
+from infra.config.values import MAX_GPU_NODES_PER_GROUP
 from ops.options import (
     add_config,
     fraction,
@@ -74,6 +75,19 @@ FLAGS = {
     **{size: f"--{size}" for size in ("tp", "pp", "ep", "etp", "cp", "vpp", "mbs", "recompute")},
 }
 OVERLAP_CHOICES = ("none", "batch", "stream")
+
+
+def node_count(text: str) -> int:
+    """A node count the kit can run: 1 to MAX_GPU_NODES_PER_GROUP (the search is linear in it)."""
+    value = positive_int(text)
+    if value > MAX_GPU_NODES_PER_GROUP:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not allowed: it must be at most {MAX_GPU_NODES_PER_GROUP}, the most nodes "
+            "a kit GPU node group may have (MAX_GPU_NODES_PER_GROUP, infra/config/values.py)")
+    return value
+
+
+node_count.__name__ = "int"  # argparse names the type in its own messages
 
 
 def _plot_problem(path: str | None) -> str | None:
@@ -164,10 +178,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--instance", metavar="TYPE",
                        help=f"EC2 instance type: {', '.join(INSTANCE_TYPES)} (default: that of "
                             "the config's training.node_group)")
-    where.add_argument("--nodes", type=positive_int,
+    where.add_argument("--nodes", type=node_count,
                        help="node count (default: the config's training.nodes when the instance "
                             "type comes from the config too, else search 1..--max-nodes)")
-    where.add_argument("--max-nodes", type=positive_int,
+    where.add_argument("--max-nodes", type=node_count,
                        help=f"node quota; the search never exceeds it (default "
                             f"{DEFAULT_MAX_NODES}; {DEFAULT_RL_MAX_NODES} with --rl)")
     where.add_argument("--headroom-gib", type=non_negative_float, default=0.0,

@@ -489,6 +489,17 @@ def test_plot_names_a_png_file(capsys, tmp_path, name):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("flag", ["--max-nodes", "--nodes"])
+def test_node_counts_have_the_kit_s_upper_bound(capsys, flag):
+    # --max-nodes 100000 searched for minutes; the kit never runs more than 256 nodes in a group
+    rc, out, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                       flag, "100000")
+    assert (rc, out) == (2, "")
+    assert err.startswith(f"rlkit plan: error: argument {flag}: 100000 is not allowed: it must "
+                          "be at most 256, the most nodes a kit GPU node group may have "
+                          "(MAX_GPU_NODES_PER_GROUP, infra/config/values.py)\n")
+
+
 def test_mxfp8_on_hopper_is_refused(capsys):
     rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
                      "--nodes", "1", "--precision", "mxfp8")
