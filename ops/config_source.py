@@ -63,10 +63,12 @@ def document_default(parser: argparse.ArgumentParser) -> None:
                 f"(default: ${CONFIG_ENV}, else the built-in default config)")
 
 
-def starter_config(path: Path, instance_type: str, node_group: str, nodes: int) -> str:
+def starter_config(path: Path, instance_type: str, node_group: str, nodes: int,
+                   shared_fs_gib: int | None = None) -> str:
     """The text of a new config for `rlkit plan --write-config FILE` when FILE does not exist:
     the environment named after the file (when that is a valid name), the built-in default's
-    region and first zone, and one GPU node group of ``instance_type`` sized for ``nodes``.
+    region and first zone, one GPU node group of ``instance_type`` sized for ``nodes``, and the
+    shared file system's ``shared_fs_gib`` (what the plan sized for the model) when given.
     The planner then merges its training layout in."""
     import re
 
@@ -80,4 +82,6 @@ def starter_config(path: Path, instance_type: str, node_group: str, nodes: int) 
             f"# account before `cdk deploy` (docs/config-reference.md lists every key).\n"
             f"name: {name}\nregion: {default.region}\n"
             f"gpu_node_groups:\n  {node_group}:\n    instance_type: {instance_type}\n"
-            f"    availability_zone: {zone}\n    desired_size: {nodes}\n    max_size: {nodes}\n")
+            f"    availability_zone: {zone}\n    desired_size: {nodes}\n    max_size: {nodes}\n"
+            + (f"storage:\n  shared_filesystem:\n    capacity_gib: {shared_fs_gib}  # sized by "
+               "rlkit plan for the model's weights and checkpoints\n" if shared_fs_gib else ""))

@@ -44,7 +44,7 @@ from infra.planner.config_writer import write_config
 from infra.planner.request import COLOCATED_MEM_FRACTION
 from infra.planner.rl_modes import engine_mem_fraction
 from infra.trainer_contract import DEFAULT_KEEP_LOCAL, EP_BACKENDS
-from infra.catalog.fsx import plan_for_model
+from infra.catalog.fsx import SHARED_FS_MIN_CAPACITY_GIB, plan_for_model
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
 from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
@@ -294,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.node_group:
                 raise PlannerError("--write-config needs --node-group NAME (a gpu_node_groups "
                                    "entry of the config file)")
-            start = _new_config_text(args, result.system.name, result.best.nodes)
+            start = _new_config_text(args, result.system.name, result.best.nodes, result.model)
             notes: list[str] = []
             write_config(args.write_config, result.best, result.model.key, result.system.name,
                          args.node_group, new_file_text=start, notes=notes)
@@ -453,7 +453,7 @@ def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
             f"--rollout-mem-fraction {rl.mem_fraction:g}: the config has no field for the "
             f"engines' memory share, and the launcher runs {best.placement} engines with "
             f"{launcher:g}; drop --rollout-mem-fraction to plan what the launcher runs")
-    start = _new_config_text(args, result.system.name, best.nodes)
+    start = _new_config_text(args, result.system.name, best.nodes, result.model)
     notes: list[str] = []
     rollout = {"gpus_per_engine": best.engine.gpus, "ep": best.engine.ep}
     if best.placement != "colocated":
@@ -471,17 +471,22 @@ def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
     _say_created(args, start, notes)
 
 
-def _new_config_text(args: argparse.Namespace, instance_type: str, nodes: int) -> str | None:
+def _new_config_text(args: argparse.Namespace, instance_type: str, nodes: int,
+                     model) -> str | None:
     """--write-config names a file that does not exist yet: the text that starts it (the README's
-    first command), with the node group the plan runs on; write_config merges the plan into it and
-    creates the file only when the result validates. None when the file exists."""
+    first command), with the node group the plan runs on and the shared file system the plan
+    sizes for ``model``; write_config merges the plan into it and creates the file only when the
+    result validates. None when the file exists."""
     path = Path(args.write_config)
     if os.path.lexists(path):
         return None
     if not path.parent.is_dir():
         raise PlannerError(f"--write-config {path}: the directory {path.parent} does not exist; "
                            "create it or write the config elsewhere")
-    return starter_config(path, instance_type, args.node_group, nodes)
+    fs = plan_for_model(model, optimizer_bf16_moments=args.bf16_moments,
+                        keep_local=args.keep_local).cost.capacity_gib
+    return starter_config(path, instance_type, args.node_group, nodes,
+                          fs if fs > SHARED_FS_MIN_CAPACITY_GIB else None)
 
 
 def _say_created(args: argparse.Namespace, start: str | None, notes: list[str]) -> None:

@@ -195,12 +195,13 @@ def test_write_config_appends_a_training_block_when_there_is_none(capsys, tmp_pa
 
 
 def test_a_refused_write_to_a_new_file_leaves_no_file(capsys, tmp_path):
-    # DeepSeek-V3's weights and checkpoints do not fit the starter's 1,200 GiB file system, so
-    # the merged config is refused; the new file must not be left behind half-written (a rerun
-    # would then read it as the user's config).
+    # the starter config runs p6e-gb200 on demand, which validation refuses (Capacity Blocks
+    # only), so the merged config is refused; the new file must not be left behind (a rerun
+    # would then read it as the user's config)
     target = tmp_path / "new.yaml"
-    rc, _, err = run(capsys, "--model", "deepseek-v3", "--instance", "p5en.48xlarge",
-                     "--nodes", "16", "--write-config", str(target), "--node-group", "p5en")
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p6e-gb200.36xlarge",
+                     "--nodes", "2", "--price-per-hour", "100", "--write-config", str(target),
+                     "--node-group", "gb")
     assert rc == 2
     assert f"not writing {target}: the result would not be a valid config" in err
     assert "created" not in err
@@ -210,6 +211,20 @@ def test_a_refused_write_to_a_new_file_leaves_no_file(capsys, tmp_path):
     assert rc == 0, err
     assert f"created {target}" in err  # still a new file: the refused run left nothing
     assert yaml.safe_load(target.read_text())["training"]["model"] == "qwen3-30b-a3b"
+
+
+def test_a_new_file_gets_the_shared_file_system_the_plan_sizes(capsys, tmp_path):
+    # the starter's default 1,200 GiB cannot hold DeepSeek-V3's weights and checkpoints, so a new
+    # file for it was always refused ("set capacity_gib" in a file that does not exist)
+    target = tmp_path / "dsv3.yaml"
+    rc, _, err = run(capsys, "--model", "deepseek-v3", "--instance", "p5en.48xlarge",
+                     "--nodes", "16", "--write-config", str(target), "--node-group", "p5en")
+    assert rc == 0, err
+    assert f"created {target}" in err
+    from infra.config import load_config
+    cfg = load_config(target)
+    assert cfg.storage.shared_filesystem.capacity_gib == 19200  # what the plan printed
+    assert cfg.training.hf_checkpoint == "/fsx/models/DeepSeek-V3"
 
 
 def _with_capacity(config: Path, gib: int, hf_checkpoint: str | None = None) -> None:
