@@ -216,6 +216,12 @@ def image_for(cfg: KitConfig, outputs: StackOutputs) -> str:
     return f"{outputs.ecr_repository_uri}:{image_tag_for(cfg)}"
 
 
+# What boto3 (AWS_DEFAULT_REGION) and the other AWS SDKs and CLI v2 (AWS_REGION) read the region
+# from [botocore configprovider: region <- AWS_DEFAULT_REGION; AWS SDKs and Tools reference guide,
+# "AWS Region"].
+REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
+
+
 def runtime_env_yaml(env: list[dict[str, str]]) -> str:
     """The RayJob's runtimeEnvYAML: the trainer variables, then the pods' EFA/NCCL/NVSHMEM
     profile and the user's extra_env (the same list the GPU pods carry)."""
@@ -453,7 +459,12 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
     assert profile is not None and prompt_data is not None
 
     image = image_for(cfg, outputs)
-    env = [{"name": v.name, "value": v.value} for v in merge_extra_env(profile, t.extra_env)]
+    # The region, for the trainer's AWS clients (S3 saves, the Capacity Block's end): the GPU
+    # nodes allow one metadata hop (IMDSv2), so a pod cannot read it from instance metadata, and
+    # Pod Identity passes credentials only; without it boto3's EC2 client raises NoRegionError.
+    # The kit's value wins over extra_env's, like the launcher's own variables below.
+    env = [{"name": v.name, "value": v.value} for v in merge_extra_env(profile, t.extra_env)
+           if v.name not in REGION_ENV] + [{"name": k, "value": cfg.region} for k in REGION_ENV]
     worker = GpuPod(
         node_group=t.node_group,
         instance_type=itype.name,

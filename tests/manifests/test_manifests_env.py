@@ -7,6 +7,7 @@ import pytest
 from infra.config import ConfigError, parse_config
 from manifests import RenderError, build_context, placeholder_outputs
 from manifests.efa_env import BASE_PROFILE, EfaEnvProfile, merge_extra_env
+from manifests.context import REGION_ENV
 
 BASE = {
     "FI_PROVIDER": "efa",
@@ -169,7 +170,9 @@ def test_harmless_extra_env_is_appended_after_the_profile():
     assert [v.name for v in merged] == [*BASE, "NCCL_DEBUG"]  # same-value repeat: kept once
     cfg = parse_config({"training": {"extra_env": {"NCCL_DEBUG": "INFO"}}})
     ctx = build_context(cfg, placeholder_outputs(cfg))
-    assert ctx.worker.env[-1] == {"name": "NCCL_DEBUG", "value": "INFO"}
+    # then the kit's region variables (manifests.context.REGION_ENV), which no extra_env hides
+    assert ctx.worker.env[-3:] == [{"name": "NCCL_DEBUG", "value": "INFO"},
+                                   *({"name": n, "value": cfg.region} for n in REGION_ENV)]
 
 
 @pytest.mark.parametrize("backend, gin_mode, node_group, instance", [
@@ -188,5 +191,6 @@ def test_every_gpu_pod_carries_the_profile(backend, gin_mode, node_group, instan
     })
     ctx = build_context(cfg, placeholder_outputs(cfg))
     expected = EfaEnvProfile(instance, backend, gin_mode).as_dict()
-    assert {e["name"]: e["value"] for e in ctx.worker.env} == expected
+    assert {e["name"]: e["value"] for e in ctx.worker.env} == {
+        **expected, **{n: cfg.region for n in REGION_ENV}}
     assert not any(e["name"].startswith("RDMAV_") for e in ctx.worker.env)

@@ -55,6 +55,7 @@ def test_backoff_limit_defaults_to_retrying():
 # --- the rendered RayJob ------------------------------------------------------------------------
 
 import functools  # noqa: E402
+import os  # noqa: E402
 
 import yaml  # noqa: E402
 
@@ -160,6 +161,34 @@ def test_the_launcher_learns_its_environment_for_the_metrics_dimension():
     head = files["rl-job/04-rayjob.yaml"]["spec"]["rayClusterSpec"]["headGroupSpec"]
     env = {e["name"]: e["value"] for e in head["template"]["spec"]["containers"][0]["env"]}
     assert env[ENVIRONMENT_ENV] == cfg.name
+
+
+
+@pytest.mark.parametrize("example", ["p5en-capacity-block", "existing-vpc"])  # not us-east-1
+def test_every_trainer_pod_gives_boto3_the_config_region(example, monkeypatch):
+    """The GPU nodes allow one metadata hop (IMDSv2), so a pod cannot read its region from
+    instance metadata, and Pod Identity passes only credentials: the launcher's EC2 client (the
+    Capacity Block's end, rltrainer.reservation) raised NoRegionError and the block's extension
+    was never seen. The rendered environment, given to the real botocore with no config file and
+    no metadata, yields the config's region, whatever extra_env says."""
+    from rltrainer import reservation
+
+    cfg = load_config(REPO_ROOT / "examples" / f"{example}.yaml")
+    cfg = cfg.model_copy(update={"training": cfg.training.model_copy(
+        update={"extra_env": {"AWS_DEFAULT_REGION": "ap-south-1"}})})
+    files = {f.path: f.obj for f in render(build_context(cfg, placeholder_outputs(cfg)))}
+    spec = files["rl-job/04-rayjob.yaml"]["spec"]["rayClusterSpec"]
+    pods = [spec["headGroupSpec"]] + spec["workerGroupSpecs"]
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for pod in pods:
+        env = _env(pod["template"]["spec"]["containers"][0])
+        with monkeypatch.context() as m:
+            for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+                m.setenv(name, env[name])
+            assert reservation._ec2_client().meta.region_name == cfg.region != "us-east-1"
 
 
 # --- where the driver runs ----------------------------------------------------------------------
