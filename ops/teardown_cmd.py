@@ -100,7 +100,8 @@ def _target(args: argparse.Namespace) -> Target | None:
     name, region = raw.get("name"), args.region or raw.get("region")
     if not isinstance(name, str) or not isinstance(region, str):
         print(f"error: {args.config} does not validate and names no environment and region to "
-              f"tear down. Fix: rlkit teardown --name ENV --region REGION", file=sys.stderr)
+              "tear down. Fix: rlkit teardown --name ENV --region REGION --account ACCOUNT_ID",
+              file=sys.stderr)
         return None
     print(f"warning: the config does not validate (above); tearing down by name and tags: "
           f"environment {name!r} in {region}. Its data, and a retained file system with its "

@@ -279,3 +279,14 @@ def test_an_aws_error_reading_leftovers_is_a_clean_warning(tmp_path, capsys):
 def test_a_kept_stacks_resource_is_recognised_by_its_physical_id(arn, pid):
     assert belongs_to(arn, [], [pid])
     assert not belongs_to(arn, [], [pid + "-other"])
+
+
+def test_the_fix_for_a_config_naming_no_environment_is_a_command_that_runs(tmp_path, capsys):
+    make_env()
+    code, cfn = run(tmp_path, "--yes", config_text="legacy_option: true\n")
+    err = capsys.readouterr().err
+    assert code == 2 and cfn.deleted == []
+    fix = err.split("Fix: rlkit teardown ", 1)[1].split("\n", 1)[0].split()
+    values = {"ENV": "tt", "REGION": REGION, "ACCOUNT_ID": "123456789012"}
+    code, cfn = run(tmp_path, "--yes", *[values.get(word, word) for word in fix])
+    assert code == 0 and "tt-cluster" in cfn.deleted
