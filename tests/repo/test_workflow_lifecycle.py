@@ -3,6 +3,8 @@ whatever happened to the deploy job, and no job's credentials can expire before 
 
 from __future__ import annotations
 
+import fnmatch
+
 import yaml
 
 from tests.support.cdk import REPO_ROOT
@@ -56,5 +58,48 @@ def test_the_teardown_job_gets_the_config_before_anything_is_deployed():
     upload = steps[handover]["with"]
     download = next(s for s in _jobs()["teardown"]["steps"]
                     if s.get("uses", "").startswith("actions/download-artifact@"))
-    assert upload["name"] == download["with"]["name"]
+    # One artifact per attempt (a name is taken once per run, re-runs included: a second upload
+    # of the same name fails), and the teardown job takes every attempt's.
+    assert "${{ github.run_attempt }}" in upload["name"]
+    pattern = download["with"]["pattern"]
+    for attempt in ("1", "2"):
+        assert fnmatch.fnmatchcase(_expand(upload["name"], attempt), _expand(pattern, attempt))
     assert upload["path"] == "ci.yaml"
+
+
+def _expand(text: str, attempt: str) -> str:
+    return text.replace("${{ github.run_id }}", "1234567890").replace(
+        "${{ github.run_attempt }}", attempt)
+
+
+def test_a_cancel_cannot_stop_the_teardown():
+    """A step whose `if` lacks a status function gets an implicit success(), which is false once
+    the run is cancelled: GitHub then skips it, or cancels it mid-way (GitHub Actions docs,
+    "Workflow cancellation"). Every teardown step after the install runs on always()."""
+    steps = _jobs()["teardown"]["steps"]
+    first = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith(
+        "actions/download-artifact@"))
+    for step in steps[first + 1:]:
+        assert str(step.get("if", "")).startswith("always()"), step.get("name")
+
+
+def test_the_teardown_job_outlasts_the_stages_it_waits_for():
+    """rlkit teardown waits up to --timeout (default an hour) for each of its four stages; a job
+    killed before the network and data stages leaves them standing."""
+    from ops.teardown_cmd import register
+    import argparse
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    per_stage_s = parser.parse_args(["teardown"]).timeout
+    assert _jobs()["teardown"]["timeout-minutes"] >= 4 * per_stage_s / 60 + 15
+
+
+def test_the_results_of_every_run_are_kept_hidden_folders_included():
+    """The gate results live in .state/ (XDG_STATE_HOME): upload-artifact v4 leaves files under a
+    dot folder out unless include-hidden-files is set, so failed gates kept nothing."""
+    for job in _jobs().values():
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("actions/upload-artifact@"):
+                paths = str(step["with"]["path"]).split()
+                if any(p.startswith(".") or "/." in p for p in paths):
+                    assert step["with"].get("include-hidden-files") is True, step.get("name")
