@@ -23,7 +23,7 @@ context points elsewhere; with no kubectl context at all (a CI job before the cl
 says the check did not run and exits on the other checks (docs/cli.md).
 
 status prints the RayJob's jobStatus and jobDeploymentStatus (KubeRay); --watch polls until the
-job ends; -o json|yaml prints the RayJob's state as one document. For Capacity Block groups it first shows the block's window on stderr (start, end, time
+job ends (a read that fails is tried again, up to five in a row); -o json|yaml prints the RayJob's state as one document. For Capacity Block groups it first shows the block's window on stderr (start, end, time
 left, when EKS drains the nodes). Then, on stderr, the environment's CloudWatch dashboard URL and
 a one-line health summary (GPU use, EFA drops, failed nodes, restarts, reward, step time; a
 RUNNING job whose run reported no training step for a while is a problem; --no-health skips it).
@@ -50,6 +50,7 @@ from manifests.render import RAYJOB_FILE, SHARED_FS_FILES, SUBMITTER_CONTAINER, 
 from ops import aws, observability, options, reservations
 from ops.config_source import announce
 from ops.gate import GateStateError, legacy_results, load_state, results_path
+from ops.gate.runner import POLL_FAILURES_TOLERATED
 from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector,
                       preview_cluster_check)
 from ops.launching import (choose_backend, describe_rayjob, finished, gate_image_verdict,
@@ -264,10 +265,23 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     job, ns = cfg.training.run_name, names.TRAINER_NAMESPACE
     flag = options.config_flag(args)
     last = None
+    failures = 0
     try:
         k = _pinned_kubectl(args, cfg)
         while True:
-            doc = k.get_json(["rayjob", job, "-n", ns])
+            try:
+                doc = k.get_json(["rayjob", job, "-n", ns])
+            except KubectlError as err:
+                # Watching, one refused or timed-out read (the API server throttling or
+                # restarting) is a missed poll, not the job's end; several in a row are.
+                failures += 1
+                if not args.watch or failures >= POLL_FAILURES_TOLERATED:
+                    raise
+                print(f"could not read the RayJob ({err.message}); trying again ({failures} of "
+                      f"{POLL_FAILURES_TOLERATED - 1})", file=sys.stderr)
+                sleep(args.poll)
+                continue
+            failures = 0
             if doc is None:
                 print(f"No RayJob named {job} in namespace {ns}. Start it with: rlkit launch"
                       f"{flag}", file=sys.stderr)
@@ -294,6 +308,10 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
                                                                             "ValidationFailed"):
         print(f"The job failed. Read its output: rlkit logs{flag}; Ray's view: "
               f"kubectl describe rayjob {job} -n {ns}", file=sys.stderr)
+        return 1
+    if st.get("jobStatus") == "STOPPED":  # `ray job stop`, or the RayJob suspended: not done
+        print(f"The job was stopped before it finished (jobStatus STOPPED). Read its output: "
+              f"rlkit logs{flag}", file=sys.stderr)
         return 1
     return 0
 

@@ -464,6 +464,27 @@ def test_status_watch_follows_until_the_job_ends(tmp_path, kubectl, capsys):
     assert "The job failed. Read its output: rlkit logs" in captured.err
 
 
+
+def test_status_watch_outlasts_a_missed_poll_and_a_stopped_job_is_not_a_success(
+        tmp_path, kubectl, capsys):
+    """One refused read (the API server restarting) ended a 90-minute watch with exit 2, and a
+    job that ended STOPPED exited 0, passing a CI run whose job never finished."""
+    kubectl.rule(["get", "rayjob"], stdout=rayjob(), times=1)
+    kubectl.rule(["get", "rayjob"], rc=1, times=2,
+                 stderr="Unable to connect to the server: net/http: TLS handshake timeout\n")
+    kubectl.rule(["get", "rayjob"], stdout=rayjob("STOPPED", "Complete"))
+    assert run(tmp_path, "status", "--watch") == 1
+    err = capsys.readouterr().err
+    assert "could not read the RayJob" in err and "trying again (2 of 4)" in err
+    assert "The job was stopped before it finished (jobStatus STOPPED)" in err
+
+
+def test_status_watch_gives_up_after_five_missed_polls(tmp_path, kubectl, capsys):
+    kubectl.rule(["get", "rayjob"], rc=1, stderr="Unable to connect to the server\n")
+    assert run(tmp_path, "status", "--watch") == 2
+    assert "trying again (4 of 4)" in capsys.readouterr().err
+
+
 def test_status_without_a_job_says_how_to_launch(tmp_path, kubectl, capsys):
     assert run(tmp_path, "status") == 1
     assert "No RayJob named qwen3-30b-a3b-grpo in namespace rl-training. Start it with: rlkit " \
