@@ -43,7 +43,7 @@ class ExistingVpc(_Model):
 
 class VpcConfig(_Model):
     cidr: str = Field("10.0.0.0/16", description="CIDR of a new VPC (/16 to /18).")
-    nat_gateways: int = Field(1, description="NAT gateways of a new VPC (1 .. number of AZs).")
+    nat_gateways: int = Field(1, description="NAT gateways of a new VPC (1 .. number of AZs), placed in the first AZs of availability_zones; a GPU group in an AZ without one is warned about (its API traffic crosses AZs).")
     existing: ExistingVpc | None = Field(
         None, description="Import this VPC instead of creating one; cidr and nat_gateways are "
         "then ignored."

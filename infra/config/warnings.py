@@ -34,6 +34,20 @@ def config_warnings(cfg: KitConfig) -> list[str]:
             "each node gets two. Fix: turn addons.dcgm_exporter off unless your own Prometheus "
             "scrapes it.")
     zones = len(cfg.availability_zones)
+    if cfg.vpc.existing is None:
+        # CDK puts the NAT gateways in the first vpc.nat_gateways AZs; a private subnet elsewhere
+        # routes through one of those.
+        with_nat = cfg.availability_zones[:cfg.vpc.nat_gateways]
+        for name, g in cfg.gpu_node_groups.items():
+            if g.availability_zone in cfg.availability_zones and g.availability_zone not in with_nat:
+                warnings.append(
+                    f"gpu_node_groups.{name} is in {g.availability_zone}, which has no NAT gateway "
+                    f"(vpc.nat_gateways: {cfg.vpc.nat_gateways} puts them in "
+                    f"{', '.join(with_nat)}): the group's traffic to AWS APIs other than S3 (ECR, "
+                    "credentials, logs, metrics) crosses AZs at $0.01/GB each way and stops when "
+                    f"{with_nat[0]} is impaired. Fix: raise vpc.nat_gateways to "
+                    f"{cfg.availability_zones.index(g.availability_zone) + 1}, or, before the "
+                    f"first deploy, list {g.availability_zone} first in availability_zones.")
     if has_shared_fs(cfg) and cfg.system_nodes.min_size < zones:
         warnings.append(
             f"system_nodes.min_size is {cfg.system_nodes.min_size} across {zones} AZs: the job "
