@@ -488,22 +488,25 @@ def test_system_instance_type_is_validated(itype, rule):
         .startswith(f"system_nodes.instance_type = '{itype}': {rule}")
 
 
-def test_pipeline_size_must_divide_the_models_layers():
-    # Megatron 37f9161 megatron/training/arguments.py:623-636 asserts num_layers % pp == 0 when
-    # no uneven split is given, and the launcher gives none; qwen3-30b-a3b has 48 layers.
-    # 16 GPUs = pp 16 x dp 1: the layout divides the GPUs, only the layers refuse it.
-    assert parse_config({"training": {"parallel": {"tp": 1, "pp": 16, "ep": 1}}}
-                        ).training.parallel.pp == 16
-    found = problems_of({"training": {"model": "qwen3-235b-a22b",
+def test_pipeline_size_is_at_most_the_models_layers():
+    # a pp that does not divide the layers runs the trainer's uneven split (the launcher passes
+    # --decoder-first/last-pipeline-num-layers, rltrainer.contract.pipeline_split): 94 over 8 is
+    # 11 + 6 x 12 + 11. Every stage holds at least one layer (Megatron-LM 37f9161
+    # transformer_config.py:1462-1521), so mixtral-8x7b's 32 layers take at most pp 32.
+    assert parse_config({"training": {"model": "qwen3-235b-a22b",
                                       "parallel": {"tp": 2, "pp": 8, "ep": 1},
                                       "hf_checkpoint": "/fsx/models/Qwen3-235B-A22B"},
-                         "storage": {"shared_filesystem": {"capacity_gib": 7200}}})
+                         "storage": {"shared_filesystem": {"capacity_gib": 7200}}}
+                        ).training.parallel.pp == 8
+    found = problems_of({"gpu_node_groups": {"p5": group(desired_size=8, max_size=8)},
+                         "cost_guard": {"max_gpu_nodes": 8},
+                         "training": {"nodes": 8, "model": "mixtral-8x7b",
+                                      "parallel": {"tp": 1, "pp": 64, "ep": 1}},
+                         "storage": {"shared_filesystem": {"capacity_gib": 2400}}})
     assert found == [
-        "training.parallel.pp = 8: the trainer refuses it: Megatron splits the layers evenly over "
-        "the pipeline stages (\"Number of layers should be divisible by the pipeline-model-parallel "
-        "size\"), and training.model qwen3-235b-a22b has 94 layers, which 8 does not divide; the "
-        "launcher passes no uneven split (--decoder-first/last-pipeline-num-layers). Fix: use a pp "
-        "that divides 94 (one of 1, 2, 47, 94).",
+        "training.parallel.pp = 64: the trainer refuses it: every pipeline stage must hold at least "
+        "one layer (Megatron), and training.model mixtral-8x7b has 32 layers, fewer than 64 stages. "
+        "Fix: use a pp of at most 32.",
     ]
 
 

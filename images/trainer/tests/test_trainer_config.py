@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from trainer_helpers import FIXTURES
-from rltrainer.contract import ConfigError, load_run_config, parse_run_config
+from rltrainer.contract import ConfigError, load_run_config, parse_run_config, pipeline_split
 
 QWEN = FIXTURES / "qwen3-30b-a3b.yaml"
 
@@ -101,24 +101,81 @@ def test_expert_count_must_split_over_ep():
     ]
 
 
-def test_pipeline_size_must_split_the_layers_evenly():
-    # Megatron-LM 37f9161 megatron/training/arguments.py:623-636: without an explicit split it
-    # asserts num_layers % pp == 0; the fixture's model has 48 layers on 16 GPUs.
+def megatron_accepts(layers: int, pp: int, first: int, middle: int, last: int) -> bool:
+    """Megatron-LM 37f9161's checks of --decoder-first/last-pipeline-num-layers, vpp 1
+    (megatron/core/transformer/transformer_config.py:1462-1521): both ends hold at least one
+    layer, and the middle stages split the rest evenly, holding some iff there are some."""
+    rest, stages = layers - first - last, pp - 2
+    if first <= 0 or last <= 0 or bool(rest) != bool(stages):
+        return False
+    return not stages or (rest % stages == 0 and rest // stages == middle)
+
+
+def test_the_pipeline_split_rule():
+    # DeepSeek-V3 / Kimi K2 (61 layers): the middle stages hold ceil(61 / pp), the ends the
+    # remainder, the first the odd layer of it (the last also holds the output layer and loss)
+    assert pipeline_split(61, 8).stages == (7, 8, 8, 8, 8, 8, 8, 6)
+    assert pipeline_split(61, 8).megatron_args() == [
+        "--decoder-first-pipeline-num-layers", "7", "--decoder-last-pipeline-num-layers", "6"]
+    assert pipeline_split(61, 16).stages == (3, *[4] * 14, 2)
+    assert pipeline_split(61, 2).stages == (31, 30)
+    assert pipeline_split(94, 8).stages == (11, *[12] * 6, 11)
+    # Megatron's middle stages are equal, so a pp close to the layer count can leave more on the
+    # ends than ceil(layers / pp): 48 over 14 is 6 + 12 x 3 + 6 (fullest 6, not 4)
+    assert (pipeline_split(48, 14).stages, pipeline_split(48, 14).fullest) == ((6, *[3] * 12, 6), 6)
+    # an even split needs no flags; a single stage holds everything
+    assert pipeline_split(48, 8).stages == (6,) * 8 and pipeline_split(48, 8).megatron_args() == []
+    assert pipeline_split(48, 1).stages == (48,) and pipeline_split(48, 1).megatron_args() == []
+    # every stage holds at least one layer: no split of 4 layers over 8 stages
+    assert pipeline_split(4, 8) is None and pipeline_split(4, 4).stages == (1, 1, 1, 1)
+    for layers in range(1, 97):
+        for pp in range(2, layers + 1):
+            s = pipeline_split(layers, pp)
+            assert sum(s.stages) == layers and len(s.stages) == pp and min(s.stages) >= 1, (layers, pp)
+            assert s.even == (layers % pp == 0) and (s.megatron_args() == []) == s.even
+            if not s.even:
+                assert megatron_accepts(layers, pp, s.first, s.middle, s.last), (layers, pp, s)
+            # no split Megatron accepts (each end >= 1, equal middle stages >= 1) has a less loaded
+            # fullest stage
+            middles = range(1, (layers - 2) // (pp - 2) + 1) if pp > 2 else [0]
+            best = min(max(f, m, ends - f) for m in middles for ends in [layers - m * (pp - 2)]
+                       for f in range(1, ends))
+            assert s.fullest == best, (layers, pp, s)
+
+
+def test_pipeline_size_needs_a_split_megatron_accepts():
+    # the fixture's model has 48 layers on 16 GPUs
     data = base()
     data["parallel"]["training"].update(tp=1, pp=16, ep=1)
     parse_run_config(copy.deepcopy(data))  # 16 divides 48
     margs = data["model"]["megatron_args"]
     margs[margs.index("--num-layers") + 1] = "47"
+    # uneven: the launcher passes --decoder-first/last-pipeline-num-layers 2 / 3... (pipeline_split)
+    parse_run_config(copy.deepcopy(data))
+    # more stages than layers: no stage may be empty (Megatron-LM 37f9161 transformer_config.py:1471-1472,
+    # 1490-1491, 1508-1521)
+    margs[margs.index("--num-layers") + 1] = "12"
     assert problems_of(copy.deepcopy(data)) == [
-        "parallel.training.pp = 16: Megatron splits the layers evenly over the pipeline stages (\"Number of layers "
-        "should be divisible by the pipeline-model-parallel size\"), and model.megatron_args sets --num-layers 47, "
-        "which 16 does not divide; the launcher passes no uneven split (--decoder-first/last-pipeline-num-layers). "
-        "Fix: use a pp that divides 47 (one of 1, 47)."
+        "parallel.training.pp = 16: every pipeline stage must hold at least one layer (Megatron), and "
+        "model.megatron_args sets --num-layers 12, fewer than 16 stages. Fix: use a pp of at most 12."
     ]
-    # each --account-for-*-in-pipeline-split counts one more layer (arguments.py:629-633)
+    # Megatron takes no uneven split with --account-for-*-in-pipeline-split (transformer_config.py:1397-1407),
+    # which count one more layer each (arguments.py:629-633): 47 + 1 divides, 46 + 1 does not
+    margs[margs.index("--num-layers") + 1] = "47"
     parse_run_config({**data, "model": {**data["model"], "megatron_args": [
         *margs, "--account-for-loss-in-pipeline-split"]}})
-    # an explicit split is Megatron's to check
+    margs[margs.index("--num-layers") + 1] = "46"
+    assert problems_of({**data, "model": {**data["model"], "megatron_args": [
+        *margs, "--account-for-loss-in-pipeline-split"]}}) == [
+        "parallel.training.pp = 16: Megatron splits the layers evenly over the pipeline stages when the model "
+        "arguments count the embedding or loss as a layer (--account-for-embedding/loss-in-pipeline-split: it "
+        "takes no --decoder-first/last-pipeline-num-layers with them), and model.megatron_args sets "
+        "--num-layers 46 (+1 for --account-for-*-in-pipeline-split: 47), which 16 does not divide. Fix: use a "
+        "pp that divides 47 (one of 1, 47), or drop --account-for-*-in-pipeline-split so the launcher can "
+        "split unevenly."
+    ]
+    # an explicit split in the model arguments is Megatron's to check
+    margs[margs.index("--num-layers") + 1] = "12"
     parse_run_config({**data, "model": {**data["model"], "megatron_args": [
         *margs, "--decoder-last-pipeline-num-layers", "2"]}})
 

@@ -13,6 +13,7 @@ docs/en/get_started/usage.md (``--sglang-`` pass-through: ``--sglang-ep-size``,
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
@@ -410,25 +411,66 @@ def test_model_script_expert_count_is_checked_against_ep(tmp_path: Path):
     )
 
 
+def run_config_with(tmp_path: Path, name: str = "run-pp8.yaml", **training) -> Path:
+    data = yaml.safe_load(config_without_model_args(tmp_path).read_text())
+    data["parallel"]["training"].update(training)
+    cfg = tmp_path / name
+    cfg.write_text(yaml.safe_dump(data))
+    return cfg
+
+
 def test_model_script_layer_count_is_checked_against_pp(tmp_path: Path):
     # the kit renders megatron_args: [], so only the model script's --num-layers (4 here) can
-    # show a pipeline size Megatron would refuse after the GPUs start
+    # show a pipeline size Megatron would refuse after the GPUs start: 8 stages need 8 layers
     miles = fake_miles(tmp_path)
-    data = yaml.safe_load(config_without_model_args(tmp_path).read_text())
-    data["parallel"]["training"].update(tp=1, pp=8, ep=1)
-    cfg = tmp_path / "run-pp8.yaml"
-    cfg.write_text(yaml.safe_dump(data))
+    cfg = run_config_with(tmp_path, tp=1, pp=8, ep=1)
     err = io.StringIO()
     assert launch_main(["--config", str(cfg), "--dry-run", "--miles-dir", str(miles), "--python", sys.executable],
                        out=io.StringIO(), err=err) == 2
     script = miles / "scripts" / "models" / "qwen3-30B-A3B.py"
     assert err.getvalue() == (
         f"{cfg}: 1 problem:\n"
-        "  - parallel.training.pp = 8: Megatron splits the layers evenly over the pipeline stages (\"Number of "
-        f"layers should be divisible by the pipeline-model-parallel size\"), and {script} model_args() sets "
-        "--num-layers 4, which 8 does not divide; the launcher passes no uneven split "
-        "(--decoder-first/last-pipeline-num-layers). Fix: use a pp that divides 4 (one of 1, 2, 4).\n"
+        "  - parallel.training.pp = 8: every pipeline stage must hold at least one layer (Megatron), and "
+        f"{script} model_args() sets --num-layers 4, fewer than 8 stages. Fix: use a pp of at most 4.\n"
     )
+
+
+def test_a_pp_that_does_not_divide_the_layers_runs_an_uneven_split(tmp_path: Path):
+    # DeepSeek-V3's 61 layers on 8 stages: Megatron-LM 37f9161 refuses pp 8 without an explicit split
+    # (arguments.py:623-636); the launcher passes the trainer's split, 7 + 6 x 8 + 6
+    miles = fake_miles(tmp_path, body=MODEL_SCRIPT.replace("nlayers or 4", "nlayers or 61"))
+    out = io.StringIO()
+    cfg = run_config_with(tmp_path, tp=1, pp=8, ep=2)
+    assert launch_main(["--config", str(cfg), "--dry-run", "--miles-dir", str(miles), "--python", sys.executable],
+                       out=out, err=io.StringIO()) == 0
+    assert ("    --pipeline-model-parallel-size 8 \\\n    --decoder-first-pipeline-num-layers 7 \\\n"
+            "    --decoder-last-pipeline-num-layers 6 \\\n") in out.getvalue()
+    # pp 1 and an even split pass no split (Miles v0.1.0 refuses the flags with pp 1:
+    # miles/utils/arguments.py:2719-2725)
+    for pp in (1, 2):
+        out = io.StringIO()
+        assert launch_main(["--config", str(run_config_with(tmp_path, f"run-pp{pp}.yaml", tp=1, pp=pp, ep=8)),
+                            "--dry-run", "--miles-dir", str(fake_miles(tmp_path / f"pp{pp}")),
+                            "--python", sys.executable], out=out, err=io.StringIO()) == 0
+        assert "pipeline-num-layers" not in out.getvalue()
+
+
+def test_the_launcher_passes_the_split_unless_the_model_arguments_give_one():
+    data = yaml.safe_load(QWEN.read_text())
+    data["parallel"]["training"].update(tp=1, pp=16, ep=1)
+    margs = data["model"]["megatron_args"]
+    margs[margs.index("--num-layers") + 1] = "47"
+    argv = miles_train_args(parse_run_config(copy.deepcopy(data)), hf_checkpoint="/m", prompt_data="/d.jsonl")
+    i = argv.index("--pipeline-model-parallel-size")
+    assert argv[i:i + 6] == ["--pipeline-model-parallel-size", "16", "--decoder-first-pipeline-num-layers", "3",
+                             "--decoder-last-pipeline-num-layers", "2"]  # 3 + 14 x 3 + 2
+    # the model arguments' own split (Megatron checks it), or --account-for-*-in-pipeline-split,
+    # which Megatron does not combine with one (47 + 1 divides 16): the launcher adds none
+    for explicit in (["--decoder-first-pipeline-num-layers", "5"], ["--account-for-loss-in-pipeline-split"]):
+        data["model"]["megatron_args"] = [*margs, *explicit]
+        argv = miles_train_args(parse_run_config(copy.deepcopy(data)), hf_checkpoint="/m", prompt_data="/d.jsonl")
+        assert argv.count("--decoder-first-pipeline-num-layers") == (1 if explicit[0].startswith("--decoder") else 0)
+        assert "--decoder-last-pipeline-num-layers" not in argv
 
 
 def test_unknown_model_without_megatron_args_is_refused_at_launch(tmp_path: Path):

@@ -38,7 +38,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .contract import TRAINER_RUNTIME_ENV, RunConfig
+from .contract import TRAINER_RUNTIME_ENV, RunConfig, model_pipeline_split
 from .reservation import save_trigger_path
 
 MILES_DIR = "/root/miles"  # where the Miles image clones Miles (docker/Dockerfile: /root/miles)
@@ -344,6 +344,12 @@ def miles_train_args(
     if t.tp > 1:
         a.soft("--sequence-parallel")  # Miles: "always enable SP when using TP"
     a.add("--pipeline-model-parallel-size", t.pp)
+    # A pp that does not divide the layers: the trainer's uneven split (contract/pipeline.py), which
+    # Megatron-LM 37f9161 needs (arguments.py:623-636) and Miles v0.1.0 hands to the bridge-built
+    # model (miles/backends/megatron_utils/model_provider.py:84-87).
+    split = model_pipeline_split(t.pp, model_args)
+    if split is not None:
+        a.argv.extend(split.megatron_args())
     a.add("--context-parallel-size", t.cp)
     a.add("--expert-model-parallel-size", t.ep)
     a.add("--expert-tensor-parallel-size", t.etp)

@@ -17,6 +17,7 @@ test_trainer_contract.py checks): the kit imports it at ``cdk synth`` and ``rlki
 - ``problems``  ``Problem`` and ``ConfigError``;
 - ``schema``    the sections of run.yaml as frozen dataclasses, defaults, launcher-owned flags;
 - ``reader``    the problem-collecting reader the validator uses;
+- ``pipeline``  how the layers split over the pipeline stages (``pipeline_split``), its problems;
 - ``rules``     ``parse_run_config`` / ``load_run_config`` and the cross-field rules.
 """
 
@@ -46,10 +47,11 @@ from .names import (
     TRAINING_EP_BACKENDS,
 )
 from .problems import MISSING, ConfigError, Problem, render_value
-from .rules import (
-    expert_count_problems, load_run_config, parse_run_config, parse_s3_uri, pipeline_split_problem,
-    pipeline_split_problems,
+from .pipeline import (
+    EXPLICIT_PIPELINE_SPLIT_FLAGS, PIPELINE_SPLIT_EXTRA_FLAGS, PipelineSplit, model_pipeline_split, pipeline_split,
+    pipeline_split_problem, pipeline_split_problems,
 )
+from .rules import expert_count_problems, load_run_config, parse_run_config, parse_s3_uri
 from .schema import (
     DEFAULT_KEEP_LOCAL,
     DEFAULT_KEEP_S3,
@@ -80,6 +82,7 @@ __all__ = [
     "CheckpointConfig", "ConfigError", "DataConfig", "ExpertParallelConfig", "GrpoConfig", "ModelConfig",
     "ParallelConfig", "Problem", "RolloutParallel", "RunConfig", "TrainingParallel",
     "expert_count_problems", "flag_value", "load_run_config", "parse_run_config", "parse_s3_uri",
-    "pipeline_split_problem", "pipeline_split_problems",
+    "EXPLICIT_PIPELINE_SPLIT_FLAGS", "PIPELINE_SPLIT_EXTRA_FLAGS", "PipelineSplit", "model_pipeline_split",
+    "pipeline_split", "pipeline_split_problem", "pipeline_split_problems",
     "render_value",
 ]

@@ -17,11 +17,12 @@ minutes into a multi-node start (or, worse, silently adjust):
   is the familiar "ep divides dp x tp".
 - Megatron's batch split (megatron/training/arguments.py ``validate_args``): the global
   batch is a multiple of micro-batch (1 in Miles) x data-parallel size.
-- Megatron's split of the layers over pipeline stages (megatron/training/arguments.py
-  ``validate_args``, radixark/Megatron-LM 37f9161 lines 623-636): without
-  ``--pipeline-model-parallel-layout``, virtual stages or ``--decoder-first/last-pipeline-num-layers``
-  (the launcher passes none), ``num_layers`` (+1 for each ``--account-for-embedding/loss-in-pipeline-split``)
-  must be a multiple of pp ("Number of layers should be divisible by the pipeline-model-parallel size").
+- Megatron's split of the layers over pipeline stages (radixark/Megatron-LM 37f9161
+  megatron/training/arguments.py:623-636 and megatron/core/transformer/transformer_config.py:
+  1462-1521): every stage holds at least one layer, so pp is at most ``--num-layers``. When pp
+  does not divide them the launcher passes the uneven split of ``pipeline.pipeline_split``
+  (``--decoder-first/last-pipeline-num-layers``), except with ``--account-for-embedding/loss-in-
+  pipeline-split``, which Megatron takes only with an even split of the layers plus one each.
 - Megatron's flex dispatcher (the DeepEP path) needs expert-TP x EP > 1
   ("Flex token dispatcher requires TPxEP > 1", megatron/core/transformer/moe/token_dispatcher.py).
 - SGLang with ``--moe-a2a-backend deepep`` overwrites its expert-parallel size with the
@@ -40,6 +41,7 @@ from typing import Any
 import yaml
 
 from .names import DEFAULT_RM_TYPE, EP_BACKENDS, GIN_TRAINING_FIX, GIN_TRAINING_RULE, RM_TYPES, TRAINING_EP_BACKENDS
+from .pipeline import pipeline_split_problems
 from .problems import MISSING, ConfigError, Problem
 from .reader import Reader
 from .schema import (
@@ -461,48 +463,6 @@ def expert_count_problems(t: TrainingParallel, model_args: tuple[str, ...] | lis
         f"which {t.ep} does not divide",
         f"choose an ep that divides {experts}",
     )]
-
-
-# Flags that tell Megatron an explicit (possibly uneven) split of the layers over the stages; with
-# one of them it checks the split itself (arguments.py:581-621), so the rule below stands aside.
-EXPLICIT_PIPELINE_SPLIT_FLAGS = (
-    "--pipeline-model-parallel-layout",
-    "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers",
-    "--num-virtual-stages-per-pipeline-rank",
-)
-# Each counts as one more layer in the split (arguments.py:602-606, 629-633).
-PIPELINE_SPLIT_EXTRA_FLAGS = ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
-
-
-def pipeline_split_problem(pp: int, num_layers: int, source: str, path: str = "parallel.training.pp") -> Problem | None:
-    """Megatron (37f9161 megatron/training/arguments.py:623-636) asserts that pp divides the
-    layers when no explicit split is given; ``source`` says where ``num_layers`` comes from, as a
-    phrase ("model.megatron_args sets --num-layers 48")."""
-    if pp <= 1 or num_layers < 1 or num_layers % pp == 0:
-        return None
-    fits = [d for d in _divisors(num_layers, limit=24) if d <= num_layers]
-    return Problem(
-        path,
-        pp,
-        f"Megatron splits the layers evenly over the pipeline stages (\"Number of layers should be divisible by the "
-        f"pipeline-model-parallel size\"), and {source}, which {pp} does not divide; the launcher "
-        "passes no uneven split (--decoder-first/last-pipeline-num-layers)",
-        f"use a pp that divides {num_layers} (one of {', '.join(map(str, fits))})",
-    )
-
-
-def pipeline_split_problems(t: TrainingParallel, model_args: tuple[str, ...] | list[str], where: str) -> list[Problem]:
-    """``pipeline_split_problem`` for the --num-layers that ``model_args`` set (none when they set
-    no layer count, or give Megatron an explicit split)."""
-    raw = flag_value(model_args, "--num-layers")
-    flags = {a.split("=", 1)[0] for a in model_args}
-    if raw is None or not raw.isdigit() or flags.intersection(EXPLICIT_PIPELINE_SPLIT_FLAGS):
-        return []
-    layers = int(raw) + len(flags.intersection(PIPELINE_SPLIT_EXTRA_FLAGS))
-    extra = "" if layers == int(raw) else f" (+{layers - int(raw)} for --account-for-*-in-pipeline-split: {layers})"
-    problem = pipeline_split_problem(t.pp, layers, f"{where} sets --num-layers {raw}{extra}")
-    return [problem] if problem else []
 
 
 def load_run_config(path: str | Path) -> RunConfig:
