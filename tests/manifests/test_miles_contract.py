@@ -229,3 +229,52 @@ def test_cpu_adam_offload_and_the_reward_model_parse_with_miles_own_parser(upstr
     assert results["offload"]["error"] is None, results["offload"]["error"]
     assert not set(offload + ["--rm-type"]) & set(results["offload"]["unenforced"])
     assert results["typo"]["error"] is not None and "--overlap-cpu-optimizer-d2h" in results["typo"]["error"]
+
+
+def test_an_uneven_pipeline_split_passes_megatrons_own_validation(upstream, tmp_path):
+    """DeepSeek-V3's 61 layers over pp 8, through the kit's render and the launcher, with the real
+    deepseek-v3 model_args(): Miles' parser, then Megatron-LM 37f9161's own validate_args and
+    TransformerConfig (tests/support/miles_offline.py ``megatron_validation``) accept the split the
+    launcher passes (7 + 6 x 8 + 6). Without it Megatron refuses pp 8 (arguments.py:623-636), and
+    a split whose middle stages cannot share the rest (8 + 45 + 8) or with an empty end fails in
+    TransformerConfig (transformer_config.py:1471-1521)."""
+    import yaml
+
+    data = yaml.safe_load((REPO_ROOT / "examples" / "default.yaml").read_text())
+    data["training"] = {"model": "deepseek-v3", "hf_checkpoint": "/fsx/models/DeepSeek-V3",
+                        "parallel": {"tp": 1, "pp": 8, "ep": 2}}
+    data["storage"] = {"shared_filesystem": {"capacity_gib": 24000}}
+    path = tmp_path / "deepseek-pp8.yaml"
+    path.write_text(yaml.safe_dump(data))
+    kit = load_config(path)
+    ctx = build_context(kit, placeholder_outputs(kit))
+    cfg = parse_run_config(ctx.run_config, "deepseek-v3 pp 8 run config")
+    model_args, _ = resolve_model_args(cfg, str(MILES_DIR), sys.executable)
+    assert model_args[model_args.index("--num-layers") + 1] == "61"
+    cmd = build_train_command(cfg, hf_checkpoint="/fsx/models/hf", prompt_data="/fsx/datasets/p.jsonl",
+                              miles_dir=str(MILES_DIR), python=sys.executable, model_args=model_args)
+    args = cmd.argv[cmd.argv.index(f"{MILES_DIR}/train.py") + 1:]
+    i = args.index("--pipeline-model-parallel-size")
+    assert args[i:i + 6] == ["--pipeline-model-parallel-size", "8", "--decoder-first-pipeline-num-layers", "7",
+                             "--decoder-last-pipeline-num-layers", "6"]
+
+    def with_split(first: str | None, last: str | None) -> list[str]:
+        out = args[:i + 2] + args[i + 6:]
+        return out + ([] if first is None else ["--decoder-first-pipeline-num-layers", first]) \
+            + ([] if last is None else ["--decoder-last-pipeline-num-layers", last])
+
+    cases = [{"name": "launcher", "train_args": args, "model_script": "deepseek-v3"},
+             {"name": "no split", "train_args": with_split(None, None)},
+             {"name": "8 + 45 + 8", "train_args": with_split("8", "8")},
+             {"name": "empty last", "train_args": with_split("7", "0")},
+             {"name": "first only", "train_args": with_split("5", None)}]  # 5 + 7 x 8
+    results = {r["name"]: r for r in parse_offline([{**c, "megatron_validation": True} for c in cases])["results"]}
+    assert {name: (r["error"], r["megatron_validation"]) for name, r in results.items()} == {
+        "launcher": (None, None),
+        "no split": (None, "AssertionError: Number of layers should be divisible by the pipeline-model-parallel size"),
+        "8 + 45 + 8": (None, "ValueError: number of layers at middle stage: 45 must be divisible bythe middle "
+                             "pipeline model parallel size 6"),
+        "empty last": (None, "ValueError: num_layers_in_last_pipeline_stage must be larger than 0"),
+        "first only": (None, None),
+    }
+    assert results["launcher"]["model_args_in_argv"] and results["launcher"]["model_flags_changed"] == []

@@ -14,7 +14,9 @@ For each case the child builds the parser exactly as Miles' train.py does (rltra
 ``miles_argument_parser``: Megatron-LM 37f9161 ``add_megatron_arguments`` + Miles v0.1.0
 ``get_miles_extra_args_provider``, which adds SGLang 0.5.16's ``ServerArgs`` with the
 ``--sglang-`` prefix), parses the arguments with it, runs the real ``model_args()`` through
-Miles' own loader, and reports what disagrees.
+Miles' own loader, and reports what disagrees. A case with ``"megatron_validation": true`` also
+runs Megatron's own ``validate_args`` and ``TransformerConfig`` on the parsed arguments
+(``megatron_validation``; its stand-ins are listed there).
 
 What is real and what is not:
 
@@ -305,6 +307,66 @@ def _unenforced(parser) -> list[str]:
     return sorted(names)
 
 
+# --- Megatron's own validation of a parsed command ----------------------------------------------
+#
+# Miles' parse_args (miles/utils/arguments.py:2686-2711) sets rank 0 and the world size, applies
+# set_default_megatron_args and runs Megatron's validate_args; the model is then built from
+# core_transformer_config_from_args (miles/backends/megatron_utils/model_provider.py:221, the raw
+# path; in bridge mode Miles copies the pipeline-split fields onto Megatron-Bridge's provider,
+# model_provider.py:84-87, which is not among the pinned sources). Megatron checks the split of the
+# layers over the pipeline stages in both: validate_args (megatron/training/arguments.py:567-636)
+# and TransformerConfig.__post_init__ (megatron/core/transformer/transformer_config.py:1397-1537).
+# Miles' own validate_args (it reads the Hugging Face config) is not run.
+#
+# Stand-ins for what the offline tree lacks, each for a value the image has: the GPU (an H100 or
+# H200, sm_90: --moe-grouped-gemm asks torch.cuda for it, arguments.py:916-918; the CPU torch here
+# has no CUDA), megatron/training/utils.py (not pinned: get_device_arch_version, arguments.py:992,
+# and update_use_dist_ckpt, arguments.py:312, which Megatron defines as below), and the launcher's
+# environment (rltrainer TRAINER_RUNTIME_ENV sets CUDA_DEVICE_MAX_CONNECTIONS=1, which
+# arguments.py:1015 wants with tp > 1).
+
+
+def _update_use_dist_ckpt(args) -> None:
+    args.use_dist_ckpt = args.ckpt_format != "torch"
+
+
+def megatron_validation(parser, args: list[str]) -> str | None:
+    """Megatron's validate_args and TransformerConfig on the parsed ``args``: None when both
+    accept them, else the exception they raise, as ``Type: message``."""
+    import contextlib
+    import io
+    import os
+
+    import torch
+
+    margs = importlib.import_module("megatron.training.arguments")
+    defaults = importlib.import_module("miles.backends.megatron_utils.arguments").set_default_megatron_args
+    from rltrainer.contract import TRAINER_RUNTIME_ENV
+
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    margs.get_device_arch_version = lambda: 9
+    margs.update_use_dist_ckpt = _update_use_dist_ckpt
+    saved_env = {k: os.environ.get(k) for k in TRAINER_RUNTIME_ENV}
+    os.environ.update(TRAINER_RUNTIME_ENV)
+    ns = parser.parse_args(args)
+    ns.rank = 0
+    ns.world_size = ns.actor_num_nodes * ns.actor_num_gpus_per_node
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # Megatron prints; stdout carries the reports
+            ns = defaults(ns)
+            margs.validate_args(ns)
+            margs.core_transformer_config_from_args(ns)
+    except Exception as exc:  # AssertionError or ValueError: Megatron's own words
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return None
+
+
 def launch(case: dict) -> dict:
     """``rltrainer launch`` itself (the image build's --check-args step), in this environment."""
     import io
@@ -328,6 +390,8 @@ def check(case: dict, upstream: Path) -> dict:
     unenforced = _unenforced(parser)
     result = {"name": case["name"], "train_args": args, "error": argument_errors(parser, args),
               "unenforced": unenforced, "flags": len(parser._option_string_actions)}
+    if case.get("megatron_validation") and result["error"] is None:
+        result["megatron_validation"] = megatron_validation(parser, args)
     script = case.get("model_script")
     if script:
         expected = load_model_args(script, model_script_dir=upstream / MILES / "scripts" / "models").split()
