@@ -35,6 +35,7 @@ try:
         TRAINER_RUNTIME_ENV,
         TRAINING_EP_BACKENDS,
         parse_run_config,
+        pipeline_split,
         pipeline_split_problem,
     )
     from rltrainer.contract import ConfigError as RunConfigError
@@ -50,5 +51,5 @@ __all__ = [
     "METRICS_ENVIRONMENT_DIMENSION", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
     "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "TRAINER_RUNTIME_ENV",
     "TRAINING_EP_BACKENDS", "RunConfigError", "RunConfigProblem", "parse_run_config",
-    "pipeline_split_problem",
+    "pipeline_split", "pipeline_split_problem",
 ]

@@ -275,7 +275,9 @@ class CostGuardConfig(_Model):
 
 class ParallelConfig(_Model):
     tp: int = Field(4, description="Tensor parallel size.")
-    pp: int = Field(1, description="Pipeline parallel size.")
+    pp: int = Field(1, description="Pipeline parallel size, at most the model's layers. One that "
+                    "does not divide them runs an uneven split: the launcher passes "
+                    "--decoder-first/last-pipeline-num-layers (rltrainer.contract.pipeline_split).")
     cp: int = Field(1, description="Context parallel size.")
     ep: int = Field(8, description="Expert parallel size.")
     etp: int = Field(1, description="Expert tensor parallel size.")

@@ -12,12 +12,14 @@ Terms follow Megatron-Core (``megatron/core/parallel_state.py``):
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
 from infra.planner.errors import PlannerError
 from infra.catalog.models import MoEModel
 from infra.catalog.releases import RELEASES
+from infra.trainer_contract import pipeline_split
 
 # "fp8": per-tensor / block-scaled FP8 (Transformer Engine delayed or current scaling, DeepSeek's
 # 1x128/128x128 tiles). "mxfp8": OCP microscaling FP8 (one E8M0 scale per 32 elements), which
@@ -137,21 +139,37 @@ def setup_problems(s: TrainingSetup) -> list[str]:
     return out
 
 
-# Megatron-LM (radixark/Megatron-LM 37f9161, the commit Miles v0.1.0 pins),
-# megatron/training/arguments.py:623-636 (validate_args): without --pipeline-model-parallel-layout,
-# virtual pipeline stages or --decoder-first/last-pipeline-num-layers it asserts "Number of layers
-# should be divisible by the pipeline-model-parallel size". The kit's launcher passes only
-# --pipeline-model-parallel-size (images/trainer/src/rltrainer/miles.py) and Miles' model_args()
-# pass none of those flags, so a kit plan keeps to pipeline sizes that divide the layers.
+# How the layers split over the pipeline stages is the trainer's rule, imported, not restated:
+# ``pipeline_split`` (images/trainer/src/rltrainer/contract/pipeline.py). When pp does not divide
+# the layers the launcher passes that split to Megatron (--decoder-first/last-pipeline-num-layers;
+# Megatron-LM 37f9161 megatron/training/arguments.py:623-636 refuses such a pp without one), and
+# Megatron's middle stages are equal, so the fullest stage can hold more than ceil(layers / pp)
+# (48 over 14: 6 + 12 x 3 + 6). The step time and the end stages' memory count that stage.
+def fullest_stage_layers(model: MoEModel, pp: int) -> int:
+    """Layers on the most loaded of ``pp`` stages (vpp 1) under the trainer's split."""
+    split = pipeline_split(model.num_layers, pp)
+    return split.fullest if split is not None else math.ceil(model.num_layers / pp)
+
+
 def pipeline_split_problem(model: MoEModel, pp: int) -> str | None:
-    """Why ``pp`` pipeline stages cannot split ``model``'s layers evenly; None when they can."""
+    """Why ``pp`` does not split ``model``'s layers evenly, for ``PlanRequest(even_pipeline=True)``
+    (a trainer image from before the launcher passed uneven splits); None when it does."""
     if pp <= 1 or model.num_layers % pp == 0:
         return None
     fits = [d for d in range(1, model.num_layers + 1) if model.num_layers % d == 0]
-    return (f"pp={pp} does not divide the {model.num_layers} layers of {model.key}: Megatron "
-            "splits the layers evenly over the pipeline stages, and the kit's launcher passes no "
-            "uneven split (--decoder-first/last-pipeline-num-layers); use a pp that divides "
+    return (f"pp={pp} does not divide the {model.num_layers} layers of {model.key}, and "
+            "even_pipeline keeps to even splits; use a pp that divides "
             f"{model.num_layers} ({', '.join(map(str, fits))})")
+
+
+def uneven_split_note(model: MoEModel, pp: int) -> str | None:
+    """What the launcher passes for a pp that does not divide the layers (vpp 1); None when it does."""
+    split = pipeline_split(model.num_layers, pp)
+    if split is None or split.even:
+        return None
+    return (f"{model.num_layers} layers do not split evenly over {pp} pipeline stages: the launcher "
+            f"passes {' '.join(split.megatron_args())} ({split.describe()}); the step time charges "
+            f"the fullest stage, {split.fullest} layers")
 
 
 # The trainer's run config (rltrainer.contract TRAINING_SIZE_KEYS: tp, pp, cp, ep, etp) has no

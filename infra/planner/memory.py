@@ -11,7 +11,8 @@ Formulas and where they come from:
   parameters over the expert-data-parallel group d = edp.
 - Sharding of the weights themselves: attention and dense/shared MLP by tp (MLA's small
   down-projections replicated), routed experts by ep*etp, layers by pp (the most loaded stage is
-  reported: ceil(layers/pp) layers plus the embedding on the first stage or the output head and
+  reported: the fullest stage's layers, ceil(layers/pp) or more under the trainer's uneven split
+  (``layout.fullest_stage_layers``), plus the embedding on the first stage or the output head and
   MTP modules on the last).
 - Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
   Models" (arXiv 2205.05198), section 4: with tensor + sequence parallelism every stored
@@ -40,7 +41,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 from infra.planner.hardware import GIB, System
-from infra.planner.layout import Layout, TrainingSetup, is_fp8
+from infra.planner.layout import Layout, TrainingSetup, fullest_stage_layers, is_fp8
 from infra.catalog.models import MoEModel
 
 NCCL_BUFFERS_GIB = 1.5  # all NCCL communicators of a rank (TP, CP, DP, EP, PP groups); estimate
@@ -84,6 +85,12 @@ class MemoryBreakdown:
         return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in d.items()}
 
 
+def _end_stage_layers(model: MoEModel, L: Layout) -> int:
+    """Layers counted on the first and last stage: the fullest stage's (an upper bound; the ends
+    hold fewer where the trainer's split gives them the remainder), ceil(layers/pp) with vpp."""
+    return fullest_stage_layers(model, L.pp) if L.vpp == 1 else math.ceil(model.num_layers / L.pp)
+
+
 @dataclass(frozen=True)
 class StageParams:
     """Parameters held by one GPU of a stage, split by how they shard over data parallelism."""
@@ -95,7 +102,7 @@ class StageParams:
 @lru_cache(maxsize=65536)  # the search asks for the same stage many times (pure function)
 def stage_params(model: MoEModel, L: Layout, which: str) -> StageParams:
     """Parameters per GPU on the first or last pipeline stage."""
-    n = math.ceil(model.num_layers / L.pp)
+    n = _end_stage_layers(model, L)
     if which == "first":
         n_dense = min(model.dense_layers, n)
     else:  # last stage: the dense layers sit at the front of the model
@@ -247,7 +254,7 @@ def _stage_memory(model: MoEModel, system: System, L: Layout, setup: TrainingSet
     p = stage_params(model, L, which)
     weights, grads, optim, fp8_cache = _static(p, L, setup)
 
-    n = math.ceil(model.num_layers / L.pp)
+    n = _end_stage_layers(model, L)
     n_dense = min(model.dense_layers, n) if which == "first" else max(
         0, model.dense_layers - (model.num_layers - n))
     n_moe = n - n_dense

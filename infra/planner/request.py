@@ -146,10 +146,11 @@ class PlanRequest:
     systems. On a type whose NVLink domain spans instances (GB200 UltraServers) node counts stop
     at one domain, the catalog's UltraServer size (``ultraserver_type`` picks one of the types it
     is sold as; default the catalog's ``nvlink_domain_instances``): the kit runs inside one
-    domain. ``even_pipeline`` (the default) keeps to pipeline sizes that divide the model's
-    layers, the only ones Megatron runs without an explicit uneven split, which the kit's launcher
-    does not pass (``layout.pipeline_split_problem``); False plans for a launcher that passes one
-    (the step time charges the fullest stage). ``interleaving`` (off by default) also searches
+    domain. A pipeline size that does not divide the model's layers runs the trainer's uneven
+    split (``rltrainer.contract.pipeline_split``, which the launcher passes to Megatron as
+    --decoder-first/last-pipeline-num-layers), and the step time charges its fullest stage;
+    ``even_pipeline`` (off by default) keeps to sizes that divide the layers, for a trainer image
+    built before the launcher passed a split (``layout.pipeline_split_problem``). ``interleaving`` (off by default) also searches
     interleaved pipelines (vpp > 1): the kit's launcher passes no virtual-pipeline size (the
     trainer's run config has none), so a kit plan keeps vpp 1 (``layout.INTERLEAVING_RULE``).
     """
@@ -166,7 +167,7 @@ class PlanRequest:
     price_per_hour: float | None = None
     memory_headroom_gib: float = 0.0
     allow_reference_systems: bool = False
-    even_pipeline: bool = True
+    even_pipeline: bool = False
     ultraserver_type: str | None = None  # the NVLink domain of an UltraServer type (catalog)
     interleaving: bool = False
 

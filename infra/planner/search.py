@@ -19,6 +19,7 @@ from infra.planner.errors import PlannerError, field as named
 from infra.planner.hardware import PRICE_DATE, System, get_system
 from infra.planner.layout import (
     INTERLEAVING_RULE, Layout, Recompute, TrainingSetup, layout_problem, pipeline_split_problem,
+    uneven_split_note,
 )
 from infra.planner.memory import MemoryBreakdown, estimate_memory, static_memory_gib
 from infra.planner.models import MoEModel, get_model
@@ -128,7 +129,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup,
-               pins: Pins, even_pipeline: bool = True,
+               pins: Pins, even_pipeline: bool = False,
                interleaving: bool = False) -> Iterable[Layout]:
     gpus = nodes * system.gpus_per_node
     gpn = system.gpus_per_node
@@ -164,7 +165,7 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
 
 
 def check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...],
-                setup: TrainingSetup, even_pipeline: bool = True,
+                setup: TrainingSetup, even_pipeline: bool = False,
                 interleaving: bool = False) -> None:
     """Fail fast, with the rule broken, when the caller pinned sizes that cannot divide (the
     GPU count too when ``counts`` is one node count)."""
@@ -335,7 +336,9 @@ def plan(request: PlanRequest) -> PlanResult:
     if best.backend.warning:
         warnings.append(best.backend.warning)
     chunks = best.layout.pp * best.layout.vpp
-    if best.layout.pp > 1 and m.num_layers % chunks:
+    if best.layout.vpp == 1 and uneven_split_note(m, best.layout.pp):
+        warnings.append(uneven_split_note(m, best.layout.pp))
+    elif best.layout.pp > 1 and m.num_layers % chunks:
         warnings.append(
             f"{m.num_layers} layers do not split evenly over pp x vpp = {chunks} chunks: Megatron "
             f"needs --pipeline-model-parallel-layout (or --decoder-first/last-pipeline-num-layers); "

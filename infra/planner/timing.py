@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 from infra.planner.hardware import GB, System
-from infra.planner.layout import Layout, TrainingSetup, is_fp8
+from infra.planner.layout import Layout, TrainingSetup, fullest_stage_layers, is_fp8
 from infra.planner.memory import stage_params
 from infra.catalog.models import MoEModel
 from infra.catalog.releases import GRAPHED_LAYER_OVERHEAD_US, RELEASES
@@ -255,11 +255,18 @@ def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
         if model.dense_layers else (0, 0, 0)
     n_moe_total = model.moe_layers + model.mtp_layers
     n_dense_total = model.dense_layers
-    # Layers spread over pp*vpp chunks; the most loaded stage carries ceil(layers/chunks) per
-    # chunk. The output head and MTP modules are counted in the total and spread with the layers
-    # (Megatron's custom pipeline layouts place them on otherwise lighter stages).
+    # Layers spread over pp*vpp chunks; the most loaded stage carries the fullest stage of the
+    # trainer's split with vpp 1 (layout.fullest_stage_layers: the split the launcher passes),
+    # ceil(layers/chunks) per chunk otherwise. The output head and MTP modules are counted in the
+    # total and spread with the layers (Megatron's custom pipeline layouts place them on otherwise
+    # lighter stages).
     chunks = L.pp * L.vpp
-    imbalance = math.ceil(model.num_layers / chunks) * chunks / model.num_layers if L.pp > 1 else 1.0
+    if L.pp == 1:
+        imbalance = 1.0
+    elif L.vpp == 1:
+        imbalance = fullest_stage_layers(model, L.pp) * L.pp / model.num_layers
+    else:
+        imbalance = math.ceil(model.num_layers / chunks) * chunks / model.num_layers
 
     compute = n_moe_total * c_moe[0] + n_dense_total * c_dense[0]
     tp_comm = n_moe_total * c_moe[1] + n_dense_total * c_dense[1]

@@ -307,22 +307,45 @@ def test_pinned_layout_that_does_not_divide_is_refused():
                               "15 GPUs, but 2 node(s) of p5.48xlarge have 16")
 
 
-def test_pipeline_sizes_divide_the_layers_as_megatron_needs():
-    # Megatron-LM 37f9161 megatron/training/arguments.py:623-636 asserts num_layers % pp == 0
-    # unless given an uneven split, which the kit's launcher never passes: Qwen3-235B-A22B's 94
-    # layers allow pp 1, 2, 47 or 94 only (the search used to pick PP8 here)
+def test_kit_plans_split_the_layers_as_the_trainer_does():
+    # A pp that does not divide the layers runs the trainer's uneven split: the launcher passes
+    # --decoder-first/last-pipeline-num-layers (rltrainer.contract.pipeline_split), which
+    # Megatron-LM 37f9161 needs for it (arguments.py:623-636). The planner prices that same split.
+    from rltrainer.contract import pipeline_split
+    from infra.planner import layout
+
+    assert layout.pipeline_split is pipeline_split  # one definition
+    # Qwen3-235B-A22B's 94 layers on 8 p5en may use PP8 again (11 + 6 x 12 + 11)
     r = plan(PlanRequest("qwen3-235b-a22b", "p5en.48xlarge", nodes=8, top=10**6))
-    assert {c.layout.pp for c in r.candidates} <= {1, 2, 47, 94}
-    free = plan(PlanRequest("qwen3-235b-a22b", "p5en.48xlarge", nodes=8, top=10**6,
-                            even_pipeline=False))  # a launcher that passes an uneven split
-    assert 8 in {c.layout.pp for c in free.candidates}
+    assert 8 in {c.layout.pp for c in r.candidates}
+    even = plan(PlanRequest("qwen3-235b-a22b", "p5en.48xlarge", nodes=8, top=10**6,
+                            even_pipeline=True))  # a trainer image from before the split
+    assert {c.layout.pp for c in even.candidates} <= {1, 2, 47, 94}
+    # Megatron's middle stages are equal, so 48 layers over 14 stages are 6 + 12 x 3 + 6: the step
+    # charges 6 layers on the fullest stage (not ceil(48 / 14) = 4), twice PP16's 3, and the end
+    # stages' memory counts 6 layers, as PP8's does
+    m, system, setup = get_model("qwen3-30b-a3b"), get_system(P5), TrainingSetup()
+    pp14, pp16, pp8 = (Layout(tp=1, pp=pp, ep=1, dp=1) for pp in (14, 16, 8))
+    assert step_time(m, system, pp14, setup, "nccl").compute == pytest.approx(
+        2 * step_time(m, system, pp16, setup, "nccl").compute)
+    assert stage_params(m, pp14, "first") == stage_params(m, pp8, "first")
+    # a pinned pp that does not divide plans, and the plan says which split the launcher passes
+    r = plan(PlanRequest("qwen3-30b-a3b", P5, nodes=5, pins=Pins(pp=5)))
+    assert {c.layout.pp for c in r.candidates} == {5}
+    assert ("48 layers do not split evenly over 5 pipeline stages: the launcher passes "
+            "--decoder-first-pipeline-num-layers 9 --decoder-last-pipeline-num-layers 9 (9 + 3 x 10 + 9); "
+            "the step time charges the fullest stage, 10 layers") in r.warnings
     with pytest.raises(PlannerError) as err:
-        plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2, pins=Pins(pp=5)))
+        plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2, pins=Pins(pp=5), even_pipeline=True))
     assert str(err.value) == (
-        "requested layout does not divide: pp=5 does not divide the 48 layers of qwen3-30b-a3b: "
-        "Megatron splits the layers evenly over the pipeline stages, and the kit's launcher passes "
-        "no uneven split (--decoder-first/last-pipeline-num-layers); use a pp that divides 48 (1, "
-        "2, 3, 4, 6, 8, 12, 16, 24, 48)")
+        "requested layout does not divide: pp=5 does not divide the 48 layers of qwen3-30b-a3b, "
+        "and even_pipeline keeps to even splits; use a pp that divides 48 (1, 2, 3, 4, 6, 8, 12, "
+        "16, 24, 48)")
+    # every stage holds a layer: more stages than layers is refused, naming the sizes
+    with pytest.raises(PlannerError) as err:
+        plan(PlanRequest("qwen3-30b-a3b", P5, nodes=8, pins=Pins(pp=64)))
+    assert str(err.value) == ("requested layout does not divide: pp x vpp = 64 pipeline chunks "
+                              "exceed the 48 layers of qwen3-30b-a3b")
 
 
 def test_kit_plans_do_not_interleave_the_pipeline():

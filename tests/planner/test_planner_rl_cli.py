@@ -39,11 +39,8 @@ def test_rl_option_errors_are_one_clear_line(capsys, extra, message):
                     "heads of qwen3-30b-a3b"),
     (("--ep", "7"), "requested layout does not divide: ep=7 does not divide the 128 routed "
                     "experts of qwen3-30b-a3b"),
-    (("--pp", "5"), "requested layout does not divide: pp=5 does not divide the 48 layers of "
-                    "qwen3-30b-a3b: Megatron splits the layers evenly over the pipeline stages, "
-                    "and the kit's launcher passes no uneven split "
-                    "(--decoder-first/last-pipeline-num-layers); use a pp that divides 48 (1, 2, "
-                    "3, 4, 6, 8, 12, 16, 24, 48)"),
+    (("--pp", "64"), "requested layout does not divide: pp x vpp = 64 pipeline chunks exceed "
+                     "the 48 layers of qwen3-30b-a3b"),
     (("--engine-gpus", "8", "--engine-ep", "3"),
      "--engine-ep 3 does not divide --engine-gpus 8: SGLang splits an engine's experts over ep of "
      "its GPUs; use one of 1, 2, 4, 8"),
