@@ -551,6 +551,39 @@ def test_status_lists_tags_backends_and_scans(outputs_file, capsys):
     assert "could not read the labels" in captured.err
 
 
+
+def test_status_reads_a_multi_arch_tags_labels_through_a_platform_image(outputs_file, capsys):
+    """An arm64 GPU group makes the tag an index, which has no config blob: the labels are read
+    through its first platform image (the attestation's unknown/unknown is skipped). Before, the
+    index could not be read as a manifest and the backend came from the tag with a warning."""
+    st = Stubbed()
+    st.ecr.add_response("describe_images", {"imageDetails": [
+        image_detail(IMAGE_DIGEST, ["0.1.0-custom"], 29, {})]})
+    amd64 = "sha256:" + "56" * 32
+    st.ecr.add_response("batch_get_image", {"images": [{"imageManifest": json.dumps({
+        "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+            {"digest": "sha256:" + "78" * 32, "platform": {"os": "unknown",
+                                                           "architecture": "unknown"}},
+            {"digest": amd64, "platform": {"os": "linux", "architecture": "amd64"}}]})}]},
+        expected_params={"repositoryName": "moe-rl-trainer",
+                         "imageIds": [{"imageDigest": IMAGE_DIGEST}], "acceptedMediaTypes": ANY})
+    st.ecr.add_response("batch_get_image", {"images": [{"imageManifest": json.dumps(
+        AMD64_MANIFEST)}]}, expected_params={"repositoryName": "moe-rl-trainer",
+                                             "imageIds": [{"imageDigest": amd64}],
+                                             "acceptedMediaTypes": ANY})
+    st.ecr.add_response("get_download_url_for_layer", {"downloadUrl": "https://layer"},
+                        expected_params={"repositoryName": "moe-rl-trainer",
+                                         "layerDigest": "sha256:cfg"})
+    args = cli.build_parser().parse_args(["image", "status", "--outputs", str(outputs_file)])
+    args.clients_factory = lambda region, profile: st.clients
+    args.fetch = lambda url: json.dumps({"config": {"Labels": {BACKEND_LABEL: "nccl"}}}).encode()
+    assert args.func(args) == 0
+    st.done()
+    captured = capsys.readouterr()
+    assert "could not read the labels" not in captured.err
+    assert "nccl" in captured.out and "label" in captured.out
+
+
 def test_status_of_an_empty_repository(outputs_file, capsys):
     st = Stubbed()
     st.ecr.add_response("describe_images", {"imageDetails": []})
