@@ -76,8 +76,16 @@ def _config_blob(ecr: Any, repository: str, manifest: dict,
 
 def image_labels(ecr: Any, repository: str, digest: str,
                  fetch: Callable[[str], bytes] = fetch_url) -> dict[str, str]:
-    """The image config's labels (manifest -> config blob through ECR's layer download URL)."""
-    manifest = _manifest(ecr, repository, digest, [DOCKER_MANIFEST, OCI_MANIFEST])
+    """The image config's labels (manifest -> config blob through ECR's layer download URL). A
+    multi-arch tag (an index) is read through its first platform image: every platform is built
+    from the same Dockerfile with the same labels."""
+    manifest = _manifest(ecr, repository, digest,
+                         [OCI_INDEX, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST, OCI_MANIFEST])
+    if manifest and "manifests" in manifest:
+        platform = next((m["digest"] for m in manifest["manifests"]
+                         if m.get("platform", {}).get("os") not in (None, "unknown")), None)
+        manifest = platform and _manifest(ecr, repository, platform,
+                                          [DOCKER_MANIFEST, OCI_MANIFEST])
     config = _config_blob(ecr, repository, manifest, fetch) if manifest else None
     return (config or {}).get("config", {}).get("Labels") or {}
 

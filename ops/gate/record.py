@@ -304,6 +304,15 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _previous(path: Path, warn: Callable[[str], None]) -> dict[str, Any] | None:
+    """The gate.json this run replaces, or None (absent, or unreadable: ``warn`` says so)."""
+    try:
+        return load_state(path)
+    except GateStateError as err:  # this run's record replaces it
+        warn(f"warning: {err}; writing a fresh one.")
+        return None
+
+
 def write_started(config_name: str, sdir: Path, started_at: str, instance_type: str, nodes: int,
                   ep_backend: str, warn: Callable[[str], None], image: str | None = None) -> Path:
     """Before a gate's first job: gate.json says a gate of this config is under way and has not
@@ -313,11 +322,7 @@ def write_started(config_name: str, sdir: Path, started_at: str, instance_type: 
     node count are kept, with their verdicts, for the next gate to compare backends with."""
     sdir.mkdir(parents=True, exist_ok=True)
     path = sdir / "gate.json"
-    try:
-        previous = load_state(path)
-    except GateStateError as err:  # this run's record replaces it
-        warn(f"warning: {err}; writing a fresh one.")
-        previous = None
+    previous = _previous(path, warn)
     ep = None
     if previous and (previous.get("instance_type"), previous.get("nodes")) == (instance_type, nodes):
         ep = previous.get("ep")
@@ -346,11 +351,7 @@ def write_record(report: GateReport, config_name: str, sdir: Path, logs: dict[st
     for key, text in logs.items():
         (logdir / (f"{key}.json" if key == "nodes" else f"{key}.log")).write_text(text)
     path = sdir / "gate.json"
-    try:
-        previous = load_state(path)
-    except GateStateError as err:  # this run's result replaces it
-        warn(f"warning: {err}; writing a fresh one.")
-        previous = None
+    previous = _previous(path, warn)
     doc = state_document(report, config_name, finished_at, previous,
                          measured_nodes(logs, report.bad_nodes))
     write_json(path, doc)
