@@ -147,6 +147,8 @@ class CloudWatchObservability(Construct):
         acknowledge(self.role, managed_policy_finding(AGENT_POLICY),
                     "The CloudWatch user guide attaches the AWS-managed CloudWatchAgentServerPolicy "
                     "for this add-on; it follows the agent's needs as the add-on changes.")
+        if not application_signals:  # Application Signals writes groups of its own
+            self.role.add_to_policy(own_log_groups_only(self, cluster_name))
         self.addon = eks.CfnAddon(
             self, "Addon",
             # The cluster's fixed name (infra.names.eks_cluster_name): no cross-stack export.
@@ -160,6 +162,26 @@ class CloudWatchObservability(Construct):
             # The add-on owns the fields it manages; a value changed by hand is put back.
             resolve_conflicts="OVERWRITE",
         )
+
+
+# The log writes CloudWatchAgentServerPolicy allows on every log group of the account
+# (logs:CreateLogGroup, CreateLogStream, PutLogEvents, PutRetentionPolicy on "*").
+LOG_WRITE_ACTIONS = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                     "logs:PutRetentionPolicy", "logs:DeleteRetentionPolicy"]
+
+
+def own_log_groups_only(scope: Construct, cluster_name: str) -> iam.PolicyStatement:
+    """Deny the add-on's role every log write outside this cluster's Container Insights groups
+    (the agent's performance group, Fluent Bit's application, dataplane and host groups and the
+    training metrics, all ``/aws/containerinsights/<cluster>/...``). The managed policy allows
+    them on every group of the account: a compromised agent pod could shorten another
+    environment's audit-log retention to a day or forge its training metrics. A Deny keeps the
+    managed policy (and what it adds as the add-on changes) for everything else."""
+    return iam.PolicyStatement(
+        sid="OnlyThisClustersLogGroups", effect=iam.Effect.DENY, actions=LOG_WRITE_ACTIONS,
+        not_resources=[Stack.of(scope).format_arn(
+            service="logs", resource="log-group", arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            resource_name=names.container_insights_log_group(cluster_name, "*"))])
 
 
 def _search(namespace_dims: str, metric: str, filters: dict[str, str], stat: str) -> str:

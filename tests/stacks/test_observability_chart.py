@@ -28,7 +28,7 @@ from infra.constructs import fluent_bit
 from infra.constructs import observability as obs_construct
 from ops import helm, observability, scheduling
 from tests.support import artifacts
-from tests.support.cdk import REPO_ROOT
+from tests.support.cdk import REPO_ROOT, resources
 
 CHART = "amazon-cloudwatch-observability"
 CHART_VERSION = "6.4.0"  # the tree the kit's values were read against
@@ -148,6 +148,32 @@ def test_a_changed_output_is_caught(render, synth):
     assert group_creating_outputs(render(values)) == [
         "fluent-bit-config/host-log.conf -> /aws/containerinsights/${CLUSTER_NAME}/host: "
         "auto_create_group true"]
+
+
+
+def test_the_add_on_role_writes_only_this_clusters_log_groups(render, synth):
+    """CloudWatchAgentServerPolicy allows log writes (and retention changes) on every group of
+    the account; the role's Deny leaves only this cluster's Container Insights groups. Every group
+    the rendered add-on names (Fluent Bit's outputs, the agent's configuration) and the agent's
+    performance group must stay writable, and another environment's groups must not."""
+    s = synth("default")
+    cluster = names.eks_cluster_name(s.config.name)
+    (deny,) = [st for p in resources(s.template("observability"), "AWS::IAM::Policy").values()
+               for st in p["Properties"]["PolicyDocument"]["Statement"] if st["Effect"] == "Deny"]
+    assert set(deny["Action"]) == set(obs_construct.LOG_WRITE_ACTIONS)
+    allowed = "".join(part if isinstance(part, str) else "123456789012"
+                      for part in deny["NotResource"]["Fn::Join"][1])
+    text = json.dumps(render(kit_values(synth)))
+    named = set(re.findall(r'log_group_name\W+(/aws/[^"\\\s]+)', text))
+    named = {g.replace("${CLUSTER_NAME}", cluster) for g in named}
+    written = named | {names.container_insights_log_group(cluster, "performance")}
+    assert len(named) >= 4  # application, dataplane, host, training metrics
+    arn = "arn:aws:logs:us-east-1:123456789012:log-group:{}:log-stream:pod-x"
+    for group in written:
+        assert fnmatch.fnmatchcase(arn.format(group), allowed), group
+    for foreign in (names.control_plane_log_group(cluster),
+                    names.container_insights_log_group("moe-rl-2", "application")):
+        assert not fnmatch.fnmatchcase(arn.format(foreign), allowed), foreign
 
 
 # --- the filesystem buffer's bound --------------------------------------------------------------
