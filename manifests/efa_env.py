@@ -43,8 +43,13 @@ measures the fabric the trainer will use. The profile has two parts:
      AWS's GB200 nccl-tests manifest sets it too [awslabs/awsome-distributed-training 0edaf15
      micro-benchmarks/nccl-tests/kubernetes/nccl-tests-gb200.yaml:62].
    - ``NCCL_NVLS_ENABLE=1``: NVLink SHARP on (same manifest, line 60).
-   - ``NCCL_CUMEM_ENABLE=0`` is refused in ``training.extra_env``: "MNNVL requires cuMem to be
-     enabled" and NCCL silently skips MNNVL without it [src/mnnvl.cc:15-16]; the same repository
+   - ``NCCL_CUMEM_ENABLE=1``: "MNNVL requires cuMem to be enabled" and NCCL silently skips
+     MNNVL without it [src/mnnvl.cc:15-16]. NCCL's own default is on, but the programs of the job
+     turn it off when the variable is unset: SGLang sets 0 [sglang 0.5.16 wheel,
+     sglang/srt/entrypoints/engine.py:1260-1261, unless --enable-symm-mem], and Miles gives its
+     training actors 0 to match ("because sglang will always set NCCL_CUMEM_ENABLE to 0") [Miles
+     v0.1.0 miles/ray/train/actor_factory.py:29-31]. Set, both keep 1, so they still agree.
+     ``NCCL_CUMEM_ENABLE=0`` is refused in ``training.extra_env``; the same repository as above
      sets it for NeMo-RL on P5en, which must not carry over.
    - No EFA-GDA variables: aws-ofi-nccl v1.21.1 does not opt p6e-gb200 into GDAKI
      [tests/unit/aws_platform_mapper.cpp:86] (the catalog's ``gin_gpu`` is False).
@@ -103,15 +108,17 @@ _GIN_PROXY_PROFILE: tuple[EnvVar, ...] = (
 _MNNVL_PROFILE: tuple[EnvVar, ...] = (
     EnvVar("NCCL_MNNVL_ENABLE", "1"),
     EnvVar("NCCL_NVLS_ENABLE", "1"),
+    EnvVar("NCCL_CUMEM_ENABLE", "1"),
 )
 MNNVL_SOURCE = "NVIDIA/nccl v2.30.7-1 src/mnnvl.cc:15-16, \"MNNVL requires cuMem to be enabled\""
 
 # Every name any profile can set: a user may not set these through extra_env with another value
-# (the backend and gin_mode choose them).
+# (the backend and gin_mode choose them). NCCL_CUMEM_ENABLE is the kit's only on UltraServers:
+# elsewhere a user may set it (Miles and SGLang make it 0 there when it is unset).
 MANAGED_NAMES: frozenset[str] = frozenset(
     v.name for v in BASE_PROFILE + _NVSHMEM_PROFILE + _GIN_GPU_PROFILE + _GIN_PROXY_PROFILE
     + _MNNVL_PROFILE
-)
+) - {"NCCL_CUMEM_ENABLE"}
 
 GIN_MODES = ("gpu", "proxy")
 

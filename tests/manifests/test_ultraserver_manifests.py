@@ -7,6 +7,7 @@ import copy
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infra.addons import addon
 from infra.config import load_config
@@ -113,7 +114,14 @@ def test_mnnvl_env_on_every_gpu_pod_and_no_efa_gda():
     for spec in (pod["spec"] for pod in gpu_pods(files).values()):
         env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
         assert env["NCCL_MNNVL_ENABLE"] == "1" and env["NCCL_NVLS_ENABLE"] == "1"
-        assert "NCCL_CUMEM_ENABLE" not in env and "NCCL_GIN_TYPE" not in env
+        assert "NCCL_GIN_TYPE" not in env
+        # Set, not left to NCCL's default: SGLang and Miles turn cuMem (and with it MNNVL) off
+        # when the variable is unset (manifests/efa_env.py cites both).
+        assert env["NCCL_CUMEM_ENABLE"] == "1"
+    # Ray hands the runtime env to the driver and every actor, where Miles reads it.
+    (job,) = [f.obj for f in files if f.kind == "RayJob"]
+    runtime = yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]
+    assert runtime["NCCL_CUMEM_ENABLE"] == "1"
 
 
 def test_cumem_off_is_refused_on_ultraservers_only():
