@@ -21,6 +21,10 @@ def _claiming_pods(kit_objects: list[dict]) -> list[tuple[str, dict]]:
     for obj in kit_objects:
         kind, name = obj.get("kind"), obj.get("metadata", {}).get("name")
         if kind == "RayJob":
+            # The head is the run's first GPU node and claims the channel like the workers (the
+            # names are ops.scheduling's, so ``lands`` knows where each pod may run).
+            pods.append((f"RayJob {name} head",
+                         obj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]))
             for wg in obj["spec"]["rayClusterSpec"].get("workerGroupSpecs", []):
                 pods.append((f"RayJob {name} worker group {wg['groupName']}",
                              wg["template"]["spec"]))

@@ -312,8 +312,10 @@ def test_dra_kubelet_plugin_without_the_gpu_toleration_leaves_claims_unsatisfiab
             o["spec"]["template"]["spec"]["tolerations"] = []
     report = run(rendered, US, chart_objects=broken, chart_dir=chart_dir, helm_cache=helm_cache)
     text = "\n".join(map(str, report.findings))
-    assert "RayJob qwen3-30b-a3b-grpo worker group gb200 on node group 'gb200': claims a " \
-           "ComputeDomain channel, but the DRA kubelet plugin" in text
+    # the head claims the channel too (it is the run's first GPU node)
+    for pod in ("worker group gb200", "head"):
+        assert f"RayJob qwen3-30b-a3b-grpo {pod} on node group 'gb200': claims a " \
+               "ComputeDomain channel, but the DRA kubelet plugin" in text
     assert f"{dra_driver.KUBELET_PLUGIN} on node group 'gb200'" in text  # the placement rule too
 
 
@@ -336,6 +338,21 @@ def test_a_claim_naming_no_compute_domain_template_is_found():
     assert str(found[0]) == ("Job j on node group 'gb200': claim 'c' names ResourceClaimTemplate "
                              "'other-channel', which no rendered ComputeDomain creates; fix the "
                              "manifests (manifests/context.py)")
+
+
+
+def test_a_head_claim_naming_no_compute_domain_template_is_found():
+    """Only worker groups were read: a wrong template name on the head's claim passed."""
+    from ops.dra_contract import dra_findings
+
+    claim = {"resourceClaims": [{"name": "c", "resourceClaimTemplateName": "other-channel"}]}
+    job = {"kind": "RayJob", "metadata": {"name": "r"}, "spec": {"rayClusterSpec": {
+        "headGroupSpec": {"template": {"spec": claim}}, "workerGroupSpecs": []}}}
+    domain = {"kind": "ComputeDomain", "metadata": {"name": "r"},
+              "spec": {"channel": {"resourceClaimTemplate": {"name": "r-channel"}}}}
+    found = dra_findings([], [job, domain], {"RayJob r head": ["gb200"]})
+    assert str(found[0]).startswith("RayJob r head on node group 'gb200': claim 'c' names "
+                                    "ResourceClaimTemplate 'other-channel'")
 
 
 def test_the_dra_chart_refuses_gpu_allocation_beside_the_device_plugin(chart_dir, helm_cache):
