@@ -1,7 +1,8 @@
 """The NVIDIA DRA driver, ComputeDomains only: IMEX channels for multi-node NVLink (UltraServers).
 
 On by default only where a GPU group's instance type has NVLink across instances (the catalog's
-``multi_node_nvlink``: P6e-GB200 today); ``addons.dra_driver.enabled`` overrides that either way.
+``multi_node_nvlink``: P6e-GB200 today); ``addons.dra_driver.enabled: true`` adds it elsewhere, and
+turning it off where such a group is configured is refused (the pods claim its IMEX channels).
 GPUs still come from the NVIDIA device plugin: EKS recommends it "until the NVIDIA DRA driver GPU
 allocation functionality graduates from experimental", so the driver's GPU resources stay off.
 Facts and sources: ../shared/upstream/ultraservers.md sections 1.6, 1.7 and 2.

@@ -46,6 +46,14 @@ def ultraserver_group_problems(cfg: KitConfig, path: str, g: GpuNodeGroupConfig,
                     f"{itype.name} is not sold as this UltraServer type"
                     + (f" (only {', '.join(kinds)})" if kinds else " (it is no UltraServer type)"),
                     "remove ultraserver_type" if not kinds else f"use one of {', '.join(kinds)}"))
+    if itype.multi_node_nvlink and not cfg.addon_enabled("dra_driver"):
+        # The manifests claim a ComputeDomain's IMEX channel on every GPU pod there: without the
+        # driver neither the ComputeDomain CRD nor its DeviceClasses exist on the cluster.
+        add(problem("addons.dra_driver.enabled", False,
+                    f"group {path.split('.')[-1]} ({itype.name}) runs multi-node NVLink through a "
+                    "ComputeDomain's IMEX channel, which only the NVIDIA DRA driver provides",
+                    "remove addons.dra_driver.enabled: false (the kit turns it on for this "
+                    "instance type)"))
     # Placement decision (docs/operations.md "UltraServers"): no source says whether an
     # UltraServer Capacity Block takes a cluster placement group, the block already places its
     # instances together, and a group the block was not made in can stop launches. So the kit

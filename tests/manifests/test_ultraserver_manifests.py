@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from infra.addons import addon
-from infra.config import load_config
+from infra.config import ConfigError, load_config, parse_config
 from manifests import RenderError, placeholder_outputs, render_config
 from manifests.validate import validate_objects
 from tests.support import REPO_ROOT, artifacts
@@ -137,6 +137,20 @@ def test_cumem_off_is_refused_on_ultraservers_only():
     # on p5en the same variable is the user's business (AWS's NeMo-RL recipe sets it there)
     render(REPO_ROOT / "examples" / "p5en-capacity-block.yaml",
            extra_env={"NCCL_CUMEM_ENABLE": "0"})
+
+
+
+def test_an_ultraserver_group_with_the_dra_driver_off_is_refused():
+    """The pods claim a ComputeDomain's channel: with the driver off, render and synth succeeded
+    and only `rlkit check` found the missing CRD and DeviceClasses, on a deployed cluster."""
+    data = yaml.safe_load(US.read_text())
+    data["addons"] = {"dra_driver": {"enabled": False}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert [str(p) for p in err.value.problems] == [
+        "addons.dra_driver.enabled = False: group gb200 (p6e-gb200.36xlarge) runs multi-node "
+        "NVLink through a ComputeDomain's IMEX channel, which only the NVIDIA DRA driver provides. "
+        "Fix: remove addons.dra_driver.enabled: false (the kit turns it on for this instance type)."]
 
 
 def test_compute_domains_validate_against_the_pinned_crd_and_a_broken_one_fails(crd_dir):
