@@ -10,6 +10,7 @@ new call without its row fails here.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 import boto3
@@ -36,6 +37,12 @@ ROWS = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def _operations(service: str) -> dict[str, str]:
+    """boto3 method name -> API operation name, from botocore's service model."""
+    return boto3.client(service, region_name="us-east-1").meta.method_to_api_mapping
+
+
 def calls(path: str) -> set[str]:
     """IAM actions of the boto3 calls in one module."""
     found = set()
@@ -49,8 +56,7 @@ def calls(path: str) -> set[str]:
         method = node.func.attr
         if method == "get_paginator":
             method = node.args[0].value
-        client = boto3.client(CLIENTS[owner], region_name="us-east-1")
-        operation = client.meta.method_to_api_mapping.get(method)
+        operation = _operations(CLIENTS[owner]).get(method)
         assert operation, f"{path}: {owner}.{method} is not a {CLIENTS[owner]} operation"
         action = f"{IAM_PREFIX.get(CLIENTS[owner], CLIENTS[owner])}:{operation}"
         found.add(IAM_ACTION.get(action, action))
