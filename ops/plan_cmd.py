@@ -343,6 +343,12 @@ def _config_defaults(args: argparse.Namespace) -> bool:
         if args.nodes is None and args.max_nodes is None:
             args.nodes = t.nodes
             whole_run = True
+            if not args.rl and t.rollout.placement == "disaggregated" and t.rollout.nodes:
+                # A training plan trains on the training pool; the rollout engines have theirs.
+                args.nodes = t.nodes - t.rollout.nodes
+                print(f"note: training.rollout is disaggregated: planning training on its "
+                      f"{args.nodes} of training.nodes {t.nodes} (the other {t.rollout.nodes} run "
+                      "the rollout engines); --rl plans the whole GRPO step", file=sys.stderr)
     if not args.rl and args.global_batch is None:
         args.global_batch = g.global_batch_size
     for dest, value in zip(rl_fields, (

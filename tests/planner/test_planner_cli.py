@@ -356,6 +356,21 @@ def test_a_training_plan_from_a_config_trains_its_global_batch(capsys, config):
     assert rc == 0 and json.loads(out)["setup"]["global_batch"] == 64  # the flag overrides it
 
 
+
+def test_a_training_plan_from_a_disaggregated_config_uses_its_training_pool(capsys, config):
+    """training.nodes counts both pools; the training plan planned the rollout pool's nodes as
+    training nodes too."""
+    data = yaml.safe_load(config.read_text())
+    data["gpu_node_groups"]["p5"].update(desired_size=4, max_size=4)
+    data["training"].update(nodes=4, rollout={"placement": "disaggregated", "nodes": 2})
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    rc, out, err = run(capsys, "--config", str(config), "--json")
+    assert rc == 0, err
+    assert {c["nodes"] for c in json.loads(out)["candidates"]} == {2}
+    assert "planning training on its 2 of training.nodes 4 (the other 2 run the rollout " \
+           "engines); --rl plans the whole GRPO step" in err
+
+
 def test_benchmark_script_runs(capsys):
     import runpy
 
