@@ -82,6 +82,11 @@ def gpu_node_labels(group: str) -> dict[str, str]:
     return {NODE_ROLE_LABEL: NODE_ROLE_GPU, EFA_LABEL: "true", NODE_GROUP_LABEL: group}
 
 
+# Kubernetes' own namespace: where EKS installs the vpc-cni and aws-fsx-csi-driver add-ons' pods
+# [EKS user guide: Amazon VPC CNI (aws-node); "Deploy the FSx for Lustre driver"], and where the
+# kit installs the EFA device plugin.
+KUBE_SYSTEM_NAMESPACE = "kube-system"
+
 # Where the trainer runs and who it is: the Pod Identity association and the manifests both use it.
 TRAINER_NAMESPACE = "rl-training"
 TRAINER_SERVICE_ACCOUNT = "rl-trainer"

@@ -10,7 +10,7 @@ from infra.addons.record import (
     Placement,
     Workload,
 )
-from infra.names import INSTANCE_TYPE_LABEL
+from infra.names import INSTANCE_TYPE_LABEL, KUBE_SYSTEM_NAMESPACE
 
 # aws/eks-charts stable/aws-efa-k8s-device-plugin, chart v0.5.30 at commit 5239609 (2026-08-03),
 # read 2026-11-30. Its DaemonSet is placed by a required node affinity on an instance-type
@@ -37,7 +37,7 @@ ADDON = HelmAddon(
     key="efa_device_plugin",
     repository="https://aws.github.io/eks-charts",
     chart="aws-efa-k8s-device-plugin",
-    namespace="kube-system",
+    namespace=KUBE_SYSTEM_NAMESPACE,
     release=RELEASE,
     pinned=V0_5_30,
     tested=(V0_5_30,),

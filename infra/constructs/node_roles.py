@@ -17,8 +17,9 @@ from __future__ import annotations
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from infra import names
 from infra.constructs.nag import acknowledge, managed_policy_finding
-from infra.constructs.pod_identity import KUBE_SYSTEM, pod_identity_principal
+from infra.constructs.pod_identity import pod_identity_principal
 
 # What a node itself needs [EKS user guide, "Amazon EKS node IAM role"].
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")
@@ -40,7 +41,8 @@ def vpc_cni_role(scope: Construct, id: str, *, cluster_name: str) -> iam.Role:
     """The role the vpc-cni add-on's ``aws-node`` pods get through EKS Pod Identity."""
     role = iam.Role(
         scope, id,
-        assumed_by=pod_identity_principal(cluster_name=cluster_name, namespace=KUBE_SYSTEM,
+        assumed_by=pod_identity_principal(cluster_name=cluster_name,
+                                          namespace=names.KUBE_SYSTEM_NAMESPACE,
                                           service_account=VPC_CNI_SERVICE_ACCOUNT),
         description="Amazon VPC CNI (aws-node) through EKS Pod Identity, instead of the node role",
         managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY)],

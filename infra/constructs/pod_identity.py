@@ -10,10 +10,6 @@ from aws_cdk import aws_iam as iam
 CLUSTER_TAG = "aws:RequestTag/eks-cluster-name"
 NAMESPACE_TAG = "aws:RequestTag/kubernetes-namespace"
 SERVICE_ACCOUNT_TAG = "aws:RequestTag/kubernetes-service-account"
-# Where EKS installs the vpc-cni and aws-fsx-csi-driver add-ons' pods [Amazon EKS user guide,
-# "Amazon VPC CNI" (aws-node in kube-system) and "Deploy the FSx for Lustre driver" (fsx-csi-create
-# .html: the controller in kube-system)].
-KUBE_SYSTEM = "kube-system"
 
 
 def pod_identity_principal(*, cluster_name: str, namespace: str,

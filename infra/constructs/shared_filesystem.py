@@ -32,7 +32,7 @@ from constructs import Construct, IConstruct
 
 from infra import names, versions
 from infra.constructs.nag import skip_checkov
-from infra.constructs.pod_identity import KUBE_SYSTEM, pod_identity_principal
+from infra.constructs.pod_identity import pod_identity_principal
 
 # Lustre traffic: TCP 988 and TCP 1018-1023, between the file servers and between the file system
 # and its clients [FSx for Lustre User Guide, "File system access control with Amazon VPC" and
@@ -203,7 +203,7 @@ class FsxCsiDriver(Construct):
         self.role = iam.Role(
             self, "ControllerRole",
             assumed_by=pod_identity_principal(cluster_name=cluster.cluster_name,
-                                              namespace=KUBE_SYSTEM,
+                                              namespace=names.KUBE_SYSTEM_NAMESPACE,
                                               service_account=FSX_CSI_CONTROLLER_SERVICE_ACCOUNT),
             # No permissions. The driver's install guide attaches AmazonFSxFullAccess for
             # dynamic provisioning; the controller calls the FSx API only in CreateVolume,

@@ -19,7 +19,7 @@ from infra import names
 from infra.constructs.pod_identity import CLUSTER_TAG, NAMESPACE_TAG, SERVICE_ACCOUNT_TAG
 from tests.support.cdk import EXAMPLES, resources
 
-# The namespace EKS installs each add-on into (infra/constructs/pod_identity.py KUBE_SYSTEM,
+# The namespace EKS installs each add-on into (infra/names.py KUBE_SYSTEM_NAMESPACE,
 # infra/constructs/observability.py ADDON_NAMESPACE).
 ADDON_NAMESPACES = {"vpc-cni": "kube-system", "aws-fsx-csi-driver": "kube-system",
                     "amazon-cloudwatch-observability": "amazon-cloudwatch"}
