@@ -79,6 +79,14 @@ class KitVpc(Construct):
             subnet.node.default_child.add_metadata("cfn-lint",
                                                    {"config": {"ignore_checks": ["W3010"]}})
             subnets[zone] = subnet
+        # S3 (image layers from ECR, checkpoints, datasets) through the gateway endpoint, not
+        # the NAT gateway in the parent region: Local Zone subnets "follow the same routing rules
+        # as Availability Zone subnets, including the use of route tables" (AWS Local Zones user
+        # guide, "How Local Zones work"). Without it every node of a block pulled its image
+        # through NAT at $0.045/GB.
+        endpoint = self.vpc.node.find_child("S3").node.default_child
+        endpoint.route_table_ids = [*endpoint.route_table_ids,
+                                    *(s.route_table.route_table_id for s in subnets.values())]
         return subnets
 
 

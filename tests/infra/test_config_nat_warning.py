@@ -9,15 +9,10 @@ from __future__ import annotations
 import pytest
 
 from infra.config import config_warnings, load_config
-from tests.support.cdk import EXAMPLES, REPO_ROOT, resources
+from tests.support.cdk import NEW_VPC_EXAMPLES, REPO_ROOT, resources
 
 
-# The examples that create their VPC (an existing one has no NAT gateway of the kit's).
-NEW_VPC = [e for e in EXAMPLES
-           if load_config(REPO_ROOT / "examples" / f"{e}.yaml").vpc.existing is None]
-
-
-@pytest.mark.parametrize("example", NEW_VPC)
+@pytest.mark.parametrize("example", NEW_VPC_EXAMPLES)
 def test_cdk_puts_the_nat_gateways_in_the_first_azs(synth, example):
     s = synth(example)
     network = s.template("network")

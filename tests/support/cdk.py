@@ -6,6 +6,18 @@ from tests.support import REPO_ROOT
 
 EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
 
+
+
+def _creates_its_vpc(example: str) -> bool:
+    from infra.config import load_config
+
+    return load_config(REPO_ROOT / "examples" / f"{example}.yaml").vpc.existing is None
+
+
+# The examples whose network stack creates the VPC (an existing VPC's routes and NAT gateways are
+# its owner's).
+NEW_VPC_EXAMPLES = [e for e in EXAMPLES if _creates_its_vpc(e)]
+
 # A machine with no AWS credentials or config anywhere: synth must not need them.
 NO_AWS_ENV = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_PROFILE": "",
               "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
