@@ -193,12 +193,44 @@ def test_global_batch_must_split_over_data_parallel_ranks():
 def test_rollout_layout_rules():
     data = base()
     data["parallel"]["rollout"] = {"gpus_per_engine": 6, "ep": 4}
-    assert problems_of(data) == [
+    problems = problems_of(data)
+    # and 6 does not divide the 32 attention heads (test_engine_size_must_fit_the_attention_heads)
+    assert problems[2].startswith("parallel.rollout.gpus_per_engine = 6: SGLang splits the attention heads")
+    assert problems[:2] == [
         "parallel.rollout.gpus_per_engine = 6: rollout is colocated with training on all 16 GPUs and each SGLang "
         "engine takes gpus_per_engine of them, so gpus_per_engine must divide 16. Fix: use a divisor of 16, e.g. 8.",
         "parallel.rollout.ep = 4: SGLang splits each engine's experts over ep of its 6 GPUs, so ep must divide "
         "gpus_per_engine. Fix: use a divisor of 6, e.g. 6.",
     ]
+
+
+def test_engine_size_must_fit_the_attention_heads():
+    """SGLang 0.5.16 qwen3_moe.py:458-468 asserts at model load that the engine's attention TP
+    (gpus_per_engine: the launcher enables no dp-attention) divides the 32 heads; the run config
+    must be refused before the GPUs start."""
+    data = base()
+    data["parallel"]["nodes"] = 8
+    data["parallel"]["rollout"] = {"gpus_per_engine": 64, "ep": 64}
+    assert problems_of(data) == [
+        "parallel.rollout.gpus_per_engine = 64: SGLang splits the attention heads over the engine's "
+        "tensor-parallel GPUs: tp must divide the 32 attention heads and its 4 KV heads must split evenly over "
+        "them or be replicated evenly (tp divides 4, or 4 divides tp) (SGLang 0.5.16 qwen3_moe.py:458-468, "
+        "mixtral.py:137-147, deepseek_v2.py:1603); model.megatron_args sets --num-attention-heads 32 and "
+        "--num-query-groups 4, which an engine of 64 GPUs does not fit. "
+        "Fix: use gpus_per_engine 1, 2, 4, 8, 16, 32 (and a divisor of it as ep)."
+    ]
+
+
+def test_engine_size_must_fit_the_kv_heads_under_group_query_attention():
+    data = base()
+    margs = data["model"]["megatron_args"]
+    margs[margs.index("--num-attention-heads") + 1] = "48"
+    margs[margs.index("--num-query-groups") + 1] = "12"
+    problems = problems_of(data)  # 8 divides the 48 heads, but neither 12 nor 8 divides the other
+    assert len(problems) == 1 and problems[0].startswith("parallel.rollout.gpus_per_engine = 8: ")
+    assert problems[0].endswith("Fix: use gpus_per_engine 1, 2, 3, 4, 6, 12, 24, 48 (and a divisor of it as ep).")
+    margs.remove("--group-query-attention")  # Megatron ignores --num-query-groups without it
+    parse_run_config(data, "run.yaml")
 
 
 def test_deepep_needs_rollout_ep_equal_to_engine_size():

@@ -411,6 +411,21 @@ def test_model_script_expert_count_is_checked_against_ep(tmp_path: Path):
     )
 
 
+def test_model_script_heads_are_checked_against_the_engine_size(tmp_path: Path):
+    # the kit renders megatron_args: [], so the model script's heads (12 here, 4 KV heads) are what
+    # SGLang would split over the 8 GPUs of an engine (qwen3_moe.py:458-468) after the GPUs start
+    heads = "--group-query-attention --num-attention-heads 12 --num-query-groups 4 "
+    miles = fake_miles(tmp_path, body=MODEL_SCRIPT.replace('"--num-experts 128 "', f'"--num-experts 128 {heads}"'))
+    cfg = config_without_model_args(tmp_path)
+    err = io.StringIO()
+    assert launch_main(["--config", str(cfg), "--dry-run", "--miles-dir", str(miles), "--python", sys.executable],
+                       out=io.StringIO(), err=err) == 2
+    script = miles / "scripts" / "models" / "qwen3-30B-A3B.py"
+    assert "parallel.rollout.gpus_per_engine = 8: SGLang splits the attention heads" in err.getvalue()
+    assert (f"{script} model_args() sets --num-attention-heads 12 and --num-query-groups 4, which an engine of 8 "
+            "GPUs does not fit. Fix: use gpus_per_engine 1, 2, 4, 12 (and a divisor of it as ep).\n") in err.getvalue()
+
+
 def run_config_with(tmp_path: Path, name: str = "run-pp8.yaml", **training) -> Path:
     data = yaml.safe_load(config_without_model_args(tmp_path).read_text())
     data["parallel"]["training"].update(training)

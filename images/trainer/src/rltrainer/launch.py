@@ -52,6 +52,7 @@ from .contract import (
     RUN_CONFIG_PATH,
     ConfigError,
     RunConfig,
+    engine_heads_problems,
     expert_count_problems,
     pipeline_split_problems,
     load_run_config,
@@ -328,6 +329,8 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         model_args_source = f"unresolved here: {exc}"
     problems = expert_count_problems(cfg.parallel.training, model_args, model_args_source)
     problems += pipeline_split_problems(cfg.parallel.training, model_args, model_args_source)
+    if cfg.parallel.rollout is not None:
+        problems += engine_heads_problems(cfg.parallel.rollout, model_args, model_args_source)
     if problems:
         print(str(ConfigError(problems, args.config)), file=err)
         return EXIT_CONFIG

@@ -47,6 +47,9 @@ from .names import (
     TRAINING_EP_BACKENDS,
 )
 from .problems import MISSING, ConfigError, Problem, render_value
+from .heads import (
+    HEADS_RULE_SOURCE, engine_heads_fit, engine_heads_problem, engine_heads_problems, engine_sizes_for_heads, heads_rule,
+)
 from .pipeline import (
     EXPLICIT_PIPELINE_SPLIT_FLAGS, PIPELINE_SPLIT_EXTRA_FLAGS, PipelineSplit, model_pipeline_split, pipeline_split,
     pipeline_split_problem, pipeline_split_problems,
@@ -84,5 +87,7 @@ __all__ = [
     "expert_count_problems", "flag_value", "load_run_config", "parse_run_config", "parse_s3_uri",
     "EXPLICIT_PIPELINE_SPLIT_FLAGS", "PIPELINE_SPLIT_EXTRA_FLAGS", "PipelineSplit", "model_pipeline_split",
     "pipeline_split", "pipeline_split_problem", "pipeline_split_problems",
+    "HEADS_RULE_SOURCE", "engine_heads_fit", "engine_heads_problem", "engine_heads_problems",
+    "engine_sizes_for_heads", "heads_rule",
     "render_value",
 ]

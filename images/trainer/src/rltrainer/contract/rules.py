@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from .names import DEFAULT_RM_TYPE, EP_BACKENDS, GIN_TRAINING_FIX, GIN_TRAINING_RULE, RM_TYPES, TRAINING_EP_BACKENDS
+from .heads import engine_heads_problems
 from .pipeline import pipeline_split_problems
 from .problems import MISSING, ConfigError, Problem
 from .reader import Reader
@@ -440,6 +441,8 @@ def _cross_checks(
                 f"to the engine size ({ro.gpus_per_engine})",
                 f"set parallel.rollout.ep to {ro.gpus_per_engine}",
             )
+        if model is not None:
+            r.problems.extend(engine_heads_problems(ro, model.megatron_args, "model.megatron_args"))
 
     if ep_cfg is not None and ep_cfg.uses_deepep and t.etp * t.ep <= 1:
         r.add(
