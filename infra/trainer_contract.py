@@ -34,6 +34,9 @@ try:
         SAVE_UPLOAD_ESTIMATE_ENV,
         TRAINER_RUNTIME_ENV,
         TRAINING_EP_BACKENDS,
+        engine_heads_fit,
+        engine_heads_problem,
+        engine_sizes_for_heads,
         parse_run_config,
         pipeline_split,
         pipeline_split_problem,
@@ -50,6 +53,7 @@ __all__ = [
     "ROLLOUT_ESTIMATE_ENV", "SAVE_UPLOAD_ESTIMATE_ENV", "EP_BACKENDS", "GIN_TRAINING_RULE",
     "METRICS_ENVIRONMENT_DIMENSION", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
     "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "TRAINER_RUNTIME_ENV",
-    "TRAINING_EP_BACKENDS", "RunConfigError", "RunConfigProblem", "parse_run_config",
+    "TRAINING_EP_BACKENDS", "RunConfigError", "RunConfigProblem", "engine_heads_fit", "engine_heads_problem",
+    "engine_sizes_for_heads", "parse_run_config",
     "pipeline_split", "pipeline_split_problem",
 ]

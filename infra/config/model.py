@@ -291,7 +291,10 @@ class ParallelConfig(_Model):
 
 
 class RolloutConfig(_Model):
-    gpus_per_engine: int = Field(8, description="GPUs per SGLang rollout engine.")
+    gpus_per_engine: int = Field(8, description=(
+        "GPUs per SGLang rollout engine (its tensor-parallel size): must fit the model's attention "
+        "heads, i.e. divide them and divide or be a multiple of the KV heads (SGLang 0.5.16 "
+        "qwen3_moe.py:458-468; rltrainer.contract.heads)."))
     ep: int = Field(8, description="Expert parallel size inside a rollout engine.")
     placement: Literal["colocated", "disaggregated"] = Field(
         "colocated",

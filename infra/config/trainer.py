@@ -19,6 +19,7 @@ from infra.trainer_contract import (
     GIN_TRAINING_RULE,
     TRAINING_EP_BACKENDS,
     RunConfigError,
+    engine_heads_problem,
     parse_run_config,
     pipeline_split_problem,
 )
@@ -95,6 +96,16 @@ def trainer_problems(cfg: KitConfig, already: list[Problem]) -> list[Problem]:
     if split and "training.parallel.pp" not in reported:
         found.append(problem(split.path, split.value, f"the trainer refuses it: {split.rule}",
                              split.fix))
+    # Likewise the head counts, for the trainer's engine-size rule (rltrainer.contract.heads).
+    heads = model and engine_heads_problem(
+        cfg.training.rollout.gpus_per_engine, model.num_heads,
+        model.num_kv_heads if model.attention == "gqa" else None,
+        f"training.model {model.key} has {model.num_heads} attention heads"
+        + (f" and {model.num_kv_heads} KV heads" if model.attention == "gqa" else " (MLA)"),
+        "training.rollout.gpus_per_engine")
+    if heads and "training.rollout.gpus_per_engine" not in reported:
+        found.append(problem(heads.path, heads.value, f"the trainer refuses it: {heads.rule}",
+                             heads.fix))
     try:
         parse_run_config(doc, "run config")
     except RunConfigError as err:

@@ -510,6 +510,25 @@ def test_pipeline_size_is_at_most_the_models_layers():
     ]
 
 
+def test_rollout_engine_size_must_fit_the_models_attention_heads():
+    # SGLang 0.5.16 qwen3_moe.py:458-468 asserts at model load that the engine's tensor-parallel
+    # size divides the 32 heads of qwen3-30b-a3b; the trainer's rule (rltrainer.contract.heads)
+    # runs here with the catalog's head counts, so the config fails before the GPUs start.
+    found = problems_of({"gpu_node_groups": {"p5": group(desired_size=8, max_size=8)},
+                         "cost_guard": {"max_gpu_nodes": 8},
+                         "training": {"nodes": 8, "model": "qwen3-30b-a3b",
+                                      "parallel": {"tp": 4, "pp": 1, "ep": 8},
+                                      "rollout": {"gpus_per_engine": 64, "ep": 64}}})
+    assert found == [
+        "training.rollout.gpus_per_engine = 64: the trainer refuses it: SGLang splits the attention "
+        "heads over the engine's tensor-parallel GPUs: tp must divide the 32 attention heads and its 4 "
+        "KV heads must split evenly over them or be replicated evenly (tp divides 4, or 4 divides tp) "
+        "(SGLang 0.5.16 qwen3_moe.py:458-468, mixtral.py:137-147, deepseek_v2.py:1603); training.model "
+        "qwen3-30b-a3b has 32 attention heads and 4 KV heads, which an engine of 64 GPUs does not fit. "
+        "Fix: use gpus_per_engine 1, 2, 4, 8, 16, 32 (and a divisor of it as ep).",
+    ]
+
+
 def test_an_interleaved_pipeline_is_refused_it_would_not_run():
     # infra/config/run_config.py hands the trainer tp, pp, cp, ep and etp only: a vpp was
     # accepted and silently dropped
