@@ -44,6 +44,7 @@ from infra.planner.hardware import GB, GIB, System, get_system
 from infra.planner.models import MoEModel, get_model
 from infra.planner.layout import TrainingSetup
 from infra.planner.request import Pins, Placement, PlanRequest, RLPlanRequest, RLSetup
+from infra.trainer_contract import engine_heads_fit, engine_sizes_for_heads
 from infra.planner.rl_modes import (
     compose_step, engine_mem_fraction, iterations_for, miles_mode_args, stream_batch,
 )
@@ -266,16 +267,28 @@ def train_time(candidate: Candidate, *, rl: RLSetup) -> float:
     return candidate.time.step * rl.steps_per_rollout * (1 + rl.logprob_passes / forwards)
 
 
+def _kv_heads(model: MoEModel) -> int | None:
+    """The KV heads SGLang splits besides the query heads (None for MLA, which checks the heads only)."""
+    return model.num_kv_heads if model.attention == "gqa" else None
+
+
+def engine_fits_heads(model: MoEModel, gpus: int) -> bool:
+    """Whether SGLang can split the model's attention over an engine of ``gpus`` (its TP size; the
+    kit enables no dp-attention): the trainer's rule, rltrainer.contract.heads (SGLang 0.5.16
+    qwen3_moe.py:458-468, mixtral.py:137-147, deepseek_v2.py:1603)."""
+    return engine_heads_fit(gpus, model.num_heads, _kv_heads(model))
+
+
 def engine_layouts(model: MoEModel, system: System, *, rl: RLSetup, gpus: int, backend: str,
                    pinned: tuple[int, int] | None = None,
                    placement: Placement = "colocated") -> list[EngineLayout]:
-    """Engine sizes that divide ``gpus`` and leave at least a tenth of the engine's memory share
-    for KV cache; ep = engine size (SGLang forces it with DeepEP; with NCCL too when the experts
+    """Engine sizes that divide ``gpus``, fit the model's attention heads (``engine_fits_heads``)
+    and leave at least a tenth of the engine's memory share for KV cache; ep = engine size (SGLang forces it with DeepEP; with NCCL too when the experts
     divide), else 1 (pure TP). A pinned (gpus, ep) is checked the same way."""
     out = []
     sizes = [pinned[0]] if pinned else [s for s in ENGINE_SIZES if s <= gpus]
     for g in sizes:
-        if gpus % g:
+        if gpus % g or not engine_fits_heads(model, g):
             continue
         weights = _weights_bytes(model) / g
         frac = engine_mem_fraction(rl, system, placement, g)
@@ -383,6 +396,15 @@ def _check_engine(model: MoEModel, system: System, rl: RLSetup, engine: tuple[in
         raise PlannerError(f"{ge} {g} divides none of the GPU counts searched ({gpn} per node, "
                            f"{where}): engines tile their GPUs; use a divisor of {gpn} or a "
                            "multiple of it")
+    if not engine_fits_heads(model, g):
+        kv = _kv_heads(model)
+        fits = ", ".join(map(str, engine_sizes_for_heads(model.num_heads, kv)))
+        heads = f"{model.num_heads} attention heads" + (f" and {kv} KV heads" if kv else "")
+        kv_rule = f", and divide {kv} or be a multiple of it" if kv else ""
+        raise PlannerError(f"{ge} {g} does not fit the {heads} of {model.key}: SGLang splits "
+                           f"attention over the engine's GPUs, which must divide the heads{kv_rule} "
+                           "(SGLang 0.5.16 qwen3_moe.py:458-468, mixtral.py:137-147, "
+                           f"deepseek_v2.py:1603); use one of {fits}")
     weights = _weights_bytes(model) / g / GIB
     shares = {p: engine_mem_fraction(rl, system, p, g) * system.gpu_memory_gib for p in placements}
     if all(weights > 0.9 * share for share in shares.values()):

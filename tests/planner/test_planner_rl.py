@@ -6,7 +6,7 @@ import pytest
 
 from infra.planner import PlannerError, RLPlanRequest, get_model, get_system
 from infra.planner.rl import (
-    EngineLayout, RLSetup, decode_iteration_s, engine_kv_tokens, plan_rl, rollout_time,
+    EngineLayout, RLSetup, decode_iteration_s, engine_kv_tokens, engine_layouts, plan_rl, rollout_time,
 )
 
 QWEN30 = get_model("qwen3-30b-a3b")
@@ -74,6 +74,17 @@ def test_engines_divide_the_rollout_pool_and_cost_follows_nodes():
     assert costs == sorted(costs)
     assert [c.nodes for c in result.best_per_nodes] == sorted({c.nodes for c in
                                                                result.best_per_nodes})
+
+
+def test_engine_search_proposes_only_sizes_the_attention_heads_allow():
+    # SGLang 0.5.16 qwen3_moe.py:458-468: the engine's TP size must divide qwen3-30b-a3b's 32
+    # heads (and 4 KV heads, or be a multiple of them); a 64-GPU engine fails at model load
+    for backend in ("nccl", "deepep-nvshmem"):
+        sizes = {e.gpus for e in engine_layouts(QWEN30, P5EN, rl=SHORT, gpus=64, backend=backend)}
+        assert 64 not in sizes and 32 in sizes
+    # mixtral-8x22b: 48 heads over 8 KV heads leave 1, 2, 4, 8, 16 of the searched sizes
+    mixtral = get_model("mixtral-8x22b")
+    assert {e.gpus for e in engine_layouts(mixtral, P5EN, rl=SHORT, gpus=64, backend="nccl")} <= {1, 2, 4, 8, 16}
 
 
 def test_throughput_objective_ranks_by_step_time():

@@ -50,6 +50,13 @@ def test_rl_option_errors_are_one_clear_line(capsys, extra, message):
     (("--engine-gpus", "6", "--engine-ep", "2", "--nodes", "1"),
      "--engine-gpus 6 divides none of the GPU counts searched (8 per node, 1 node(s)): engines "
      "tile their GPUs; use a divisor of 8 or a multiple of it"),
+    # SGLang 0.5.16 qwen3_moe.py:458-468 asserts at model load that the engine's TP size divides
+    # the 32 heads; the engine tiles the 64 GPUs of 8 nodes, so only the heads refuse it
+    (("--engine-gpus", "64", "--engine-ep", "64", "--nodes", "8"),
+     "--engine-gpus 64 does not fit the 32 attention heads and 4 KV heads of qwen3-30b-a3b: SGLang "
+     "splits attention over the engine's GPUs, which must divide the heads, and divide 4 or be a "
+     "multiple of it (SGLang 0.5.16 qwen3_moe.py:458-468, mixtral.py:137-147, deepseek_v2.py:1603); "
+     "use one of 1, 2, 4, 8, 16, 32"),
     (("--max-nodes", "1", "--placement", "disaggregated"),
      "a disaggregated GRPO step needs at least 2 nodes (one for training, one for rollout), got "
      "--max-nodes 1; plan 2 or more nodes"),
