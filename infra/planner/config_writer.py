@@ -16,7 +16,13 @@ from pathlib import Path
 
 import yaml
 
-from infra.config import ConfigError, parse_config, parse_config_text, read_config_file
+from infra.config import (
+    ConfigError,
+    parse_config,
+    parse_config_text,
+    read_config_file,
+    training_ep_backend_problems,
+)
 from infra.config.model import TrainingConfig, model_hf_checkpoint
 from infra.planner.errors import PlannerError
 from infra.planner.layout import INTERLEAVING_RULE
@@ -209,10 +215,13 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
 
     text = _replace_training_block(original, data)
     try:  # never write a config that fails validation
-        parse_config(parse_config_text(text, str(path)), str(path))
+        written = parse_config(parse_config_text(text, str(path)), str(path))
     except ConfigError as err:
         raise PlannerError(f"not writing {path}: the result would not be a valid config:\n{err}"
                            ) from None
+    if notes is not None:  # valid, and gate-able, but `rlkit launch` refuses to train with it
+        notes += [f"rlkit launch will refuse this config: {p}"
+                  for p in training_ep_backend_problems(written)]
     # Write through a symlink: replace the file it points at, not the link itself.
     target = Path(os.path.realpath(path))
     mode = target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~_umask()

@@ -371,6 +371,22 @@ def test_a_training_plan_from_a_disaggregated_config_uses_its_training_pool(caps
            "engines); --rl plans the whole GRPO step" in err
 
 
+
+def test_writing_a_benchmark_only_backend_says_launch_will_refuse_it(capsys, config):
+    """deepep-gin makes a valid config (the gate benchmarks it) that `rlkit launch` refuses to
+    train with; the writer said nothing, so the refusal came only at launch."""
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes",
+                     "2", "--ep-backend", "deepep-gin", "--write-config", str(config),
+                     "--node-group", "p5")
+    assert rc == 0, err
+    assert "note: rlkit launch will refuse this config: training.expert_parallel.backend = " \
+           "'deepep-gin'" in err
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes",
+                     "2", "--ep-backend", "nccl", "--write-config", str(config),
+                     "--node-group", "p5")
+    assert rc == 0 and "will refuse" not in err
+
+
 def test_benchmark_script_runs(capsys):
     import runpy
 
