@@ -509,13 +509,16 @@ def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
     return kept_ids
 
 
-def split_leftovers(cfn: Any, arns: list[str], kept_stacks: list[str], kept_ids: list[str]
+def kept_physical_ids(cfn: Any, kept_stacks: list[str], kept_ids: list[str]) -> list[str]:
+    """What stays on purpose: every resource of a kept stack (its bucket and repository, and its
+    build project, log group and key as well) and ``kept_ids`` (what a deleted stack retains)."""
+    return list(kept_ids) + [r.physical_id for stack in kept_stacks
+                             for r in stack_resources(cfn, stack)]
+
+
+def split_leftovers(arns: list[str], kept_stacks: list[str], kept_ids: list[str]
                     ) -> tuple[list[str], list[str]]:
-    """(kept on purpose, left) of the ARNs still tagged with the environment: every resource of a
-    kept stack (its bucket and repository, and its build project, log group and key as well) and
-    the resources ``kept_ids`` names (what a deleted stack retains) are kept on purpose."""
-    kept_ids = list(kept_ids)
-    for stack in kept_stacks:
-        kept_ids += [r.physical_id for r in stack_resources(cfn, stack)]
+    """(kept on purpose, left) of the ARNs still tagged with the environment: those of the kept
+    stacks and of ``kept_ids`` (``kept_physical_ids``) are kept on purpose."""
     kept = [a for a in arns if belongs_to(a, kept_stacks, kept_ids)]
     return kept, [a for a in arns if a not in kept]

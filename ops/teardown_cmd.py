@@ -47,6 +47,7 @@ from ops.teardown import (
     delete_stacks,
     empty_data_stack,
     importers_problem,
+    kept_physical_ids,
     outside_importers,
     plan_teardown,
     scheduled_key_deletions,
@@ -218,17 +219,20 @@ LEFTOVER_SETTLE_S = 180
 LEFTOVER_POLL_S = 30
 
 
-def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], kept_ids: list[str],
+def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], retained_ids: list[str],
                      echo: Callable[[str], None],
                      sleep: Callable[[float], None] = time.sleep) -> int:
     """List what still carries the environment tag, less what is kept on purpose (every
     resource of a kept stack, and what a deleted stack retains); 0 when nothing is left. What
     is left is read again every LEFTOVER_POLL_S seconds, up to LEFTOVER_SETTLE_S."""
     waited = 0
+    kept_ids = None  # read once: the kept stacks do not change while the tagging API catches up
     while True:
         try:
+            if kept_ids is None:
+                kept_ids = kept_physical_ids(c.cloudformation, kept_stacks, retained_ids)
             arns = tagged_resources(c.tagging, name)
-            kept, left = split_leftovers(c.cloudformation, arns, kept_stacks, kept_ids)
+            kept, left = split_leftovers(arns, kept_stacks, kept_ids)
             scheduled = scheduled_key_deletions(c.kms, left)
             groups = cluster_log_groups(c.logs, names.eks_cluster_name(name))
         except aws.AWS_ERRORS as err:
