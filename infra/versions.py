@@ -7,6 +7,8 @@ its own record (infra/addons/<key>.py).
 
 from __future__ import annotations
 
+import re
+
 # Kubernetes versions the kit is tested with -> the Python package and module of the matching
 # kubectl Lambda layer (PyPI: aws-cdk.lambda-layer-kubectl-vNN; aws_eks_v2 needs one whose minor
 # matches the cluster for Helm charts and manifests; the enum is aws_eks_v2.KubernetesVersion) and
@@ -31,6 +33,24 @@ KUBERNETES_VERSIONS: dict[str, dict[str, str]] = {
 # 2026-11-30. Node groups take the newest AMI release when created; an older group keeps its
 # release until it is updated.
 AL2023_NVIDIA_DRIVER_BRANCH: dict[str, int] = {v: 580 for v in KUBERNETES_VERSIONS}
+# EKS-optimized AL2023 AMI releases read, per Kubernetes version (managed node group
+# ReleaseVersion), and the NVIDIA driver they install [awslabs/amazon-eks-ami 81fec2e (2026-07-23)
+# CHANGELOG.md, "AMI Release v20260714": each release version is shared by the five AL2023 AMI types
+# of its Kubernetes minor; kmod-nvidia-latest-dkms 580.159.03 on x86_64 and arm64], read 2026-12-02:
+# the newest release whose notes that snapshot has. The kit applies a release only when the config
+# names one (`node_ami_release_version`); these are what its messages and docs suggest. Not a default
+# pin, because EKS cannot move a node group back to an earlier release (UpdateNodegroupVersion API
+# reference) and CloudFormation refuses a release change combined with any other change of the group
+# ("Version and ReleaseVersion updates cannot be combined with other updates", aws/aws-cdk#13602):
+# pinned by default, an environment whose groups EKS had moved past the pin could not deploy.
+EKS_AMI_RELEASES_READ: dict[str, str] = {
+    "1.33": "1.33.13-20260714",
+    "1.34": "1.34.9-20260714",
+    "1.35": "1.35.6-20260714",
+}
+EKS_AMI_RELEASE_READ_DRIVER = "580.159.03"
+# An EKS AMI release version: the Kubernetes version (minor, then patch) it is built for, the date.
+AMI_RELEASE_RE = re.compile(r"(\d+\.\d+)\.(\d+)-(\d{8})")
 # The trainer image's CUDA major and the oldest driver branch that runs it (Miles v0.1.0 is CUDA 13;
 # images/trainer/Dockerfile CUDA_MAJOR / MIN_NVIDIA_DRIVER, a test keeps them equal).
 TRAINER_IMAGE_CUDA_MAJOR = 13

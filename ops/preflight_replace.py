@@ -35,6 +35,13 @@ a replacement loses:
   gains the file system, or by the first deploy of a kit that has it) then stays on nodes whose
   FSx CSI node plugin already ran, until that plugin restarts.
 
+- **The node AMI release** (CloudFormation DescribeStackResources, EKS DescribeNodegroup), when
+  the config names one (``node_ami_release_version``): EKS moves a node group to another release
+  by replacing every node, cannot move it back to an earlier one (UpdateNodegroupVersion API
+  reference), and CloudFormation refuses a release change combined with any other change of the
+  group ("Version and ReleaseVersion updates cannot be combined with other updates",
+  aws/aws-cdk#13602).
+
 - **CRDs a Helm release gains on a later deploy** (CloudFormation GetTemplate): CDK's Helm
   handler runs `helm upgrade --install`, and Helm applies a chart's ``crds/`` only when it first
   installs a release. The device plugin's release turns on its node-feature-discovery subchart
@@ -56,6 +63,7 @@ from infra.addons import dra_driver, nvidia_device_plugin
 from infra.config import GpuNodeGroupConfig, KitConfig, has_shared_fs
 from infra.config.derived import gpu_group_taints, resource_tags, shared_fs_availability_zone
 from infra.problems import FAIL, PASS, WARN
+from infra.versions import AMI_RELEASE_RE
 from manifests.outputs import describe_stack_outputs
 from ops.aws import AWS_ERRORS, AwsClients, describe_error
 from ops.check_result import Check
@@ -66,6 +74,7 @@ ADMIN_ENTRIES = "admin access entries"
 ZONE_ORDER = "availability zone order"
 NODE_TAINTS = "node taints"
 CHART_CRDS = "chart CRDs"
+AMI_RELEASE = "node AMI release"
 # CDK's logical ID of the access entry of admin_role_arns[i] (infra/constructs/cluster.py
 # `Admin{i}` under the cluster construct): the path, then an 8-character hash.
 _ADMIN_ENTRY_ID = re.compile(r"Admin(\d+)[0-9A-F]{8}$")
@@ -292,6 +301,59 @@ def check_node_taints(clients: AwsClients, cfg: KitConfig, group_name: str) -> C
         + (f", then restart the agent that removes the taint: {'; '.join(restart)}" if restart else ""))
 
 
+def _release_order(release: str) -> tuple | None:
+    """An EKS AMI release version (1.35.6-20260714) as (Kubernetes minor, date, patch)."""
+    m = AMI_RELEASE_RE.fullmatch(release or "")
+    return (tuple(map(int, m.group(1).split("."))), m.group(3), int(m.group(2))) if m else None
+
+
+def check_ami_release(clients: AwsClients, cfg: KitConfig, stack: str, nodes: str,
+                      harm: str) -> Check | None:
+    """Would a deploy move the node group of ``stack`` to another AMI release: every node
+    replaced, or, to an earlier release, a failed update? None when the config names no release.
+    ``nodes`` names the group's nodes, ``harm`` what their replacement does."""
+    wanted = cfg.node_ami_release_version
+    if wanted is None:
+        return None
+    subject = f"node_ami_release_version ({stack})"
+    found = _read_stack(AMI_RELEASE, subject, stack,
+                        lambda: clients.cloudformation.describe_stack_resources(StackName=stack)[
+                            "StackResources"],
+                        "the node group", "cloudformation:DescribeStackResources")
+    if isinstance(found, Check):
+        return found
+    # A node group's physical ID is <cluster>/<node group> (CDK's Nodegroup splits its Ref so)
+    ids = [r["PhysicalResourceId"] for r in found
+           if r["ResourceType"] == "AWS::EKS::Nodegroup" and "/" in r.get("PhysicalResourceId", "")]
+    if not ids:
+        return Check(AMI_RELEASE, subject, PASS, f"{stack} has no node group yet: it starts on {wanted}")
+    cluster, nodegroup = ids[0].split("/", 1)
+    try:
+        running = clients.eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)[
+            "nodegroup"].get("releaseVersion", "")
+    except AWS_ERRORS as err:
+        return Check(AMI_RELEASE, subject, WARN,
+                     f"cannot read the AMI release node group {nodegroup} runs: {describe_error(err)}",
+                     "allow eks:DescribeNodegroup, then run preflight again")
+    if running == wanted:
+        return Check(AMI_RELEASE, subject, PASS, f"{nodes} stay on AMI release {wanted}")
+    now, then = _release_order(running), _release_order(wanted)
+    if now is not None and then is not None and then < now:
+        return Check(
+            AMI_RELEASE, subject, FAIL,
+            f"node group {nodegroup} runs AMI release {running}, newer than {wanted}: EKS cannot "
+            "move a node group back to an earlier release, so the deploy would fail and roll back",
+            f"set node_ami_release_version to {running} or a later release of "
+            f"Kubernetes {cfg.kubernetes_version}")
+    return Check(
+        AMI_RELEASE, subject, WARN,
+        f"the deploy moves {nodes} from AMI release {running or '(unknown)'} to {wanted}: EKS "
+        f"replaces every node of the group in a rolling update, {harm}; and CloudFormation refuses "
+        "a release change combined with any other change of the group",
+        "deploy it when no job runs (rlkit status), with no other change to the node groups in the "
+        "same deploy (sizes, taints, labels, capacity)")
+
+
 def check_nfd_crds(clients: AwsClients, cfg: KitConfig) -> Check | None:
     """Would a deploy turn on the device plugin release's NFD subchart, whose CRDs Helm installs
     only with a release's first install? None when this config has no UltraServer group."""
@@ -326,14 +388,15 @@ def check_nfd_crds(clients: AwsClients, cfg: KitConfig) -> Check | None:
 
 def replacement_checks(clients: AwsClients, cfg: KitConfig) -> list[Check]:
     """Every check here for one config (read-only)."""
-    checks = [check_admin_entries(clients, cfg)]
-    crds = check_nfd_crds(clients, cfg)
-    checks += [crds] if crds is not None else []
-    zones = check_zone_order(clients, cfg)
-    checks += [zones] if zones is not None else []
-    checks += [check_fsx_kept(clients, cfg)] if has_shared_fs(cfg) else []
+    checks = [check_admin_entries(clients, cfg), check_nfd_crds(clients, cfg),
+              check_zone_order(clients, cfg),
+              check_fsx_kept(clients, cfg) if has_shared_fs(cfg) else None,
+              check_ami_release(clients, cfg, names.stack_names(cfg.name)["cluster"],
+                                "the system nodes",
+                                "moving the job submitter, the KubeRay operator and CoreDNS")]
     for name, group in cfg.gpu_node_groups.items():
-        check = check_placement_group_kept(clients, cfg, name, group)
-        checks += [check] if check is not None else []
-        checks.append(check_node_taints(clients, cfg, name))
-    return checks
+        checks += [check_placement_group_kept(clients, cfg, name, group),
+                   check_node_taints(clients, cfg, name),
+                   check_ami_release(clients, cfg, names.gpu_stack_name(cfg.name, name),
+                                     f"GPU group {name}'s nodes", "under a running job")]
+    return [c for c in checks if c is not None]

@@ -46,6 +46,7 @@ class ClusterStack(Stack):
             node_monitoring_agent=config.node_health.monitoring_agent,
             gpu_tolerations=config.gpu_tolerations(),
             kubectl_layer_factory=versions.kubectl_layer_class(config.kubernetes_version),
+            ami_release_version=config.node_ami_release_version,
             cluster_name=cluster_name,
             control_plane_logs=log_groups is not None,
         )

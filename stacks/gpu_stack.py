@@ -38,6 +38,8 @@ class GpuStack(Stack):
             cluster_security_group_id=cluster.cluster_security_group_id,
             auto_repair=config.node_health.auto_repair, instance_tags=instance_tags,
             taints=gpu_group_taints(config, group_name),
+            kubernetes_version=config.kubernetes_version,
+            ami_release_version=config.node_ami_release_version,
         )
         CfnOutput(self, OutputKeys.NODEGROUP_NAME,
                   value=self.node_group.nodegroup.nodegroup_name)

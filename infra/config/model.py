@@ -465,6 +465,12 @@ class KitConfig(_Model):
         None, description="12-digit account ID; absent = environment-agnostic stacks."
     )
     kubernetes_version: str = Field(DEFAULT_KUBERNETES_VERSION, description="EKS version.")
+    node_ami_release_version: str | None = Field(
+        None, description="EKS-optimized AMI release every node group runs, as EKS names it "
+        "(<Kubernetes x.y.z>-<YYYYMMDD>, e.g. 1.35.6-20260714: NVIDIA driver 580.159.03). Absent = "
+        "the release EKS chooses (the newest when a group is created). Changing it replaces every "
+        "node; deploy that change alone (rlkit preflight checks it, docs/operations.md).",
+    )
     ephemeral: bool = Field(
         False, description="CI mode: every resource destroyable, data included."
     )

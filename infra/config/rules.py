@@ -37,6 +37,8 @@ from infra.problems import Problem
 from infra.versions import (
     DEFAULT_SYSTEM_INSTANCE_TYPE,
     DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
+    AMI_RELEASE_RE,
+    EKS_AMI_RELEASES_READ,
     KUBERNETES_VERSIONS,
     TRAINER_IMAGE_DISK_GIB,
 )
@@ -100,6 +102,8 @@ def validate(cfg: KitConfig) -> list[Problem]:
         add(problem("kubernetes_version", cfg.kubernetes_version,
                     f"not a version the kit supports ({', '.join(KUBERNETES_VERSIONS)})",
                     f"use one of {', '.join(KUBERNETES_VERSIONS)}"))
+    elif cfg.node_ami_release_version is not None:
+        _validate_ami_release(cfg, cfg.node_ami_release_version, add)
 
     azs = cfg.availability_zones
     if len(azs) < 2:
@@ -245,6 +249,33 @@ def _validate_shared_filesystem(cfg: KitConfig, add) -> None:
                     f"(weights + optimizer state; {kept} while the next is written) take {need} GiB",
                     fix))
 
+
+
+def _validate_ami_release(cfg: KitConfig, release: str, add) -> None:
+    """The node AMI release is one of the cluster's Kubernetes version, and no older than the
+    release any group's instance type needs (catalog ``min_ami_release``)."""
+    read = EKS_AMI_RELEASES_READ[cfg.kubernetes_version]
+    m = AMI_RELEASE_RE.fullmatch(release)
+    if m is None:
+        add(problem("node_ami_release_version", release,
+                    "not an EKS AMI release version (<Kubernetes x.y.z>-<YYYYMMDD>, as the EKS AMI "
+                    "release notes list them)",
+                    f"use one like {read}, or remove it to let EKS choose"))
+        return
+    if m.group(1) != cfg.kubernetes_version:
+        add(problem("node_ami_release_version", release,
+                    f"a release for Kubernetes {m.group(1)}, but the node groups run the cluster's "
+                    f"kubernetes_version {cfg.kubernetes_version}",
+                    f"use a {cfg.kubernetes_version} release, such as {read}"))
+        return
+    for name, g in cfg.gpu_node_groups.items():
+        itype = INSTANCE_TYPES.get(g.instance_type)
+        if itype is not None and itype.min_ami_release and \
+                m.group(3) < itype.min_ami_release.removeprefix("v"):
+            add(problem("node_ami_release_version", release,
+                        f"group {name} ({itype.name}) needs EKS AMI release "
+                        f"{itype.min_ami_release} or later (catalog min_ami_release)",
+                        f"use a release from {itype.min_ami_release} or later, such as {read}"))
 
 
 def _validate_endpoint(cfg: KitConfig, add) -> None:

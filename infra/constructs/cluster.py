@@ -35,7 +35,8 @@ class KitCluster(Construct):
                  endpoint_access: EndpointAccessConfig, admin_role_arns: list[str],
                  system_nodes: SystemNodesConfig, managed_addons: dict[str, str | None],
                  node_monitoring_agent: bool, gpu_tolerations: list[dict[str, str]],
-                 kubectl_layer_factory, cluster_name: str | None = None,
+                 kubectl_layer_factory, ami_release_version: str | None = None,
+                 cluster_name: str | None = None,
                  control_plane_logs: bool = True) -> None:
         super().__init__(scope, id)
         # The key lives as long as the secrets it protects: the cluster is always deleted with
@@ -109,6 +110,7 @@ class KitCluster(Construct):
             "SystemNodes",
             instance_types=[ec2.InstanceType(system_nodes.instance_type)],
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            release_version=ami_release_version,  # the GPU groups' release (efa_node_group.py)
             min_size=system_nodes.min_size,
             desired_size=system_nodes.desired_size,
             max_size=system_nodes.max_size,
@@ -116,6 +118,9 @@ class KitCluster(Construct):
             labels={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
+        if ami_release_version:
+            self.system_nodegroup.node.default_child.add_property_override(
+                "Version", kubernetes_version)
         restrict_node_role(self.system_nodegroup.role)
         acknowledge_eks_node_role(self.system_nodegroup.role)
 

@@ -96,6 +96,7 @@ class EfaNodeGroup(Construct):
                  group_name: str, group: GpuNodeGroupConfig, instance: InstanceType,
                  cluster_security_group_id: str, auto_repair: bool,
                  instance_tags: dict[str, str], taints: Sequence[names.Taint],
+                 kubernetes_version: str, ami_release_version: str | None = None,
                  subnet: ec2.ISubnet | None = None) -> None:
         super().__init__(scope, id)
         self.security_group = ec2.SecurityGroup(
@@ -191,6 +192,7 @@ class EfaNodeGroup(Construct):
             self, "Nodegroup",
             cluster=cluster,
             ami_type=ami_type(instance),
+            release_version=ami_release_version,  # None: the release EKS chooses
             capacity_type=_CAPACITY_TYPE[group.capacity.type],
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.launch_template.ref,
@@ -220,6 +222,10 @@ class EfaNodeGroup(Construct):
         # NodegroupUpdateConfig.updateStrategy].
         cfn_nodegroup = self.nodegroup.node.default_child
         cfn_nodegroup.add_property_override("UpdateConfig.UpdateStrategy", "MINIMAL")
+        if ami_release_version:
+            # A release belongs to one Kubernetes version: name it too, so that the deploy which
+            # upgrades the cluster moves the group's version and release in one update.
+            cfn_nodegroup.add_property_override("Version", kubernetes_version)
         Tags.of(self.nodegroup).add(NODE_GROUP_TAG, group_name)
         # No pod-network rights on the node: the VPC CNI has its own role (node_roles.py).
         restrict_node_role(self.nodegroup.role)

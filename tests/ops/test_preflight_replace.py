@@ -345,6 +345,96 @@ def test_the_taints_the_check_expects_are_the_ones_the_stack_deploys(synth):
         == [(t.key, t.effect) for t in gpu_group_taints(s.config, "p5")]
 
 
+# --- the node AMI release -------------------------------------------------------------------------
+
+RELEASE = "1.35.6-20260714"
+
+
+def nodegroup_stack(running: str | None, stack_error: str | None = None,
+                    eks_error: str | None = None) -> AwsClients:
+    """AwsClients answering for pf-gpu-p5 (its node group's physical ID is cluster/node group) and
+    for EKS's description of that group, which runs release ``running``."""
+    cfn, cfn_stub = stubbed("cloudformation")
+    eks, eks_stub = stubbed("eks")
+    stack_answer(cfn_stub, "describe_stack_resources", "pf-gpu-p5", {"StackResources": [
+        {"LogicalResourceId": "EfaNodeGroupNodegroup3B02DA54", "PhysicalResourceId": "pf/ng-p5",
+         "ResourceType": "AWS::EKS::Nodegroup", "Timestamp": "2026-11-01T00:00:00Z",
+         "ResourceStatus": "CREATE_COMPLETE"}]}, stack_error)
+    params = {"clusterName": "pf", "nodegroupName": "ng-p5"}
+    if eks_error:
+        eks_stub.add_client_error("describe_nodegroup", "AccessDeniedException", eks_error,
+                                  expected_params=params)
+    elif not stack_error:
+        eks_stub.add_response("describe_nodegroup", {"nodegroup": {
+            "nodegroupName": "ng-p5", "clusterName": "pf", "releaseVersion": running}}, params)
+    for stub in (cfn_stub, eks_stub):
+        stub.activate()
+    return AwsClients(cloudformation=cfn, eks=eks)
+
+
+def ami_check(clients, release=RELEASE):
+    return preflight_replace.check_ami_release(clients, config(node_ami_release_version=release),
+                                               "pf-gpu-p5", "GPU group p5's nodes",
+                                               "under a running job")
+
+
+def test_without_a_release_in_the_config_nothing_is_read():
+    assert preflight_replace.check_ami_release(AwsClients(), config(), "pf-gpu-p5", "x", "y") is None
+
+
+def test_the_group_staying_on_its_release_or_not_deployed_passes():
+    assert (ami_check(nodegroup_stack(RELEASE)).status, ami_check(nodegroup_stack(RELEASE)).detail) \
+        == (PASS, f"GPU group p5's nodes stay on AMI release {RELEASE}")
+    new = ami_check(nodegroup_stack(None, stack_error="Stack with id pf-gpu-p5 does not exist"))
+    assert (new.status, new.detail) == (PASS, "pf-gpu-p5 is not deployed: the first deploy creates "
+                                              "the node group")
+
+
+def test_a_release_older_than_the_running_one_fails_before_the_deploy_does():
+    """EKS cannot move a node group back to an earlier AMI release (UpdateNodegroupVersion): a group
+    EKS created on a newer release than the one named would fail the GPU stack's update."""
+    check = ami_check(nodegroup_stack("1.35.9-20261020"))
+    assert (check.status, check.detail, check.fix) == (
+        FAIL,
+        "node group ng-p5 runs AMI release 1.35.9-20261020, newer than 1.35.6-20260714: EKS cannot "
+        "move a node group back to an earlier release, so the deploy would fail and roll back",
+        "set node_ami_release_version to 1.35.9-20261020 or a later release of Kubernetes 1.35")
+    # a newer Kubernetes minor is newer, whatever its date
+    assert ami_check(nodegroup_stack("1.36.1-20260601")).status == FAIL
+
+
+def test_moving_to_a_newer_release_warns_that_every_node_is_replaced_in_a_deploy_of_its_own():
+    check = ami_check(nodegroup_stack("1.34.9-20260714"))
+    assert (check.status, check.detail, check.fix) == (
+        WARN,
+        "the deploy moves GPU group p5's nodes from AMI release 1.34.9-20260714 to 1.35.6-20260714: "
+        "EKS replaces every node of the group in a rolling update, under a running job; and "
+        "CloudFormation refuses a release change combined with any other change of the group",
+        "deploy it when no job runs (rlkit status), with no other change to the node groups in the "
+        "same deploy (sizes, taints, labels, capacity)")
+
+
+def test_an_unreadable_node_group_warns_naming_the_permission():
+    check = ami_check(nodegroup_stack(RELEASE, eks_error="not allowed"))
+    assert check.status == WARN
+    assert check.fix == "allow eks:DescribeNodegroup, then run preflight again"
+
+
+def test_every_node_group_is_checked_when_a_release_is_named():
+    """The system group (cluster stack) and each GPU group: each stack not deployed here."""
+    cfn, stub = stubbed("cloudformation")
+    cfg = config(node_ami_release_version=RELEASE)
+    for operation, stack in (("get_template", "pf-cluster"), ("get_template", "pf-network"),
+                             ("describe_stack_resources", "pf-cluster"),
+                             ("describe_stack_resources", "pf-gpu-p5"),
+                             ("get_template", "pf-gpu-p5"), ("describe_stack_resources", "pf-gpu-p5")):
+        stack_answer(stub, operation, stack, {}, f"Stack with id {stack} does not exist")
+    stub.activate()
+    checks = preflight_replace.replacement_checks(AwsClients(cloudformation=cfn), cfg)
+    assert [c.subject for c in checks if c.name == preflight_replace.AMI_RELEASE] == [
+        "node_ami_release_version (pf-cluster)", "node_ami_release_version (pf-gpu-p5)"]
+
+
 # --- CRDs a Helm release gains on a later deploy -------------------------------------------------
 
 
