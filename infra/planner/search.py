@@ -132,7 +132,6 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
                pins: Pins, even_pipeline: bool = False,
                interleaving: bool = False) -> Iterable[Layout]:
     gpus = nodes * system.gpus_per_node
-    gpn = system.gpus_per_node
     tps = [pins.tp] if pins.tp else [t for t in _TP if t <= system.nvlink_gpus]
     # context parallelism only for long sequences (>= 4096 tokens per CP rank); cp=1 always
     cps = [pins.cp] if pins.cp else [1] + [c for c in (2, 4, 8) if setup.seq_len // c >= 4096]
