@@ -33,6 +33,9 @@ Sources, referred to below by tag:
 - [botocore] botocore 1.44.8 EC2 model (``botocore/data/ec2/2016-11-15/service-2.json.gz``): its
            ``InstanceType`` enum lists ``p6e-gb200.36xlarge`` (moto 5.2.5 has no p6e type and
            botocore ships no per-type specs); ``tests/infra/test_catalog.py`` checks the name.
+- [cni]    aws/amazon-vpc-cni-k8s v1.23.0 (0c65d58) README.md, read 2026-12-02: "The CNI plugin by
+           default only manages network card 0"; `WARM_ENI_TARGET` default 1 keeps one whole
+           interface "and all of its IP addresses" free for pods.
 - [us]     ../shared/upstream/ultraservers.md (read 2026-12-01): the P6e-GB200 facts with their
            sources; section numbers below are that file's:
            1.1 EKS "Use P6e-GB200 UltraServers with Amazon EKS": 4 GPUs, sold only as
@@ -124,6 +127,12 @@ class InstanceType:
     min_kubernetes_version: str = ""
     # Oldest EKS-optimized AMI release recommended for it ("" = any) [us 1.4].
     min_ami_release: str = ""
+    # IPv4 addresses per network interface, and interfaces network card 0 takes [moto]
+    # (NetworkInfo.Ipv4AddressesPerInterface, NetworkCards[0].MaximumNetworkInterfaces): the VPC CNI
+    # gives pods addresses from interfaces on card 0 only [cni]. None = not known (the subnet-size
+    # warning then leaves the type out).
+    ipv4_per_interface: int | None = None
+    card0_interfaces: int | None = None
 
     @property
     def interfaces(self) -> tuple[NetworkInterfaceSpec, ...]:
@@ -186,7 +195,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         nvme_count=8, nvme_size_gb=3800, architecture="x86_64", ami_type=_X86_NVIDIA_AMI,
         vcpus=192, memory_gib=2048,
         gin_gpu=False, **_P_QUOTA, on_demand_usd_per_hour=55.04,
-        price_source=PRICE_SOURCE,
+        price_source=PRICE_SOURCE, ipv4_per_interface=50, card0_interfaces=2,
     ),
     # [moto] 8x H200 144384 MiB (141 GiB); 32 cards; 32 EFA; 3200 Gigabit. [ec2-p5] same layout as p5.
     "p5e.48xlarge": InstanceType(
@@ -196,7 +205,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         nvme_count=8, nvme_size_gb=3800, architecture="x86_64", ami_type=_X86_NVIDIA_AMI,
         vcpus=192, memory_gib=2048,
         gin_gpu=False, **_P_QUOTA, on_demand_usd_per_hour=None,
-        price_source=PRICE_SOURCE,
+        price_source=PRICE_SOURCE, ipv4_per_interface=50, card0_interfaces=2,
     ),
     # [moto] 8x H200; 16 cards; 16 EFA; 3200 Gigabit. [design] one EKS cluster saw 15 allocatable:
     # nodecheck and the gate read allocatable from the node rather than trusting this number.
@@ -207,7 +216,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         nvme_count=8, nvme_size_gb=3800, architecture="x86_64", ami_type=_X86_NVIDIA_AMI,
         vcpus=192, memory_gib=2048,
         gin_gpu=True, **_P_QUOTA, on_demand_usd_per_hour=63.296,
-        price_source=PRICE_SOURCE,
+        price_source=PRICE_SOURCE, ipv4_per_interface=50, card0_interfaces=4,
     ),
     # [moto] 8x B200 183359 MiB (179 GiB); 8 cards; 8 EFA; 3200 Gigabit; 8x 3800 GB NVMe.
     "p6-b200.48xlarge": InstanceType(
@@ -217,7 +226,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         nvme_count=8, nvme_size_gb=3800, architecture="x86_64", ami_type=_X86_NVIDIA_AMI,
         vcpus=192, memory_gib=2048,
         gin_gpu=True, **_P_QUOTA, on_demand_usd_per_hour=113.9328,
-        price_source=PRICE_SOURCE,
+        price_source=PRICE_SOURCE, ipv4_per_interface=50, card0_interfaces=4,
     ),
     # [moto] 8x B300 275040 MiB (268 GiB); 17 cards, MaximumEfaInterfaces 16; 6400 Gigabit;
     # 4 TiB. Per card ([moto] NetworkInfo.NetworkCards): card 0 offers InterfaceTypes
@@ -231,7 +240,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         nvme_count=8, nvme_size_gb=3800, architecture="x86_64", ami_type=_X86_NVIDIA_AMI,
         vcpus=192, memory_gib=4096,
         gin_gpu=True, **_P_QUOTA, on_demand_usd_per_hour=None,
-        price_source=PRICE_SOURCE,
+        price_source=PRICE_SOURCE, ipv4_per_interface=50, card0_interfaces=4,
     ),
     # [us] 1.1 4x GB200, UltraServers of 9 or 18; 3.1 arm64, 17 cards, 3x 7500 GB NVMe,
     # 144 vCPU / 960 GiB / 740 GB HBM3e (third-party copies of the AWS P6 page; 185 per GPU,

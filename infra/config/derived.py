@@ -9,6 +9,11 @@ from infra.catalog.fsx import SharedFsCost, checkpoints_phrase, cost_for, shared
 from infra.config.model import KitConfig
 
 CHECKPOINT_LOCAL_DIR = "/checkpoints"  # single-node runs without a shared file system
+# A new VPC's private subnets, one per AZ or Local Zone, each take 1/2**PRIVATE_SUBNET_BITS of
+# vpc.cidr (a /19 of a /16): every pod takes a VPC address, EFA-only interfaces none.
+PRIVATE_SUBNET_BITS = 3
+# The largest and smallest vpc.cidr the kit creates (prefix lengths).
+VPC_PREFIX_RANGE = (16, 18)
 
 
 def resource_tags(config: KitConfig) -> dict[str, str]:

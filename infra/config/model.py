@@ -42,7 +42,10 @@ class ExistingVpc(_Model):
 
 
 class VpcConfig(_Model):
-    cidr: str = Field("10.0.0.0/16", description="CIDR of a new VPC (/16 to /18).")
+    cidr: str = Field("10.0.0.0/16", description="CIDR of a new VPC (/16 to /18); fixed once "
+                      "deployed. Each AZ's private subnet is an eighth of it (a /19 of a /16: 8,187 "
+                      "addresses); a GPU node holds about 100 (VPC CNI), and config warns when an "
+                      "AZ's groups can hold more than its subnet has.")
     nat_gateways: int = Field(1, description="NAT gateways of a new VPC (1 .. number of AZs), placed in the first AZs of availability_zones; a GPU group in an AZ without one is warned about (its API traffic crosses AZs).")
     existing: ExistingVpc | None = Field(
         None, description="Import this VPC instead of creating one; cidr and nat_gateways are "

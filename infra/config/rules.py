@@ -22,6 +22,7 @@ from infra.catalog.fsx import (
 from infra.catalog.gpus import GPUS
 from infra.catalog.instances import INSTANCE_TYPES, UNSUPPORTED_INSTANCE_TYPES
 from infra.addons.config import AddonsConfig
+from infra.config.derived import VPC_PREFIX_RANGE
 from infra.config.errors import problem
 from infra import addons as addons_registry
 from infra.catalog.regions import botocore_version, regions
@@ -299,7 +300,7 @@ def _validate_vpc(cfg: KitConfig, add) -> None:
     if v.existing is None:
         if (prob := _cidr_problem("vpc.cidr", v.cidr)) is not None:
             add(prob)
-        elif not 16 <= ipaddress.ip_network(v.cidr).prefixlen <= 18:
+        elif not VPC_PREFIX_RANGE[0] <= ipaddress.ip_network(v.cidr).prefixlen <= VPC_PREFIX_RANGE[1]:
             add(problem("vpc.cidr", v.cidr, "prefix length must be /16 to /18 so every AZ gets a "
                         "large private subnet for GPU pods", "use e.g. 10.0.0.0/16"))
         if not 1 <= v.nat_gateways <= len(cfg.availability_zones):

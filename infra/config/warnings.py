@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
-from infra.config.derived import has_shared_fs, shared_fs_availability_zone
+import ipaddress
+
+from infra.catalog.instances import INSTANCE_TYPES
+from infra.config.derived import (
+    PRIVATE_SUBNET_BITS,
+    VPC_PREFIX_RANGE,
+    has_shared_fs,
+    shared_fs_availability_zone,
+)
 from infra.config.model import KitConfig
+
+# Interfaces, with all their addresses, the VPC CNI holds on a node with a few pods: the one its
+# pods use and WARM_ENI_TARGET (default 1) spare ones [cni, infra/catalog/instances.py].
+VPC_CNI_INTERFACES_HELD = 2
+# Addresses AWS reserves in every subnet (the first four and the last).
+SUBNET_RESERVED_ADDRESSES = 5
 
 
 def config_warnings(cfg: KitConfig) -> list[str]:
@@ -48,6 +62,7 @@ def config_warnings(cfg: KitConfig) -> list[str]:
                     f"{with_nat[0]} is impaired. Fix: raise vpc.nat_gateways to "
                     f"{cfg.availability_zones.index(g.availability_zone) + 1}, or, before the "
                     f"first deploy, list {g.availability_zone} first in availability_zones.")
+    warnings += _subnet_address_warnings(cfg)
     if has_shared_fs(cfg) and cfg.system_nodes.min_size < zones:
         warnings.append(
             f"system_nodes.min_size is {cfg.system_nodes.min_size} across {zones} AZs: the job "
@@ -55,4 +70,43 @@ def config_warnings(cfg: KitConfig) -> list[str]:
             f"({shared_fs_availability_zone(cfg)}), and the Auto Scaling group keeps one there "
             f"only with at least one node per AZ. Fix: set system_nodes.min_size (and "
             f"desired_size) to {zones} or more.")
+    return warnings
+
+
+def _subnet_address_warnings(cfg: KitConfig) -> list[str]:
+    """A new VPC's private subnet of an AZ (or Local Zone) too small for the addresses its GPU
+    groups' nodes hold at max_size. Types whose address facts the catalog lacks are left out."""
+    if cfg.vpc.existing is not None:
+        return []
+    vpc_prefix = ipaddress.ip_network(cfg.vpc.cidr).prefixlen
+    prefix = vpc_prefix + PRIVATE_SUBNET_BITS
+
+    def addresses(subnet_prefix: int) -> int:
+        return 2 ** (32 - subnet_prefix) - SUBNET_RESERVED_ADDRESSES
+
+    size = addresses(prefix)
+    by_zone: dict[str, list[tuple[str, int, int]]] = {}
+    for name, g in cfg.gpu_node_groups.items():
+        itype = INSTANCE_TYPES.get(g.instance_type)
+        if itype is None or not (itype.ipv4_per_interface and itype.card0_interfaces):
+            continue
+        held = min(VPC_CNI_INTERFACES_HELD, itype.card0_interfaces) * itype.ipv4_per_interface
+        by_zone.setdefault(g.availability_zone, []).append((name, g.max_size, held))
+    warnings = []
+    for zone, groups in by_zone.items():
+        need = sum(nodes * held for _, nodes, held in groups)
+        if need <= size:
+            continue
+        largest = VPC_PREFIX_RANGE[0]
+        larger = (f"use a larger vpc.cidr before the first deploy (a /{largest} gives each subnet "
+                  f"{addresses(largest + PRIVATE_SUBNET_BITS):,} addresses), "
+                  if vpc_prefix > largest else "")
+        warnings.append(
+            f"the GPU nodes in {zone} can hold {need:,} VPC addresses at max_size ("
+            + "; ".join(f"gpu_node_groups.{n}: {nodes} nodes x {held}" for n, nodes, held in groups)
+            + f"): the VPC CNI keeps a spare network interface with all its addresses on each node "
+            f"(WARM_ENI_TARGET 1), and the zone's private subnet (a /{prefix} of vpc.cidr "
+            f"{cfg.vpc.cidr}) has {size:,}. Pods on the nodes past that get no address and never "
+            f"start. Fix: {larger}lower the groups' max_size there, or import a VPC with larger "
+            "private subnets (vpc.existing).")
     return warnings

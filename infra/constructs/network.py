@@ -9,6 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from infra.config import ExistingVpc
+from infra.config.derived import PRIVATE_SUBNET_BITS
 from infra.constructs.nag import skip_checkov_log_group_kms
 
 
@@ -34,7 +35,7 @@ class KitVpc(Construct):
                                         cidr_mask=prefix + 8, map_public_ip_on_launch=False),
                 ec2.SubnetConfiguration(name="private",
                                         subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
-                                        cidr_mask=prefix + 3),
+                                        cidr_mask=prefix + PRIVATE_SUBNET_BITS),
             ],
             gateway_endpoints={
                 # Checkpoints and datasets move between nodes and S3 without NAT charges.
@@ -67,7 +68,7 @@ class KitVpc(Construct):
         parent region (Local Zones generally have no NAT gateway)."""
         if not local_zones:
             return {}
-        plan = list(ipaddress.ip_network(cidr).subnets(prefixlen_diff=3))
+        plan = list(ipaddress.ip_network(cidr).subnets(prefixlen_diff=PRIVATE_SUBNET_BITS))
         nat = self.vpc.public_subnets[0].node.find_child("NATGateway")
         subnets: dict[str, ec2.ISubnet] = {}
         for i, zone in enumerate(local_zones):

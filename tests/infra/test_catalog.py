@@ -67,6 +67,8 @@ def test_catalog_matches_moto(name, ec2_data):
     assert [ours.architecture] == theirs["ProcessorInfo"]["SupportedArchitectures"]
     assert ours.vcpus == theirs["VCpuInfo"]["DefaultVCpus"]
     assert ours.memory_gib * 1024 == theirs["MemoryInfo"]["SizeInMiB"]
+    assert ours.ipv4_per_interface == net["Ipv4AddressesPerInterface"]
+    assert ours.card0_interfaces == net["NetworkCards"][0]["MaximumNetworkInterfaces"]
 
 
 @pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))

@@ -1,0 +1,70 @@
+"""A new VPC's private subnet too small for the addresses its AZ's GPU nodes hold is warned about
+before the first deploy (a VPC's CIDR cannot change afterwards).
+
+The warning relies on the subnet sizes the network stack creates (checked on every example's
+synthesized template) and on per-type address facts the catalog cross-checks with EC2's data
+(tests/infra/test_catalog.py). Before it, a /18 VPC took its 21st p5 node in one AZ with no word:
+the VPC CNI holds about 100 addresses a node (its primary and one spare interface of 50 on network
+card 0, WARM_ENI_TARGET 1), so that node's pods never got an address."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from infra.config import config_warnings, parse_config
+from infra.config.derived import PRIVATE_SUBNET_BITS
+from tests.support.cdk import NEW_VPC_EXAMPLES, resources
+
+
+def group(instance_type="p5.48xlarge", zone="us-east-1a", max_size=2) -> dict:
+    return {"instance_type": instance_type, "availability_zone": zone, "min_size": 0,
+            "desired_size": min(2, max_size), "max_size": max_size}
+
+
+def address_warnings(**data) -> list[str]:
+    return [w for w in config_warnings(parse_config(data)) if "VPC addresses" in w]
+
+
+@pytest.mark.parametrize("example", NEW_VPC_EXAMPLES)
+def test_each_private_subnet_is_the_size_the_warning_assumes(synth, example):
+    s = synth(example)
+    masks = {ipaddress.ip_network(r["Properties"]["CidrBlock"]).prefixlen
+             for r in resources(s.template("network"), "AWS::EC2::Subnet").values()
+             if r["Properties"]["AvailabilityZone"] in s.config.local_zones
+             or any(t["Value"] == "Private" for t in r["Properties"].get("Tags", [])
+                    if t["Key"] == "aws-cdk:subnet-type")}
+    assert masks == {ipaddress.ip_network(s.config.vpc.cidr).prefixlen + PRIVATE_SUBNET_BITS}
+
+
+def test_the_node_past_the_subnet_is_warned_about_with_the_numbers():
+    assert address_warnings(vpc={"cidr": "10.0.0.0/18"}, gpu_node_groups={"p5": group(max_size=20)}) == []
+    (warning,) = address_warnings(vpc={"cidr": "10.0.0.0/18"},
+                                  gpu_node_groups={"p5": group(max_size=21)})
+    assert warning == (
+        "the GPU nodes in us-east-1a can hold 2,100 VPC addresses at max_size (gpu_node_groups.p5: "
+        "21 nodes x 100): the VPC CNI keeps a spare network interface with all its addresses on each "
+        "node (WARM_ENI_TARGET 1), and the zone's private subnet (a /21 of vpc.cidr 10.0.0.0/18) has "
+        "2,043. Pods on the nodes past that get no address and never start. Fix: use a larger "
+        "vpc.cidr before the first deploy (a /16 gives each subnet 8,187 addresses), lower the "
+        "groups' max_size there, or import a VPC with larger private subnets (vpc.existing).")
+
+
+def test_groups_of_one_zone_add_up_and_other_zones_do_not():
+    both = address_warnings(vpc={"cidr": "10.0.0.0/18"}, gpu_node_groups={
+        "p5": group(max_size=10), "p5en": group("p5en.48xlarge", max_size=11)})
+    assert len(both) == 1 and "(gpu_node_groups.p5: 10 nodes x 100; gpu_node_groups.p5en: 11 " \
+        "nodes x 100)" in both[0]
+    assert address_warnings(vpc={"cidr": "10.0.0.0/18"}, gpu_node_groups={
+        "p5": group(max_size=20), "p5en": group("p5en.48xlarge", "us-east-1b", max_size=20)}) == []
+
+
+def test_a_16_has_no_larger_cidr_to_offer_and_an_imported_vpc_is_not_judged():
+    (warning,) = address_warnings(gpu_node_groups={"p5": group(max_size=82)})
+    assert "Fix: lower the groups' max_size there" in warning and "larger vpc.cidr" not in warning
+    existing = {"vpc_id": "vpc-0123456789abcdef0",
+                "private_subnet_ids": {"us-east-1a": "subnet-0123456789abcdef0",
+                                       "us-east-1b": "subnet-0123456789abcdef1"}}
+    assert address_warnings(vpc={"existing": existing},
+                            gpu_node_groups={"p5": group(max_size=200)}) == []
