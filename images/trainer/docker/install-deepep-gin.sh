@@ -28,6 +28,12 @@ This kit ships no verified pin for the fork (it is developed on main). Choose on
 MSG
     exit 1
 fi
+# A branch, tag or short SHA would build whatever the fork holds that day under the same tag
+# (`rlkit image build --deepep-gin-ref` refuses them too).
+if [[ ! "${deepep_ref}" =~ ^[0-9a-f]{40}$ ]]; then
+    echo "ERROR: DEEPEP_GIN_REF=${deepep_ref} is not a full commit SHA (40 lowercase hex digits): pass the commit, e.g. from git ls-remote https://github.com/amazon-contributing/DeepEP refs/heads/main" >&2
+    exit 1
+fi
 # The GIN op-table export is what installers >= 1.50 add to aws-ofi-nccl (the same gate
 # as awsome-distributed-ai's deepep-v2-benchmark Dockerfile). Symbols go through a
 # variable: `nm | grep -q` can die of SIGPIPE under pipefail and fail a good plugin.

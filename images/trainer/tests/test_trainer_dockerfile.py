@@ -221,3 +221,14 @@ def test_deepep_gin_refuses_to_build_without_a_pinned_ref(tmp_path: Path):
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 1
     assert "EP_BACKEND=deepep-gin needs --build-arg DEEPEP_GIN_REF=<commit of amazon-contributing/DeepEP>" in proc.stderr
+
+
+@pytest.mark.parametrize("ref", ["main", "567632d", "A" * 40])
+def test_deepep_gin_refuses_a_ref_that_is_not_a_full_commit(tmp_path: Path, ref: str):
+    """Before: a local `docker build --build-arg DEEPEP_GIN_REF=main` built the fork's branch of
+    that day; only `rlkit image build` checked the ref."""
+    proc = subprocess.run(["bash", str(IMAGE_DIR / "docker" / "install-deepep-gin.sh"), "v2.31.2-1",
+                           "abc", "", ref, "9.0"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"ERROR: DEEPEP_GIN_REF={ref} is not a full commit SHA (40 "
+                                  "lowercase hex digits)")
