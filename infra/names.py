@@ -112,6 +112,8 @@ SHARED_FS_CSI_DRIVER = "fsx.csi.aws.com"  # the FSx for Lustre CSI driver's name
 # Tag put on every resource so teardown can find leftovers (resource groups tagging API).
 ENVIRONMENT_TAG = "rlkit:environment"
 TTL_TAG = "rlkit:ttl-hours"
+# Tag on a GPU node group and on every instance, volume and interface launched for it: the group.
+NODE_GROUP_TAG = "rlkit:node-group"
 
 
 def stack_names(prefix: str) -> dict[str, str]:

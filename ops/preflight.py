@@ -16,6 +16,7 @@ from infra import names
 from infra.catalog import INSTANCE_TYPES, P_ON_DEMAND_QUOTA_CODE, P_ON_DEMAND_QUOTA_NAME
 from infra.config import GpuNodeGroupConfig, KitConfig, config_warnings
 from infra.problems import FAIL, PASS, WARN
+from infra.trainer_contract import EKS_SCALE_DOWN_MARGIN_S
 from infra.versions import (
     AL2023_NVIDIA_DRIVER_BRANCH,
     KUBERNETES_VERSIONS,
@@ -40,6 +41,11 @@ _RESERVATION_GONE = {"expired", "cancelled", "failed", "payment-failed", "unsupp
 # Before a Capacity Block starts its instance counts read zero; this tag holds the number it will
 # deliver [EC2 User Guide, "View Capacity Blocks"].
 _CB_REQUESTED_TAG = "aws:ec2capacityreservation:incrementalRequestedQuantity"
+
+# What the kit's nodes are, for a reservation's attributes [EC2 API, CapacityReservation
+# InstancePlatform and Tenancy enums]: the EKS AL2023 AMIs, no tenancy in the launch template.
+_RESERVATION_PLATFORM = "Linux/UNIX"
+_RESERVATION_TENANCY = "default"
 
 # Stack states CloudFormation cannot update: the stack must be deleted first.
 _STUCK_STACK_STATES = {"ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "DELETE_FAILED",
@@ -161,8 +167,10 @@ def _hours_until(t: datetime, now: datetime) -> str:
 
 
 def check_reservation(ec2: Any, group_name: str, group: GpuNodeGroupConfig, region: str,
-                      now: datetime | None = None) -> list[Check]:
-    """The group's reservation exists, matches type/AZ, holds `desired_size`, and is usable."""
+                      now: datetime | None = None, environment: str | None = None) -> list[Check]:
+    """The group's reservation exists, matches type/AZ/platform/tenancy, holds `desired_size`, and
+    is usable for long enough. ``environment`` (the config's name) tells the group's own running
+    nodes apart from other instances in the reservation."""
     cap = group.capacity
     subject = f"{_group_subject(group_name)}.capacity"
     if cap.type == "on-demand" or cap.reservation_id is None:
@@ -217,10 +225,43 @@ def check_reservation(ec2: Any, group_name: str, group: GpuNodeGroupConfig, regi
     else:
         checks.append(Check("reservation AZ", subject, PASS, f"{az}"))
 
+    # The kit's nodes are Linux (the EKS AL2023 AMIs) on default tenancy (its launch template sets
+    # none), and EC2 launches an instance into a reservation only with matching attributes
+    # "(instance type, platform, Availability Zone, and tenancy)" [EC2 user guide,
+    # capacity-reservations-launch].
+    mismatched = [f"{field} {r[key]!r} (the kit launches {want!r})"
+                  for field, key, want in (("platform", "InstancePlatform", _RESERVATION_PLATFORM),
+                                           ("tenancy", "Tenancy", _RESERVATION_TENANCY))
+                  if r.get(key) not in (None, want)]
+    if mismatched:
+        checks.append(Check("reservation attributes", subject, FAIL,
+                            f"{rid} reserves {' and '.join(mismatched)}: EC2 launches an instance "
+                            "into a reservation only when platform and tenancy match",
+                            f"use a reservation for {_RESERVATION_PLATFORM} on {_RESERVATION_TENANCY} "
+                            f"tenancy and put its ID into {subject}.reservation_id"))
+
     state = r.get("State", "?")
     start, end = r.get("StartDate"), r.get("EndDate")
     window = f"{_fmt_time(start)} to {_fmt_time(end)}" if start or end else "no end date"
-    if state in _RESERVATION_USABLE:
+    left = (end - now).total_seconds() if end else None
+    if state in _RESERVATION_USABLE and left is not None and left <= 0:
+        # EC2 ends a reservation "within an hour" of its end date [EC2 user guide,
+        # capacity-reservations-using]: it may still read active after it.
+        checks.append(Check("reservation state", subject, FAIL,
+                            f"active, but its end date passed: {_fmt_time(end)} "
+                            f"({_hours_until(end, now)})",
+                            f"{rid} cannot deliver instances any more: buy a new {kind} and put "
+                            f"its ID into {subject}.reservation_id"))
+    elif (state in _RESERVATION_USABLE and cap.type == "capacity-block" and left is not None
+          and left <= EKS_SCALE_DOWN_MARGIN_S):
+        checks.append(Check("reservation state", subject, FAIL,
+                            f"active, but it ends {_fmt_time(end)} ({_hours_until(end, now)}): EKS "
+                            f"scales a Capacity Block's node group to 0 "
+                            f"{EKS_SCALE_DOWN_MARGIN_S // 60} minutes before its end (EC2 "
+                            "terminates the instances 30 minutes before), so a deploy now gets no "
+                            "nodes",
+                            f"buy a later {kind} and put its ID into {subject}.reservation_id"))
+    elif state in _RESERVATION_USABLE:
         ends = f"; ends {_fmt_time(end)} ({_hours_until(end, now)})" if end else ""
         checks.append(Check("reservation state", subject, PASS, f"active{ends}"))
     elif state in _RESERVATION_LATER:
@@ -233,26 +274,52 @@ def check_reservation(ec2: Any, group_name: str, group: GpuNodeGroupConfig, regi
                             f"{rid} cannot deliver instances any more: buy a new {kind} and put "
                             f"its ID into {subject}.reservation_id"))
 
+    if state in _RESERVATION_GONE:
+        return checks  # its size says nothing more: it delivers no instance
     total = int(r.get("TotalInstanceCount", 0) or 0)
     available = int(r.get("AvailableInstanceCount", 0) or 0)
     tags = {t["Key"]: t["Value"] for t in r.get("Tags", [])}
     if state != "active" and total == 0 and _CB_REQUESTED_TAG in tags:
         total = int(tags[_CB_REQUESTED_TAG])
     want = group.desired_size
+    own = (_own_instances(ec2, rid, environment, group_name)
+           if state == "active" and available < want and environment else 0)
     if total < want:
         checks.append(Check("reservation size", subject, FAIL,
                             f"{rid} holds {total} instance(s), the group wants {want}",
                             f"lower {_group_subject(group_name)}.desired_size (and max_size) to "
-                            f"{total}, or reserve more capacity"))
-    elif state == "active" and available < want:
+                            f"{total}, or reserve more capacity" if total else
+                            f"reserve capacity for {want} instance(s) and put its ID into "
+                            f"{subject}.reservation_id"))
+    elif state == "active" and available + own < want:
+        # AvailableInstanceCount is what is left: the group's own running nodes already took
+        # theirs, so only other instances stand in its way.
+        others = total - available - own
         checks.append(Check("reservation size", subject, WARN,
-                            f"{rid} holds {total} but only {available} are free (others run "
-                            f"already); the group wants {want}",
-                            "stop the instances using the reservation, or lower desired_size"))
+                            f"{rid} holds {total}: {others} other instance(s) use it"
+                            + (f" besides this group's {own}" if own else "")
+                            + f", {available} free; the group wants {want}",
+                            "stop the other instances using the reservation (aws ec2 "
+                            f"describe-instances --filters Name=capacity-reservation-id,Values={rid}), "
+                            f"or lower {_group_subject(group_name)}.desired_size"))
     else:
         checks.append(Check("reservation size", subject, PASS,
                             f"{total} instance(s) reserved, group wants {want}"))
     return checks
+
+
+def _own_instances(ec2: Any, rid: str, environment: str, group_name: str) -> int:
+    """Running or starting instances of this environment's group ``group_name`` in reservation
+    ``rid`` (the launch template tags every instance with both). 0 when they cannot be read."""
+    filters = [{"Name": "capacity-reservation-id", "Values": [rid]},
+               {"Name": f"tag:{names.ENVIRONMENT_TAG}", "Values": [environment]},
+               {"Name": f"tag:{names.NODE_GROUP_TAG}", "Values": [group_name]},
+               {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    try:
+        pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        return sum(len(r.get("Instances", [])) for page in pages for r in page.get("Reservations", []))
+    except AWS_ERRORS:
+        return 0
 
 
 def check_placement(group_name: str, group: GpuNodeGroupConfig) -> Check:
@@ -509,7 +576,7 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
     checks.insert(0, identity)
     for n, g in cfg.gpu_node_groups.items():
         checks.append(check_offering(clients.ec2, n, g, region))
-        checks += check_reservation(clients.ec2, n, g, region, now)
+        checks += check_reservation(clients.ec2, n, g, region, now, environment=cfg.name)
         checks += check_ultraserver_block(clients.ec2, cfg, n, g)
         if g.capacity.type == "capacity-block":  # the EKS client is made only for these
             update = check_capacity_block_update(clients.cloudformation, clients.eks, cfg, n, g)

@@ -81,9 +81,6 @@ sysctl -w vm.nr_hugepages={HUGEPAGES_2MI_PAGES}
 """
 
 
-NODE_GROUP_TAG = "rlkit:node-group"
-
-
 class EfaNodeGroup(Construct):
     """An EKS managed node group of EFA GPU instances in one AZ.
 
@@ -177,7 +174,7 @@ class EfaNodeGroup(Construct):
                     ec2.CfnLaunchTemplate.TagSpecificationProperty(
                         resource_type=kind,
                         tags=[CfnTag(key=k, value=v) for k, v in
-                              {**instance_tags, NODE_GROUP_TAG: group_name}.items()])
+                              {**instance_tags, names.NODE_GROUP_TAG: group_name}.items()])
                     for kind in ("instance", "volume", "network-interface")],
             ),
         )
@@ -226,7 +223,7 @@ class EfaNodeGroup(Construct):
             # A release belongs to one Kubernetes version: name it too, so that the deploy which
             # upgrades the cluster moves the group's version and release in one update.
             cfn_nodegroup.add_property_override("Version", kubernetes_version)
-        Tags.of(self.nodegroup).add(NODE_GROUP_TAG, group_name)
+        Tags.of(self.nodegroup).add(names.NODE_GROUP_TAG, group_name)
         # No pod-network rights on the node: the VPC CNI has its own role (node_roles.py).
         restrict_node_role(self.nodegroup.role)
         acknowledge_eks_node_role(self.nodegroup.role)

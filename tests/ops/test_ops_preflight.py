@@ -58,7 +58,9 @@ def reservation(**over):
     return r
 
 
-def run_reservation(cfg, response=None, error=None):
+def run_reservation(cfg, response=None, error=None, own: int | None = None):
+    """check_reservation's checks by name; with ``own``, the environment is given and EC2 lists
+    that many of the group's own instances in the reservation."""
     ec2, stub = stubbed("ec2", "us-east-2")
     if error:
         stub.add_client_error("describe_capacity_reservations", service_error_code=error,
@@ -66,8 +68,16 @@ def run_reservation(cfg, response=None, error=None):
     else:
         stub.add_response("describe_capacity_reservations", {"CapacityReservations": response},
                           {"CapacityReservationIds": [RID]})
+    if own is not None:
+        stub.add_response("describe_instances", {"Reservations": [{"Instances": [
+            {"InstanceId": f"i-0123456789abcdef{i}"} for i in range(own)]}]}, {"Filters": [
+                {"Name": "capacity-reservation-id", "Values": [RID]},
+                {"Name": "tag:rlkit:environment", "Values": [cfg.name]},
+                {"Name": "tag:rlkit:node-group", "Values": ["p5en"]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]}]})
     with stub:
-        checks = check_reservation(ec2, "p5en", cfg.gpu_node_groups["p5en"], "us-east-2", NOW)
+        checks = check_reservation(ec2, "p5en", cfg.gpu_node_groups["p5en"], "us-east-2", NOW,
+                                   environment=cfg.name if own is not None else None)
     stub.assert_no_pending_responses()
     return {c.name: c for c in checks}
 
@@ -225,7 +235,72 @@ def test_odcr_configured_as_capacity_block_fails():
 
 def test_active_reservation_with_too_few_free_instances_warns():
     c = run_reservation(cb_config(), [reservation(AvailableInstanceCount=1)])["reservation size"]
-    assert c.status == WARN and "only 1 are free" in c.detail
+    assert (c.status, c.detail) == (WARN, f"{RID} holds 2: 1 other instance(s) use it, 1 free; the "
+                                          "group wants 2")
+    assert c.fix == ("stop the other instances using the reservation (aws ec2 describe-instances "
+                     f"--filters Name=capacity-reservation-id,Values={RID}), or lower "
+                     "gpu_node_groups.p5en.desired_size")
+
+
+def test_the_groups_own_running_nodes_are_not_others_in_its_reservation():
+    """Before: a redeploy while the group's two nodes ran in its block warned "only 0 are free
+    (others run already)" and said to stop the instances: the group's own training nodes.
+    AvailableInstanceCount is what is left after every running instance, the group's included."""
+    c = run_reservation(cb_config(), [reservation(AvailableInstanceCount=0)], own=2)
+    assert c["reservation size"].status == PASS
+    mixed = run_reservation(cb_config(), [reservation(TotalInstanceCount=3,
+                                                      AvailableInstanceCount=0)], own=1)
+    assert mixed["reservation size"].detail == (f"{RID} holds 3: 2 other instance(s) use it "
+                                                "besides this group's 1, 0 free; the group wants 2")
+
+
+def test_a_block_that_ends_before_eks_would_keep_its_nodes_fails():
+    """Before: an active block ending in 20 minutes passed ("ends ... (in 0.3 h)"), and one whose
+    end had passed but still read active passed too. EKS scales a block's group to 0 40 minutes
+    before the end; EC2 may take up to an hour to mark an ended reservation."""
+    soon = run_reservation(cb_config(), [reservation(EndDate=NOW + timedelta(minutes=20))])
+    assert (soon["reservation state"].status, soon["reservation state"].detail) == (
+        FAIL, "active, but it ends 2026-03-01 12:20 UTC (in 0.3 h): EKS scales a Capacity Block's "
+              "node group to 0 40 minutes before its end (EC2 terminates the instances 30 minutes "
+              "before), so a deploy now gets no nodes")
+    assert soon["reservation state"].fix == (f"buy a later capacity block and put its ID into "
+                                             "gpu_node_groups.p5en.capacity.reservation_id")
+    ended = run_reservation(cb_config(), [reservation(EndDate=NOW - timedelta(minutes=5))])
+    assert ended["reservation state"].status == FAIL
+    assert ended["reservation state"].detail == ("active, but its end date passed: 2026-03-01 11:55 "
+                                                 "UTC (0.1 h ago)")
+    # an ODCR has no EKS scale-down before its end: 20 minutes left is still a pass
+    odcr = run_reservation(cb_config(ctype="odcr"), [reservation(
+        ReservationType="default", EndDate=NOW + timedelta(minutes=20))])
+    assert odcr["reservation state"].status == PASS
+    assert run_reservation(cb_config(), [reservation(EndDate=NOW + timedelta(minutes=41))])[
+        "reservation state"].status == PASS
+
+
+def test_a_reservation_for_another_platform_or_tenancy_fails():
+    """EC2 launches into a reservation only with matching "instance type, platform, Availability
+    Zone, and tenancy" (EC2 user guide, capacity-reservations-launch); the kit's nodes are Linux
+    on default tenancy."""
+    c = run_reservation(cb_config(ctype="odcr"), [reservation(
+        ReservationType="default", InstancePlatform="Red Hat Enterprise Linux",
+        Tenancy="dedicated")])["reservation attributes"]
+    assert (c.status, c.detail) == (
+        FAIL, f"{RID} reserves platform 'Red Hat Enterprise Linux' (the kit launches 'Linux/UNIX') "
+              "and tenancy 'dedicated' (the kit launches 'default'): EC2 launches an instance into "
+              "a reservation only when platform and tenancy match")
+    fine = run_reservation(cb_config(), [reservation(InstancePlatform="Linux/UNIX", Tenancy="default")])
+    assert "reservation attributes" not in fine
+
+
+def test_an_empty_or_ended_reservation_suggests_no_group_of_zero():
+    """Before: a reservation holding 0 instances said to lower desired_size and max_size to 0,
+    which config refuses (max_size >= 1); an expired one got that besides its state failure."""
+    empty = run_reservation(cb_config(ctype="odcr"), [reservation(
+        ReservationType="default", TotalInstanceCount=0, AvailableInstanceCount=0)])["reservation size"]
+    assert empty.fix == ("reserve capacity for 2 instance(s) and put its ID into "
+                         "gpu_node_groups.p5en.capacity.reservation_id")
+    expired = run_reservation(cb_config(), [reservation(State="expired", TotalInstanceCount=0)])
+    assert "reservation size" not in expired and expired["reservation state"].status == FAIL
 
 
 # --- placement group, kubernetes version ---------------------------------------------------------
