@@ -30,6 +30,7 @@ from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, AwsClients, describe_error, err
 from ops.check_result import Check
 from ops.preflight_replace import replacement_checks
 from ops.preflight_services import offline_service_checks, service_checks
+from ops.preflight_vpc import vpc_checks
 
 
 
@@ -583,6 +584,7 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
             checks += [update] if update is not None else []
     checks.append(check_quota(clients.quotas, cfg, region))
     checks += service_checks(clients.ec2, clients.quotas, cfg, region)  # FSx AZ, CodeBuild
+    checks += vpc_checks(clients.ec2, cfg)  # an imported VPC: DNS, subnets, egress
     checks += replacement_checks(clients, cfg)
     checks.append(check_existing_stacks(clients.cloudformation, cfg))
     return checks

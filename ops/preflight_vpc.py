@@ -1,0 +1,128 @@
+"""Preflight checks of an imported VPC (``vpc.existing``): what EKS and the nodes need from a VPC
+the kit does not create, read before a deploy that would otherwise fail twenty minutes in.
+
+- **DNS** (EC2 DescribeVpcAttribute): the kit always turns on the cluster endpoint's private
+  access, and nodes register through it only when the VPC resolves and names hosts
+  (``enableDnsSupport`` and ``enableDnsHostnames``; EKS user guide, cluster endpoint access).
+- **Subnets** (EC2 DescribeSubnets): each configured subnet exists, belongs to ``vpc_id`` and sits
+  in the zone it is listed under. The stacks import them by ID with the zone from the config (no
+  lookup at synth), so a wrong zone places a GPU group away from its reservation, and a subnet of
+  another VPC fails the cluster's creation.
+- **Egress** (EC2 DescribeRouteTables): a private subnet's route table (its own, else the VPC's
+  main one) has a default route the nodes can use: a NAT gateway, transit gateway, peering or
+  network interface. Nodes have no public address (the launch template gives none), so a default
+  route to an internet gateway reaches nothing; without any, every AWS API the nodes call (ECR,
+  S3, EKS, STS, EC2, CloudWatch) needs a VPC endpoint (EKS user guide, private cluster
+  requirements).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.config import KitConfig
+from infra.problems import FAIL, PASS, WARN
+from ops.aws import AWS_ERRORS, describe_error
+from ops.check_result import Check
+
+VPC_DNS = "existing VPC DNS"
+VPC_SUBNETS = "existing VPC subnets"
+VPC_EGRESS = "existing VPC egress"
+# Route targets that carry a private node's traffic out (Route members of the EC2 model).
+_EGRESS_TARGETS = ("NatGatewayId", "TransitGatewayId", "NetworkInterfaceId",
+                   "VpcPeeringConnectionId", "InstanceId", "CoreNetworkArn")
+
+
+def vpc_checks(ec2: Any, cfg: KitConfig) -> list[Check]:
+    """The checks of ``vpc.existing``; none for a VPC the kit creates."""
+    existing = cfg.vpc.existing
+    if existing is None:
+        return []
+    return [check_dns(ec2, existing.vpc_id), *check_subnets_and_egress(ec2, cfg)]
+
+
+def check_dns(ec2: Any, vpc_id: str) -> Check:
+    subject = f"vpc.existing.vpc_id = {vpc_id!r}"
+    off = []
+    try:
+        for attribute, key in (("enableDnsSupport", "EnableDnsSupport"),
+                               ("enableDnsHostnames", "EnableDnsHostnames")):
+            answer = ec2.describe_vpc_attribute(VpcId=vpc_id, Attribute=attribute)
+            if not answer.get(key, {}).get("Value"):
+                off.append(attribute)
+    except AWS_ERRORS as err:
+        return Check(VPC_DNS, subject, FAIL, f"cannot read the VPC: {describe_error(err)}",
+                     "check vpc.existing.vpc_id and the region, and allow ec2:DescribeVpcAttribute")
+    if off:
+        return Check(VPC_DNS, subject, FAIL,
+                     f"{' and '.join(off)} {'is' if len(off) == 1 else 'are'} off: nodes register "
+                     "through the cluster's private endpoint, which they resolve only with both on",
+                     f"turn on both (aws ec2 modify-vpc-attribute --vpc-id {vpc_id} "
+                     "--enable-dns-support '{\"Value\":true}', then the same with "
+                     "--enable-dns-hostnames), or ask the VPC's owner to")
+    return Check(VPC_DNS, subject, PASS, "DNS resolution and hostnames are on")
+
+
+def check_subnets_and_egress(ec2: Any, cfg: KitConfig) -> list[Check]:
+    existing = cfg.vpc.existing
+    listed = {**{(f"vpc.existing.private_subnet_ids.{zone}", zone): sid
+                 for zone, sid in existing.private_subnet_ids.items()},
+              **{(f"vpc.existing.public_subnet_ids.{zone}", zone): sid
+                 for zone, sid in existing.public_subnet_ids.items()}}
+    subject = "vpc.existing"
+    try:
+        found = {s["SubnetId"]: s for s in ec2.describe_subnets(
+            SubnetIds=sorted(set(listed.values())))["Subnets"]}
+    except AWS_ERRORS as err:
+        return [Check(VPC_SUBNETS, subject, FAIL, describe_error(err),
+                      "list subnets that exist in this region under vpc.existing, each under the "
+                      "zone it is in (aws ec2 describe-subnets --filters "
+                      f"Name=vpc-id,Values={existing.vpc_id})")]
+    wrong = []
+    for (path, zone), sid in listed.items():
+        subnet = found.get(sid)
+        if subnet is None:
+            wrong.append(f"{path} = {sid!r}: not found")
+        elif subnet.get("VpcId") != existing.vpc_id:
+            wrong.append(f"{path} = {sid!r}: in {subnet.get('VpcId')}, not {existing.vpc_id}")
+        elif subnet.get("AvailabilityZone") != zone:
+            wrong.append(f"{path} = {sid!r}: in {subnet.get('AvailabilityZone')}, not {zone}")
+    if wrong:
+        return [Check(VPC_SUBNETS, subject, FAIL, "; ".join(wrong),
+                      f"list each subnet of {existing.vpc_id} under the zone it is in (aws ec2 "
+                      f"describe-subnets --filters Name=vpc-id,Values={existing.vpc_id} --query "
+                      "'Subnets[].[AvailabilityZone,SubnetId]')")]
+    checks = [Check(VPC_SUBNETS, subject, PASS,
+                    f"{len(listed)} subnet(s) of {existing.vpc_id}, each in its zone")]
+    return checks + [check_egress(ec2, existing.vpc_id, existing.private_subnet_ids)]
+
+
+def check_egress(ec2: Any, vpc_id: str, private: dict[str, str]) -> Check:
+    subject = "vpc.existing.private_subnet_ids"
+    try:
+        pages = ec2.get_paginator("describe_route_tables").paginate(
+            Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])
+        tables = [t for page in pages for t in page.get("RouteTables", [])]
+    except AWS_ERRORS as err:
+        return Check(VPC_EGRESS, subject, WARN, f"cannot read the route tables: {describe_error(err)}",
+                     "allow ec2:DescribeRouteTables, then run preflight again")
+    by_subnet = {a["SubnetId"]: t for t in tables for a in t.get("Associations", [])
+                 if a.get("SubnetId")}
+    main = next((t for t in tables for a in t.get("Associations", []) if a.get("Main")), None)
+    without = []
+    for zone, sid in sorted(private.items()):
+        table = by_subnet.get(sid, main) or {}
+        defaults = [r for r in table.get("Routes", []) if r.get("DestinationCidrBlock") == "0.0.0.0/0"
+                    and r.get("State", "active") == "active"]
+        if not any(key in r for r in defaults for key in _EGRESS_TARGETS):
+            via = ("only to an internet gateway, which nodes without a public address cannot use"
+                   if defaults else "no default route")
+            without.append(f"{sid} ({zone}, route table {table.get('RouteTableId', '?')}): {via}")
+    if without:
+        return Check(VPC_EGRESS, subject, WARN,
+                     "; ".join(without) + ": nodes there reach ECR, S3, EKS, STS, EC2 and "
+                     "CloudWatch only through VPC endpoints",
+                     "route 0.0.0.0/0 to a NAT gateway (or transit gateway), or make sure the VPC "
+                     "has interface endpoints for ecr.api, ecr.dkr, eks, sts, ec2, logs and "
+                     "monitoring and a gateway endpoint for s3")
+    return Check(VPC_EGRESS, subject, PASS, "every private subnet has a default route for its nodes")
