@@ -101,3 +101,29 @@ def test_non_ultraserver_groups_get_no_such_check():
     ec2 = boto3.client("ec2", region_name="us-east-1")
     with Stubber(ec2):  # any call would fail: none is made
         assert check_ultraserver_block(ec2, cfg, "p5", cfg.gpu_node_groups["p5"]) == []
+
+
+def _after_error(code, message):
+    cfg = parse_config(yaml.safe_load(EXAMPLE.read_text()))
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    with Stubber(ec2) as stub:
+        stub.add_client_error("describe_capacity_reservations", code, message,
+                              expected_params={"CapacityReservationIds": [RID]})
+        checks = check_ultraserver_block(ec2, cfg, "gb200", cfg.gpu_node_groups["gb200"])
+        stub.assert_no_pending_responses()
+    return [(c.name, c.status, c.detail, c.fix) for c in checks]
+
+
+@pytest.mark.parametrize("code", ["InvalidCapacityReservationId.NotFound",
+                                  "InvalidCapacityReservationId.Malformed"])
+def test_a_reservation_id_ec2_does_not_know_is_left_to_the_reservation_checks(code):
+    # check_reservation reports it as "not found" with the ID's fix; blaming IAM here too would
+    # send the user after a permission they already have.
+    assert _after_error(code, f"The capacity reservation ID '{RID}' is wrong") == []
+
+
+def test_a_refused_describe_capacity_reservations_names_the_permission():
+    assert _after_error("UnauthorizedOperation", "You are not authorized") == [(
+        "ultraserver block", "fail",
+        "DescribeCapacityReservations failed: UnauthorizedOperation: You are not authorized",
+        "allow ec2:DescribeCapacityReservations for your credentials")]
