@@ -61,7 +61,12 @@ from typing import Any, Callable, TypeVar
 from infra import names
 from infra.addons import dra_driver, nvidia_device_plugin
 from infra.config import GpuNodeGroupConfig, KitConfig, has_shared_fs
-from infra.config.derived import gpu_group_taints, resource_tags, shared_fs_availability_zone
+from infra.config.derived import (
+    gpu_group_taints,
+    resource_tags,
+    shared_fs_availability_zone,
+    shared_fs_availability_zone_field,
+)
 from infra.problems import FAIL, PASS, WARN
 from infra.versions import AMI_RELEASE_RE
 from manifests.outputs import describe_stack_outputs
@@ -130,9 +135,7 @@ def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
     keys = {True: "the kit's customer-managed key", False: "the AWS-managed key"}
     moves, keep = [], []
     if deployed_zone != zone:
-        field = ("storage.shared_filesystem.availability_zone"
-                 if cfg.storage.shared_filesystem.availability_zone else
-                 f"gpu_node_groups.{cfg.training.node_group}.availability_zone")
+        field = shared_fs_availability_zone_field(cfg)
         moves.append(f"its AZ from {deployed_zone} to {zone}")
         keep.append(f"{field}: {deployed_zone}")
     if customer_key != cfg.storage.kms:

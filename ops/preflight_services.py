@@ -22,7 +22,7 @@ from typing import Any
 
 from infra.catalog.regions import botocore_version, regions
 from infra.config import KitConfig, has_shared_fs
-from infra.config.derived import shared_fs_availability_zone
+from infra.config.derived import shared_fs_availability_zone, shared_fs_availability_zone_field
 from infra.problems import FAIL, PASS, WARN
 from infra.versions import IMAGE_BUILD_COMPUTE_TYPE
 from ops.aws import AWS_ERRORS, describe_error
@@ -60,8 +60,11 @@ def check_fsx_region(cfg: KitConfig) -> Check:
 
 
 def check_fsx_zone(ec2: Any, cfg: KitConfig) -> Check:
-    zone = shared_fs_availability_zone(cfg)
-    subject = f"gpu_node_groups.{cfg.training.node_group}.availability_zone = {zone!r}"
+    zone, field = shared_fs_availability_zone(cfg), shared_fs_availability_zone_field(cfg)
+    subject = f"{field} = {zone!r}"
+    # Without storage.shared_filesystem.availability_zone the file system follows the group.
+    why = ("" if cfg.storage.shared_filesystem.availability_zone else
+           " (the file system goes in the training group's zone)")
     try:
         found = ec2.describe_availability_zones(ZoneNames=[zone], AllAvailabilityZones=True)[
             "AvailabilityZones"]
@@ -70,8 +73,8 @@ def check_fsx_zone(ec2: Any, cfg: KitConfig) -> Check:
                      "allow ec2:DescribeAvailabilityZones, or check the zone in the EC2 console")
     if not found:
         return Check(FSX_ZONE, subject, FAIL, f"{zone} is not a zone of {cfg.region} for this "
-                     "account", "choose one of `aws ec2 describe-availability-zones "
-                     f"--region {cfg.region}`")
+                     f"account", f"set {field} to one of `aws ec2 describe-availability-zones "
+                     f"--region {cfg.region}`{why}")
     az = found[0]
     kind, state = az.get("ZoneType", "availability-zone"), az.get("State", "available")
     zone_id = az.get("ZoneId", "?")
@@ -79,10 +82,10 @@ def check_fsx_zone(ec2: Any, cfg: KitConfig) -> Check:
         return Check(FSX_ZONE, subject, FAIL,
                      f"{zone} ({zone_id}) is a {kind}: FSx for Lustre file systems live in "
                      "Availability Zones only",
-                     "put the training group (and so the file system) in an Availability Zone")
+                     f"set {field} to an Availability Zone of {cfg.region}{why}")
     if state != "available":
         return Check(FSX_ZONE, subject, FAIL, f"{zone} ({zone_id}) is {state}",
-                     "choose an available zone for the training group")
+                     f"set {field} to an available zone of {cfg.region}{why}")
     return Check(FSX_ZONE, subject, PASS,
                  f"{zone} is zone ID {zone_id}, available; FSx lists no per-AZ offering, so "
                  f"whether it takes a {_FSX_DEPLOYMENT} file system shows at the storage stack's "

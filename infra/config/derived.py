@@ -46,6 +46,13 @@ def shared_fs_availability_zone(cfg: KitConfig) -> str:
     return fs.availability_zone or cfg.gpu_node_groups[cfg.training.node_group].availability_zone
 
 
+def shared_fs_availability_zone_field(cfg: KitConfig) -> str:
+    """The config field ``shared_fs_availability_zone`` read its zone from: the one to change."""
+    if cfg.storage.shared_filesystem.availability_zone:
+        return "storage.shared_filesystem.availability_zone"
+    return f"gpu_node_groups.{cfg.training.node_group}.availability_zone"
+
+
 def checkpoint_local_dir(cfg: KitConfig) -> str:
     """The run config's ``checkpoint.local_dir``: where Megatron saves and the launcher watches.
     A per-run directory on the shared file system every pod of the job sees; node-local (an

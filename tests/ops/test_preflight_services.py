@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import boto3
 import pytest
+import yaml
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
@@ -12,6 +13,7 @@ from infra import versions
 from infra.config import parse_config
 from infra.problems import FAIL, PASS, WARN
 from ops import preflight, preflight_services
+from tests.support import REPO_ROOT
 from tests.support.cdk import resources
 
 
@@ -84,6 +86,41 @@ def test_an_unknown_zone_fails_and_an_unreadable_one_warns():
                          "DescribeAvailabilityZones")
     check = preflight_services.check_fsx_zone(FakeEc2(error=denied), config())
     assert check.status == WARN and "ec2:DescribeAvailabilityZones" in check.fix
+
+
+def ultraserver_config():
+    # The file system's zone is configured (the Local Zone group's parent AZ), not the group's.
+    return parse_config(yaml.safe_load((REPO_ROOT / "examples" / "p6e-gb200-ultraserver.yaml")
+                                       .read_text()))
+
+
+@pytest.mark.parametrize("zones, detail, fix", [
+    ([{"ZoneName": "us-east-1a", "ZoneId": "use1-az4", "ZoneType": "availability-zone",
+       "State": "impaired"}], "us-east-1a (use1-az4) is impaired",
+     "set storage.shared_filesystem.availability_zone to an available zone of us-east-1"),
+    ([{"ZoneName": "us-east-1a", "ZoneId": "use1-dfw2-az1", "ZoneType": "local-zone",
+       "State": "available"}],
+     "us-east-1a (use1-dfw2-az1) is a local-zone: FSx for Lustre file systems live in "
+     "Availability Zones only",
+     "set storage.shared_filesystem.availability_zone to an Availability Zone of us-east-1"),
+    ([], "us-east-1a is not a zone of us-east-1 for this account",
+     "set storage.shared_filesystem.availability_zone to one of `aws ec2 "
+     "describe-availability-zones --region us-east-1`"),
+])
+def test_a_configured_file_system_zone_is_named_as_the_field_to_change(zones, detail, fix):
+    check = preflight_services.check_fsx_zone(FakeEc2(zones), ultraserver_config())
+    assert check.status == FAIL
+    assert check.subject == "storage.shared_filesystem.availability_zone = 'us-east-1a'"
+    assert (check.detail, check.fix) == (detail, fix)
+
+
+def test_without_a_configured_zone_the_training_groups_field_is_named():
+    check = preflight_services.check_fsx_zone(FakeEc2([{
+        "ZoneName": "us-east-1a", "ZoneId": "use1-az6", "ZoneType": "availability-zone",
+        "State": "impaired"}]), config())
+    assert check.subject == "gpu_node_groups.p5.availability_zone = 'us-east-1a'"
+    assert check.fix == ("set gpu_node_groups.p5.availability_zone to an available zone of "
+                         "us-east-1 (the file system goes in the training group's zone)")
 
 
 # --- CodeBuild 2XLARGE ---------------------------------------------------------------------------
