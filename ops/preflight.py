@@ -362,8 +362,14 @@ _UPDATE_RULE = ("EKS updates a Capacity Block node group only at desired size 0 
 
 
 def scale_command(cfg: KitConfig, group: GpuNodeGroupConfig, cluster: str, nodegroup: str,
-                  desired: int) -> str:
-    scaling = f"desiredSize={desired}" if desired or group.min_size == 0 else \
+                  desired: int, deployed_min: int | None = None) -> str:
+    """The CLI command that sets the node group's desired size. A minSize above the target is
+    lowered with it: minSize is "the minimum number of nodes that the managed node group can
+    scale in to" (EKS API, NodegroupScalingConfig, in botocore's eks model). It is the deployed
+    group's minSize (EKS DescribeNodegroup) that counts, when known; the config's may not be
+    deployed yet, and CLI scaling changes the group outside the template."""
+    min_size = group.min_size if deployed_min is None else deployed_min
+    scaling = f"desiredSize={desired}" if desired or min_size == 0 else \
         "minSize=0,desiredSize=0"
     return (f"aws eks update-nodegroup-config --cluster-name {cluster} --nodegroup-name "
             f"{nodegroup} --scaling-config {scaling} --region {cfg.region}")
@@ -416,9 +422,12 @@ def check_capacity_block_update(cfn: Any, eks: Any, cfg: KitConfig, group_name: 
                      "allow cloudformation:DescribeStacks and eks:DescribeNodegroup, then run "
                      "preflight again before deploying the GPU stack")
     desired = int(scaling.get("desiredSize", 0) or 0)
+    deployed_min = scaling.get("minSize")  # None when EKS gives none: the config's then
     if desired == 0:
         return Check(CAPACITY_BLOCK_UPDATE, subject, PASS,
                      f"node group {nodegroup} is at desired size 0: a deploy may update it")
+    down = scale_command(cfg, group, cluster, nodegroup, 0, deployed_min)
+    up = scale_command(cfg, group, cluster, nodegroup, desired, deployed_min)
     return Check(
         CAPACITY_BLOCK_UPDATE, subject, FAIL,
         f"node group {nodegroup} runs at desired size {desired}; {_UPDATE_RULE}, so a deploy that "
@@ -426,8 +435,7 @@ def check_capacity_block_update(cfn: Any, eks: Any, cfg: KitConfig, group_name: 
         "replace, under the running job",
         f"while the block's nodes run, deploy the other stacks only (cdk deploy --exclusively, "
         f"naming every stack but {stack}); to update this group, stop the run (its last save is "
-        f"in S3), scale to 0 with `{scale_command(cfg, group, cluster, nodegroup, 0)}`, deploy, "
-        f"and scale back up with `{scale_command(cfg, group, cluster, nodegroup, desired)}` "
+        f"in S3), scale to 0 with `{down}`, deploy, and scale back up with `{up}` "
         "(docs/operations.md, \"A reservation's end\")")
 
 

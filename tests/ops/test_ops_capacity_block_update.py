@@ -27,11 +27,11 @@ def fake_credentials(monkeypatch):
         monkeypatch.setenv(key, value)
 
 
-def cb_config(ctype="capacity-block"):
+def cb_config(ctype="capacity-block", min_size=0):
     return parse_config({
         "name": "cb", "region": "us-east-2", "availability_zones": ["us-east-2a", "us-east-2b"],
         "gpu_node_groups": {"p5en": {
-            "instance_type": "p5en.48xlarge", "availability_zone": "us-east-2b", "min_size": 0,
+            "instance_type": "p5en.48xlarge", "availability_zone": "us-east-2b", "min_size": min_size,
             "desired_size": 2, "max_size": 2,
             "capacity": {"type": ctype, "reservation_id": RID}}},
         "training": {"node_group": "p5en", "nodes": 2, "parallel": {"ep": 8}}})
@@ -43,8 +43,8 @@ def stack(name, outputs):
                         "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()]}]}
 
 
-def check(desired=None, deployed=True):
-    cfg = cb_config()
+def check(desired=None, deployed=True, deployed_min=0, config_min=0):
+    cfg = cb_config(min_size=config_min)
     cfn = boto3.client("cloudformation", region_name="us-east-2")
     eks = boto3.client("eks", region_name="us-east-2")
     with Stubber(cfn) as cfn_stub, Stubber(eks) as eks_stub:
@@ -59,7 +59,8 @@ def check(desired=None, deployed=True):
                                   {"StackName": "cb-cluster"})
             eks_stub.add_response("describe_nodegroup", {"nodegroup": {
                 "nodegroupName": "p5en-ng",
-                "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": desired}}},
+                "scalingConfig": {"maxSize": 2, "desiredSize": desired,
+                                  **({} if deployed_min is None else {"minSize": deployed_min})}}},
                 {"clusterName": "cb-cluster", "nodegroupName": "p5en-ng"})
         result = check_capacity_block_update(cfn, eks, cfg, "p5en", cfg.gpu_node_groups["p5en"])
         cfn_stub.assert_no_pending_responses()
@@ -83,6 +84,21 @@ def test_a_deploy_while_the_blocks_nodes_run_is_refused_with_the_fix():
         "`aws eks update-nodegroup-config --cluster-name cb-cluster --nodegroup-name p5en-ng "
         "--scaling-config desiredSize=2 --region us-east-2` (docs/operations.md, \"A reservation's "
         "end\")")
+
+
+@pytest.mark.parametrize("deployed_min, config_min, scaling", [
+    (1, 0, "minSize=0,desiredSize=0"),  # the deployed minimum would hold a node
+    (0, 1, "desiredSize=0"),  # the config's minimum is not what EKS checks
+    (None, 1, "minSize=0,desiredSize=0"),  # EKS gave none: the config's is all there is
+])
+def test_the_scale_down_command_follows_the_deployed_groups_minimum(deployed_min, config_min,
+                                                                     scaling):
+    c = check(desired=2, deployed_min=deployed_min, config_min=config_min)
+    assert c.status == FAIL
+    assert ("scale to 0 with `aws eks update-nodegroup-config --cluster-name cb-cluster "
+            f"--nodegroup-name p5en-ng --scaling-config {scaling} --region us-east-2`, deploy, and "
+            "scale back up with `aws eks update-nodegroup-config --cluster-name cb-cluster "
+            "--nodegroup-name p5en-ng --scaling-config desiredSize=2 --region us-east-2`") in c.fix
 
 
 def test_at_desired_size_0_a_deploy_may_update_the_group():
