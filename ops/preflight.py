@@ -531,6 +531,23 @@ def list_prefixed_stacks(cfn: Any, prefix: str) -> list[dict[str, str]]:
     return sorted(out, key=lambda s: s["name"])
 
 
+# Of _STUCK_STACK_STATES, this one is not deleted: ContinueUpdateRollback returns such a stack "to
+# a working state (the UPDATE_ROLLBACK_COMPLETE state)" [CloudFormation API reference,
+# ContinueUpdateRollback, botocore's cloudformation model], with its resources; deleting the
+# cluster or storage stack would destroy the environment.
+_ROLLBACK_TO_CONTINUE = {"UPDATE_ROLLBACK_FAILED"}
+
+
+def _unstick(stack: dict[str, str]) -> str:
+    name = stack["name"]
+    if stack["status"] in _ROLLBACK_TO_CONTINUE:
+        return (f"continue {name}'s rollback, which keeps its resources and returns it to "
+                f"UPDATE_ROLLBACK_COMPLETE (aws cloudformation continue-update-rollback "
+                f"--stack-name {name}; if it fails again, fix the resource named in its stack "
+                "events and rerun it)")
+    return f"delete {name} (aws cloudformation delete-stack --stack-name {name})"
+
+
 def check_existing_stacks(cfn: Any, cfg: KitConfig) -> Check:
     """Stacks that already use this name prefix: a deploy updates them (or cannot)."""
     subject = f"name = {cfg.name!r}"
@@ -542,16 +559,19 @@ def check_existing_stacks(cfn: Any, cfg: KitConfig) -> Check:
     if not stacks:
         return Check("existing stacks", subject, PASS, f"no CloudFormation stacks named {cfg.name}-*")
     listing = ", ".join(f"{s['name']} ({s['status']})" for s in stacks)
-    stuck = [s["name"] for s in stacks if s["status"] in _STUCK_STACK_STATES]
-    if stuck:
-        return Check("existing stacks", subject, FAIL,
-                     f"stack(s) that CloudFormation cannot update: {', '.join(stuck)}; all: {listing}",
-                     f"delete them first (rlkit teardown --config <this config>, or aws "
-                     f"cloudformation delete-stack --stack-name {stuck[0]}), then deploy")
     ours = set(kit_stack_names(cfg))
     foreign = [s["name"] for s in stacks if s["name"] not in ours]
     extra = (f"; {', '.join(foreign)} share the prefix but are not stacks of this config"
              if foreign else "")
+    # Only this config's own stacks block its deploy, and only they are its to fix: `rl-prod-*`
+    # starts with `rl-` but is another environment's.
+    stuck = [s for s in stacks if s["name"] in ours and s["status"] in _STUCK_STACK_STATES]
+    if stuck:
+        blocked = ", ".join(f"{s['name']} ({s['status']})" for s in stuck)
+        return Check("existing stacks", subject, FAIL,
+                     f"stack(s) of this config that CloudFormation cannot update: {blocked}; "
+                     f"all: {listing}{extra}",
+                     "; ".join(_unstick(s) for s in stuck) + "; then deploy")
     return Check("existing stacks", subject, WARN,
                  f"already deployed: {listing}{extra}",
                  "a deploy updates these stacks: fine if they are this environment; if another "

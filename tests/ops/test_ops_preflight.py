@@ -386,15 +386,65 @@ def test_existing_stacks_warn_and_are_listed(aws):
     assert "choose a different `name`" in c.fix
 
 
-def test_stack_in_rollback_complete_fails():
+def _existing(*stacks):
     cfn, stub = stubbed("cloudformation")
-    stub.add_response("list_stacks", {"StackSummaries": [{
-        "StackName": "pf-cluster", "StackStatus": "ROLLBACK_COMPLETE",
-        "CreationTime": NOW}]})
+    stub.add_response("list_stacks", {"StackSummaries": [
+        {"StackName": name, "StackStatus": status, "CreationTime": NOW} for name, status in stacks]})
     with stub:
-        c = check_existing_stacks(cfn, config())
-    assert c.status == FAIL and "cannot update: pf-cluster" in c.detail
-    assert "rlkit teardown" in c.fix
+        return check_existing_stacks(cfn, config())
+
+
+def test_stack_in_rollback_complete_fails():
+    c = _existing(("pf-cluster", "ROLLBACK_COMPLETE"))
+    assert c.status == FAIL
+    assert c.detail == ("stack(s) of this config that CloudFormation cannot update: pf-cluster "
+                        "(ROLLBACK_COMPLETE); all: pf-cluster (ROLLBACK_COMPLETE)")
+    assert c.fix == ("delete pf-cluster (aws cloudformation delete-stack --stack-name pf-cluster); "
+                     "then deploy")
+
+
+def test_update_rollback_failed_is_continued_not_deleted():
+    # Deleting the cluster or storage stack would destroy the environment; ContinueUpdateRollback
+    # brings it back to UPDATE_ROLLBACK_COMPLETE (CloudFormation API reference).
+    c = _existing(("pf-cluster", "UPDATE_ROLLBACK_FAILED"), ("pf-network", "UPDATE_COMPLETE"))
+    assert c.status == FAIL
+    assert c.detail == ("stack(s) of this config that CloudFormation cannot update: pf-cluster "
+                        "(UPDATE_ROLLBACK_FAILED); all: pf-cluster (UPDATE_ROLLBACK_FAILED), "
+                        "pf-network (UPDATE_COMPLETE)")
+    assert c.fix == ("continue pf-cluster's rollback, which keeps its resources and returns it to "
+                     "UPDATE_ROLLBACK_COMPLETE (aws cloudformation continue-update-rollback "
+                     "--stack-name pf-cluster; if it fails again, fix the resource named in its "
+                     "stack events and rerun it); then deploy")
+    assert "delete" not in c.fix
+
+
+def test_a_stuck_stack_of_another_environment_is_not_this_configs_to_fix():
+    # `pf-prod-*` is environment pf-prod's: a deploy of pf never touches it, and deleting it
+    # would destroy someone else's environment.
+    c = _existing(("pf-network", "CREATE_COMPLETE"), ("pf-prod-cluster", "UPDATE_ROLLBACK_FAILED"),
+                  ("pf-prod-network", "ROLLBACK_COMPLETE"))
+    assert c.status == WARN
+    assert c.detail == ("already deployed: pf-network (CREATE_COMPLETE), pf-prod-cluster "
+                        "(UPDATE_ROLLBACK_FAILED), pf-prod-network (ROLLBACK_COMPLETE); "
+                        "pf-prod-cluster, pf-prod-network share the prefix but are not stacks of "
+                        "this config")
+    assert "pf-prod" not in c.fix
+
+
+def test_only_this_configs_stuck_stacks_get_a_fix_each():
+    c = _existing(("pf-gpu-p5", "ROLLBACK_COMPLETE"), ("pf-prod-network", "DELETE_FAILED"),
+                  ("pf-storage", "UPDATE_ROLLBACK_FAILED"))
+    assert c.status == FAIL
+    assert c.detail == ("stack(s) of this config that CloudFormation cannot update: pf-gpu-p5 "
+                        "(ROLLBACK_COMPLETE), pf-storage (UPDATE_ROLLBACK_FAILED); all: pf-gpu-p5 "
+                        "(ROLLBACK_COMPLETE), pf-prod-network (DELETE_FAILED), pf-storage "
+                        "(UPDATE_ROLLBACK_FAILED); pf-prod-network share the prefix but are not "
+                        "stacks of this config")
+    assert c.fix == ("delete pf-gpu-p5 (aws cloudformation delete-stack --stack-name pf-gpu-p5); "
+                     "continue pf-storage's rollback, which keeps its resources and returns it to "
+                     "UPDATE_ROLLBACK_COMPLETE (aws cloudformation continue-update-rollback "
+                     "--stack-name pf-storage; if it fails again, fix the resource named in its "
+                     "stack events and rerun it); then deploy")
 
 
 # --- the command ---------------------------------------------------------------------------------
