@@ -38,9 +38,12 @@ class TrainerRole(Construct):
             conditions={"StringLike": {"s3:prefix": [
                 names.CHECKPOINTS_PREFIX + "*", names.DATASETS_PREFIX + "*"]}},
         ))
+        # GetObjectVersion: on the versioned bucket a save's manifest pins each object's version,
+        # and restore downloads those versions; GetObject or HeadObject with a versionId needs it
+        # [S3 API reference, GetObject and HeadObject, "Permissions"].
         self.role.add_to_policy(iam.PolicyStatement(
             sid="ReadWriteCheckpoints",
-            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+            actions=["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject",
                      "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
             resources=[bucket.arn_for_objects(names.CHECKPOINTS_PREFIX + "*")],
         ))

@@ -363,6 +363,12 @@ def test_pod_identity_role_names_only_its_bucket_prefixes(synth):
     by_sid = {st["Sid"]: st for st in s3_statements}
     assert set(by_sid) == {"ListOwnPrefixes", "ReadWriteCheckpoints", "ReadDatasets"}
     assert by_sid["ReadDatasets"]["Action"] == "s3:GetObject"
+    # Before: no s3:GetObjectVersion, and the bucket is versioned, so restoring a save (its
+    # manifest pins each object's version; the download passes VersionId) was refused: every
+    # resume from S3 on the kit's own stack failed.
+    assert sorted(_list(by_sid["ReadWriteCheckpoints"]["Action"])) == [
+        "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:GetObjectVersion",
+        "s3:ListMultipartUploadParts", "s3:PutObject"]
     assert by_sid["ListOwnPrefixes"]["Condition"] == {"StringLike": {"s3:prefix": [
         "checkpoints/*", "datasets/*"]}}
     kms = [st for st in statements if any(a.startswith("kms:") for a in _list(st["Action"]))]
