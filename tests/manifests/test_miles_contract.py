@@ -278,3 +278,46 @@ def test_an_uneven_pipeline_split_passes_megatrons_own_validation(upstream, tmp_
         "first only": (None, None),
     }
     assert results["launcher"]["model_args_in_argv"] and results["launcher"]["model_flags_changed"] == []
+
+
+def test_a_selective_recompute_in_megatron_args_passes_megatrons_own_validation(upstream):
+    """model.megatron_args choosing selective recompute (either spelling) gets none of the launcher's
+    full-recompute defaults: Megatron-LM 37f9161 turns --recompute-activations into selective
+    (arguments.py:430-431) and refuses a recompute method with selective (arguments.py:963-966), and
+    Miles v0.1.0 runs that validation at startup (miles/utils/arguments.py:2711). A full granularity
+    without a method still gets the launcher's uniform, one layer, which TransformerConfig needs
+    (transformer_config.py:1269-1280). Each command goes through Miles' parser, then Megatron's own
+    validate_args and TransformerConfig (tests/support/miles_offline.py ``megatron_validation``)."""
+    kit = load_config(REPO_ROOT / "examples" / "default.yaml")
+    run_config = build_context(kit, placeholder_outputs(kit)).run_config
+    model_args, _ = resolve_model_args(parse_run_config(run_config, "default run config"), str(MILES_DIR),
+                                       sys.executable)
+    user_choices = {
+        "granularity selective": ["--recompute-granularity", "selective"],
+        "granularity=selective": ["--recompute-granularity=selective"],
+        "recompute-activations": ["--recompute-activations"],
+        "granularity full": ["--recompute-granularity", "full"],
+        "none given": [],
+        # The user's own contradiction is Megatron's to refuse, and this harness does run it.
+        "selective with a method": ["--recompute-granularity", "selective", "--recompute-method", "block"],
+    }
+    cases, recompute = [], {}
+    for name, extra in user_choices.items():
+        cfg = parse_run_config({**run_config, "model": {**run_config["model"], "megatron_args": [*model_args, *extra]}},
+                               f"{name} run config")
+        cmd = build_train_command(cfg, hf_checkpoint="/fsx/models/hf", prompt_data="/fsx/datasets/p.jsonl",
+                                  miles_dir=str(MILES_DIR), python=sys.executable)
+        args = cmd.argv[cmd.argv.index(f"{MILES_DIR}/train.py") + 1:]
+        recompute[name] = [a for a in args[len(model_args):] if a.startswith("--recompute")]
+        cases.append({"name": name, "train_args": args, "megatron_validation": True})
+    results = {r["name"]: (r["error"], r["megatron_validation"]) for r in parse_offline(cases)["results"]}
+    refused = "AssertionError: recompute method is not yet supported for selective recomputing granularity"
+    assert results == {**{name: (None, None) for name in user_choices}, "selective with a method": (None, refused)}
+    assert recompute == {
+        "granularity selective": ["--recompute-granularity"],
+        "granularity=selective": ["--recompute-granularity=selective"],
+        "recompute-activations": ["--recompute-activations"],
+        "granularity full": ["--recompute-granularity", "--recompute-method", "--recompute-num-layers"],
+        "none given": ["--recompute-granularity", "--recompute-method", "--recompute-num-layers"],
+        "selective with a method": ["--recompute-granularity", "--recompute-method"],
+    }

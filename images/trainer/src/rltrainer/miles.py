@@ -38,7 +38,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .contract import TRAINER_RUNTIME_ENV, RunConfig, model_pipeline_split
+from .contract import TRAINER_RUNTIME_ENV, RunConfig, flag_value, model_pipeline_split
 from .reservation import save_trigger_path
 
 MILES_DIR = "/root/miles"  # where the Miles image clones Miles (docker/Dockerfile: /root/miles)
@@ -353,9 +353,15 @@ def miles_train_args(
     a.add("--context-parallel-size", t.cp)
     a.add("--expert-model-parallel-size", t.ep)
     a.add("--expert-tensor-parallel-size", t.etp)
-    a.soft("--recompute-granularity", "full")
-    a.soft("--recompute-method", "uniform")
-    a.soft("--recompute-num-layers", "1")
+    if recompute_granularity(model_args) != "selective":
+        # Full recompute of one layer at a time, unless the model arguments chose selective:
+        # Megatron-LM 37f9161 refuses any --recompute-method with selective (arguments.py:963-966)
+        # and TransformerConfig any --recompute-num-layers (transformer_config.py:1282-1288);
+        # Miles v0.1.0 runs that validation at startup (miles/utils/arguments.py:2711). With full
+        # and no method given, the defaults below are what TransformerConfig asks for (:1269-1280).
+        a.soft("--recompute-granularity", "full")
+        a.soft("--recompute-method", "uniform")
+        a.soft("--recompute-num-layers", "1")
     a.soft("--use-dynamic-batch-size")
     a.soft("--max-tokens-per-gpu", _MAX_TOKENS_PER_GPU)
 
@@ -386,6 +392,16 @@ def miles_train_args(
         if ro.ep > 1:
             a.add("--sglang-ep-size", ro.ep)
     return a.argv
+
+
+def recompute_granularity(model_args: tuple[str, ...] | list[str]) -> str | None:
+    """The activation recompute granularity the model arguments choose, as Megatron reads them:
+    ``--recompute-activations`` means selective whatever ``--recompute-granularity`` says
+    (Megatron-LM 37f9161 megatron/training/arguments.py:430-431), else the last
+    ``--recompute-granularity`` given (argparse keeps the last), else None."""
+    if "--recompute-activations" in model_args:
+        return "selective"
+    return flag_value(model_args, "--recompute-granularity")
 
 
 def entry_point(cfg: RunConfig) -> str:
