@@ -343,9 +343,10 @@ d = save / f"iter_{it:07d}" / "model"
 d.mkdir(parents=True)
 (d / "__0_0.distcp").write_bytes(b"w" * 3000)
 (save / "latest_checkpointed_iteration.txt").write_text(str(it))
-(save / "rollout").mkdir(exist_ok=True)
-with zipfile.ZipFile(save / "rollout" / f"global_dataset_state_dict_{it}.pt", "w") as z:
-    z.writestr("data.pkl", b"cursor")
+if "--disable-rollout-global-dataset" not in args:  # no cursor without it (miles/rollout/data_source.py:124-126)
+    (save / "rollout").mkdir(exist_ok=True)
+    with zipfile.ZipFile(save / "rollout" / f"global_dataset_state_dict_{it}.pt", "w") as z:
+        z.writestr("data.pkl", b"cursor")
 with open(os.environ["FAKE_TRAIN_LOG"], "a") as log:
     log.write("trained\\n")
 sys.exit(int(os.environ.get("FAKE_TRAIN_EXIT", "0")))  # a run that fails after its last save
@@ -431,6 +432,45 @@ def test_a_final_upload_that_keeps_failing_stops_kuberays_retries_and_says_how_t
     assert (f"rltrainer checkpoint upload --s3-uri {URI} --local-dir {tmp_path / 'ckpt'} --iteration N"
             in err.getvalue())
     assert "for each iteration N in 3:" in err.getvalue()
+
+
+def test_a_run_without_a_data_cursor_is_uploaded_and_restored_by_hand_with_the_printed_command(
+        s3, tmp_path: Path, monkeypatch):
+    """A run with --disable-rollout-global-dataset saves no data cursor (Miles v0.1.0
+    miles/rollout/data_source.py:124-126). Before: the launcher required none, but the `rltrainer
+    checkpoint upload` command it printed after a failed final upload did, and exited 2; `rltrainer
+    checkpoint restore` set the good save aside as torn and reported a fresh start."""
+    from rltrainer import checkpoint_cli, launch
+
+    argv, mounts = _launch_config(tmp_path)
+    config = Path(argv[argv.index("--config") + 1])
+    data = yaml.safe_load(config.read_text())
+    data["model"]["megatron_args"].append("--disable-rollout-global-dataset")
+    config.write_text(yaml.safe_dump(data))
+    real_upload = S3CheckpointStore.upload
+    _s3_down(tmp_path, monkeypatch)
+    err = io.StringIO()
+    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=str(mounts),
+                       sleep=lambda s: None) == launch.EXIT_UPLOAD
+    local = tmp_path / "ckpt"
+    assert not (local / "rollout").exists()
+    printed = (f"rltrainer: to upload by hand, for each iteration N in 3: rltrainer checkpoint upload "
+               f"--s3-uri {URI} --local-dir {local} --iteration N --no-data-cursor\n")
+    assert printed in err.getvalue()
+
+    monkeypatch.setattr(S3CheckpointStore, "upload", real_upload)  # S3 is back: the operator runs it
+    command = printed.split(": ", 2)[2].split()
+    assert command[:3] == ["rltrainer", "checkpoint", "upload"]
+    command[command.index("N")] = "3"
+    err = io.StringIO()
+    assert checkpoint_cli.main(command[2:], out=io.StringIO(), err=err, client=s3) == 0, err.getvalue()
+    assert store_for(s3).list_complete() == [3]
+
+    out, err = io.StringIO(), io.StringIO()
+    assert checkpoint_cli.main(["restore", "--s3-uri", URI, "--local-dir", str(local), "--no-data-cursor"],
+                               out=out, err=err, client=s3) == 0, err.getvalue()
+    assert json.loads(out.getvalue()) == {"iteration": 3, "source": "local"}
+    assert not (local / "_quarantine").exists() and read_tracker(local) == 3
 
 
 def test_saves_on_the_pods_own_disk_are_retried_after_any_exit_and_kuberays_retry_stays(

@@ -33,7 +33,18 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--s3-uri", required=True, help="the run's checkpoint prefix, s3://bucket/prefix/")
     for q in (up, rs):
         q.add_argument("--local-dir", default="/checkpoints", help="Megatron --save directory (default /checkpoints)")
+        q.add_argument("--no-data-cursor", action="store_true",
+                       help="the run's saves carry no Miles data cursor (its model.megatron_args has "
+                            "--disable-rollout-global-dataset); without this a save is whole only with its cursor")
     return p
+
+
+def upload_command(s3_uri: str, local_dir: str, iteration: str, *, data_cursor: bool) -> str:
+    """The ``rltrainer checkpoint upload`` command line for one save of a run whose saves do (or,
+    with ``data_cursor`` False, do not) carry Miles' data cursor: what the launcher prints after a
+    failed final upload, so that it asks of the save exactly what the launcher's own upload did."""
+    return (f"rltrainer checkpoint upload --s3-uri {s3_uri} --local-dir {local_dir} --iteration {iteration}"
+            + ("" if data_cursor else " --no-data-cursor"))
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None,
@@ -42,7 +53,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
-    store = S3CheckpointStore(args.s3_uri, client=client, retry=RetryPolicy(log=err), progress_stream=err)
+    # A run without the global dataset writes no data cursor (rltrainer.miles.saves_data_cursor);
+    # requiring one would refuse its saves and set them aside as torn at a restore.
+    store = S3CheckpointStore(args.s3_uri, client=client, retry=RetryPolicy(log=err), progress_stream=err,
+                              require_data_cursor=not getattr(args, "no_data_cursor", False))
     if args.action == "list":
         for iteration in store.list_complete():
             try:

@@ -26,6 +26,7 @@ commands:
                rltrainer nodecheck --expect-gpus 8 --expect-efa 32
   checkpoint   list, upload or restore S3 checkpoints by hand
                rltrainer checkpoint {{list,upload,restore}} --s3-uri s3://bucket/prefix/ [--local-dir /checkpoints]
+               (upload and restore: --no-data-cursor for a run with --disable-rollout-global-dataset)
 
 Run `rltrainer <command> --help` for the options of one command.
 """

@@ -67,6 +67,7 @@ from .miles import (
     miles_argument_parser,
     miles_train_args,
     resolve_model_args,
+    saves_data_cursor,
 )
 from .mounts import MOUNTS_FILE, on_shared_filesystem, shared_storage_problem
 
@@ -456,7 +457,7 @@ def _checkpoint_store(cfg: RunConfig, model_args, err: TextIO):
 
     # Miles writes a data cursor with every save unless the global dataset is off.
     return S3CheckpointStore(cfg.checkpoint.s3_uri, retry=RetryPolicy(log=err), progress_stream=err,
-                             require_data_cursor="--disable-rollout-global-dataset" not in model_args)
+                             require_data_cursor=saves_data_cursor(model_args))
 
 
 def _upload_finished_saves(cfg: RunConfig, model_args, args, err: TextIO) -> None:
@@ -517,10 +518,13 @@ def _finish_uploads(watcher, cfg: RunConfig, code: int, args, err: TextIO, sleep
         # save is on the shared file system (retained), so upload it from any pod that mounts it.
         stop_retries(err, reason="training finished but its last upload failed",
                      next_step="upload the save by hand (below); nothing is left to train")
+        from .checkpoint_cli import upload_command
+
         iterations = " ".join(str(i) for i in missing if isinstance(i, int)) or "<N>"
-        print(f"rltrainer: to upload by hand, for each iteration N in {iterations}: rltrainer checkpoint upload "
-              f"--s3-uri {cfg.checkpoint.s3_uri} --local-dir {cfg.checkpoint.local_dir} --iteration N",
-              file=err, flush=True)
+        # The command asks of the save what this upload did (with or without Miles' data cursor).
+        command = upload_command(cfg.checkpoint.s3_uri, cfg.checkpoint.local_dir, "N",
+                                 data_cursor=watcher.store.require_data_cursor)
+        print(f"rltrainer: to upload by hand, for each iteration N in {iterations}: {command}", file=err, flush=True)
     return code or EXIT_UPLOAD
 
 

@@ -404,6 +404,14 @@ def recompute_granularity(model_args: tuple[str, ...] | list[str]) -> str | None
     return flag_value(model_args, "--recompute-granularity")
 
 
+def saves_data_cursor(model_args: tuple[str, ...] | list[str]) -> bool:
+    """Whether Miles writes its data cursor (``rollout/global_dataset_state_dict_<N>.pt``) with every
+    save, so that a save without one is not whole yet: unless the model arguments turn the global
+    dataset off (Miles v0.1.0 miles/rollout/data_source.py:124-126 returns without saving; the flag
+    is miles/utils/arguments.py:1005-1008). The launcher and ``rltrainer checkpoint`` both ask this."""
+    return "--disable-rollout-global-dataset" not in model_args
+
+
 def entry_point(cfg: RunConfig) -> str:
     """Miles' driver for the run's mode: ``train.py`` (phases in turn) or ``train_async.py``
     (an overlapped rollout: Miles v0.1.0 train.py:23 refuses --fully-async, and only
