@@ -171,6 +171,61 @@ def test_direct_and_ray_submit_forms():
     runtime_env = json.loads(next(a for a in submit.argv[:sep] if a.startswith("--runtime-env-json=")).split("=", 1)[1])
     assert runtime_env == {"env_vars": direct.env}
     assert submit.argv[sep + 1:] == direct.argv
+    # A known submission ID, so that a stop can name the job (`ray job stop`): a new one per launch.
+    ids = [a.split("=", 1)[1] for a in submit.argv[:sep] if a.startswith("--submission-id=")]
+    assert len(ids) == 1 and ids[0].startswith("rltrainer-qwen3-30b-a3b-grpo-")
+    again = build_train_command(cfg, hf_checkpoint="/m", prompt_data="/d.jsonl", ray_address="http://127.0.0.1:8265")
+    assert again.argv != submit.argv
+    assert submit.stop_argv == ("ray", "job", "stop", "--address=http://127.0.0.1:8265", ids[0])
+    assert direct.stop_argv == ()
+
+
+# Runs until SIGTERM (which it obeys); says it started.
+FOREVER_TRAIN = """
+import os, pathlib, time
+pathlib.Path(os.environ["FAKE_TRAIN_STARTED"]).write_text("yes")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_a_signal_to_the_launcher_stops_the_submitted_ray_job(tmp_path: Path, monkeypatch):
+    """--ray-address: SIGTERM/SIGINT to the launcher (the pod stopping) reach `ray job submit`, which
+    only follows the job's logs. Before: the Ray job (Miles training) ran on. Now the launcher also
+    runs `ray job stop` for the job it submitted, and waits for it (tests/ray_helpers.py)."""
+    import signal
+    import threading
+    import time
+
+    from ray_helpers import install_fake_ray, kill_jobs, ray_calls, running_jobs
+    from rltrainer.launch import run_training
+
+    state = install_fake_ray(tmp_path, monkeypatch)
+    miles = tmp_path / "miles"
+    miles.mkdir()
+    (miles / "train.py").write_text(FOREVER_TRAIN)
+    started = tmp_path / "started"
+    monkeypatch.setenv("FAKE_TRAIN_STARTED", str(started))
+    cmd = build_train_command(load_run_config(QWEN), hf_checkpoint="/m", prompt_data="/d.jsonl", miles_dir=str(miles),
+                              python=sys.executable, ray_address="http://127.0.0.1:8265")
+
+    def pod_stops() -> None:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=pod_stops, daemon=True).start()
+    try:
+        code = run_training(cmd)
+        assert started.exists()
+        assert running_jobs(state) == {}
+        assert code != 0  # the submitter was signalled too: not a finished run
+        submit, stop = ray_calls(state)
+        sid = next(a.split("=", 1)[1] for a in submit if a.startswith("--submission-id="))
+        assert stop == ["job", "stop", "--address=http://127.0.0.1:8265", sid]
+    finally:
+        kill_jobs(state)
 
 
 def test_dry_run_prints_command_and_environment(tmp_path: Path):

@@ -327,3 +327,60 @@ def test_a_trainer_that_ignores_sigterm_is_killed_after_the_grace_period():
     launch._stop_group(proc, grace_s=0.3)
     assert proc.wait(timeout=10) == -signal.SIGKILL
     assert time.monotonic() - started < 5
+
+
+def test_with_ray_address_the_stop_before_the_blocks_end_stops_the_submitted_ray_job(run, monkeypatch):
+    """--ray-address: the launcher's child is `ray job submit`, which only follows the job's logs.
+    Before: the stop signalled that child's process group, and the Ray job (Miles training and
+    saving) went on with nothing left to upload its saves. Now the launcher submits with its own
+    --submission-id and stops that job with `ray job stop` (tests/ray_helpers.py: the stand-in)."""
+    from ray_helpers import install_fake_ray, kill_jobs, ray_calls, running_jobs
+
+    s3, argv, mounts, stops, tmp_path = run
+    state = install_fake_ray(tmp_path, monkeypatch)
+    fake = FakeClock(END - 2 * 60 * MIN)
+    err = io.StringIO()
+    monkeypatch.setattr(launch, "clock", fake)
+    sentinel = tmp_path / "ckpt" / reservation.SAVE_TRIGGER_FILE
+
+    def pause(_seconds: float) -> None:  # as in the test above
+        asked = sentinel.exists() or "saving before" in err.getvalue()
+        time.sleep(0.2 if asked else 0.02)
+        fake.advance(30 if asked else 300)
+
+    monkeypatch.setattr(launch, "sleep", pause)
+    try:
+        code = launch.main(argv + ["--ray-address", "http://127.0.0.1:8265"], out=io.StringIO(), err=err,
+                           mounts_file=mounts)
+        log = err.getvalue()
+        assert code == reservation.EXIT_RESERVATION_END, log
+        assert "is complete in S3; stopping training" in log
+        assert running_jobs(state) == {}, log
+        submit, stop = ray_calls(state)
+        ids = [a.split("=", 1)[1] for a in submit[:submit.index("--")] if a.startswith("--submission-id=")]
+        assert len(ids) == 1 and ids[0].startswith("rltrainer-qwen3-30b-a3b-grpo-")
+        assert stop == ["job", "stop", "--address=http://127.0.0.1:8265", ids[0]]
+    finally:
+        kill_jobs(state)
+
+
+def test_a_ray_job_stop_that_fails_is_said_and_the_submitter_is_still_stopped(tmp_path: Path, monkeypatch):
+    import signal
+    import subprocess
+
+    from ray_helpers import install_fake_ray
+
+    install_fake_ray(tmp_path, monkeypatch)
+    for stop_argv, said in (
+        (("ray", "job", "stop", "--address=http://127.0.0.1:8265", "rltrainer-gone"),
+         "rltrainer: ray job stop --address=http://127.0.0.1:8265 rltrainer-gone exited 1; "
+         "the Ray job may still be running\n"),
+        ((str(tmp_path / "no-ray"), "job", "stop", "rltrainer-gone"),
+         f"rltrainer: could not run {tmp_path / 'no-ray'} job stop rltrainer-gone: [Errno 2] No such file or "
+         f"directory: '{tmp_path / 'no-ray'}'; the Ray job may still be running\n"),
+    ):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        err = io.StringIO()
+        launch._stop_group(proc, grace_s=30, stop_argv=stop_argv, log=err)
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+        assert err.getvalue() == said

@@ -210,8 +210,11 @@ def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_sourc
 
 
 def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None,
-                 wait: Callable[[subprocess.Popen], int] | None = None, metrics_ledger: str | None = None) -> int:
-    """Run the command in its own process group, forwarding SIGTERM/SIGINT to it.
+                 wait: Callable[[subprocess.Popen], int] | None = None, metrics_ledger: str | None = None,
+                 log: TextIO | None = None) -> int:
+    """Run the command in its own process group, forwarding SIGTERM/SIGINT to it. A command with a
+    ``stop_argv`` (a submitted Ray job, which the signal does not reach) is also stopped with it, and
+    this returns once that stop has finished (or ``STOP_GRACE_S`` passed).
 
     ``wait`` replaces ``proc.wait()`` (the reservation guard's supervising loop).
 
@@ -226,8 +229,12 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
     proc = subprocess.Popen(cmd.argv, env=env, cwd=cmd.cwd if Path(cmd.cwd).is_dir() else None, start_new_session=True,
                             stdout=pipe, stderr=pipe)
     relays = [] if not metrics_run else metrics.start_relays(proc, run=metrics_run, ledger_path=metrics_ledger)
+    stopping: list[subprocess.Popen | None] = []
 
     def forward(signum, _frame):
+        if cmd.stop_argv and not stopping:
+            # Started, not waited for: this runs in the main thread, which the wait below is in.
+            stopping.append(_start_stop(cmd.stop_argv, log))
         try:
             os.killpg(proc.pid, signum)
         except ProcessLookupError:
@@ -244,6 +251,8 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        for stopper in stopping:  # the pod may go when this returns: let the stop reach Ray first
+            _finish_stop(stopper, cmd.stop_argv, STOP_GRACE_S, log)
 
 
 def build_parser(prog: str = "rltrainer launch") -> argparse.ArgumentParser:
@@ -439,9 +448,10 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
             return reservation.supervise(
                 proc, guard, clock=clock, saves=lambda: local_iterations(local),
                 uploaded=lambda: list(watcher.uploaded), request_save=lambda: reservation.write_trigger(local),
-                stop=lambda: _stop_group(proc), sleep=lambda s: sleep(s), poll_s=args.upload_interval)
+                stop=lambda: _stop_group(proc, stop_argv=cmd.stop_argv, log=err), sleep=lambda s: sleep(s),
+                poll_s=args.upload_interval)
     code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait,
-                        metrics_ledger=str(Path(cfg.checkpoint.local_dir) / metrics.LEDGER_FILE))
+                        metrics_ledger=str(Path(cfg.checkpoint.local_dir) / metrics.LEDGER_FILE), log=err)
     code = _finish_uploads(watcher, cfg, code, args, err, sleep, mounts_file=mounts_file)
     if guard is not None and guard.state == reservation.STOP:
         reservation.clear_trigger(local)
@@ -531,12 +541,44 @@ def _finish_uploads(watcher, cfg: RunConfig, code: int, args, err: TextIO, sleep
 STOP_GRACE_S = 120.0  # after SIGTERM, before SIGKILL: the save is in S3 already
 
 
-def _stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+def _start_stop(stop_argv: Sequence[str], log: TextIO | None) -> subprocess.Popen | None:
+    """Start ``stop_argv`` (``ray job stop``: the training is a Ray job that no signal of ours reaches)."""
+    try:
+        return subprocess.Popen(list(stop_argv), start_new_session=True)
+    except OSError as exc:
+        print(f"rltrainer: could not run {' '.join(stop_argv)}: {exc}; the Ray job may still be running",
+              file=log or sys.stderr, flush=True)
+        return None
+
+
+def _finish_stop(stopper: subprocess.Popen | None, stop_argv: Sequence[str], timeout_s: float,
+                 log: TextIO | None) -> None:
+    """Wait up to ``timeout_s`` for a stop started by ``_start_stop``; say so when it failed."""
+    if stopper is None:
+        return
+    try:
+        code = stopper.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stopper.kill()
+        stopper.wait()
+        code = None
+    if code != 0:
+        print(f"rltrainer: {' '.join(stop_argv)} " + ("did not finish in time" if code is None else f"exited {code}")
+              + "; the Ray job may still be running", file=log or sys.stderr, flush=True)
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S, stop_argv: Sequence[str] = (),
+                log: TextIO | None = None) -> None:
     """SIGTERM to the training's process group (Ray, SGLang and Megatron children included), then
-    SIGKILL if it is still there after ``grace_s``: the scale-down does not wait."""
+    SIGKILL if it is still there after ``grace_s``: the scale-down does not wait. With ``stop_argv``
+    (``--ray-address``: the group is only `ray job submit`, which follows the job's logs), that
+    command stops the Ray job first, within the same ``grace_s``."""
+    deadline = time.monotonic() + grace_s
+    if stop_argv:
+        _finish_stop(_start_stop(stop_argv, log), stop_argv, grace_s, log)
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=grace_s)
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         try:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -33,9 +33,11 @@ manifests own it, because it depends on the instance type, not on the run.
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
 import subprocess
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from .contract import TRAINER_RUNTIME_ENV, RunConfig, flag_value, model_pipeline_split
@@ -56,6 +58,9 @@ class TrainCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = MILES_DIR
+    # What stops the training when signalling argv's process group does not reach it: for a
+    # submitted Ray job, ``ray job stop``. Empty when argv is the training itself.
+    stop_argv: tuple[str, ...] = ()
 
     def shell(self) -> str:
         """The command as one copy-pasteable shell line per argument group."""
@@ -430,6 +435,7 @@ def build_train_command(
     ray_address: str | None = None,
     model_args: tuple[str, ...] | None = None,
     start_rollout_id: int | None = None,
+    submission_id: str | None = None,
 ) -> TrainCommand:
     """The full command: ``python3 train.py ...`` (``train_async.py`` for an overlapped rollout,
     ``entry_point``), or wrapped in ``ray job submit``.
@@ -443,6 +449,8 @@ def build_train_command(
     after ``ray start``. Given ``ray_address`` (the dashboard URL of a running cluster),
     it submits a job instead, exactly like the Miles recipe scripts. ``train.py`` is given
     by absolute path (Miles is pip-installed in the image), so no working_dir upload is needed.
+    The job is submitted under ``submission_id`` (default: a new ``rltrainer-<run_name>-...``), and
+    ``stop_argv`` is the ``ray job stop`` that stops it.
     """
     args = miles_train_args(cfg, hf_checkpoint=hf_checkpoint, prompt_data=prompt_data, model_args=model_args)
     env = train_env(cfg)
@@ -453,13 +461,31 @@ def build_train_command(
     if ray_address is None:
         return TrainCommand(argv=train, env=env, cwd=miles_dir)
     runtime_env = json.dumps({"env_vars": env}, sort_keys=True)
+    # `ray job submit` only follows the job's logs: signalling it leaves the job running on the
+    # cluster, so a stop has to name the job to Ray. The Ray in the image is not pinned (Miles v0.1.0
+    # requirements.txt:23 asks for `ray[default]`, any version) and no Ray source is among the pinned
+    # ones; the flags are those of ray-project/ray python/ray/dashboard/modules/job/cli.py as the
+    # code index holds it (commit 0718d5b): `submit --submission-id` ("If not provided, one will be
+    # generated"; --job-id is its deprecated name) and `stop [--address] JOB_ID`, which waits for the
+    # job to reach a terminal state unless --no-wait. Ray refuses a submission ID it already has
+    # (job_manager.py submit_job: "Job with submission_id ... already exists"), so each launch gets
+    # a new one.
+    submission_id = submission_id or ray_submission_id(cfg)
     argv = [
         "ray",
         "job",
         "submit",
         f"--address={ray_address}",
+        f"--submission-id={submission_id}",
         f"--runtime-env-json={runtime_env}",
         "--",
         *train,
     ]
-    return TrainCommand(argv=argv, env={}, cwd=miles_dir)
+    stop = ("ray", "job", "stop", f"--address={ray_address}", submission_id)
+    return TrainCommand(argv=argv, env={}, cwd=miles_dir, stop_argv=stop)
+
+
+def ray_submission_id(cfg: RunConfig) -> str:
+    """A new Ray job submission ID for this run: ``rltrainer-<run_name>-<UTC time>-<6 hex>``."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"rltrainer-{cfg.run_name or 'run'}-{stamp}-{secrets.token_hex(3)}"
