@@ -291,6 +291,11 @@ class ParallelConfig(_Model):
         False, description="Keep Adam's state and step on the CPU (Miles' --optimizer-cpu-offload with "
         "--overlap-cpu-optimizer-d2h-h2d and --use-precision-aware-optimizer), for memory-tight H100 "
         "layouts; Miles' Qwen3 MoE H100 recipes use it, its Blackwell ones do not.")
+    recompute: Literal["none", "selective", "full"] = Field(
+        "full", description="Activation recompute the launcher asks Megatron for: none; selective "
+        "(layer norms, the MoE activation and, with multi-latent attention, its up-projections); "
+        "full (every layer, one at a time). rlkit plan --write-config writes the one its memory and "
+        "step-time estimates assumed. model.megatron_args choosing a granularity take precedence.")
 
 
 class RolloutConfig(_Model):

@@ -55,7 +55,10 @@ def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
             "nodes": t.nodes,
             "gpus_per_node": itype.gpu_count,
             "training": {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "etp": p.etp,
-                         "optimizer_cpu_offload": p.optimizer_cpu_offload},
+                         "optimizer_cpu_offload": p.optimizer_cpu_offload,
+                         # only when not the trainer's default (full): a default config renders
+                         # the run.yaml it always did
+                         **({"recompute": p.recompute} if p.recompute != "full" else {})},
             "rollout": _rollout(t.rollout),
         },
         "expert_parallel": {"backend": t.expert_parallel.backend},

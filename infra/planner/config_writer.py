@@ -72,7 +72,9 @@ def training_section(candidate: Candidate, model_key: str, node_group: str) -> d
         "parallel": {"tp": L.tp, "pp": L.pp, "cp": L.cp, "ep": L.ep, "etp": L.etp,
                      # the kit config spells "no interleaving" as null (write_config refuses
                      # vpp > 1, which the launcher does not run)
-                     "vpp": L.vpp if L.vpp > 1 else None},
+                     "vpp": L.vpp if L.vpp > 1 else None,
+                     # what the plan's memory and step time assumed (the launcher renders it)
+                     "recompute": L.recompute},
         "expert_parallel": {"backend": candidate.backend.backend},
     }
 

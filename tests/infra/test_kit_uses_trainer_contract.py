@@ -68,3 +68,21 @@ def test_the_kit_declares_the_trainer_package_it_imports():
     # checks that PyYAML and the standard library are all it imports).
     assert any(d.lower().startswith("pyyaml") for d in trainer["dependencies"])
     assert "-e images/trainer" in (REPO_ROOT / "requirements.txt").read_text().splitlines()
+
+
+def test_the_kit_configs_choices_are_the_trainers():
+    """training.parallel.recompute, training.rollout.placement and .overlap: the kit config offers
+    exactly the values the trainer accepts, and the trainer's default is the kit's (run_config.py
+    leaves a default out of run.yaml)."""
+    import typing
+
+    from infra.config.model import ParallelConfig, RolloutConfig
+    from rltrainer.contract import schema
+
+    for model, key, values, trainer_default in (
+            (ParallelConfig, "recompute", schema.RECOMPUTES, schema.TrainingParallel.recompute),
+            (RolloutConfig, "placement", schema.PLACEMENTS, schema.RolloutParallel.placement),
+            (RolloutConfig, "overlap", schema.OVERLAPS, schema.RolloutParallel.overlap)):
+        field = model.model_fields[key]
+        assert set(typing.get_args(field.annotation)) == set(values), key
+        assert field.default == trainer_default, key

@@ -546,7 +546,8 @@ def test_run_config_follows_the_trainer_schema(name):
     itype = INSTANCE_TYPES[cfg.gpu_node_groups[t.node_group].instance_type]
     assert run["parallel"] == {
         "nodes": t.nodes, "gpus_per_node": itype.gpu_count,
-        "training": t.parallel.model_dump(exclude={"vpp"}),
+        # recompute only when not the trainer's default, full (every example keeps it)
+        "training": t.parallel.model_dump(exclude={"vpp", "recompute"}),
         # the mode keys (placement, nodes, overlap, off_policy_steps) only when not the default
         "rollout": t.rollout.model_dump(include={"gpus_per_engine", "ep"})}
     assert run["expert_parallel"] == {"backend": t.expert_parallel.backend}

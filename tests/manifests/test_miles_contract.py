@@ -321,3 +321,56 @@ def test_a_selective_recompute_in_megatron_args_passes_megatrons_own_validation(
         "none given": ["--recompute-granularity", "--recompute-method", "--recompute-num-layers"],
         "selective with a method": ["--recompute-granularity", "--recompute-method"],
     }
+
+
+def test_each_planned_recompute_renders_a_command_megatron_accepts(upstream, tmp_path):
+    """training.parallel.recompute, from the kit config to Megatron: what rlkit plan --write-config
+    writes is what the launcher renders, and each choice passes Miles' parser and Megatron-LM
+    37f9161's own validate_args and TransformerConfig, for a model with grouped-GEMM experts
+    (qwen3-30b-a3b) and one with multi-latent attention (deepseek-v3). Before, the planner's choice
+    never reached the run: every run trained under full recompute, whatever the plan assumed."""
+    import yaml
+
+    cases, flags = [], {}
+    for model, extra in (("qwen3-30b-a3b", {}), ("deepseek-v3", {
+            "hf_checkpoint": "/fsx/models/DeepSeek-V3", "parallel": {"tp": 1, "pp": 8, "ep": 2}})):
+        for recompute in ("none", "selective", "full"):
+            data = yaml.safe_load((REPO_ROOT / "examples" / "default.yaml").read_text())
+            training = {"model": model, **extra}
+            training["parallel"] = {**training.get("parallel", {}), "recompute": recompute}
+            data["training"] = training
+            data["storage"] = {"shared_filesystem": {"capacity_gib": 24000}}
+            path = tmp_path / f"{model}-{recompute}.yaml"
+            path.write_text(yaml.safe_dump(data))
+            kit = load_config(path)
+            cfg = parse_run_config(build_context(kit, placeholder_outputs(kit)).run_config, path.name)
+            model_args, _ = resolve_model_args(cfg, str(MILES_DIR), sys.executable)
+            cmd = build_train_command(cfg, hf_checkpoint="/fsx/models/hf", prompt_data="/fsx/datasets/p.jsonl",
+                                      miles_dir=str(MILES_DIR), python=sys.executable, model_args=model_args)
+            args = cmd.argv[cmd.argv.index(f"{MILES_DIR}/train.py") + 1:]
+            flags[model, recompute] = _recompute_flags(args[len(model_args):])
+            cases.append({"name": f"{model} {recompute}", "train_args": args, "megatron_validation": True})
+    results = {r["name"]: (r["error"], r["megatron_validation"]) for r in parse_offline(cases)["results"]}
+    assert results == {c["name"]: (None, None) for c in cases}
+    full = ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    assert flags == {
+        ("qwen3-30b-a3b", "none"): [],
+        ("qwen3-30b-a3b", "selective"): ["--recompute-granularity", "selective", "--recompute-modules",
+                                         "layernorm", "moe_act"],
+        ("qwen3-30b-a3b", "full"): full,
+        ("deepseek-v3", "none"): [],
+        ("deepseek-v3", "selective"): ["--recompute-granularity", "selective", "--recompute-modules",
+                                       "layernorm", "moe_act", "mla_up_proj"],
+        ("deepseek-v3", "full"): full,
+    }
+
+
+def _recompute_flags(args: list[str]) -> list[str]:
+    """The --recompute-* flags of a command line, each with its values."""
+    out, taking = [], False
+    for arg in args:
+        if arg.startswith("--"):
+            taking = arg.startswith("--recompute")
+        if taking:
+            out.append(arg)
+    return out

@@ -124,7 +124,8 @@ def test_write_config_sets_the_training_layout_and_keeps_the_rest(capsys, config
     assert t["model"] == "qwen3-30b-a3b" and t["node_group"] == "p5" and t["nodes"] == 2
     lay = best["layout"]
     assert t["parallel"] == {"tp": lay["tp"], "pp": lay["pp"], "cp": lay["cp"], "ep": lay["ep"],
-                             "etp": lay["etp"], "vpp": lay["vpp"] if lay["vpp"] > 1 else None}
+                             "etp": lay["etp"], "vpp": lay["vpp"] if lay["vpp"] > 1 else None,
+                             "recompute": lay["recompute"]}
     assert t["expert_parallel"]["backend"] == best["ep_backend"]["backend"]
     # every other key unchanged, and the text outside the training block byte-identical
     for key in original:

@@ -325,7 +325,7 @@ def test_wrong_types_and_missing_sections():
     assert problems_of(data) == [
         "grpo.num_rollout = true: must be an integer. Fix: write a whole number >= 1, e.g. `num_rollout: 1`.",
         "parallel.training = [4, 1]: must be a mapping. Fix: write `parallel.training:` as a mapping with keys "
-        "tp, pp, cp, ep, etp, optimizer_cpu_offload.",
+        "tp, pp, cp, ep, etp, optimizer_cpu_offload, recompute.",
     ]
 
 
@@ -406,3 +406,13 @@ def test_a_disaggregated_pool_leaves_megatron_the_other_nodes():
         "SGLang engine takes gpus_per_engine of them, so gpus_per_engine must divide 8. Fix: use a divisor of 8, "
         "e.g. 8.",
     ]
+
+
+def test_recompute_is_one_of_three_and_full_when_absent():
+    assert parse_run_config(base(), "run.yaml").parallel.training.recompute == "full"
+    data = base()
+    data["parallel"]["training"]["recompute"] = "selective"
+    assert parse_run_config(data, "run.yaml").parallel.training.recompute == "selective"
+    data["parallel"]["training"]["recompute"] = "partial"
+    assert problems_of(data) == [
+        "parallel.training.recompute = \"partial\": must be one of none, selective, full. Fix: use `full`."]

@@ -358,15 +358,20 @@ def miles_train_args(
     a.add("--context-parallel-size", t.cp)
     a.add("--expert-model-parallel-size", t.ep)
     a.add("--expert-tensor-parallel-size", t.etp)
-    if recompute_granularity(model_args) != "selective":
-        # Full recompute of one layer at a time, unless the model arguments chose selective:
-        # Megatron-LM 37f9161 refuses any --recompute-method with selective (arguments.py:963-966)
-        # and TransformerConfig any --recompute-num-layers (transformer_config.py:1282-1288);
-        # Miles v0.1.0 runs that validation at startup (miles/utils/arguments.py:2711). With full
-        # and no method given, the defaults below are what TransformerConfig asks for (:1269-1280).
+    # Activation recompute: the model arguments' own granularity, else parallel.training.recompute.
+    granularity = recompute_granularity(model_args) or (None if t.recompute == "none" else t.recompute)
+    if granularity == "full":
+        # One layer at a time. Megatron-LM 37f9161 refuses any --recompute-method with selective
+        # (arguments.py:963-966) and TransformerConfig any --recompute-num-layers
+        # (transformer_config.py:1282-1288); Miles v0.1.0 runs that validation at startup
+        # (miles/utils/arguments.py:2711). With full and no method given, these are what
+        # TransformerConfig asks for (:1269-1280).
         a.soft("--recompute-granularity", "full")
         a.soft("--recompute-method", "uniform")
         a.soft("--recompute-num-layers", "1")
+    elif granularity == "selective" and recompute_granularity(model_args) is None:
+        a.add("--recompute-granularity", "selective")
+        a.soft("--recompute-modules", *selective_recompute_modules(model_args))
     a.soft("--use-dynamic-batch-size")
     a.soft("--max-tokens-per-gpu", _MAX_TOKENS_PER_GPU)
 
@@ -407,6 +412,20 @@ def recompute_granularity(model_args: tuple[str, ...] | list[str]) -> str | None
     if "--recompute-activations" in model_args:
         return "selective"
     return flag_value(model_args, "--recompute-granularity")
+
+
+def selective_recompute_modules(model_args: tuple[str, ...] | list[str]) -> list[str]:
+    """What selective recompute discards, as the kit's planner assumes (infra/planner/memory.py):
+    the layer norms, the MoE activation when the experts run grouped GEMMs, and the MLA
+    up-projections with multi-latent attention. Megatron-LM 37f9161 refuses moe_act without
+    --moe-grouped-gemm and mla_up_proj without --multi-latent-attention
+    (transformer_config.py:1316-1324), so each comes only with its flag."""
+    modules = ["layernorm"]
+    if "--moe-grouped-gemm" in model_args:
+        modules.append("moe_act")
+    if "--multi-latent-attention" in model_args:
+        modules.append("mla_up_proj")
+    return modules
 
 
 def saves_data_cursor(model_args: tuple[str, ...] | list[str]) -> bool:

@@ -59,6 +59,7 @@ from .schema import (
     OWNED_FLAGS,
     PARALLEL_KEYS,
     PLACEMENTS,
+    RECOMPUTES,
     ROLLOUT_KEYS,
     TOP_KEYS,
     TRAINING_KEYS,
@@ -215,6 +216,7 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
         if t is not None:
             tv: dict = {k: r.integer(t, k, "parallel.training", default=1) for k in TRAINING_SIZE_KEYS}
             tv["optimizer_cpu_offload"] = r.boolean(t, "optimizer_cpu_offload", "parallel.training")
+            tv["recompute"] = _choice(r, t, "recompute", RECOMPUTES, "full", "parallel.training")
             if all(v is not None for v in tv.values()):
                 training = TrainingParallel(**tv)  # type: ignore[arg-type]
         rollout = None
@@ -262,11 +264,12 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
     )
 
 
-def _choice(r: Reader, data: dict, key: str, choices: tuple[str, ...], default: str) -> str | None:
+def _choice(r: Reader, data: dict, key: str, choices: tuple[str, ...], default: str,
+            section: str = "parallel.rollout") -> str | None:
     value = data.get(key, default)
     if value not in choices:
         close = difflib.get_close_matches(str(value), choices, n=1)
-        r.add(f"parallel.rollout.{key}", value, f"must be one of {', '.join(choices)}",
+        r.add(f"{section}.{key}", value, f"must be one of {', '.join(choices)}",
               f"use `{close[0] if close else default}`")
         return None
     return value

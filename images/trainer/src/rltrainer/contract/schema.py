@@ -37,7 +37,7 @@ grpo:
 parallel:
   nodes: 2
   gpus_per_node: 8
-  training: {tp: 4, pp: 1, cp: 1, ep: 8, etp: 1, optimizer_cpu_offload: false}
+  training: {tp: 4, pp: 1, cp: 1, ep: 8, etp: 1, optimizer_cpu_offload: false, recompute: full}
   rollout: {gpus_per_engine: 8, ep: 8, placement: colocated, nodes: 0, overlap: none, off_policy_steps: 0}
 expert_parallel:
   backend: nccl
@@ -120,7 +120,11 @@ GRPO_KEYS = (
 )
 PARALLEL_KEYS = ("nodes", "gpus_per_node", "training", "rollout")
 TRAINING_SIZE_KEYS = ("tp", "pp", "cp", "ep", "etp")
-TRAINING_KEYS = TRAINING_SIZE_KEYS + ("optimizer_cpu_offload",)
+TRAINING_KEYS = TRAINING_SIZE_KEYS + ("optimizer_cpu_offload", "recompute")
+# Activation recompute (Megatron --recompute-granularity): none, selective (layer norms, the MoE
+# activation and, with multi-latent attention, its up-projections) or full (every layer, one at a
+# time). The launcher renders it unless model.megatron_args choose their own granularity.
+RECOMPUTES = ("none", "selective", "full")
 ROLLOUT_KEYS = ("gpus_per_engine", "ep", "placement", "nodes", "overlap", "off_policy_steps")
 # Where the SGLang engines run (Miles v0.1.0 miles/ray/placement_group.py:92-105): on the training
 # GPUs (--colocate) or on a pool of their own after the training GPUs (--rollout-num-gpus).
@@ -202,6 +206,7 @@ class TrainingParallel:
     # Adam's state and step on the CPU (Miles: --optimizer-cpu-offload with
     # --overlap-cpu-optimizer-d2h-h2d --use-precision-aware-optimizer), for memory-tight H100 layouts.
     optimizer_cpu_offload: bool = False
+    recompute: str = "full"  # RECOMPUTES
 
 
 @dataclass(frozen=True)
