@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from ckpt_helpers import make_save, moto_s3, write_cursor
 from rltrainer.checkpoints import (
@@ -183,6 +183,44 @@ def test_retries_give_up_after_max_attempts(s3, tmp_path: Path):
         store.upload(src, 1)
     assert sleeps == [0.5, 1.0, 1.5]  # capped at max_delay_s
     assert store_for(s3).list_complete() == []
+
+
+class TimeoutsOnGet:
+    """S3 GETs of keys ending in ``suffix`` time out, ``times`` times: a botocore handler
+    raises ReadTimeoutError before the request is built, where s3transfer's GetObject task catches
+    it and tries again (s3transfer 0.19.3 download.py), as it would a socket timeout. ``keys``
+    records every GET."""
+
+    def __init__(self, client, suffix: str, times: int):
+        self.suffix, self.left, self.keys = suffix, times, []
+        client.meta.events.register("before-parameter-build.s3.GetObject", self)
+
+    def __call__(self, params, **_kwargs):
+        self.keys.append(params["Key"])
+        if params["Key"].endswith(self.suffix) and self.left > 0:
+            self.left -= 1
+            raise ReadTimeoutError(endpoint_url="https://s3.us-east-1.amazonaws.com")
+
+
+def test_a_part_s3transfer_gave_up_on_is_retried_and_the_restore_goes_on(s3, tmp_path: Path):
+    """s3transfer tries a GET 5 times (TransferConfig num_download_attempts) and then raises
+    RetriesExceededError, which boto3's download_file re-raises as boto3's own. Before: not
+    retryable, so one flaky part ended the restore and the launch."""
+    src = tmp_path / "src"
+    files = fake_save(src, 20)
+    store_for(s3).upload(src, 20)
+    gets = TimeoutsOnGet(s3, "/common.pt", times=5)
+    sleeps, log = Sleeps(), io.StringIO()
+    store = S3CheckpointStore(URI, client=s3, retry=RetryPolicy(sleep=sleeps, log=log), progress_stream=io.StringIO())
+    result = prepare_resume(store, tmp_path / "dst", log=io.StringIO())
+    assert (result.iteration, result.source) == (20, "s3")
+    assert sleeps == [1.0]
+    assert sum(k.endswith("/common.pt") for k in gets.keys) == 6, "s3transfer's 5 tries, then one more of ours"
+    assert (f"download {URI}iter_0000020/common.pt failed (RetriesExceededError: Max Retries Exceeded (last "
+            'try: ReadTimeoutError: Read timeout on endpoint URL: "https://s3.us-east-1.amazonaws.com")); '
+            "retry 1/5 in 1s") in log.getvalue()
+    for rel, data in files.items():
+        assert (tmp_path / "dst" / rel).read_bytes() == data
 
 
 def test_restore_refuses_a_file_that_does_not_match_its_manifest(s3, tmp_path: Path):

@@ -37,18 +37,35 @@ def _error_chain(exc: BaseException) -> Iterable[BaseException]:
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
 
 
+def describe(exc: BaseException) -> str:
+    """``Type: message``, and for a transfer's RetriesExceededError (whose message is only "Max
+    Retries Exceeded") the error of its last try, which says what actually went wrong."""
+    text = f"{type(exc).__name__}: {exc}"
+    last = getattr(exc, "last_exception", None)
+    return f"{text} (last try: {type(last).__name__}: {last})" if isinstance(last, BaseException) else text
+
+
 def is_retryable(exc: BaseException) -> bool:
     """True for transient S3/network failures (boto3's transfer manager wraps them)."""
-    from botocore.exceptions import (  # imported here so the module loads without botocore
+    from boto3.exceptions import RetriesExceededError  # imported here so the module loads without boto3
+    from botocore.exceptions import (
         ClientError,
         ConnectionClosedError,
         ConnectTimeoutError,
         EndpointConnectionError,
         ReadTimeoutError,
     )
+    from s3transfer.exceptions import RetriesExceededError as TransferRetriesExceededError
 
     for e in _error_chain(exc):
         if isinstance(e, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError, ConnectTimeoutError)):
+            return True
+        if isinstance(e, (RetriesExceededError, TransferRetriesExceededError)):
+            # s3transfer retries a GET only on read timeouts, dropped connections and cut-short
+            # bodies (s3transfer 0.19.3 download.py, S3_RETRYABLE_DOWNLOAD_ERRORS in utils.py) and
+            # raises this after num_download_attempts; boto3 re-raises it as its own
+            # RetriesExceededError (boto3 1.44.8 s3/transfer.py download_file). Transient by
+            # s3transfer's own reading, so one flaky part must not end a restore.
             return True
         if isinstance(e, ClientError):
             err = e.response.get("Error", {})
@@ -83,7 +100,7 @@ class RetryPolicy:
                     raise
                 wait = self.delay(attempt)
                 print(
-                    f"rltrainer: {what} failed ({exc.__class__.__name__}: {exc}); "
+                    f"rltrainer: {what} failed ({describe(exc)}); "
                     f"retry {attempt}/{self.max_attempts - 1} in {wait:g}s",
                     file=self.log or sys.stderr,
                     flush=True,
