@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from boto3.exceptions import RetriesExceededError
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
-from ckpt_helpers import make_save, moto_s3, write_cursor
+from ckpt_helpers import PREFIX, make_save, moto_s3, write_cursor
 from rltrainer.checkpoints import (
     CheckpointWatcher,
     IncompleteCheckpoint,
@@ -221,6 +222,58 @@ def test_a_part_s3transfer_gave_up_on_is_retried_and_the_restore_goes_on(s3, tmp
             "retry 1/5 in 1s") in log.getvalue()
     for rel, data in files.items():
         assert (tmp_path / "dst" / rel).read_bytes() == data
+
+
+def test_a_restore_that_fails_keeps_its_verified_files_for_the_next_attempt(s3, tmp_path: Path):
+    """Before: restore's ``finally`` deleted the staging directory, so after S3 reads failed for
+    good on the last file, the next attempt (KubeRay's retry) downloaded the whole save again."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    files = fake_save(src, 20)
+    store_for(s3).upload(src, 20)
+    cursor = "rollout/global_dataset_state_dict_20.pt"  # the manifest's last file
+    gets = TimeoutsOnGet(s3, cursor, times=10**6)
+    store = S3CheckpointStore(URI, client=s3, retry=RetryPolicy(max_attempts=2, sleep=Sleeps(), log=io.StringIO()),
+                              progress_stream=io.StringIO())
+    with pytest.raises(RetriesExceededError):
+        prepare_resume(store, dst, log=io.StringIO())
+    assert read_tracker(dst) is None and not (dst / "iter_0000020").exists(), "nothing moved into place"
+    staged = dst / "_restore_staging"
+    assert {p.relative_to(staged).as_posix(): p.read_bytes() for p in staged.rglob("*") if p.is_file()} == {
+        rel: data for rel, data in files.items() if rel != cursor}
+
+    gets.left, gets.keys[:] = 0, []  # S3 reads work again
+    result = prepare_resume(store_for(s3), dst, log=io.StringIO())
+    assert (result.iteration, result.source) == (20, "s3")
+    assert [k for k in gets.keys if not k.endswith("_COMPLETE.json")] == [PREFIX + cursor], "only what was missing"
+    for rel, data in files.items():
+        assert (dst / rel).read_bytes() == data
+    assert not staged.exists()
+
+
+def test_staged_files_of_another_save_or_that_no_longer_match_are_not_used(s3, tmp_path: Path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    files = fake_save(src, 20)
+    store_for(s3).upload(src, 20)
+    staged = dst / "_restore_staging"
+    (staged / "iter_0000010").mkdir(parents=True)
+    (staged / "iter_0000010" / "common.pt").write_bytes(b"a file of another save's restore")
+    (staged / "iter_0000020").mkdir()
+    (staged / "iter_0000020" / "common.pt").write_bytes(b"torn")  # cut short by a killed pod
+    result = prepare_resume(store_for(s3), dst, log=io.StringIO())
+    assert (result.iteration, result.source) == (20, "s3")
+    for rel, data in files.items():
+        assert (dst / rel).read_bytes() == data
+    assert not (dst / "iter_0000010").exists() and not staged.exists()
+
+
+def test_a_resume_that_restores_nothing_clears_what_a_failed_restore_staged(s3, tmp_path: Path):
+    local = tmp_path / "ckpt"
+    fake_save(local, 20)
+    (local / "_restore_staging" / "iter_0000030").mkdir(parents=True)
+    (local / "_restore_staging" / "iter_0000030" / "common.pt").write_bytes(b"x" * 100)
+    result = prepare_resume(store_for(s3), local, log=io.StringIO())
+    assert (result.iteration, result.source) == (20, "local")
+    assert not (local / "_restore_staging").exists()
 
 
 def test_restore_refuses_a_file_that_does_not_match_its_manifest(s3, tmp_path: Path):

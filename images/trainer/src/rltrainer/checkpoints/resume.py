@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .layout import TRACKER_FILE, iter_dirname
+from .layout import STAGING_DIR, TRACKER_FILE, iter_dirname
 from .local import (
     check_local_save,
     local_iterations,
@@ -69,6 +70,9 @@ def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO 
     if retention is not None:
         retention.bound_quarantine(root, out)
     result = _resume(store, root, out)
+    # A restore that failed left its verified files for the next attempt (store.restore); this
+    # one settled its start point without them, so they only take space now.
+    shutil.rmtree(root / STAGING_DIR, ignore_errors=True)
     if retention is not None:
         manifests, quarantined = store._markers()
         start = [] if result.iteration is None else [result.iteration]

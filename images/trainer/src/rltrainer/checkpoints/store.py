@@ -403,29 +403,38 @@ class S3CheckpointStore:
         """Download and verify every file of ``manifest``, move them into place, then point the tracker at it.
 
         ``CorruptCheckpoint`` if a file is missing in S3 or does not match (after one re-download).
+        A restore that fails (S3 reads that keep failing) leaves the files it verified in the
+        staging directory, and the next restore uses each one that still matches its entry,
+        instead of downloading the whole save again.
         """
         root = Path(local_dir)
         root.mkdir(parents=True, exist_ok=True)
         staging = root / STAGING_DIR
-        shutil.rmtree(staging, ignore_errors=True)
+        _clear_staging(staging, keep={entry.path for entry in manifest.files})
         progress = Progress(f"restore {iter_dirname(manifest.iteration)} from {self.uri}", manifest.total_bytes,
                             self.progress_stream, self.progress_interval_s)
-        try:
-            staged: list[tuple[Path, Path]] = []
-            for entry in manifest.files:
-                dest = root / entry.path
-                if entry_matches(dest, entry):
-                    progress(entry.size)  # already here and intact (e.g. a restart on the same volume)
-                    continue
-                tmp = staging / entry.path
+        staged: list[tuple[Path, Path]] = []
+        kept: list[int] = []
+        for entry in manifest.files:
+            dest = root / entry.path
+            if entry_matches(dest, entry):
+                progress(entry.size)  # already here and intact (e.g. a restart on the same volume)
+                continue
+            tmp = staging / entry.path
+            if entry_matches(tmp, entry):  # size and checksum, as after a download
+                progress(entry.size)
+                kept.append(entry.size)
+            else:
                 self._download_verified(entry, tmp, progress)
-                staged.append((tmp, dest))
-            progress.finish()
-            for tmp, dest in staged:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(tmp, dest)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            staged.append((tmp, dest))
+        progress.finish()
+        if kept:
+            self._log(f"{len(kept)} file(s) of {iter_dirname(manifest.iteration)} ({sum(kept) / 2**30:.1f} GiB) were "
+                      "staged and verified by an earlier restore: not downloaded again")
+        for tmp, dest in staged:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, dest)
+        shutil.rmtree(staging, ignore_errors=True)
         write_tracker(root, manifest.iteration)
 
     def _download_verified(self, entry: FileEntry, tmp: Path, progress: Progress) -> None:
@@ -463,3 +472,20 @@ class S3CheckpointStore:
         raise CorruptCheckpoint(
             f"s3://{self.bucket}/{key} does not match its manifest: size {size} (expected {entry.size}), "
             f"{'sha256' if entry.sha256 else 'crc32'} differs")
+
+
+def _clear_staging(staging: Path, keep: set[str]) -> None:
+    """Delete what the staging directory holds except the files at the relative paths ``keep``
+    (the save being restored): an earlier restore of another save, or a download's temporary file."""
+    if not staging.is_dir():
+        return
+    for dirpath, _dirs, files in os.walk(staging, topdown=False):
+        for name in files:
+            path = Path(dirpath) / name
+            if path.relative_to(staging).as_posix() not in keep:
+                path.unlink(missing_ok=True)
+        if dirpath != str(staging):
+            try:
+                os.rmdir(dirpath)  # only once empty
+            except OSError:
+                pass
