@@ -653,6 +653,76 @@ def test_a_missing_bucket_stops_before_training(tmp_path: Path, aws):
     )
 
 
+def s3_answers(monkeypatch, operation: str, handler) -> None:
+    """Clients the launcher creates from now on (boto3's default session) call ``handler`` before
+    each ``operation``: a botocore event handler, which raises as S3's answer would."""
+    import boto3
+
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", boto3.Session())
+    boto3.DEFAULT_SESSION.events.register(f"before-parameter-build.s3.{operation}", handler)
+
+
+def read_timeout(**_kwargs):
+    from botocore.exceptions import ReadTimeoutError
+
+    raise ReadTimeoutError(endpoint_url="https://my-bucket.s3.us-east-1.amazonaws.com")
+
+
+def access_denied(**_kwargs):
+    from botocore.exceptions import ClientError
+
+    raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                       "ResponseMetadata": {"HTTPStatusCode": 403}}, "PutObject")
+
+
+def prepare_failure_config(tmp_path: Path) -> tuple[Path, Path]:
+    """A run config whose model weights are staged from S3 and whose checkpoint directory is
+    tmp_path/ckpt; a Miles checkout whose train.py must never run."""
+    data = yaml.safe_load(QWEN.read_text())
+    data["checkpoint"]["local_dir"] = str(tmp_path / "ckpt")
+    data["checkpoint"]["s3_uri"] = "s3://my-bucket/checkpoints/run1/"
+    data["model"]["hf_checkpoint"] = "s3://my-bucket/models/tiny/"
+    data["data"]["prompt_data"] = str(tmp_path / "prompts.jsonl")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    miles = tmp_path / "miles"
+    miles.mkdir()
+    (miles / "train.py").write_text("raise SystemExit('the trainer must not start')\n")
+    return cfg, miles
+
+
+@pytest.mark.parametrize("failure", ["staging reads time out", "S3 refuses the upload of a local save"])
+def test_a_boto3_error_while_preparing_exits_4_with_what_failed(tmp_path: Path, aws, monkeypatch, failure):
+    """boto3's own errors (boto3.exceptions.Boto3Error: RetriesExceededError from download_file,
+    S3UploadFailedError from upload_file, boto3 1.44.8 s3/transfer.py) are not botocore's.
+    Before: they went past the launcher's except, which exited with a traceback (1), not 4."""
+    from functools import partial
+
+    import rltrainer.checkpoints
+    from ckpt_helpers import make_save
+
+    aws.put_object(Bucket="my-bucket", Key="models/tiny/config.json", Body=b'{"model_type": "qwen3_moe"}')
+    cfg, miles = prepare_failure_config(tmp_path)
+    # the retry policy's backoff, without the wait (launch builds its policies from this name)
+    monkeypatch.setattr(rltrainer.checkpoints, "RetryPolicy", partial(rltrainer.checkpoints.RetryPolicy,
+                                                                      sleep=lambda s: None))
+    if failure == "staging reads time out":
+        s3_answers(monkeypatch, "GetObject", read_timeout)
+        expected = ("RetriesExceededError: Max Retries Exceeded (last try: ReadTimeoutError: Read timeout on "
+                    'endpoint URL: "https://my-bucket.s3.us-east-1.amazonaws.com")')
+    else:
+        make_save(tmp_path / "ckpt", 20)  # finished, not in S3 yet: uploaded before training
+        s3_answers(monkeypatch, "PutObject", access_denied)
+        expected = (f"S3UploadFailedError: Failed to upload {tmp_path}/ckpt/iter_0000020/.metadata to "
+                    "my-bucket/checkpoints/run1/iter_0000020/.metadata: An error occurred (AccessDenied) when "
+                    "calling the PutObject operation: Access Denied")
+    err = io.StringIO()
+    assert launch_main(["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable],
+                       out=io.StringIO(), err=err, mounts_file=lustre_mounts(tmp_path)) == 4
+    assert err.getvalue().splitlines()[-1] == (
+        f"rltrainer launch: preparing the run failed, nothing was started: {expected}")
+
+
 def test_check_args_outside_the_image_says_why_it_cannot_check(tmp_path: Path):
     miles = fake_miles(tmp_path)
     err = io.StringIO()

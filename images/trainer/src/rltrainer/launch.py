@@ -405,7 +405,10 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         stripe_across_targets,
     )
 
+    from boto3.exceptions import Boto3Error
     from botocore.exceptions import BotoCoreError, ClientError
+
+    from .checkpoints.retry import describe
 
     retention = Retention(keep_local=cfg.checkpoint.keep_local, keep_s3=cfg.checkpoint.keep_s3)
     try:
@@ -413,9 +416,11 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         hf, data = stage_inputs(cfg, log=err)
         store = _checkpoint_store(cfg, model_args, err)
         resume = prepare_resume(store, cfg.checkpoint.local_dir, log=err, retention=retention)
-    except (ClientError, BotoCoreError, OSError, RuntimeError, ValueError) as exc:
-        # Before training nothing is lost yet: say what failed instead of a traceback.
-        print(f"rltrainer launch: preparing the run failed, nothing was started: {type(exc).__name__}: {exc}",
+    except (ClientError, BotoCoreError, Boto3Error, OSError, RuntimeError, ValueError) as exc:
+        # Before training nothing is lost yet: say what failed instead of a traceback. Boto3Error:
+        # boto3's transfer methods raise their own errors, not botocore's (boto3 1.44.8
+        # s3/transfer.py: RetriesExceededError from download_file, S3UploadFailedError from upload_file).
+        print(f"rltrainer launch: preparing the run failed, nothing was started: {describe(exc)}",
               file=err, flush=True)
         return EXIT_PREPARE
     print(f"rltrainer: start point: {resume.source}"
