@@ -262,6 +262,96 @@ def test_torn_saves_moved_aside_at_resume_are_bounded(s3, tmp_path: Path, monkey
     assert [p.name for p in (root / "_quarantine").iterdir()] == ["20260103T000000Z"]
 
 
+@pytest.mark.parametrize("tracker", [b"", b"\0\0", b"\xff\xfe4", None], ids=["empty", "zeros", "not-text", "missing"])
+def test_a_lost_tracker_is_rebuilt_from_the_newest_whole_save_not_taken_for_all_torn(s3, tmp_path: Path, tracker):
+    """Megatron writes the tracker in place (open 'w', write, no fsync), so a node lost right
+    after a save can leave it empty. Before: every local save counted as above an unknown tracker,
+    was moved aside and, with the file system sized for keep_local + 1 saves, deleted for good;
+    the resume went back to 20 in S3 and the 20 rollouts after it were trained again."""
+    root = tmp_path / "ckpt"
+    store = store_for(s3)
+    make_save(root, 20)
+    store.upload(root, 20)
+    forty = make_save(root, 40)  # finished; the pod died before its upload
+    if tracker is None:
+        (root / "latest_checkpointed_iteration.txt").unlink()
+    else:
+        (root / "latest_checkpointed_iteration.txt").write_bytes(tracker)
+    log = io.StringIO()
+    result = prepare_resume(store, root, log=log, retention=Retention(keep_local=1, free_bytes=lambda p: 1))
+    assert (result.iteration, result.source, result.uploaded) == (40, "local", [40])
+    assert read_tracker(root) == 40
+    assert files_of(root, 40) == forty
+    assert store.list_complete() == [20, 40]
+    assert local_iterations(root) == [40], "20 goes as usual: complete in S3, beyond keep_local"
+    assert not (root / "_quarantine").exists()
+    what = "missing" if tracker is None else "empty" if tracker == b"" else "unreadable"
+    assert (f"rltrainer: Megatron's tracker {root / 'latest_checkpointed_iteration.txt'} is {what}; "
+            "pointing it at iter_0000040, the newest whole local save") in log.getvalue()
+
+
+def test_with_a_lost_tracker_a_save_not_provably_finished_is_still_moved_aside(s3, tmp_path: Path):
+    """Only a save that passes the whole-save check (torch_dist .metadata and every shard, the
+    data cursor, and Megatron's metadata.json, which it writes after the shards) stands in for the
+    tracker; newer saves are torn and go to the quarantine as above a tracker."""
+    root = tmp_path / "ckpt"
+    store = store_for(s3)
+    twenty = make_save(root, 20)
+    write_model_save(root, 40)  # torch_dist finished, Megatron's metadata.json not yet written
+    (root / "iter_0000040" / "metadata.json").unlink()
+    write_cursor(root, 40)
+    write_model_save(root, 60)  # no data cursor yet
+    (root / "latest_checkpointed_iteration.txt").write_text("")
+    result = prepare_resume(store, root, log=io.StringIO())
+    assert (result.iteration, result.source) == (20, "local")
+    assert read_tracker(root) == 20 and files_of(root, 20) == twenty
+    assert local_iterations(root) == [20]
+    (aside,) = (root / "_quarantine").iterdir()
+    assert sorted(p.name for p in aside.iterdir()) == ["iter_0000040", "iter_0000060", "rollout"]
+
+
+@pytest.mark.parametrize("cursor", [True, False], ids=["data-cursor", "no-data-cursor"])
+def test_a_restore_into_a_directory_without_a_tracker_cut_short_at_any_move_is_never_taken_for_a_save(
+        s3, tmp_path: Path, monkeypatch, cursor):
+    """A restore moves the verified files into place one by one and writes the tracker last. With
+    no tracker to go by, the files one cut short had moved must not pass for a whole save, also
+    where no data cursor is required (--disable-rollout-global-dataset): there Megatron's
+    metadata.json, moved after the shards and common.pt, is what tells."""
+    from rltrainer.checkpoints import store as store_module
+
+    src = tmp_path / "src"
+    twenty = make_save(src, 20)
+    if not cursor:
+        (src / "rollout" / "global_dataset_state_dict_20.pt").unlink()
+        twenty = files_of(src, 20)
+
+    def store_for(client):
+        return S3CheckpointStore(URI, client=client, retry=RetryPolicy(sleep=lambda s: None, log=io.StringIO()),
+                                 progress_stream=io.StringIO(), require_data_cursor=cursor)
+
+    store_for(s3).upload(src, 20)
+    real_replace = store_module.os.replace
+    moves = len(twenty)
+    for crash_after in range(moves):
+        local = tmp_path / f"vol{crash_after}"
+        done = []
+
+        def replace(a, b, crash_after=crash_after, done=done):
+            if len(done) == crash_after:
+                raise Crash(f"killed after {crash_after} move(s)")
+            done.append(b)
+            real_replace(a, b)
+
+        monkeypatch.setattr(store_module.os, "replace", replace)
+        with pytest.raises(Crash):
+            prepare_resume(store_for(s3), local, log=io.StringIO())
+        monkeypatch.setattr(store_module.os, "replace", real_replace)
+        assert read_tracker(local) is None
+        result = prepare_resume(store_for(s3), local, log=io.StringIO())
+        assert (result.iteration, result.source) == (20, "s3"), crash_after
+        assert files_of(local, 20) == twenty
+
+
 # ------------------------------------------------------------------------ versions pinned
 
 

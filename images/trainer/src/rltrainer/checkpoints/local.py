@@ -16,13 +16,18 @@ from .layout import ITER_DIR, LOCAL_QUARANTINE_DIR, TRACKER_FILE, iter_dirname, 
 from .manifest import IncompleteCheckpoint
 
 
-def read_tracker(local_dir: str | Path) -> int | None:
-    """The iteration in Megatron's tracker file, or None (missing, empty or ``release``)."""
+def _tracker_text(local_dir: str | Path) -> str | None:
+    """What the tracker file says, stripped (bytes that are not ASCII read as U+FFFD), or None."""
     try:
-        text = (Path(local_dir) / TRACKER_FILE).read_text().strip()
+        return (Path(local_dir) / TRACKER_FILE).read_bytes().decode("ascii", errors="replace").strip()
     except FileNotFoundError:
         return None
-    return int(text) if text.isdigit() else None
+
+
+def read_tracker(local_dir: str | Path) -> int | None:
+    """The iteration in Megatron's tracker file, or None (missing, empty, unreadable or ``release``)."""
+    text = _tracker_text(local_dir)
+    return int(text) if text and text.isdigit() else None
 
 
 def write_tracker(local_dir: str | Path, iteration: int) -> None:
@@ -143,6 +148,40 @@ def check_local_save(local_dir: str | Path, iteration: int, *, require_data_curs
         if not zipfile.is_zipfile(cursor):  # torch.save writes a zip archive; a torn one has no central directory
             raise IncompleteCheckpoint(f"{cursor} is not a whole torch.save file yet (no zip central directory)")
     return rels
+
+
+def rebuild_tracker(local_dir: str | Path, *, require_data_cursor: bool = True,
+                    log: TextIO | None = None) -> int | None:
+    """Point a missing, empty or unreadable tracker at the newest local save that is provably
+    finished; returns that iteration, or None (the tracker is readable, or no save qualifies).
+
+    Megatron writes the tracker in place with a plain open and write, no temporary file and no
+    fsync (megatron/training/checkpointing.py ``save_checkpoint``), so a node lost right after a
+    save can leave it empty on Lustre. Taking that for "nothing finished" would move every save
+    aside as torn. Instead a save stands in for the tracker only if it passes
+    ``check_local_save`` (the data cursor, which Miles writes after the tracker, when it is
+    required) and, for torch_dist, has Megatron's ``metadata.json``, which Megatron core writes
+    after every shard (dist_checkpointing/serialization.py ``save``: ``metadata_finalize_fn``).
+    A tracker that says ``release`` is Megatron's own and is left alone.
+    """
+    root = Path(local_dir)
+    text = _tracker_text(root)
+    if text is not None and (text.isdigit() or text == "release"):
+        return None
+    for iteration in reversed(local_iterations(root)):
+        it_dir = root / iter_dirname(iteration)
+        try:
+            check_local_save(root, iteration, require_data_cursor=require_data_cursor)
+        except IncompleteCheckpoint:
+            continue
+        if _is_torch_dist(it_dir) and not (it_dir / "metadata.json").is_file():
+            continue
+        what = "missing" if text is None else "empty" if not text else "unreadable"
+        print(f"rltrainer: Megatron's tracker {root / TRACKER_FILE} is {what}; pointing it at "
+              f"{iter_dirname(iteration)}, the newest whole local save", file=log or sys.stderr, flush=True)
+        write_tracker(root, iteration)
+        return iteration
+    return None
 
 
 def stamp() -> str:

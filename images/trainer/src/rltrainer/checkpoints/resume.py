@@ -16,6 +16,7 @@ from .local import (
     quarantine_above_tracker,
     quarantine_local,
     read_tracker,
+    rebuild_tracker,
     write_tracker,
 )
 from .manifest import CorruptCheckpoint, IncompleteCheckpoint, ManifestError
@@ -51,7 +52,9 @@ def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO 
                    retention: Retention | None = None) -> ResumeResult:
     """Make ``local_dir`` hold the newest complete checkpoint before training starts.
 
-    0. Saves above the tracker (torn by the stop) are moved to ``_quarantine/``.
+    0. A missing, empty or unreadable tracker is pointed at the newest whole local save
+       (``rebuild_tracker``); then saves above the tracker (torn by the stop) are moved to
+       ``_quarantine/``.
     1. A local save the tracker points at is complete if it passes ``check_local_save``
        (an unfinished one -- e.g. the cursor not written yet -- is moved aside too); if S3
        lacks it (the previous pod died mid-upload), upload it now.
@@ -66,6 +69,7 @@ def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO 
     out = log or sys.stderr
     root = Path(local_dir)
     root.mkdir(parents=True, exist_ok=True)
+    rebuild_tracker(root, require_data_cursor=store.require_data_cursor, log=out)
     quarantine_above_tracker(root, out)
     if retention is not None:
         retention.bound_quarantine(root, out)
