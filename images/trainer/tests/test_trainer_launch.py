@@ -631,6 +631,65 @@ def test_filesystem_type_takes_the_longest_mount_and_the_nearest_existing_parent
     assert shared_storage_problem(parse_run_config(single), "/no/such/mounts") is None  # one node needs no sharing
 
 
+def staging_config(tmp_path: Path):
+    data = yaml.safe_load(QWEN.read_text())
+    data["checkpoint"]["local_dir"] = str(tmp_path / "ckpt")
+    data["model"]["hf_checkpoint"] = "s3://my-bucket/models/tiny/"
+    data["data"]["prompt_data"] = "s3://my-bucket/datasets/prompts.jsonl"
+    return parse_run_config(data)
+
+
+def staged_files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_staged_input_replaced_in_s3_by_one_of_the_same_size_is_downloaded_again(tmp_path: Path, aws):
+    """Before: a staged file counted as current when its size equalled the object's, so a
+    corrected prompt file or weights of the same shape under the same prefix were never fetched."""
+    from ckpt_helpers import HookedClient
+    from rltrainer.launch import stage_inputs
+
+    s3 = aws
+    s3.put_object(Bucket="my-bucket", Key="models/tiny/config.json", Body=b'{"model_type": "qwen3_moe"}')
+    s3.put_object(Bucket="my-bucket", Key="models/tiny/model.safetensors", Body=b"w" * 5000)
+    s3.put_object(Bucket="my-bucket", Key="datasets/prompts.jsonl", Body=b'{"prompt": "1+1", "label": "3"}\n')
+    cfg = staging_config(tmp_path)
+    hf, data = stage_inputs(cfg, client=s3, log=io.StringIO())
+    assert Path(data).read_bytes() == b'{"prompt": "1+1", "label": "3"}\n'
+
+    s3.put_object(Bucket="my-bucket", Key="models/tiny/model.safetensors", Body=b"v" * 5000)
+    s3.put_object(Bucket="my-bucket", Key="datasets/prompts.jsonl", Body=b'{"prompt": "1+1", "label": "2"}\n')
+    calls = HookedClient(s3)
+    assert stage_inputs(cfg, client=calls, log=io.StringIO()) == (hf, data)
+    assert Path(data).read_bytes() == b'{"prompt": "1+1", "label": "2"}\n'
+    assert staged_files(Path(hf)) == {"config.json": b'{"model_type": "qwen3_moe"}', "model.safetensors": b"v" * 5000}
+    assert calls.calls.count("download_file") == 2, "config.json did not change: not downloaded again"
+
+    calls = HookedClient(s3)
+    stage_inputs(cfg, client=calls, log=io.StringIO())
+    assert calls.calls.count("download_file") == 0, "nothing changed"
+
+
+def test_staged_model_files_the_prefix_no_longer_holds_are_removed(tmp_path: Path, aws):
+    """A model prefix repointed to other weights: a shard left from the old ones must not be read."""
+    from rltrainer.launch import stage_inputs
+
+    s3 = aws
+    for name in ("config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        s3.put_object(Bucket="my-bucket", Key=f"models/tiny/{name}", Body=name.encode())
+    s3.put_object(Bucket="my-bucket", Key="datasets/prompts.jsonl", Body=b"{}\n")
+    cfg = staging_config(tmp_path)
+    hf, _data = stage_inputs(cfg, client=s3, log=io.StringIO())
+    s3.delete_object(Bucket="my-bucket", Key="models/tiny/model-00001-of-00002.safetensors")
+    s3.delete_object(Bucket="my-bucket", Key="models/tiny/model-00002-of-00002.safetensors")
+    s3.put_object(Bucket="my-bucket", Key="models/tiny/sub/model.safetensors", Body=b"one shard")
+    log = io.StringIO()
+    stage_inputs(cfg, client=s3, log=log)
+    assert staged_files(Path(hf)) == {"config.json": b"config.json", "sub/model.safetensors": b"one shard"}
+    assert (f"rltrainer: removed 2 staged file(s) that s3://my-bucket/models/tiny/ no longer holds, e.g. "
+            f"{hf}/model-00001-of-00002.safetensors") in log.getvalue()
+
+
 def test_a_missing_bucket_stops_before_training(tmp_path: Path, aws):
     data = yaml.safe_load(QWEN.read_text())
     data["checkpoint"]["local_dir"] = str(tmp_path / "ckpt")
