@@ -234,6 +234,26 @@ def test_a_malformed_manifest_falls_back_to_the_previous_checkpoint(s3, tmp_path
     assert store_for(s3).list_complete() == [10]
 
 
+def test_a_save_of_a_newer_manifest_format_stops_the_resume_and_is_never_quarantined(s3, tmp_path: Path):
+    """Before: a manifest a newer image wrote (a format this image does not know, with keys it does
+    not know) was "malformed": quarantined for good, so the newer image, once back, could not resume
+    from its own save either, and this one trained on from the save before it."""
+    from rltrainer.checkpoints import NewerManifestFormat
+
+    _two_checkpoints(s3, tmp_path)
+    key = PREFIX + "iter_0000020/_COMPLETE.json"
+    body = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(
+        {**body, "format": "rltrainer.checkpoint/v4", "writer": "rltrainer 0.2"}).encode())
+    for resume in (lambda: restored(s3, tmp_path, "fresh"), lambda: store_for(s3).newest_complete()):
+        with pytest.raises(NewerManifestFormat) as err:
+            resume()
+        assert "format 'rltrainer.checkpoint/v4' was written by a newer rltrainer than this image's, " \
+               "which reads up to 'rltrainer.checkpoint/v3'; the save is neither restored nor quarantined" \
+               in str(err.value)
+        assert store_for(s3).list_complete() == [10, 20]  # no quarantine marker
+
+
 @pytest.mark.parametrize("case", sorted(set(MALFORMED) - {"iteration mismatch"}))
 def test_every_malformed_manifest_is_a_manifest_error_never_a_crash(case: str):
     """Before (v1 schema, sha256 for crc32): 3 raised AttributeError/TypeError, 1 KeyError, 1 RecursionError,

@@ -26,6 +26,21 @@ class ManifestError(ValueError):
     """A manifest that does not follow the schema; the checkpoint is not restorable."""
 
 
+class NewerManifestFormat(ManifestError):
+    """A manifest of a format newer than this rltrainer reads: written by a newer image. The save may
+    be whole, so it is neither restored nor quarantined (a quarantine marker is permanent, and would
+    also hide the save from the image that wrote it)."""
+
+
+# "rltrainer.checkpoint/v<N>": the formats are numbered, so a larger N is a newer writer's.
+_FORMAT_NUMBER = re.compile(r"rltrainer\.checkpoint/v(\d+)")
+
+
+def _format_number(fmt: object) -> int | None:
+    m = _FORMAT_NUMBER.fullmatch(fmt) if isinstance(fmt, str) else None
+    return int(m.group(1)) if m else None
+
+
 class CorruptCheckpoint(IOError):
     """A file of a complete checkpoint is missing from S3 or does not match its manifest."""
 
@@ -118,6 +133,13 @@ class Manifest:
             raise ManifestError(f"{where}: not JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
         if not isinstance(body, dict):
             raise ManifestError(f"{where}: must be a JSON object, got {type(body).__name__}")
+        newest = _format_number(VERSIONED_MANIFEST_FORMAT)
+        if (_format_number(body.get("format")) or 0) > newest:
+            raise NewerManifestFormat(
+                f"{where}: format {body['format']!r} was written by a newer rltrainer than this image's, "
+                f"which reads up to {VERSIONED_MANIFEST_FORMAT!r}; the save is neither restored nor "
+                "quarantined. Run the image that wrote it (or a newer one), or move that save aside by "
+                "hand if this run must start from an older one")
         missing = sorted(_TOP_REQUIRED - body.keys())
         unknown = sorted(body.keys() - _TOP_REQUIRED - _TOP_OPTIONAL)
         if missing or unknown:

@@ -19,7 +19,7 @@ from .local import (
     rebuild_tracker,
     write_tracker,
 )
-from .manifest import CorruptCheckpoint, IncompleteCheckpoint, ManifestError
+from .manifest import CorruptCheckpoint, IncompleteCheckpoint, ManifestError, NewerManifestFormat
 from .retention import Retention
 from .store import S3CheckpointStore
 
@@ -112,6 +112,8 @@ def _resume(store: S3CheckpointStore, root: Path, out: TextIO) -> ResumeResult:
             manifest = store.read_manifest(iteration)
             print(f"rltrainer: restoring {iter_dirname(iteration)} from {store.uri}", file=out)
             store.restore(manifest, root)
+        except NewerManifestFormat:
+            raise  # a newer image's save: never quarantined (the launcher stops, naming it)
         except (ManifestError, CorruptCheckpoint) as exc:
             store.quarantine(iteration, f"{type(exc).__name__}: {exc}")
             print(f"rltrainer: {iter_dirname(iteration)} in S3 is bad ({exc}); falling back to the next-newest "

@@ -15,7 +15,15 @@ from ..contract import parse_s3_uri
 from .layout import (CHECKSUM_ALGORITHM, ITER_DIR, MANIFEST_NAME, MARKER_KEY, QUARANTINE_MARKER, STAGING_DIR,
                      iter_dirname, rollout_state_relpath)
 from .local import check_local_save, stamp, write_tracker
-from .manifest import CorruptCheckpoint, FileEntry, IncompleteCheckpoint, Manifest, ManifestError, entry_matches
+from .manifest import (
+    CorruptCheckpoint,
+    FileEntry,
+    IncompleteCheckpoint,
+    Manifest,
+    ManifestError,
+    NewerManifestFormat,
+    entry_matches,
+)
 from .progress import Progress
 from .retry import RetryPolicy
 
@@ -149,6 +157,8 @@ class S3CheckpointStore:
         for iteration in reversed(self.list_complete()):
             try:
                 return self.read_manifest(iteration)
+            except NewerManifestFormat:
+                raise  # a newer image's save: never quarantined
             except ManifestError as exc:
                 self.quarantine(iteration, f"malformed manifest: {exc}")
         return None
