@@ -224,6 +224,48 @@ def test_a_part_s3transfer_gave_up_on_is_retried_and_the_restore_goes_on(s3, tmp
         assert (tmp_path / "dst" / rel).read_bytes() == data
 
 
+class BodyCutShort:
+    """Delegates to an S3 client; the first ``times`` GetObject bodies break while being read, as
+    botocore's StreamingBody does on a dropped connection (ResponseStreamingError) or a short body
+    (IncompleteReadError)."""
+
+    def __init__(self, client, error: Exception, times: int = 1):
+        self.client, self.error, self.left = client, error, times
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def get_object(self, **kwargs):
+        response = self.client.get_object(**kwargs)
+        if self.left > 0:
+            self.left -= 1
+            error = self.error
+
+            class Broken:
+                def read(self, *_a):
+                    raise error
+            response["Body"] = Broken()
+        return response
+
+
+@pytest.mark.parametrize("error", ["ResponseStreamingError", "IncompleteReadError"])
+def test_a_manifest_read_cut_short_is_retried(s3, tmp_path: Path, error: str):
+    """Before: a body cut short while reading a manifest was not retryable, and one dropped
+    connection ended the resume (EXIT_PREPARE; KubeRay then started a fresh GPU cluster)."""
+    from botocore import exceptions
+
+    src = tmp_path / "src"
+    fake_save(src, 20)
+    store_for(s3).upload(src, 20)
+    broken = {"ResponseStreamingError": exceptions.ResponseStreamingError(error="Connection broken"),
+              "IncompleteReadError": exceptions.IncompleteReadError(actual_bytes=3, expected_bytes=900)}[error]
+    sleeps = Sleeps()
+    store = S3CheckpointStore(URI, client=BodyCutShort(s3, broken), retry=RetryPolicy(sleep=sleeps, log=io.StringIO()),
+                              progress_stream=io.StringIO())
+    assert store.read_manifest(20).iteration == 20
+    assert sleeps == [1.0]
+
+
 def test_a_restore_that_fails_keeps_its_verified_files_for_the_next_attempt(s3, tmp_path: Path):
     """Before: restore's ``finally`` deleted the staging directory, so after S3 reads failed for
     good on the last file, the next attempt (KubeRay's retry) downloaded the whole save again."""

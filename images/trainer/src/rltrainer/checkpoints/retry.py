@@ -53,12 +53,17 @@ def is_retryable(exc: BaseException) -> bool:
         ConnectionClosedError,
         ConnectTimeoutError,
         EndpointConnectionError,
+        IncompleteReadError,
         ReadTimeoutError,
+        ResponseStreamingError,
     )
     from s3transfer.exceptions import RetriesExceededError as TransferRetriesExceededError
 
     for e in _error_chain(exc):
-        if isinstance(e, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError, ConnectTimeoutError)):
+        if isinstance(e, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError, ConnectTimeoutError,
+                          # a response body cut short while read (botocore StreamingBody.read): a
+                          # dropped connection or fewer bytes than Content-Length
+                          ResponseStreamingError, IncompleteReadError)):
             return True
         if isinstance(e, (RetriesExceededError, TransferRetriesExceededError)):
             # s3transfer retries a GET only on read timeouts, dropped connections and cut-short
