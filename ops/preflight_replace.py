@@ -165,10 +165,7 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
         return None
     stack = names.gpu_stack_name(cfg.name, group_name)
     subject = f"gpu_node_groups.{group_name} ({stack})"
-    found = _read_stack(PLACEMENT_GROUP_KEPT, subject, stack,
-                        lambda: clients.cloudformation.describe_stack_resources(StackName=stack)[
-                            "StackResources"],
-                        "the placement group", "cloudformation:DescribeStackResources")
+    found = _stack_resources(clients, PLACEMENT_GROUP_KEPT, subject, stack, "the placement group")
     if isinstance(found, Check):
         return found
     pg = next((r["PhysicalResourceId"] for r in found
@@ -196,6 +193,15 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
         f"{'; '.join(changes)}), and EKS then replaces every node of the group in a rolling update",
         "deploy when no job runs on the group (rlkit status), or keep the tags and "
         "cost_guard.ttl_hours as they were")
+
+
+def _stack_resources(clients: AwsClients, check: str, subject: str, stack: str,
+                     creates: str) -> list[dict] | Check:
+    """The deployed resources of ``stack``, or the verdict that ends the check (``_read_stack``)."""
+    return _read_stack(check, subject, stack,
+                       lambda: clients.cloudformation.describe_stack_resources(StackName=stack)[
+                           "StackResources"],
+                       creates, "cloudformation:DescribeStackResources")
 
 
 def _deployed_template(clients: AwsClients, check: str, subject: str, stack: str,
@@ -319,10 +325,7 @@ def check_ami_release(clients: AwsClients, cfg: KitConfig, stack: str, nodes: st
     if wanted is None:
         return None
     subject = f"node_ami_release_version ({stack})"
-    found = _read_stack(AMI_RELEASE, subject, stack,
-                        lambda: clients.cloudformation.describe_stack_resources(StackName=stack)[
-                            "StackResources"],
-                        "the node group", "cloudformation:DescribeStackResources")
+    found = _stack_resources(clients, AMI_RELEASE, subject, stack, "the node group")
     if isinstance(found, Check):
         return found
     # A node group's physical ID is <cluster>/<node group> (CDK's Nodegroup splits its Ref so)
