@@ -203,6 +203,17 @@ def extra_env_problems(profile: EfaEnvProfile, extra: Mapping[str, str]) -> list
         if not name or "=" in name:
             problems.append(RenderProblem(subject, "not a valid environment variable name",
                                           "use a name without '=' such as MY_SETTING"))
+        elif "$" in value or "`" in value:
+            # KubeRay v1.7.0 passes the run's env to `ray job submit --runtime-env-json` inside a
+            # double-quoted string (common/job.go:177, strconv.Quote) of a `bash -ce` command
+            # (utils/util.go:1005-1012): the submitter's shell would expand it (an empty ${VAR}, a
+            # `command` run on the system node) while the GPU pods keep the literal value.
+            problems.append(RenderProblem(
+                subject,
+                "contains $ or `, which the job submitter's shell would expand before Ray sees "
+                "the value (KubeRay runs ray job submit through bash), so Ray's workers and the "
+                "GPU pods would get different values",
+                "write the value out literally, without $ or `"))
         elif name == "RDMAV_FORK_SAFE" or name.startswith("RDMAV_"):
             problems.append(RenderProblem(
                 subject,

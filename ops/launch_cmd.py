@@ -53,8 +53,8 @@ from ops.gate import GateStateError, legacy_results, load_state, results_path
 from ops.gate.runner import POLL_FAILURES_TOLERATED
 from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector,
                       preview_cluster_check)
-from ops.launching import (choose_backend, describe_rayjob, finished, gate_image_verdict,
-                           gate_nodes_verdict, gate_verdict)
+from ops.launching import (NOT_RETRIED_REASONS, choose_backend, describe_rayjob, finished,
+                           gate_image_verdict, gate_nodes_verdict, gate_verdict, retrying)
 from ops.output import add_output_option, emit, wants_json
 from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
 
@@ -304,8 +304,18 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
         return 130
     _print_health(args, cfg, doc)
     st = doc.get("status", {})
-    if st.get("jobStatus") == "FAILED" or st.get("jobDeploymentStatus") in ("Failed",
-                                                                            "ValidationFailed"):
+    if retrying(doc):
+        print(f"An attempt failed; KubeRay is retrying it (failed attempts so far: "
+              f"{st.get('failed', '?')}, backoffLimit {doc.get('spec', {}).get('backoffLimit', '?')}). "
+              f"Its output: rlkit logs{flag}", file=sys.stderr)
+        return 0
+    if st.get("jobDeploymentStatus") in ("Failed", "ValidationFailed"):
+        why = NOT_RETRIED_REASONS.get(st.get("reason", ""))
+        if why:
+            print(f"The job failed and KubeRay will not retry it ({st['reason']}: {why}; KubeRay "
+                  f"retries no such failure, whatever backoffLimit says). Resume from its newest "
+                  f"save: rlkit launch --replace{flag}", file=sys.stderr)
+            return 1
         print(f"The job failed. Read its output: rlkit logs{flag}; Ray's view: "
               f"kubectl describe rayjob {job} -n {ns}", file=sys.stderr)
         return 1

@@ -13,8 +13,9 @@ from infra.config.ep_spans import ep_spans
 from ops.gate.record import instance_id, measurement_passed
 
 # KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
-TERMINAL_JOB_STATUS = {"SUCCEEDED", "FAILED", "STOPPED"}
-TERMINAL_DEPLOYMENT_STATUS = {"Complete", "Failed", "ValidationFailed"}
+# Deployment states KubeRay leaves a RayJob in when it is done with it (Suspended: stopped by the
+# user; `rlkit launch` resumes it).
+TERMINAL_DEPLOYMENT_STATUS = {"Complete", "Failed", "ValidationFailed", "Suspended"}
 
 
 def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path,
@@ -201,6 +202,26 @@ def describe_rayjob(doc: dict[str, Any]) -> str:
 
 
 def finished(doc: dict[str, Any]) -> bool:
+    """Whether KubeRay is done with the RayJob. Its deployment status decides: KubeRay v1.7.0 copies
+    the Ray job's status whatever the deployment's (rayjob_controller.go:353), so a failed attempt
+    reads jobStatus FAILED while it is being retried (deployment Running, then Retrying,
+    :452 and :555) until the retry resets it (:366-403)."""
+    return doc.get("status", {}).get("jobDeploymentStatus") in TERMINAL_DEPLOYMENT_STATUS
+
+
+def retrying(doc: dict[str, Any]) -> bool:
+    """A failed attempt that KubeRay retries (backoffLimit): not the job's end."""
     st = doc.get("status", {})
-    return (st.get("jobStatus") in TERMINAL_JOB_STATUS
-            or st.get("jobDeploymentStatus") in TERMINAL_DEPLOYMENT_STATUS)
+    return st.get("jobDeploymentStatus") == "Retrying" or (
+        st.get("jobStatus") == "FAILED" and not finished(doc))
+
+
+# Failure reasons KubeRay v1.7.0 never retries, whatever backoffLimit says
+# (rayjob_controller.go:543-552): a job past its activeDeadlineSeconds, and one whose Ray head did
+# not answer status checks for RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS (300 s by default,
+# utils/constant.go:289-290), as when the head's node is lost.
+NOT_RETRIED_REASONS = {
+    "DeadlineExceeded": "it ran past its activeDeadlineSeconds",
+    "JobStatusCheckTimeoutExceeded": "its Ray head did not answer KubeRay's status checks for 5 "
+                                     "minutes (the head's node lost or replaced?)",
+}

@@ -433,9 +433,11 @@ class TrainingConfig(_Model):
         default_factory=dict, description="Extra environment variables for trainer pods."
     )
     backoff_limit: int = Field(
-        2, description="Times KubeRay retries the RL job after a failed attempt (node loss, a "
-        "crash), each on a new Ray cluster that resumes from the last complete checkpoint. "
-        "KubeRay counts every failed attempt, whatever the exit code."
+        2, description="Times KubeRay retries the RL job after a failed attempt (a crash, a "
+        "worker node lost), each on a new Ray cluster that resumes from the last complete "
+        "checkpoint. KubeRay counts every failed attempt, whatever the exit code, but retries none "
+        "that failed because the Ray head stopped answering for 5 minutes (its node lost) or ran "
+        "past its deadline: rlkit status says so, and rlkit launch --replace resumes the run."
     )
     rollout_minutes: float = Field(
         10.0, description="Estimated wall time of one rollout (generation plus training step). On "

@@ -479,6 +479,39 @@ def test_status_watch_outlasts_a_missed_poll_and_a_stopped_job_is_not_a_success(
     assert "The job was stopped before it finished (jobStatus STOPPED)" in err
 
 
+def test_status_watch_goes_on_through_an_attempt_kuberay_retries(tmp_path, kubectl, capsys):
+    """Before: KubeRay v1.7.0 writes jobStatus FAILED while it retries an attempt (deployment Running,
+    then Retrying: rayjob_controller.go:353, :452, :555), and the watch ended there with exit 1,
+    "The job failed": a CI pipeline then tore down a run that was being retried."""
+    kubectl.rule(["get", "rayjob"], stdout_seq=[
+        rayjob(), rayjob("FAILED", "Running"), rayjob("FAILED", "Retrying", failed=1),
+        rayjob("", "Initializing", failed=1), rayjob("SUCCEEDED", "Complete", failed=1)])
+    assert run(tmp_path, "status", "--watch") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[1].strip() for line in out] == [
+        "jobDeploymentStatus Running", "jobDeploymentStatus Running", "jobDeploymentStatus Retrying",
+        "jobDeploymentStatus Initializing", "jobDeploymentStatus Complete"]
+
+
+def test_status_of_an_attempt_being_retried_is_not_a_failure(tmp_path, kubectl, capsys):
+    kubectl.rule(["get", "rayjob"], stdout=rayjob("FAILED", "Retrying", failed=1))
+    assert run(tmp_path, "status") == 0
+    assert ("An attempt failed; KubeRay is retrying it (failed attempts so far: 1, backoffLimit 2). "
+            "Its output: rlkit logs") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("reason", ["JobStatusCheckTimeoutExceeded", "DeadlineExceeded"])
+def test_a_failure_kuberay_never_retries_says_how_to_resume(tmp_path, kubectl, capsys, reason):
+    """A lost head node: KubeRay's status checks fail for 5 minutes, the RayJob fails with
+    JobStatusCheckTimeoutExceeded, and KubeRay v1.7.0 retries no such failure whatever backoffLimit
+    says (rayjob_controller.go:543-552). Before, status said only "The job failed"."""
+    kubectl.rule(["get", "rayjob"], stdout=rayjob("RUNNING", "Failed", reason=reason, failed=1))
+    assert run(tmp_path, "status") == 1
+    err = capsys.readouterr().err
+    assert f"The job failed and KubeRay will not retry it ({reason}: " in err
+    assert "Resume from its newest save: rlkit launch --replace" in err
+
+
 def test_status_watch_gives_up_after_five_missed_polls(tmp_path, kubectl, capsys):
     kubectl.rule(["get", "rayjob"], rc=1, stderr="Unable to connect to the server\n")
     assert run(tmp_path, "status", "--watch") == 2

@@ -237,10 +237,11 @@ def run(tmp_path, command, *flags):
     return args.func(args)
 
 
-def rayjob(status="RUNNING", deployment="Running"):
-    return json.dumps({"metadata": {"name": "qwen3-30b-a3b-grpo"},
+def rayjob(status="RUNNING", deployment="Running", **extra):
+    """A RayJob as kubectl prints it; ``extra`` adds status fields (reason, failed, ...)."""
+    return json.dumps({"metadata": {"name": "qwen3-30b-a3b-grpo"}, "spec": {"backoffLimit": 2},
                        "status": {"jobStatus": status, "jobDeploymentStatus": deployment,
-                                  "rayClusterName": "qwen3-30b-a3b-grpo-raycluster-x"}})
+                                  "rayClusterName": "qwen3-30b-a3b-grpo-raycluster-x", **extra}})
 
 
 def job_json(done: bool, failed: bool = False) -> str:

@@ -5,8 +5,10 @@ spec.backoffLimit + 1``, whatever the exit code, and it reads ``spec.backoffLimi
 attempt fails (ray-project/kuberay v1.7.0, 9c13e71, ray-operator/controllers/ray/
 rayjob_controller.go ``checkBackoffLimitAndUpdateStatusIfNeeded``). A configuration error fails
 the same way on every attempt, so before the launcher exits 2 it sets its own RayJob's
-``spec.backoffLimit`` to 0 through the Kubernetes API. Node loss and other failures keep the
-configured retries. A run stopped before its Capacity Block ends (``rltrainer.reservation``) uses
+``spec.backoffLimit`` to 0 through the Kubernetes API. Other failures keep the configured
+retries, except those KubeRay itself never retries (a Ray head unreachable for 5 minutes, as when
+its node is lost, or a deadline passed: ``JobStatusCheckTimeoutExceeded`` / ``DeadlineExceeded``,
+rayjob_controller.go:543-552; ``rlkit status`` names them). A run stopped before its Capacity Block ends (``rltrainer.reservation``) uses
 the same switch: a retry would wait for, or land on, capacity that is gone.
 
 The kit's manifests name the RayJob in ``RLTRAINER_RAYJOB`` (the RayJob's runtime env) and let
