@@ -61,7 +61,17 @@ class DataBucket(Construct):
                 s3.LifecycleRule(
                     id="expire-noncurrent-versions",
                     noncurrent_version_expiration=Duration.days(noncurrent_version_days),
+                    # Once a deleted key's versions have expired, its delete marker is all that is
+                    # left ("a delete marker with no noncurrent versions", S3 API
+                    # LifecycleExpiration.ExpiredObjectDeleteMarker): remove it, or every file of
+                    # every pruned save stays listed as a marker for good.
+                    expired_object_delete_marker=True,
                 ),
             ],
             removal_policy=removal_policy,
         )
+        # The policies CDK adds (TLS only; the log delivery grant) share their bucket's fate: a
+        # bucket kept after its stack is deleted would otherwise lose its TLS-only deny, and the
+        # log bucket its delivery grant (logging then stops without an error).
+        for bucket in (self.bucket, self.access_logs):
+            bucket.policy.apply_removal_policy(removal_policy)

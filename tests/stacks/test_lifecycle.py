@@ -73,3 +73,27 @@ def test_no_rule_expires_the_images_a_multi_arch_trainer_tag_lists(synth, exampl
     rules = json.loads(repo["Properties"].get("LifecyclePolicy", {}).get(
         "LifecyclePolicyText", '{"rules": []}'))["rules"]
     assert not [r for r in rules if r["selection"]["tagStatus"] in ("untagged", "any")], rules
+
+
+@pytest.mark.parametrize("example", ["default", "ci-ephemeral"])  # kept data, then destroyed data
+def test_a_bucket_policy_lives_exactly_as_long_as_its_bucket(synth, example):
+    """Before: the data and access-log buckets were retained but their policies were not, so a
+    data stack deleted around kept buckets left the checkpoint bucket without its TLS-only deny
+    and the log bucket without the log delivery grant (access logging then stopped silently)."""
+    template = synth(example).template("data")
+    policies = resources(template, "AWS::S3::BucketPolicy")
+    assert len(policies) == 2  # the data bucket and its access-log bucket
+    for pid, policy in policies.items():
+        bucket = template["Resources"][policy["Properties"]["Bucket"]["Ref"]]
+        assert _policy(policy) == _policy(bucket), pid
+
+
+def test_delete_markers_of_expired_versions_are_removed(synth):
+    """Pruned saves leave a delete marker per file once their versions expire; without
+    ExpiredObjectDeleteMarker they stayed for good (S3 API LifecycleExpiration)."""
+    template = synth("default").template("data")
+    (bucket,) = [b for b in resources(template, "AWS::S3::Bucket").values()
+                 if b["Properties"].get("VersioningConfiguration")]
+    rules = {r["Id"]: r for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"]}
+    assert rules["expire-noncurrent-versions"]["ExpiredObjectDeleteMarker"] is True
+    assert "NoncurrentVersionExpiration" in rules["expire-noncurrent-versions"]
