@@ -105,8 +105,8 @@ def add_run_source(parser: argparse.ArgumentParser) -> None:
                         help="where to render the manifests (default: out/<config name>)")
     parser.add_argument("--ep-backend", choices=EP_BACKENDS, default=None,
                         help="override training.expert_parallel.backend for this run")
-    add_dry_run(parser, "print the kubectl commands instead of running them; exit 1 when the "
-                "real command would refuse")
+    add_dry_run(parser, "print the kubectl commands instead of running them; when the real "
+                "command would refuse, exit as it would (1 or 2)")
 
 
 def add_validation_options(parser: argparse.ArgumentParser) -> None:
