@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write config.schema.json and docs/config-reference.md from the config model.
 
-    python scripts/gen_config_reference.py          # rewrite both files
-    python scripts/gen_config_reference.py --check  # exit 1 if either is out of date
+    .venv/bin/python scripts/gen_config_reference.py          # rewrite both files
+    .venv/bin/python scripts/gen_config_reference.py --check  # exit 1 if either is out of date
 
 tests/test_config_docs.py runs the check, so the reference never drifts from the model.
 """
@@ -77,7 +77,7 @@ def reference_markdown() -> str:
     lines = [
         "# Config reference",
         "",
-        "Generated from `infra/config/` by `python scripts/gen_config_reference.py`; do not edit.",
+        "Generated from `infra/config/` by `.venv/bin/python scripts/gen_config_reference.py`; do not edit.",
         "Editors can autocomplete config files with `config.schema.json` (for VS Code YAML: add",
         "`# yaml-language-server: $schema=../config.schema.json` at the top of a config).",
         "",
@@ -100,7 +100,7 @@ def main() -> int:
     if "--check" in sys.argv:
         stale = [p for p, text in wanted.items() if not p.is_file() or p.read_text() != text]
         for p in stale:
-            print(f"{p.relative_to(ROOT)} is out of date: run python scripts/gen_config_reference.py")
+            print(f"{p.relative_to(ROOT)} is out of date: run .venv/bin/python scripts/gen_config_reference.py")
         return 1 if stale else 0
     for p, text in wanted.items():
         p.write_text(text)
