@@ -4,7 +4,7 @@
     .venv/bin/python scripts/gen_config_reference.py          # rewrite both files
     .venv/bin/python scripts/gen_config_reference.py --check  # exit 1 if either is out of date
 
-tests/test_config_docs.py runs the check, so the reference never drifts from the model.
+tests/infra/test_config.py runs the check, so the reference never drifts from the model.
 """
 
 from __future__ import annotations
