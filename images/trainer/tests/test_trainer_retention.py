@@ -374,21 +374,57 @@ def test_restore_reads_the_versions_the_manifest_recorded(s3, tmp_path: Path):
     assert files_of(tmp_path / "fresh", 20) == first
 
 
-def test_a_recorded_version_that_is_gone_is_a_corrupt_checkpoint(s3, tmp_path: Path):
+def pinned_save(s3, tmp_path: Path):
+    """Iterations 10 and 20 uploaded to the versioned bucket; (source dir, iteration 20's first
+    file entry, whose version the manifest pins)."""
     s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
     store = store_for(s3)
     src = tmp_path / "src"
     make_save(src, 10, seed=1)
     store.upload(src, 10)
     make_save(src, 20, seed=2)
-    manifest = store.upload(src, 20).manifest
-    entry = manifest.files[0]
-    s3.delete_object(Bucket=BUCKET, Key=PREFIX + entry.path, VersionId=entry.version_id)
-    s3.put_object(Bucket=BUCKET, Key=PREFIX + entry.path, Body=(src / entry.path).read_bytes())  # same bytes, new version
+    return src, store.upload(src, 20).manifest.files[0]
+
+
+def test_a_pinned_version_the_lifecycle_expired_is_read_from_the_identical_current_object(s3, tmp_path: Path):
+    """Before: a second writer that passed its skip check before the manifest existed puts the
+    same file of the same save after it; the pinned version becomes noncurrent, the bucket's
+    lifecycle rule (NoncurrentVersionExpiration, storage.noncurrent_version_days) removes it 30
+    days later, and restore found it missing: CorruptCheckpoint, and the save was quarantined for
+    good although the current object holds the very bytes the manifest describes."""
+    src, entry = pinned_save(s3, tmp_path)
+    key = PREFIX + entry.path
+    s3.put_object(Bucket=BUCKET, Key=key, Body=(src / entry.path).read_bytes(), ChecksumAlgorithm="CRC32")
+    s3.delete_object(Bucket=BUCKET, Key=key, VersionId=entry.version_id)  # what the lifecycle does
     log = io.StringIO()
-    result = prepare_resume(store, tmp_path / "fresh", log=log)
+    result = prepare_resume(store_for(s3, log), tmp_path / "fresh", log=log)
+    assert (result.iteration, result.skipped) == (20, [])
+    assert files_of(tmp_path / "fresh", 20) == files_of(src, 20)
+    assert s3_keys(s3, "iter_0000020/_QUARANTINED.json") == []
+    assert (f"version {entry.version_id} of s3://{BUCKET}/{key} is gone; restoring the current object, "
+            "kept only if its size and checksum match the manifest") in log.getvalue()
+
+
+@pytest.mark.parametrize("current", ["other bytes", "none"])
+def test_a_recorded_version_that_is_gone_is_a_corrupt_checkpoint_unless_the_current_object_matches(
+        s3, tmp_path: Path, current: str):
+    """The current object stands in for a pinned version that is gone only when it is the same
+    file: another writer's bytes, or no object at all, leave the save corrupt, as before."""
+    src, entry = pinned_save(s3, tmp_path)
+    key = PREFIX + entry.path
+    s3.delete_object(Bucket=BUCKET, Key=key, VersionId=entry.version_id)
+    if current == "other bytes":
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"another writer's bytes")
+    log = io.StringIO()
+    result = prepare_resume(store_for(s3, log), tmp_path / "fresh", log=log)
     assert result.iteration == 10 and result.skipped == [20]
-    assert f"(version {entry.version_id}) is missing" in log.getvalue()
+    assert s3_keys(s3, "iter_0000020/_QUARANTINED.json") == ["iter_0000020/_QUARANTINED.json"]
+    if current == "none":
+        assert f"s3://{BUCKET}/{key} (version {entry.version_id}) is missing, and so is the current object" \
+            in log.getvalue()
+    else:
+        assert f"s3://{BUCKET}/{key} (the current object; version {entry.version_id} is gone) does not match " \
+            "its manifest" in log.getvalue()
 
 
 def test_an_unversioned_bucket_still_writes_v2_manifests(s3, tmp_path: Path):

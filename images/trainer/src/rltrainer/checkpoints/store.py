@@ -452,6 +452,8 @@ class S3CheckpointStore:
 
         key = self.key(entry.path)
         tmp.parent.mkdir(parents=True, exist_ok=True)
+        # exactly the version the manifest recorded (v3), not whatever the key holds now
+        version = entry.version_id
         for attempt_no in (1, 2):  # a mismatch may be a bad transfer: fetch once more before calling it corrupt
             got = [0]
 
@@ -462,26 +464,53 @@ class S3CheckpointStore:
             def attempt() -> None:
                 progress.rewind(got[0])
                 got[0] = 0
-                # exactly the version the manifest recorded (v3), not whatever the key holds now
-                extra = {"VersionId": entry.version_id} if entry.version_id else None
+                extra = {"VersionId": version} if version else None
                 self.client.download_file(self.bucket, key, str(tmp), ExtraArgs=extra, Callback=callback,
                                           Config=self.transfer_config)
 
             try:
                 self.retry.call(f"download s3://{self.bucket}/{key}", attempt)
             except ClientError as exc:
-                if _error_code(exc) in ("404", "NoSuchKey", "NotFound", "NoSuchVersion"):
-                    what = f" (version {entry.version_id})" if entry.version_id else ""
-                    raise CorruptCheckpoint(f"s3://{self.bucket}/{key}{what} is missing") from None
-                raise
+                if not _missing(exc):
+                    raise
+                if not version:
+                    gone = f" (version {entry.version_id}) is missing, and so is the current object" \
+                        if entry.version_id else " is missing"
+                    raise CorruptCheckpoint(f"s3://{self.bucket}/{key}{gone}") from None
+                # The pinned version is gone while the key may still hold the same file: a second
+                # writer's late put of it made the pinned version noncurrent, and the bucket's
+                # lifecycle rule (NoncurrentVersionExpiration, storage.noncurrent_version_days)
+                # removed it. The current object is taken only if it passes the same size and
+                # CRC32 check against the manifest entry as the pinned version would have.
+                self._log(f"version {version} of s3://{self.bucket}/{key} is gone; restoring the current object, "
+                          "kept only if its size and checksum match the manifest")
+                version = None
+                try:
+                    self.retry.call(f"download s3://{self.bucket}/{key}", attempt)
+                except ClientError as exc2:
+                    if _missing(exc2):
+                        raise CorruptCheckpoint(f"s3://{self.bucket}/{key} (version {entry.version_id}) is missing, "
+                                                "and so is the current object") from None
+                    raise
             if entry_matches(tmp, entry):
                 return
             progress.rewind(got[0])
         size = tmp.stat().st_size
         tmp.unlink(missing_ok=True)
+        what = f" (the current object; version {entry.version_id} is gone)" if entry.version_id and not version else ""
         raise CorruptCheckpoint(
-            f"s3://{self.bucket}/{key} does not match its manifest: size {size} (expected {entry.size}), "
+            f"s3://{self.bucket}/{key}{what} does not match its manifest: size {size} (expected {entry.size}), "
             f"{'sha256' if entry.sha256 else 'crc32'} differs")
+
+
+def _missing(exc: BaseException) -> bool:
+    """Whether a download failed because the object (or the version asked for) does not exist.
+    GetObject of a version that is gone answers 404 NoSuchVersion, of a key that is gone 404
+    NoSuchKey; boto3's download_file sends a HeadObject first, and a HEAD error has no body, so
+    only its status remains: "404" [S3 API reference via botocore's S3 model, HeadObject: "if the
+    HEAD request generates an error, it returns a generic code, such as ... 404 Not Found"]. moto
+    answers a HEAD of a version that is gone the same way (404)."""
+    return _error_code(exc) in ("404", "NoSuchKey", "NotFound", "NoSuchVersion")
 
 
 def _clear_staging(staging: Path, keep: set[str]) -> None:
