@@ -370,8 +370,9 @@ class CheckpointConfig(_Model):
         DEFAULT_KEEP_S3,
         description="Complete saves the launcher keeps in S3 (the newest ones); older ones are "
         "deleted there, manifest first (never one still on the shared file system, never the one "
-        "resumed from). 0 keeps every save. On the versioned bucket a deleted save's storage is "
-        "freed after storage.noncurrent_version_days.",
+        "resumed from). 0 keeps every save. On the versioned bucket every version of a deleted "
+        "save goes with it, so its storage is freed at once (not after "
+        "storage.noncurrent_version_days).",
     )
 
 

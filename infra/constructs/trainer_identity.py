@@ -31,20 +31,29 @@ class TrainerRole(Construct):
                                               service_account=names.TRAINER_SERVICE_ACCOUNT),
             description="RL trainer pods: checkpoints and datasets in the kit's bucket only",
         )
+        # ListBucketVersions: ListObjectVersions needs it [botocore's S3 model, ListObjectVersions:
+        # "you must have permission to perform the s3:ListBucketVersions action"]; a delete of a
+        # checkpoint lists every version under the save to remove them (rltrainer's store). Same
+        # bucket, same prefix condition (the store always passes a prefix); where the listing is
+        # refused anyway, the store deletes by key and says so.
         self.role.add_to_policy(iam.PolicyStatement(
             sid="ListOwnPrefixes",
-            actions=["s3:ListBucket"],
+            actions=["s3:ListBucket", "s3:ListBucketVersions"],
             resources=[bucket.bucket_arn],
             conditions={"StringLike": {"s3:prefix": [
                 names.CHECKPOINTS_PREFIX + "*", names.DATASETS_PREFIX + "*"]}},
         ))
         # GetObjectVersion: on the versioned bucket a save's manifest pins each object's version,
         # and restore downloads those versions; GetObject or HeadObject with a versionId needs it
-        # [S3 API reference, GetObject and HeadObject, "Permissions"].
+        # [S3 API reference, GetObject and HeadObject, "Permissions"]. DeleteObjectVersion: on the
+        # versioned bucket a delete without a versionId only adds a delete marker, so a pruned save
+        # (training.checkpoint.keep_s3) is deleted version by version, which needs it [botocore's
+        # S3 model, DeleteObjects, "Permissions": "To delete a specific version of an object from
+        # a versioning-enabled bucket, you must specify the s3:DeleteObjectVersion permission"].
         self.role.add_to_policy(iam.PolicyStatement(
             sid="ReadWriteCheckpoints",
             actions=["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject",
-                     "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+                     "s3:DeleteObjectVersion", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
             resources=[bucket.arn_for_objects(names.CHECKPOINTS_PREFIX + "*")],
         ))
         self.role.add_to_policy(iam.PolicyStatement(

@@ -366,9 +366,13 @@ def test_pod_identity_role_names_only_its_bucket_prefixes(synth):
     # Before: no s3:GetObjectVersion, and the bucket is versioned, so restoring a save (its
     # manifest pins each object's version; the download passes VersionId) was refused: every
     # resume from S3 on the kit's own stack failed.
+    # Before: no s3:DeleteObjectVersion nor s3:ListBucketVersions, so a save that keep_s3 pruned
+    # from the versioned bucket only got delete markers and stayed stored for
+    # storage.noncurrent_version_days; the store now lists and deletes every version of it.
     assert sorted(_list(by_sid["ReadWriteCheckpoints"]["Action"])) == [
-        "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:GetObjectVersion",
-        "s3:ListMultipartUploadParts", "s3:PutObject"]
+        "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:GetObject",
+        "s3:GetObjectVersion", "s3:ListMultipartUploadParts", "s3:PutObject"]
+    assert sorted(_list(by_sid["ListOwnPrefixes"]["Action"])) == ["s3:ListBucket", "s3:ListBucketVersions"]
     assert by_sid["ListOwnPrefixes"]["Condition"] == {"StringLike": {"s3:prefix": [
         "checkpoints/*", "datasets/*"]}}
     kms = [st for st in statements if any(a.startswith("kms:") for a in _list(st["Action"]))]

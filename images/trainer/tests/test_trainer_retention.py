@@ -218,6 +218,111 @@ def test_a_delete_cut_short_is_finished_at_the_next_resume_and_uploads_are_left_
     assert iterations_in_s3(s3) == [7, 20, 30, 40]
 
 
+def versions_of(client, iteration: int) -> dict[str, list]:
+    """What the bucket stores of ``iteration`` (its directory and its data cursor), noncurrent
+    versions and delete markers included: {"Versions": [(key, size)], "DeleteMarkers": [key]}."""
+    out: dict[str, list] = {"Versions": [], "DeleteMarkers": []}
+    for prefix in (f"{PREFIX}iter_{iteration:07d}/", f"{PREFIX}rollout/global_dataset_state_dict_{iteration}.pt"):
+        for page in client.get_paginator("list_object_versions").paginate(Bucket=BUCKET, Prefix=prefix):
+            out["Versions"] += [(v["Key"][len(PREFIX):], v["Size"]) for v in page.get("Versions", [])]
+            out["DeleteMarkers"] += [v["Key"][len(PREFIX):] for v in page.get("DeleteMarkers", [])]
+    return out
+
+
+def versioned_saves(s3, tmp_path: Path, iterations=(10, 20, 30)) -> Path:
+    """Saves uploaded to the versioned bucket (as the kit's is), where a second writer put one
+    file and the data cursor of the first save again after its manifest (new versions, the
+    pinned ones now noncurrent). Returns the local directory of the saves."""
+    s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    src, store = tmp_path / "src", store_for(s3)
+    for it in iterations:
+        make_save(src, it, seed=it)
+        store.upload(src, it)
+    first = iterations[0]
+    for rel in (f"iter_{first:07d}/common.pt", f"rollout/global_dataset_state_dict_{first}.pt"):
+        s3.put_object(Bucket=BUCKET, Key=PREFIX + rel, Body=(src / rel).read_bytes())
+    return src
+
+
+def test_keep_s3_on_a_versioned_bucket_deletes_every_version_of_a_pruned_save(s3, tmp_path: Path):
+    """Before: the delete named no VersionId, so on the kit's versioned bucket it only added delete
+    markers and every byte of a pruned save stayed stored, and billed, until the lifecycle's
+    NoncurrentVersionExpiration (storage.noncurrent_version_days, 30): a week of hourly Qwen3-30B
+    saves (~400 GiB each) with keep_s3: 2 still held ~65 TiB. Now the versions go with the save,
+    the pinned ones, a second writer's and the delete markers alike; the kept saves are untouched."""
+    src = versioned_saves(s3, tmp_path)
+    kept = {it: versions_of(s3, it) for it in (20, 30)}
+    assert len(versions_of(s3, 10)["Versions"]) == len(files_of(src, 10)) + 1 + 2  # the manifest, two rewrites
+    log = io.StringIO()
+    assert Retention(keep_s3=2).prune_s3(store_for(s3), [10, 20, 30], tmp_path / "empty", log=log) == [10]
+    assert versions_of(s3, 10) == {"Versions": [], "DeleteMarkers": []}
+    assert {it: versions_of(s3, it) for it in (20, 30)} == kept
+    assert store_for(s3).list_complete() == [20, 30]
+    result = prepare_resume(store_for(s3), tmp_path / "fresh", log=io.StringIO())
+    assert result.iteration == 30 and files_of(tmp_path / "fresh", 30) == files_of(src, 30)
+
+
+@pytest.mark.parametrize("crash_at", range(1, 7))
+def test_a_versioned_delete_cut_short_anywhere_never_shows_the_save_and_the_next_resume_frees_it(
+        s3, tmp_path: Path, monkeypatch, crash_at: int):
+    """Killed before any of the DeleteObjects requests of a versioned delete (two versions a
+    request here, so there are several): the pruned save is never complete again for a reader
+    (its manifest's delete marker goes last), and what is left is either an orphan the next resume
+    deletes whole, every version of it, or delete markers alone (no bytes)."""
+    from rltrainer.checkpoints import store as store_module
+
+    monkeypatch.setattr(store_module, "DELETE_BATCH", 2, raising=False)
+    src = versioned_saves(s3, tmp_path)
+    requests = []
+
+    def die(name, _n, _kw):
+        if name == "delete_objects":
+            requests.append(name)
+            if len(requests) == crash_at:
+                raise Crash(f"killed before DeleteObjects request {crash_at}")
+
+    # 3 noncurrent versions (the manifest, common.pt and the cursor as the upload wrote them),
+    # 5 current ones, 1 delete marker (the manifest's): 2 + 3 + 1 requests
+    with pytest.raises(Crash):
+        Retention(keep_s3=2).prune_s3(store_for(HookedClient(s3, before=die)), [10, 20, 30], tmp_path / "empty",
+                                      log=io.StringIO())
+    store = store_for(s3)
+    assert store.list_complete() == [20, 30]
+    with pytest.raises(s3.exceptions.ClientError):
+        s3.head_object(Bucket=BUCKET, Key=PREFIX + "iter_0000010/_COMPLETE.json")
+    log = io.StringIO()
+    result = prepare_resume(store, tmp_path / "fresh", log=log, retention=Retention(keep_local=1, keep_s3=2))
+    assert result.iteration == 30 and files_of(tmp_path / "fresh", 30) == files_of(src, 30)
+    # a kill among the markers may leave the manifest's delete marker, which stores no bytes
+    # (moto 5.2.5 lists a directory holding only delete markers as a CommonPrefix, so here the
+    # next resume takes it for an orphan and deletes that too)
+    left = versions_of(s3, 10)
+    assert left["Versions"] == [], log.getvalue()
+    assert set(left["DeleteMarkers"]) <= ({"iter_0000010/_COMPLETE.json"} if crash_at == 6 else set()), left
+    assert store.list_complete() == [20, 30]
+
+
+def test_without_permission_to_list_versions_a_delete_goes_by_key_as_before(s3, tmp_path: Path):
+    """A role without s3:ListBucketVersions (a stack deployed before the trainer's role had it, or
+    a fork's): the pruned save still goes for every reader, by key, and the log says that its
+    bytes stay until the lifecycle expires them, instead of the resume failing."""
+    from botocore.exceptions import ClientError
+
+    versioned_saves(s3, tmp_path)
+
+    def refuse(name, _n, _kw):
+        if name == "list_object_versions":
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                               "ResponseMetadata": {"HTTPStatusCode": 403}}, "ListObjectVersions")
+
+    log = io.StringIO()
+    store = store_for(HookedClient(s3, before=refuse), log)
+    assert Retention(keep_s3=2).prune_s3(store, [10, 20, 30], tmp_path / "empty", log=log) == [10]
+    assert store_for(s3).list_complete() == [20, 30] and iterations_in_s3(s3) == [20, 30]
+    assert "s3:ListBucketVersions" in log.getvalue() and "deleting by key" in log.getvalue()
+    assert versions_of(s3, 10)["Versions"], "noncurrent versions stay for the lifecycle"
+
+
 # ------------------------------------------------------------------------ quarantine
 
 

@@ -253,6 +253,11 @@ def test_a_week_of_saves_stays_inside_the_file_system_and_always_resumes(s3, tmp
     assert left == {f"iter_{i:07d}" for i in whole[-KEEP_S3:]} | {"rollout"}
     assert sorted(store._objects_under(PREFIX + "rollout/")) == sorted(
         f"{PREFIX}rollout/global_dataset_state_dict_{i}.pt" for i in whole[-KEEP_S3:])
+    # nor stored: on the versioned bucket a delete names every version (before, each deleted save
+    # stayed stored and billed as noncurrent versions for storage.noncurrent_version_days)
+    stored = {v["Key"][len(PREFIX):] for page in s3.get_paginator("list_object_versions").paginate(
+        Bucket=BUCKET, Prefix=PREFIX) for v in page.get("Versions", [])}
+    assert stored == {rel for it in whole[-KEEP_S3:] for rel in (*save_files(it), f"iter_{it:07d}/_COMPLETE.json")}
     for it in whole[-KEEP_S3:]:
         manifest = store.read_manifest(it)
         assert manifest.format == VERSIONED_MANIFEST_FORMAT and all(f.version_id for f in manifest.files)

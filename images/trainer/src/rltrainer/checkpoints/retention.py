@@ -25,7 +25,9 @@ The policy, applied by the upload watcher after each scan and by the resume befo
   uploader uploads from there, and a local save is deleted only once S3 holds it) and never the
   one resumed from. A delete removes the manifest first, so a save is complete or gone; the
   objects of a delete cut short (no manifest, older than every save kept, not on the file system)
-  are deleted when the next pod resumes. Quarantined saves are left alone.
+  are deleted when the next pod resumes. On a versioned bucket every version goes
+  (``S3CheckpointStore.delete``): a delete marker alone would keep the bytes stored until the
+  bucket's lifecycle expires them. Quarantined saves are left alone.
 - Quarantine is bounded: at most ``keep_quarantined`` batches of torn saves stay (newest
   first), and fewer when the file system's free space is below what the next save needs (the
   size of the newest finished save): a torn save kept for inspection must never be what makes
