@@ -269,9 +269,9 @@ def test_a_versioned_delete_cut_short_anywhere_never_shows_the_save_and_the_next
     request here, so there are several): the pruned save is never complete again for a reader
     (its manifest's delete marker goes last), and what is left is either an orphan the next resume
     deletes whole, every version of it, or delete markers alone (no bytes)."""
-    from rltrainer.checkpoints import store as store_module
+    from rltrainer.checkpoints import s3_delete
 
-    monkeypatch.setattr(store_module, "DELETE_BATCH", 2, raising=False)
+    monkeypatch.setattr(s3_delete, "DELETE_BATCH", 2)
     src = versioned_saves(s3, tmp_path)
     requests = []
 
