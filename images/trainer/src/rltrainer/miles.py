@@ -359,7 +359,8 @@ def miles_train_args(
     a.add("--expert-model-parallel-size", t.ep)
     a.add("--expert-tensor-parallel-size", t.etp)
     # Activation recompute: the model arguments' own granularity, else parallel.training.recompute.
-    granularity = recompute_granularity(model_args) or (None if t.recompute == "none" else t.recompute)
+    chosen = recompute_granularity(model_args)
+    granularity = chosen or (None if t.recompute == "none" else t.recompute)
     if granularity == "full":
         # One layer at a time. Megatron-LM 37f9161 refuses any --recompute-method with selective
         # (arguments.py:963-966) and TransformerConfig any --recompute-num-layers
@@ -369,7 +370,7 @@ def miles_train_args(
         a.soft("--recompute-granularity", "full")
         a.soft("--recompute-method", "uniform")
         a.soft("--recompute-num-layers", "1")
-    elif granularity == "selective" and recompute_granularity(model_args) is None:
+    elif granularity == "selective" and chosen is None:
         a.add("--recompute-granularity", "selective")
         a.soft("--recompute-modules", *selective_recompute_modules(model_args))
     a.soft("--use-dynamic-batch-size")

@@ -422,30 +422,29 @@ class S3CheckpointStore(S3Deletion):
                 self.client.download_file(self.bucket, key, str(tmp), ExtraArgs=extra, Callback=callback,
                                           Config=self.transfer_config)
 
-            try:
-                self.retry.call(f"download s3://{self.bucket}/{key}", attempt)
-            except ClientError as exc:
-                if not _missing(exc):
-                    raise
-                if not version:
-                    gone = f" (version {entry.version_id}) is missing, and so is the current object" \
-                        if entry.version_id else " is missing"
-                    raise CorruptCheckpoint(f"s3://{self.bucket}/{key}{gone}") from None
-                # The pinned version is gone while the key may still hold the same file: a second
-                # writer's late put of it made the pinned version noncurrent, and the bucket's
-                # lifecycle rule (NoncurrentVersionExpiration, storage.noncurrent_version_days)
-                # removed it. The current object is taken only if it passes the same size and
-                # CRC32 check against the manifest entry as the pinned version would have.
-                self._log(f"version {version} of s3://{self.bucket}/{key} is gone; restoring the current object, "
-                          "kept only if its size and checksum match the manifest")
-                version = None
+            def fetch() -> None:
+                nonlocal version
                 try:
                     self.retry.call(f"download s3://{self.bucket}/{key}", attempt)
-                except ClientError as exc2:
-                    if _missing(exc2):
-                        raise CorruptCheckpoint(f"s3://{self.bucket}/{key} (version {entry.version_id}) is missing, "
-                                                "and so is the current object") from None
-                    raise
+                except ClientError as exc:
+                    if not _missing(exc):
+                        raise
+                    if not version:
+                        gone = f" (version {entry.version_id}) is missing, and so is the current object" \
+                            if entry.version_id else " is missing"
+                        raise CorruptCheckpoint(f"s3://{self.bucket}/{key}{gone}") from None
+                    # The pinned version is gone while the key may still hold the same file: a
+                    # second writer's late put of it made the pinned version noncurrent, and the
+                    # bucket's lifecycle rule (NoncurrentVersionExpiration,
+                    # storage.noncurrent_version_days) removed it. The current object is taken only
+                    # if it passes the same size and CRC32 check against the manifest entry as the
+                    # pinned version would have.
+                    self._log(f"version {version} of s3://{self.bucket}/{key} is gone; restoring the current "
+                              "object, kept only if its size and checksum match the manifest")
+                    version = None
+                    fetch()
+
+            fetch()
             if entry_matches(tmp, entry):
                 return
             progress.rewind(got[0])
