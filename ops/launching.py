@@ -13,8 +13,8 @@ from infra.config.ep_spans import ep_spans
 from ops.gate.record import instance_id, measurement_passed
 
 # KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
-# Deployment states KubeRay leaves a RayJob in when it is done with it (Suspended: stopped by the
-# user; `rlkit launch` resumes it).
+# Deployment states KubeRay leaves a RayJob in when it is done with it (Suspended: the user set
+# spec.suspend; nothing runs until it is unset).
 TERMINAL_DEPLOYMENT_STATUS = {"Complete", "Failed", "ValidationFailed", "Suspended"}
 
 
