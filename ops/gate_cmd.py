@@ -247,7 +247,8 @@ def _run(args: argparse.Namespace) -> int:
     jobs = [(j.key, j.name) for j in ctx.fabric]
     selector = gpu_group_selector(t.node_group)
     runner = GateRunner(kubectl, ctx.namespace, out, jobs, group.instance_type, t.nodes,
-                        args.timeout, args.poll, echo, node_selector=selector)
+                        args.timeout, args.poll, echo, node_selector=selector,
+                        shared_fs=ctx.shared_fs)
     echo(f"Fabric gate on {t.nodes} x {group.instance_type} ({t.node_group}), EP backend "
          f"{backend}: {', '.join(k for k, _ in jobs)}")
     unfinished = ""  # what gate.json says when the run is cut short (a dry run writes nothing)

@@ -46,7 +46,7 @@ from typing import Callable
 from infra import names
 from infra.config import ConfigError, KitConfig, training_ep_backend_problems
 from manifests import RenderError
-from manifests.render import RAYJOB_FILE, SHARED_FS_FILES, SUBMITTER_CONTAINER, plan_files
+from manifests.render import RAYJOB_FILE, SUBMITTER_CONTAINER, plan_files
 from ops import aws, observability, options, reservations
 from ops.config_source import announce
 from ops.gate import GateStateError, legacy_results, load_state, results_path
@@ -57,6 +57,7 @@ from ops.launching import (NOT_RETRIED_REASONS, choose_backend, describe_rayjob,
                            gate_image_verdict, gate_nodes_verdict, gate_verdict, retrying)
 from ops.output import add_output_option, emit, wants_json
 from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
+from ops.shared_volume import SharedVolumeConflict, ensure_shared_volume
 
 
 REPLACE_TIMEOUT_S = 600  # --replace: the old RayJob, its Ray cluster and its submitter Job
@@ -187,13 +188,16 @@ def _launch(args: argparse.Namespace) -> int:
             # the call's back. The old Ray cluster's GPU pods take a while to stop.
             k.delete([out / "rl-job"], timeout_s=REPLACE_TIMEOUT_S, cascade="foreground")
         k.apply([out / "00-namespace.yaml", out / "01-serviceaccount.yaml"])
-        if ctx.shared_fs is not None:  # the claim every pod of the job mounts, and its volume
-            k.apply([out / name for name in SHARED_FS_FILES])
+        # The claim every pod of the job mounts, and its volume: created once, then checked.
+        ensure_shared_volume(k, out, ctx.shared_fs, ns)
         # The RayJob only once everything it needs was accepted (run config, NetworkPolicy, retry
         # Role and binding, ComputeDomain): `kubectl apply` carries on past a refused object.
         k.apply([out / f.path for f in plan_files(ctx)
                  if f.path.startswith("rl-job/") and f.path != RAYJOB_FILE])
         k.apply([out / RAYJOB_FILE])
+    except SharedVolumeConflict as err:
+        print(f"Not launching: {err}", file=sys.stderr)
+        return 1
     except KubectlError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -15,12 +15,13 @@ from typing import Any, Callable
 import yaml
 
 from infra.catalog import INSTANCE_TYPES
+from manifests.context import SharedFs
 from ops.gate.findings import FAIL, Finding
 from ops.gate.judges import judge_allocatable, judge_nodecheck
-from manifests.render import SHARED_FS_FILES
 from ops.gate.bisect import subset_job
 from ops.gate.traffic import POD_LINE
 from ops.kube import Kubectl, KubectlError, objects_in
+from ops.shared_volume import ensure_shared_volume
 
 # Failed reads of a running job in a row that the wait rides out (polls apart) before it gives up.
 POLL_FAILURES_TOLERATED = 5
@@ -38,7 +39,7 @@ class GateRunner:
                  timeout_s: float, poll_s: float, echo: Callable[[str], None],
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic,
-                 node_selector: str | None = None):
+                 node_selector: str | None = None, shared_fs: SharedFs | None = None):
         self.k = kubectl
         self.ns = namespace
         self.out = out
@@ -51,6 +52,7 @@ class GateRunner:
         self.sleep = sleep
         self.clock = clock
         self.node_selector = node_selector
+        self.shared_fs = shared_fs  # the node check mounts it (it writes there)
         self.applied: list[Path] = []
         self.problems: list[Finding] = []
 
@@ -60,9 +62,8 @@ class GateRunner:
     def run(self) -> dict[str, str]:
         logs: dict[str, str] = {}
         try:
-            # The node check mounts the shared file system (it writes there): its PV and claim too.
-            self.k.apply([self.out / "00-namespace.yaml", self.out / "01-serviceaccount.yaml"]
-                         + [self.out / f for f in SHARED_FS_FILES if (self.out / f).is_file()])
+            self.k.apply([self.out / "00-namespace.yaml", self.out / "01-serviceaccount.yaml"])
+            ensure_shared_volume(self.k, self.out, self.shared_fs, self.ns, self.echo)
             for key, name in self.jobs:
                 directory = self.job_dir(key)
                 # A finished Job of an earlier run would not run again: remove it first.

@@ -391,7 +391,8 @@ def test_gate_runs_each_job_in_order_and_records_a_pass(tmp_path, kubectl, capsy
     out = capsys.readouterr().out
     assert code == 0, out
     applied = [c[c.index("-f") + 1] for c in kubectl.calls if c[0] == "apply"]
-    assert applied == [str(tmp_path / "out/00-namespace.yaml")] + [
+    assert applied == [str(tmp_path / "out/00-namespace.yaml"),
+                       str(tmp_path / "out/02-shared-fs-pv.yaml")] + [
         str(tmp_path / f"out/fabric/{k}") for k in ("nodecheck", "allreduce", "ep")]
     deletes = [c for c in kubectl.calls if c[0] == "delete"]
     assert len(deletes) == 6  # before (stale run) and after each job

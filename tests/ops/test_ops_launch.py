@@ -275,14 +275,18 @@ def test_launch_applies_namespace_shared_fs_claim_then_rayjob(tmp_path, kubectl,
     assert calls[1][:3] == ["get", "rayjob", "qwen3-30b-a3b-grpo"]
     assert calls[2] == ["apply", "-f", str(tmp_path / "out/00-namespace.yaml"), "-f",
                         str(tmp_path / "out/01-serviceaccount.yaml")]
-    assert calls[3] == ["apply", "-f", str(tmp_path / "out/02-shared-fs-pv.yaml"), "-f",
+    # the shared file system's volume and claim are read first: neither exists, both are created
+    assert calls[3] == ["get", "pv", "gt-shared-fs", "-o", "json", "--ignore-not-found"]
+    assert calls[4] == ["get", "pvc", "shared-fs", "-n", "rl-training", "-o", "json",
+                        "--ignore-not-found"]
+    assert calls[5] == ["apply", "-f", str(tmp_path / "out/02-shared-fs-pv.yaml"), "-f",
                         str(tmp_path / "out/03-shared-fs-pvc.yaml")]
-    assert calls[4] == ["apply", *(a for f in ("00-run-config", "01-disruption-budget",
+    assert calls[6] == ["apply", *(a for f in ("00-run-config", "01-disruption-budget",
                                                 "01-head-networkpolicy", "02-rayjob-retry-role",
                                                 "03-rayjob-retry-rolebinding")
                                    for a in ("-f", str(tmp_path / f"out/rl-job/{f}.yaml")))]
-    assert calls[5] == ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")]  # the RayJob last
-    assert len(calls) == 6
+    assert calls[7] == ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")]  # the RayJob last
+    assert len(calls) == 8
     assert "kind: RayJob" in (tmp_path / "out/rl-job/04-rayjob.yaml").read_text()
     assert "Launched RayJob qwen3-30b-a3b-grpo" in capsys.readouterr().out
 
@@ -402,7 +406,7 @@ def test_replace_deletes_the_old_rayjob_first(tmp_path, kubectl):
     kubectl.rule(["get", "rayjob"], stdout=rayjob())
     assert run(tmp_path, "launch", "--replace") == 0
     verbs = [c[0] for c in kubectl.calls]
-    assert verbs == ["get", "get", "delete", "apply", "apply", "apply", "apply"]
+    assert verbs == ["get", "get", "delete", "apply", "get", "get", "apply", "apply", "apply"]
     # foreground: the old RayJob's submitter Job (named like the new one, which KubeRay would
     # adopt) is gone before the new RayJob is applied
     [delete] = [c for c in kubectl.calls if c[0] == "delete"]
