@@ -41,6 +41,23 @@ class ExistingVpc(_Model):
     )
 
 
+class PodAddressesConfig(_Model):
+    """How many VPC addresses the VPC CNI keeps on each node, instead of its default spare
+    network interface with all its addresses (about 100 on a GPU node)."""
+
+    warm_ip_target: int = Field(
+        2, description="Free addresses kept ready on each node beyond those its pods use "
+        "(the VPC CNI's WARM_IP_TARGET); at least 1, or no address is ever added.")
+    minimum_ip_target: int = Field(
+        12, description="Addresses each node holds at least, from its start (MINIMUM_IP_TARGET): "
+        "a little more than the pods a node runs.")
+
+    def cni_env(self) -> dict[str, str]:
+        """The aws-node environment these settings become (strings, as the add-on takes them)."""
+        return {"WARM_IP_TARGET": str(self.warm_ip_target),
+                "MINIMUM_IP_TARGET": str(self.minimum_ip_target)}
+
+
 class VpcConfig(_Model):
     cidr: str = Field("10.0.0.0/16", description="CIDR of a new VPC (/16 to /18); fixed once "
                       "deployed. Each AZ's private subnet is an eighth of it (a /19 of a /16: 8,187 "
@@ -51,6 +68,11 @@ class VpcConfig(_Model):
         None, description="Import this VPC instead of creating one; cidr and nat_gateways are "
         "then ignored."
     )
+    pod_addresses: PodAddressesConfig | None = Field(
+        None, description="Set to hold a few addresses per node (the VPC CNI's WARM_IP_TARGET "
+        "and MINIMUM_IP_TARGET) instead of a spare network interface's worth: about 15 instead "
+        "of 100 on a GPU node, for many nodes in one AZ. Unset: the VPC CNI's defaults. Each "
+        "address then comes from an EC2 call when a pod needs it.")
 
 
 class EndpointAccessConfig(_Model):

@@ -297,6 +297,15 @@ def _validate_endpoint(cfg: KitConfig, add) -> None:
 
 def _validate_vpc(cfg: KitConfig, add) -> None:
     v = cfg.vpc
+    if (pods := v.pod_addresses) is not None:
+        # WARM_IP_TARGET 0 with a minimum set stops the CNI from adding any address past the
+        # floor (amazon-vpc-cni-k8s v1.23.0 README, MINIMUM_IP_TARGET note 2).
+        for key, value in (("warm_ip_target", pods.warm_ip_target),
+                           ("minimum_ip_target", pods.minimum_ip_target)):
+            if value < 1:
+                add(problem(f"vpc.pod_addresses.{key}", value, "must be at least 1",
+                            "use the defaults (warm_ip_target 2, minimum_ip_target 12) or remove "
+                            "vpc.pod_addresses"))
     if v.existing is None:
         if (prob := _cidr_problem("vpc.cidr", v.cidr)) is not None:
             add(prob)

@@ -16,6 +16,15 @@ from infra.config.model import KitConfig
 # Interfaces, with all their addresses, the VPC CNI holds on a node with a few pods: the one its
 # pods use and WARM_ENI_TARGET (default 1) spare ones [cni, infra/catalog/instances.py].
 VPC_CNI_INTERFACES_HELD = 2
+
+
+def pod_addresses_held(warm_ip_target: int, minimum_ip_target: int) -> int:
+    """Addresses a node holds under vpc.pod_addresses while its pods fit the floor: the floor,
+    the warm pool above it once pods fill it, and the network interface's own address (an
+    upper bound for a GPU node's few pods; amazon-vpc-cni-k8s v1.23.0 docs/eni-and-ip-target.md)."""
+    return minimum_ip_target + warm_ip_target + 1
+
+
 # Addresses AWS reserves in every subnet (the first four and the last).
 SUBNET_RESERVED_ADDRESSES = 5
 
@@ -85,12 +94,15 @@ def _subnet_address_warnings(cfg: KitConfig) -> list[str]:
         return 2 ** (32 - subnet_prefix) - SUBNET_RESERVED_ADDRESSES
 
     size = addresses(prefix)
+    pods = cfg.vpc.pod_addresses
     by_zone: dict[str, list[tuple[str, int, int]]] = {}
     for name, g in cfg.gpu_node_groups.items():
         itype = INSTANCE_TYPES.get(g.instance_type)
-        if itype is None or not (itype.ipv4_per_interface and itype.card0_interfaces):
+        if pods is None and (itype is None or not (itype.ipv4_per_interface
+                                                  and itype.card0_interfaces)):
             continue
-        held = min(VPC_CNI_INTERFACES_HELD, itype.card0_interfaces) * itype.ipv4_per_interface
+        held = (min(VPC_CNI_INTERFACES_HELD, itype.card0_interfaces) * itype.ipv4_per_interface
+                if pods is None else pod_addresses_held(pods.warm_ip_target, pods.minimum_ip_target))
         by_zone.setdefault(g.availability_zone, []).append((name, g.max_size, held))
     warnings = []
     for zone, groups in by_zone.items():
@@ -101,12 +113,18 @@ def _subnet_address_warnings(cfg: KitConfig) -> list[str]:
         larger = (f"use a larger vpc.cidr before the first deploy (a /{largest} gives each subnet "
                   f"{addresses(largest + PRIVATE_SUBNET_BITS):,} addresses), "
                   if vpc_prefix > largest else "")
+        why = ("the VPC CNI keeps a spare network interface with all its addresses on each node "
+               "(WARM_ENI_TARGET 1)" if pods is None else
+               f"each node holds its vpc.pod_addresses floor ({pods.minimum_ip_target}) and warm "
+               f"pool ({pods.warm_ip_target}) and its interface's own address")
+        fewer = ("" if pods is not None else
+                 f"set vpc.pod_addresses (warm_ip_target 2, minimum_ip_target 12: about "
+                 f"{pod_addresses_held(2, 12)} a node), ")
         warnings.append(
             f"the GPU nodes in {zone} can hold {need:,} VPC addresses at max_size ("
             + "; ".join(f"gpu_node_groups.{n}: {nodes} nodes x {held}" for n, nodes, held in groups)
-            + f"): the VPC CNI keeps a spare network interface with all its addresses on each node "
-            f"(WARM_ENI_TARGET 1), and the zone's private subnet (a /{prefix} of vpc.cidr "
+            + f"): {why}, and the zone's private subnet (a /{prefix} of vpc.cidr "
             f"{cfg.vpc.cidr}) has {size:,}. Pods on the nodes past that get no address and never "
-            f"start. Fix: {larger}lower the groups' max_size there, or import a VPC with larger "
-            "private subnets (vpc.existing).")
+            f"start. Fix: {fewer}{larger}lower the groups' max_size there, or import a VPC with "
+            "larger private subnets (vpc.existing).")
     return warnings

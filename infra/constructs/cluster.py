@@ -37,7 +37,8 @@ class KitCluster(Construct):
                  node_monitoring_agent: bool, gpu_tolerations: list[dict[str, str]],
                  kubectl_layer_factory, ami_release_version: str | None = None,
                  cluster_name: str | None = None,
-                 control_plane_logs: bool = True) -> None:
+                 control_plane_logs: bool = True,
+                 vpc_cni_env: dict[str, str] | None = None) -> None:
         super().__init__(scope, id)
         # The key lives as long as the secrets it protects: the cluster is always deleted with
         # its stack, so a kept key would only be a monthly charge and a teardown leftover. Deleting
@@ -126,7 +127,10 @@ class KitCluster(Construct):
 
         # The VPC CNI enforces Kubernetes NetworkPolicy (the Ray head's ingress policy) only when
         # asked to [EKS user guide, "Limit Pod traffic with Kubernetes network policies"].
-        addon_config = {"vpc-cni": {"enableNetworkPolicy": "true"}}
+        # ``vpc_cni_env``: the aws-node environment (vpc.pod_addresses), which the add-on's
+        # configuration takes under "env" (chart values.yaml `env`, amazon-vpc-cni-k8s v1.23.0).
+        addon_config = {"vpc-cni": {"enableNetworkPolicy": "true",
+                                    **({"env": vpc_cni_env} if vpc_cni_env else {})}}
         self.addons = {
             name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
                             addon_version=version, configuration_values=addon_config.get(name))

@@ -74,6 +74,15 @@ def test_all_problems_reported_at_once_with_exact_text():
     ]
 
 
+def test_pod_addresses_need_a_warm_pool_and_a_floor():
+    found = problems_of({"vpc": {"pod_addresses": {"warm_ip_target": 0, "minimum_ip_target": 0}},
+                         "gpu_node_groups": {"p5": group()}})
+    fix = ("Fix: use the defaults (warm_ip_target 2, minimum_ip_target 12) or remove "
+           "vpc.pod_addresses.")
+    assert found == [f"vpc.pod_addresses.warm_ip_target = 0: must be at least 1. {fix}",
+                     f"vpc.pod_addresses.minimum_ip_target = 0: must be at least 1. {fix}"]
+
+
 def test_az_outside_region():
     found = problems_of({"availability_zones": ["us-east-1a", "us-west-2b"],
                          "gpu_node_groups": {"p5": group()}})

@@ -46,7 +46,8 @@ def test_the_node_past_the_subnet_is_warned_about_with_the_numbers():
         "the GPU nodes in us-east-1a can hold 2,100 VPC addresses at max_size (gpu_node_groups.p5: "
         "21 nodes x 100): the VPC CNI keeps a spare network interface with all its addresses on each "
         "node (WARM_ENI_TARGET 1), and the zone's private subnet (a /21 of vpc.cidr 10.0.0.0/18) has "
-        "2,043. Pods on the nodes past that get no address and never start. Fix: use a larger "
+        "2,043. Pods on the nodes past that get no address and never start. Fix: set "
+        "vpc.pod_addresses (warm_ip_target 2, minimum_ip_target 12: about 15 a node), use a larger "
         "vpc.cidr before the first deploy (a /16 gives each subnet 8,187 addresses), lower the "
         "groups' max_size there, or import a VPC with larger private subnets (vpc.existing).")
 
@@ -62,9 +63,27 @@ def test_groups_of_one_zone_add_up_and_other_zones_do_not():
 
 def test_a_16_has_no_larger_cidr_to_offer_and_an_imported_vpc_is_not_judged():
     (warning,) = address_warnings(gpu_node_groups={"p5": group(max_size=82)})
-    assert "Fix: lower the groups' max_size there" in warning and "larger vpc.cidr" not in warning
+    assert "about 15 a node), lower the groups' max_size there" in warning
+    assert "larger vpc.cidr" not in warning
     existing = {"vpc_id": "vpc-0123456789abcdef0",
                 "private_subnet_ids": {"us-east-1a": "subnet-0123456789abcdef0",
                                        "us-east-1b": "subnet-0123456789abcdef1"}}
     assert address_warnings(vpc={"existing": existing},
                             gpu_node_groups={"p5": group(max_size=200)}) == []
+
+
+def test_pod_addresses_hold_a_floor_and_a_warm_pool_per_node():
+    """vpc.pod_addresses: the VPC CNI keeps MINIMUM_IP_TARGET addresses, WARM_IP_TARGET more once
+    pods fill them, plus the interface's own (amazon-vpc-cni-k8s v1.23.0
+    docs/eni-and-ip-target.md: a p3dn with 5/10 holds 10 secondary addresses at 0 pods, not 49)."""
+    few = {"cidr": "10.0.0.0/16", "pod_addresses": {}}
+    fleet = {name: group(max_size=200) for name in ("p5", "p5-b", "p5-c")}  # at most 256 a group
+    assert address_warnings(vpc=few, gpu_node_groups=dict(list(fleet.items())[:2])) == []
+    (warning,) = address_warnings(vpc=few, gpu_node_groups=fleet)
+    assert warning.startswith(
+        "the GPU nodes in us-east-1a can hold 9,000 VPC addresses at max_size (gpu_node_groups.p5: "
+        "200 nodes x 15; gpu_node_groups.p5-b: 200 nodes x 15; gpu_node_groups.p5-c: 200 nodes x "
+        "15): each node holds its vpc.pod_addresses floor (12) and warm pool (2) and its "
+        "interface's own address, and the zone's private subnet (a /19 of vpc.cidr 10.0.0.0/16) has "
+        "8,187.")
+    assert "set vpc.pod_addresses" not in warning  # already set: the other fixes remain

@@ -473,11 +473,17 @@ def test_pods_cannot_reach_imds_on_gpu_nodes(synth):
                                              "HttpTokens": "required"}
 
 
-def test_vpc_cni_enforces_network_policies(synth):
-    t = synth("default").template("cluster")
-    (cni,) = [r for r in resources(t, "AWS::EKS::Addon").values()
-              if r["Properties"]["AddonName"] == "vpc-cni"]
-    assert json.loads(cni["Properties"]["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+def test_vpc_cni_enforces_network_policies_and_takes_the_pod_address_targets(synth):
+    def cni_values(example):
+        t = synth(example).template("cluster")
+        (cni,) = [r for r in resources(t, "AWS::EKS::Addon").values()
+                  if r["Properties"]["AddonName"] == "vpc-cni"]
+        return json.loads(cni["Properties"]["ConfigurationValues"])
+
+    assert cni_values("default") == {"enableNetworkPolicy": "true"}
+    # vpc.pod_addresses becomes the aws-node environment, as strings (the add-on's "env" map)
+    assert cni_values("existing-vpc") == {"enableNetworkPolicy": "true", "env": {
+        "WARM_IP_TARGET": "2", "MINIMUM_IP_TARGET": "12"}}
 
 
 def test_a_user_tag_cannot_replace_the_environment_tag(synth_config):
