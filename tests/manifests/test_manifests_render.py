@@ -539,7 +539,7 @@ def test_run_config_follows_the_trainer_schema(name):
     assert run["checkpoint"] == {
         "s3_uri": f"s3://{PLACEHOLDER}/checkpoints/{t.run_name}/",
         "local_dir": f"/fsx/checkpoints/{t.run_name}", "save_interval": 20,
-        "keep_local": t.checkpoint.keep_local}
+        "keep_local": t.checkpoint.keep_local, "save_gib": SAVE_GIB[t.model]}
     assert run["data"] == {"prompt_data": f"/fsx/{t.prompt_data}",
                            "input_key": "prompt", "label_key": "label", "rm_type": t.reward_model}
     assert run["grpo"] == t.grpo.model_dump()
@@ -581,6 +581,32 @@ def test_s3_retention_reaches_the_trainer_and_its_rule_is_the_trainers():
     assert [str(p) for p in err.value.problems] == [
         "training.checkpoint.keep_s3 = -1: the trainer refuses it: must be >= 0. Fix: use a value of "
         "at least 0."]
+
+
+# One save of each catalog model, GiB rounded up: 14 bytes per trained parameter (BF16 weight, FP32
+# master weight, two FP32 Adam moments; infra/catalog/models.py checkpoint_bytes). Qwen3-30B-A3B's
+# 398.09 GiB is the "about 400 GiB" of docs/operations.md.
+SAVE_GIB = {"qwen3-30b-a3b": 399, "qwen3-235b-a22b": 3066}
+
+
+@pytest.mark.parametrize("model", sorted(SAVE_GIB))
+def test_one_saves_size_reaches_the_trainer_and_its_rule_is_the_trainers(model):
+    """checkpoint.save_gib: the kit writes the catalog model's save size (FP32 moments, as config
+    validation sizes the file system), the trainer's validator takes it, and a value it refuses is
+    reported on the kit's path for it (the model the size comes from)."""
+    from infra.config.trainer import _kit_path
+
+    cfg = parse_config({"training": {"model": model},
+                        "storage": {"shared_filesystem": {"capacity_gib": 7200}}})
+    doc = build_context(cfg, placeholder_outputs(cfg)).run_config
+    assert doc["checkpoint"]["save_gib"] == SAVE_GIB[model]
+    contract = _rltrainer().contract
+    assert contract.parse_run_config(doc).checkpoint.save_gib == SAVE_GIB[model]
+    doc["checkpoint"]["save_gib"] = 0
+    with pytest.raises(contract.ConfigError) as err:
+        contract.parse_run_config(doc)
+    assert [(p.path, _kit_path(p.path)) for p in err.value.problems] == [
+        ("checkpoint.save_gib", "training.model")]
 
 
 def test_prompt_data_key_outside_the_datasets_prefix_is_refused():

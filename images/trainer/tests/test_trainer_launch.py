@@ -712,6 +712,37 @@ def test_a_missing_bucket_stops_before_training(tmp_path: Path, aws):
     )
 
 
+def test_a_file_system_without_room_for_the_next_saves_exits_4_before_training(tmp_path: Path, aws, monkeypatch):
+    """Run B beside run A's kept save on the 1200 GiB file system: before, it trained, failed with
+    ENOSPC at its second save, and every retry did the same (rltrainer.checkpoints.space)."""
+    import rltrainer.checkpoints.retention as retention_module
+    import rltrainer.no_retry
+
+    root = tmp_path / "checkpoints"
+    (root / "run-a" / "iter_0000020").mkdir(parents=True)
+    (root / "run-a" / "iter_0000020" / "__0_0.distcp").write_bytes(b"a" * 4096)
+    data = yaml.safe_load(QWEN.read_text())
+    data["checkpoint"].update(local_dir=str(root / "run-b"), s3_uri="s3://my-bucket/checkpoints/run-b/", save_gib=399)
+    data["data"]["prompt_data"] = str(tmp_path / "prompts.jsonl")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    miles = tmp_path / "miles"
+    miles.mkdir()
+    (miles / "train.py").write_text(f"open({str(tmp_path / 'trained')!r}, 'w').close()\n")
+    monkeypatch.setattr(retention_module, "disk_free_bytes", lambda path: 745 << 30)
+    stopped = []
+    monkeypatch.setattr(rltrainer.no_retry, "stop_retries", lambda log, **why: stopped.append(why) or True)
+    err = io.StringIO()
+    assert launch_main(["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable],
+                       out=io.StringIO(), err=err, mounts_file=lustre_mounts(tmp_path)) == 4
+    assert "745.0 GiB free, 798.0 GiB needed (2 save(s) of 399.0 GiB" in err.getvalue()
+    assert f"  {root / 'run-a'}  0.0 GiB" in err.getvalue()
+    assert "rltrainer: running:" not in err.getvalue() and not (tmp_path / "trained").exists()
+    assert stopped == [{"reason": "the file system has no room for this run's next saves",
+                        "next_step": "free room or grow the file system (above), then launch again"}]
+    assert (root / "run-a" / "iter_0000020" / "__0_0.distcp").read_bytes() == b"a" * 4096
+
+
 def s3_answers(monkeypatch, operation: str, handler) -> None:
     """Clients the launcher creates from now on (boto3's default session) call ``handler`` before
     each ``operation``: a botocore event handler, which raises as S3's answer would."""

@@ -15,7 +15,8 @@ Steps, in order:
 3. stripe the checkpoint directory across Lustre's storage targets (``checkpoints.stripe``),
    restore the newest complete checkpoint from S3 (``checkpoints.prepare_resume``) and delete
    local saves beyond ``checkpoint.keep_local`` that S3 holds (``checkpoints.retention``); a
-   run whose saves already reach its last rollout trains nothing and only uploads;
+   run whose saves already reach its last rollout trains nothing and only uploads; one whose file
+   system lacks room for its next saves (other runs' saves on it) exits 4 (``checkpoints.space``);
 4. start the checkpoint watcher (which applies the same retention after every upload), run the
    Miles command, forward SIGTERM/SIGINT to it; on a Capacity Block, save, upload and stop
    before EKS drains the block's nodes (``rltrainer.reservation``; a run that cannot reach one
@@ -339,6 +340,7 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
     from .checkpoints import (
         CheckpointWatcher,
         Retention,
+        check_room,
         local_iterations,
         prepare_resume,
         stripe_across_targets,
@@ -378,6 +380,12 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
               f"grpo.num_rollout = {cfg.grpo.num_rollout}); not training again, only uploading its saves",
               file=err, flush=True)
         return _finish_uploads(watcher, cfg, 0, args, err, sleep, scan_first=True, mounts_file=mounts_file)
+    if not check_room(cfg.checkpoint, err):  # other runs' saves may fill the file system (checkpoints.space)
+        from .no_retry import stop_retries
+
+        stop_retries(err, reason="the file system has no room for this run's next saves",
+                     next_step="free room or grow the file system (above), then launch again")
+        return EXIT_PREPARE
     cmd = build_train_command(cfg, hf_checkpoint=hf, prompt_data=data, miles_dir=args.miles_dir,
                               python=args.python, ray_address=args.ray_address, model_args=model_args,
                               start_rollout_id=resume.start_rollout_id)

@@ -56,8 +56,9 @@ Rules:
 The package, by concern: ``layout`` (names and paths), ``retry`` (which S3 errors to retry),
 ``progress``, ``manifest`` (``_COMPLETE.json`` and checksums), ``local`` (the tracker, whole
 and torn saves), ``store`` (``S3CheckpointStore``), ``resume`` (``prepare_resume``,
-``CheckpointWatcher``), ``retention`` (what stays on the local file system), ``stripe``
-(Lustre striping of the checkpoint directory).
+``CheckpointWatcher``), ``retention`` (what stays on the local file system), ``space`` (room
+for the next saves before training, other runs' directories counted), ``stripe`` (Lustre
+striping of the checkpoint directory).
 """
 
 from .layout import (
@@ -97,6 +98,7 @@ from .manifest import (
 from .progress import Progress, human_bytes
 from .resume import CheckpointWatcher, ResumeResult, prepare_resume
 from .retention import Retention
+from .space import check_room
 from .retry import RETRYABLE_CODES, RetryPolicy, is_retryable
 from .store import S3CheckpointStore, UploadResult
 from .stripe import stripe_across_targets
@@ -125,6 +127,7 @@ __all__ = [
     "UploadResult",
     "VERSIONED_MANIFEST_FORMAT",
     "check_local_save",
+    "check_room",
     "checkpoint_files",
     "entry_matches",
     "human_bytes",
