@@ -346,6 +346,46 @@ def test_file_errors(tmp_path: Path):
     assert "(document) = \"line 2, column 1\": is not valid YAML" in str(exc.value)
 
 
+def test_unreadable_files_and_repeated_keys_are_one_clear_error(tmp_path: Path):
+    def error(path: Path) -> str:
+        with pytest.raises(ConfigError) as exc:
+            load_run_config(path)
+        return str(exc.value).split("\n", 1)[1]
+
+    (tmp_path / "dir").mkdir()
+    assert error(tmp_path / "dir") == (
+        f"  - (file) = \"{tmp_path / 'dir'}\": is a directory, not a run config file. Fix: pass "
+        "--config with the path of the run.yaml file itself.")
+    utf16 = tmp_path / "utf16.yaml"  # what PowerShell's `>` writes
+    utf16.write_bytes("run_name: a\n".encode("utf-16"))
+    assert error(utf16) == (f"  - (file) = \"{utf16}\": is not UTF-8 text (invalid start byte at "
+                            "byte 0). Fix: save the run config as UTF-8.")
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(QWEN.read_text() + "run_name: other\n")
+    assert error(twice).startswith("  - (document) = \"line ")
+    assert error(twice).endswith(": gives key 'run_name' twice (only one value can count). Fix: "
+                                 "keep one of them.")
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("run_name: " + "9" * 5000 + "\n")
+    assert "holds a value that cannot be read (Exceeds the limit" in error(huge)
+
+
+def test_exponent_numbers_read_as_numbers(tmp_path: Path):
+    """PyYAML (YAML 1.1) reads `1e-6` as text: `lr: 1e-6` was refused with a fix, `lr: 1e-06`,
+    that failed the same way. Both are numbers now; quoted text stays text."""
+    data = yaml.safe_load(QWEN.read_text())
+    data["grpo"]["lr"] = "LR"
+    text = yaml.safe_dump(data)
+    path = tmp_path / "run.yaml"
+    for written in ("1e-6", "1e-06", "2E+0", ".5e-5"):
+        path.write_text(text.replace("lr: LR", f"lr: {written}"))
+        assert load_run_config(path).grpo.lr == float(written)
+    path.write_text(text.replace("lr: LR", "lr: '1e-6'"))
+    with pytest.raises(ConfigError, match="grpo.lr = \"1e-6\": must be a finite number"):
+        load_run_config(path)
+    assert yaml.safe_load("a: 1e-6") == {"a": "1e-6"}  # the process's own safe_load is untouched
+
+
 def test_numbers_in_megatron_args_are_accepted_as_strings():
     data = base()
     data["model"]["megatron_args"] = ["--num-layers", 48, "--norm-epsilon", 1e-6]

@@ -489,26 +489,69 @@ def expert_count_problems(t: TrainingParallel, model_args: tuple[str, ...] | lis
     )]
 
 
+class _RunConfigLoader(yaml.SafeLoader):
+    """SafeLoader that reads ``1e-6`` as the number it is (YAML 1.1, PyYAML's, wants a dot and
+    a signed exponent, so ``lr: 1e-6`` was the string "1e-6") and refuses a key given twice
+    (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise _DuplicateKey(key, key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key, mark):
+        super().__init__(key)
+        self.key, self.mark = key, mark
+
+
+# The resolver lists are shared with SafeLoader's until copied: adding to them in place would
+# change every yaml.safe_load in the process.
+_RunConfigLoader.yaml_implicit_resolvers = {
+    first: list(resolvers) for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_RunConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 def load_run_config(path: str | Path) -> RunConfig:
     """Read and validate the run config YAML at ``path``."""
     path = Path(path)
     source = str(path)
+
+    def refuse(what: str, value: Any, rule: str, fix: str) -> ConfigError:
+        return ConfigError([Problem(what, value, rule, fix)], source)
+
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(
-            [Problem("(file)", source, "the run config file does not exist", "mount the run ConfigMap at this path or pass --config with the right path")],
-            source,
-        ) from None
+        raise refuse("(file)", source, "the run config file does not exist",
+                     "mount the run ConfigMap at this path or pass --config with the right path") from None
+    except IsADirectoryError:
+        raise refuse("(file)", source, "is a directory, not a run config file",
+                     "pass --config with the path of the run.yaml file itself") from None
+    except UnicodeDecodeError as exc:
+        raise refuse("(file)", source, f"is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                     "save the run config as UTF-8") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_RunConfigLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as exc:
+        where = f"line {exc.mark.line + 1}, column {exc.mark.column + 1}"
+        raise refuse("(document)", where, f"gives key {exc.key!r} twice (only one value can count)",
+                     "keep one of them") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "unknown position"
-        raise ConfigError(
-            [Problem("(document)", where, f"is not valid YAML ({getattr(exc, 'problem', exc)})", "fix the YAML syntax at that position")],
-            source,
-        ) from None
+        raise refuse("(document)", where, f"is not valid YAML ({getattr(exc, 'problem', exc)})",
+                     "fix the YAML syntax at that position") from None
+    except ValueError as exc:  # e.g. an integer past Python's 4,300-digit limit
+        raise refuse("(document)", source, f"holds a value that cannot be read ({exc})",
+                     "check the numbers in it") from None
     return parse_run_config(data, source)
 
 
