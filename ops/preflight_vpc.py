@@ -11,15 +11,21 @@ the kit does not create, read before a deploy that would otherwise fail twenty m
 - **Egress** (EC2 DescribeRouteTables): a private subnet's route table (its own, else the VPC's
   main one) has a default route the nodes can use: a NAT gateway, transit gateway, peering or
   network interface. Nodes have no public address (the launch template gives none), so a default
-  route to an internet gateway reaches nothing; without any, every AWS API the nodes call (ECR,
-  S3, EKS, STS, EC2, CloudWatch) needs a VPC endpoint (EKS user guide, private cluster
-  requirements).
+  route to an internet gateway reaches nothing. VPC endpoints are not a way around it here (they
+  are for the EKS user guide's private clusters): CDK runs the cluster stack's Helm handler in
+  these subnets whenever the endpoint has private access, which the kit always gives it
+  (aws-cdk-lib 2.275.0 ``aws-eks-v2/lib/cluster.js``), and it downloads each add-on's chart from
+  its repository on the internet (the records' ``repository``); the nodes pull the add-ons'
+  images from registries outside AWS (nvcr.io, quay.io, registry.k8s.io). Without a way out the
+  cluster stack fails and rolls back.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlparse
 
+from infra.addons import ADDONS
 from infra.config import KitConfig
 from infra.problems import FAIL, PASS, WARN
 from ops.aws import AWS_ERRORS, describe_error
@@ -94,10 +100,17 @@ def check_subnets_and_egress(ec2: Any, cfg: KitConfig) -> list[Check]:
                       "'Subnets[].[AvailabilityZone,SubnetId]')")]
     checks = [Check(VPC_SUBNETS, subject, PASS,
                     f"{len(listed)} subnet(s) of {existing.vpc_id}, each in its zone")]
-    return checks + [check_egress(ec2, existing.vpc_id, existing.private_subnet_ids)]
+    return checks + [check_egress(ec2, existing.vpc_id, existing.private_subnet_ids, cfg)]
 
 
-def check_egress(ec2: Any, vpc_id: str, private: dict[str, str]) -> Check:
+def chart_hosts(cfg: KitConfig) -> list[str]:
+    """The hosts the enabled add-ons' charts are downloaded from, in registry order."""
+    hosts = [urlparse(a.repository).hostname or a.repository for a in ADDONS
+             if cfg.addon_enabled(a.key)]
+    return list(dict.fromkeys(hosts))
+
+
+def check_egress(ec2: Any, vpc_id: str, private: dict[str, str], cfg: KitConfig) -> Check:
     subject = "vpc.existing.private_subnet_ids"
     try:
         pages = ec2.get_paginator("describe_route_tables").paginate(
@@ -119,10 +132,11 @@ def check_egress(ec2: Any, vpc_id: str, private: dict[str, str]) -> Check:
                    if defaults else "no default route")
             without.append(f"{sid} ({zone}, route table {table.get('RouteTableId', '?')}): {via}")
     if without:
-        return Check(VPC_EGRESS, subject, WARN,
-                     "; ".join(without) + ": nodes there reach ECR, S3, EKS, STS, EC2 and "
-                     "CloudWatch only through VPC endpoints",
-                     "route 0.0.0.0/0 to a NAT gateway (or transit gateway), or make sure the VPC "
-                     "has interface endpoints for ecr.api, ecr.dkr, eks, sts, ec2, logs and "
-                     "monitoring and a gateway endpoint for s3")
+        return Check(VPC_EGRESS, subject, FAIL,
+                     "; ".join(without) + ": nothing there reaches the internet, and the cluster "
+                     "stack's Helm handler (in these subnets) downloads the add-on charts from "
+                     f"{', '.join(chart_hosts(cfg))}, and the nodes pull the add-ons' images from "
+                     "nvcr.io, quay.io and registry.k8s.io; VPC endpoints reach AWS services only",
+                     "route 0.0.0.0/0 to a NAT gateway, or to a transit gateway or firewall with "
+                     "internet egress, then run preflight again")
     return Check(VPC_EGRESS, subject, PASS, "every private subnet has a default route for its nodes")

@@ -4,7 +4,7 @@ botocore's Stubber answers, so requests and answers are checked against EC2's mo
 from __future__ import annotations
 
 from infra.config import load_config
-from infra.problems import FAIL, PASS, WARN
+from infra.problems import FAIL, PASS
 from ops import preflight_vpc
 from tests.support import REPO_ROOT
 from tests.support.preflight import stubbed
@@ -99,19 +99,33 @@ def test_a_missing_subnet_fails_with_ec2s_words():
     assert check.status == FAIL and "does not exist" in check.detail
 
 
-def test_private_subnets_without_a_usable_default_route_warn():
+def test_private_subnets_without_a_usable_default_route_fail():
     """A subnet on the main table with no default route, and one whose default route goes to an
-    internet gateway (nodes have no public address), both warn; the other's NAT route passes."""
+    internet gateway (nodes have no public address), both fail: the cluster stack's Helm handler
+    runs in these subnets and fetches the charts from the internet, which VPC endpoints do not
+    reach; the other's NAT route passes."""
     a, b = PRIVATE["eu-north-1a"], PRIVATE["eu-north-1b"]
     tables = [table([], main=True), table([IGW], subnet_ids=[b])]
     check = by_name(preflight_vpc.vpc_checks(ec2_answering(found=subnets(), tables=tables), CFG))[
         preflight_vpc.VPC_EGRESS]
-    assert check.status == WARN
+    assert check.status == FAIL
     assert check.detail == (
         f"{a} (eu-north-1a, route table rtb-010123456789abcde): no default route; "
         f"{b} (eu-north-1b, route table rtb-100123456789abcde): only to an internet gateway, which "
-        "nodes without a public address cannot use: nodes there reach ECR, S3, EKS, STS, EC2 and "
-        "CloudWatch only through VPC endpoints")
+        "nodes without a public address cannot use: nothing there reaches the internet, and the "
+        "cluster stack's Helm handler (in these subnets) downloads the add-on charts from "
+        "aws.github.io, nvidia.github.io, ray-project.github.io, and the nodes pull the add-ons' "
+        "images from nvcr.io, quay.io and registry.k8s.io; VPC endpoints reach AWS services only")
+    assert check.fix.startswith("route 0.0.0.0/0 to a NAT gateway")
     blackhole = dict(NAT, State="blackhole")
     assert by_name(preflight_vpc.vpc_checks(ec2_answering(found=subnets(), tables=[
-        table([blackhole], main=True)]), CFG))[preflight_vpc.VPC_EGRESS].status == WARN
+        table([blackhole], main=True)]), CFG))[preflight_vpc.VPC_EGRESS].status == FAIL
+
+
+def test_chart_hosts_follow_the_enabled_add_ons():
+    """Each host is an enabled add-on record's repository: the DRA driver's OCI registry only
+    where it is on (GB200)."""
+    gb200 = load_config(REPO_ROOT / "examples/p6e-gb200-ultraserver.yaml")
+    assert preflight_vpc.chart_hosts(CFG) == ["aws.github.io", "nvidia.github.io",
+                                              "ray-project.github.io"]
+    assert preflight_vpc.chart_hosts(gb200)[-1] == "registry.k8s.io"
