@@ -8,14 +8,15 @@ instead of printing nothing [Jinja API docs, "Undefined Types"].
 Output tree (``kubectl apply -f <dir>`` applies one directory's files in name order):
 
     00-namespace.yaml            Namespace
-    01-serviceaccount.yaml       trainer ServiceAccount (Pod Identity binds the IAM role to it)
+    01-networkpolicy.yaml        NetworkPolicy: only the namespace's pods and KubeRay reach its pods
+    01-serviceaccount.yaml       trainer ServiceAccount (Pod Identity binds the IAM role to it;
+                                 only the Ray head runs as it)
     02-shared-fs-pv.yaml         PersistentVolume of the shared FSx for Lustre file system
     03-shared-fs-pvc.yaml        its PersistentVolumeClaim (ReadWriteMany), mounted by the RL job
     rl-job/00-compute-domain.yaml  ComputeDomain (UltraServers only; also one per fabric job)
     rl-job/00-run-config.yaml    ConfigMap holding run.yaml
     rl-job/01-disruption-budget.yaml  PodDisruptionBudget: no drain of the run's GPU pods
                                  (not on a Capacity Block)
-    rl-job/01-head-networkpolicy.yaml  NetworkPolicy: who may reach the Ray head
     rl-job/02-rayjob-retry-role.yaml, 03-...-rolebinding.yaml  the launcher may stop retries
     rl-job/04-rayjob.yaml        KubeRay RayJob (last: what it needs exists before it runs)
     fabric/nodecheck/00-job.yaml
@@ -54,6 +55,13 @@ SUBMITTER_CONTAINER = "ray-job-submitter"
 # Files every job of the environment needs before its own directory is applied (in this order).
 SHARED_FS_FILES = ("02-shared-fs-pv.yaml", "03-shared-fs-pvc.yaml")
 RAYJOB_FILE = "rl-job/04-rayjob.yaml"  # sorts last in rl-job/ (plan_files says why)
+# What `rlkit gate` and `rlkit launch` apply before any pod of the namespace exists: the
+# namespace, the NetworkPolicy every pod of it falls under, the trainer's service account.
+NAMESPACE_FILES = ("00-namespace.yaml", "01-networkpolicy.yaml", "01-serviceaccount.yaml")
+# How a render before the namespace-wide policy labelled its Ray-head-only one
+# (rl-job/01-head-networkpolicy.yaml, named <run>-ray-head): `rlkit launch` deletes those.
+LEGACY_HEAD_POLICY_SELECTOR = ("app.kubernetes.io/component=ray-head-ingress,"
+                               "app.kubernetes.io/managed-by=rlkit")
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("manifests", "templates"),
@@ -195,6 +203,9 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
     files = [
         FileSpec("00-namespace.yaml", "namespace.yaml.j2", "Namespace",
                  {"meta": _meta(ctx, ctx.namespace, "namespace", namespaced=False)}),
+        FileSpec("01-networkpolicy.yaml", "networkpolicy.yaml.j2", "NetworkPolicy", {
+            "meta": _meta(ctx, f"{ctx.namespace}-ingress", "namespace-ingress"),
+            "operator_namespace": addon("kuberay_operator").namespace}),
         FileSpec("01-serviceaccount.yaml", "serviceaccount.yaml.j2", "ServiceAccount", {
             "meta": _meta(ctx, ctx.service_account, "trainer-identity", annotations={
                 # Informational: EKS Pod Identity binds the role; no IRSA annotation is needed.
@@ -207,18 +218,13 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
                         "meta": _meta(ctx, ctx.rayjob_name, "rl-job-disruption-budget"),
                         "workloads": [f"{ctx.rayjob_name}-head", worker_workload]})]
           if ctx.disruption_budget else []),
-        FileSpec("rl-job/01-head-networkpolicy.yaml", "head-networkpolicy.yaml.j2",
-                 "NetworkPolicy", {
-                     "meta": _meta(ctx, f"{ctx.rayjob_name}-ray-head", "ray-head-ingress"),
-                     "head_labels": _pod_labels(ctx, "ray-head", f"{ctx.rayjob_name}-head"),
-                     "operator_namespace": addon("kuberay_operator").namespace}),
         FileSpec("rl-job/02-rayjob-retry-role.yaml", "rayjob-retry-role.yaml.j2", "Role",
                  {"meta": _meta(ctx, f"{ctx.rayjob_name}-retry", "rayjob-retry")}),
         FileSpec("rl-job/03-rayjob-retry-rolebinding.yaml", "rayjob-retry-rolebinding.yaml.j2",
                  "RoleBinding", {"meta": _meta(ctx, f"{ctx.rayjob_name}-retry", "rayjob-retry"),
                                  "role_name": f"{ctx.rayjob_name}-retry"}),
         # The RayJob last: `kubectl apply -f rl-job/` goes in name order, so an apply cut short
-        # (Ctrl-C, a refused object) never leaves a running job without its NetworkPolicy or the
+        # (Ctrl-C, a refused object) never leaves a running job without its run config or the
         # Role that lets the launcher stop its retries; a rerun applies them all again.
         FileSpec(RAYJOB_FILE, "rayjob.yaml.j2", "RayJob", {
             "meta": _meta(ctx, ctx.rayjob_name, "rl-job", annotations={
@@ -231,10 +237,10 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
         }),
     ]
     if worker_workload in ctx.compute_domains:
-        files.insert(2, _compute_domain_file(ctx, "rl-job", worker_workload))
+        files.insert(len(NAMESPACE_FILES), _compute_domain_file(ctx, "rl-job", worker_workload))
     if ctx.shared_fs is not None:
         pv_file, pvc_file = SHARED_FS_FILES
-        files[2:2] = [
+        files[len(NAMESPACE_FILES):len(NAMESPACE_FILES)] = [
             FileSpec(pv_file, "shared-fs-pv.yaml.j2", "PersistentVolume", {
                 "meta": _meta(ctx, ctx.shared_fs.pv_name, "shared-fs", namespaced=False),
                 "csi_driver": names.SHARED_FS_CSI_DRIVER}),
@@ -379,5 +385,5 @@ def describe(files: list[RenderedFile]) -> str:
     return "\n".join(f"{f.path}: {f.kind} {f.name}" for f in files)
 
 
-__all__ = ["FileSpec", "RenderedFile", "comment_line", "plan_files", "render", "write", "tree",
+__all__ = ["FileSpec", "RenderedFile", "NAMESPACE_FILES", "LEGACY_HEAD_POLICY_SELECTOR", "comment_line", "plan_files", "render", "write", "tree",
            "describe"]

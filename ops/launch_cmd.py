@@ -46,7 +46,8 @@ from typing import Callable
 from infra import names
 from infra.config import ConfigError, KitConfig, training_ep_backend_problems
 from manifests import RenderError
-from manifests.render import RAYJOB_FILE, SUBMITTER_CONTAINER, plan_files
+from manifests.render import (LEGACY_HEAD_POLICY_SELECTOR, NAMESPACE_FILES, RAYJOB_FILE,
+                              SUBMITTER_CONTAINER, plan_files)
 from ops import aws, observability, options, reservations
 from ops.config_source import announce
 from ops.gate import GateStateError, legacy_results, load_state, results_path
@@ -187,11 +188,16 @@ def _launch(args: argparse.Namespace) -> int:
             # would read the old run's Job (and its failure) if the old one were deleted behind
             # the call's back. The old Ray cluster's GPU pods take a while to stop.
             k.delete([out / "rl-job"], timeout_s=REPLACE_TIMEOUT_S, cascade="foreground")
-        k.apply([out / "00-namespace.yaml", out / "01-serviceaccount.yaml"])
+        k.apply([out / name for name in NAMESPACE_FILES])
+        # The namespace-wide NetworkPolicy now admits what the Ray-head-only policy of earlier
+        # renders did (same peers, every pod): those are redundant and go, this run's and any
+        # other's (kit labels, kit namespace).
+        k.run(["delete", "networkpolicy", "-n", ns, "-l", LEGACY_HEAD_POLICY_SELECTOR,
+               "--ignore-not-found"])
         # The claim every pod of the job mounts, and its volume: created once, then checked.
         ensure_shared_volume(k, out, ctx.shared_fs, ns)
-        # The RayJob only once everything it needs was accepted (run config, NetworkPolicy, retry
-        # Role and binding, ComputeDomain): `kubectl apply` carries on past a refused object.
+        # The RayJob only once everything it needs was accepted (run config, retry Role and
+        # binding, ComputeDomain): `kubectl apply` carries on past a refused object.
         k.apply([out / f.path for f in plan_files(ctx)
                  if f.path.startswith("rl-job/") and f.path != RAYJOB_FILE])
         k.apply([out / RAYJOB_FILE])

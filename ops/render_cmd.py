@@ -95,7 +95,8 @@ def _render(args: argparse.Namespace) -> tuple[int, dict | None]:
     if outputs.is_placeholder:
         print("Do not apply placeholder manifests. Once rendered with real outputs, apply with:")
     else:
-        print("Apply (namespace and service account first, then one workload at a time):")
+        print("Apply (namespace, its NetworkPolicy and service account first, then one workload at "
+              "a time):")
         print(f"  aws eks update-kubeconfig --name {outputs.cluster_name} --region {outputs.region}")
     print(f"  kubectl apply -f {out}")
     print(f"  kubectl apply -f {out}/fabric/nodecheck    # then allreduce, then ep")

@@ -125,8 +125,9 @@ class KitCluster(Construct):
         restrict_node_role(self.system_nodegroup.role)
         acknowledge_eks_node_role(self.system_nodegroup.role)
 
-        # The VPC CNI enforces Kubernetes NetworkPolicy (the Ray head's ingress policy) only when
-        # asked to [EKS user guide, "Limit Pod traffic with Kubernetes network policies"].
+        # The VPC CNI enforces Kubernetes NetworkPolicy (the trainer namespace's ingress policy,
+        # manifests/templates/networkpolicy.yaml.j2) only when asked to [EKS user guide, "Limit
+        # Pod traffic with Kubernetes network policies"].
         # ``vpc_cni_env``: the aws-node environment (vpc.pod_addresses), which the add-on's
         # configuration takes under "env" (chart values.yaml `env`, amazon-vpc-cni-k8s v1.23.0).
         addon_config = {"vpc-cni": {"enableNetworkPolicy": "true",

@@ -16,6 +16,7 @@ import yaml
 
 from infra.catalog import INSTANCE_TYPES
 from manifests.context import SharedFs
+from manifests.render import NAMESPACE_FILES
 from ops.gate.findings import FAIL, Finding
 from ops.gate.judges import judge_allocatable, judge_nodecheck
 from ops.gate.bisect import subset_job
@@ -62,7 +63,8 @@ class GateRunner:
     def run(self) -> dict[str, str]:
         logs: dict[str, str] = {}
         try:
-            self.k.apply([self.out / "00-namespace.yaml", self.out / "01-serviceaccount.yaml"])
+            # The namespace's NetworkPolicy with it: no fabric pod runs before it exists.
+            self.k.apply([self.out / name for name in NAMESPACE_FILES])
             ensure_shared_volume(self.k, self.out, self.shared_fs, self.ns, self.echo)
             for key, name in self.jobs:
                 directory = self.job_dir(key)

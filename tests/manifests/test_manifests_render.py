@@ -25,7 +25,8 @@ from manifests import (
 )
 from manifests.context import GENERATED_MARKER, OUTPUTS_ANNOTATION, PLACEHOLDER_ANNOTATION, image_tag_for
 from manifests.outputs import outputs_from_mapping
-from manifests.render import TEMPLATES
+from infra.addons import addon
+from manifests.render import NAMESPACE_FILES, TEMPLATES
 from tests.support.outputs import real_outputs
 from tests.support import REPO_ROOT, YAML_LOADER
 
@@ -225,9 +226,8 @@ def test_namespace_and_service_account_match_infra_names(name):
         if f.kind not in ("Namespace", "PersistentVolume"):  # the two cluster-scoped kinds
             assert f.obj["metadata"]["namespace"] == names.TRAINER_NAMESPACE, f.path
     rayjob = next(f.obj for f in files if f.kind == "RayJob")
-    pods = [rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"],
-            *gpu_pod_specs(files).values()]
-    assert {p["serviceAccountName"] for p in pods} == {names.TRAINER_SERVICE_ACCOUNT}
+    head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert head["serviceAccountName"] == names.TRAINER_SERVICE_ACCOUNT
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -781,23 +781,105 @@ def test_the_rayjob_is_applied_after_everything_it_needs(name):
     directory = sorted(f.path for f in rendered(name) if f.path.startswith("rl-job/"))
     kinds = {f.path: f.kind for f in rendered(name)}
     assert [kinds[p] for p in directory][-1] == "RayJob", directory
-    assert {"ConfigMap", "NetworkPolicy", "Role", "RoleBinding"} <= {kinds[p] for p in directory}
+    assert {"ConfigMap", "Role", "RoleBinding"} <= {kinds[p] for p in directory}
 
 
-def test_only_the_jobs_pods_and_the_operator_reach_the_ray_head():
-    cfg = example("default")
-    files = {f.path: f for f in render(build_context(cfg, placeholder_outputs(cfg)))}
-    policy = files["rl-job/01-head-networkpolicy.yaml"].obj
-    rayjob = files["rl-job/04-rayjob.yaml"].obj
-    head_labels = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"]
+# --- who reaches the pods, and which pods hold the trainer's credentials ---------------------
+
+
+def pod_templates(files) -> dict[str, tuple[str, str, dict]]:
+    """Every pod template of the render: where -> (its file, its namespace, the template)."""
+    found = {}
+    for f in files:
+        ns = f.obj["metadata"].get("namespace")
+        if f.kind == "RayJob":
+            spec = f.obj["spec"]
+            found[f"{f.path}:head"] = (f.path, ns, spec["rayClusterSpec"]["headGroupSpec"]["template"])
+            for g in spec["rayClusterSpec"]["workerGroupSpecs"]:
+                found[f"{f.path}:{g['groupName']}"] = (f.path, ns, g["template"])
+            found[f"{f.path}:submitter"] = (f.path, ns, spec["submitterPodTemplate"])
+        elif f.kind in ("Job", "Deployment", "StatefulSet", "DaemonSet"):
+            found[f.path] = (f.path, ns, f.obj["spec"]["template"])
+        elif f.kind == "Pod":
+            found[f.path] = (f.path, ns, f.obj)
+    return found
+
+
+def _peer_allowed(peer: dict, operator_ns: str) -> bool:
+    """A pod of the policy's own namespace, or of the KubeRay operator's namespace."""
+    if "ipBlock" in peer:
+        return False
+    if "namespaceSelector" not in peer:
+        return "podSelector" in peer  # podSelector alone: this namespace's pods
+    return peer["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": operator_ns}}
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_pod_admits_only_its_namespace_and_the_operator(name):
+    """Every Ray pod serves an unauthenticated job API (its dashboard agent), and the fabric
+    jobs a torchrun rendezvous: each pod the render makes falls under a NetworkPolicy of its
+    namespace, every policy that selects it admits only this namespace's pods and KubeRay's,
+    and that policy is applied before the pod (with the namespace, which `rlkit gate` and
+    `rlkit launch` apply first, or from the pod's own directory)."""
+    files = rendered(name)
+    operator_ns = addon("kuberay_operator").namespace
+    policies = [f for f in files if f.kind == "NetworkPolicy"]
+    pods = pod_templates(files)
+    assert any(where.endswith(":submitter") for where in pods) and len(pods) >= 3, pods
+    for where, (path, ns, template) in pods.items():
+        labels = template["metadata"]["labels"]
+        selecting = [p for p in policies if p.obj["metadata"]["namespace"] == ns
+                     and _selects(p.obj["spec"]["podSelector"], labels)]
+        ingress = [p for p in selecting if "Ingress" in p.obj["spec"].get("policyTypes", [])]
+        assert ingress, f"{where}: no NetworkPolicy restricts its ingress"
+        assert any(p.path in NAMESPACE_FILES or p.path.rsplit("/", 1)[0] == path.rsplit("/", 1)[0]
+                   for p in ingress), f"{where}: its policy is not applied before it"
+        for p in selecting:
+            for rule in p.obj["spec"].get("ingress", []):
+                assert rule.get("from"), f"{p.path}: a rule without `from` admits everyone"
+                assert all(_peer_allowed(peer, operator_ns) for peer in rule["from"]), \
+                    (p.path, rule)
+
+
+def test_the_namespace_policy_admits_its_pods_and_the_operator():
+    files = {f.path: f for f in rendered("default")}
+    policy = files["01-networkpolicy.yaml"].obj
+    assert "01-networkpolicy.yaml" in NAMESPACE_FILES
     assert policy["kind"] == "NetworkPolicy"
     assert policy["metadata"]["namespace"] == names.TRAINER_NAMESPACE
-    assert policy["spec"]["podSelector"]["matchLabels"] == head_labels
+    assert policy["spec"]["podSelector"] == {}
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     assert policy["spec"]["ingress"] == [{"from": [
         {"podSelector": {}},
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}},
     ]}]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_only_the_head_holds_the_trainers_credentials(name):
+    """The trainer's service account carries its IAM role (Pod Identity) and the RayJob patch
+    rights: only the head's launcher uses them. Every other pod runs as the namespace's default
+    account, with no API token mounted."""
+    pods = pod_templates(rendered(name))
+    for where, (_, _, template) in pods.items():
+        spec = template["spec"]
+        if where.endswith(":head"):
+            assert spec["serviceAccountName"] == names.TRAINER_SERVICE_ACCOUNT, where
+            assert spec.get("automountServiceAccountToken", True) is True, where
+        else:
+            assert "serviceAccountName" not in spec and "serviceAccount" not in spec, where
+            assert spec.get("automountServiceAccountToken") is False, where
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_submitter_reads_the_shared_file_system_only(name):
+    (_, _, submitter), = (v for k, v in pod_templates(rendered(name)).items()
+                          if k.endswith(":submitter"))
+    mounts = [m for c in submitter["spec"]["containers"] for m in c.get("volumeMounts", [])]
+    shared_fs = any(f.kind == "PersistentVolumeClaim" for f in rendered(name))
+    assert [m["mountPath"] for m in mounts] == ([names.SHARED_FS_MOUNT_PATH] if shared_fs else [])
+    assert all(m.get("readOnly") is True for m in mounts), mounts
 
 
 def test_formatting_once_per_value_keeps_values_that_look_alike_apart():

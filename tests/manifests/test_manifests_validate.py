@@ -71,7 +71,7 @@ def test_every_rendered_object_is_valid(name, crd_dir):
     checked = {r.kind: r.checked_with for r in report.results}
     assert checked["RayJob"] == "CRD ray.io_rayjobs.yaml (v1)"
     assert checked["Job"] == f"kubernetes-validate {cfg.kubernetes_version} strict"
-    for kind in ("PersistentVolume", "PersistentVolumeClaim"):  # the shared file system
+    for kind in ("PersistentVolume", "PersistentVolumeClaim", "NetworkPolicy"):
         assert checked[kind] == f"kubernetes-validate {cfg.kubernetes_version} strict"
     assert not report.skipped
 
@@ -89,6 +89,41 @@ def test_broken_shared_fs_mount_in_the_submitter_fails_the_crd(crd_dir):
                               strict=True)
     assert not report.ok
     assert "claimName" in report.format()
+
+
+def _spec_of(obj: dict, where: str) -> dict:
+    if where == "worker":
+        return obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    if where == "submitter":
+        return obj["spec"]["submitterPodTemplate"]["spec"]
+    return obj["spec"]["template"]["spec"]  # a fabric Job
+
+
+@pytest.mark.parametrize("kind,where", [("RayJob", "worker"), ("RayJob", "submitter"),
+                                        ("Job", "fabric")])
+def test_the_credential_and_read_only_fields_are_checked_by_the_real_schemas(kind, where, crd_dir):
+    """automountServiceAccountToken and the submitter's readOnly mount are checked where the API
+    server checks them (KubeRay's CRD, the Kubernetes schema): a misspelt key or a string
+    "false" would be refused, so the rendered ones are proven well-formed, not passed through."""
+    cfg, files = rendered("default")
+    original = next(f.obj for f in files if f.kind == kind)
+    spec = _spec_of(original, where)
+    assert spec["automountServiceAccountToken"] is False and "serviceAccountName" not in spec
+    for break_it in ("type", "name"):
+        obj = copy.deepcopy(original)
+        spec = _spec_of(obj, where)
+        if break_it == "type":
+            spec["automountServiceAccountToken"] = "false"
+        else:
+            spec["automountServiceAccountTokens"] = spec.pop("automountServiceAccountToken")
+        result = check(obj, crd_dir, version=cfg.kubernetes_version)
+        assert result.status == "error", (break_it, result.messages)
+        assert "automountServiceAccountToken" in " ".join(result.messages)
+    if where == "submitter":
+        obj = copy.deepcopy(original)
+        _spec_of(obj, where)["containers"][0]["volumeMounts"][0]["readOnly"] = "yes"
+        result = check(obj, crd_dir, version=cfg.kubernetes_version)
+        assert result.status == "error" and "readOnly" in " ".join(result.messages)
 
 
 def test_every_kit_kubernetes_version_has_exact_schemas():

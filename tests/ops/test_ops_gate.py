@@ -11,6 +11,7 @@ from infra.catalog import acceptance
 from infra.config import parse_config
 from ops.gate import (FAIL, PASS, WARN, compare, evaluate, faster_backend, judge_allocatable, nccl_transport,
                       state_document, write_record)
+from manifests.render import NAMESPACE_FILES
 from ops.gate.runner import GateInterrupted, GateRunner
 from ops.kube import Kubectl, KubectlError
 from tests.support import REPO_ROOT
@@ -391,6 +392,10 @@ def test_gate_runs_each_job_in_order_and_records_a_pass(tmp_path, kubectl, capsy
     out = capsys.readouterr().out
     assert code == 0, out
     applied = [c[c.index("-f") + 1] for c in kubectl.calls if c[0] == "apply"]
+    # the namespace's NetworkPolicy goes with it, before any fabric pod exists
+    assert next(c for c in kubectl.calls if c[0] == "apply") == [
+        "apply", *(a for f in NAMESPACE_FILES for a in ("-f", str(tmp_path / "out" / f)))]
+    assert "01-networkpolicy.yaml" in NAMESPACE_FILES
     assert applied == [str(tmp_path / "out/00-namespace.yaml"),
                        str(tmp_path / "out/02-shared-fs-pv.yaml")] + [
         str(tmp_path / f"out/fabric/{k}") for k in ("nodecheck", "allreduce", "ep")]

@@ -273,20 +273,25 @@ def test_launch_applies_namespace_shared_fs_claim_then_rayjob(tmp_path, kubectl,
     # the group's nodes, to compare with those the gate measured (this record names none)
     assert calls[0] == ["get", "nodes", "-l", GROUP_SELECTOR, "-o", "json", "--ignore-not-found"]
     assert calls[1][:3] == ["get", "rayjob", "qwen3-30b-a3b-grpo"]
-    assert calls[2] == ["apply", "-f", str(tmp_path / "out/00-namespace.yaml"), "-f",
-                        str(tmp_path / "out/01-serviceaccount.yaml")]
+    # the namespace with the NetworkPolicy all its pods fall under, and the trainer's account
+    assert calls[2] == ["apply", *(a for f in ("00-namespace", "01-networkpolicy", "01-serviceaccount")
+                                   for a in ("-f", str(tmp_path / f"out/{f}.yaml")))]
+    # the Ray-head-only policy of earlier renders (now redundant): the kit's own, by label
+    assert calls[3] == ["delete", "networkpolicy", "-n", "rl-training", "-l",
+                        "app.kubernetes.io/component=ray-head-ingress,"
+                        "app.kubernetes.io/managed-by=rlkit", "--ignore-not-found"]
     # the shared file system's volume and claim are read first: neither exists, both are created
-    assert calls[3] == ["get", "pv", "gt-shared-fs", "-o", "json", "--ignore-not-found"]
-    assert calls[4] == ["get", "pvc", "shared-fs", "-n", "rl-training", "-o", "json",
+    assert calls[4] == ["get", "pv", "gt-shared-fs", "-o", "json", "--ignore-not-found"]
+    assert calls[5] == ["get", "pvc", "shared-fs", "-n", "rl-training", "-o", "json",
                         "--ignore-not-found"]
-    assert calls[5] == ["apply", "-f", str(tmp_path / "out/02-shared-fs-pv.yaml"), "-f",
+    assert calls[6] == ["apply", "-f", str(tmp_path / "out/02-shared-fs-pv.yaml"), "-f",
                         str(tmp_path / "out/03-shared-fs-pvc.yaml")]
-    assert calls[6] == ["apply", *(a for f in ("00-run-config", "01-disruption-budget",
-                                                "01-head-networkpolicy", "02-rayjob-retry-role",
+    assert calls[7] == ["apply", *(a for f in ("00-run-config", "01-disruption-budget",
+                                                "02-rayjob-retry-role",
                                                 "03-rayjob-retry-rolebinding")
                                    for a in ("-f", str(tmp_path / f"out/rl-job/{f}.yaml")))]
-    assert calls[7] == ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")]  # the RayJob last
-    assert len(calls) == 8
+    assert calls[8] == ["apply", "-f", str(tmp_path / "out/rl-job/04-rayjob.yaml")]  # the RayJob last
+    assert len(calls) == 9
     assert "kind: RayJob" in (tmp_path / "out/rl-job/04-rayjob.yaml").read_text()
     assert "Launched RayJob qwen3-30b-a3b-grpo" in capsys.readouterr().out
 
@@ -406,10 +411,11 @@ def test_replace_deletes_the_old_rayjob_first(tmp_path, kubectl):
     kubectl.rule(["get", "rayjob"], stdout=rayjob())
     assert run(tmp_path, "launch", "--replace") == 0
     verbs = [c[0] for c in kubectl.calls]
-    assert verbs == ["get", "get", "delete", "apply", "get", "get", "apply", "apply", "apply"]
+    assert verbs == ["get", "get", "delete", "apply", "delete", "get", "get", "apply", "apply",
+                     "apply"]
     # foreground: the old RayJob's submitter Job (named like the new one, which KubeRay would
     # adopt) is gone before the new RayJob is applied
-    [delete] = [c for c in kubectl.calls if c[0] == "delete"]
+    [delete] = [c for c in kubectl.calls if c[0] == "delete" and c[1] == "--ignore-not-found"]
     assert "--cascade=foreground" in delete and "--wait=true" in delete and "--timeout=600s" in delete
 
 
