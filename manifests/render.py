@@ -31,7 +31,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import jinja2
 import yaml
@@ -48,6 +48,7 @@ from manifests.context import (
     WORKLOAD_LABEL,
     RenderContext,
 )
+from manifests.errors import RenderError, RenderProblem
 
 # KubeRay's name for the submitter container (ray-operator/controllers/ray/utils/constant.go,
 # SubmitterContainerName, v1.7.0): KubeRay sets the command of the container by this name.
@@ -300,17 +301,65 @@ def _written_by_us(path: Path) -> bool:
         return False
 
 
+def out_dir_problem(out_dir: str | Path, environment: str | None = None,
+                    keep: Iterable[str | Path] = ()) -> RenderProblem | None:
+    """Why ``out_dir`` cannot take a rendered tree, or None when it can.
+
+    ``write`` swaps the whole directory in (a path that is a file would be renamed away and
+    deleted) and, where files it did not write live, removes every file an earlier render wrote
+    anywhere under it. So it must be a directory of its own: not a file or a symbolic link (the
+    swap would replace the link, not write where it points), not a repository's root, and not
+    the working directory, ``keep`` (the config file) or a directory above them."""
+    out = Path(out_dir)
+    fix = f"pass a directory such as out/{environment or '<name>'} to --out"
+    subject = f"output directory {out}"
+    if out.is_symlink():
+        return RenderProblem(
+            subject, f"is a symbolic link (to {os.readlink(out)}); the render swaps in a new "
+            "directory under this name, which would replace the link instead of writing where it "
+            "points", f"{fix}, or the directory the link points to")
+    if out.exists() and not out.is_dir():
+        what = "a file" if out.is_file() else "not a directory"
+        return RenderProblem(
+            subject, f"is {what}, not a directory; rendering there would replace it with a "
+            "directory of manifests", fix)
+    if out.is_dir() and (out / ".git").exists():
+        return RenderProblem(
+            subject, "is the root of a git repository; the manifests would land among its files "
+            "and the render would remove any file an earlier render wrote anywhere in it", fix)
+    resolved = out.resolve()
+    above = [(Path.cwd(), "is the working directory or a directory above it")]
+    above += [(Path(k), f"holds the config file {k}") for k in keep]
+    for path, what in above:
+        if resolved == path.resolve() or resolved in path.resolve().parents:
+            return RenderProblem(
+                subject, f"{what}; the manifests would land among its files and the render would "
+                "remove any file an earlier render wrote anywhere under it", fix)
+    return None
+
+
+def check_out_dir(out_dir: str | Path, environment: str | None = None,
+                  keep: Iterable[str | Path] = ()) -> None:
+    """Raise RenderError when ``out_dir`` cannot take a rendered tree (``out_dir_problem``);
+    the commands that write manifests call it before they read anything else."""
+    problem = out_dir_problem(out_dir, environment, keep)
+    if problem is not None:
+        raise RenderError([problem], "--out")
+
+
 def write(files: list[RenderedFile], out_dir: str | Path,
           check: Callable[[Path], bool] | None = None) -> list[Path] | None:
     """Write the tree, all or nothing: files a previous render wrote and this one does not are
     removed; files without our marker line are left alone (and would be applied by
-    ``kubectl apply``).
+    ``kubectl apply``). Raises RenderError, changing nothing, for an ``out_dir`` that is not a
+    directory of its own (``out_dir_problem``).
 
     The new tree is written to a temporary directory beside ``out_dir`` first; ``check`` (e.g.
     offline validation) runs on it there, and only when it passes does the tree replace
     ``out_dir``. Returns the written paths, or None (nothing changed) when the check fails.
     """
     out = Path(out_dir)
+    check_out_dir(out)
     created = [p for p in reversed(out.parents) if not p.exists()]
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.render-"))
@@ -385,5 +434,6 @@ def describe(files: list[RenderedFile]) -> str:
     return "\n".join(f"{f.path}: {f.kind} {f.name}" for f in files)
 
 
-__all__ = ["FileSpec", "RenderedFile", "NAMESPACE_FILES", "LEGACY_HEAD_POLICY_SELECTOR", "comment_line", "plan_files", "render", "write", "tree",
-           "describe"]
+__all__ = ["FileSpec", "RenderedFile", "NAMESPACE_FILES", "LEGACY_HEAD_POLICY_SELECTOR",
+           "check_out_dir", "comment_line", "out_dir_problem", "plan_files", "render", "write",
+           "tree", "describe"]

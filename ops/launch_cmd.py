@@ -134,7 +134,8 @@ def _launch(args: argparse.Namespace) -> int:
     try:
         ctx, out, outputs = render_for_run(cfg, args.outputs, args.out, args.dry_run,
                                            options.aws_clients(args, cfg.region), print,
-                                           reservation_end=window.end if window else None)
+                                           reservation_end=window.end if window else None,
+                                           config_file=args.config)
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2

@@ -12,6 +12,8 @@ crd`). A kind with no schema is reported as NOT validated.
 
 The tree is rendered into a fresh directory beside --out, validated there, and swapped in only
 when valid: no stale file of an earlier render survives, and a failed render changes nothing.
+--out must be a directory of its own: a file, a symbolic link, a repository's root, the working
+directory or a directory holding the config file is refused (exit 2) before anything is read.
 -o json|yaml prints what was written as one document (docs/cli.md). Exit code 0 written, 1 the
 manifests failed validation (nothing written), 2 bad input or could not run.
 """
@@ -25,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from manifests import RenderError, build_context, render, tree, write
-from manifests.render import comment_line
+from manifests.render import check_out_dir, comment_line
 from ops import options
 from ops.output import add_output_option, emit, wants_json
 from ops.preflight import PASS, check_instance_facts
@@ -46,7 +48,9 @@ def _render(args: argparse.Namespace) -> tuple[int, dict | None]:
     cfg = options.load_config(args)
     if cfg is None:
         return 2, None
+    out = args.out if args.out is not None else Path("out") / cfg.name
     try:
+        check_out_dir(out, cfg.name, keep=[args.config] if args.config is not None else [])
         outputs = resolve_outputs(cfg, args.outputs, placeholder=not args.from_stacks,
                                   clients=options.aws_clients(args, cfg.region))
         files = render(build_context(cfg, outputs))
@@ -54,7 +58,6 @@ def _render(args: argparse.Namespace) -> tuple[int, dict | None]:
         print(err, file=sys.stderr)
         return 2, None
 
-    out = args.out if args.out is not None else Path("out") / cfg.name
     codes: list[int] = []
     if args.from_cluster and (args.crd_dir is not None or args.no_validate):
         print("error: --from-cluster validates against the cluster's CRDs; it cannot be combined "
@@ -79,6 +82,9 @@ def _render(args: argparse.Namespace) -> tuple[int, dict | None]:
     except OSError as err:
         print(f"error: could not write {out}: {err.strerror}. Fix: pass --out with a writable "
               "directory", file=sys.stderr)
+        return 2, None
+    except RenderError as err:  # the directory changed into something else since the check
+        print(err, file=sys.stderr)
         return 2, None
     if written is None:
         print(f"Nothing written to {out}/: the rendered manifests failed validation (above).",

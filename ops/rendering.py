@@ -24,6 +24,7 @@ from manifests import (
     write,
 )
 from manifests.efa_env import EfaEnvProfile
+from manifests.render import check_out_dir
 from ops.aws import AwsClients
 
 
@@ -40,13 +41,16 @@ def resolve_outputs(cfg: KitConfig, outputs_file: Path | None, *, placeholder: b
 
 def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, dry_run: bool,
                    clients: AwsClients, echo: Callable[[str], None],
-                   reservation_end: datetime | None = None) -> tuple[Any, Path, StackOutputs]:
+                   reservation_end: datetime | None = None,
+                   config_file: Path | None = None) -> tuple[Any, Path, StackOutputs]:
     """Resolve the stack outputs (placeholders only for a dry run) and render the tree to ``out``
     (default out/<name>); returns the render context, the directory and the outputs (whose
     cluster kubectl must point at). ``reservation_end``: the training group's Capacity Block end,
-    rendered into the job. Raises RenderError."""
-    outputs = resolve_outputs(cfg, outputs_file, placeholder=dry_run, clients=clients)
+    rendered into the job. Raises RenderError, first (a dry run too) when ``out`` cannot take the
+    tree (a file, a link, a directory holding ``config_file``: manifests.render.out_dir_problem)."""
     out = out if out is not None else Path("out") / cfg.name
+    check_out_dir(out, cfg.name, keep=[config_file] if config_file is not None else [])
+    outputs = resolve_outputs(cfg, outputs_file, placeholder=dry_run, clients=clients)
     return render_manifests(cfg, outputs, out, dry_run, echo, reservation_end), out, outputs
 
 

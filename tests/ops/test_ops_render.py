@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from infra.config import load_config
 from ops.cli import main as rlkit
 from tests.support import YAML_LOADER
+from tests.support.fakes import kubectl, run, run_gate, write_state  # noqa: F401 (a fixture)
 from tests.support.outputs import real_outputs
 
 
@@ -123,3 +125,78 @@ def test_render_warns_when_the_instance_facts_are_unverified(tmp_path, capsys, m
                   "--no-validate"]) == 0
     assert (f"WARNING: the catalog's facts for {group.instance_type} are not verified: card "
             "layout inferred. Fix: after deploying, run `rlkit gate`") in capsys.readouterr().err
+
+
+# --- --out must be a directory of its own: refused before anything is read or written ------------
+
+OUT_FIX = "Fix: pass a directory such as out/rr to --out."
+SWEPT = ("the manifests would land among its files and the render would remove any file an "
+         "earlier render wrote anywhere under it")
+
+
+def _out_cases(tmp_path: Path, config: Path) -> dict[str, tuple[Path, str]]:
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    return {
+        "the config file": (config, f"output directory {config}: is a file, not a directory; "
+                            f"rendering there would replace it with a directory of manifests. "
+                            f"{OUT_FIX}"),
+        "a symbolic link": (link, f"output directory {link}: is a symbolic link (to "
+                            f"{tmp_path / 'elsewhere'}); the render swaps in a new directory under "
+                            "this name, which would replace the link instead of writing where it "
+                            f"points. {OUT_FIX[:-1]}, or the directory the link points to."),
+        "the config's directory": (tmp_path, f"output directory {tmp_path}: holds the config file "
+                                   f"{config}; {SWEPT}. {OUT_FIX}"),
+        "a repository's root": (repo, f"output directory {repo}: is the root of a git repository; "
+                                "the manifests would land among its files and the render would "
+                                f"remove any file an earlier render wrote anywhere in it. {OUT_FIX}"),
+    }
+
+
+def _snapshot(root: Path) -> dict[str, bytes | str]:
+    return {str(p.relative_to(root)): (str(p.readlink()) if p.is_symlink() else
+                                       b"" if p.is_dir() else p.read_bytes())
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("case", ["the config file", "a symbolic link", "the config's directory",
+                                  "a repository's root"])
+def test_render_refuses_an_out_that_is_not_a_directory_of_its_own(tmp_path, capsys, case):
+    config = write_config(tmp_path)
+    out, message = _out_cases(tmp_path, config)[case]
+    before = _snapshot(tmp_path)
+    assert rlkit(["render", "--config", str(config), "--out", str(out), "--no-validate"]) == 2
+    assert capsys.readouterr().err == f"--out: 1 problem(s):\n  - {message}\n"
+    assert _snapshot(tmp_path) == before  # byte for byte, nothing added or removed
+
+
+def test_render_refuses_the_working_directory(tmp_path, capsys, monkeypatch):
+    config = write_config(tmp_path)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert rlkit(["render", "--config", str(config), "--out", ".", "--no-validate"]) == 2
+    assert capsys.readouterr().err == (
+        f"--out: 1 problem(s):\n  - output directory .: is the working directory or a directory "
+        f"above it; {SWEPT}. {OUT_FIX}\n")
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["gate", "launch"])
+def test_gate_and_launch_refuse_an_out_that_is_a_file(tmp_path, capsys, kubectl, command):
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(b"keep me\r\n\x00")
+    fix = "Fix: pass a directory such as out/gt to --out."
+    if command == "gate":
+        # --timeout: where --out were not refused, jobs on the fake cluster would never finish
+        code = run_gate(tmp_path, "--out", str(notes), "--timeout", "1")
+    else:
+        write_state(tmp_path)
+        code = run(tmp_path, "launch", "--out", str(notes))
+    assert code == 2
+    assert (f"--out: 1 problem(s):\n  - output directory {notes}: is a file, not a directory; "
+            f"rendering there would replace it with a directory of manifests. {fix}\n"
+            ) in capsys.readouterr().err
+    assert notes.read_bytes() == b"keep me\r\n\x00"
+    assert kubectl.calls == []  # refused before anything reached the cluster
