@@ -172,6 +172,19 @@ def gpu_stack_name(prefix: str, group: str) -> str:
     return f"{prefix}{GPU_STACK_INFIX}{group}"
 
 
+def environment_of_stack(stack: str) -> str | None:
+    """The environment whose stack ``stack`` is (the ``prefix`` of ``stack_names`` /
+    ``gpu_stack_name``), or None for a name no environment's stack has. Unambiguous because
+    names that could collide are refused (``environment_names_can_collide``)."""
+    if GPU_STACK_INFIX in stack:
+        env, group = stack.split(GPU_STACK_INFIX, 1)
+        return env if env and GPU_GROUP_NAME_RE.fullmatch(group) else None
+    for suffix in stack_names("").values():  # "-network", "-data", ...: each role's suffix
+        if stack.endswith(suffix) and len(stack) > len(suffix):
+            return stack.removesuffix(suffix)
+    return None
+
+
 def environment_names_can_collide(name: str) -> bool:
     """Whether stacks of an environment with this name could share a name with another
     environment's GPU stacks: ``a-gpu`` has ``a-gpu-network``, which is also the GPU stack of

@@ -10,6 +10,8 @@
 Stack names come from ``infra.names.stack_names`` / ``gpu_stack_name`` and keys from
 ``infra.names.OutputKeys``, the same names the stacks declare. A missing stack or key is an error
 naming the stack, the key and the command that produces it; all of them are reported at once.
+A file holding none of the config's stacks but another environment's is one problem naming that
+environment (``other_environments``). Files are read as UTF-8 only (``read_outputs_json``).
 
 This is the kit's one reader of stack outputs: the renderer (and so `rlkit render`, `gate` and
 `launch`) takes a ``StackOutputs``; `rlkit image` takes the data stack's image-build outputs
@@ -115,6 +117,9 @@ def outputs_from_mapping(cfg: KitConfig, data: Any, source: OutputsSource,
             origin, "not a stack-outputs mapping ({\"<stackName>\": {\"<OutputKey>\": \"value\"}})",
             "pass the file `cdk deploy --outputs-file` wrote")], "stack outputs")
     stacks = needed_stacks(cfg)
+    if (other := other_environments(cfg, data)) is not None:
+        subject = f"outputs file {origin}" if source == "file" else origin
+        raise RenderError([RenderProblem(subject, *other)], "stack outputs")
     problems: list[RenderProblem] = []
     values: dict[str, str | None] = {"ecr_repository_uri": None}
     missing_stacks: set[str] = set()
@@ -143,6 +148,27 @@ def outputs_from_mapping(cfg: KitConfig, data: Any, source: OutputsSource,
     return outputs
 
 
+def other_environments(cfg: KitConfig, data: Any) -> tuple[str, str] | None:
+    """(rule, fix) when ``data`` holds none of this config's stacks but other environments'
+    stacks (named as ``infra.names.stack_names`` names them): the file, or the --config, is the
+    wrong one, and deploying the missing stacks is not the fix. None otherwise."""
+    if not isinstance(data, dict) or any(s in data for s in needed_stacks(cfg).values()):
+        return None
+    others: dict[str, list[str]] = {}
+    for stack in sorted(str(k) for k in data):
+        env = names.environment_of_stack(stack)
+        if env is not None and env != cfg.name:
+            others.setdefault(env, []).append(stack)
+    if not others:
+        return None
+    held = " and ".join(f"{env!r} ({', '.join(stacks)})" for env, stacks in others.items())
+    rule = (f"holds the outputs of environment{'s' if len(others) > 1 else ''} {held}, "
+            f"not {cfg.name!r}")
+    config = ("that environment's --config" if len(others) == 1
+              else "the --config of the environment you meant")
+    return rule, f"pass {cfg.name}'s outputs file, or {config}"
+
+
 def _check_agreement(cfg: KitConfig, outputs: StackOutputs) -> None:
     """Deployed stacks must agree with this config and with infra.names."""
     stacks = needed_stacks(cfg)
@@ -167,21 +193,52 @@ def _check_agreement(cfg: KitConfig, outputs: StackOutputs) -> None:
         raise RenderError(problems, "stack outputs")
 
 
-def outputs_from_file(cfg: KitConfig, path: str | Path) -> StackOutputs:
+# A byte-order mark the file starts with -> the encoding it names (UTF-8's own is accepted).
+_UTF16_BOMS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16 (big-endian)"}
+
+
+def read_outputs_json(path: str | Path) -> Any:
+    """The JSON of a `cdk deploy --outputs-file` file, read as UTF-8 (with or without a
+    byte-order mark); a RenderProblem (the file, what is wrong, the fix) raised in a RenderError
+    when it is missing, unreadable, not UTF-8 or not JSON. The one reader of such files:
+    ``outputs_from_file`` and ``load_outputs_json`` both use it."""
     path = Path(path)
+    subject = f"outputs file {path}"
+    unedited = "pass the file `cdk deploy --outputs-file` wrote, unedited"
     if not path.is_file():
         raise RenderError([RenderProblem(
-            f"outputs file {path}", "does not exist",
+            subject, "does not exist" if not path.exists() else "is not a file",
             "run `cdk deploy --all --outputs-file cdk-outputs.json` and pass that file, or "
             "render with --from-stacks")], "stack outputs")
     try:
-        data = json.loads(path.read_text())
+        raw = path.read_bytes()
+    except OSError as err:
+        raise RenderError([RenderProblem(subject, f"cannot be read ({err.strerror})",
+                                         "make it readable, or " + unedited)],
+                          "stack outputs") from None
+    try:
+        # utf-8-sig: UTF-8 with a byte-order mark (PowerShell 5's `-Encoding utf8`) is UTF-8 too
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        bom = _UTF16_BOMS.get(raw[:2])
+        what = (f"is {bom} text, not UTF-8 JSON (Windows PowerShell's `>` writes UTF-16)" if bom
+                else f"is not UTF-8 text (byte {raw[err.start]:#04x} at offset {err.start}), "
+                "so not the JSON cdk writes")
+        raise RenderError([RenderProblem(subject, what, (
+            f"re-save it as UTF-8 (`iconv -f {'UTF-16' if bom else '<its encoding>'} -t UTF-8 "
+            f"{path} > cdk-outputs.json`, or in PowerShell `Get-Content {path} | Set-Content "
+            "-Encoding utf8 cdk-outputs.json`), or pass the file `cdk deploy --outputs-file` "
+            "wrote"))], "stack outputs") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as err:
-        raise RenderError([RenderProblem(
-            f"outputs file {path}", f"not valid JSON ({err})",
-            "pass the file `cdk deploy --outputs-file` wrote, unedited")],
-            "stack outputs") from None
-    return outputs_from_mapping(cfg, data, "file", str(path))
+        raise RenderError([RenderProblem(subject, f"not valid JSON ({err})", unedited)],
+                          "stack outputs") from None
+
+
+def outputs_from_file(cfg: KitConfig, path: str | Path) -> StackOutputs:
+    """The outputs a render needs, from the file `cdk deploy --outputs-file` wrote."""
+    return outputs_from_mapping(cfg, read_outputs_json(path), "file", str(path))
 
 
 def describe_stack_outputs(client: Any, stack: str) -> dict[str, str] | None:
@@ -272,12 +329,13 @@ _IMAGE_BUILD_KEYS = {"bucket": OutputKeys.BUCKET_NAME,
 
 
 def load_outputs_json(path: str | Path) -> Any:
-    """The JSON of a `cdk deploy --outputs-file` file; StackOutputsError when it cannot be read."""
+    """The JSON of a `cdk deploy --outputs-file` file (``read_outputs_json``); StackOutputsError,
+    one line naming the file, what is wrong and the fix, when it cannot be read."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise StackOutputsError(f"--outputs {path}: cannot read it as JSON ({err}). Fix: pass "
-                                "the file `cdk deploy --outputs-file` wrote") from err
+        return read_outputs_json(path)
+    except RenderError as err:
+        problem = err.problems[0]
+        raise StackOutputsError(f"--outputs {path}: {problem.rule}. Fix: {problem.fix}") from None
 
 
 def image_build_outputs(cfg: KitConfig, data: Any, origin: str) -> ImageBuildOutputs:
@@ -287,6 +345,8 @@ def image_build_outputs(cfg: KitConfig, data: Any, origin: str) -> ImageBuildOut
            "cdk-outputs.json` and pass --outputs cdk-outputs.json, or leave --outputs out to read "
            "the deployed stack from CloudFormation")
     found = data.get(stack) if isinstance(data, dict) else None
+    if (other := other_environments(cfg, data)) is not None:
+        raise StackOutputsError(f"{origin} {other[0]}. Fix: {other[1]}")
     if not isinstance(found, dict):
         raise StackOutputsError(f"{origin}: no outputs for stack {stack}. Fix: {fix}")
     missing = [key for key in _IMAGE_BUILD_KEYS.values() if not found.get(key)]

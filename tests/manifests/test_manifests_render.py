@@ -24,7 +24,7 @@ from manifests import (
     write,
 )
 from manifests.context import GENERATED_MARKER, OUTPUTS_ANNOTATION, PLACEHOLDER_ANNOTATION, image_tag_for
-from manifests.outputs import outputs_from_mapping
+from manifests.outputs import StackOutputsError, load_outputs_json, outputs_from_mapping
 from infra.addons import addon
 from manifests.render import NAMESPACE_FILES, TEMPLATES
 from tests.support.outputs import real_outputs
@@ -478,6 +478,65 @@ def test_missing_or_broken_outputs_file(tmp_path):
     broken.write_text("{not json")
     with pytest.raises(RenderError, match="not valid JSON"):
         outputs_from_file(cfg, broken)
+
+
+def test_outputs_of_another_environment_are_one_problem_naming_it(tmp_path):
+    cfg = example("p5-2node")  # environment p5-team
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(real_outputs(example("default"))))  # environment moe-rl
+    with pytest.raises(RenderError) as err:
+        outputs_from_file(cfg, other)
+    assert str(err.value) == (
+        "stack outputs: 1 problem(s):\n"
+        f"  - outputs file {other}: holds the outputs of environment 'moe-rl' (moe-rl-cluster, "
+        "moe-rl-data, moe-rl-gpu-p5, moe-rl-network, moe-rl-storage), not 'p5-team'. Fix: pass "
+        "p5-team's outputs file, or that environment's --config.")
+    two = {"a-data": {}, "b-gpu-p5": {}, "CDKToolkit": {}}
+    with pytest.raises(RenderError) as err:
+        outputs_from_mapping(cfg, two, "file", "two.json")
+    assert [str(p) for p in err.value.problems] == [
+        "outputs file two.json: holds the outputs of environments 'a' (a-data) and 'b' "
+        "(b-gpu-p5), not 'p5-team'. Fix: pass p5-team's outputs file, or the --config of the "
+        "environment you meant."]
+
+
+def test_every_stack_name_maps_back_to_its_environment():
+    for env in ("moe-rl", "p5-team", "x-storage", "a"):
+        stacks = [*names.stack_names(env).values(), names.gpu_stack_name(env, "p5"),
+                  names.gpu_stack_name(env, "b300-network")]
+        assert {s: names.environment_of_stack(s) for s in stacks} == dict.fromkeys(stacks, env)
+    for foreign in ("CDKToolkit", "-data", "moe-rl-gpu-", "moe-rl-gpu-P5"):
+        assert names.environment_of_stack(foreign) is None, foreign
+
+
+def test_outputs_file_that_is_not_utf8_is_a_clear_problem(tmp_path):
+    cfg = example("default")
+    data = json.dumps(real_outputs(cfg))
+    utf16 = tmp_path / "utf16.json"
+    utf16.write_bytes(data.encode("utf-16"))  # a byte-order mark first, as PowerShell's `>` writes
+    assert utf16.read_bytes()[:2] in (b"\xff\xfe", b"\xfe\xff")
+    with pytest.raises(RenderError) as err:
+        outputs_from_file(cfg, utf16)
+    bom = "little" if utf16.read_bytes()[:2] == b"\xff\xfe" else "big"
+    assert str(err.value) == (
+        "stack outputs: 1 problem(s):\n"
+        f"  - outputs file {utf16}: is UTF-16 ({bom}-endian) text, not UTF-8 JSON (Windows "
+        "PowerShell's `>` writes UTF-16). Fix: re-save it as UTF-8 (`iconv -f UTF-16 -t UTF-8 "
+        f"{utf16} > cdk-outputs.json`, or in PowerShell `Get-Content {utf16} | Set-Content "
+        "-Encoding utf8 cdk-outputs.json`), or pass the file `cdk deploy --outputs-file` wrote.")
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes(b'{"caf\xe9": {}}')
+    with pytest.raises(StackOutputsError) as err:
+        load_outputs_json(latin1)  # the reader `rlkit image` uses: the same text, on one line
+    assert str(err.value) == (
+        f"--outputs {latin1}: is not UTF-8 text (byte 0xe9 at offset 5), so not the JSON cdk "
+        "writes. Fix: re-save it as UTF-8 (`iconv -f <its encoding> -t UTF-8 "
+        f"{latin1} > cdk-outputs.json`, or in PowerShell `Get-Content {latin1} | Set-Content "
+        "-Encoding utf8 cdk-outputs.json`), or pass the file `cdk deploy --outputs-file` wrote")
+    with_bom = tmp_path / "bom.json"  # UTF-8 with a byte-order mark is still UTF-8: accepted
+    with_bom.write_bytes(data.encode("utf-8-sig"))
+    assert outputs_from_file(cfg, with_bom).bucket_name == outputs_from_mapping(
+        cfg, real_outputs(cfg), "file", "x").bucket_name
 
 
 def _create_stack(client, name: str, outputs: dict[str, str]) -> None:

@@ -457,6 +457,15 @@ def test_outputs_without_the_build_keys(tmp_path, capsys):
             "deploy it with `cdk deploy moe-rl-data") in capsys.readouterr().err
 
 
+def test_outputs_of_another_environment_name_it(tmp_path, capsys):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"p5-team-data": OUTPUTS["moe-rl-data"]}))
+    assert run([*BASE, "--outputs", str(path)], Stubbed()) == 2
+    assert capsys.readouterr().err.endswith(
+        f"error: {path} holds the outputs of environment 'p5-team' (p5-team-data), not 'moe-rl'. "
+        "Fix: pass moe-rl's outputs file, or that environment's --config\n")
+
+
 def test_outputs_from_cloudformation_and_dry_run(capsys):
     st = Stubbed()
     st.cloudformation.add_response("describe_stacks", {"Stacks": [{
