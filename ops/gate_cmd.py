@@ -60,8 +60,10 @@ from ops.gate import (
     WARN,
     Finding,
     GateReport,
+    GateStateError,
     compare,
     evaluate,
+    load_state,
     state_dir,
     write_record,
     write_started,
@@ -163,12 +165,16 @@ def run_compare(paths: list[Path], console: Console, as_json: bool = False) -> i
     """`rlkit gate --compare`: the figures of recorded gate.json files side by side."""
     documents = []
     for path in paths:
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            print(f"error: --compare {path}: not a readable gate.json ({err})", file=sys.stderr)
+        try:  # the reader `rlkit launch` trusts: the same shape checks, the same message
+            doc = load_state(path)
+        except GateStateError as err:
+            print(f"error: --compare {err}", file=sys.stderr)
             return 2
-        if not isinstance(doc, dict) or "figures" not in doc:
+        if doc is None:
+            print(f"error: --compare {path}: no such file. Fix: pass gate.json files `rlkit gate` "
+                  "wrote (or a baseline under <state dir>/.baselines/)", file=sys.stderr)
+            return 2
+        if "figures" not in doc:
             print(f"error: --compare {path}: no 'figures' (written by an older rlkit, or not a "
                   "gate.json); run `rlkit gate` again to record one", file=sys.stderr)
             return 2

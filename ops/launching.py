@@ -35,7 +35,8 @@ def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path,
                 f"longer counts. Run `{gate}` again until it passes, or pass --force to launch "
                 "anyway")
     if not state.get("ok"):
-        failed = [f"{f['check']} ({f['measured']}; expected {f['expected']})"
+        # load_state checked each finding's shape: check and status always, the rest if present
+        failed = [f"{f['check']} ({f.get('measured', '?')}; expected {f.get('expected', '?')})"
                   for f in state.get("findings", []) if f.get("status") == "fail"]
         return (f"the last fabric gate for {cfg.name!r} FAILED ({state.get('finished_at', '?')}): "
                 f"{'; '.join(failed[:3]) or 'see ' + str(state_path)}. Fix what it reported "

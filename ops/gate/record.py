@@ -250,16 +250,99 @@ class GateStateError(ValueError):
     """A gate.json that cannot be trusted; the message names the file and the fix."""
 
 
-# gate.json fields `rlkit launch` reads, with the types they must have.
-_STATE_FIELDS: dict[str, tuple[type, ...]] = {
-    "ok": (bool,), "instance_type": (str,), "nodes": (int,), "findings": (list,),
-    "ep": (dict, type(None)), "measured_nodes": (list,), "in_progress": (bool,),
-    "image": (str, type(None)),
+# What the readers of gate.json (`rlkit launch`, `rlkit gate --compare`, the next gate's merge)
+# rely on: each field may be absent (records of older rlkit versions lack image, measured_nodes,
+# ep_backend_measured, figures, a measurement's passed and image), but where present it has
+# this shape. (type or types, what to call it in a message)
+_NUMBER = ((int, float), "a number")
+_TEXT = ((str,), "a string")
+_TEXT_OR_NULL = ((str, type(None)), "a string or null")
+_FLAG = ((bool,), "true or false")
+_OBJECT = ((dict,), "an object")
+_STATE_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "ok": _FLAG, "in_progress": _FLAG, "instance_type": _TEXT, "nodes": ((int,), "an integer"),
+    "findings": ((list,), "a list"), "ep": ((dict, type(None)), "an object or null"),
+    "measured_nodes": ((list,), "a list"), "image": _TEXT_OR_NULL,
+    "ep_backend_measured": _TEXT_OR_NULL, "figures": _OBJECT,
 }
+_FINDING_FIELDS = {"check": _TEXT, "status": _TEXT}  # required; the others are text if present
+_FINDING_TEXT = ("measured", "expected", "detail", "fix")
+_MEASUREMENT_FIELDS = {"time_us": _NUMBER, "passed": _FLAG, "image": _TEXT_OR_NULL}
+
+
+def _wrong(where: str, value: Any, shape: tuple[tuple[type, ...], str]) -> str | None:
+    """Why ``value`` at ``where`` does not have ``shape`` (None when it does). A JSON true is
+    not a number here, though Python counts bool as int."""
+    types, name = shape
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
+        return None
+    return f"{where} is {json.dumps(value)[:40]}, not {name}"
+
+
+def state_problem(doc: Any) -> str | None:
+    """The first place where a gate.json document lacks the shape its readers rely on (e.g.
+    ``findings[0] lacks 'check'``), None when it has it. Fields an older rlkit did not write may
+    be absent."""
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    for key, shape in _STATE_FIELDS.items():
+        if key in doc and (why := _wrong(key, doc[key], shape)):
+            return why
+    for i, finding in enumerate(doc.get("findings", [])):
+        where = f"findings[{i}]"
+        if not isinstance(finding, dict):
+            return _wrong(where, finding, _OBJECT)
+        for key, shape in _FINDING_FIELDS.items():
+            if key not in finding:
+                return f"{where} lacks {key!r}"
+            if why := _wrong(f"{where}.{key}", finding[key], shape):
+                return why
+        for key in _FINDING_TEXT:
+            if key in finding and (why := _wrong(f"{where}.{key}", finding[key], _TEXT)):
+                return why
+    for i, node in enumerate(doc.get("measured_nodes", [])):
+        where = f"measured_nodes[{i}]"
+        if not isinstance(node, dict):
+            return _wrong(where, node, _OBJECT)
+        if "name" not in node:
+            return f"{where} lacks 'name'"
+        for key in ("name", "instance"):
+            if key in node and (why := _wrong(f"{where}.{key}", node[key], _TEXT)):
+                return why
+    for name, value in (doc.get("figures") or {}).items():
+        if why := _wrong(f"figures[{json.dumps(name)}]", value, _NUMBER):
+            return why
+    return _ep_problem(doc.get("ep") or {})
+
+
+def _ep_problem(ep: dict[str, Any]) -> str | None:
+    for key, shape in (("measurements", _OBJECT), ("layout", ((dict, type(None)), "an object or "
+                       "null")), ("decided_by", _TEXT)):
+        if key in ep and (why := _wrong(f"ep.{key}", ep[key], shape)):
+            return why
+    for backend, m in (ep.get("measurements") or {}).items():
+        where = f"ep.measurements.{backend}"
+        if not isinstance(m, dict):
+            return _wrong(where, m, _OBJECT)
+        if "time_us" not in m:
+            return f"{where} lacks 'time_us'"
+        for key, shape in _MEASUREMENT_FIELDS.items():
+            if key in m and (why := _wrong(f"{where}.{key}", m[key], shape)):
+                return why
+    for purpose, span in (ep.get("layout") or {}).items():
+        where = f"ep.layout.{purpose}"
+        if not isinstance(span, dict):
+            return _wrong(where, span, _OBJECT)
+        if "ep_size" in span and (why := _wrong(f"{where}.ep_size", span["ep_size"],
+                                                ((int,), "an integer"))):
+            return why
+    return None
 
 
 def load_state(path: Path) -> dict[str, Any] | None:
-    """The last gate result, None when no gate ran; GateStateError when the file is corrupt."""
+    """The last gate result, None when no gate ran; GateStateError (naming the file, the first
+    bad place, ``state_problem``, and the fix) when it cannot be read or lacks the shape its
+    readers rely on."""
     if not path.is_file():
         return None
 
@@ -270,25 +353,18 @@ def load_state(path: Path) -> dict[str, Any] | None:
             f"{path.parent / 'gate-logs'})")
 
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise GateStateError(f"{path} cannot be read ({err.strerror}). Fix: make it readable, or "
+                             "delete it and run `rlkit gate` again") from None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise corrupt(f"not UTF-8 text: byte {raw[err.start]:#04x} at offset {err.start}") from None
+    except (json.JSONDecodeError, RecursionError) as err:
         raise corrupt(f"not JSON: {str(err)[:120]}") from None
-    if not isinstance(doc, dict):
-        raise corrupt("not a JSON object")
-    for key, types in _STATE_FIELDS.items():
-        if key in doc and (not isinstance(doc[key], types)
-                           or (bool not in types and isinstance(doc[key], bool))):
-            raise corrupt(f"{key} is {type(doc[key]).__name__}")
-    if not all(isinstance(f, dict) for f in doc.get("findings", [])):
-        raise corrupt("findings must be objects")
-    if not all(isinstance(n, dict) and isinstance(n.get("name"), str)
-               and isinstance(n.get("instance", ""), str) for n in doc.get("measured_nodes", [])):
-        raise corrupt("measured_nodes must be objects with a name")
-    ep = doc.get("ep") or {}
-    if not isinstance(ep.get("measurements", {}), dict) or not all(
-            isinstance(m, dict) and isinstance(m.get("time_us", 0), (int, float))
-            for m in ep.get("measurements", {}).values()):
-        raise corrupt("ep.measurements must map backends to figures")
+    if why := state_problem(doc):
+        raise corrupt(why)
     return doc
 
 

@@ -153,25 +153,51 @@ def test_an_aws_call_that_hangs_times_out_with_a_clear_message(monkeypatch):
 # --- bad local state -----------------------------------------------------------------------------
 
 
+MEASURED = '{"ok": true, "ep": {"measurements": {"nccl": %s}}}'
+
+
 @pytest.mark.parametrize("content, why", [
-    ("{not json", "not JSON"),
+    ("{not json", "not JSON: Expecting property name enclosed in double quotes: line 1 column 2 "
+                  "(char 1)"),
+    (json.dumps({"ok": True}).encode("utf-16"), "not UTF-8 text: byte 0xff at offset 0"),
     ("[1, 2]", "not a JSON object"),
-    ('{"ok": "yes"}', "ok is str"),
-    ('{"ok": true, "nodes": "2"}', "nodes is str"),
-    ('{"ok": false, "findings": ["x"]}', "findings must be objects"),
-    ('{"ok": true, "ep": {"measurements": {"nccl": 5}}}', "ep.measurements must map"),
-    ('{"ok": true, "measured_nodes": {"ip-10-0-1-10": "i-0aaa"}}', "measured_nodes is dict"),
-    ('{"ok": true, "measured_nodes": [{"instance": "i-0aaa"}]}', "measured_nodes must be objects"),
+    ('{"ok": "yes"}', 'ok is "yes", not true or false'),
+    ('{"ok": true, "nodes": "2"}', 'nodes is "2", not an integer'),
+    ('{"ok": true, "nodes": true}', "nodes is true, not an integer"),
+    ('{"ok": false, "findings": ["x"]}', 'findings[0] is "x", not an object'),
+    ('{"ok": false, "findings": [{"status": "fail"}]}', "findings[0] lacks 'check'"),
+    ('{"ok": false, "findings": [{"check": "c", "status": 3}]}',
+     "findings[0].status is 3, not a string"),
+    ('{"ok": false, "findings": [{"check": "c", "status": "fail", "measured": 1}]}',
+     "findings[0].measured is 1, not a string"),
+    (MEASURED % "5", "ep.measurements.nccl is 5, not an object"),
+    (MEASURED % '{"passed": true}', "ep.measurements.nccl lacks 'time_us'"),
+    (MEASURED % '{"time_us": "fast"}', 'ep.measurements.nccl.time_us is "fast", not a number'),
+    (MEASURED % '{"time_us": 1, "passed": "yes"}',
+     'ep.measurements.nccl.passed is "yes", not true or false'),
+    ('{"ok": true, "ep": {"layout": {"train": 8}}}', "ep.layout.train is 8, not an object"),
+    ('{"ok": true, "ep": {"layout": {"train": {"ep_size": "8"}}}}',
+     'ep.layout.train.ep_size is "8", not an integer'),
+    ('{"ok": true, "figures": {"a": "x"}}', 'figures["a"] is "x", not a number'),
+    ('{"ok": true, "measured_nodes": {"ip-10-0-1-10": "i-0aaa"}}',
+     'measured_nodes is {"ip-10-0-1-10": "i-0aaa"}, not a list'),
+    ('{"ok": true, "measured_nodes": [{"instance": "i-0aaa"}]}', "measured_nodes[0] lacks 'name'"),
 ])
 def test_corrupt_gate_json_is_a_clean_error(tmp_path, kubectl, capsys, content, why):
+    """Hand-edited, older or corrupt records: one message naming the file, the first bad place
+    and the fix, exit 2, where launch used to stop with a KeyError or AttributeError."""
     state = tmp_path / ".rlkit" / "gt" / "gate.json"
     state.parent.mkdir(parents=True)
-    state.write_text(content)
-    assert run(tmp_path, "launch") == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"Not launching: {state} is corrupt ({why}")
-    assert "Fix: delete it and run `rlkit gate` again" in err
-    assert "Traceback" not in err and kubectl.calls == []
+    if isinstance(content, bytes):
+        state.write_bytes(content)
+    else:
+        state.write_text(content)
+    assert run(tmp_path, "launch", "--dry-run") == 2
+    assert capsys.readouterr().err == (
+        f"Not launching: {state} is corrupt ({why}), so the last gate result cannot be trusted. "
+        f"Fix: delete it and run `rlkit gate` again (or judge saved logs: rlkit gate --logs-dir "
+        f"{state.parent / 'gate-logs'}).\n")
+    assert kubectl.calls == []
 
 
 def test_gate_replaces_a_corrupt_gate_json(tmp_path, capsys):

@@ -336,6 +336,43 @@ def test_gate_compare_refuses_a_file_without_figures(tmp_path, capsys):
     assert "no 'figures' (written by an older rlkit, or not a gate.json)" in capsys.readouterr().err
 
 
+def test_every_record_the_kit_writes_or_wrote_has_the_shape_its_readers_check(tmp_path):
+    """The shape check (load_state) must accept what this rlkit writes (a verdict with EP
+    measurements and layout, a gate under way, a baseline) and the records older ones wrote."""
+    from ops.gate.record import state_problem, update_baseline, write_started
+    from tests.support.fakes import write_state
+
+    doc = state_document(judge("pass-p5en-deepep-2node"), "cb", "2026-11-30T00:00:00+00:00",
+                         nodes=[{"name": "ip-10-0-1-10", "instance": "i-0aaa"}])
+    baseline = update_baseline(tmp_path, doc)
+    started = write_started("cb", tmp_path / "cb", "now", "p5en.48xlarge", 2, "nccl", print)
+    write_state(tmp_path, ep={"shape": {}, "measurements": {"nccl": {"time_us": 9000.0}}})
+    older = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())  # version 1
+    assert "image" not in older and "measured_nodes" not in older
+    for record in (doc, json.loads(baseline.read_text()), json.loads(started.read_text()), older):
+        assert state_problem(record) is None
+
+
+@pytest.mark.parametrize("content, why", [
+    ('{"ok": true, "figures": {"a": "x"}}', 'figures["a"] is "x", not a number'),
+    ('{"ok": true, "figures": [1]}', "figures is [1], not an object"),
+    (json.dumps({"ok": True, "figures": {}}).encode("utf-16"),
+     "not UTF-8 text: byte 0xff at offset 0"),
+])
+def test_gate_compare_refuses_a_corrupt_file_with_one_message(tmp_path, capsys, content, why):
+    good = tmp_path / "a" / "gate.json"
+    good.parent.mkdir()
+    good.write_text(json.dumps({"ok": True, "nodes": 2, "figures": {"x (GB/s)": 1.5}}))
+    path = tmp_path / "gate.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    args = parse(["gate", "--compare", str(good), str(path)])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err == (
+        f"error: --compare {path} is corrupt ({why}), so the last gate result cannot be trusted. "
+        f"Fix: delete it and run `rlkit gate` again (or judge saved logs: rlkit gate --logs-dir "
+        f"{tmp_path / 'gate-logs'})\n")
+
+
 def test_state_merges_ep_measurements_and_picks_the_faster_backend():
     report = judge("pass-p5en-deepep-2node")
     layout = state_document(report, "cb", "now")["ep"]["layout"]
