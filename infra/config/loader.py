@@ -201,8 +201,9 @@ def parse_config_text(text: str, source: str = "config") -> dict[str, Any]:
         raise fail(f"cannot be parsed ({shorten(str(err))})", "fix the YAML") from None
     if data is None:
         raise fail("the file is empty (no keys): an empty file would silently deploy the "
-                   "built-in default", "write at least `name:` and `region:`, or omit the config "
-                   "to use the built-in default on purpose")
+                   "built-in default", "write at least `name:`, `region:` and (outside us-east-1) "
+                   "`availability_zones:`, or omit the config to use the built-in default on "
+                   "purpose")
     if not isinstance(data, dict):
         raise ConfigError([problem("<root>", data, "a config file must be a YAML mapping",
                                    "start the file with keys such as 'name:' and 'region:'")],

@@ -476,14 +476,37 @@ class TrainingConfig(_Model):
     )
 
 
+DEFAULT_REGION = "us-east-1"
+DEFAULT_AVAILABILITY_ZONES = ("us-east-1a", "us-east-1b")
+
+
+def _default_gpu_node_groups(data: dict) -> dict[str, GpuNodeGroupConfig]:
+    """The built-in GPU group, in the first AZ the config lists: a config that moves the
+    environment to another region (region and availability_zones only) moves the group too, rather
+    than leaving it in a us-east-1 zone the user never wrote. ``data`` holds the fields validated
+    so far (availability_zones is declared before gpu_node_groups)."""
+    zones = data.get("availability_zones") or DEFAULT_AVAILABILITY_ZONES
+    return {"p5": GpuNodeGroupConfig(instance_type="p5.48xlarge", availability_zone=zones[0],
+                                     min_size=0, desired_size=2, max_size=2)}
+
+
+def default_zones_elsewhere(cfg: KitConfig) -> bool:
+    """Whether ``cfg`` moves the region but leaves availability_zones to the built-in default,
+    whose zones belong to the default region only (the rules report that once, at
+    availability_zones, and leave out the problems of other fields that would echo it)."""
+    return "availability_zones" not in cfg.model_fields_set and cfg.region != DEFAULT_REGION \
+        and tuple(cfg.availability_zones) == DEFAULT_AVAILABILITY_ZONES
+
+
 class KitConfig(_Model):
     """One environment of the kit."""
 
     name: str = Field("moe-rl", description="Prefix of every stack and resource name.")
-    region: str = Field("us-east-1", description="AWS region.")
+    region: str = Field(DEFAULT_REGION, description="AWS region.")
     availability_zones: list[str] = Field(
-        default_factory=lambda: ["us-east-1a", "us-east-1b"],
+        default_factory=lambda: list(DEFAULT_AVAILABILITY_ZONES),
         description="AZs of the VPC, named explicitly so synth needs no lookup (at least two). "
+        f"The default is for {DEFAULT_REGION} only: with another region, list its AZs. "
         "Subnets are numbered by position: on a deployed VPC, add zones at the end only (rlkit "
         "preflight refuses other changes).",
     )
@@ -516,13 +539,9 @@ class KitConfig(_Model):
     )
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)
     gpu_node_groups: dict[str, GpuNodeGroupConfig] = Field(
-        default_factory=lambda: {
-            "p5": GpuNodeGroupConfig(
-                instance_type="p5.48xlarge", availability_zone="us-east-1a",
-                min_size=0, desired_size=2, max_size=2,
-            )
-        },
-        description="EFA GPU node groups by name.",
+        default_factory=lambda data: _default_gpu_node_groups(data),
+        description="EFA GPU node groups by name. Unset: one on-demand p5 group of 2 nodes in the "
+        "first of availability_zones.",
     )
     storage: StorageConfig = Field(default_factory=StorageConfig)
     image_build: ImageBuildConfig = Field(

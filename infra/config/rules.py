@@ -26,7 +26,14 @@ from infra.config.derived import VPC_PREFIX_RANGE
 from infra.config.errors import problem
 from infra import addons as addons_registry
 from infra.catalog.regions import botocore_version, regions
-from infra.config.model import LOG_RETENTION_DAYS, GpuNodeGroupConfig, KitConfig
+from infra.config.model import (
+    DEFAULT_AVAILABILITY_ZONES,
+    DEFAULT_REGION,
+    LOG_RETENTION_DAYS,
+    GpuNodeGroupConfig,
+    KitConfig,
+    default_zones_elsewhere,
+)
 from infra.config.trainer import EP_BACKENDS, trainer_problems
 from infra.config.ultraserver import (
     local_zone_problems,
@@ -82,6 +89,7 @@ def validate(cfg: KitConfig) -> list[Problem]:
                     f"environment could share names with another environment's GPU stacks "
                     f"({names.gpu_stack_name('<env>', '<group>')}), and teardown must tell them "
                     "apart", "choose a name without '-gpu', e.g. 'moe-rl-h100'"))
+    region_problems = len(p)
     if not _REGION_RE.fullmatch(cfg.region):
         add(problem("region", cfg.region, "not an AWS region name", "use a name like 'us-east-1'"))
     elif cfg.region not in regions("eks"):
@@ -107,7 +115,19 @@ def validate(cfg: KitConfig) -> list[Problem]:
         _validate_ami_release(cfg, cfg.node_ami_release_version, add)
 
     azs = cfg.availability_zones
-    if len(azs) < 2:
+    if default_zones_elsewhere(cfg) and len(p) == region_problems:  # a bad region is told
+        # One problem, not one per built-in zone: the user wrote none of them. AZ names are not
+        # guessed for the fix (ap-northeast-1, for one, has no 1b).
+        add(problem("availability_zones", "(not set)",
+                    f"not set, and the built-in default {list(DEFAULT_AVAILABILITY_ZONES)} is for "
+                    f"{DEFAULT_REGION}, not region {cfg.region}",
+                    f"list two or more AZs of {cfg.region}, e.g. availability_zones: "
+                    f"[{cfg.region}a, {cfg.region}b] (`aws ec2 describe-availability-zones "
+                    f"--region {cfg.region}` lists the region's zones)"))
+        azs = []  # judged once listed
+    elif default_zones_elsewhere(cfg):
+        azs = []  # the region's own problem comes first
+    elif len(azs) < 2:
         add(problem("availability_zones", azs, "EKS needs subnets in at least two AZs",
                     f"list two or more AZs of {cfg.region}, e.g. {cfg.region}a and {cfg.region}b"))
     if len(set(azs)) != len(azs):
@@ -323,7 +343,7 @@ def _validate_vpc(cfg: KitConfig, add) -> None:
     for kind in ("private_subnet_ids", "public_subnet_ids"):
         subnets = getattr(e, kind)
         for az, sid in subnets.items():
-            if az not in cfg.availability_zones:
+            if az not in cfg.availability_zones and not default_zones_elsewhere(cfg):
                 add(problem(f"vpc.existing.{kind}.{az}", sid,
                             f"AZ {az} is not in availability_zones {cfg.availability_zones}",
                             "add the AZ to availability_zones or remove this subnet"))
@@ -331,7 +351,7 @@ def _validate_vpc(cfg: KitConfig, add) -> None:
                 add(problem(f"vpc.existing.{kind}.{az}", sid, "not a subnet ID",
                             "use subnet-0123456789abcdef0"))
     missing = [az for az in cfg.availability_zones if az not in e.private_subnet_ids]
-    if missing:
+    if missing and not default_zones_elsewhere(cfg):  # availability_zones' problem says it
         add(problem("vpc.existing.private_subnet_ids", e.private_subnet_ids,
                     f"no private subnet for AZ(s) {', '.join(missing)}",
                     "give one private subnet ID for every AZ in availability_zones"))
@@ -364,7 +384,8 @@ def _validate_gpu_group(cfg: KitConfig, name: str, g: GpuNodeGroupConfig, add) -
                     "sizes must satisfy 0 <= min_size <= desired_size <= max_size and max_size >= 1",
                     f"e.g. min_size: 0, desired_size: {max(g.desired_size, 1)}, "
                     f"max_size: {max(g.desired_size, g.max_size, 1)}"))
-    if g.availability_zone not in cfg.availability_zones + cfg.local_zones:
+    if g.availability_zone not in cfg.availability_zones + cfg.local_zones and \
+            not default_zones_elsewhere(cfg):  # the zones' own problem says what to list
         add(problem(f"{path}.availability_zone", g.availability_zone,
                     f"not among the VPC's AZs {cfg.availability_zones}"
                     + (f" or Local Zones {cfg.local_zones}" if cfg.local_zones else ""),

@@ -11,7 +11,7 @@ import re
 
 from infra.catalog.instances import InstanceType
 from infra.config.errors import problem
-from infra.config.model import GpuNodeGroupConfig, KitConfig
+from infra.config.model import GpuNodeGroupConfig, KitConfig, default_zones_elsewhere
 
 
 def _minor(version: str) -> tuple[int, ...]:
@@ -90,7 +90,7 @@ def local_zone_problems(cfg: KitConfig, add) -> None:
                         "the kit places the file system only in one of availability_zones",
                         "set it to the Local Zone's parent AZ (ParentZoneName in `aws ec2 "
                         "describe-availability-zones --all-availability-zones`)"))
-        elif fs.availability_zone is not None and \
+        elif fs.availability_zone is not None and not default_zones_elsewhere(cfg) and \
                 fs.availability_zone not in cfg.availability_zones:
             add(problem("storage.shared_filesystem.availability_zone", fs.availability_zone,
                         f"not among the VPC's AZs {cfg.availability_zones}",

@@ -349,8 +349,37 @@ def load_text(tmp_path, text: str | bytes) -> str:
 def test_empty_file_is_refused_not_the_default(tmp_path, text):
     assert load_text(tmp_path, text) == (
         "c.yaml: 1 problem(s):\n  - <file> = 'c.yaml': the file is empty (no keys): an empty "
-        "file would silently deploy the built-in default. Fix: write at least `name:` and "
-        "`region:`, or omit the config to use the built-in default on purpose.")
+        "file would silently deploy the built-in default. Fix: write at least `name:`, "
+        "`region:` and (outside us-east-1) `availability_zones:`, or omit the config to use the "
+        "built-in default on purpose.")
+
+
+ZONES_NOT_SET = (
+    "availability_zones = '(not set)': not set, and the built-in default ['us-east-1a', "
+    "'us-east-1b'] is for us-east-1, not region us-west-2. Fix: list two or more AZs of "
+    "us-west-2, e.g. availability_zones: [us-west-2a, us-west-2b] (`aws ec2 "
+    "describe-availability-zones --region us-west-2` lists the region's zones).")
+
+
+def test_another_region_without_zones_is_one_problem_and_the_gpu_group_follows_the_zones(
+        tmp_path):
+    # the smallest config the empty-file hint names used to report availability_zones[0] and [1]
+    # = 'us-east-1a'/'us-east-1b', then the default GPU group's us-east-1a: values never written
+    assert load_text(tmp_path, "name: ab\nregion: us-west-2\n") == \
+        f"c.yaml: 1 problem(s):\n  - {ZONES_NOT_SET}"
+    cfg = parse_config({"name": "ab", "region": "us-west-2",
+                        "availability_zones": ["us-west-2c", "us-west-2d"]})
+    assert cfg.gpu_node_groups["p5"].availability_zone == "us-west-2c"
+    # a group written in the region is not told again that it is outside the default zones
+    assert problems_of({"region": "us-west-2", "gpu_node_groups": {
+        "p5": group(availability_zone="us-west-2a")}}) == [ZONES_NOT_SET]
+    # an unrelated type error is not padded with the default zones' problems
+    got = problems_of({"region": "us-west-2", "storage": None})
+    assert [p.split(" = ")[0] for p in got] == ["storage", "availability_zones"]
+    assert got[1] == ZONES_NOT_SET
+    # a bad region is told alone
+    assert problems_of({"region": "us-fake-9"})[0].startswith("region = 'us-fake-9'")
+    assert len(problems_of({"region": "us-fake-9"})) == 1
 
 
 def test_duplicate_keys_are_refused(tmp_path):
