@@ -30,9 +30,17 @@ class ConfigError(ValueError):
 _MISSING = "<missing>"
 
 
+def close_match(word: str, known) -> str | None:  # noqa: ANN001 - any iterable of str
+    """The entry of ``known`` closest to ``word``, for a did-you-mean (None when nothing is
+    close): the one measure every config suggestion uses."""
+    import difflib
+
+    match = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
 def _did_you_mean(loc: tuple) -> str | None:
     """The known field closest to the unknown key at ``loc`` (None when nothing is close)."""
-    import difflib
     import types
     import typing
 
@@ -61,8 +69,7 @@ def _did_you_mean(loc: tuple) -> str | None:
     model = unwrap(model)
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         return None
-    match = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
-    return match[0] if match else None
+    return close_match(str(loc[-1]), model.model_fields)
 
 
 def _problems_from_pydantic(error: ValidationError) -> list[Problem]:

@@ -409,7 +409,8 @@ def model_hf_checkpoint(model_key: str) -> str | None:
 
 class TrainingConfig(_Model):
     run_name: str = Field("qwen3-30b-a3b-grpo", description="Name of the RL run (DNS label).")
-    model: str = Field("qwen3-30b-a3b", description="Model key (see `rlkit plan --help`).")
+    model: str = Field("qwen3-30b-a3b", description="A model of the kit's catalog "
+                       f"(infra/catalog/models.py): {', '.join(MODEL_CATALOG)}.")
     hf_checkpoint: str = Field(
         model_hf_checkpoint("qwen3-30b-a3b"),  # the default model's
         description="Hugging Face weights: a path every pod sees (under "

@@ -23,7 +23,8 @@ from infra.catalog.gpus import GPUS
 from infra.catalog.instances import INSTANCE_TYPES, UNSUPPORTED_INSTANCE_TYPES
 from infra.addons.config import AddonsConfig
 from infra.config.derived import VPC_PREFIX_RANGE
-from infra.config.errors import problem
+from infra.catalog.models import MODEL_CATALOG
+from infra.config.errors import close_match, problem
 from infra import addons as addons_registry
 from infra.catalog.regions import botocore_version, regions
 from infra.config.model import (
@@ -435,6 +436,16 @@ def _validate_gpu_group(cfg: KitConfig, name: str, g: GpuNodeGroupConfig, add) -
 
 def _validate_training(cfg: KitConfig, add) -> None:
     t = cfg.training
+    if t.model not in MODEL_CATALOG:
+        # Sizing, the trainer's layout rules and the fabric benchmark's shape all read the
+        # catalog entry: a model without one used to pass here and fail at render.
+        close = close_match(t.model, MODEL_CATALOG)
+        known = ", ".join(MODEL_CATALOG)
+        add(problem("training.model", t.model,
+                    "not a model in the catalog (infra/catalog/models.py MODEL_CATALOG)",
+                    f"did you mean {close!r}? The catalog has {known}" if close else
+                    f"use one of {known}, or add the model's config.json values to "
+                    "MODEL_CATALOG in infra/catalog/models.py"))
     if not _DNS_LABEL_RE.fullmatch(t.run_name) or len(t.run_name) > 40:
         add(problem("training.run_name", t.run_name,
                     "must be a DNS label of at most 40 characters (it names Kubernetes objects)",

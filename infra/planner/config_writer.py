@@ -23,6 +23,7 @@ from infra.config import (
     read_config_file,
     training_ep_backend_problems,
 )
+from infra.catalog.models import MODEL_CATALOG
 from infra.config.model import TrainingConfig, model_hf_checkpoint
 from infra.planner.errors import PlannerError
 from infra.planner.layout import INTERLEAVING_RULE
@@ -96,10 +97,16 @@ def _checkpoint_for(training: dict, model_key: str, path: Path, new_file: bool) 
     old = training.get("hf_checkpoint", _DEFAULT_CHECKPOINT)
     default = model_hf_checkpoint(model_key)
     if default is None:
-        fix = (f"start {path} from a catalog model's plan, then set training.model: {model_key} "
-               "and training.hf_checkpoint to its Hugging Face weights by hand" if new_file else
-               f"set training.model: {model_key} and training.hf_checkpoint to its Hugging Face "
-               f"weights in {path} first, then rerun")
+        if model_key not in MODEL_CATALOG:  # a --model-file model: the config refuses it
+            fix = (f"the kit trains catalog models only: add {model_key} to MODEL_CATALOG in "
+                   "infra/catalog/models.py (its config.json values and Hugging Face source), "
+                   "then rerun")
+        elif new_file:
+            fix = (f"start {path} from a catalog model's plan, then set training.model: "
+                   f"{model_key} and training.hf_checkpoint to its Hugging Face weights by hand")
+        else:
+            fix = (f"set training.model: {model_key} and training.hf_checkpoint to its Hugging "
+                   f"Face weights in {path} first, then rerun")
         raise PlannerError(
             f"not writing {path}: training.model would change from {old_model} to {model_key}, "
             f"but training.hf_checkpoint ({old}) holds {old_model}'s weights and the kit knows no "

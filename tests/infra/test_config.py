@@ -739,3 +739,16 @@ def test_local_zone_names_belong_to_the_region():
     assert found[0] == (
         "local_zones[0] = 'us-west-2-lax-1a': not a Local Zone name of region us-east-1. Fix: "
         "use the zone your reservation reports, of the form us-east-1-xyz-1a.")
+
+
+def test_a_model_outside_the_catalog_is_a_config_problem():
+    # `model: qwen3-30b` used to validate and synthesize, then `rlkit check` and render failed
+    # with "This is a bug in rlkit" (the fabric benchmark needs the catalog's MoE shape)
+    known = "qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, mixtral-8x7b, mixtral-8x22b, kimi-k2"
+    assert problems_of({"training": {"model": "qwen3-30b"}}) == [
+        "training.model = 'qwen3-30b': not a model in the catalog (infra/catalog/models.py "
+        f"MODEL_CATALOG). Fix: did you mean 'qwen3-30b-a3b'? The catalog has {known}."]
+    assert problems_of({"training": {"model": "llama"}}) == [
+        "training.model = 'llama': not a model in the catalog (infra/catalog/models.py "
+        f"MODEL_CATALOG). Fix: use one of {known}, or add the model's config.json values to "
+        "MODEL_CATALOG in infra/catalog/models.py."]

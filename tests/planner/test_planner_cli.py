@@ -274,9 +274,9 @@ def test_write_config_refuses_a_model_without_a_known_checkpoint(capsys, config,
     assert err.strip() == (
         f"rlkit plan: error: not writing {config}: training.model would change from "
         "qwen3-30b-a3b to tiny-moe, but training.hf_checkpoint (/fsx/models/Qwen3-30B-A3B) holds "
-        "qwen3-30b-a3b's weights and the kit knows no weights location for tiny-moe; set "
-        f"training.model: tiny-moe and training.hf_checkpoint to its Hugging Face weights in "
-        f"{config} first, then rerun")
+        "qwen3-30b-a3b's weights and the kit knows no weights location for tiny-moe; the kit "
+        "trains catalog models only: add tiny-moe to MODEL_CATALOG in infra/catalog/models.py "
+        "(its config.json values and Hugging Face source), then rerun")
     assert config.read_text() == before
 
 
