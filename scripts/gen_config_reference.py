@@ -54,9 +54,7 @@ def _rows(model: type[BaseModel], prefix: str = ""):
         if field.default is not PydanticUndefined:
             default = field.default
         elif field.default_factory is not None:
-            # a factory that reads the other fields shows the built-in default config's value
-            default = (field.default_factory({}) if field.default_factory_takes_validated_data
-                       else field.default_factory())
+            default = field.default_factory()
         else:
             default = "(required)"
         is_mapping = typing.get_origin(field.annotation) is dict

@@ -7,9 +7,9 @@ in ``infra.config.loader``. The JSON schema (config.schema.json) is generated fr
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from infra import names
 from infra.catalog.fsx import DEFAULT_THROUGHPUT, SHARED_FS_MIN_CAPACITY_GIB
@@ -481,13 +481,9 @@ DEFAULT_REGION = "us-east-1"
 DEFAULT_AVAILABILITY_ZONES = ("us-east-1a", "us-east-1b")
 
 
-def _default_gpu_node_groups(data: dict) -> dict[str, GpuNodeGroupConfig]:
-    """The built-in GPU group, in the first AZ the config lists: a config that moves the
-    environment to another region (region and availability_zones only) moves the group too, rather
-    than leaving it in a us-east-1 zone the user never wrote. ``data`` holds the fields validated
-    so far (availability_zones is declared before gpu_node_groups)."""
-    zones = data.get("availability_zones") or DEFAULT_AVAILABILITY_ZONES
-    return {"p5": GpuNodeGroupConfig(instance_type="p5.48xlarge", availability_zone=zones[0],
+def _default_gpu_node_groups(zone: str = DEFAULT_AVAILABILITY_ZONES[0]) -> dict:
+    """The built-in GPU node groups: one on-demand group of two p5.48xlarge in ``zone``."""
+    return {"p5": GpuNodeGroupConfig(instance_type="p5.48xlarge", availability_zone=zone,
                                      min_size=0, desired_size=2, max_size=2)}
 
 
@@ -540,7 +536,7 @@ class KitConfig(_Model):
     )
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)
     gpu_node_groups: dict[str, GpuNodeGroupConfig] = Field(
-        default_factory=lambda data: _default_gpu_node_groups(data),
+        default_factory=_default_gpu_node_groups,
         description="EFA GPU node groups by name. Unset: one on-demand p5 group of 2 nodes in the "
         "first of availability_zones.",
     )
@@ -558,6 +554,19 @@ class KitConfig(_Model):
         default_factory=dict,
         description="Extra tags on every resource. A GPU group's placement group cannot change its "
         "tags in place: changing them replaces it and rolls the group's nodes (rlkit preflight warns).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpu_group_follows_the_zones(cls, data: Any) -> Any:
+        """Without gpu_node_groups, the built-in group goes to the first AZ the config lists: a
+        config that moves the environment to another region (region and availability_zones)
+        moves the group too, rather than leaving it in a us-east-1 zone never written. Read from
+        the input, before validation, so that an error elsewhere cannot hide it."""
+        if isinstance(data, dict) and "gpu_node_groups" not in data:
+            zones = data.get("availability_zones")
+            if isinstance(zones, list) and zones and isinstance(zones[0], str):
+                data = {**data, "gpu_node_groups": _default_gpu_node_groups(zones[0])}
+        return data
 
     @property
     def stack_names(self) -> dict[str, str]:

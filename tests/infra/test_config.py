@@ -370,6 +370,10 @@ def test_another_region_without_zones_is_one_problem_and_the_gpu_group_follows_t
     cfg = parse_config({"name": "ab", "region": "us-west-2",
                         "availability_zones": ["us-west-2c", "us-west-2d"]})
     assert cfg.gpu_node_groups["p5"].availability_zone == "us-west-2c"
+    # and an error in another section does not turn the group into a problem of its own
+    got = problems_of({"region": "us-west-2", "availability_zones": ["us-west-2c", "us-west-2d"],
+                       "system_nodes": {"min_size": "abc"}})
+    assert [p.split(" = ")[0] for p in got] == ["system_nodes.min_size"]
     # a group written in the region is not told again that it is outside the default zones
     assert problems_of({"region": "us-west-2", "gpu_node_groups": {
         "p5": group(availability_zone="us-west-2a")}}) == [ZONES_NOT_SET]
