@@ -16,7 +16,8 @@ from infra.addons.record import AddonConfig, HelmAddon
 class AddonsBase(BaseModel):
     """Behaviour of the ``addons`` section; its fields come from the registry."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # the settings of infra.config.base.CONFIG_SETTINGS (strict types: no true for 1, no "2" for 2)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     def enabled(self, name: str, gpu_instance_types: tuple[str, ...] = ()) -> bool:
         """Whether add-on ``name`` is installed: the config's choice, else the kit default for

@@ -29,8 +29,9 @@ SYSTEM_NODES = {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
 # The config section every add-on has (``addons.<key>``); a record may extend it. No docstring:
 # pydantic would publish it in config.schema.json.
 class AddonConfig(BaseModel):
-    # Same settings as every other config section (infra.config's base model).
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Same settings as every other config section (infra.config.base.CONFIG_SETTINGS: strict
+    # types, so no true for 1 and no "2" for 2).
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     enabled: bool | None = Field(
         None, description="Install this Helm chart. Default: the add-on's own default (see "

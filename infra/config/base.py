@@ -1,9 +1,32 @@
-"""The base of every config section: frozen, and refusing unknown keys."""
+"""The base of every config section: frozen, refusing unknown keys and values of the wrong type.
+
+Strict types: YAML's ``true`` is not the number 1, and a quoted ``"2"`` or ``"off"`` is text, not a
+number or a boolean (pydantic's default would convert all three silently). A whole number still
+fills a ``float`` field (``lr: 1``). ``Number`` is the one exception, for fields that hold a
+fraction: PyYAML reads ``1e-6`` (no decimal point) as text, so text that spells a number is taken
+there, and only true/false is refused.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+# The settings every config section shares (infra/addons' sections repeat them: that package
+# cannot import infra.config).
+CONFIG_SETTINGS = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+def _not_a_boolean(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise PydanticCustomError("float_type", "Input should be a valid number")
+    return value
+
+
+Number = Annotated[float, Field(strict=False), BeforeValidator(_not_a_boolean)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = CONFIG_SETTINGS

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from infra.config.errors import ConfigError, _problems_from_pydantic, problem
+from infra.config.errors import TEXT_EXPECTED, ConfigError, _problems_from_pydantic, problem
 from infra.config.model import KitConfig
 from infra.config.rules import validate
 from infra.problems import Problem, shorten
@@ -334,7 +334,7 @@ def _scalar_node(text: str, dotted: str) -> yaml.ScalarNode | None:
 
 def _explain_number_trap(p: Problem, text: str) -> Problem:
     if not (isinstance(p.value, (int, float)) and not isinstance(p.value, bool)
-            and "valid string" in p.rule):
+            and p.rule.startswith(TEXT_EXPECTED)):
         return p
     node = _scalar_node(text, p.subject)
     if node is None or node.style is not None:  # quoted: not the trap

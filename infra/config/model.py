@@ -16,7 +16,7 @@ from infra.catalog.fsx import DEFAULT_THROUGHPUT, SHARED_FS_MIN_CAPACITY_GIB
 from infra.catalog.models import MODEL_CATALOG
 from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_RM_TYPE
 from infra.addons.config import AddonsConfig
-from infra.config.base import _Model
+from infra.config.base import Number, _Model
 from infra.versions import (
     DEFAULT_KUBERNETES_VERSION,
     DEFAULT_SYSTEM_INSTANCE_TYPE,
@@ -374,10 +374,10 @@ class GrpoConfig(_Model):
     global_batch_size: int = 256
     num_steps_per_rollout: int = 1
     rollout_max_response_len: int = 8192
-    rollout_temperature: float = 1.0
-    lr: float = 1.0e-6
-    kl_loss_coef: float = 0.0
-    eps_clip: float = 0.2
+    rollout_temperature: Number = 1.0
+    lr: Number = 1.0e-6
+    kl_loss_coef: Number = 0.0
+    eps_clip: Number = 0.2
 
 
 class CheckpointConfig(_Model):
@@ -463,14 +463,14 @@ class TrainingConfig(_Model):
         "that failed because the Ray head stopped answering for 5 minutes (its node lost) or ran "
         "past its deadline: rlkit status says so, and rlkit launch --replace resumes the run."
     )
-    rollout_minutes: float = Field(
+    rollout_minutes: Number = Field(
         10.0, description="Estimated wall time of one rollout (generation plus training step). On "
         "a Capacity Block, `rlkit launch` refuses a run that cannot reach its first save before "
         "the block ends, and the launcher asks for its last save this long plus "
         "save_upload_minutes before EKS drains the nodes; the launcher replaces both estimates "
         "with what it measures from the run's own saves."
     )
-    save_upload_minutes: float = Field(
+    save_upload_minutes: Number = Field(
         35.0, description="Estimated time of one save plus its upload to S3 (a 400 GiB save "
         "through a Ray head with 1.56 Gbps takes about 35 minutes). Used with rollout_minutes "
         "on a Capacity Block."

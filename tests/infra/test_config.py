@@ -140,12 +140,67 @@ def test_the_minimum_kubernetes_version_is_a_catalog_field(monkeypatch):
 def test_unknown_field_and_wrong_type():
     found = problems_of({"regoin": "us-east-1", "gpu_node_groups": {"p5": group(max_size="two")}})
     assert found == [
-        "gpu_node_groups.p5.max_size = 'two': Input should be a valid integer, unable to parse "
-        "string as an integer. Fix: give a value of the documented type "
-        "(see docs/config-reference.md).",
+        "gpu_node_groups.p5.max_size = 'two': expected a whole number, not text. Fix: write a "
+        "whole number, e.g. max_size: 2 (see docs/config-reference.md).",
         "regoin = 'us-east-1': unknown field. Fix: did you mean 'region'? Rename it, or remove "
         "it (see docs/config-reference.md).",
     ]
+
+
+def test_wrong_scalar_types_are_refused_not_converted():
+    # pydantic's default turned true into 1, "off" into False and "2" into 2 without a word
+    found = problems_of({"training": {"nodes": True, "grpo": {"eps_clip": True}},
+                         "storage": {"kms": "off"}, "system_nodes": {"desired_size": "2"},
+                         "gpu_node_groups": {"p5": group(min_size=0.0, placement_group="yes")}})
+    see = " (see docs/config-reference.md)."
+    assert found == [
+        "system_nodes.desired_size = '2': expected a whole number, not text. Fix: write it "
+        "without quotes: desired_size: 2" + see,
+        "gpu_node_groups.p5.min_size = 0.0: expected a whole number, not a number with a decimal "
+        "point. Fix: write it without the decimal point: min_size: 0" + see,
+        "gpu_node_groups.p5.placement_group = 'yes': expected true or false or null, not text. "
+        "Fix: write it without quotes: placement_group: true" + see,
+        "storage.kms = 'off': expected true or false, not text. Fix: write it without quotes: "
+        "kms: false" + see,
+        "training.nodes = True: expected a whole number, not true/false. Fix: write a whole "
+        "number, e.g. nodes: 2" + see,
+        "training.grpo.eps_clip = True: expected a number, not true/false. Fix: write a number, "
+        "e.g. eps_clip: 0.2" + see]
+    # a whole number fills a number field, and PyYAML reads 1e-6 (no decimal point) as text
+    grpo = parse_config(yaml.safe_load("training: {grpo: {lr: 1e-6, kl_loss_coef: 0}}"))\
+        .training.grpo
+    assert (grpo.lr, grpo.kl_loss_coef) == (1e-6, 0.0)
+
+
+def test_a_wrong_type_names_the_shape_expected_with_an_example():
+    # the fix used to read "give a value of the documented type" after pydantic's "Input should
+    # be a valid dictionary or instance of StorageConfig"
+    see = " (see docs/config-reference.md)."
+    assert problems_of({"storage": None, "tags": 3, "admin_role_arns": "x",
+                        "endpoint_access": {"mode": "public"},
+                        "training": {"extra_env": {"RETRIES": 3}}}) == [
+        "endpoint_access.mode = 'public': expected one of private, public-and-private. Fix: "
+        "write one of private, public-and-private, e.g. mode: private" + see,
+        "admin_role_arns = 'x': expected a list, not text. Fix: write a list, e.g. "
+        "admin_role_arns: [arn:aws:iam::123456789012:role/NAME]" + see,
+        "storage = None: expected a mapping of its settings, not null (an empty value). Fix: "
+        "write its settings, e.g. storage: {retain: true}, or remove the line for the "
+        "defaults" + see,
+        "training.extra_env.RETRIES = 3: expected text, not a number. Fix: quote it: "
+        'RETRIES: "3"' + see,
+        "tags = 3: expected a mapping, not a number. Fix: write a mapping, e.g. tags: "
+        "{team: rl}" + see]
+
+
+def test_an_unquoted_account_id_is_named_as_the_quoted_number_trap(tmp_path):
+    cfg = tmp_path / "trap.yaml"
+    cfg.write_text("name: trap\naccount: 123456789012\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert str(err.value).splitlines()[1] == (
+        "  - account = 123456789012: line 2: YAML reads the unquoted 123456789012 as the number "
+        "123456789012, not the text '123456789012' (the quoted-number trap). Fix: quote it: "
+        'account: "123456789012".')
 
 
 def test_existing_vpc_needs_a_private_subnet_in_every_az():
@@ -426,7 +481,7 @@ def test_schema_and_semantic_problems_are_reported_in_one_pass():
     got = problems_of({"regoin": "us-east-1", "name": "Bad_Name",
                        "system_nodes": {"min_size": "abc"},
                        "gpu_node_groups": {"p5": group(availability_zone="us-east-1z")}})
-    assert got[0].startswith("system_nodes.min_size = 'abc': Input should be a valid integer")
+    assert got[0].startswith("system_nodes.min_size = 'abc': expected a whole number, not text")
     assert got[1].startswith("regoin = 'us-east-1': unknown field")
     assert any(p.startswith("name = 'Bad_Name': must be 1-20 characters") for p in got)
     assert any(p.startswith("gpu_node_groups.p5.availability_zone = 'us-east-1z'") for p in got)
