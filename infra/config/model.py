@@ -94,7 +94,9 @@ class EndpointAccessConfig(_Model):
 class SystemNodesConfig(_Model):
     instance_type: str = Field(
         DEFAULT_SYSTEM_INSTANCE_TYPE,
-        description="Instance type of the small non-GPU node group (job submitter, operators, CoreDNS).",
+        description="Instance type of the small non-GPU node group (job submitter, operators, "
+        "CoreDNS): an x86_64 type without accelerators, one botocore's EC2 service model lists "
+        "(checked offline).",
     )
     min_size: int = 2
     desired_size: int = 2

@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 
 from infra import names
+from infra.catalog.ec2_instance_types import ec2_instance_types, family_sizes
 from infra.catalog.instances import INSTANCE_TYPES
-from infra.config.errors import problem
+from infra.catalog.regions import botocore_version
+from infra.config.errors import close_match, problem
 from infra.config.model import KitConfig
 from infra.trainer_contract import EP_BACKENDS
 from infra.versions import DEFAULT_SYSTEM_INSTANCE_TYPE
@@ -65,6 +67,9 @@ def validate_values(cfg: KitConfig, add) -> None:
         add(problem("system_nodes.instance_type", sn.instance_type,
                     "not an EC2 instance type name (family.size)",
                     "use e.g. m7i.xlarge"))
+    elif sn.instance_type != DEFAULT_SYSTEM_INSTANCE_TYPE and \
+            sn.instance_type not in ec2_instance_types():  # the default is checked by a test
+        add(_unknown_instance_type("system_nodes.instance_type", sn.instance_type))
     else:
         family = sn.instance_type.split(".")[0]
         parts = re.fullmatch(r"([a-z]+)(\d+)([a-z-]*)", family)
@@ -132,6 +137,22 @@ def validate_values(cfg: KitConfig, add) -> None:
                         f"copy the data into the data bucket under {names.DATASETS_PREFIX} and "
                         f"give its key, e.g. {names.DATASETS_PREFIX}"
                         f"{value.rstrip('/').rsplit('/', 1)[-1]}"))
+
+
+def _unknown_instance_type(path: str, name: str):
+    """The problem of a well-formed instance type name EC2 does not have, with a did-you-mean."""
+    family = name.split(".", 1)[0]
+    close = close_match(name, ec2_instance_types())
+    sizes = family_sizes(family)
+    if close:
+        fix = f"did you mean {close!r}? If"
+    elif sizes:
+        fix = f"use a size of {family}: {', '.join(sizes)}; if"
+    else:
+        fix = f"check the spelling (e.g. {DEFAULT_SYSTEM_INSTANCE_TYPE}); if"
+    return problem(path, name, f"not an EC2 instance type, by the EC2 service model of botocore "
+                   f"{botocore_version()}", f"{fix} {name} is newer than this botocore, upgrade "
+                   "boto3 and botocore")
 
 
 def _image_reference(ref: str, add) -> None:

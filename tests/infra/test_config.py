@@ -585,6 +585,31 @@ def test_system_instance_type_is_validated(itype, rule):
         .startswith(f"system_nodes.instance_type = '{itype}': {rule}")
 
 
+def test_system_instance_type_must_exist_in_ec2_read_offline():
+    # `m5.nope` used to pass (only GPU types were refused) and fail at `cdk deploy`; the names
+    # come from botocore's bundled EC2 service model, no AWS call
+    import botocore
+
+    from infra.catalog.ec2_instance_types import ec2_instance_types
+    from infra.versions import DEFAULT_SYSTEM_INSTANCE_TYPE
+
+    rule = f"not an EC2 instance type, by the EC2 service model of botocore {botocore.__version__}"
+    assert problems_of({"system_nodes": {"instance_type": "m7i.xlarg"}}) == [
+        f"system_nodes.instance_type = 'm7i.xlarg': {rule}. Fix: did you mean 'm7i.xlarge'? If "
+        "m7i.xlarg is newer than this botocore, upgrade boto3 and botocore."]
+    assert problems_of({"system_nodes": {"instance_type": "m5.nope"}}) == [
+        f"system_nodes.instance_type = 'm5.nope': {rule}. Fix: use a size of m5: m5.large, "
+        "m5.xlarge, m5.2xlarge, m5.4xlarge, m5.8xlarge, m5.12xlarge, m5.16xlarge, m5.24xlarge, "
+        "m5.metal; if m5.nope is newer than this botocore, upgrade boto3 and botocore."]
+    assert problems_of({"system_nodes": {"instance_type": "x9.nope"}}) == [
+        f"system_nodes.instance_type = 'x9.nope': {rule}. Fix: check the spelling (e.g. "
+        "m7i.xlarge); if x9.nope is newer than this botocore, upgrade boto3 and botocore."]
+    # the default skips the look-up (it costs a quarter second): it must be a real type
+    assert DEFAULT_SYSTEM_INSTANCE_TYPE in ec2_instance_types()
+    assert {"m5.large", "c7i.2xlarge", "p5.48xlarge"} <= ec2_instance_types()
+    assert parse_config({"system_nodes": {"instance_type": "c7i.2xlarge"}})
+
+
 def test_pipeline_size_is_at_most_the_models_layers():
     # a pp that does not divide the layers runs the trainer's uneven split (the launcher passes
     # --decoder-first/last-pipeline-num-layers, rltrainer.contract.pipeline_split): 94 over 8 is
