@@ -23,6 +23,37 @@ from infra.config import ConfigError, config_warnings, load_config, shorten  # n
 # The CDK CLI version the README pins.
 CDK_SYNTH = "npx aws-cdk@2.1148.1 synth"
 
+# The context keys the kit reads. Any other key is CDK's own or is refused (see below): `-c
+# conifg=FILE` used to build the built-in default without a word.
+KIT_CONTEXT_KEYS = ("config",)
+# CDK's own keys: feature flags (@aws-cdk/...), the keys the CLI sets for every app (aws:cdk:...,
+# e.g. aws:cdk:enable-path-metadata, aws:cdk:bundling-stacks) and the one `cdk acknowledge`
+# keeps in cdk.context.json; cdk.json's keys are accepted too.
+CDK_CONTEXT_PREFIXES = ("@aws-cdk/", "aws:cdk:", "aws-cdk:")
+CDK_CONTEXT_KEYS = ("acknowledged-issue-numbers",)
+
+
+def foreign_context_key(key: str, cdk_json_keys, *, only_near_misses: bool) -> str | None:
+    """The refusal of context key ``key``, or None when the kit or CDK reads it.
+
+    With ``only_near_misses`` (context the CDK CLI handed over), a foreign key is refused only
+    when it looks like a misspelt kit key: the CLI also passes the context of the user's
+    ~/.cdk.json, which may hold other apps' keys (aws-cdk-cli lib/cli/user-configuration.ts,
+    loadConfigFiles). Keys typed on `python app.py`'s own command line are all judged."""
+    from infra.config.errors import close_match
+
+    if key in KIT_CONTEXT_KEYS or key in CDK_CONTEXT_KEYS or key in cdk_json_keys or \
+            key.startswith(CDK_CONTEXT_PREFIXES) or ":" in key:  # ":": a CDK lookup's cache key
+        return None
+    close = close_match(key, KIT_CONTEXT_KEYS) or close_match(key.lower(), KIT_CONTEXT_KEYS)
+    if only_near_misses and close is None:
+        return None
+    hint = f"did you mean -c {close}=...?" if close else \
+        f"remove it; the config file is -c config=FILE."
+    return (f"context key {key!r} is neither the kit's ({', '.join(KIT_CONTEXT_KEYS)}) nor "
+            "CDK's own (a misspelt key would be ignored and the built-in default config built). "
+            f"Fix: {hint} Nothing was written.")
+
 
 def context_from_args(argv: list[str]) -> dict[str, str]:
     """``-c KEY=VALUE`` / ``--context KEY=VALUE`` pairs, the context arguments ``cdk synth`` takes.
@@ -44,8 +75,15 @@ def context_from_args(argv: list[str]) -> dict[str, str]:
 
 def main(argv: list[str] = ()) -> int:
     """Synthesize the app for ``-c config=...``; exit code 0, or 2 on any failure."""
+    from stacks.feature_flags import cdk_json_context
+
     try:
         cli_context = context_from_args(list(argv))
+        cdk_json_keys = set(cdk_json_context())
+        refusals = [r for key in cli_context
+                    if (r := foreign_context_key(key, cdk_json_keys, only_near_misses=False))]
+        if refusals:
+            raise ValueError("\nerror: ".join(f"app.py: {r}" for r in refusals))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -59,6 +97,13 @@ def main(argv: list[str] = ()) -> int:
         app = make_app(outdir=str(outdir))
         for key, value in cli_context.items():  # as `cdk synth -c KEY=VALUE` hands them over
             app.node.set_context(key, value)
+        # What the CDK CLI handed over (CDK_CONTEXT_JSON, or the file CONTEXT_OVERFLOW_LOCATION_ENV
+        # names: aws-cdk-lib core/lib/app.js loadContext) merged with cdk.json's.
+        refusals = [r for key in app.node.get_all_context()
+                    if (r := foreign_context_key(key, cdk_json_keys, only_near_misses=True))]
+        if refusals:
+            print("\n".join(f"error: {r}" for r in refusals), file=sys.stderr)
+            return _cleanup(outdir, outdir_existed)
         config_path = app.node.try_get_context("config")
     except Exception as err:  # noqa: BLE001 - e.g. malformed CDK_CONTEXT_JSON
         return _fail(err, outdir, outdir_existed)
@@ -88,6 +133,10 @@ def _fail(err: Exception, outdir: Path, outdir_existed: bool) -> int:
         print(f"error: synth failed: {type(err).__name__}: {shorten(str(err), 500)}\n"
               "Nothing was written. This is a bug in the kit if the config validated: please "
               "report it with the config.", file=sys.stderr)
+    return _cleanup(outdir, outdir_existed)
+
+
+def _cleanup(outdir: Path, outdir_existed: bool) -> int:
     if not outdir_existed:  # leave nothing half-created behind
         shutil.rmtree(outdir, ignore_errors=True)
     return 2

@@ -86,6 +86,64 @@ def test_other_arguments_are_refused_with_the_right_command(args, shown, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+REFUSED = ("is neither the kit's (config) nor CDK's own (a misspelt key would be ignored and the "
+           "built-in default config built). Fix: ")
+
+
+def test_a_misspelt_context_key_is_refused_not_ignored(tmp_path, monkeypatch, capsys):
+    # `python app.py -c conifg=FILE` used to synthesize the built-in default without a word
+    code, err = _main_in_process(["-c", "conifg=examples/p5-2node.yaml", "-c", "stage=dev"],
+                                 tmp_path / "out", monkeypatch, capsys)
+    assert code == 2
+    assert err == (
+        f"error: app.py: context key 'conifg' {REFUSED}did you mean -c config=...? Nothing was "
+        f"written.\nerror: app.py: context key 'stage' {REFUSED}remove it; the config file is "
+        "-c config=FILE. Nothing was written.\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_context_keys_the_kit_and_cdk_read_pass():
+    from app import foreign_context_key
+    from stacks.feature_flags import cdk_json_context
+
+    cdk_json = set(cdk_json_context())
+    # what the CDK CLI adds for every app (aws-cdk-cli toolkit-lib cloud-assembly/environment.ts
+    # contextFromSettings), cdk.json's flags, `cdk acknowledge`'s list and a lookup's cache key
+    for key in ("config", "aws:cdk:enable-path-metadata", "aws:cdk:bundling-stacks",
+                "@aws-cdk/core:failSynthOnValidationErrors", "acknowledged-issue-numbers",
+                "availability-zones:account=123456789012:region=us-east-1", *cdk_json):
+        assert foreign_context_key(key, cdk_json, only_near_misses=False) is None, key
+    # the CLI also hands over ~/.cdk.json's context, which may hold other apps' keys: from the
+    # CLI only a near miss of a kit key is refused
+    assert foreign_context_key("stage", cdk_json, only_near_misses=True) is None
+    assert foreign_context_key("stage", cdk_json, only_near_misses=False) is not None
+    assert foreign_context_key("Config", cdk_json, only_near_misses=True).startswith(
+        f"context key 'Config' {REFUSED}did you mean -c config=...?")
+
+
+def test_cdk_cli_context_with_a_misspelt_key_is_refused(tmp_path):
+    """As `cdk synth -c Config=FILE` runs the app: the context arrives in CDK_CONTEXT_JSON, and
+    what does not fit there in the file CONTEXT_OVERFLOW_LOCATION_ENV names (aws-cdk-cli
+    toolkit-lib prepare-source.ts writeContextToEnv; aws-cdk-lib 2.275.0 core/lib/app.js
+    loadContext reads both). A process of its own: the jsii runtime reads its environment once."""
+    overflow = tmp_path / "context-overflow.json"
+    overflow.write_text(json.dumps({"conifg": "examples/p5-2node.yaml"}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_"))}
+    env.update({**NO_AWS_ENV, "CDK_OUTDIR": str(tmp_path / "out"),
+                "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+                "CDK_CONTEXT_JSON": json.dumps({"Config": "examples/p5-2node.yaml",
+                                                "aws:cdk:enable-path-metadata": True,
+                                                "other-app-setting": "x"}),
+                "CONTEXT_OVERFLOW_LOCATION_ENV": str(overflow)})
+    result = subprocess.run([sys.executable, "app.py"], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"error: context key 'Config' {REFUSED}did you mean -c config=...? Nothing was written.\n"
+        f"error: context key 'conifg' {REFUSED}did you mean -c config=...? Nothing was written.\n")
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_suggested_cdk_version_is_the_one_the_readme_pins():
     import app
 
