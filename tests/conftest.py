@@ -238,8 +238,8 @@ def chart_dir() -> Path:
 # --dist loadfile hands out modules in collection order, so a costly module collected last runs
 # alone at the end while the other worker idles. Stale or missing names are harmless.
 HEAVY_FIRST = (
+    "tests/stacks/test_app_cli.py",  # 30 (2026-12-02: a CDK CLI context refusal as a process)
     "images/trainer/tests/test_trainer_checkpoint_safety.py",  # 26
-    "tests/stacks/test_app_cli.py",  # 25
     "tests/stacks/test_cfn_lint.py",  # 24, with synths of the examples
     "tests/infra/test_fuzz_config.py",  # 18
     "images/trainer/tests/test_trainer_resume.py",  # 17
