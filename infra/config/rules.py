@@ -104,6 +104,7 @@ def validate(cfg: KitConfig) -> list[Problem]:
             add(problem("region", cfg.region, f"Amazon EKS is not offered in this region, {source}",
                         "choose a region with EKS, or upgrade boto3 and botocore if EKS has "
                         "launched there since"))
+    region_ok = len(p) == region_problems
     if cfg.account is not None and not _ACCOUNT_RE.fullmatch(cfg.account):
         add(problem("account", cfg.account, "must be a 12-digit AWS account ID",
                     "use the ID from `aws sts get-caller-identity`, or remove it for "
@@ -116,7 +117,7 @@ def validate(cfg: KitConfig) -> list[Problem]:
         _validate_ami_release(cfg, cfg.node_ami_release_version, add)
 
     azs = cfg.availability_zones
-    if default_zones_elsewhere(cfg) and len(p) == region_problems:  # a bad region is told
+    if default_zones_elsewhere(cfg) and region_ok:  # a bad region is told alone
         # One problem, not one per built-in zone: the user wrote none of them. AZ names are not
         # guessed for the fix (ap-northeast-1, for one, has no 1b).
         add(problem("availability_zones", "(not set)",

@@ -436,7 +436,8 @@ def test_another_region_without_zones_is_one_problem_and_the_gpu_group_follows_t
     got = problems_of({"region": "us-west-2", "storage": None})
     assert [p.split(" = ")[0] for p in got] == ["storage", "availability_zones"]
     assert got[1] == ZONES_NOT_SET
-    # a bad region is told alone
+    # a problem of another field does not hide it; a bad region is told alone
+    assert problems_of({"region": "us-west-2", "account": "12"})[1] == ZONES_NOT_SET
     assert problems_of({"region": "us-fake-9"})[0].startswith("region = 'us-fake-9'")
     assert len(problems_of({"region": "us-fake-9"})) == 1
 
