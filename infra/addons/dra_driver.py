@@ -5,6 +5,7 @@ On by default only where a GPU group's instance type has NVLink across instances
 turning it off where such a group is configured is refused (the pods claim its IMEX channels).
 GPUs still come from the NVIDIA device plugin: EKS recommends it "until the NVIDIA DRA driver GPU
 allocation functionality graduates from experimental", so the driver's GPU resources stay off.
+Version 0.4.1 needs Kubernetes 1.34 (its record's floor, below): config refuses 1.33 while it is on.
 Facts and sources: ../shared/upstream/ultraservers.md sections 1.6, 1.7 and 2.
 """
 
@@ -25,9 +26,17 @@ from infra.catalog.instances import INSTANCE_TYPES
 # (764900e, 2026-06-30, branch release-0.4), read 2026-12-01; packaged unchanged as
 # ../shared/charts/dra-driver-nvidia-gpu-0.4.1.tgz (its README). The chart was renamed from
 # nvidia-dra-driver-gpu at v0.4.0; EKS's "NVIDIA DRA driver or device plugin" page pins 0.4.1.
+# Its floor is Kubernetes 1.34, not the chart's `kubeVersion: ">=1.32.0-0"`: the project's
+# docs/prerequisites.md:10 at v0.4.1 asks for "v1.34.2 or later" (DRA is a feature gate that EKS
+# does not let one turn on in 1.32-1.33), and the EKS DRA page's table says "Minimum Kubernetes
+# version | 1.34" (../shared/upstream/ultraservers.md 1.10). EKS picks the patch release itself.
 V0_4_1 = ChartVersion("0.4.1", read="kubernetes-sigs/dra-driver-nvidia-gpu "
                       "deployments/helm/dra-driver-nvidia-gpu, tag v0.4.1 (764900e), read "
-                      "2026-12-01")
+                      "2026-12-01",
+                      min_kubernetes_version="1.34",
+                      min_kubernetes_source="kubernetes-sigs/dra-driver-nvidia-gpu "
+                      "docs/prerequisites.md:10 at v0.4.1 (764900e): Kubernetes v1.34.2 or "
+                      "later; EKS user guide, NVIDIA DRA driver or device plugin: minimum 1.34")
 RELEASE = "dra-driver-nvidia-gpu"
 # Workload names as the chart renders them for this release name (templates/kubeletplugin.yaml,
 # templates/controller.yaml: <fullname>-kubelet-plugin, <fullname>-controller).

@@ -84,10 +84,22 @@ class Workload:
 
 @dataclass(frozen=True)
 class ChartVersion:
-    """A chart version and where it was read (repository path, commit or tag, date)."""
+    """A chart version and where it was read (repository path, commit or tag, date).
+
+    ``min_kubernetes_version`` ("MAJOR.MINOR", empty: no floor beyond the kit's own versions) is
+    the oldest Kubernetes this version runs on, as its project documents it, and
+    ``min_kubernetes_source`` says where (file and commit); config validation refuses a
+    ``kubernetes_version`` below it while the add-on is enabled at this version. Same field name
+    as the instance catalog's floor (``infra.catalog.instances.InstanceType``)."""
 
     version: str
     read: str
+    min_kubernetes_version: str = ""
+    min_kubernetes_source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.min_kubernetes_version and not self.min_kubernetes_source:
+            raise ValueError(f"chart version {self.version}: a Kubernetes floor needs its source")
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,13 @@ class HelmAddon:
     @property
     def versions(self) -> list[str]:
         return [v.version for v in self.tested]
+
+    def tested_version(self, version: str) -> ChartVersion:
+        """The tested entry for ``version`` (KeyError if config would refuse it)."""
+        for entry in self.tested:
+            if entry.version == version:
+                return entry
+        raise KeyError(version)
 
     def __post_init__(self) -> None:
         if self.pinned not in self.tested:

@@ -218,12 +218,29 @@ def validate(cfg: KitConfig) -> list[Problem]:
                         f"({', '.join(record.versions)})",
                         f"use one of those, or add the version to `tested` in "
                         f"infra/addons/{name}.py once the chart contract test passes for it"))
+        elif cfg.addon_enabled(name):
+            _addon_kubernetes_floor(cfg, name, record, add)
 
     _validate_training(cfg, add)
     _validate_shared_filesystem(cfg, add)
     validate_values(cfg, add)
     p += trainer_problems(cfg, p)
     return p
+
+
+def _addon_kubernetes_floor(cfg: KitConfig, name: str, record, add) -> None:
+    """An enabled add-on's chart version runs on this Kubernetes version (its record's floor)."""
+    entry = record.tested_version(cfg.addons.chart_version(name))
+    floor = entry.min_kubernetes_version
+    if floor and _minor(cfg.kubernetes_version) < _minor(floor):
+        add(problem("kubernetes_version", cfg.kubernetes_version,
+                    f"add-on {name} (chart {record.chart} {entry.version}, on for this config) "
+                    f"needs Kubernetes {floor} or later ({entry.min_kubernetes_source})",
+                    f"set kubernetes_version to {floor} or later"))
+
+
+def _minor(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
 
 
 def _validate_shared_filesystem(cfg: KitConfig, add) -> None:

@@ -99,7 +99,16 @@ def test_gb300_is_known_but_refused_naming_the_missing_facts():
         "interface layout and its EKS AMI type were not found")
 
 
-def test_gb200_is_capacity_blocks_only_on_kubernetes_1_33_and_later():
+DRA_FLOOR = (
+    "kubernetes_version = '1.33': add-on dra_driver (chart dra-driver-nvidia-gpu 0.4.1, on for "
+    "this config) needs Kubernetes 1.34 or later (kubernetes-sigs/dra-driver-nvidia-gpu "
+    "docs/prerequisites.md:10 at v0.4.1 (764900e): Kubernetes v1.34.2 or later; EKS user guide, "
+    "NVIDIA DRA driver or device plugin: minimum 1.34). Fix: set kubernetes_version to 1.34 or "
+    "later.")
+
+
+def test_gb200_is_capacity_blocks_only_and_its_dra_driver_needs_kubernetes_1_34():
+    """EKS runs the instances from 1.33, but the DRA driver the kit turns on for them needs 1.34."""
     found = problems_of({"kubernetes_version": "1.33",
                          "gpu_node_groups": {"us": group(instance_type="p6e-gb200.36xlarge")},
                          "training": {"node_group": "us"}})
@@ -109,7 +118,35 @@ def test_gb200_is_capacity_blocks_only_on_kubernetes_1_33_and_later():
         "u-p6e-gb200x72 (18 instances) (EKS user guide, P6e-GB200 UltraServers). Fix: set "
         "capacity.type: capacity-block and capacity.reservation_id to the cr-... ID of the "
         "UltraServer Capacity Block.")
-    assert not any(f.startswith("kubernetes_version") for f in found)
+    assert [f for f in found if f.startswith("kubernetes_version")] == [DRA_FLOOR]
+
+
+def test_the_dra_driver_floor_holds_wherever_it_is_enabled_and_only_there():
+    assert problems_of({"kubernetes_version": "1.33",
+                        "addons": {"dra_driver": {"enabled": True}}}) == [DRA_FLOOR]
+    assert parse_config({"kubernetes_version": "1.34",
+                         "addons": {"dra_driver": {"enabled": True}}})
+    assert parse_config({"kubernetes_version": "1.33"})  # off by default on p5
+
+
+def test_an_addon_kubernetes_floor_is_a_record_field(monkeypatch):
+    from dataclasses import replace
+
+    from infra import addons
+    from infra.addons import efa_device_plugin
+
+    record = efa_device_plugin.ADDON
+    pinned = replace(record.pinned, min_kubernetes_version="1.35",
+                     min_kubernetes_source="a source")
+    monkeypatch.setattr(addons, "ADDONS", tuple(
+        replace(a, pinned=pinned, tested=(pinned,)) if a is record else a
+        for a in addons.ADDONS))
+    assert problems_of({"kubernetes_version": "1.34"}) == [
+        "kubernetes_version = '1.34': add-on efa_device_plugin (chart aws-efa-k8s-device-plugin "
+        "v0.5.30, on for this config) needs Kubernetes 1.35 or later (a source). Fix: set "
+        "kubernetes_version to 1.35 or later."]
+    with pytest.raises(ValueError, match="needs its source"):
+        replace(record.pinned, min_kubernetes_version="1.35")
 
 
 def test_gb200_refuses_a_cluster_placement_group():
