@@ -54,12 +54,17 @@ def ultraservers_configured(instance_types: tuple[str, ...]) -> bool:
 
 def values(ctx: AddonContext) -> dict:
     # The EKS P6e-GB200 page's values (ultraservers.md 1.7), with the kit's placement: the
-    # controller on the system nodes (EKS only clears v25.8.0's control-plane affinity), the
-    # kubelet plugin on nodes labelled nvidia.com/gpu.present=true (every kit GPU group sets the
-    # label, because nodeadm does so only from Kubernetes 1.35) tolerating every GPU group taint.
+    # controller on the system nodes, the kubelet plugin on nodes labelled
+    # nvidia.com/gpu.present=true (every kit GPU group sets the label, because nodeadm does so
+    # only from Kubernetes 1.35) tolerating every GPU group taint. The page's
+    # `controller.affinity: null` (it clears v25.8.0's *required* control-plane affinity) is not
+    # sent: CDK drops null values from a HelmChart's values (jsii passes None as undefined), so it
+    # never reached the template. v0.4.1's default affinity is only preferred (control plane,
+    # spread: values.yaml:227-242), which system nodes meet or ignore; the chart contract test
+    # checks where the controller lands and that synth writes exactly these values.
     return {
         "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
-        "controller": {"nodeSelector": SYSTEM_NODES, "affinity": None, "tolerations": []},
+        "controller": {"nodeSelector": SYSTEM_NODES, "tolerations": []},
         "kubeletPlugin": {
             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchExpressions": [{

@@ -23,6 +23,7 @@ V0_20_0 = ChartVersion("0.20.0", read="NVIDIA/k8s-device-plugin "
 # The same chart folder at tag v0.17.1 (3c37819), as packaged in ../shared/charts.
 V0_17_1 = ChartVersion("0.17.1", read="NVIDIA/k8s-device-plugin "
                        "deployments/helm/nvidia-device-plugin, tag v0.17.1 (3c37819)")
+PINNED = V0_20_0
 RELEASE = "nvidia-device-plugin"
 
 
@@ -33,6 +34,12 @@ RELEASE = "nvidia-device-plugin"
 # the GPU nodes; master, gc and the post-delete prune Job (master's placement) on the system nodes.
 GFD = f"{RELEASE}-gpu-feature-discovery"
 NFD = f"{RELEASE}-node-feature-discovery"
+# Versions whose bundled NFD renders its gc Deployment with the chart's values. 0.20.0 bundles NFD
+# 0.19.0: templates/nfd-gc.yaml renders it with `gc.enable` (default true). 0.17.1 bundles NFD
+# 0.15.3, which renders it only with `enableNodeFeatureApi` or `topologyUpdater.enable`, and the
+# device plugin chart's values.yaml sets `nfd.enableNodeFeatureApi: false`: no gc to place there,
+# so the kit sends it no gc values (the chart contract's drop-one-key test found them ignored).
+NFD_GC_VERSIONS = frozenset({"0.20.0"})
 
 
 def values(ctx: AddonContext) -> dict:
@@ -45,8 +52,9 @@ def values(ctx: AddonContext) -> dict:
     nfd: dict = {"enabled": gfd}
     if gfd:
         nfd.update({"master": {"nodeSelector": SYSTEM_NODES},
-                    "gc": {"nodeSelector": SYSTEM_NODES},
                     "worker": {"nodeSelector": GPU_NODES, "tolerations": ctx.gpu_tolerations}})
+        if (ctx.settings.version or PINNED.version) in NFD_GC_VERSIONS:
+            nfd["gc"] = {"nodeSelector": SYSTEM_NODES}
     return {"tolerations": ctx.gpu_tolerations, "nodeSelector": GPU_NODES,
             "nfd": nfd, "gfd": {"enabled": gfd}}
 
@@ -57,7 +65,7 @@ ADDON = HelmAddon(
     chart="nvidia-device-plugin",
     namespace="nvidia-device-plugin",
     release=RELEASE,
-    pinned=V0_20_0,
+    pinned=PINNED,
     tested=(V0_20_0, V0_17_1),
     enabled_by_default=True,
     # Anything else the chart renders (the MPS control daemon, for MPS-labelled nodes only)

@@ -121,9 +121,11 @@ class HelmAddon:
     namespace: str
     release: str
     pinned: ChartVersion
-    # Every version config accepts, the pinned one included: each was rendered with the kit's
-    # values by the chart contract test (tests/ops/test_chart_contract.py, charts from
-    # ../shared/charts). Add one only after that test passes for it.
+    # Every version config accepts, the pinned one included: the chart contract test
+    # (tests/ops/test_chart_contract.py, charts from ../shared/charts) renders each with every
+    # distinct set of values the examples give this add-on at that version, checks where its pods
+    # land, and drops each key the values set one at a time: each must change the render (or be
+    # listed there with a reason). Add one only after that test passes for it.
     tested: tuple[ChartVersion, ...]
     enabled_by_default: bool
     workloads: tuple[Workload, ...]

@@ -11,6 +11,7 @@ records (infra/addons/).
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import subprocess
@@ -29,6 +30,42 @@ def helm_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("helm-cache")
 
 
+# Every render of this module, by (chart, version, release, namespace, Kubernetes version,
+# values): each distinct release is rendered once (helm template costs 0.1-0.3 s). The objects
+# are shared: a test that changes them copies them first.
+_RENDERS: dict[tuple, list[dict] | helm.HelmError] = {}
+
+
+def render(release: helm.ChartRelease, kubernetes_version: str, *, chart_dir,
+           helm_cache) -> list[dict]:
+    """The objects ``release`` renders with the real Helm (cached; HelmError as Helm failed)."""
+    key = (release.chart, release.version, release.release, release.namespace,
+           kubernetes_version, json.dumps(release.values, sort_keys=True))
+    if key not in _RENDERS:
+        binary = helm.helm_binary(kubernetes_version, helm_cache)
+        archive = helm.chart_archive(release, chart_dir=chart_dir, helm=binary,
+                                     cache_dir=helm_cache / "charts", allow_pull=False)
+        try:
+            _RENDERS[key] = helm.render_release(release, archive=archive, helm=binary,
+                                                kubernetes_version=kubernetes_version)
+        except helm.HelmError as err:
+            _RENDERS[key] = err
+    hit = _RENDERS[key]
+    if isinstance(hit, helm.HelmError):
+        raise hit
+    return hit
+
+
+def addon_release(spec: registry.HelmAddon, version: str, values: dict) -> helm.ChartRelease:
+    return helm.ChartRelease(chart=spec.chart, repository=spec.repository, version=version,
+                             release=spec.release, namespace=spec.namespace, values=values)
+
+
+@pytest.fixture(scope="session")
+def helm_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("helm-cache")
+
+
 @pytest.fixture(scope="session")
 def rendered(synth, chart_dir, helm_cache):
     """example -> (Synth, templates read back from cdk.out, rendered chart objects)."""
@@ -39,13 +76,27 @@ def rendered(synth, chart_dir, helm_cache):
             s = synth(example)
             templates = contract.assembly_templates(s.outdir)
             releases = helm.chart_releases(templates[s.config.stack_names["cluster"]])
-            objects = contract.render_charts(releases, kubernetes_version=s.config.kubernetes_version,
-                                             chart_dir=chart_dir, cache_dir=helm_cache,
-                                             allow_pull=False)
+            objects = [o for r in releases
+                       for o in render(r, s.config.kubernetes_version, chart_dir=chart_dir,
+                                       helm_cache=helm_cache)]
             cache[example] = (s, templates, objects)
         return cache[example]
 
     return get
+
+
+def value_variants(synth, key: str, version: str) -> list[tuple[str, dict]]:
+    """(example, values) for add-on ``key`` at ``version``: one per distinct values the examples
+    give it (an example where the add-on is on where there is one), in example order."""
+    variants: dict[str, tuple[str, dict, bool]] = {}
+    for example in EXAMPLES:
+        config = synth(example).config
+        values = chart_values(key, config, version)
+        on = config.addon_enabled(key)
+        seen = variants.get(text := json.dumps(values, sort_keys=True))
+        if seen is None or (on and not seen[2]):
+            variants[text] = (example, values, on)
+    return [(example, values) for example, values, _ in variants.values()]
 
 
 def run(rendered, example, *, chart_objects=None, templates=None, chart_dir, helm_cache):
@@ -82,36 +133,121 @@ def test_releases_are_the_pinned_charts(rendered):
 
 
 @pytest.mark.parametrize("key", sorted(a.key for a in registry.ADDONS))
-def test_every_listed_chart_version_renders_and_schedules(rendered, key, chart_dir, helm_cache):
-    """Each version config validation accepts was rendered with the kit's values and checked."""
-    s, templates, objects = rendered("p5en-capacity-block")
-    base = helm.chart_releases(templates[s.config.stack_names["cluster"]])
+def test_every_listed_chart_version_renders_and_schedules_with_every_examples_values(
+        rendered, synth, key, chart_dir, helm_cache):
+    """Each version config validation accepts, rendered with each distinct set of values the
+    examples give the add-on (config pinning that version), schedules in that example."""
     spec = registry.addon(key)
     assert spec.pinned in spec.tested
     for version in spec.versions:
-        known = next((r for r in base if r.chart == spec.chart), None)
-        # An add-on this example leaves off gets the values synth would give it.
-        release = helm.ChartRelease(chart=spec.chart, repository=spec.repository,
-                                    version=version, release=spec.release,
-                                    namespace=spec.namespace,
-                                    values=known.values if known else chart_values(
-                                        key, s.config))
-        archive = helm.chart_archive(release, chart_dir=chart_dir,
-                                     helm=helm.helm_binary(s.config.kubernetes_version, helm_cache),
-                                     cache_dir=None, allow_pull=False)
-        mine = helm.render_release(release, archive=archive,
-                                   helm=helm.helm_binary(s.config.kubernetes_version, helm_cache),
-                                   kubernetes_version=s.config.kubernetes_version)
-        others = [o for o in objects
-                  if o.get("metadata", {}).get("namespace") != spec.namespace]
-        report = run(rendered, "p5en-capacity-block", chart_objects=others + mine,
-                     chart_dir=chart_dir, helm_cache=helm_cache)
-        assert report.ok, f"{spec.chart} {version}:\n" + "\n".join(map(str, report.findings))
-        # Every workload the record lists was rendered and lands where the record says.
-        for w in (w for w in spec.workloads if not w.conditional):
-            landed = [groups for pod, groups in report.lands.items()
-                      if pod.endswith(f"/{w.name}")]
-            assert landed, f"{spec.chart} {version} renders no workload {w.name}"
+        for example, values in value_variants(synth, key, version):
+            s, templates, objects = rendered(example)
+            synthesized = [r for r in helm.chart_releases(
+                templates[s.config.stack_names["cluster"]]) if r.chart == spec.chart]
+            if version == spec.version and synthesized:  # the values synth really wrote
+                assert synthesized[0].values == values
+            mine = render(addon_release(spec, version, values), s.config.kubernetes_version,
+                          chart_dir=chart_dir, helm_cache=helm_cache)
+            others = [o for o in objects
+                      if o.get("metadata", {}).get("namespace") != spec.namespace]
+            report = run(rendered, example, chart_objects=others + mine,
+                         chart_dir=chart_dir, helm_cache=helm_cache)
+            what = f"{spec.chart} {version} with {example}'s values"
+            assert report.ok, f"{what}:\n" + "\n".join(map(str, report.findings))
+            # Every workload the record lists was rendered and lands where the record says.
+            for w in (w for w in spec.workloads if not w.conditional):
+                landed = [groups for pod, groups in report.lands.items()
+                          if pod.endswith(f"/{w.name}")]
+                assert landed, f"{what} renders no workload {w.name}"
+
+
+def test_the_nvidia_plugin_versions_are_checked_with_the_ultraserver_values_too(synth):
+    """Before: only p5en's values, where GFD and NFD are off, so NFD's values were never
+    rendered with 0.17.1."""
+    variants = [e for e, _ in value_variants(synth, "nvidia_device_plugin", "0.17.1")]
+    assert "p6e-gb200-ultraserver" in variants and len(variants) >= 2
+
+
+# --- every value the kit sets changes the render --------------------------------------------
+
+# Values the kit sets as one whole (a label map, an affinity): dropped whole, never per entry.
+WHOLE_VALUES = {"nodeSelector", "affinity"}
+
+# Values the kit sets that may leave the render unchanged, and why. Anything else that changes
+# nothing when dropped is a value the chart ignores (a wrong key, a version without the feature).
+UNCHANGED_ON_PURPOSE = {
+    ("efa_device_plugin", "supportedInstanceLabels.keys"):
+        "the chart's own key (node.kubernetes.io/instance-type), stated beside the kit's values "
+        "list so that the instance types the kit passes always go with that label",
+    ("nvidia_device_plugin", "nfd.enabled"):
+        "the NFD subchart's condition is `nfd.enabled,gfd.enabled` (Chart.yaml): Helm reads the "
+        "first that is set, so gfd.enabled decides when it is absent; the kit states it because "
+        "preflight reads it from the deployed release (ops/preflight_replace.py check_nfd_crds)",
+    ("nvidia_device_plugin", "gfd.enabled"):
+        "restates the chart default (false) where no UltraServer is configured, on purpose: GFD "
+        "and NFD stay off there even if a chart release turns them on by default",
+    ("dra_driver", "resources.computeDomains.enabled"):
+        "restates the chart default (true) on purpose: ComputeDomains are why the kit installs "
+        "the driver (the EKS P6e-GB200 page's values set it too)",
+}
+
+
+def value_paths(values: dict, path: tuple[str, ...] = ()):
+    """Each key the kit sets, as a path: nested settings one by one, WHOLE_VALUES as one."""
+    for key, value in values.items():
+        if isinstance(value, dict) and value and key not in WHOLE_VALUES:
+            yield from value_paths(value, path + (key,))
+        else:
+            yield path + (key,)
+
+
+def without(values: dict, path: tuple[str, ...]) -> dict:
+    out = copy.deepcopy(values)
+    parent = out
+    for key in path[:-1]:
+        parent = parent[key]
+    del parent[path[-1]]
+    return out
+
+
+@pytest.mark.parametrize("key", sorted(a.key for a in registry.ADDONS))
+def test_every_value_the_kit_sets_changes_the_render(synth, key, chart_dir, helm_cache):
+    """Drop one key at a time from the values of each tested version, for each set of keys the
+    examples send: the render must change (or Helm refuse it), else the chart ignores the key."""
+    spec = registry.addon(key)
+    ignored, excused = [], set()
+    for version in spec.versions:
+        shapes: dict[tuple, tuple[str, dict]] = {}
+        for example, values in value_variants(synth, key, version):
+            shapes.setdefault(tuple(value_paths(values)), (example, values))
+        for n, (example, values) in enumerate(shapes.values()):
+            kube = synth(example).config.kubernetes_version
+            base = render(addon_release(spec, version, values), kube, chart_dir=chart_dir,
+                          helm_cache=helm_cache)
+            if n == 0:  # a chart that renders random data would make every comparison differ
+                binary = helm.helm_binary(kube, helm_cache)
+                assert helm.render_release(
+                    addon_release(spec, version, values), helm=binary, kubernetes_version=kube,
+                    archive=helm.chart_archive(addon_release(spec, version, values),
+                                               chart_dir=chart_dir, helm=binary,
+                                               cache_dir=None, allow_pull=False)) == base
+            for path in value_paths(values):
+                try:
+                    dropped = render(addon_release(spec, version, without(values, path)), kube,
+                                     chart_dir=chart_dir, helm_cache=helm_cache)
+                except helm.HelmError:
+                    continue  # Helm refuses the values without it: it matters
+                name = ".".join(path)
+                if dropped != base:
+                    continue
+                if (key, name) in UNCHANGED_ON_PURPOSE:
+                    excused.add(name)
+                else:
+                    ignored.append(f"{spec.chart} {version} with {example}'s values: {name} "
+                                   "changes nothing in the render")
+    assert not ignored, "\n".join(ignored)
+    stale = {name for k, name in UNCHANGED_ON_PURPOSE if k == key} - excused
+    assert not stale, f"UNCHANGED_ON_PURPOSE lists {sorted(stale)}, which now change the render"
 
 
 def test_dcgm_exporter_has_no_service_monitor_by_default(rendered, chart_dir, helm_cache):
