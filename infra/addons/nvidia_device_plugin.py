@@ -34,12 +34,22 @@ RELEASE = "nvidia-device-plugin"
 # the GPU nodes; master, gc and the post-delete prune Job (master's placement) on the system nodes.
 GFD = f"{RELEASE}-gpu-feature-discovery"
 NFD = f"{RELEASE}-node-feature-discovery"
-# Versions whose bundled NFD renders its gc Deployment with the chart's values. 0.20.0 bundles NFD
-# 0.19.0: templates/nfd-gc.yaml renders it with `gc.enable` (default true). 0.17.1 bundles NFD
-# 0.15.3, which renders it only with `enableNodeFeatureApi` or `topologyUpdater.enable`, and the
-# device plugin chart's values.yaml sets `nfd.enableNodeFeatureApi: false`: no gc to place there,
-# so the kit sends it no gc values (the chart contract's drop-one-key test found them ignored).
-NFD_GC_VERSIONS = frozenset({"0.20.0"})
+# Chart versions that bundle NFD 0.19.0 (0.20.0); 0.17.1 bundles NFD 0.15.3. They differ in two
+# things the kit sets:
+# - gc: NFD 0.19.0's templates/nfd-gc.yaml renders the gc Deployment with `gc.enable` (default
+#   true); 0.15.3 renders it only with `enableNodeFeatureApi` or `topologyUpdater.enable`, and the
+#   device plugin chart's values.yaml sets `nfd.enableNodeFeatureApi: false`: no gc to place, so
+#   the kit sends no gc values there (the chart contract's drop-one-key test found them ignored).
+# - PriorityClass: 0.19.0 has a chart-wide `priorityClassName` (values.yaml:40) for master,
+#   worker, gc and topology updater (templates/master.yaml:40, worker.yaml:43, nfd-gc.yaml:36),
+#   plus `worker.priorityClassName` (worker.yaml:207), which with the chart-wide one set would
+#   write the field twice; 0.15.3 has only `worker.priorityClassName` (worker.yaml:159).
+NFD_0_19_VERSIONS = frozenset({"0.20.0"})
+# The device plugin's and GFD's own pods are system-node-critical (the chart's default); NFD's
+# pods get the same, so a node under pressure evicts training pods before the worker that keeps
+# the GPU clique labels, and the master that writes them (the kubelet ranks pods for eviction by
+# usage over requests, then Pod Priority: kubernetes.io, "Node-pressure Eviction").
+NFD_PRIORITY_CLASS = "system-node-critical"
 
 
 def values(ctx: AddonContext) -> dict:
@@ -53,8 +63,11 @@ def values(ctx: AddonContext) -> dict:
     if gfd:
         nfd.update({"master": {"nodeSelector": SYSTEM_NODES},
                     "worker": {"nodeSelector": GPU_NODES, "tolerations": ctx.gpu_tolerations}})
-        if (ctx.settings.version or PINNED.version) in NFD_GC_VERSIONS:
+        if (ctx.settings.version or PINNED.version) in NFD_0_19_VERSIONS:
             nfd["gc"] = {"nodeSelector": SYSTEM_NODES}
+            nfd["priorityClassName"] = NFD_PRIORITY_CLASS
+        else:
+            nfd["worker"]["priorityClassName"] = NFD_PRIORITY_CLASS
     return {"tolerations": ctx.gpu_tolerations, "nodeSelector": GPU_NODES,
             "nfd": nfd, "gfd": {"enabled": gfd}}
 
