@@ -1,4 +1,4 @@
-"""Cluster add-ons installed as Helm charts: one module per add-on, listed here in install order.
+"""Cluster add-ons installed as Helm charts: one module per add-on, listed here (append).
 
 Each module declares one ``HelmAddon`` record (``infra.addons.record``). ``ADDONS`` is the
 registry that config (``infra.addons.config``), the cluster construct
@@ -7,7 +7,9 @@ contract tests iterate. To add an add-on: write its module, add one line below, 
 packaged chart in ../shared/charts for the contract tests.
 
 The order is the order of the ``addons`` config fields (and so of config.schema.json and
-docs/config-reference.md) and of the Helm chart resources in the cluster template: append.
+docs/config-reference.md) and of the Helm chart resources in the cluster template: append. It is
+not an install order: CloudFormation creates the charts in parallel (no chart depends on another;
+see ``infra.constructs.cluster_addons``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
 """Helm charts that make GPU nodes useful: one per registered add-on (``infra.addons``).
 
 Each record says which chart, which version, its values and what its install waits for; this
-construct installs the enabled ones in registry order and names none of them. Tolerations, node
-selectors and labels come from ``infra.names`` and the config's node groups, the same
-definitions the EFA node group applies, so a chart can never miss the nodes it is meant for.
+construct installs the enabled ones and names none of them. There is no order between the charts:
+CloudFormation creates them in parallel, each after the cluster's kubectl access (and what its
+record waits for). That is safe while no chart renders a kind another chart's ``crds/`` define;
+the chart contract test checks it, and a chart that needs one must depend on that chart here.
+Tolerations, node selectors and labels come from ``infra.names`` and the config's node groups, the
+same definitions the EFA node group applies, so a chart can never miss the nodes it is meant for.
 ``tests/ops/test_chart_contract.py`` renders the real charts with these values and checks where
 their pods land.
 """

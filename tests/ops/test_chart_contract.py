@@ -291,6 +291,108 @@ def test_every_value_the_kit_sets_changes_the_render(synth, key, chart_dir, helm
     assert not stale, f"UNCHANGED_ON_PURPOSE lists {sorted(stale)}, which now change the render"
 
 
+# --- CloudFormation creates the charts in parallel: none may need another's CRDs ------------
+
+_CRDS: dict[str, dict[tuple[str, str], str]] = {}
+
+
+def chart_crd_kinds(archive) -> dict[tuple[str, str], str]:
+    """(API group, kind) -> CRD name for every CRD in a chart archive's crds/ folders (its own
+    and its subcharts': Helm installs both before the templates, on first install)."""
+    import tarfile
+
+    import yaml
+
+    key = str(archive)
+    if key not in _CRDS:
+        kinds = {}
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                if member.isfile() and "crds" in member.name.split("/")[:-1] and \
+                        member.name.endswith((".yaml", ".yml")):
+                    text = tar.extractfile(member).read().decode()
+                    for chunk in re.split(r"^---.*$", text, flags=re.M):
+                        # Only the head: the schemas under spec.versions are megabytes
+                        # (KubeRay's), and group and names come before them in every CRD here
+                        # (a CRD that puts them after fails loudly below, never silently).
+                        doc = yaml.load(re.split(r"^  versions:", chunk, flags=re.M)[0],
+                                        Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+                        if doc and doc.get("kind") == "CustomResourceDefinition":
+                            spec = doc["spec"]
+                            kinds[spec["group"], spec["names"]["kind"]] = doc["metadata"]["name"]
+        _CRDS[key] = kinds
+    return _CRDS[key]
+
+
+def crd_dependency_findings(template: dict, rendered_by_release: dict[str, list[dict]],
+                            crds_by_release: dict[str, dict[tuple[str, str], str]]) -> list[str]:
+    """A chart whose render uses a kind another chart's crds/ define, without a CloudFormation
+    dependency on that chart (so the two may be created in either order)."""
+    ids = {r["Properties"]["Release"]: lid for lid, r in template["Resources"].items()
+           if r["Type"] == helm.HELM_CHART_TYPE}
+
+    def depends(lid: str, target: str, seen=()) -> bool:
+        direct = template["Resources"][lid].get("DependsOn", [])
+        direct = [direct] if isinstance(direct, str) else direct
+        return target in direct or any(d not in seen and d in template["Resources"] and
+                                       depends(d, target, seen + (lid,)) for d in direct)
+
+    found = []
+    for release, objects in rendered_by_release.items():
+        for obj in objects:
+            group = obj.get("apiVersion", "").rpartition("/")[0]
+            for owner, kinds in crds_by_release.items():
+                crd = kinds.get((group, obj.get("kind")))
+                if owner != release and crd and not depends(ids[release], ids[owner]):
+                    found.append(f"release {release} renders {obj['kind']} "
+                                 f"{obj['metadata'].get('name')}, defined by {owner}'s CRD {crd}, "
+                                 f"but does not depend on {owner} in the template: add "
+                                 "chart.node.add_dependency(...) in infra/constructs/"
+                                 "cluster_addons.py")
+    return found
+
+
+def _releases_crds_and_renders(rendered, example, chart_dir, helm_cache):
+    s, templates, _ = rendered(example)
+    template = templates[s.config.stack_names["cluster"]]
+    releases = helm.chart_releases(template)
+    binary = helm.helm_binary(s.config.kubernetes_version, helm_cache)
+    crds = {r.release: chart_crd_kinds(helm.chart_archive(
+        r, chart_dir=chart_dir, helm=binary, cache_dir=helm_cache / "charts", allow_pull=False))
+        for r in releases}
+    renders = {r.release: render(r, s.config.kubernetes_version, chart_dir=chart_dir,
+                                 helm_cache=helm_cache) for r in releases}
+    return template, renders, crds
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_no_chart_needs_another_charts_crds(rendered, example, chart_dir, helm_cache):
+    """The charts have no order between them in the template (each waits only for the cluster,
+    the KubeRay operator also for the system nodes): that is safe while no chart renders a kind
+    that another chart's crds/ define, or one that does depends on that chart."""
+    template, renders, crds = _releases_crds_and_renders(rendered, example, chart_dir, helm_cache)
+    assert crds["kuberay-operator"], "the KubeRay chart's CRDs were not read"
+    assert not crd_dependency_findings(template, renders, crds)
+
+
+def test_a_chart_using_another_charts_crd_without_a_dependency_is_found(rendered, chart_dir,
+                                                                        helm_cache):
+    template, renders, crds = _releases_crds_and_renders(rendered, US, chart_dir, helm_cache)
+    assert ("resource.nvidia.com", "ComputeDomain") in crds["dra-driver-nvidia-gpu"]
+    domain = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+              "metadata": {"name": "d"}}
+    broken = {**renders, "nvidia-device-plugin": renders["nvidia-device-plugin"] + [domain]}
+    assert crd_dependency_findings(template, broken, crds) == [
+        "release nvidia-device-plugin renders ComputeDomain d, defined by dra-driver-nvidia-gpu's "
+        "CRD computedomains.resource.nvidia.com, but does not depend on dra-driver-nvidia-gpu in "
+        "the template: add chart.node.add_dependency(...) in infra/constructs/cluster_addons.py"]
+    ids = {r["Properties"]["Release"]: lid for lid, r in template["Resources"].items()
+           if r["Type"] == helm.HELM_CHART_TYPE}
+    ordered = copy.deepcopy(template)
+    ordered["Resources"][ids["nvidia-device-plugin"]]["DependsOn"] = [ids["dra-driver-nvidia-gpu"]]
+    assert not crd_dependency_findings(ordered, broken, crds)
+
+
 def test_dcgm_exporter_has_no_service_monitor_by_default(rendered, chart_dir, helm_cache):
     """The ServiceMonitor kind exists only with the Prometheus Operator CRDs."""
     s, _, _ = rendered("default")
