@@ -50,11 +50,6 @@ def addon_release(spec: registry.HelmAddon, version: str, values: dict) -> helm.
 
 
 @pytest.fixture(scope="session")
-def helm_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("helm-cache")
-
-
-@pytest.fixture(scope="session")
 def rendered(synth, chart_dir, helm_cache):
     """example -> (Synth, templates read back from cdk.out, rendered chart objects)."""
     cache = {}
