@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict
 from infra import names
 from infra.catalog import INSTANCE_TYPES, InstanceType
 from infra.config import KitConfig, checkpoint_local_dir, has_shared_fs
-from infra.config.derived import shared_fs_availability_zone
 from infra.config.ep_spans import ep_spans
 from infra.config.run_config import run_config_document
 from infra.catalog.models import MODEL_CATALOG
@@ -109,7 +108,7 @@ class HeadPod(_Frozen):
 
 class SharedFs(_Frozen):
     """The shared file system as a static PersistentVolume and its claim, mounted at
-    ``mount_path`` in the Ray head, every worker and the job submitter."""
+    ``mount_path`` in the Ray head and every worker."""
 
     pv_name: str  # cluster-scoped, so it carries the environment's name
     pvc_name: str
@@ -119,7 +118,6 @@ class SharedFs(_Frozen):
     mount_name: str
     capacity: str  # the file system's size as a Kubernetes quantity
     mount_path: str
-    availability_zone: str  # of its subnet: CPU pods that mount it are kept there
 
 
 class FabricJob(_Frozen):
@@ -399,7 +397,6 @@ def shared_fs_volume(cfg: KitConfig, outputs: StackOutputs) -> SharedFs | None:
         mount_name=outputs.shared_fs_mount_name,
         capacity=f"{cfg.storage.shared_filesystem.capacity_gib}Gi",
         mount_path=names.SHARED_FS_MOUNT_PATH,
-        availability_zone=shared_fs_availability_zone(cfg),
     )
 
 

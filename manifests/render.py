@@ -152,7 +152,6 @@ TEMPLATES.globals["COMPUTE_DOMAIN_CLAIM"] = COMPUTE_DOMAIN_CLAIM
 TEMPLATES.globals["COMPUTE_DOMAIN_API"] = COMPUTE_DOMAIN_API
 TEMPLATES.globals["COMPUTE_DOMAIN_LABEL"] = COMPUTE_DOMAIN_LABEL
 TEMPLATES.globals["workload_domain"] = lambda ctx, workload: ctx.compute_domains.get(workload)
-TEMPLATES.globals["ZONE_LABEL"] = names.ZONE_LABEL
 
 
 @dataclass(frozen=True)

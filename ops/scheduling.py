@@ -23,8 +23,7 @@ from typing import Any, Iterable
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES
-from infra.config import KitConfig, has_shared_fs
-from infra.config.derived import shared_fs_availability_zone
+from infra.config import KitConfig
 from infra.versions import TRAINER_IMAGE_DISK_GIB
 
 GPU_RESOURCE = names.GPU_RESOURCE
@@ -161,10 +160,9 @@ def node_groups(config: KitConfig, templates: dict[str, dict]) -> list[NodeGroup
     ng = _one(templates[stack_names["cluster"]], NODEGROUP_TYPE)
     itype = ng["InstanceTypes"][0]
     allocatable, note = _system_capacity(itype)
-    # The system nodes span every AZ of the VPC (the Auto Scaling group balances them); the one
-    # that matters to a pod pinned to an AZ is the shared file system's.
-    zone = (shared_fs_availability_zone(config) if has_shared_fs(config)
-            else config.availability_zones[0])
+    # The system nodes span every AZ of the VPC (the Auto Scaling group balances them); no kit
+    # pod on them is pinned to one, so the model stands in one of them.
+    zone = config.availability_zones[0]
     labels = {**_well_known_labels(config=config, group=f"{config.name}-system",
                                    instance_type=itype, zone=zone,
                                    capacity_type=ng.get("CapacityType", "ON_DEMAND")),

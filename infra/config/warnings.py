@@ -5,12 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from infra.catalog.instances import INSTANCE_TYPES
-from infra.config.derived import (
-    PRIVATE_SUBNET_BITS,
-    VPC_PREFIX_RANGE,
-    has_shared_fs,
-    shared_fs_availability_zone,
-)
+from infra.config.derived import PRIVATE_SUBNET_BITS, VPC_PREFIX_RANGE
 from infra.config.model import KitConfig
 
 # Interfaces, with all their addresses, the VPC CNI holds on a node with a few pods: the one its
@@ -56,7 +51,6 @@ def config_warnings(cfg: KitConfig) -> list[str]:
             "CloudWatch observability add-on already runs a DCGM exporter on every GPU node, so "
             "each node gets two. Fix: turn addons.dcgm_exporter off unless your own Prometheus "
             "scrapes it.")
-    zones = len(cfg.availability_zones)
     if cfg.vpc.existing is None:
         # CDK puts the NAT gateways in the first vpc.nat_gateways AZs; a private subnet elsewhere
         # routes through one of those.
@@ -72,13 +66,6 @@ def config_warnings(cfg: KitConfig) -> list[str]:
                     f"{cfg.availability_zones.index(g.availability_zone) + 1}, or, before the "
                     f"first deploy, list {g.availability_zone} first in availability_zones.")
     warnings += _subnet_address_warnings(cfg)
-    if has_shared_fs(cfg) and cfg.system_nodes.min_size < zones:
-        warnings.append(
-            f"system_nodes.min_size is {cfg.system_nodes.min_size} across {zones} AZs: the job "
-            "submitter runs on a system node in the shared file system's AZ "
-            f"({shared_fs_availability_zone(cfg)}), and the Auto Scaling group keeps one there "
-            f"only with at least one node per AZ. Fix: set system_nodes.min_size (and "
-            f"desired_size) to {zones} or more.")
     return warnings
 
 

@@ -46,7 +46,7 @@ def plan(rendered, live_pv, live_pvc):
     want = SharedFs(pv_name="gt-shared-fs", pvc_name="shared-fs", volume_name="shared-fs",
                     volume_handle="fs-0123456789abcdef0", dns_name=csi["volumeAttributes"]["dnsname"],
                     mount_name="abcdefgh", capacity=pv["spec"]["capacity"]["storage"],
-                    mount_path="/fsx", availability_zone="us-east-1a")
+                    mount_path="/fsx")
     return plan_shared_volume(want, "rl-training", live_pv, live_pvc)
 
 
