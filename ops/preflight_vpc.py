@@ -9,9 +9,10 @@ the kit does not create, read before a deploy that would otherwise fail twenty m
   lookup at synth), so a wrong zone places a GPU group away from its reservation, and a subnet of
   another VPC fails the cluster's creation.
 - **Egress** (EC2 DescribeRouteTables): a private subnet's route table (its own, else the VPC's
-  main one) has a default route the nodes can use: a NAT gateway, transit gateway, peering or
-  network interface. Nodes have no public address (the launch template gives none), so a default
-  route to an internet gateway reaches nothing. VPC endpoints are not a way around it here (they
+  main one) has a default route the nodes can use: a NAT gateway, transit gateway, peering,
+  network interface or Gateway Load Balancer endpoint (a firewall); one to a virtual private
+  gateway warns (the user's own network decides). Nodes have no public address (the launch
+  template gives none), so a default route to an internet gateway reaches nothing. VPC endpoints are not a way around it here (they
   are for the EKS user guide's private clusters): CDK runs the cluster stack's Helm handler in
   these subnets whenever the endpoint has private access, which the kit always gives it
   (aws-cdk-lib 2.275.0 ``aws-eks-v2/lib/cluster.js``), and it downloads each add-on's chart from
@@ -122,21 +123,38 @@ def check_egress(ec2: Any, vpc_id: str, private: dict[str, str], cfg: KitConfig)
     by_subnet = {a["SubnetId"]: t for t in tables for a in t.get("Associations", [])
                  if a.get("SubnetId")}
     main = next((t for t in tables for a in t.get("Associations", []) if a.get("Main")), None)
-    without = []
+    without, unsure = [], []
     for zone, sid in sorted(private.items()):
         table = by_subnet.get(sid, main) or {}
+        where = f"{sid} ({zone}, route table {table.get('RouteTableId', '?')})"
         defaults = [r for r in table.get("Routes", []) if r.get("DestinationCidrBlock") == "0.0.0.0/0"
                     and r.get("State", "active") == "active"]
-        if not any(key in r for r in defaults for key in _EGRESS_TARGETS):
-            via = ("only to an internet gateway, which nodes without a public address cannot use"
-                   if defaults else "no default route")
-            without.append(f"{sid} ({zone}, route table {table.get('RouteTableId', '?')}): {via}")
+        gateways = [r.get("GatewayId", "") for r in defaults]
+        # EC2 reports a Gateway Load Balancer endpoint (a firewall in the path) and a virtual
+        # private gateway under GatewayId too, beside an internet gateway's igw-.
+        if any(key in r for r in defaults for key in _EGRESS_TARGETS) or \
+                any(g.startswith("vpce-") for g in gateways):
+            continue
+        if any(g.startswith("vgw-") for g in gateways):
+            unsure.append(f"{where}: to a virtual private gateway (your own network)")
+        else:
+            without.append(f"{where}: " + ("only to an internet gateway, which nodes without a "
+                                           "public address cannot use" if defaults else
+                                           "no default route"))
+    hosts = chart_hosts(cfg)
+    needs = ((f"the cluster stack's Helm handler (in these subnets) downloads the add-on charts "
+              f"from {', '.join(hosts)}, and " if hosts else "")
+             + "the nodes pull the add-ons' images from nvcr.io, quay.io and registry.k8s.io")
     if without:
         return Check(VPC_EGRESS, subject, FAIL,
-                     "; ".join(without) + ": nothing there reaches the internet, and the cluster "
-                     "stack's Helm handler (in these subnets) downloads the add-on charts from "
-                     f"{', '.join(chart_hosts(cfg))}, and the nodes pull the add-ons' images from "
-                     "nvcr.io, quay.io and registry.k8s.io; VPC endpoints reach AWS services only",
+                     "; ".join(without) + f": nothing there reaches the internet, and {needs}; "
+                     "VPC endpoints reach AWS services only",
                      "route 0.0.0.0/0 to a NAT gateway, or to a transit gateway or firewall with "
                      "internet egress, then run preflight again")
+    if unsure:
+        return Check(VPC_EGRESS, subject, WARN,
+                     "; ".join(unsure) + f": whether that reaches the internet is not visible "
+                     f"from here, and {needs}",
+                     "make sure that network sends internet traffic on (a proxy does not do: the "
+                     "kit sets none), or route 0.0.0.0/0 to a NAT gateway")
     return Check(VPC_EGRESS, subject, PASS, "every private subnet has a default route for its nodes")

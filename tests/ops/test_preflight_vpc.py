@@ -4,7 +4,7 @@ botocore's Stubber answers, so requests and answers are checked against EC2's mo
 from __future__ import annotations
 
 from infra.config import load_config
-from infra.problems import FAIL, PASS
+from infra.problems import FAIL, PASS, WARN
 from ops import preflight_vpc
 from tests.support import REPO_ROOT
 from tests.support.preflight import stubbed
@@ -120,6 +120,22 @@ def test_private_subnets_without_a_usable_default_route_fail():
     blackhole = dict(NAT, State="blackhole")
     assert by_name(preflight_vpc.vpc_checks(ec2_answering(found=subnets(), tables=[
         table([blackhole], main=True)]), CFG))[preflight_vpc.VPC_EGRESS].status == FAIL
+
+
+def test_a_firewall_endpoint_passes_and_a_virtual_private_gateway_warns():
+    """EC2 reports a Gateway Load Balancer endpoint (a firewall on the way out) and a virtual
+    private gateway under GatewayId, like an internet gateway: only igw- reaches nothing."""
+    a, b = PRIVATE["eu-north-1a"], PRIVATE["eu-north-1b"]
+    firewall = dict(IGW, GatewayId="vpce-0123456789abcdef0")
+    on_prem = dict(IGW, GatewayId="vgw-0123456789abcdef0")
+    egress = lambda tables: by_name(preflight_vpc.vpc_checks(  # noqa: E731
+        ec2_answering(found=subnets(), tables=tables), CFG))[preflight_vpc.VPC_EGRESS]
+    assert egress([table([firewall], main=True)]).status == PASS
+    check = egress([table([firewall], main=True), table([on_prem], subnet_ids=[b])])
+    assert check.status == WARN and check.detail.startswith(
+        f"{b} (eu-north-1b, route table rtb-100123456789abcde): to a virtual private gateway "
+        "(your own network): whether that reaches the internet is not visible from here")
+    assert a not in check.detail
 
 
 def test_chart_hosts_follow_the_enabled_add_ons():
