@@ -397,17 +397,22 @@ def write(files: list[RenderedFile], out_dir: str | Path,
 
 def _merge(staging: Path, out: Path, files: list[RenderedFile]) -> None:
     keep = {out / f.path for f in files}
+    emptied: set[Path] = set()
     for old in sorted(out.rglob("*")):
         if old.is_file() and old.suffix in (".yaml", ".yml") and old not in keep \
                 and _written_by_us(old):
             old.unlink()
+            emptied.add(old.parent)
     for f in files:
         path = out / f.path
         path.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging / f.path, path)
-    for d in sorted((p for p in out.rglob("*") if p.is_dir()), reverse=True):
-        if not any(d.iterdir()):
+    # Only the directories our deletes emptied go (deepest first, up to out): an empty directory
+    # someone else made under out is theirs.
+    for d in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
+        while d != out and d.is_dir() and not any(d.iterdir()):
             d.rmdir()
+            d = d.parent
 
 
 def tree(out_dir: str | Path) -> str:

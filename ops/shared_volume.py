@@ -23,6 +23,7 @@ A blind `kubectl apply` of both, each time, breaks over a deployment's life:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -60,6 +61,19 @@ def _source(pv: dict[str, Any]) -> dict[str, str]:
     attrs = csi.get("volumeAttributes") or {}
     return {"driver": csi.get("driver", ""), "volumeHandle": csi.get("volumeHandle", ""),
             "dnsname": attrs.get("dnsname", ""), "mountname": attrs.get("mountname", "")}
+
+
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def _same_size(a: str, b: str) -> bool:
+    """Whether two Kubernetes quantities are one size: the API server writes 76800Gi back as
+    75Ti (its canonical form), which is no change."""
+    def size(q: str) -> float | None:
+        m = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", q.strip())
+        return float(m.group(1)) * _UNITS[m.group(2)] if m and m.group(2) in _UNITS else None
+    return a == b or (size(a) is not None and size(a) == size(b))
 
 
 def _storage(doc: dict[str, Any], *path: str) -> str:
@@ -109,7 +123,7 @@ def plan_shared_volume(want: SharedFs, ns: str, live_pv: dict[str, Any] | None,
         if stale and (live_pvc is None or live_pvc.get("metadata", {}).get("uid") != stale):
             release = True
         have_size = _storage(live_pv, "spec", "capacity", "storage")
-        if have_size != want.capacity:
+        if not _same_size(have_size, want.capacity):
             notes.append(f"PersistentVolume {pv_name}: capacity {have_size} -> {want.capacity} "
                          "(the file system's size changed)")
     if live_pvc is not None:
@@ -125,7 +139,7 @@ def plan_shared_volume(want: SharedFs, ns: str, live_pv: dict[str, Any] | None,
                 "was deleted while the claim was bound), and a lost claim never binds again",
                 f"{idle}, {delete_claim}; {then}")
         have_req = _storage(live_pvc, "spec", "resources", "requests", "storage")
-        if have_req != want.capacity:
+        if not _same_size(have_req, want.capacity):
             notes.append(f"claim {pvc_name} keeps its request of {have_req} (not {want.capacity}): a "
                          "claim without a StorageClass cannot be resized, and the pods mount the "
                          "whole file system either way")

@@ -93,9 +93,12 @@ def test_write_replaces_stale_rendered_files_but_keeps_foreign_ones(tmp_path):
     stale.write_text(f"{GENERATED_MARKER} for environment 'x'.\nkind: Job\n")
     foreign = tmp_path / "my-extra.yaml"
     foreign.write_text("kind: ConfigMap\n")
+    theirs = tmp_path / "notes" / "drafts"  # an empty directory someone else made here
+    theirs.mkdir(parents=True)
     write(rendered("default"), tmp_path)
     assert not stale.exists() and not stale.parent.exists()
     assert foreign.exists()
+    assert theirs.is_dir()  # only the directories our deletes emptied go
 
 
 def test_templates_fail_on_undefined_values():

@@ -100,6 +100,18 @@ def test_a_bound_claim_is_kept_and_a_grown_file_system_only_noted(rendered):
         "cannot be resized, and the pods mount the whole file system either way"]
 
 
+def test_the_api_servers_canonical_quantity_is_no_change(rendered):
+    """The API server writes a quantity back in its canonical form (76800Gi reads back as 75Ti):
+    the same size, so no note on every launch."""
+    pv, pvc = rendered
+    live_pv, live_pvc = bound_pair(pv, pvc)
+    size = pv["spec"]["capacity"]["storage"]  # e.g. 1200Gi
+    gib = int(size.removesuffix("Gi"))
+    live_pv["spec"]["capacity"]["storage"] = f"{gib * 1024}Mi"
+    live_pvc["spec"]["resources"]["requests"]["storage"] = f"{gib * 1024}Mi"
+    assert plan(rendered, live_pv, live_pvc).notes == []
+
+
 def test_a_replaced_file_system_is_refused_naming_both_objects(rendered):
     pv, pvc = rendered
     live_pv, live_pvc = bound_pair(pv, pvc)
