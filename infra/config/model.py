@@ -539,8 +539,9 @@ class KitConfig(_Model):
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)
     gpu_node_groups: dict[str, GpuNodeGroupConfig] = Field(
         default_factory=_default_gpu_node_groups,
-        description="EFA GPU node groups by name. Unset: one on-demand p5 group of 2 nodes in the "
-        "first of availability_zones.",
+        description="EFA GPU node groups by name. Unset: one on-demand p5 group of 2 nodes in "
+        f"{DEFAULT_AVAILABILITY_ZONES[0]} when availability_zones lists it, else in the first of "
+        "availability_zones.",
     )
     storage: StorageConfig = Field(default_factory=StorageConfig)
     image_build: ImageBuildConfig = Field(
@@ -560,14 +561,19 @@ class KitConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _gpu_group_follows_the_zones(cls, data: Any) -> Any:
-        """Without gpu_node_groups, the built-in group goes to the first AZ the config lists: a
-        config that moves the environment to another region (region and availability_zones)
-        moves the group too, rather than leaving it in a us-east-1 zone never written. Read from
-        the input, before validation, so that an error elsewhere cannot hide it."""
+        """Without gpu_node_groups, the built-in group stays in the built-in zone (us-east-1a)
+        whenever the config lists it, and otherwise goes to the first AZ listed. The built-in
+        zone first: the group was always there, and moving it (zones listed in another order)
+        would replace the group and, with it, the shared file system that follows it. The first
+        listed otherwise: a config that moves the environment to another region moves the group
+        too, rather than leaving it in a us-east-1 zone never written. Read from the input,
+        before validation, so that an error elsewhere cannot hide it."""
         if isinstance(data, dict) and "gpu_node_groups" not in data:
             zones = data.get("availability_zones")
             if isinstance(zones, list) and zones and isinstance(zones[0], str):
-                data = {**data, "gpu_node_groups": _default_gpu_node_groups(zones[0])}
+                zone = DEFAULT_AVAILABILITY_ZONES[0]
+                data = {**data, "gpu_node_groups": _default_gpu_node_groups(
+                    zone if zone in zones else zones[0])}
         return data
 
     @property

@@ -479,6 +479,19 @@ def test_another_region_without_zones_is_one_problem_and_the_gpu_group_follows_t
     assert len(problems_of({"region": "us-fake-9"})) == 1
 
 
+@pytest.mark.parametrize("region, zones, expected", [
+    # an upgrade keeps the group (and the file system that follows it) where it was: before the
+    # group followed the zones it was always us-east-1a, and moving it replaces both
+    ("us-east-1", ["us-east-1b", "us-east-1a"], "us-east-1a"),
+    ("us-east-1", ["us-east-1a", "us-east-1b"], "us-east-1a"),
+    # another region: the first zone listed
+    ("us-west-2", ["us-west-2b", "us-west-2a"], "us-west-2b"),
+])
+def test_default_gpu_group_keeps_the_built_in_zone_when_listed(region, zones, expected):
+    cfg = parse_config({"name": "ab", "region": region, "availability_zones": zones})
+    assert cfg.gpu_node_groups["p5"].availability_zone == expected
+
+
 def test_duplicate_keys_are_refused(tmp_path):
     msg = load_text(tmp_path, "name: a\nregion: us-east-1\nname: b\n")
     assert "duplicate key 'name' (line 3, column 1). Fix: keep one entry per key" in msg
