@@ -214,6 +214,12 @@ def _type_problem(path: str, loc: tuple, value: Any, msg: str) -> Problem:
     if shape.startswith("text") and isinstance(value, (bool, int, float)):
         fix = f'quote it: {key}: "{_yaml(value)}"' if not isinstance(loc[-1], int) else \
             f"quote each item, e.g. {key}: {example}"
+        if isinstance(value, bool) and not isinstance(loc[-1], int):
+            # the text written is unknown here (yes, on and True all read as true): name none
+            # (load_config quotes the source text)
+            word = "yes" if value else "no"
+            fix = (f'quote it as written, e.g. {key}: "{word}" for {word} (unquoted, YAML reads '
+                   "yes, no, on, off, true and false as true or false)")
     elif isinstance(loc[-1], int):
         fix = f"write each item as {shape}, e.g. {key}: {example}"
     elif shape.startswith("a whole number") and isinstance(value, float) and value.is_integer():

@@ -306,8 +306,9 @@ def parse_config(data: dict[str, Any] | None, source: str = "config") -> KitConf
 def load_config(path: str | Path | None = None) -> KitConfig:
     """Load and validate a config file; ``None`` returns the validated built-in default.
 
-    A problem whose value YAML read as a number where text was meant (``kubernetes_version:
-    1.30`` is the number 1.3) is told as that trap, with the line and the text as written."""
+    A problem whose value YAML read as a number, a boolean or null where text was meant
+    (``kubernetes_version: 1.30`` is the number 1.3, ``backup: yes`` is true) is told as that
+    trap, with the line and the text as written."""
     if path is None:
         return parse_config({}, "built-in default config")
     data = read_config_file(path)
@@ -315,7 +316,7 @@ def load_config(path: str | Path | None = None) -> KitConfig:
         return parse_config(data, str(path))
     except ConfigError as err:
         text = Path(path).read_text(encoding="utf-8")
-        raise ConfigError([_explain_number_trap(p, text) for p in err.problems], str(path)) \
+        raise ConfigError([_explain_scalar_trap(p, text) for p in err.problems], str(path)) \
             from None
 
 
@@ -332,20 +333,30 @@ def _scalar_node(text: str, dotted: str) -> yaml.ScalarNode | None:
     return node if isinstance(node, yaml.ScalarNode) else None
 
 
-def _explain_number_trap(p: Problem, text: str) -> Problem:
-    if not (isinstance(p.value, (int, float)) and not isinstance(p.value, bool)
-            and p.rule.startswith(TEXT_EXPECTED)):
+def _explain_scalar_trap(p: Problem, text: str) -> Problem:
+    """``p`` told as the unquoted-scalar trap where YAML read text as a number, a boolean or null
+    (``1.30``, ``yes``, ``~``), with the line and a fix that quotes the source text: quoting the
+    value read instead (``"true"`` for ``yes``) would change what the user wrote."""
+    value = p.value
+    if not (value is None or isinstance(value, (bool, int, float))) or \
+            not p.rule.startswith(TEXT_EXPECTED):
         return p
     node = _scalar_node(text, p.subject)
-    if node is None or node.style is not None:  # quoted: not the trap
+    if node is None or node.style is not None or not node.value:  # quoted, or nothing written
         return p
     written = node.value
     key = p.subject.rsplit(".", 1)[-1]
-    return problem(
-        p.subject, p.value,
-        f"line {node.start_mark.line + 1}: YAML reads the unquoted {written} as the number "
-        f"{p.value!r}, not the text {written!r} (the quoted-number trap)",
-        f'quote it: {key}: "{written}"')
+    where = f"line {node.start_mark.line + 1}: YAML reads the unquoted {written} as"
+    if value is None:
+        return problem(p.subject, value, f"{where} null (no value), not the text {written!r}",
+                       f'quote it if that text is meant: {key}: "{written}"')
+    if isinstance(value, bool):
+        read, trap = str(value).lower(), "unquoted-boolean"
+    else:
+        read, trap = f"the number {value!r}", "quoted-number"
+    return problem(p.subject, value,
+                   f"{where} {read}, not the text {written!r} (the {trap} trap)",
+                   f'quote it: {key}: "{written}"')
 
 
 def json_schema() -> dict[str, Any]:

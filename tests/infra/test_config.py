@@ -392,6 +392,41 @@ def test_an_unquoted_version_is_named_as_the_quoted_number_trap(tmp_path):
     assert "quoted-number trap" not in str(err.value)
 
 
+@pytest.mark.parametrize("line, expected", [
+    ("tags: {backup: yes}", "tags.backup = True: line 2: YAML reads the unquoted yes as true, not "
+     "the text 'yes' (the unquoted-boolean trap). Fix: quote it: backup: \"yes\"."),
+    ("name: on", "name = True: line 2: YAML reads the unquoted on as true, not the text 'on' (the "
+     "unquoted-boolean trap). Fix: quote it: name: \"on\"."),
+    ("tags:\n  backup: off", "tags.backup = False: line 3: YAML reads the unquoted off as false, "
+     "not the text 'off' (the unquoted-boolean trap). Fix: quote it: backup: \"off\"."),
+    ("training: {extra_env: {A: no}}", "training.extra_env.A = False: line 2: YAML reads the "
+     "unquoted no as false, not the text 'no' (the unquoted-boolean trap). Fix: quote it: A: "
+     "\"no\"."),
+    ("tags: {backup: True}", "tags.backup = True: line 2: YAML reads the unquoted True as true, "
+     "not the text 'True' (the unquoted-boolean trap). Fix: quote it: backup: \"True\"."),
+    ("tags: {backup: ~}", "tags.backup = None: line 2: YAML reads the unquoted ~ as null (no "
+     "value), not the text '~'. Fix: quote it if that text is meant: backup: \"~\"."),
+    ("tags: {backup: Null}", "tags.backup = None: line 2: YAML reads the unquoted Null as null (no "
+     "value), not the text 'Null'. Fix: quote it if that text is meant: backup: \"Null\"."),
+    # nothing written: nothing to quote
+    ("tags: {backup: }", "tags.backup = None: expected text, not null (an empty value). Fix: "
+     "write text, e.g. backup: ... (see docs/config-reference.md)."),
+])
+def test_a_boolean_or_null_in_a_text_field_is_quoted_as_written(tmp_path, line, expected):
+    # the fix quotes the source text: following it keeps what the user wrote (yes stays yes,
+    # where quoting the value read would turn it into "true")
+    assert load_text(tmp_path, f"# an environment\n{line}\n") == \
+        f"c.yaml: 1 problem(s):\n  - {expected}"
+
+
+def test_a_boolean_in_a_text_field_without_its_source_names_no_value():
+    # parse_config has no file text: the fix must not claim what was written
+    assert problems_of({"tags": {"backup": True}}) == [
+        "tags.backup = True: expected text, not true/false. Fix: quote it as written, e.g. "
+        'backup: "yes" for yes (unquoted, YAML reads yes, no, on, off, true and false as true or '
+        "false) (see docs/config-reference.md)."]
+
+
 def test_app_exits_2_with_the_report_and_writes_nothing(tmp_path, monkeypatch, capsys):
     """app.py's main with `-c config=FILE` (a refusal as a real process, the config handed over
     in CDK_CONTEXT_JSON as `cdk synth` does: tests/infra/test_fuzz_config.py)."""
