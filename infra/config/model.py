@@ -50,7 +50,8 @@ class PodAddressesConfig(_Model):
         "(the VPC CNI's WARM_IP_TARGET); at least 1, or no address is ever added.")
     minimum_ip_target: int = Field(
         12, description="Addresses each node holds at least, from its start (MINIMUM_IP_TARGET): "
-        "a little more than the pods a node runs.")
+        "a little more than the pods a node runs; 0 = no floor (the pods' addresses and the warm "
+        "pool only).")
 
     def cni_env(self) -> dict[str, str]:
         """The aws-node environment these settings become (strings, as the add-on takes them)."""
@@ -561,13 +562,10 @@ class KitConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _gpu_group_follows_the_zones(cls, data: Any) -> Any:
-        """Without gpu_node_groups, the built-in group stays in the built-in zone (us-east-1a)
-        whenever the config lists it, and otherwise goes to the first AZ listed. The built-in
-        zone first: the group was always there, and moving it (zones listed in another order)
-        would replace the group and, with it, the shared file system that follows it. The first
-        listed otherwise: a config that moves the environment to another region moves the group
-        too, rather than leaving it in a us-east-1 zone never written. Read from the input,
-        before validation, so that an error elsewhere cannot hide it."""
+        """Without gpu_node_groups, the built-in group stays in us-east-1a whenever the config
+        lists it (it always was there: moving it replaces the group and the shared file system
+        that follows it), else goes to the first AZ listed (a config moved to another region
+        moves the group too). Read from the input, so an error elsewhere cannot hide it."""
         if isinstance(data, dict) and "gpu_node_groups" not in data:
             zones = data.get("availability_zones")
             if isinstance(zones, list) and zones and isinstance(zones[0], str):

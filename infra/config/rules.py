@@ -338,13 +338,16 @@ def _validate_vpc(cfg: KitConfig, add) -> None:
     v = cfg.vpc
     if (pods := v.pod_addresses) is not None:
         # WARM_IP_TARGET 0 with a minimum set stops the CNI from adding any address past the
-        # floor (amazon-vpc-cni-k8s v1.23.0 README, MINIMUM_IP_TARGET note 2).
-        for key, value in (("warm_ip_target", pods.warm_ip_target),
-                           ("minimum_ip_target", pods.minimum_ip_target)):
-            if value < 1:
-                add(problem(f"vpc.pod_addresses.{key}", value, "must be at least 1",
-                            "use the defaults (warm_ip_target 2, minimum_ip_target 12) or remove "
-                            "vpc.pod_addresses"))
+        # floor (amazon-vpc-cni-k8s v1.23.0 README, MINIMUM_IP_TARGET note 2). A minimum of 0 is
+        # no floor, as if unset (same README; pkg/ipamd/ipamd.go getMinimumIPTarget).
+        if pods.warm_ip_target < 1:
+            add(problem("vpc.pod_addresses.warm_ip_target", pods.warm_ip_target,
+                        "must be at least 1: with 0 the VPC CNI adds no address past the floor",
+                        "use the default (warm_ip_target 2) or remove vpc.pod_addresses"))
+        if pods.minimum_ip_target < 0:
+            add(problem("vpc.pod_addresses.minimum_ip_target", pods.minimum_ip_target,
+                        "must be 0 (no floor) or more",
+                        "use the default (minimum_ip_target 12), or 0 for no floor"))
     if v.existing is None:
         if (prob := _cidr_problem("vpc.cidr", v.cidr)) is not None:
             add(prob)

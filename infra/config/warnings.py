@@ -13,11 +13,18 @@ from infra.config.model import KitConfig
 VPC_CNI_INTERFACES_HELD = 2
 
 
+# Pods a GPU node runs that take a VPC address, as the kit assumes them: about 10, the count the
+# VPC CNI docs' advice (MINIMUM_IP_TARGET 12, WARM_IP_TARGET 2: the kit's defaults) is for
+# (amazon-vpc-cni-k8s v1.23.0 docs/eni-and-ip-target.md; docs/operations.md).
+GPU_NODE_PODS = 10
+
+
 def pod_addresses_held(warm_ip_target: int, minimum_ip_target: int) -> int:
-    """Addresses a node holds under vpc.pod_addresses while its pods fit the floor: the floor,
-    the warm pool above it once pods fill it, and the network interface's own address (an
-    upper bound for a GPU node's few pods; amazon-vpc-cni-k8s v1.23.0 docs/eni-and-ip-target.md)."""
-    return minimum_ip_target + warm_ip_target + 1
+    """Addresses a GPU node holds under vpc.pod_addresses (an upper bound for its few pods): the
+    floor, or its pods' addresses where the floor is lower (0 is no floor), the warm pool above
+    them, and the network interface's own address (amazon-vpc-cni-k8s v1.23.0
+    docs/eni-and-ip-target.md: the secondary addresses held are the floor or pods + warm)."""
+    return max(minimum_ip_target, GPU_NODE_PODS) + warm_ip_target + 1
 
 
 # Addresses AWS reserves in every subnet (the first four and the last).
@@ -103,7 +110,11 @@ def _subnet_address_warnings(cfg: KitConfig) -> list[str]:
         why = ("the VPC CNI keeps a spare network interface with all its addresses on each node "
                "(WARM_ENI_TARGET 1)" if pods is None else
                f"each node holds its vpc.pod_addresses floor ({pods.minimum_ip_target}) and warm "
-               f"pool ({pods.warm_ip_target}) and its interface's own address")
+               f"pool ({pods.warm_ip_target}) and its interface's own address"
+               if pods.minimum_ip_target >= GPU_NODE_PODS else
+               f"each node holds an address for each of its pods (about {GPU_NODE_PODS}, above "
+               f"its vpc.pod_addresses floor of {pods.minimum_ip_target}) and warm pool "
+               f"({pods.warm_ip_target}) and its interface's own address")
         fewer = ("" if pods is not None else
                  f"set vpc.pod_addresses (warm_ip_target 2, minimum_ip_target 12: about "
                  f"{pod_addresses_held(2, 12)} a node), ")

@@ -74,13 +74,19 @@ def test_all_problems_reported_at_once_with_exact_text():
     ]
 
 
-def test_pod_addresses_need_a_warm_pool_and_a_floor():
-    found = problems_of({"vpc": {"pod_addresses": {"warm_ip_target": 0, "minimum_ip_target": 0}},
-                         "gpu_node_groups": {"p5": group()}})
-    fix = ("Fix: use the defaults (warm_ip_target 2, minimum_ip_target 12) or remove "
-           "vpc.pod_addresses.")
-    assert found == [f"vpc.pod_addresses.warm_ip_target = 0: must be at least 1. {fix}",
-                     f"vpc.pod_addresses.minimum_ip_target = 0: must be at least 1. {fix}"]
+def test_pod_addresses_need_a_warm_pool_and_a_floor_of_0_or_more():
+    # WARM_IP_TARGET 0 with a floor set adds no address past it (amazon-vpc-cni-k8s v1.23.0
+    # README, MINIMUM_IP_TARGET note 2); MINIMUM_IP_TARGET 0 is no floor, as if unset (README;
+    # pkg/ipamd/ipamd.go getMinimumIPTarget, noMinimumIPTarget = 0)
+    assert problems_of({"vpc": {"pod_addresses": {"warm_ip_target": 0, "minimum_ip_target": -1}},
+                        "gpu_node_groups": {"p5": group()}}) == [
+        "vpc.pod_addresses.warm_ip_target = 0: must be at least 1: with 0 the VPC CNI adds no "
+        "address past the floor. Fix: use the default (warm_ip_target 2) or remove "
+        "vpc.pod_addresses.",
+        "vpc.pod_addresses.minimum_ip_target = -1: must be 0 (no floor) or more. Fix: use the "
+        "default (minimum_ip_target 12), or 0 for no floor."]
+    cfg = parse_config({"vpc": {"pod_addresses": {"warm_ip_target": 1, "minimum_ip_target": 0}}})
+    assert cfg.vpc.pod_addresses.cni_env() == {"WARM_IP_TARGET": "1", "MINIMUM_IP_TARGET": "0"}
 
 
 def test_az_outside_region():

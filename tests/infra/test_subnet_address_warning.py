@@ -87,3 +87,17 @@ def test_pod_addresses_hold_a_floor_and_a_warm_pool_per_node():
         "interface's own address, and the zone's private subnet (a /19 of vpc.cidr 10.0.0.0/16) has "
         "8,187.")
     assert "set vpc.pod_addresses" not in warning  # already set: the other fixes remain
+
+
+def test_pod_addresses_without_a_floor_hold_the_pods_addresses():
+    """A floor of 0 (or under the pods) does not make a node hold fewer than its pods' addresses:
+    it holds those, the warm pool and the interface's own (about 10 pods: 10 + 2 + 1)."""
+    few = {"cidr": "10.0.0.0/16", "pod_addresses": {"warm_ip_target": 2, "minimum_ip_target": 0}}
+    fleet = {name: group(max_size=210) for name in ("p5", "p5-b", "p5-c")}
+    (warning,) = address_warnings(vpc=few, gpu_node_groups=fleet)
+    assert warning.startswith(
+        "the GPU nodes in us-east-1a can hold 8,190 VPC addresses at max_size (gpu_node_groups.p5: "
+        "210 nodes x 13; gpu_node_groups.p5-b: 210 nodes x 13; gpu_node_groups.p5-c: 210 nodes x "
+        "13): each node holds an address for each of its pods (about 10, above its "
+        "vpc.pod_addresses floor of 0) and warm pool (2) and its interface's own address, and the "
+        "zone's private subnet (a /19 of vpc.cidr 10.0.0.0/16) has 8,187.")
