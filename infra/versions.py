@@ -62,6 +62,11 @@ DEFAULT_KUBERNETES_VERSION = "1.35"
 SUPPORT_WARNING_DAYS = 60
 
 
+def kubernetes_minor(version: str) -> tuple[int, ...]:
+    """``version`` ("1.35", or "1.35.6") as numbers, for ordering: as text, "1.9" > "1.10"."""
+    return tuple(int(p) for p in version.split("."))
+
+
 def standard_support_warning(kubernetes_version: str, today) -> str | None:
     """A warning when ``kubernetes_version`` leaves EKS standard support within
     SUPPORT_WARNING_DAYS of ``today`` (a ``datetime.date``), or already has; else None."""
@@ -72,7 +77,7 @@ def standard_support_warning(kubernetes_version: str, today) -> str | None:
         return None
     end = datetime.date.fromisoformat(spec["end_of_standard_support"])
     days = (end - today).days
-    newest = max(KUBERNETES_VERSIONS, key=lambda v: tuple(int(x) for x in v.split(".")))
+    newest = max(KUBERNETES_VERSIONS, key=kubernetes_minor)
     fix = (f"set kubernetes_version: \"{newest}\" (upgrade an existing cluster one minor version "
            "at a time)")
     if days < 0:

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 from infra import names
 from infra.catalog import INSTANCE_TYPES
 from infra.config import KitConfig
-from infra.versions import TRAINER_IMAGE_DISK_GIB
+from infra.versions import TRAINER_IMAGE_DISK_GIB, kubernetes_minor
 
 GPU_RESOURCE = names.GPU_RESOURCE
 EFA_RESOURCE = names.EFA_RESOURCE
@@ -181,7 +181,7 @@ def node_groups(config: KitConfig, templates: dict[str, dict]) -> list[NodeGroup
                                     zone=group.availability_zone,
                                     capacity_type=ng.get("CapacityType", "ON_DEMAND"),
                                     arch=itype.architecture)
-        if tuple(int(x) for x in config.kubernetes_version.split(".")) >= (1, 35):
+        if kubernetes_minor(config.kubernetes_version) >= (1, 35):
             # nodeadm labels NVIDIA nodes itself from kubelet 1.35 [awslabs/amazon-eks-ami
             # 81fec2e nodeadm/doc/api-concepts.md].
             labels[names.NVIDIA_GPU_PRESENT_LABEL] = "true"

@@ -50,6 +50,7 @@ from infra.versions import (
     EKS_AMI_RELEASES_READ,
     KUBERNETES_VERSIONS,
     TRAINER_IMAGE_DISK_GIB,
+    kubernetes_minor,
 )
 
 MAX_BACKOFF_LIMIT = 10
@@ -232,15 +233,11 @@ def _addon_kubernetes_floor(cfg: KitConfig, name: str, record, add) -> None:
     """An enabled add-on's chart version runs on this Kubernetes version (its record's floor)."""
     entry = record.tested_version(cfg.addons.chart_version(name))
     floor = entry.min_kubernetes_version
-    if floor and _minor(cfg.kubernetes_version) < _minor(floor):
+    if floor and kubernetes_minor(cfg.kubernetes_version) < kubernetes_minor(floor):
         add(problem("kubernetes_version", cfg.kubernetes_version,
                     f"add-on {name} (chart {record.chart} {entry.version}, on for this config) "
                     f"needs Kubernetes {floor} or later ({entry.min_kubernetes_source})",
                     f"set kubernetes_version to {floor} or later"))
-
-
-def _minor(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
 
 
 def _validate_shared_filesystem(cfg: KitConfig, add) -> None:

@@ -12,10 +12,7 @@ import re
 from infra.catalog.instances import InstanceType
 from infra.config.errors import problem
 from infra.config.model import GpuNodeGroupConfig, KitConfig, default_zones_elsewhere
-
-
-def _minor(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
+from infra.versions import kubernetes_minor
 
 
 def ultraserver_group_problems(cfg: KitConfig, path: str, g: GpuNodeGroupConfig,
@@ -28,8 +25,8 @@ def ultraserver_group_problems(cfg: KitConfig, path: str, g: GpuNodeGroupConfig,
                     f"{sizes} (EKS user guide, P6e-GB200 UltraServers)",
                     "set capacity.type: capacity-block and capacity.reservation_id to the cr-... "
                     "ID of the UltraServer Capacity Block"))
-    if itype.min_kubernetes_version and \
-            _minor(cfg.kubernetes_version) < _minor(itype.min_kubernetes_version):
+    floor = itype.min_kubernetes_version
+    if floor and kubernetes_minor(cfg.kubernetes_version) < kubernetes_minor(floor):
         add(problem("kubernetes_version", cfg.kubernetes_version,
                     f"EKS supports {itype.name} on Kubernetes {itype.min_kubernetes_version} and "
                     f"later (group {path.split('.')[-1]})",

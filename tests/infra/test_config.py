@@ -105,6 +105,12 @@ def test_gb300_is_known_but_refused_naming_the_missing_facts():
         "interface layout and its EKS AMI type were not found")
 
 
+def test_kubernetes_versions_compare_as_numbers():
+    # the one comparison the add-on and UltraServer floors use: as text, 1.9 sorts after 1.10
+    from infra.versions import kubernetes_minor
+    assert kubernetes_minor("1.9") < kubernetes_minor("1.10") < kubernetes_minor("1.10.1")
+
+
 DRA_FLOOR = (
     "kubernetes_version = '1.33': add-on dra_driver (chart dra-driver-nvidia-gpu 0.4.1, on for "
     "this config) needs Kubernetes 1.34 or later (kubernetes-sigs/dra-driver-nvidia-gpu "
