@@ -18,13 +18,14 @@ from infra.catalog import INSTANCE_TYPES, InstanceType
 from infra.config import KitConfig, checkpoint_local_dir, has_shared_fs
 from infra.config.ep_spans import ep_spans
 from infra.config.run_config import run_config_document
-from infra.catalog.models import MODEL_CATALOG
+from infra.catalog.models import GIB, MODEL_CATALOG, checkpoint_bytes
 from infra.trainer_contract import (
     ENVIRONMENT_ENV,
     RAYJOB_ENV,
     RESERVATION_END_ENV,
     RESERVATION_ID_ENV,
     ROLLOUT_ESTIMATE_ENV,
+    SAVE_SIZE_ESTIMATE_ENV,
     SAVE_UPLOAD_ESTIMATE_ENV,
     RUN_CONFIG_DIR,
     RUN_CONFIG_FILE,
@@ -419,6 +420,19 @@ def reservation_env(cfg: KitConfig, reservation_end: datetime | None) -> list[di
                   {"name": SAVE_UPLOAD_ESTIMATE_ENV, "value": f"{t.save_upload_minutes * 60:g}"}]
 
 
+def save_size_env(cfg: KitConfig) -> list[dict[str, str]]:
+    """The catalog model's GiB of one save, rounded up, for the launcher's room check before the
+    run's first save (rltrainer.checkpoints.space): FP32 Adam moments, as config validation sizes
+    the file system (the launcher passes no --exp-avg-dtype). On the head's environment, not in
+    run.yaml, which a trainer image built before the check would refuse. Nothing for a model the
+    catalog does not know."""
+    model = MODEL_CATALOG.get(cfg.training.model)
+    if model is None:
+        return []
+    gib = -(-checkpoint_bytes(model, optimizer_bf16_moments=False) // GIB)
+    return [{"name": SAVE_SIZE_ESTIMATE_ENV, "value": str(gib)}]
+
+
 def build_context(cfg: KitConfig, outputs: StackOutputs,
                   reservation_end: datetime | None = None) -> RenderContext:
     """Decide every rendered value; raise RenderError listing every problem found.
@@ -482,12 +496,13 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
     # there: Ray starts a job's entrypoint on the head unless the job asks for entrypoint
     # resources, and the kit asks for none. The launcher gets the trainer variables, the RayJob's
     # name (on a configuration error it stops KubeRay's retries, rltrainer.no_retry), the
-    # environment's name (a dimension of the training metrics, rltrainer.metrics) and the
-    # reservation's end; later names win, so a user's extra_env cannot hide them.
+    # environment's name (a dimension of the training metrics, rltrainer.metrics), the size of one
+    # save and the reservation's end; later names win, so a user's extra_env cannot hide them.
     head_env = {e["name"]: e["value"] for e in env}
     head_env.update(TRAINER_RUNTIME_ENV)
     head_env[RAYJOB_ENV] = t.run_name
     head_env[ENVIRONMENT_ENV] = cfg.name
+    head_env.update({e["name"]: e["value"] for e in save_size_env(cfg)})
     head_env.update({e["name"]: e["value"] for e in reservation_env(cfg, reservation_end)})
     head = worker.model_copy(update={"env": [{"name": k, "value": v} for k, v in head_env.items()]})
     if has_shared_fs(cfg) and _is_bucket_key(t.prompt_data):

@@ -12,7 +12,6 @@ from typing import Any
 
 from infra import names
 from infra.catalog.instances import InstanceType
-from infra.catalog.models import GIB, MODEL_CATALOG, checkpoint_bytes
 from infra.config.derived import checkpoint_local_dir
 from infra.config.model import KitConfig
 
@@ -37,9 +36,6 @@ def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
             "keep_local": t.checkpoint.keep_local,
             # only when set: a default config renders the run.yaml it always did
             **({"keep_s3": t.checkpoint.keep_s3} if t.checkpoint.keep_s3 else {}),
-            # one save's GiB, so the launcher can refuse to start when other runs' saves leave no
-            # room for this one's (rltrainer.checkpoints.space)
-            **_save_gib(t.model),
         },
         "data": {"prompt_data": prompt_data, "input_key": "prompt", "label_key": "label",
                  "rm_type": t.reward_model},
@@ -67,16 +63,6 @@ def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
         },
         "expert_parallel": {"backend": t.expert_parallel.backend},
     }
-
-
-def _save_gib(model_key: str) -> dict[str, int]:
-    """checkpoint.save_gib: one save of the catalog model, rounded up to a GiB, with the FP32 Adam
-    moments that config validation sizes the file system for (the launcher passes no
-    --exp-avg-dtype, so Megatron keeps them FP32); nothing for a model the catalog does not know."""
-    model = MODEL_CATALOG.get(model_key)
-    if model is None:
-        return {}
-    return {"save_gib": -(-checkpoint_bytes(model, optimizer_bf16_moments=False) // GIB)}
 
 
 def _rollout(r) -> dict[str, Any]:

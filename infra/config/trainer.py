@@ -54,7 +54,6 @@ _RUN_CONFIG_PATHS = (
     ("run_name", "training.run_name"),
     ("checkpoint.keep_local", "training.checkpoint.keep_local"),
     ("checkpoint.keep_s3", "training.checkpoint.keep_s3"),
-    ("checkpoint.save_gib", "training.model"),  # the kit writes it from the model catalog
     ("grpo", "training.grpo"),
     ("expert_parallel", "training.expert_parallel"),
     ("parallel", "training.parallel"),

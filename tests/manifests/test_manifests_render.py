@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 import json
 import sys
 
@@ -604,7 +605,7 @@ def test_run_config_follows_the_trainer_schema(name):
     assert run["checkpoint"] == {
         "s3_uri": f"s3://{PLACEHOLDER}/checkpoints/{t.run_name}/",
         "local_dir": f"/fsx/checkpoints/{t.run_name}", "save_interval": 20,
-        "keep_local": t.checkpoint.keep_local, "save_gib": SAVE_GIB[t.model]}
+        "keep_local": t.checkpoint.keep_local}
     assert run["data"] == {"prompt_data": f"/fsx/{t.prompt_data}",
                            "input_key": "prompt", "label_key": "label", "rm_type": t.reward_model}
     assert run["grpo"] == t.grpo.model_dump()
@@ -652,26 +653,46 @@ def test_s3_retention_reaches_the_trainer_and_its_rule_is_the_trainers():
 # master weight, two FP32 Adam moments; infra/catalog/models.py checkpoint_bytes). Qwen3-30B-A3B's
 # 398.09 GiB is the "about 400 GiB" of docs/operations.md.
 SAVE_GIB = {"qwen3-30b-a3b": 399, "qwen3-235b-a22b": 3066}
+# The checkpoint keys every example's run.yaml had at 1396d64, before today's trainer changes
+# (`git show 1396d64:tests/golden/<example>/rl-job/00-run-config.yaml`, the same four in all seven).
+# A trainer image built before then refuses any other key (its CHECKPOINT_KEYS were these plus
+# keep_s3), and image tags are immutable: a kit upgrade must keep rendering a run.yaml such an
+# image reads. Estimates for the launcher go on the Ray head's environment instead.
+CHECKPOINT_KEYS_BEFORE_SAVE_GIB = ["s3_uri", "local_dir", "save_interval", "keep_local"]
 
 
-@pytest.mark.parametrize("model", sorted(SAVE_GIB))
-def test_one_saves_size_reaches_the_trainer_and_its_rule_is_the_trainers(model):
-    """checkpoint.save_gib: the kit writes the catalog model's save size (FP32 moments, as config
-    validation sizes the file system), the trainer's validator takes it, and a value it refuses is
-    reported on the kit's path for it (the model the size comes from)."""
-    from infra.config.trainer import _kit_path
+def head_env(files) -> dict[str, str]:
+    job = next(f.obj for f in files if f.kind == "RayJob")
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in head.get("env", [])}
 
-    cfg = parse_config({"training": {"model": model},
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_run_yaml_keeps_its_checkpoint_keys_and_the_save_estimate_rides_on_the_head(name):
+    """An older trainer image still reads the run.yaml (no new checkpoint key); the launcher's room
+    check gets the catalog model's save size from the head's environment, and the trainer reads
+    the rendered value as that many GiB."""
+    from infra.trainer_contract import SAVE_SIZE_ESTIMATE_ENV
+
+    assert list(run_yaml(name)["checkpoint"]) == CHECKPOINT_KEYS_BEFORE_SAVE_GIB
+    env = head_env(rendered(name))
+    model = example(name).training.model
+    assert env[SAVE_SIZE_ESTIMATE_ENV] == str(SAVE_GIB[model])
+    _rltrainer()
+    from rltrainer.checkpoints.space import save_gib_from_env
+
+    assert save_gib_from_env(env, io.StringIO()) == SAVE_GIB[model]
+
+
+def test_the_save_estimate_follows_the_catalog_model():
+    """Qwen3-235B-A22B's save (3066 GiB) reaches the head too, not the 30B's."""
+    from infra.trainer_contract import SAVE_SIZE_ESTIMATE_ENV
+
+    cfg = parse_config({"training": {"model": "qwen3-235b-a22b"},
                         "storage": {"shared_filesystem": {"capacity_gib": 7200}}})
-    doc = build_context(cfg, placeholder_outputs(cfg)).run_config
-    assert doc["checkpoint"]["save_gib"] == SAVE_GIB[model]
-    contract = _rltrainer().contract
-    assert contract.parse_run_config(doc).checkpoint.save_gib == SAVE_GIB[model]
-    doc["checkpoint"]["save_gib"] = 0
-    with pytest.raises(contract.ConfigError) as err:
-        contract.parse_run_config(doc)
-    assert [(p.path, _kit_path(p.path)) for p in err.value.problems] == [
-        ("checkpoint.save_gib", "training.model")]
+    ctx = build_context(cfg, placeholder_outputs(cfg))
+    assert list(ctx.run_config["checkpoint"]) == CHECKPOINT_KEYS_BEFORE_SAVE_GIB
+    assert {e["name"]: e["value"] for e in ctx.head.env}[SAVE_SIZE_ESTIMATE_ENV] == "3066"
 
 
 def test_prompt_data_key_outside_the_datasets_prefix_is_refused():

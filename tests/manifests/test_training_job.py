@@ -81,12 +81,15 @@ def _env(container: dict) -> dict[str, str]:
 # by `rlkit launch`, which reads it.
 CAPACITY_BLOCK_HEAD_ENV = {"RLTRAINER_RESERVATION_ID": "cr-0123456789abcdef0", "RLTRAINER_ROLLOUT_S": "600",
                            "RLTRAINER_SAVE_UPLOAD_S": "2100"}
+# Every run's head gets the catalog's GiB of one save, for the launcher's room check before its
+# first save (rltrainer.checkpoints.space); Qwen3-30B-A3B in both examples.
+SAVE_ESTIMATE_HEAD_ENV = {"RLTRAINER_SAVE_GIB": "399"}
 
 
 @pytest.mark.parametrize("example, backend_vars, head_vars", [
-    ("default", {}, {}),
+    ("default", {}, SAVE_ESTIMATE_HEAD_ENV),
     ("p5en-capacity-block", {"NVSHMEM_REMOTE_TRANSPORT": "libfabric", "NVSHMEM_LIBFABRIC_PROVIDER": "efa"},
-     CAPACITY_BLOCK_HEAD_ENV),
+     {**SAVE_ESTIMATE_HEAD_ENV, **CAPACITY_BLOCK_HEAD_ENV}),
 ])
 def test_every_ray_actor_gets_the_trainer_and_efa_environment(example, backend_vars, head_vars):
     job = rayjob(example)

@@ -43,7 +43,6 @@ def test_fixture_is_valid_and_fills_defaults():
     assert (cfg.checkpoint.local_dir, cfg.checkpoint.save_interval) == ("/checkpoints", 20)
     assert cfg.checkpoint.keep_local == 1  # the newest finished save; the kit sizes its file system from it
     assert cfg.checkpoint.keep_s3 == 0  # every save stays in S3 unless the user bounds it
-    assert cfg.checkpoint.save_gib is None  # no estimate: the launcher measures the run's own save
     assert (cfg.data.input_key, cfg.data.label_key) == ("prompt", "label")
     assert cfg.model.megatron_args == ()
     assert cfg.expert_parallel.backend == "nccl"
@@ -292,8 +291,7 @@ def test_every_problem_is_reported_at_once_in_order():
         '  - model.megatron_args[49] = "--tensor-model-parallel-size=2": the launcher sets '
         "--tensor-model-parallel-size from parallel.training.tp. Fix: remove it from megatron_args and set "
         "parallel.training.tp instead.",
-        "  - checkpoint.save_intervall = 10: unknown key (allowed here: s3_uri, local_dir, save_interval, keep_local, keep_s3, "
-        "save_gib). "
+        "  - checkpoint.save_intervall = 10: unknown key (allowed here: s3_uri, local_dir, save_interval, keep_local, keep_s3). "
         "Fix: remove it or rename it to `save_interval`.",
         '  - checkpoint.s3_uri = "my-bucket/checkpoints": must be an s3:// URI with a bucket and a prefix. '
         "Fix: use e.g. s3://my-bucket/checkpoints/qwen3-30b-a3b-grpo/.",
@@ -312,7 +310,7 @@ def test_wrong_types_and_missing_sections():
         "model = (missing): this section is required. Fix: add a `model:` mapping with keys name, hf_checkpoint, "
         "megatron_args.",
         "checkpoint = (missing): this section is required. Fix: add a `checkpoint:` mapping with keys s3_uri, "
-        "local_dir, save_interval, keep_local, keep_s3, save_gib.",
+        "local_dir, save_interval, keep_local, keep_s3.",
         "data = (missing): this section is required. Fix: add a `data:` mapping with keys prompt_data, input_key, "
         "label_key, rm_type.",
         "grpo = (missing): this section is required. Fix: add a `grpo:` mapping with keys num_rollout, "
@@ -411,26 +409,6 @@ def test_keep_local_is_a_whole_number_of_at_least_one():
         with pytest.raises(ConfigError) as exc:
             parse_run_config(data)
         assert [str(p) for p in exc.value.problems] == [f"checkpoint.keep_local = {json.dumps(bad)}: {rule}"]
-
-
-SAVE_GIB_RULE = (
-    "must be a positive number of GiB: the size of one save (weights + optimizer state), which the launcher "
-    "checks the file system's free space against before training. Fix: write the GiB one save takes, e.g. "
-    "`save_gib: 399` for Qwen3-30B-A3B (the kit writes it from its model catalog), or remove it to measure "
-    "this run's own newest save instead.")
-
-
-@pytest.mark.parametrize("value, expected", [(399, 399.0), (12.5, 12.5), (0, None), (-3, None), ("400", None),
-                                             (True, None), (None, None), (float("nan"), None)])
-def test_save_gib_is_an_optional_positive_number(value, expected):
-    """checkpoint.save_gib, the expected size of one save, sizes the launcher's room check."""
-    data = base()
-    data["checkpoint"]["save_gib"] = value
-    if expected is not None:
-        assert parse_run_config(data).checkpoint.save_gib == expected
-        return
-    shown = "NaN" if value != value else json.dumps(value)
-    assert problems_of(data) == [f"checkpoint.save_gib = {shown}: {SAVE_GIB_RULE}"]
 
 
 def _pool(**rollout) -> dict:

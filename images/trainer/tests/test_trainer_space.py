@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from rltrainer.checkpoints import check_room
-from rltrainer.checkpoints.space import GIB, other_directories, room_for_saves, saves_to_write
-from rltrainer.contract import CheckpointConfig
+from rltrainer.checkpoints.space import GIB, other_directories, room_for_saves, save_gib_from_env, saves_to_write
+from rltrainer.contract import SAVE_SIZE_ESTIMATE_ENV, CheckpointConfig
 
 SAVE = 427_449_000_000  # bytes of one Qwen3-30B-A3B save (about 398.1 GiB, catalog: 14 B x 30.5 B params)
 FS_FREE_AFTER_RUN_A = 745 * GIB  # 1200 GiB - the reference weights - run A's kept save
@@ -36,9 +36,12 @@ def sparse_save(root: Path, iteration: int, size: int = SAVE, tracker: bool = Tr
         (root / "latest_checkpointed_iteration.txt").write_text(str(iteration))
 
 
-def checkpoint(local_dir: Path, *, keep_local: int = 1, save_gib: float | None = 399) -> CheckpointConfig:
+KIT_ESTIMATE = {SAVE_SIZE_ESTIMATE_ENV: "399"}  # what the kit puts on the Ray head for Qwen3-30B-A3B
+
+
+def checkpoint(local_dir: Path, *, keep_local: int = 1) -> CheckpointConfig:
     return CheckpointConfig(s3_uri="s3://my-bucket/checkpoints/run-b/", local_dir=str(local_dir),
-                            keep_local=keep_local, save_gib=save_gib)
+                            keep_local=keep_local)
 
 
 @pytest.fixture
@@ -55,12 +58,12 @@ def test_a_second_run_short_of_room_is_refused_with_the_numbers_and_the_fix(fsx:
     (fsx / "run-old" / "notes.txt").write_bytes(b"n" * 2048)
     (fsx / "_scratch").mkdir()  # not a run's: left out of the list
     log = io.StringIO()
-    assert check_room(checkpoint(fsx / "run-b"), log, free_bytes=lambda p: FS_FREE_AFTER_RUN_A) is False
+    assert check_room(checkpoint(fsx / "run-b"), log, env=KIT_ESTIMATE, free_bytes=lambda p: FS_FREE_AFTER_RUN_A) is False
     assert log.getvalue() == (
         f"rltrainer launch: the file system of {fsx}/run-b has no room for this run's next saves, nothing was "
         "started: 745.0 GiB free, 798.0 GiB needed (2 save(s) of 399.0 GiB: checkpoint.keep_local 1 kept plus "
-        "the one being written, none of this run's saves is here yet; save size from checkpoint.save_gib 399 in "
-        "run.yaml, an estimate). Training would stop with ENOSPC at a save, and so "
+        "the one being written, none of this run's saves is here yet; save size from RLTRAINER_SAVE_GIB=399 on "
+        "the Ray head, the kit's catalog estimate). Training would stop with ENOSPC at a save, and so "
         "would every retry.\n"
         f"Other directories under {fsx}, biggest first:\n"
         f"  {fsx}/run-a  398.1 GiB\n"
@@ -77,7 +80,7 @@ def test_a_resumed_run_counts_its_own_saves_and_measures_their_size(fsx: Path):
     """Run B back after a restart, its newest save on disk: only the next save must fit."""
     sparse_save(fsx / "run-b", 20)
     log = io.StringIO()
-    assert check_room(checkpoint(fsx / "run-b", save_gib=None), log, free_bytes=lambda p: FS_FREE_AFTER_RUN_A)
+    assert check_room(checkpoint(fsx / "run-b"), log, env={}, free_bytes=lambda p: FS_FREE_AFTER_RUN_A)
     assert log.getvalue() == (
         f"rltrainer: room for the next saves: 745.0 GiB free on the file system of {fsx}/run-b, 398.1 GiB needed "
         "(1 save(s) of 398.1 GiB, from iter_0000020, this run's newest finished save, measured)\n")
@@ -85,7 +88,8 @@ def test_a_resumed_run_counts_its_own_saves_and_measures_their_size(fsx: Path):
     room = room_for_saves(fsx / "run-b", 2, None, free_bytes=lambda p: FS_FREE_AFTER_RUN_A)
     assert (room.saves_to_write, room.need_bytes, room.enough) == (2, 2 * SAVE, False)
     log = io.StringIO()
-    assert not check_room(checkpoint(fsx / "run-b", keep_local=2), log, free_bytes=lambda p: FS_FREE_AFTER_RUN_A)
+    assert not check_room(checkpoint(fsx / "run-b", keep_local=2), log, env=KIT_ESTIMATE,
+                          free_bytes=lambda p: FS_FREE_AFTER_RUN_A)
     assert "or keep fewer saves (checkpoint.keep_local 1 needs 398.1 GiB). Then launch again." in log.getvalue()
 
 
@@ -106,19 +110,45 @@ def test_the_measured_save_wins_over_the_estimate_and_torn_saves_are_not_counted
 def test_enough_room_starts_the_run(fsx: Path):
     log = io.StringIO()
     seen = []
-    assert check_room(checkpoint(fsx / "run-b"), log, free_bytes=lambda p: seen.append(p) or 800 * GIB)
+    assert check_room(checkpoint(fsx / "run-b"), log, env=KIT_ESTIMATE, free_bytes=lambda p: seen.append(p) or 800 * GIB)
     assert seen == [fsx / "run-b"]  # the run's own directory's file system
     assert log.getvalue() == (
         f"rltrainer: room for the next saves: 800.0 GiB free on the file system of {fsx}/run-b, 798.0 GiB "
-        "needed (2 save(s) of 399.0 GiB, from checkpoint.save_gib 399 in run.yaml, an estimate)\n")
+        "needed (2 save(s) of 399.0 GiB, from RLTRAINER_SAVE_GIB=399 on the Ray head, the kit's catalog estimate)\n")
 
 
 def test_without_an_estimate_or_a_save_there_is_nothing_to_check(fsx: Path):
     log = io.StringIO()
-    assert check_room(checkpoint(fsx / "run-b", save_gib=None), log, free_bytes=lambda p: 0)
+    assert check_room(checkpoint(fsx / "run-b"), log, env={}, free_bytes=lambda p: 0)
     assert log.getvalue() == (
-        f"rltrainer: no finished save of this run in {fsx}/run-b and no checkpoint.save_gib in run.yaml: "
+        f"rltrainer: no finished save of this run in {fsx}/run-b and no RLTRAINER_SAVE_GIB from the kit: "
         "not checking that the file system has room for its saves\n")
+
+
+@pytest.mark.parametrize("value", ["", "abc", "0", "-3", "nan", "inf", "1e999"])
+def test_a_bad_estimate_is_logged_once_and_treated_as_absent(fsx: Path, value):
+    """A value that is not a positive number of GiB must not stop the run: the check goes on
+    without it (here: nothing to check against)."""
+    log = io.StringIO()
+    assert check_room(checkpoint(fsx / "run-b"), log, env={SAVE_SIZE_ESTIMATE_ENV: value}, free_bytes=lambda p: 0)
+    assert log.getvalue() == (
+        f"rltrainer: RLTRAINER_SAVE_GIB={value!r} is not a positive number of GiB (the kit's estimate of one "
+        "save); checking without it\n"
+        f"rltrainer: no finished save of this run in {fsx}/run-b and no RLTRAINER_SAVE_GIB from the kit: "
+        "not checking that the file system has room for its saves\n")
+
+
+@pytest.mark.parametrize("value, expected", [("399", 399.0), ("12.5", 12.5), (" 3066 ", 3066.0), (None, None)])
+def test_the_estimate_is_read_from_the_environment(value, expected):
+    log = io.StringIO()
+    assert save_gib_from_env({} if value is None else {SAVE_SIZE_ESTIMATE_ENV: value}, log) == expected
+    assert log.getvalue() == ""
+
+
+def test_the_estimate_defaults_to_the_process_environment(fsx: Path, monkeypatch):
+    monkeypatch.setenv(SAVE_SIZE_ESTIMATE_ENV, "399")
+    room = room_for_saves(fsx / "run-b", 1, save_gib_from_env(None, io.StringIO()), free_bytes=lambda p: 0)
+    assert (room.save_bytes, room.need_bytes) == (399 * GIB, 798 * GIB)
 
 
 def test_a_check_that_cannot_read_the_file_system_does_not_stop_the_run(fsx: Path):
@@ -126,7 +156,7 @@ def test_a_check_that_cannot_read_the_file_system_does_not_stop_the_run(fsx: Pat
         raise PermissionError(13, "Permission denied")
 
     log = io.StringIO()
-    assert check_room(checkpoint(fsx / "run-b"), log, free_bytes=unreadable)
+    assert check_room(checkpoint(fsx / "run-b"), log, env=KIT_ESTIMATE, free_bytes=unreadable)
     assert log.getvalue() == ("rltrainer: could not check the room for this run's saves ([Errno 13] Permission "
                               "denied); starting anyway\n")
 
@@ -136,7 +166,7 @@ def test_without_other_runs_the_fix_is_a_bigger_file_system(tmp_path: Path):
     run.mkdir(parents=True)
     (run.parent / "_inputs").mkdir()
     log = io.StringIO()
-    assert not check_room(checkpoint(run), log, free_bytes=lambda p: 10 * GIB)
+    assert not check_room(checkpoint(run), log, env=KIT_ESTIMATE, free_bytes=lambda p: 10 * GIB)
     assert "Other directories" not in log.getvalue()
     assert log.getvalue().splitlines()[-1] == (
         "Fix: grow the file system (the kit's storage.shared_filesystem.capacity_gib). Then launch again.")

@@ -10,9 +10,10 @@ same point, every time, on a whole GPU cluster.
 So before training the launcher asks ``room_for_saves``: this run will write saves until it holds
 ``keep_local`` finished ones plus the one being written, that is
 ``keep_local + 1 - min(finished, keep_local)`` saves more, each of size S: the size of this run's
-newest finished local save when there is one (measured), else ``checkpoint.save_gib`` from
-run.yaml (the kit writes it from its model catalog). With neither there is nothing to check
-against. When the free space is short, ``shortage_message`` says how short, lists the other
+newest finished local save when there is one (measured), else the kit's catalog estimate in
+``RLTRAINER_SAVE_GIB`` on the Ray head (an environment variable, not a run.yaml key: a trainer
+image built before the check still reads the kit's run.yaml). With neither there is nothing to
+check against; a value that is not a positive number is logged and treated as absent. When the free space is short, ``shortage_message`` says how short, lists the other
 directories under the checkpoints root with their sizes, and names the fixes; nothing here
 deletes anything.
 """
@@ -23,8 +24,9 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Mapping, TextIO
 
+from ..contract import SAVE_SIZE_ESTIMATE_ENV
 from . import retention
 from .layout import iter_dirname
 from .local import local_iterations, read_tracker
@@ -72,8 +74,8 @@ def _existing(path: Path) -> Path:
 def room_for_saves(local_dir: str | Path, keep_local: int, save_gib: float | None, *,
                    free_bytes: Callable[[Path], int] | None = None) -> Room | None:
     """The room check for a run saving into ``local_dir``; None when there is no size to check
-    against (no finished save of this run there and no ``save_gib``). ``free_bytes`` defaults to
-    ``retention.disk_free_bytes`` (tests pass their own)."""
+    against (no finished save of this run there and no ``save_gib``, the kit's estimate).
+    ``free_bytes`` defaults to ``retention.disk_free_bytes`` (tests pass their own)."""
     root = Path(local_dir)
     tracker = read_tracker(root)
     finished = [i for i in local_iterations(root) if tracker is not None and i <= tracker]
@@ -82,7 +84,7 @@ def room_for_saves(local_dir: str | Path, keep_local: int, save_gib: float | Non
         source = f"{iter_dirname(finished[-1])}, this run's newest finished save, measured"
     elif save_gib is not None:
         size = math.ceil(save_gib * GIB)
-        source = f"checkpoint.save_gib {save_gib:g} in run.yaml, an estimate"
+        source = f"{SAVE_SIZE_ESTIMATE_ENV}={save_gib:g} on the Ray head, the kit's catalog estimate"
     else:
         return None
     measure = free_bytes or retention.disk_free_bytes  # looked up now: a test may replace it
@@ -154,17 +156,37 @@ def shortage_message(room: Room, s3_uri: str, others: list[tuple[Path, int]]) ->
     return "\n".join(lines)
 
 
-def check_room(checkpoint, log: TextIO, *, free_bytes: Callable[[Path], int] | None = None) -> bool:
-    """Run the room check for a run's ``checkpoint`` config (``local_dir``, ``keep_local``,
-    ``save_gib``, ``s3_uri``) and log its outcome in one message; False when the file system is
-    short (the launcher then exits without training). A check that cannot read the file system
-    says so and lets the run start: it must not stop a run on its own failure."""
+def save_gib_from_env(env: Mapping[str, str] | None, log: TextIO) -> float | None:
+    """The kit's estimate of one save in GiB (``RLTRAINER_SAVE_GIB`` in ``env``, default the
+    process environment); None when it is absent, or when it is not a positive finite number,
+    which is logged once: a bad estimate must not stop a run."""
+    value = (os.environ if env is None else env).get(SAVE_SIZE_ESTIMATE_ENV)
+    if value is None:
+        return None
     try:
-        room = room_for_saves(checkpoint.local_dir, checkpoint.keep_local, checkpoint.save_gib,
+        gib = float(value)
+    except ValueError:
+        gib = math.nan
+    if not (math.isfinite(gib) and gib > 0):
+        print(f"rltrainer: {SAVE_SIZE_ESTIMATE_ENV}={value!r} is not a positive number of GiB (the kit's "
+              "estimate of one save); checking without it", file=log, flush=True)
+        return None
+    return gib
+
+
+def check_room(checkpoint, log: TextIO, *, env: Mapping[str, str] | None = None,
+               free_bytes: Callable[[Path], int] | None = None) -> bool:
+    """Run the room check for a run's ``checkpoint`` config (``local_dir``, ``keep_local``,
+    ``s3_uri``), with the kit's save estimate from ``env`` (default the process environment), and
+    log its outcome in one message; False when the file system is short (the launcher then exits
+    without training). A check that cannot read the file system says so and lets the run start:
+    it must not stop a run on its own failure."""
+    try:
+        room = room_for_saves(checkpoint.local_dir, checkpoint.keep_local, save_gib_from_env(env, log),
                               free_bytes=free_bytes)
         if room is None:
-            print(f"rltrainer: no finished save of this run in {checkpoint.local_dir} and no checkpoint.save_gib "
-                  "in run.yaml: not checking that the file system has room for its saves", file=log, flush=True)
+            print(f"rltrainer: no finished save of this run in {checkpoint.local_dir} and no {SAVE_SIZE_ESTIMATE_ENV} "
+                  "from the kit: not checking that the file system has room for its saves", file=log, flush=True)
             return True
         if room.enough:
             print(describe(room), file=log, flush=True)

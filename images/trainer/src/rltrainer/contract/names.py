@@ -82,6 +82,11 @@ RESERVATION_ID_ENV = "RLTRAINER_RESERVATION_ID"
 RESERVATION_END_ENV = "RLTRAINER_RESERVATION_END"
 ROLLOUT_ESTIMATE_ENV = "RLTRAINER_ROLLOUT_S"
 SAVE_UPLOAD_ESTIMATE_ENV = "RLTRAINER_SAVE_UPLOAD_S"
+# The kit's catalog estimate of one save in GiB (weights + FP32 optimizer state, as it sizes the
+# file system), on every run's Ray head: the launcher checks the free space against it before the
+# run's first save, then against what it measures (rltrainer.checkpoints.space). An environment
+# variable, not a run.yaml key, so that a trainer image built before it still reads the run.yaml.
+SAVE_SIZE_ESTIMATE_ENV = "RLTRAINER_SAVE_GIB"
 # EKS scales a Capacity Block node group to 0 about 40 minutes before the block ends, to drain
 # the pods before EC2 starts shutting the instances down 30 minutes before the end [EKS user
 # guide, "capacity-blocks-mng"]. Work not in S3 by then is lost.

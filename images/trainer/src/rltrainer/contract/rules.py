@@ -34,7 +34,6 @@ minutes into a multi-node start (or, worse, silently adjust):
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -162,11 +161,9 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
         interval = r.integer(c, "save_interval", "checkpoint", default=DEFAULT_SAVE_INTERVAL)
         keep = r.integer(c, "keep_local", "checkpoint", default=DEFAULT_KEEP_LOCAL)
         keep_s3 = r.integer(c, "keep_s3", "checkpoint", default=DEFAULT_KEEP_S3, minimum=0)
-        save_gib = _save_gib(r, c)
-        if None not in (s3, local, interval, keep, keep_s3) and save_gib is not MISSING:
+        if None not in (s3, local, interval, keep, keep_s3):
             checkpoint = CheckpointConfig(s3_uri=s3 if s3.endswith("/") else s3 + "/", local_dir=local,
-                                          save_interval=interval, keep_local=keep, keep_s3=keep_s3,
-                                          save_gib=save_gib)
+                                          save_interval=interval, keep_local=keep, keep_s3=keep_s3)
 
     # data
     data_cfg = None
@@ -265,21 +262,6 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
         parallel=parallel,
         expert_parallel=ep_cfg,
     )
-
-
-def _save_gib(r: Reader, c: dict) -> Any:
-    """checkpoint.save_gib: None when absent (optional), MISSING when refused."""
-    value = c.get("save_gib", MISSING)
-    if value is MISSING:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        r.add("checkpoint.save_gib", value,
-              "must be a positive number of GiB: the size of one save (weights + optimizer state), "
-              "which the launcher checks the file system's free space against before training",
-              "write the GiB one save takes, e.g. `save_gib: 399` for Qwen3-30B-A3B (the kit writes it "
-              "from its model catalog), or remove it to measure this run's own newest save instead")
-        return MISSING
-    return float(value)
 
 
 def _choice(r: Reader, data: dict, key: str, choices: tuple[str, ...], default: str,

@@ -18,7 +18,6 @@ checkpoint:
   save_interval: 20
   keep_local: 1
   keep_s3: 0
-  save_gib: 399
 data:
   prompt_data: s3://my-bucket/datasets/dapo-math-17k.jsonl
   input_key: prompt
@@ -55,9 +54,6 @@ DEFAULT_KEEP_LOCAL = 1
 # deleting finished checkpoints is the user's choice, and S3 costs far less than the GPU hours a
 # save holds (docs/operations.md, "A run that saves for a week").
 DEFAULT_KEEP_S3 = 0
-# checkpoint.save_gib, the expected GiB of one save (weights + optimizer state), has no default:
-# without it the launcher checks the free space against this run's own newest save, or, before
-# the run's first save, not at all (rltrainer.checkpoints.space).
 
 # Flags the launcher derives from the config. Passing one of them again through
 # model.megatron_args would silently fight the config (argparse keeps the last one),
@@ -108,7 +104,7 @@ OWNED_FLAGS: dict[str, str] = {
 # The keys each section allows (anything else is an error).
 TOP_KEYS = ("run_name", "model", "checkpoint", "data", "grpo", "parallel", "expert_parallel")
 MODEL_KEYS = ("name", "hf_checkpoint", "megatron_args")
-CHECKPOINT_KEYS = ("s3_uri", "local_dir", "save_interval", "keep_local", "keep_s3", "save_gib")
+CHECKPOINT_KEYS = ("s3_uri", "local_dir", "save_interval", "keep_local", "keep_s3")
 DATA_KEYS = ("prompt_data", "input_key", "label_key", "rm_type")
 GRPO_KEYS = (
     "num_rollout",
@@ -176,7 +172,6 @@ class CheckpointConfig:
     save_interval: int = DEFAULT_SAVE_INTERVAL
     keep_local: int = DEFAULT_KEEP_LOCAL
     keep_s3: int = DEFAULT_KEEP_S3
-    save_gib: float | None = None  # GiB of one save, for the free-space check; None: not given
 
 
 @dataclass(frozen=True)
