@@ -712,15 +712,20 @@ def test_a_missing_bucket_stops_before_training(tmp_path: Path, aws):
     )
 
 
-def test_a_file_system_without_room_for_the_next_saves_exits_4_before_training(tmp_path: Path, aws, monkeypatch):
+@pytest.mark.parametrize("other_run", [True, False])
+def test_a_file_system_without_room_for_the_next_saves(tmp_path: Path, aws, monkeypatch, other_run):
     """Run B beside run A's kept save on the 1200 GiB file system: before, it trained, failed with
-    ENOSPC at its second save, and every retry did the same (rltrainer.checkpoints.space)."""
+    ENOSPC at its second save, and every retry did the same; it now exits 4 before training
+    (rltrainer.checkpoints.space). Without another run's directory, nothing on the file system is
+    the user's to delete (overhead, staged inputs, logs): the launcher warns and trains."""
     import rltrainer.checkpoints.retention as retention_module
     import rltrainer.no_retry
 
     root = tmp_path / "checkpoints"
-    (root / "run-a" / "iter_0000020").mkdir(parents=True)
-    (root / "run-a" / "iter_0000020" / "__0_0.distcp").write_bytes(b"a" * 4096)
+    root.mkdir()
+    if other_run:
+        (root / "run-a" / "iter_0000020").mkdir(parents=True)
+        (root / "run-a" / "iter_0000020" / "__0_0.distcp").write_bytes(b"a" * 4096)
     data = yaml.safe_load(QWEN.read_text())
     data["checkpoint"].update(local_dir=str(root / "run-b"), s3_uri="s3://my-bucket/checkpoints/run-b/")
     monkeypatch.setenv("RLTRAINER_SAVE_GIB", "399")  # the kit's estimate, on the Ray head
@@ -734,9 +739,14 @@ def test_a_file_system_without_room_for_the_next_saves_exits_4_before_training(t
     stopped = []
     monkeypatch.setattr(rltrainer.no_retry, "stop_retries", lambda log, **why: stopped.append(why) or True)
     err = io.StringIO()
-    assert launch_main(["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable],
-                       out=io.StringIO(), err=err, mounts_file=lustre_mounts(tmp_path)) == 4
+    status = launch_main(["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable],
+                         out=io.StringIO(), err=err, mounts_file=lustre_mounts(tmp_path))
     assert "745.0 GiB free, 798.0 GiB needed (2 save(s) of 399.0 GiB" in err.getvalue()
+    if not other_run:
+        assert status == 0 and (tmp_path / "trained").exists() and stopped == []
+        assert "rltrainer launch: WARNING: the file system of" in err.getvalue()
+        return
+    assert status == 4
     assert f"  {root / 'run-a'}  0.0 GiB" in err.getvalue()
     assert "rltrainer: running:" not in err.getvalue() and not (tmp_path / "trained").exists()
     assert stopped == [{"reason": "the file system has no room for this run's next saves",

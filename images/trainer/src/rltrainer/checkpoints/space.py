@@ -13,9 +13,16 @@ So before training the launcher asks ``room_for_saves``: this run will write sav
 newest finished local save when there is one (measured), else the kit's catalog estimate in
 ``RLTRAINER_SAVE_GIB`` on the Ray head (an environment variable, not a run.yaml key: a trainer
 image built before the check still reads the kit's run.yaml). With neither there is nothing to
-check against; a value that is not a positive number is logged and treated as absent. When the free space is short, ``shortage_message`` says how short, lists the other
-directories under the checkpoints root with their sizes, and names the fixes; nothing here
-deletes anything.
+check against; a value that is not a positive number is logged and treated as absent.
+
+When the free space is short and other runs' directories are beside this one,
+``shortage_message`` says how short, lists them with their sizes, and names the fixes, and the
+launcher does not start. When it is short with no other directory there, it only warns and the
+run starts: config validation sizes the file system for the weights plus ``keep_local + 1``
+saves with little to spare (deepseek-v3: about 148 GiB of 19200), so file-system overhead,
+staged inputs or logs can make a valid config look short on a fresh file system, and there is
+nothing for the user to delete. A save that does not fit then fails with ENOSPC, as it did
+before this check. Nothing here deletes anything.
 """
 
 from __future__ import annotations
@@ -124,17 +131,23 @@ def _gib(n: int) -> str:
 
 def shortage_message(room: Room, s3_uri: str, others: list[tuple[Path, int]]) -> str:
     """The launcher's one message for a file system short of room (several lines): the numbers,
-    where the save size comes from, the other directories and the fixes."""
+    where the save size comes from, the other directories and the fixes. With ``others`` it
+    refuses the run; without, it is a warning and the run starts (module docstring)."""
     n, kept = room.saves_to_write, room.keep_local
     held = ("none of this run's saves is here yet" if not room.finished else
             f"{room.finished} finished save(s) of this run already here")
-    lines = [
-        f"rltrainer launch: the file system of {room.local_dir} has no room for this run's next saves, "
-        f"nothing was started: {_gib(room.free_bytes)} free, {_gib(room.need_bytes)} needed "
-        f"({n} save(s) of {_gib(room.save_bytes)}: checkpoint.keep_local {kept} kept plus the one being written, "
-        f"{held}; save size from {room.save_source}). Training would stop with ENOSPC at a save, "
-        "and so would every retry.",
-    ]
+    numbers = (f"{_gib(room.free_bytes)} free, {_gib(room.need_bytes)} needed "
+               f"({n} save(s) of {_gib(room.save_bytes)}: checkpoint.keep_local {kept} kept plus the one being "
+               f"written, {held}; save size from {room.save_source})")
+    if others:
+        lines = [f"rltrainer launch: the file system of {room.local_dir} has no room for this run's next saves, "
+                 f"nothing was started: {numbers}. Training would stop with ENOSPC at a save, "
+                 "and so would every retry."]
+    else:
+        lines = [f"rltrainer launch: WARNING: the file system of {room.local_dir} may not have room for this "
+                 f"run's next saves: {numbers}. No other run's directory is beside it to delete, so training "
+                 "starts anyway: if a save does not fit, training stops with ENOSPC at that save, as it did "
+                 "before this check, and so would every retry."]
     if others:
         lines.append(f"Other directories under {room.local_dir.parent}, biggest first:")
         lines += [f"  {path}  {_gib(size)}" for path, size in others]
@@ -145,7 +158,7 @@ def shortage_message(room: Room, s3_uri: str, others: list[tuple[Path, int]]) ->
         grow += f", or keep fewer saves (checkpoint.keep_local {kept - 1} needs {_gib(fewer)})"
     grow += ". Then launch again."
     if not others:
-        lines.append(f"Fix: {grow}")
+        lines.append(f"Fix, if it does: {grow}")
         return "\n".join(lines)
     prefix = s3_uri.rstrip("/").rsplit("/", 1)[0]
     lines.append(
@@ -178,9 +191,10 @@ def check_room(checkpoint, log: TextIO, *, env: Mapping[str, str] | None = None,
                free_bytes: Callable[[Path], int] | None = None) -> bool:
     """Run the room check for a run's ``checkpoint`` config (``local_dir``, ``keep_local``,
     ``s3_uri``), with the kit's save estimate from ``env`` (default the process environment), and
-    log its outcome in one message; False when the file system is short (the launcher then exits
-    without training). A check that cannot read the file system says so and lets the run start:
-    it must not stop a run on its own failure."""
+    log its outcome in one message; False when the file system is short and other runs'
+    directories are beside this one (the launcher then exits without training); short without
+    them, a warning and True. A check that cannot read the file system says so and lets the run
+    start: it must not stop a run on its own failure."""
     try:
         room = room_for_saves(checkpoint.local_dir, checkpoint.keep_local, save_gib_from_env(env, log),
                               free_bytes=free_bytes)
@@ -191,10 +205,11 @@ def check_room(checkpoint, log: TextIO, *, env: Mapping[str, str] | None = None,
         if room.enough:
             print(describe(room), file=log, flush=True)
             return True
-        message = shortage_message(room, checkpoint.s3_uri, other_directories(checkpoint.local_dir))
+        others = other_directories(checkpoint.local_dir)
+        message = shortage_message(room, checkpoint.s3_uri, others)
     except OSError as exc:
         print(f"rltrainer: could not check the room for this run's saves ({exc}); starting anyway",
               file=log, flush=True)
         return True
     print(message, file=log, flush=True)
-    return False
+    return not others  # only other runs' directories are the user's to free
