@@ -3,7 +3,8 @@
 The trainer package (images/trainer, ``rltrainer``) owns the run config: its schema and validator,
 the expert-parallel backend names (and which of them can train), the environment variables the
 kit's RayJob sets for the trainer, where the run config is mounted, and the CloudWatch namespace
-of the training metrics. ``rltrainer.contract`` needs PyYAML only, so the ground layer can import
+of the training metrics, and the YAML dumper that writes a run.yaml its loader reads back as
+written. ``rltrainer.contract`` needs PyYAML only, so the ground layer can import
 it at module level; the kit declares the dependency (pyproject.toml, requirements.txt).
 
 Names the kit would confuse with its own are renamed here: the trainer's ``ConfigError`` and
@@ -35,6 +36,7 @@ try:
         SAVE_UPLOAD_ESTIMATE_ENV,
         TRAINER_RUNTIME_ENV,
         TRAINING_EP_BACKENDS,
+        RunConfigDumper,
         engine_heads_fit,
         engine_heads_problem,
         engine_sizes_for_heads,
@@ -54,7 +56,7 @@ __all__ = [
     "ROLLOUT_ESTIMATE_ENV", "SAVE_SIZE_ESTIMATE_ENV", "SAVE_UPLOAD_ESTIMATE_ENV", "EP_BACKENDS", "GIN_TRAINING_RULE",
     "METRICS_ENVIRONMENT_DIMENSION", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
     "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "TRAINER_RUNTIME_ENV",
-    "TRAINING_EP_BACKENDS", "RunConfigError", "RunConfigProblem", "engine_heads_fit", "engine_heads_problem",
+    "TRAINING_EP_BACKENDS", "RunConfigDumper", "RunConfigError", "RunConfigProblem", "engine_heads_fit", "engine_heads_problem",
     "engine_sizes_for_heads", "parse_run_config",
     "pipeline_split", "pipeline_split_problem",
 ]

@@ -31,6 +31,7 @@ from infra.trainer_contract import (
     RUN_CONFIG_FILE,
     RUN_CONFIG_PATH,
     TRAINER_RUNTIME_ENV,
+    RunConfigDumper,
 )
 from manifests.efa_env import EfaEnvProfile, extra_env_problems, merge_extra_env
 from manifests.errors import RenderError, RenderProblem
@@ -532,7 +533,8 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         rayjob_name=t.run_name,
         configmap_name=f"{t.run_name}-run-config",
         run_config=rc,
-        run_config_yaml=yaml.safe_dump(rc, sort_keys=False, default_flow_style=False),
+        # the trainer's dumper: text its loader would read as a number (run_name "1e-6") is quoted
+        run_config_yaml=yaml.dump(rc, Dumper=RunConfigDumper, sort_keys=False, default_flow_style=False),
         run_config_dir=RUN_CONFIG_DIR,
         run_config_file=RUN_CONFIG_FILE,
         checkpoint_dir=checkpoint_local_dir(cfg),

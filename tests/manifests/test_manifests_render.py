@@ -717,6 +717,17 @@ def _rltrainer():
     return rltrainer
 
 
+def test_a_run_name_shaped_like_a_number_reaches_the_launcher_as_text(tmp_path):
+    """`training.run_name: "1e-6"` is a valid DNS label; the trainer's loader reads an unquoted
+    1e-6 as a number, so the kit must write the run.yaml with the trainer's own dumper (quoted),
+    or the launcher refuses `run_name = 1e-06: must be a non-empty string`."""
+    contract = _rltrainer().contract
+    cfg = parse_config({"training": {"run_name": "1e-6"}})
+    path = tmp_path / "run.yaml"
+    path.write_text(build_context(cfg, placeholder_outputs(cfg)).run_config_yaml)
+    assert contract.load_run_config(path).run_name == "1e-6"
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_run_config_passes_the_trainers_own_validator(name, tmp_path):
     rltrainer = _rltrainer()

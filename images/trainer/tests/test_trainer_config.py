@@ -384,6 +384,24 @@ def test_exponent_numbers_read_as_numbers(tmp_path: Path):
     assert yaml.safe_load("a: 1e-6") == {"a": "1e-6"}  # the process's own safe_load is untouched
 
 
+@pytest.mark.parametrize("text", ["1e-6", "1E5", "2e+0", ".5e-5", "1e6", "-3e2"])
+def test_text_that_reads_as_an_exponent_number_is_dumped_quoted(tmp_path: Path, text):
+    """The loader reads 1e-6 as a number; yaml.safe_dump writes the string "1e-6" plain, so a run
+    name or any other text shaped like one came back as a number. RunConfigDumper shares the
+    loader's resolvers and quotes it; numbers stay numbers."""
+    from rltrainer.contract import RunConfigDumper
+
+    data = yaml.safe_load(QWEN.read_text())
+    data["run_name"] = "1e-6"  # a DNS label, as the kit's run names are
+    data["data"]["input_key"] = text  # any text field
+    data["grpo"]["lr"] = 1e-6
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.dump(data, Dumper=RunConfigDumper, sort_keys=False))
+    cfg = load_run_config(path)
+    assert (cfg.run_name, cfg.data.input_key, cfg.grpo.lr) == ("1e-6", text, 1e-6)
+    assert yaml.safe_dump("1e-6") == "1e-6\n...\n"  # the process's own SafeDumper is untouched
+
+
 def test_numbers_in_megatron_args_are_accepted_as_strings():
     data = base()
     data["model"]["megatron_args"] = ["--num-layers", 48, "--norm-epsilon", 1e-6]

@@ -55,7 +55,7 @@ from .pipeline import (
     EXPLICIT_PIPELINE_SPLIT_FLAGS, PIPELINE_SPLIT_EXTRA_FLAGS, PipelineSplit, model_pipeline_split, pipeline_split,
     pipeline_split_problem, pipeline_split_problems,
 )
-from .rules import expert_count_problems, load_run_config, parse_run_config, parse_s3_uri
+from .rules import RunConfigDumper, expert_count_problems, load_run_config, parse_run_config, parse_s3_uri
 from .schema import (
     DEFAULT_KEEP_LOCAL,
     DEFAULT_KEEP_S3,
@@ -86,7 +86,7 @@ __all__ = [
     "SCHEMA_EXAMPLE",
     "TRAINER_RUNTIME_ENV", "TRAINING_EP_BACKENDS",
     "CheckpointConfig", "ConfigError", "DataConfig", "ExpertParallelConfig", "GrpoConfig", "ModelConfig",
-    "ParallelConfig", "Problem", "RolloutParallel", "RunConfig", "TrainingParallel",
+    "ParallelConfig", "Problem", "RolloutParallel", "RunConfig", "RunConfigDumper", "TrainingParallel",
     "expert_count_problems", "flag_value", "load_run_config", "parse_run_config", "parse_s3_uri",
     "EXPLICIT_PIPELINE_SPLIT_FLAGS", "PIPELINE_SPLIT_EXTRA_FLAGS", "PipelineSplit", "model_pipeline_split",
     "pipeline_split", "pipeline_split_problem", "pipeline_split_problems",

@@ -501,6 +501,16 @@ _RunConfigLoader.add_implicit_resolver(
     list("-+0123456789."))
 
 
+class RunConfigDumper(yaml.SafeDumper):
+    """SafeDumper for writing a run.yaml this loader reads back as written: it resolves plain
+    scalars with the loader's resolvers, so text the loader would read as a number (a run name
+    "1e-6") is quoted. yaml.safe_dump writes it plain (PyYAML's own resolvers read it as text)."""
+
+
+# The same dict as the loader's (not a copy): what the loader reads as a number, this quotes.
+RunConfigDumper.yaml_implicit_resolvers = _RunConfigLoader.yaml_implicit_resolvers
+
+
 def load_run_config(path: str | Path) -> RunConfig:
     """Read and validate the run config YAML at ``path``."""
     path = Path(path)
