@@ -49,7 +49,7 @@ def foreign_context_key(key: str, cdk_json_keys, *, only_near_misses: bool) -> s
     if only_near_misses and close is None:
         return None
     hint = f"did you mean -c {close}=...?" if close else \
-        f"remove it; the config file is -c config=FILE."
+        "remove it; the config file is -c config=FILE."
     return (f"context key {key!r} is neither the kit's ({', '.join(KIT_CONTEXT_KEYS)}) nor "
             "CDK's own (a misspelt key would be ignored and the built-in default config built). "
             f"Fix: {hint} Nothing was written.")
