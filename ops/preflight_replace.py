@@ -47,7 +47,11 @@ a replacement loses:
   installs a release. The device plugin's release turns on its node-feature-discovery subchart
   (and its three CRDs) only when an UltraServer group is configured, so adding one to a deployed
   cluster would leave NFD without its CRDs, and GPU feature discovery's clique labels, which
-  ComputeDomains and the run's pod affinity need, would never come.
+  ComputeDomains and the run's pod affinity need, would never come. For the same reason, a
+  deploy that moves an enabled add-on to another chart version leaves the cluster on the CRDs of
+  the version its release was first installed at: the API server then drops the fields the new
+  version added to RayJobs or ComputeDomains, while offline validation (against the new CRDs)
+  passes. The CRDs are read from the locked chart archives (``ops.chart_crds``), not the cluster.
 
 Each passes before its stack is deployed, and warns when what it needs cannot be read.
 """
@@ -56,10 +60,14 @@ from __future__ import annotations
 
 import json
 import re
+import tarfile
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+import yaml
+
 from infra import names
-from infra.addons import dra_driver, nvidia_device_plugin
+from infra.addons import ADDONS, AddonContext, HelmAddon, dra_driver, nvidia_device_plugin
 from infra.config import GpuNodeGroupConfig, KitConfig, has_shared_fs
 from infra.config.derived import (
     gpu_group_taints,
@@ -70,6 +78,7 @@ from infra.config.derived import (
 from infra.problems import FAIL, PASS, WARN
 from infra.versions import AMI_RELEASE_RE
 from manifests.outputs import describe_stack_outputs
+from ops import artifacts, chart_crds
 from ops.aws import AWS_ERRORS, AwsClients, describe_error
 from ops.check_result import Check
 
@@ -392,9 +401,96 @@ def check_nfd_crds(clients: AwsClients, cfg: KitConfig) -> Check | None:
         f"--server-side -f /tmp/nfd-crds/{chart}")
 
 
+def _helm_releases(template: dict) -> dict[str, dict]:
+    """Release name -> properties of each CDK Helm chart resource in a deployed template."""
+    return {r["Properties"]["Release"]: r["Properties"] for r in template.get("Resources", {}).values()
+            if r.get("Type") == "Custom::AWSCDK-EKS-HelmChart"
+            and isinstance(r.get("Properties", {}).get("Release"), str)}
+
+
+def addon_values(cfg: KitConfig, addon: HelmAddon) -> dict[str, Any]:
+    """The Helm values the cluster stack gives ``addon``'s chart for this config (the same context
+    as ``infra.constructs.cluster_addons.chart_values``, without importing CDK)."""
+    return addon.values(AddonContext(gpu_tolerations=cfg.gpu_tolerations(),
+                                     gpu_instance_types=cfg.gpu_instance_types(),
+                                     settings=getattr(cfg.addons, addon.key)))
+
+
+def check_chart_version_crds(clients: AwsClients, cfg: KitConfig,
+                             locate: Callable[[str], Path | None] = chart_crds.locked_chart,
+                             ) -> list[Check]:
+    """For each enabled add-on: would a deploy move its release to a chart version whose CRDs
+    differ, which ``helm upgrade`` never applies? One GetTemplate of the cluster stack; the CRDs
+    come from the chart archives ``locate`` finds by name (default: the locked copies)."""
+    addons = [a for a in ADDONS if cfg.addon_enabled(a.key)]
+    stack = names.stack_names(cfg.name)["cluster"]
+    if not addons:
+        return []
+    template = _deployed_template(clients, CHART_CRDS, f"addons ({stack})", stack,
+                                  "the releases with their CRDs")
+    if isinstance(template, Check):
+        return [template]
+    releases = _helm_releases(template)
+    return [_version_crds(cfg, a, releases.get(a.release), stack, locate) for a in addons]
+
+
+def _version_crds(cfg: KitConfig, addon: HelmAddon, deployed: dict | None, stack: str,
+                  locate: Callable[[str], Path | None]) -> Check:
+    subject = f"addons.{addon.key}.version ({stack})"
+    wanted = cfg.addons.chart_version(addon.key)
+    if deployed is None:
+        return Check(CHART_CRDS, subject, PASS,
+                     f"{stack} has no {addon.release} release yet: its first install applies the "
+                     f"CRDs of chart {wanted}")
+    # CDK writes the version it was given; absent or a token: unknown, so never the same
+    was = deployed.get("Version") if isinstance(deployed.get("Version"), str) else "(unknown)"
+    if was == wanted:
+        return Check(CHART_CRDS, subject, PASS, f"the {addon.release} release stays at chart {wanted}")
+    values = addon_values(cfg, addon)
+    archive = f"{addon.chart}-{wanted}.tgz"
+    try:
+        change = chart_crds.crd_change(addon.chart, was, wanted, values, locate,
+                                       deployed_chart=str(deployed.get("Chart") or addon.chart))
+    except (OSError, EOFError, ValueError, KeyError, TypeError, tarfile.TarError,
+            yaml.YAMLError) as err:
+        return Check(CHART_CRDS, subject, WARN,
+                     f"cannot read the CRDs of chart archive {archive}: {err}",
+                     f"{artifacts.FETCH_HINT}, then run preflight again")
+    if change is None:
+        return Check(CHART_CRDS, subject, WARN,
+                     f"the deploy moves the {addon.release} release from chart {was} to {wanted}, "
+                     f"and {archive} is not in the locked copies (../shared/charts, the artifact "
+                     "cache): cannot tell whether it brings CRDs Helm would not apply",
+                     f"{artifacts.FETCH_HINT}, then run preflight again")
+    if not change.wanted.crds:
+        return Check(CHART_CRDS, subject, PASS,
+                     f"chart {wanted} installs no CRDs with the kit's values: the move from {was} "
+                     "leaves none behind")
+    if not change.changed:
+        return Check(CHART_CRDS, subject, PASS,
+                     f"charts {was} and {wanted} define the same CRDs: the move from {was} changes none")
+    untar = f"/tmp/{addon.release}-{wanted}-crds"
+    unread = "" if change.deployed_read else (
+        f" (the {was} archive is not in the locked copies, so each counts as changed)")
+    return Check(
+        CHART_CRDS, subject, FAIL,
+        f"this config moves the {addon.release} release from chart {was} to {wanted}, whose "
+        f"CRDs {', '.join(change.changed)} differ from {was}'s{unread}; CDK's Helm handler runs "
+        "`helm upgrade`, which never applies a chart's CRDs, so the cluster would keep the old "
+        "ones and the API server would drop the new fields of their objects, while offline "
+        "validation (against the new CRDs) passes",
+        # --force-conflicts: Helm created these CRDs, so their fields have Helm as manager, and
+        # server-side apply refuses to take a field over from another manager without it
+        f"before deploying, apply the {wanted} CRDs: helm pull {addon.chart} --repo "
+        f"{addon.repository} --version {wanted} --untar --untardir {untar} && kubectl apply "
+        "--server-side --force-conflicts "
+        + " ".join(f"-f {untar}/{folder}" for folder in change.wanted.folders))
+
+
 def replacement_checks(clients: AwsClients, cfg: KitConfig) -> list[Check]:
     """Every check here for one config (read-only)."""
     checks = [check_admin_entries(clients, cfg), check_nfd_crds(clients, cfg),
+              *check_chart_version_crds(clients, cfg),
               check_zone_order(clients, cfg),
               check_fsx_kept(clients, cfg) if has_shared_fs(cfg) else None,
               check_ami_release(clients, cfg, names.stack_names(cfg.name)["cluster"],

@@ -424,7 +424,9 @@ def test_every_node_group_is_checked_when_a_release_is_named():
     """The system group (cluster stack) and each GPU group: each stack not deployed here."""
     cfn, stub = stubbed("cloudformation")
     cfg = config(node_ami_release_version=RELEASE)
-    for operation, stack in (("get_template", "pf-cluster"), ("get_template", "pf-network"),
+    # the cluster template twice: admin entries, then the add-ons' chart versions
+    for operation, stack in (("get_template", "pf-cluster"), ("get_template", "pf-cluster"),
+                             ("get_template", "pf-network"),
                              ("describe_stack_resources", "pf-cluster"),
                              ("describe_stack_resources", "pf-gpu-p5"),
                              ("get_template", "pf-gpu-p5"), ("describe_stack_resources", "pf-gpu-p5")):
@@ -499,3 +501,163 @@ def test_the_nfd_crds_are_where_the_fix_says_and_the_release_values_are_what_the
         [release] = [r for r in resources(s.template("cluster"), "Custom::AWSCDK-EKS-HelmChart").values()
                      if r["Properties"]["Release"] == addon.release]
         assert json.loads(release["Properties"]["Values"])["nfd"]["enabled"] is enabled
+
+
+# --- CRDs a chart version change would leave behind ----------------------------------------------
+
+
+def cluster_with_releases(cfg, versions: dict[str, str]) -> AwsClients:
+    """AwsClients whose GetTemplate returns the cluster stack with every enabled add-on's release
+    at the config's chart version, except those ``versions`` moves (add-on key -> version)."""
+    from infra.addons import ADDONS
+
+    cfn, stub = stubbed("cloudformation")
+    charts = {f"Addons{a.key.replace('_', '')}0123ABCD": {
+        "Type": "Custom::AWSCDK-EKS-HelmChart", "Properties": {
+            "Release": a.release, "Chart": a.chart, "Repository": a.repository,
+            "Version": versions.get(a.key, cfg.addons.chart_version(a.key)), "Values": "{}"}}
+        for a in ADDONS if cfg.addon_enabled(a.key)}
+    stack_answer(stub, "get_template", f"{cfg.name}-cluster",
+                 {"TemplateBody": json.dumps({"Resources": charts})}, None)
+    stub.activate()
+    return AwsClients(cloudformation=cfn)
+
+
+def in_folder(folder):
+    """A ``locate`` that finds ``<chart>-<version>.tgz`` in ``folder`` (the locked charts)."""
+    return lambda name: folder / name if (folder / name).is_file() else None
+
+
+def version_checks(cfg, versions, locate) -> dict[str, object]:
+    checks = preflight_replace.check_chart_version_crds(cluster_with_releases(cfg, versions), cfg,
+                                                        locate)
+    return {c.subject.split(".")[1]: c for c in checks}
+
+
+def never(name):
+    raise AssertionError(f"{name} read, though no release changes version")
+
+
+def test_moving_kuberay_to_another_chart_version_needs_its_crds_applied_first(chart_dir):
+    """Before: preflight said nothing, `helm upgrade` kept the cluster on the old RayJob CRD, and
+    the API server dropped the fields the kit's RayJob set that the old CRD lacked. The deployed
+    version's archive is not at hand, so each CRD of the new one counts as changed."""
+    checks = version_checks(config(), {"kuberay_operator": "1.6.0"}, in_folder(chart_dir))
+    check = checks["kuberay_operator"]
+    assert check.status == FAIL
+    assert check.subject == "addons.kuberay_operator.version (pf-cluster)"
+    assert check.detail.startswith(
+        "this config moves the kuberay-operator release from chart 1.6.0 to 1.7.0, whose CRDs "
+        "rayclusters.ray.io, raycronjobs.ray.io, rayjobs.ray.io, rayservices.ray.io differ from "
+        "1.6.0's (the 1.6.0 archive is not in the locked copies, so each counts as changed); "
+        "CDK's Helm handler runs `helm upgrade`, which never applies a chart's CRDs")
+    assert check.fix == (
+        "before deploying, apply the 1.7.0 CRDs: helm pull kuberay-operator --repo "
+        "https://ray-project.github.io/kuberay-helm/ --version 1.7.0 --untar --untardir "
+        "/tmp/kuberay-operator-1.7.0-crds && kubectl apply --server-side --force-conflicts "
+        "-f /tmp/kuberay-operator-1.7.0-crds/kuberay-operator/crds/")
+    assert {k: c.status for k, c in checks.items() if k != "kuberay_operator"} == {
+        "efa_device_plugin": PASS, "nvidia_device_plugin": PASS}  # dcgm_exporter is off
+
+
+def test_releases_at_the_configs_chart_versions_pass_without_reading_a_chart():
+    checks = version_checks(config(), {}, never)
+    assert {c.detail for c in checks.values()} == {
+        "the aws-efa-k8s-device-plugin release stays at chart v0.5.30",
+        "the nvidia-device-plugin release stays at chart 0.20.0",
+        "the kuberay-operator release stays at chart 1.7.0"}  # dcgm_exporter is off
+    assert all(c.status == PASS for c in checks.values())
+
+
+def test_a_new_cluster_or_release_passes_and_a_missing_or_broken_archive_warns(tmp_path):
+    cfn, stub = stubbed("cloudformation")
+    stack_answer(stub, "get_template", "pf-cluster", {}, "Stack with id pf-cluster does not exist")
+    stub.activate()
+    [check] = preflight_replace.check_chart_version_crds(AwsClients(cloudformation=cfn), config(),
+                                                         never)
+    assert (check.status, check.detail) == (
+        PASS, "pf-cluster is not deployed: the first deploy creates the releases with their CRDs")
+    cfg = config()
+    cfn, stub = stubbed("cloudformation")
+    stack_answer(stub, "get_template", "pf-cluster", {"TemplateBody": "{\"Resources\": {}}"}, None)
+    stub.activate()
+    checks = preflight_replace.check_chart_version_crds(AwsClients(cloudformation=cfn), cfg, never)
+    assert checks[0].detail == ("pf-cluster has no aws-efa-k8s-device-plugin release yet: its "
+                                "first install applies the CRDs of chart v0.5.30")
+    check = version_checks(cfg, {"kuberay_operator": "1.6.0"}, lambda name: None)["kuberay_operator"]
+    assert check.status == WARN and "kuberay-operator-1.7.0.tgz is not in the locked copies" in check.detail
+    assert check.fix.startswith("run `python scripts/fetch_artifacts.py`")
+    (tmp_path / "broken.tgz").write_bytes(b"not a chart")
+    check = version_checks(cfg, {"kuberay_operator": "1.6.0"},
+                           lambda name: tmp_path / "broken.tgz")["kuberay_operator"]
+    assert check.status == WARN
+    assert check.detail.startswith("cannot read the CRDs of chart archive kuberay-operator-1.7.0.tgz: ")
+
+
+@pytest.mark.parametrize("example, key, deployed_version, status, detail", [
+    # no crds/ folder in either version of the EFA plugin's chart
+    ("default", "efa_device_plugin", "v0.5.7", PASS,
+     "chart v0.5.30 installs no CRDs with the kit's values: the move from v0.5.7 leaves none behind"),
+    # NFD's CRDs ride in a subchart the kit turns on only for UltraServers: off, Helm skips them
+    ("default", "nvidia_device_plugin", "0.17.1", PASS,
+     "chart 0.20.0 installs no CRDs with the kit's values: the move from 0.17.1 leaves none behind"),
+    # on: the subchart's CRDs changed from NFD 0.15.3 (two) to 0.19.0 (three), both archives read
+    ("p6e-gb200-ultraserver", "nvidia_device_plugin", "0.17.1", FAIL,
+     "this config moves the nvidia-device-plugin release from chart 0.17.1 to 0.20.0, whose CRDs "
+     "nodefeaturegroups.nfd.k8s-sigs.io, nodefeaturerules.nfd.k8s-sigs.io, "
+     "nodefeatures.nfd.k8s-sigs.io differ from 0.17.1's; CDK's Helm handler"),
+])
+def test_what_a_chart_version_change_leaves_behind_is_read_from_the_real_archives(
+        chart_dir, example, key, deployed_version, status, detail):
+    cfg = ultraserver_config() if example == "p6e-gb200-ultraserver" else config()
+    check = version_checks(cfg, {key: deployed_version}, in_folder(chart_dir))[key]
+    assert check.status == status and check.detail.startswith(detail)
+    if status == FAIL:
+        assert check.fix.endswith(
+            "--untardir /tmp/nvidia-device-plugin-0.20.0-crds && kubectl apply --server-side "
+            "--force-conflicts -f /tmp/nvidia-device-plugin-0.20.0-crds/nvidia-device-plugin/"
+            "charts/node-feature-discovery/crds/")
+
+
+def test_the_same_crds_in_both_versions_pass(chart_dir):
+    """The DRA driver's archive stands for both versions: the CRDs compare equal."""
+    cfg = ultraserver_config()
+    same = chart_dir / "dra-driver-nvidia-gpu-0.4.1.tgz"
+    check = version_checks(cfg, {"dra_driver": "0.4.0"},
+                           lambda name: same if name.startswith("dra-driver") else None)["dra_driver"]
+    assert (check.status, check.detail) == (
+        PASS, "charts 0.4.0 and 0.4.1 define the same CRDs: the move from 0.4.0 changes none")
+
+
+@pytest.mark.parametrize("example, key, version", [
+    ("default", "nvidia_device_plugin", "0.20.0"),  # NFD subchart off: none of its CRDs
+    ("p6e-gb200-ultraserver", "nvidia_device_plugin", "0.20.0"),  # on: its three
+    ("p6e-gb200-ultraserver", "nvidia_device_plugin", "0.17.1"),  # on, NFD 0.15.3: two
+    ("p6e-gb200-ultraserver", "dra_driver", "0.4.1"),
+])
+def test_the_crds_read_from_an_archive_are_the_ones_the_real_helm_installs(
+        chart_dir, tmp_path_factory, example, key, version):
+    """Contract: which crds/ folders count (subchart conditions over the chart's default values)
+    is what Helm itself decides: `helm template --include-crds` (the Helm of the kit's kubectl
+    layer) with the kit's values emits the same CRDs."""
+    import subprocess
+
+    import yaml
+
+    from infra.addons import addon as registered
+    from ops import chart_crds, helm
+
+    cfg = ultraserver_config() if example == "p6e-gb200-ultraserver" else config()
+    addon = registered(key)
+    values = preflight_replace.addon_values(cfg, addon)
+    archive = chart_dir / f"{addon.chart}-{version}.tgz"
+    binary = helm.helm_binary(cfg.kubernetes_version, tmp_path_factory.mktemp("helm"))
+    values_file = tmp_path_factory.mktemp("values") / "values.json"
+    values_file.write_text(json.dumps(values))
+    out = subprocess.run([str(binary), "template", addon.release, str(archive), "--include-crds",
+                          "--namespace", addon.namespace, "--kube-version",
+                          f"{cfg.kubernetes_version}.0", "--values", str(values_file)],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    by_helm = sorted(d["metadata"]["name"] for d in yaml.load_all(out, Loader=yaml.CSafeLoader)
+                     if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition")
+    assert sorted(chart_crds.chart_crds(archive, values).crds) == by_helm
