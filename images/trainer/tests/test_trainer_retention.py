@@ -218,6 +218,28 @@ def test_a_delete_cut_short_is_finished_at_the_next_resume_and_uploads_are_left_
     assert iterations_in_s3(s3) == [7, 20, 30, 40]
 
 
+def test_keep_s3_deletes_quarantined_saves_older_than_every_save_kept(s3, tmp_path: Path):
+    """Quarantined saves stayed in S3 for good, even under keep_s3. One older than every save
+    kept can never be resumed from (with its marker removed keep_s3 would prune it at once):
+    the resume deletes it, manifest first, marker last. A newer one stays for inspection."""
+    src, store = tmp_path / "src", store_for(s3)
+    for it in (10, 20, 30, 40):
+        make_save(src, it, seed=it)
+        store.upload(src, it)
+    store.quarantine(10, "a shard does not match its manifest")
+    store.quarantine(40, "a shard does not match its manifest")
+    log = io.StringIO()
+    result = prepare_resume(store, tmp_path / "ckpt", log=log, retention=Retention(keep_local=1, keep_s3=2))
+    assert result.iteration == 30
+    assert iterations_in_s3(s3) == [20, 30, 40] and store.list_quarantined() == [40]
+    assert (f"deleted quarantined iter_0000010 from {URI} (older than every save kept: keep_s3 2 "
+            "would delete it even with its marker removed)") in log.getvalue()
+    # without keep_s3 every quarantined save stays
+    store.quarantine(20, "a shard does not match its manifest")
+    prepare_resume(store, tmp_path / "ckpt2", log=io.StringIO(), retention=Retention(keep_local=1))
+    assert store.list_quarantined() == [20, 40]
+
+
 def versions_of(client, iteration: int) -> dict[str, list]:
     """What the bucket stores of ``iteration`` (its directory and its data cursor), noncurrent
     versions and delete markers included: {"Versions": [(key, size)], "DeleteMarkers": [key]}."""

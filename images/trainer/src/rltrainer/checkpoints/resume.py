@@ -81,7 +81,8 @@ def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO 
         manifests, quarantined = store._markers()
         start = [] if result.iteration is None else [result.iteration]
         retention.prune(root, manifests - quarantined, quarantined_in_s3=quarantined, protect=start, log=out)
-        retention.prune_s3(store, manifests - quarantined, root, protect=start, log=out, orphans=True)
+        retention.prune_s3(store, manifests - quarantined, root, protect=start, log=out, orphans=True,
+                           quarantined_in_s3=quarantined)
     return result
 
 

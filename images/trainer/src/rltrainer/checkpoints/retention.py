@@ -25,9 +25,10 @@ The policy, applied by the upload watcher after each scan and by the resume befo
   uploader uploads from there, and a local save is deleted only once S3 holds it) and never the
   one resumed from. A delete removes the manifest first, so a save is complete or gone; the
   objects of a delete cut short (no manifest, older than every save kept, not on the file system)
-  are deleted when the next pod resumes. On a versioned bucket every version goes
+  are deleted when the next pod resumes, and so are quarantined saves older than every save kept
+  (removing the marker would not bring one back: keep_s3 would prune it at once). On a versioned bucket every version goes
   (``S3CheckpointStore.delete``): a delete marker alone would keep the bytes stored until the
-  bucket's lifecycle expires them. Quarantined saves are left alone.
+  bucket's lifecycle expires them. Without ``keep_s3``, quarantined saves are left alone.
 - Quarantine is bounded: at most ``keep_quarantined`` batches of torn saves stay (newest
   first), and fewer when the file system's free space is below what the next save needs (the
   size of the newest finished save): a torn save kept for inspection must never be what makes
@@ -137,9 +138,12 @@ class Retention:
         return [i for i in complete if i not in keep]
 
     def prune_s3(self, store: S3CheckpointStore, complete_in_s3: Iterable[int], local_dir: str | Path,
-                 protect: Iterable[int] = (), log: TextIO | None = None, orphans: bool = False) -> list[int]:
+                 protect: Iterable[int] = (), log: TextIO | None = None, orphans: bool = False,
+                 quarantined_in_s3: Iterable[int] = ()) -> list[int]:
         """Delete what ``s3_prunable`` names from ``store``; with ``orphans``, also the objects of
-        deletes cut short below every save kept. Returns the iterations deleted."""
+        deletes cut short below every save kept, and the quarantined saves below them (one
+        would be pruned even with its marker removed: older than every save kept). Returns the
+        complete iterations deleted."""
         if self.keep_s3 == 0:
             return []
         out = log or sys.stderr
@@ -160,6 +164,14 @@ class Retention:
             if leftovers:
                 print(f"rltrainer: deleted what a cut-short delete left of {', '.join(map(iter_dirname, leftovers))} "
                       f"in {store.uri} (no manifest, older than every save kept)", file=out, flush=True)
+            spoilt = sorted(i for i in quarantined_in_s3
+                            if i < min(kept) and i not in on_disk and i not in set(protect))
+            for iteration in spoilt:
+                store.delete(iteration)  # its manifest (if any) first, the marker with the rest
+            if spoilt:
+                print(f"rltrainer: deleted quarantined {', '.join(map(iter_dirname, spoilt))} from {store.uri} "
+                      f"(older than every save kept: keep_s3 {self.keep_s3} would delete it even with its "
+                      "marker removed)", file=out, flush=True)
         return doomed
 
     def bound_quarantine(self, local_dir: str | Path, log: TextIO | None = None) -> list[str]:
