@@ -195,7 +195,7 @@ def _launch(args: argparse.Namespace) -> int:
         # other's (kit labels, kit namespace).
         k.run(["delete", "networkpolicy", "-n", ns, "-l", LEGACY_HEAD_POLICY_SELECTOR,
                "--ignore-not-found"])
-        # The claim every pod of the job mounts, and its volume: created once, then checked.
+        # The claim the head and workers mount, and its volume: created once, then checked.
         ensure_shared_volume(k, out, ctx.shared_fs, ns)
         # The RayJob only once everything it needs was accepted (run config, retry Role and
         # binding, ComputeDomain): `kubectl apply` carries on past a refused object.

@@ -8,8 +8,9 @@ the old one is left billing with the saves on it. A tag change that would replac
 placement group (and so roll its nodes), or a taint that would reach running GPU nodes, is a warning; an admin_role_arns change that moves a role
 to another position (its access entry would be created twice: a rollback) fails, and so does an
 availability_zones change other than zones added at the end (the VPC's subnets are numbered by
-zone position), and an UltraServer group added to a cluster whose device plugin release lacks
-node-feature-discovery's CRDs (Helm installs CRDs only with a release's first install).
+zone position), an UltraServer group added to a cluster whose device plugin release lacks
+node-feature-discovery's CRDs, and an add-on moved to a chart version with other CRDs (Helm
+installs CRDs only with a release's first install); an imported VPC's DNS, subnets and egress.
 
 Exit code 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for a bad config.
 """

@@ -209,12 +209,12 @@ class GpuNodeGroupConfig(_Model):
 
 
 class SharedFileSystemConfig(_Model):
-    """The file system the Ray head, the workers and the job submitter share."""
+    """The file system the Ray head and the workers share."""
 
     type: Literal["fsx-lustre", "none"] = Field(
         "fsx-lustre",
         description="fsx-lustre: an FSx for Lustre PERSISTENT_2 file system in the training "
-        f"group's AZ, mounted at {names.SHARED_FS_MOUNT_PATH} in every pod of the RL job, with "
+        f"group's AZ, mounted at {names.SHARED_FS_MOUNT_PATH} on the Ray head and every worker, with "
         f"{names.SHARED_FS_MOUNT_PATH}/{names.DATASETS_PREFIX} and "
         f"{names.SHARED_FS_MOUNT_PATH}/{names.MODELS_PREFIX} read lazily from the bucket. none: no "
         "shared file system (single-node runs only).",
