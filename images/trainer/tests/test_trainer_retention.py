@@ -223,21 +223,21 @@ def test_keep_s3_deletes_quarantined_saves_older_than_every_save_kept(s3, tmp_pa
     kept can never be resumed from (with its marker removed keep_s3 would prune it at once):
     the resume deletes it, manifest first, marker last. A newer one stays for inspection."""
     src, store = tmp_path / "src", store_for(s3)
-    for it in (10, 20, 30, 40):
+    for it in (10, 20, 30):
         make_save(src, it, seed=it)
         store.upload(src, it)
     store.quarantine(10, "a shard does not match its manifest")
-    store.quarantine(40, "a shard does not match its manifest")
-    log = io.StringIO()
-    result = prepare_resume(store, tmp_path / "ckpt", log=log, retention=Retention(keep_local=1, keep_s3=2))
-    assert result.iteration == 30
-    assert iterations_in_s3(s3) == [20, 30, 40] and store.list_quarantined() == [40]
-    assert (f"deleted quarantined iter_0000010 from {URI} (older than every save kept: keep_s3 2 "
-            "would delete it even with its marker removed)") in log.getvalue()
+    store.quarantine(30, "a shard does not match its manifest")
     # without keep_s3 every quarantined save stays
-    store.quarantine(20, "a shard does not match its manifest")
-    prepare_resume(store, tmp_path / "ckpt2", log=io.StringIO(), retention=Retention(keep_local=1))
-    assert store.list_quarantined() == [20, 40]
+    Retention(keep_local=1).prune_s3(store, [20], tmp_path / "empty", orphans=True,
+                                     quarantined_in_s3=[10, 30])
+    assert store.list_quarantined() == [10, 30]
+    log = io.StringIO()
+    result = prepare_resume(store, tmp_path / "ckpt", log=log, retention=Retention(keep_local=1, keep_s3=1))
+    assert result.iteration == 20
+    assert iterations_in_s3(s3) == [20, 30] and store.list_quarantined() == [30]
+    assert (f"deleted quarantined iter_0000010 from {URI} (older than every save kept: keep_s3 1 "
+            "would delete it even with its marker removed)") in log.getvalue()
 
 
 def versions_of(client, iteration: int) -> dict[str, list]:
