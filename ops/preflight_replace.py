@@ -67,9 +67,10 @@ from typing import Any, Callable, TypeVar
 import yaml
 
 from infra import names
-from infra.addons import ADDONS, AddonContext, HelmAddon, dra_driver, nvidia_device_plugin
+from infra.addons import ADDONS, HelmAddon, dra_driver, nvidia_device_plugin
 from infra.config import GpuNodeGroupConfig, KitConfig, has_shared_fs
 from infra.config.derived import (
+    chart_values,
     gpu_group_taints,
     resource_tags,
     shared_fs_availability_zone,
@@ -408,14 +409,6 @@ def _helm_releases(template: dict) -> dict[str, dict]:
             and isinstance(r.get("Properties", {}).get("Release"), str)}
 
 
-def addon_values(cfg: KitConfig, addon: HelmAddon) -> dict[str, Any]:
-    """The Helm values the cluster stack gives ``addon``'s chart for this config (the same context
-    as ``infra.constructs.cluster_addons.chart_values``, without importing CDK)."""
-    return addon.values(AddonContext(gpu_tolerations=cfg.gpu_tolerations(),
-                                     gpu_instance_types=cfg.gpu_instance_types(),
-                                     settings=getattr(cfg.addons, addon.key)))
-
-
 def check_chart_version_crds(clients: AwsClients, cfg: KitConfig,
                              locate: Callable[[str], Path | None] = chart_crds.locked_chart,
                              ) -> list[Check]:
@@ -446,7 +439,7 @@ def _version_crds(cfg: KitConfig, addon: HelmAddon, deployed: dict | None, stack
     was = deployed.get("Version") if isinstance(deployed.get("Version"), str) else "(unknown)"
     if was == wanted:
         return Check(CHART_CRDS, subject, PASS, f"the {addon.release} release stays at chart {wanted}")
-    values = addon_values(cfg, addon)
+    values = chart_values(addon.key, cfg)
     archive = f"{addon.chart}-{wanted}.tgz"
     try:
         change = chart_crds.crd_change(addon.chart, was, wanted, values, locate,

@@ -1,10 +1,15 @@
 """Values the rest of the kit derives from a valid config, each defined once: whether there is a
-shared file system, where checkpoints are written, what the file system costs, and the tags on
-every resource."""
+shared file system, where checkpoints are written, what the file system costs, the tags on every
+resource, and the Helm values of each add-on (the cluster stack installs them, preflight compares
+them with what is deployed)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from infra import addons as registry
 from infra import names
+from infra.addons import AddonContext
 from infra.catalog.fsx import SharedFsCost, checkpoints_phrase, cost_for, shared_fs_required_gib
 from infra.config.model import KitConfig
 
@@ -83,3 +88,17 @@ def shared_fs_sizing(cfg: KitConfig) -> str | None:
     cap = cfg.storage.shared_filesystem.capacity_gib
     return (f"{cap} GiB holds {cfg.training.model}'s reference weights plus {checkpoints_phrase(keep)} "
             f"(training.checkpoint.keep_local {keep} kept + the save being written): {need} GiB needed")
+
+
+def chart_values(name: str, config: KitConfig, version: str | None = None) -> dict[str, Any]:
+    """Values the kit passes to add-on ``name``'s chart: its record's ``values`` with the kit's
+    context, read from ``config`` (GPU groups' tolerations and instance types, the add-on's
+    own config section). ``version`` replaces the section's chart version (the chart contract
+    tests render every tested version with the values config would give it)."""
+    settings = getattr(config.addons, name)
+    if version is not None:
+        settings = settings.model_copy(update={"version": version})
+    return registry.addon(name).values(AddonContext(
+        gpu_tolerations=config.gpu_tolerations(),
+        gpu_instance_types=config.gpu_instance_types(),
+        settings=settings))

@@ -13,29 +13,15 @@ their pods land.
 
 from __future__ import annotations
 
-from typing import Any
 
 from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from infra import addons as registry
-from infra.addons import AddonContext, Wait
+from infra.addons import Wait
 from infra.config import KitConfig
-
-
-def chart_values(name: str, config: KitConfig, version: str | None = None) -> dict[str, Any]:
-    """Values the kit passes to add-on ``name``'s chart: its record's ``values`` with the kit's
-    context, read from ``config`` (GPU groups' tolerations and instance types, the add-on's
-    own config section). ``version`` replaces the section's chart version (the chart contract
-    tests render every tested version with the values config would give it)."""
-    settings = getattr(config.addons, name)
-    if version is not None:
-        settings = settings.model_copy(update={"version": version})
-    return registry.addon(name).values(AddonContext(
-        gpu_tolerations=config.gpu_tolerations(),
-        gpu_instance_types=config.gpu_instance_types(),
-        settings=settings))
+from infra.config.derived import chart_values
 
 
 class ClusterAddons(Construct):

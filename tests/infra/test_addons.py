@@ -139,7 +139,7 @@ def test_pinning_a_version_does_not_enable_an_addon_that_is_off_by_default(tmp_p
 
 
 def test_user_taints_are_tolerated_by_the_gpu_charts():
-    from infra.constructs.cluster_addons import chart_values
+    from infra.config.derived import chart_values
     cfg = parse_config({"gpu_node_groups": {"p5": {
         "instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
         "taints": [{"key": "team.example.com/reserved", "value": "rl", "effect": "NoExecute"}]}}})

@@ -21,7 +21,7 @@ import pytest
 from tests.support.cdk import EXAMPLES
 from infra import addons as registry
 from infra import names
-from infra.constructs.cluster_addons import chart_values
+from infra.config.derived import chart_values
 from ops import contract, helm, scheduling
 
 US = "p6e-gb200-ultraserver"

@@ -11,7 +11,7 @@ from importlib import resources as importlib_resources
 import pytest
 
 from infra.config import parse_config
-from infra.config.derived import resource_tags
+from infra.config.derived import chart_values, resource_tags
 from infra.problems import FAIL, PASS, WARN
 from ops import preflight_replace
 from ops.aws import AwsClients
@@ -649,7 +649,7 @@ def test_the_crds_read_from_an_archive_are_the_ones_the_real_helm_installs(
 
     cfg = ultraserver_config() if example == "p6e-gb200-ultraserver" else config()
     addon = registered(key)
-    values = preflight_replace.addon_values(cfg, addon)
+    values = chart_values(addon.key, cfg)
     archive = chart_dir / f"{addon.chart}-{version}.tgz"
     binary = helm.helm_binary(cfg.kubernetes_version, tmp_path_factory.mktemp("helm"))
     values_file = tmp_path_factory.mktemp("values") / "values.json"
