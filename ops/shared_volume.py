@@ -23,7 +23,6 @@ A blind `kubectl apply` of both, each time, breaks over a deployment's life:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +31,7 @@ from infra import names
 from manifests.context import SharedFs
 from manifests.render import SHARED_FS_FILES
 from ops.kube import Kubectl, KubectlError
+from ops.scheduling import quantity
 
 # A merge patch's null removes the key, and is a no-op when the key is absent.
 _RELEASE_PATCH = json.dumps({"spec": {"claimRef": {"uid": None, "resourceVersion": None}}})
@@ -63,17 +63,13 @@ def _source(pv: dict[str, Any]) -> dict[str, str]:
             "dnsname": attrs.get("dnsname", ""), "mountname": attrs.get("mountname", "")}
 
 
-_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-
-
 def _same_size(a: str, b: str) -> bool:
     """Whether two Kubernetes quantities are one size: the API server writes 76800Gi back as
     75Ti (its canonical form), which is no change."""
-    def size(q: str) -> float | None:
-        m = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", q.strip())
-        return float(m.group(1)) * _UNITS[m.group(2)] if m and m.group(2) in _UNITS else None
-    return a == b or (size(a) is not None and size(a) == size(b))
+    try:
+        return a == b or quantity(a) == quantity(b)
+    except ValueError:  # not a quantity ("-": absent): only the same text is the same
+        return False
 
 
 def _storage(doc: dict[str, Any], *path: str) -> str:
