@@ -27,6 +27,9 @@ a replacement loses:
   a zone at the end only adds subnets, but it also changes the system node group's subnets
   (create-only), which replaces that group: the job submitter, the KubeRay operator and CoreDNS
   move to new nodes.
+  ``local_zones`` are numbered the same way, each subnet with a CIDR block by position: a zone
+  moved to another position keeps the block, which CloudFormation refuses, and a removed one is
+  still imported by its group's GPU stack.
 
 - **A GPU group's taints** (CloudFormation GetTemplate): EKS applies a node group's taints to the
   nodes it has (UpdateNodegroupConfig: "taints to be applied to the nodes in the node group after
@@ -95,6 +98,8 @@ AMI_RELEASE = "node AMI release"
 _ADMIN_ENTRY_ID = re.compile(r"Admin(\d+)[0-9A-F]{8}$")
 # CDK's logical ID of the VPC's n-th private subnet (ec2.Vpc, subnet group "private").
 _PRIVATE_SUBNET_ID = re.compile(r"privateSubnet(\d+)Subnet[0-9A-F]{8}$")
+# ... and of the subnet of local_zones[n-1] (infra/constructs/network.py `LocalZone{n}`).
+_LOCAL_ZONE_SUBNET_ID = re.compile(r"LocalZone(\d+)Subnet[0-9A-F]{8}$")
 # CloudFormation's spelling of a taint effect (AWS::EKS::Nodegroup Taint) -> Kubernetes'.
 _EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
             "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
@@ -232,6 +237,11 @@ def _numbered(clients: AwsClients, check: str, subject: str, stack: str, creates
     template = _deployed_template(clients, check, subject, stack, creates)
     if isinstance(template, Check):
         return template
+    return _numbered_in(template, resource_type, logical_id, prop)
+
+
+def _numbered_in(template: dict, resource_type: str, logical_id: re.Pattern,
+                 prop: str) -> dict[int, Any]:
     return {int(m.group(1)): resource.get("Properties", {}).get(prop)
             for name, resource in template.get("Resources", {}).items()
             if resource.get("Type") == resource_type and (m := logical_id.search(name))}
@@ -265,16 +275,17 @@ def check_admin_entries(clients: AwsClients, cfg: KitConfig) -> Check:
 
 
 def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
-    """Would a deploy move the VPC's numbered subnets to other zones (availability_zones changed
-    other than at its end)? None for an existing VPC (the kit owns no subnets then)."""
+    """Would a deploy move the VPC's numbered subnets to other zones (availability_zones or
+    local_zones changed other than at their end)? None for an existing VPC (the kit owns no
+    subnets then)."""
     if cfg.vpc.existing is not None:
         return None
     stack = names.stack_names(cfg.name)["network"]
     subject = f"availability_zones ({stack})"
-    numbered = _numbered(clients, ZONE_ORDER, subject, stack, "the subnets", "AWS::EC2::Subnet",
-                         _PRIVATE_SUBNET_ID, "AvailabilityZone")
-    if isinstance(numbered, Check):
-        return numbered
+    template = _deployed_template(clients, ZONE_ORDER, subject, stack, "the subnets")
+    if isinstance(template, Check):
+        return template
+    numbered = _numbered_in(template, "AWS::EC2::Subnet", _PRIVATE_SUBNET_ID, "AvailabilityZone")
     deployed = [numbered[n] for n in sorted(numbered)]
     wanted = list(cfg.availability_zones)
     if wanted[:len(deployed)] != deployed:
@@ -285,6 +296,23 @@ def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
             "replacement), and the cluster, storage and GPU stacks import them, so the network "
             "stack update fails",
             f"keep availability_zones starting with {deployed}, and add zones at the end")
+    local = _numbered_in(template, "AWS::EC2::Subnet", _LOCAL_ZONE_SUBNET_ID, "AvailabilityZone")
+    deployed_local = [local[n] for n in sorted(local)]
+    if list(cfg.local_zones)[:len(deployed_local)] != deployed_local:
+        # A Local Zone subnet's CIDR follows its position, so one moved to another zone keeps its
+        # CIDR, which CloudFormation refuses ("CIDR Block must change if Availability Zone is
+        # changed and VPC ID is not changed"); one removed is still imported by the GPU stack of
+        # the group placed in it ("Export ... cannot be deleted as it is in use").
+        return Check(
+            ZONE_ORDER, f"local_zones ({stack})", FAIL,
+            f"the deployed Local Zone subnets are numbered for {deployed_local}, this config lists "
+            f"{list(cfg.local_zones)}: a deploy would move a subnet to another zone under the same "
+            "CIDR block (refused) or remove one a GPU stack imports, so the network stack update "
+            "fails",
+            f"keep local_zones starting with {deployed_local} and add zones at the end; to drop "
+            "or replace a Local Zone, first destroy the GPU stacks of the groups in it (`cdk "
+            "destroy <stack>`), deploy with that zone removed from the end of the list, then add "
+            "the new one")
     if len(wanted) > len(deployed):
         return Check(
             ZONE_ORDER, subject, WARN,
@@ -292,7 +320,7 @@ def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
             "system node group's subnets change, which replaces that group (the job submitter, "
             "the KubeRay operator and CoreDNS move to new nodes)",
             "deploy it when no job runs")
-    return Check(ZONE_ORDER, subject, PASS, f"the subnets stay in {deployed}")
+    return Check(ZONE_ORDER, subject, PASS, f"the subnets stay in {deployed + deployed_local}")
 
 
 def check_node_taints(clients: AwsClients, cfg: KitConfig, group_name: str) -> Check:

@@ -104,7 +104,7 @@ def _check_zone(ec2: Any, cfg: KitConfig, subject: str, group: GpuNodeGroupConfi
     elif zone not in cfg.local_zones:
         checks.append(Check("ultraserver zone", subject, FAIL,
                             f"the block is in Local Zone {zone}, which local_zones does not list",
-                            f"add {zone} to local_zones and set the group's availability_zone "
+                            f"add {zone} at the end of local_zones and set the group's availability_zone "
                             f"to it"))
     else:
         checks.append(Check("ultraserver zone", subject, PASS,

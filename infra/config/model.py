@@ -515,7 +515,10 @@ class KitConfig(_Model):
         description="Local Zones of the region the VPC extends into with one private subnet each "
         "(routed through the first NAT gateway), for GPU groups whose capacity sits there, such "
         "as P6e-GB200 UltraServer Capacity Blocks (Dallas Local Zone; opt in to its zone group "
-        "first). The EKS control plane never uses them.",
+        "first). The EKS control plane never uses them. Subnets are numbered by position, each "
+        "with a CIDR block by position: on a deployed VPC, add zones at the end only; to drop or "
+        "replace one, destroy the GPU stacks of its groups first (rlkit preflight refuses other "
+        "changes).",
     )
     account: str | None = Field(
         None, description="12-digit account ID; absent = environment-agnostic stacks."

@@ -5,13 +5,14 @@ create-only properties come from the CloudFormation resource schemas cfn-lint sh
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from importlib import resources as importlib_resources
 
 import pytest
 
 from infra.config import parse_config
-from infra.config.derived import chart_values, resource_tags
+from infra.config.derived import PRIVATE_SUBNET_BITS, chart_values, resource_tags
 from infra.problems import FAIL, PASS, WARN
 from ops import preflight_replace
 from ops.aws import AwsClients
@@ -254,13 +255,16 @@ def test_admin_entries_are_keyed_by_position_under_the_ids_the_check_reads(synth
 # --- the order of availability_zones -------------------------------------------------------------
 
 
-def network_stack(zones: list[str]) -> AwsClients:
+def network_stack(zones: list[str], local_zones: tuple[str, ...] = ()) -> AwsClients:
     """AwsClients whose GetTemplate returns a network stack with one public and one private
-    subnet per zone, numbered as CDK numbers them."""
+    subnet per zone and one subnet per Local Zone, numbered as CDK numbers them."""
     cfn, stub = stubbed("cloudformation")
     subnets = {f"NetworkVpc{kind}Subnet{n}Subnet{1234567 + n:08X}": {
         "Type": "AWS::EC2::Subnet", "Properties": {"AvailabilityZone": zone}}
         for kind in ("public", "private") for n, zone in enumerate(zones, start=1)}
+    subnets |= {f"NetworkLocalZone{n}Subnet{0xABC000 + n:08X}": {
+        "Type": "AWS::EC2::Subnet", "Properties": {"AvailabilityZone": zone}}
+        for n, zone in enumerate(local_zones, start=1)}
     stack_answer(stub, "get_template", "pf-network",
                  {"TemplateBody": json.dumps({"Resources": subnets})}, None)
     stub.activate()
@@ -300,6 +304,48 @@ def test_the_subnets_are_numbered_by_zone_position_and_their_zone_is_create_only
                 for k, r in resources(s.template("network"), "AWS::EC2::Subnet").items()
                 if (m := preflight_replace._PRIVATE_SUBNET_ID.search(k))}
     assert [numbered[n] for n in sorted(numbered)] == s.config.availability_zones
+
+
+DFW, MIA = "us-east-1-dfw-2a", "us-east-1-mia-1a"
+
+
+@pytest.mark.parametrize("deployed, wanted", [
+    ((DFW,), [MIA]),        # replaced: LocalZone1 would move to MIA under DFW's CIDR block
+    ((DFW, MIA), [MIA]),    # the first removed: LocalZone1 moves, LocalZone2 goes
+    ((DFW,), []),           # removed while the GPU stack of the group in it imports it
+])
+def test_a_local_zone_moved_or_removed_fails(deployed, wanted):
+    """Before: only the private subnets were compared, so swapping the Local Zone of a deployed
+    UltraServer environment (as the reservation check's fix suggested) passed, and the network
+    stack update failed."""
+    check = preflight_replace.check_zone_order(
+        network_stack(ZONES, deployed), config(availability_zones=ZONES, local_zones=wanted))
+    assert (check.status, check.subject) == (FAIL, "local_zones (pf-network)")
+    assert check.detail.startswith(
+        f"the deployed Local Zone subnets are numbered for {list(deployed)}, this config lists "
+        f"{wanted}: a deploy would move a subnet to another zone under the same CIDR block")
+    assert check.fix.startswith(f"keep local_zones starting with {list(deployed)} and add zones "
+                                "at the end; to drop or replace a Local Zone, first destroy")
+
+
+def test_a_local_zone_added_at_the_end_passes():
+    check = preflight_replace.check_zone_order(
+        network_stack(ZONES, (DFW,)), config(availability_zones=ZONES, local_zones=[DFW, MIA]))
+    assert (check.status, check.detail) == (
+        PASS, f"the subnets stay in ['us-east-1a', 'us-east-1b', '{DFW}']")
+
+
+def test_local_zone_subnets_are_numbered_by_position_with_a_cidr_by_position(synth):
+    """The synthesized UltraServer network stack names each Local Zone's subnet as the check
+    parses, in local_zones order, and its CIDR follows its position (so a zone moved to another
+    position keeps the old block: the refusal the check predicts)."""
+    s = synth("p6e-gb200-ultraserver")
+    found = {int(m.group(1)): r["Properties"]
+             for k, r in resources(s.template("network"), "AWS::EC2::Subnet").items()
+             if (m := preflight_replace._LOCAL_ZONE_SUBNET_ID.search(k))}
+    assert [found[n]["AvailabilityZone"] for n in sorted(found)] == s.config.local_zones != []
+    cidr = ipaddress.ip_network(s.config.vpc.cidr)
+    assert found[1]["CidrBlock"] == str(list(cidr.subnets(prefixlen_diff=PRIVATE_SUBNET_BITS))[-1])
 
 
 # --- a GPU group's taints ------------------------------------------------------------------------

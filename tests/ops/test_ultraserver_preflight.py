@@ -93,7 +93,7 @@ def test_a_local_zone_the_config_does_not_list_fails():
                                **data["gpu_node_groups"]["gb200"],
                                "availability_zone": "us-east-1-dfw-9a"}})
             if c[0] == "ultraserver zone"][0]
-    assert zone[1] == "fail" and zone[3].startswith(f"add {ZONE} to local_zones")
+    assert zone[1] == "fail" and zone[3].startswith(f"add {ZONE} at the end of local_zones")
 
 
 def test_non_ultraserver_groups_get_no_such_check():
