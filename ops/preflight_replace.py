@@ -159,6 +159,18 @@ def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
     if not moves:
         return Check(FSX_KEPT, subject, PASS,
                      f"{fs_id} stays: same AZ ({zone}) and {keys[customer_key]}")
+    on_purpose = (f"let the run's last save reach S3, delete {stack} (rlkit teardown removes it "
+                  "with the cluster), then deploy: the new file system reads the bucket again")
+    if customer_key and not cfg.storage.kms:
+        # The data stack deploys first and drops its key with storage.kms off, while this stack
+        # still imports the key's ARN: the update fails before anything is replaced.
+        data = names.stack_names(cfg.name)["data"]
+        return Check(
+            FSX_KEPT, subject, FAIL,
+            f"this config turns storage.kms off, but {fs_id} is encrypted with {data}'s key, whose "
+            f"ARN {stack} imports: {data} deploys first and cannot remove that export while "
+            f"{stack} uses it, so the deploy fails",
+            f"keep {' and '.join(keep)}; to drop the key on purpose, {on_purpose}")
     fate = ("deleted with everything on it (an ephemeral environment, or storage.retain: false)"
             if cfg.ephemeral or not cfg.storage.retain else
             "retained outside any stack, still billed, with the saves on it")
@@ -167,9 +179,7 @@ def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
         f"a deploy would replace {fs_id}: this config changes {' and '.join(moves)}, which a file "
         f"system cannot change in place; CloudFormation would create a new, empty one, and {fs_id} "
         f"would be {fate}",
-        f"keep {' and '.join(keep)}; to move it on purpose, let the run's last save reach S3, "
-        f"delete {stack} (rlkit teardown removes it with the cluster), then deploy: the new file "
-        "system reads the bucket again")
+        f"keep {' and '.join(keep)}; to move it on purpose, {on_purpose}")
 
 
 def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: str,

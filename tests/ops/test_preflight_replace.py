@@ -112,6 +112,19 @@ def test_switching_kms_would_replace_it_and_an_ephemeral_one_is_deleted():
     assert preflight_replace.check_fsx_kept(deployed(key_manager="CUSTOMER"), cfg).status == PASS
 
 
+def test_turning_kms_off_fails_on_the_key_export_the_storage_stack_imports():
+    """Before: the check said CloudFormation would create a new file system; the data stack
+    deploys first, and removing its key fails while the storage stack imports the key's ARN."""
+    check = preflight_replace.check_fsx_kept(deployed(key_manager="CUSTOMER"), config())
+    assert check.status == FAIL
+    assert check.detail == (
+        f"this config turns storage.kms off, but {FS_ID} is encrypted with pf-data's key, whose "
+        "ARN pf-storage imports: pf-data deploys first and cannot remove that export while "
+        "pf-storage uses it, so the deploy fails")
+    assert check.fix.startswith("keep storage.kms: true; to drop the key on purpose, let the run's "
+                                "last save reach S3, delete pf-storage")
+
+
 def test_an_unreadable_file_system_warns_with_the_permissions():
     clients = deployed()
     fsx, stub = stubbed("fsx")
@@ -132,6 +145,9 @@ def test_what_the_check_compares_is_what_cloudformation_cannot_update(synth):
         [fs] = resources(synth(example).template("storage"), "AWS::FSx::FileSystem").values()
         assert len(fs["Properties"]["SubnetIds"]) == 1
         assert ("KmsKeyId" in fs["Properties"]) == kms == synth(example).config.storage.kms
+    [fs] = resources(synth("p5-2node").template("storage"), "AWS::FSx::FileSystem").values()
+    imported = fs["Properties"]["KmsKeyId"]["Fn::ImportValue"]
+    assert imported.startswith(f"{synth('p5-2node').config.name}-data:") and "DataKey" in imported
 
 
 # --- a GPU group's placement group ---------------------------------------------------------------
