@@ -85,6 +85,7 @@ from manifests.outputs import describe_stack_outputs
 from ops import artifacts, chart_crds
 from ops.aws import AWS_ERRORS, AwsClients, describe_error
 from ops.check_result import Check
+from ops.preflight_nodegroups import check_system_nodes_kept, gpu_group_checks
 
 FSX_KEPT = "shared file system kept"
 PLACEMENT_GROUP_KEPT = "placement group kept"
@@ -519,17 +520,19 @@ def _version_crds(cfg: KitConfig, addon: HelmAddon, deployed: dict | None, stack
 
 
 def replacement_checks(clients: AwsClients, cfg: KitConfig) -> list[Check]:
-    """Every check here for one config (read-only)."""
+    """Every check here for one config (read-only), and those of ops.preflight_nodegroups."""
     checks = [check_admin_entries(clients, cfg), check_nfd_crds(clients, cfg),
               *check_chart_version_crds(clients, cfg),
               check_zone_order(clients, cfg),
               check_fsx_kept(clients, cfg) if has_shared_fs(cfg) else None,
               check_ami_release(clients, cfg, names.stack_names(cfg.name)["cluster"],
                                 "the system nodes",
-                                "moving the job submitter, the KubeRay operator and CoreDNS")]
+                                "moving the job submitter, the KubeRay operator and CoreDNS"),
+              check_system_nodes_kept(clients, cfg)]
     for name, group in cfg.gpu_node_groups.items():
         checks += [check_placement_group_kept(clients, cfg, name, group),
                    check_node_taints(clients, cfg, name),
                    check_ami_release(clients, cfg, names.gpu_stack_name(cfg.name, name),
-                                     f"GPU group {name}'s nodes", "under a running job")]
+                                     f"GPU group {name}'s nodes", "under a running job"),
+                   *gpu_group_checks(clients, cfg, name, group)]
     return [c for c in checks if c is not None]

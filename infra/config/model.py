@@ -97,7 +97,9 @@ class SystemNodesConfig(_Model):
         DEFAULT_SYSTEM_INSTANCE_TYPE,
         description="Instance type of the small non-GPU node group (job submitter, operators, "
         "CoreDNS): an x86_64 type without accelerators, one botocore's EC2 service model lists "
-        "(checked offline).",
+        "(checked offline). Changing it on a deployed cluster replaces the system node group (a "
+        "node group's instance types are create-only): the job submitter, the KubeRay operator "
+        "and CoreDNS move to new nodes (rlkit preflight warns).",
     )
     min_size: int = 2
     desired_size: int = 2
@@ -105,7 +107,8 @@ class SystemNodesConfig(_Model):
     root_volume_gib: int = Field(
         DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
         description="Root volume of each system node in GiB. KubeRay's job "
-        f"submitter pulls the trainer image here, which needs about {TRAINER_IMAGE_DISK_GIB} GiB.",
+        f"submitter pulls the trainer image here, which needs about {TRAINER_IMAGE_DISK_GIB} GiB. "
+        "Like instance_type, changing it on a deployed cluster replaces the system node group.",
     )
 
 
@@ -113,7 +116,9 @@ class CapacityConfig(_Model):
     type: Literal["on-demand", "capacity-block", "odcr"] = Field(
         "on-demand",
         description="on-demand; capacity-block (EC2 Capacity Blocks for ML); odcr (an On-Demand "
-        "Capacity Reservation).",
+        "Capacity Reservation). Switching a deployed group between capacity-block and the others "
+        "replaces its node group (the capacity type is create-only), and the run on its nodes "
+        "dies: rlkit preflight warns, or refuses while a Capacity Block group's nodes run.",
     )
     reservation_id: str | None = Field(
         None, description="Capacity reservation ID (cr-...), required for capacity-block and odcr."
@@ -147,9 +152,16 @@ class TaintConfig(_Model):
 
 
 class GpuNodeGroupConfig(_Model):
-    instance_type: str = Field(description="A GPU instance type from the kit's catalog.")
+    instance_type: str = Field(
+        description="A GPU instance type from the kit's catalog. On a deployed group, one of "
+        "another architecture (x86_64 vs arm64: another AMI type, create-only) replaces the node "
+        "group (rlkit preflight warns while it has nodes).")
     availability_zone: str = Field(
-        description="The one AZ this group lives in (EFA traffic must stay in one AZ)."
+        description="The one AZ this group lives in (EFA traffic must stay in one AZ). Changing "
+        "it on a deployed group replaces the node group (its subnets are create-only), and the run "
+        "on its nodes dies: rlkit preflight warns while the group has nodes, and refuses while "
+        "they hold a cluster placement group the deploy keeps (one lies in a single AZ, so the "
+        "new group's nodes could not launch)."
     )
     min_size: int = 0
     desired_size: int = 2
@@ -173,7 +185,10 @@ class GpuNodeGroupConfig(_Model):
         "unless the group is a Capacity Block) makes such an update fail while the job runs, "
         "and the deploy rolls back.",
     )
-    root_volume_gib: int = Field(200, description="Encrypted gp3 root volume size in GiB.")
+    root_volume_gib: int = Field(
+        200, description="Encrypted gp3 root volume size in GiB. Changing it on a deployed group "
+        "gives its launch template a new version, and EKS replaces every node of the group in a "
+        "rolling update (see force_update; rlkit preflight warns while the group has nodes).")
     labels: dict[str, str] = Field(
         default_factory=dict, description="Extra Kubernetes node labels."
     )
@@ -297,7 +312,8 @@ class CostGuardConfig(_Model):
     )
     ttl_hours: int | None = Field(
         None, description="Time-to-live tag put on every resource; required when ephemeral. Like "
-        "`tags`, changing it on a deployed environment replaces the placement groups."
+        "`tags`, changing it on a deployed environment rolls every GPU group's nodes and replaces "
+        "the placement groups the kit made."
     )
 
 
@@ -559,8 +575,11 @@ class KitConfig(_Model):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     tags: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra tags on every resource. A GPU group's placement group cannot change its "
-        "tags in place: changing them replaces it and rolls the group's nodes (rlkit preflight warns).")
+        description="Extra tags on every resource. A GPU group's nodes get them from its launch "
+        "template, so changing them on a deployed environment gives it a new version and EKS "
+        "replaces every node of each GPU group in a rolling update (see force_update); a placement "
+        "group the kit made is replaced too (its tags are create-only). rlkit preflight warns "
+        "(refuses for a Capacity Block group whose nodes run).")
 
     @model_validator(mode="before")
     @classmethod

@@ -14,7 +14,7 @@ import pytest
 from infra.config import parse_config
 from infra.config.derived import PRIVATE_SUBNET_BITS, chart_values, resource_tags
 from infra.problems import FAIL, PASS, WARN
-from ops import preflight_replace
+from ops import preflight_nodegroups, preflight_replace
 from ops.aws import AwsClients
 from tests.support.cdk import resources
 from tests.support.preflight import stubbed
@@ -486,17 +486,27 @@ def test_every_node_group_is_checked_when_a_release_is_named():
     """The system group (cluster stack) and each GPU group: each stack not deployed here."""
     cfn, stub = stubbed("cloudformation")
     cfg = config(node_ami_release_version=RELEASE)
-    # the cluster template twice: admin entries, then the add-ons' chart versions
+    # the cluster template three times: admin entries, the add-ons' chart versions, the system
+    # node group (ops.preflight_nodegroups); the GPU stack's last for its node group's checks
     for operation, stack in (("get_template", "pf-cluster"), ("get_template", "pf-cluster"),
-                             ("get_template", "pf-network"),
+                             ("get_template", "pf-network"), ("describe_stacks", "pf-storage"),
                              ("describe_stack_resources", "pf-cluster"),
+                             ("get_template", "pf-cluster"),
                              ("describe_stack_resources", "pf-gpu-p5"),
-                             ("get_template", "pf-gpu-p5"), ("describe_stack_resources", "pf-gpu-p5")):
+                             ("get_template", "pf-gpu-p5"), ("describe_stack_resources", "pf-gpu-p5"),
+                             ("get_template", "pf-gpu-p5")):
         stack_answer(stub, operation, stack, {}, f"Stack with id {stack} does not exist")
     stub.activate()
     checks = preflight_replace.replacement_checks(AwsClients(cloudformation=cfn), cfg)
+    stub.assert_no_pending_responses()
     assert [c.subject for c in checks if c.name == preflight_replace.AMI_RELEASE] == [
         "node_ami_release_version (pf-cluster)", "node_ami_release_version (pf-gpu-p5)"]
+    # every stack answered "not deployed": a warning would be a call nobody stubbed
+    assert {c.status for c in checks} == {PASS}
+    assert [(c.name, c.subject) for c in checks if c.name in (
+        preflight_nodegroups.NODEGROUP_KEPT, preflight_nodegroups.NODE_ROLL)] == [
+        (preflight_nodegroups.NODEGROUP_KEPT, "system_nodes (pf-cluster)"),
+        (preflight_nodegroups.NODE_ROLL, "gpu_node_groups.p5 (pf-gpu-p5)")]
 
 
 # --- CRDs a Helm release gains on a later deploy -------------------------------------------------

@@ -33,7 +33,8 @@ ROWS = {
     "teardown": ["ops/teardown.py", "ops/teardown_cmd.py"],
     "preflight": ["ops/preflight.py", "ops/preflight_cmd.py", "ops/preflight_replace.py",
                   "ops/preflight_services.py", "ops/ultraserver_preflight.py",
-                  "ops/reservations.py", "ops/preflight_vpc.py", "ops/preflight_reservation.py"],
+                  "ops/reservations.py", "ops/preflight_vpc.py", "ops/preflight_reservation.py",
+                  "ops/preflight_nodegroups.py"],
 }
 
 
