@@ -30,7 +30,6 @@ passes before its stack is deployed and warns when what it needs cannot be read.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +40,7 @@ from infra.config.derived import resource_tags
 from infra.problems import FAIL, PASS, WARN
 from ops.aws import AWS_ERRORS, AwsClients, describe_error
 from ops.check_result import Check
+from ops.deployed import deployed_template, tag_changes
 
 NODE_ROLL = "GPU node roll"
 NODEGROUP_KEPT = "node group kept"
@@ -51,21 +51,6 @@ _ROLL_PERMISSIONS = ("cloudformation:GetTemplate, cloudformation:DescribeStackRe
                      "eks:DescribeNodegroup and ec2:DescribeSubnets")
 
 
-def _read_template(clients: AwsClients, check: str, subject: str, stack: str) -> dict | Check:
-    """The deployed template of ``stack``; or the verdict that ends the check: a pass when the
-    stack is not deployed, a warning when it cannot be read."""
-    try:
-        body = clients.cloudformation.get_template(StackName=stack)["TemplateBody"]
-    except AWS_ERRORS as err:
-        if "does not exist" in describe_error(err):
-            return Check(check, subject, PASS,
-                         f"{stack} is not deployed: the first deploy creates the node group")
-        return Check(check, subject, WARN, f"could not read {stack}: {describe_error(err)}",
-                     "allow cloudformation:GetTemplate, then run preflight again")
-    # botocore parses a JSON template body itself; a stubbed answer may be the string
-    return body if isinstance(body, dict) else json.loads(body)
-
-
 def _properties(template: dict, resource_type: str) -> list[dict]:
     return [r.get("Properties") or {} for r in template.get("Resources", {}).values()
             if r.get("Type") == resource_type]
@@ -73,12 +58,6 @@ def _properties(template: dict, resource_type: str) -> list[dict]:
 
 def _tag_dict(tags: Any) -> dict[str, str]:
     return {t.get("Key"): t.get("Value") for t in tags or [] if isinstance(t, dict)}
-
-
-def _changes(deployed: dict[str, str], wanted: dict[str, str]) -> str:
-    return "; ".join(sorted(f"{k}: {deployed.get(k, '(none)')} -> {wanted.get(k, '(none)')}"
-                            for k in deployed.keys() | wanted.keys()
-                            if deployed.get(k) != wanted.get(k)))
 
 
 @dataclass(frozen=True)
@@ -120,7 +99,7 @@ def gpu_group_checks(clients: AwsClients, cfg: KitConfig, group_name: str,
         return []
     stack = names.gpu_stack_name(cfg.name, group_name)
     subject = f"gpu_node_groups.{group_name} ({stack})"
-    template = _read_template(clients, NODE_ROLL, subject, stack)
+    template = deployed_template(clients, NODE_ROLL, subject, stack, "the node group")
     if isinstance(template, Check):
         return [template]
     running = _running_group(clients, NODE_ROLL, subject, stack)
@@ -147,7 +126,7 @@ def check_launch_template_roll(cfg: KitConfig, group_name: str, group: GpuNodeGr
         deployed = _tag_dict(specs[0].get("Tags")) if specs else {}
         wanted = {**resource_tags(cfg), names.NODE_GROUP_TAG: group_name}
         if deployed != wanted:
-            changes.append(f"instance tags {_changes(deployed, wanted)}")
+            changes.append(f"instance tags {tag_changes(deployed, wanted)}")
             keep.append("tags and cost_guard.ttl_hours")
     volumes = [m.get("Ebs", {}).get("VolumeSize") for m in data.get("BlockDeviceMappings") or []
                if m.get("DeviceName") == "/dev/xvda"]
@@ -242,7 +221,7 @@ def check_system_nodes_kept(clients: AwsClients, cfg: KitConfig) -> Check:
     create-only)?"""
     stack = names.stack_names(cfg.name)["cluster"]
     subject = f"system_nodes ({stack})"
-    template = _read_template(clients, NODEGROUP_KEPT, subject, stack)
+    template = deployed_template(clients, NODEGROUP_KEPT, subject, stack, "the node group")
     if isinstance(template, Check):
         return template
     groups = _properties(template, "AWS::EKS::Nodegroup")  # the cluster stack's one: the system group

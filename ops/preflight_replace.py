@@ -65,7 +65,7 @@ import json
 import re
 import tarfile
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import yaml
 
@@ -85,6 +85,7 @@ from manifests.outputs import describe_stack_outputs
 from ops import artifacts, chart_crds
 from ops.aws import AWS_ERRORS, AwsClients, describe_error
 from ops.check_result import Check
+from ops.deployed import deployed_template, read_stack, tag_changes
 from ops.preflight_nodegroups import check_system_nodes_kept, gpu_group_checks
 
 FSX_KEPT = "shared file system kept"
@@ -104,21 +105,6 @@ _LOCAL_ZONE_SUBNET_ID = re.compile(r"LocalZone(\d+)Subnet[0-9A-F]{8}$")
 # CloudFormation's spelling of a taint effect (AWS::EKS::Nodegroup Taint) -> Kubernetes'.
 _EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
             "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
-T = TypeVar("T")
-
-
-def _read_stack(check: str, subject: str, stack: str, read: Callable[[], T], creates: str,
-                permission: str) -> T | Check:
-    """``read()`` of a deployed stack, or the verdict that ends the check: a pass when the stack
-    is not deployed (its first deploy creates ``creates``), a warning when it cannot be read."""
-    try:
-        return read()
-    except AWS_ERRORS as err:
-        if "does not exist" in describe_error(err):
-            return Check(check, subject, PASS,
-                         f"{stack} is not deployed: the first deploy creates {creates}")
-        return Check(check, subject, WARN, f"could not read {stack}: {describe_error(err)}",
-                     f"allow {permission}, then run preflight again before deploying {stack}")
 
 
 def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
@@ -127,7 +113,7 @@ def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
     stack = names.stack_names(cfg.name)["storage"]
     zone = shared_fs_availability_zone(cfg)
     subject = f"{stack} (storage.shared_filesystem)"
-    outputs = _read_stack(FSX_KEPT, subject, stack,
+    outputs = read_stack(FSX_KEPT, subject, stack,
                           lambda: describe_stack_outputs(clients.cloudformation, stack),
                           f"the file system in {zone}", "cloudformation:DescribeStacks")
     if isinstance(outputs, Check):
@@ -211,12 +197,10 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
     wanted = resource_tags(cfg)
     if deployed == wanted:
         return Check(PLACEMENT_GROUP_KEPT, subject, PASS, f"placement group {pg} keeps its tags")
-    changes = sorted(f"{k}: {deployed.get(k, '(none)')} -> {wanted.get(k, '(none)')}"
-                     for k in deployed.keys() | wanted.keys() if deployed.get(k) != wanted.get(k))
     return Check(
         PLACEMENT_GROUP_KEPT, subject, WARN,
         f"a deploy would replace placement group {pg} (its tags cannot change in place: "
-        f"{'; '.join(changes)}), and EKS then replaces every node of the group in a rolling update",
+        f"{tag_changes(deployed, wanted)}), and EKS then replaces every node of the group in a rolling update",
         "deploy when no job runs on the group (rlkit status), or keep the tags and "
         "cost_guard.ttl_hours as they were")
 
@@ -224,20 +208,10 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
 def _stack_resources(clients: AwsClients, check: str, subject: str, stack: str,
                      creates: str) -> list[dict] | Check:
     """The deployed resources of ``stack``, or the verdict that ends the check (``_read_stack``)."""
-    return _read_stack(check, subject, stack,
+    return read_stack(check, subject, stack,
                        lambda: clients.cloudformation.describe_stack_resources(StackName=stack)[
                            "StackResources"],
                        creates, "cloudformation:DescribeStackResources")
-
-
-def _deployed_template(clients: AwsClients, check: str, subject: str, stack: str,
-                       creates: str) -> dict | Check:
-    """The deployed template of ``stack``, or the verdict that ends the check (``_read_stack``)."""
-    body = _read_stack(check, subject, stack,
-                       lambda: clients.cloudformation.get_template(StackName=stack)["TemplateBody"],
-                       creates, "cloudformation:GetTemplate")
-    # botocore parses a JSON template body itself; a stubbed answer may be the string
-    return body if isinstance(body, (dict, Check)) else json.loads(body)
 
 
 def _numbered(clients: AwsClients, check: str, subject: str, stack: str, creates: str,
@@ -245,7 +219,7 @@ def _numbered(clients: AwsClients, check: str, subject: str, stack: str, creates
     """In the deployed template of ``stack``: number (``logical_id``'s group 1) -> ``prop`` of
     each ``resource_type`` resource whose logical ID matches; or the verdict that ends the check
     (``_read_stack``)."""
-    template = _deployed_template(clients, check, subject, stack, creates)
+    template = deployed_template(clients, check, subject, stack, creates)
     if isinstance(template, Check):
         return template
     return _numbered_in(template, resource_type, logical_id, prop)
@@ -293,7 +267,7 @@ def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
         return None
     stack = names.stack_names(cfg.name)["network"]
     subject = f"availability_zones ({stack})"
-    template = _deployed_template(clients, ZONE_ORDER, subject, stack, "the subnets")
+    template = deployed_template(clients, ZONE_ORDER, subject, stack, "the subnets")
     if isinstance(template, Check):
         return template
     numbered = _numbered_in(template, "AWS::EC2::Subnet", _PRIVATE_SUBNET_ID, "AvailabilityZone")
@@ -338,7 +312,7 @@ def check_node_taints(clients: AwsClients, cfg: KitConfig, group_name: str) -> C
     """Would a deploy add a taint to the running nodes of GPU group ``group_name``?"""
     stack = names.gpu_stack_name(cfg.name, group_name)
     subject = f"gpu_node_groups.{group_name} ({stack})"
-    template = _deployed_template(clients, NODE_TAINTS, subject, stack, "the node group")
+    template = deployed_template(clients, NODE_TAINTS, subject, stack, "the node group")
     if isinstance(template, Check):
         return template
     deployed = {(t.get("Key"), _EFFECTS.get(t.get("Effect"), t.get("Effect")))
@@ -417,7 +391,7 @@ def check_nfd_crds(clients: AwsClients, cfg: KitConfig) -> Check | None:
     addon = nvidia_device_plugin.ADDON
     stack = names.stack_names(cfg.name)["cluster"]
     subject = f"{addon.key} ({stack})"
-    template = _deployed_template(clients, CHART_CRDS, subject, stack, "the release with its CRDs")
+    template = deployed_template(clients, CHART_CRDS, subject, stack, "the release with its CRDs")
     if isinstance(template, Check):
         return template
     values = [r.get("Properties", {}).get("Values") for r in template.get("Resources", {}).values()
@@ -458,7 +432,7 @@ def check_chart_version_crds(clients: AwsClients, cfg: KitConfig,
     stack = names.stack_names(cfg.name)["cluster"]
     if not addons:
         return []
-    template = _deployed_template(clients, CHART_CRDS, f"addons ({stack})", stack,
+    template = deployed_template(clients, CHART_CRDS, f"addons ({stack})", stack,
                                   "the releases with their CRDs")
     if isinstance(template, Check):
         return [template]

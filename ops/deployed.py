@@ -1,0 +1,45 @@
+"""Reading what a deployed stack holds, for the preflight checks that compare it with the config:
+each read returns the value, or the verdict that ends the check (a pass when the stack is not
+deployed yet, a warning naming the permission when it cannot be read)."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, TypeVar
+
+from infra.problems import PASS, WARN
+from ops.aws import AWS_ERRORS, AwsClients, describe_error
+from ops.check_result import Check
+
+T = TypeVar("T")
+
+
+def read_stack(check: str, subject: str, stack: str, read: Callable[[], T], creates: str,
+               permission: str) -> T | Check:
+    """``read()`` of a deployed stack, or the verdict that ends the check: a pass when the stack
+    is not deployed (its first deploy creates ``creates``), a warning when it cannot be read."""
+    try:
+        return read()
+    except AWS_ERRORS as err:
+        if "does not exist" in describe_error(err):
+            return Check(check, subject, PASS,
+                         f"{stack} is not deployed: the first deploy creates {creates}")
+        return Check(check, subject, WARN, f"could not read {stack}: {describe_error(err)}",
+                     f"allow {permission}, then run preflight again before deploying {stack}")
+
+
+def deployed_template(clients: AwsClients, check: str, subject: str, stack: str,
+                      creates: str) -> dict | Check:
+    """The deployed template of ``stack``, or the verdict that ends the check (``read_stack``)."""
+    body = read_stack(check, subject, stack,
+                      lambda: clients.cloudformation.get_template(StackName=stack)["TemplateBody"],
+                      creates, "cloudformation:GetTemplate")
+    # botocore parses a JSON template body itself; a stubbed answer may be the string
+    return body if isinstance(body, (dict, Check)) else json.loads(body)
+
+
+def tag_changes(deployed: dict[str, str], wanted: dict[str, str]) -> str:
+    """``key: old -> new`` for each tag that differs, sorted, joined with "; "."""
+    return "; ".join(sorted(f"{k}: {deployed.get(k, '(none)')} -> {wanted.get(k, '(none)')}"
+                            for k in deployed.keys() | wanted.keys()
+                            if deployed.get(k) != wanted.get(k)))
