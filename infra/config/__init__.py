@@ -9,6 +9,7 @@ nothing above it (not the planner, manifests or ops).
 Modules, by concern:
 
 - ``model``: the sections and ``KitConfig`` (types, defaults, the JSON schema's descriptions);
+- ``training_model``: the ``training`` section's models;
 - ``addons``: the ``addons`` section;
 - ``rules`` / ``values``: semantic rules (``validate``) and rules on plain values;
 - ``trainer``: the trainer's contract as the config sees it (EP backends, run-config check);
@@ -52,23 +53,25 @@ from infra.config.model import (
     CostGuardConfig,
     EndpointAccessConfig,
     ExistingVpc,
-    ExpertParallelConfig,
     GpuNodeGroupConfig,
-    GrpoConfig,
     ImageBuildConfig,
     KitConfig,
     NodeHealthConfig,
     ObservabilityConfig,
-    ParallelConfig,
-    RolloutConfig,
     SharedFileSystemConfig,
     StorageConfig,
     SystemNodesConfig,
     TaintConfig,
-    TrainingConfig,
     VpcConfig,
 )
 from infra.config.rules import MAX_BACKOFF_LIMIT, validate
+from infra.config.training_model import (
+    ExpertParallelConfig,
+    GrpoConfig,
+    ParallelConfig,
+    RolloutConfig,
+    TrainingConfig,
+)
 from infra.config.run_config import CHECKPOINT_SAVE_INTERVAL, run_config_document
 from infra.config.trainer import (
     EP_BACKENDS,

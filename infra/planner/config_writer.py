@@ -24,7 +24,7 @@ from infra.config import (
     training_ep_backend_problems,
 )
 from infra.catalog.models import MODEL_CATALOG
-from infra.config.model import TrainingConfig, model_hf_checkpoint
+from infra.config.training_model import TrainingConfig, model_hf_checkpoint
 from infra.planner.errors import PlannerError
 from infra.planner.layout import INTERLEAVING_RULE
 from infra.planner.search import Candidate

@@ -76,7 +76,7 @@ def test_the_kit_configs_choices_are_the_trainers():
     leaves a default out of run.yaml)."""
     import typing
 
-    from infra.config.model import ParallelConfig, RolloutConfig
+    from infra.config.training_model import ParallelConfig, RolloutConfig
     from rltrainer.contract import schema
 
     for model, key, values, trainer_default in (

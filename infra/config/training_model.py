@@ -1,0 +1,193 @@
+"""The ``training`` section of the config: parallelism, rollout, GRPO, checkpoints and the run's
+estimates (types, defaults and the JSON schema's descriptions; ``infra.config.model`` holds the
+rest of ``KitConfig``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from infra import names
+from infra.catalog.models import MODEL_CATALOG
+from infra.config.base import Number, _Model
+from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_RM_TYPE
+
+
+class ParallelConfig(_Model):
+    tp: int = Field(4, description="Tensor parallel size.")
+    pp: int = Field(1, description="Pipeline parallel size, at most the model's layers. One that "
+                    "does not divide them runs an uneven split: the launcher passes "
+                    "--decoder-first/last-pipeline-num-layers (rltrainer.contract.pipeline_split).")
+    cp: int = Field(1, description="Context parallel size.")
+    ep: int = Field(8, description="Expert parallel size.")
+    etp: int = Field(1, description="Expert tensor parallel size.")
+    vpp: int | None = Field(None, description="Virtual pipeline stages per rank: null (or 1). "
+                            "The launcher runs no interleaved pipeline yet (the trainer's run "
+                            "config has no virtual-pipeline size), so more is refused.")
+    optimizer_cpu_offload: bool = Field(
+        False, description="Keep Adam's state and step on the CPU (Miles' --optimizer-cpu-offload with "
+        "--overlap-cpu-optimizer-d2h-h2d and --use-precision-aware-optimizer), for memory-tight H100 "
+        "layouts; Miles' Qwen3 MoE H100 recipes use it, its Blackwell ones do not.")
+    recompute: Literal["none", "selective", "full"] = Field(
+        "full", description="Activation recompute the launcher asks Megatron for: none; selective "
+        "(layer norms, the MoE activation and, with multi-latent attention, its up-projections); "
+        "full (every layer, one at a time). rlkit plan --write-config writes the one its memory and "
+        "step-time estimates assumed. model.megatron_args choosing a granularity take precedence.")
+
+
+class RolloutConfig(_Model):
+    gpus_per_engine: int = Field(8, description=(
+        "GPUs per SGLang rollout engine (its tensor-parallel size): must fit the model's attention "
+        "heads, i.e. divide them and divide or be a multiple of the KV heads (SGLang 0.5.16 "
+        "qwen3_moe.py:458-468; rltrainer.contract.heads)."))
+    ep: int = Field(8, description="Expert parallel size inside a rollout engine.")
+    placement: Literal["colocated", "disaggregated"] = Field(
+        "colocated",
+        description="Where the SGLang engines run. colocated: on the training GPUs, taking turns "
+        "with training (Miles --colocate). disaggregated: on rollout.nodes of the run's "
+        "training.nodes, apart from training (Miles --rollout-num-gpus); `rlkit plan --rl` ranks "
+        "both.",
+    )
+    nodes: int | None = Field(
+        None,
+        description="With placement disaggregated: how many of the run's training.nodes generate "
+        "(the rollout pool); the other training.nodes - nodes train. Unset when colocated.",
+    )
+    overlap: Literal["none", "batch", "stream"] = Field(
+        "none",
+        description="How generation overlaps training (disaggregated only). none: rollout, weight "
+        "sync and training in turn (Miles train.py). batch: the next rollout generates while this "
+        "one trains, weights pushed every off_policy_steps rollouts (train_async.py "
+        "--update-weights-interval). stream: the engines never drain, with in-flight weight "
+        "updates (train_async.py --fully-async --max-weight-staleness).",
+    )
+    off_policy_steps: int = Field(
+        0,
+        description="How many optimizer steps generation may run ahead of training: 0 with "
+        "overlap none (on-policy), at least 1 with batch or stream.",
+    )
+
+
+
+class ExpertParallelConfig(_Model):
+    backend: str = Field(
+        "nccl",
+        description="Expert-parallel all-to-all: nccl (plain NCCL all-to-all), deepep-nvshmem "
+        "(DeepEP over NVSHMEM/libfabric) or deepep-gin (DeepEP V2 over NCCL GIN).",
+    )
+    gin_mode: Literal["gpu", "proxy"] | None = Field(
+        None,
+        description="deepep-gin only: gpu (GPU-initiated, p5en/p6 only) or proxy (CPU proxy). "
+        "Default: gpu where supported, else proxy.",
+    )
+
+
+class GrpoConfig(_Model):
+    num_rollout: int = 1000
+    rollout_batch_size: int = 32
+    n_samples_per_prompt: int = 8
+    global_batch_size: int = 256
+    num_steps_per_rollout: int = 1
+    rollout_max_response_len: int = 8192
+    rollout_temperature: Number = 1.0
+    lr: Number = 1.0e-6
+    kl_loss_coef: Number = 0.0
+    eps_clip: Number = 0.2
+
+
+class CheckpointConfig(_Model):
+    keep_local: int = Field(
+        DEFAULT_KEEP_LOCAL,
+        description="Finished saves the launcher keeps on the shared file system; older ones are "
+        "deleted once S3 holds them complete (never the newest complete one, never the one "
+        "resumed from). The file system is sized for the reference weights plus keep_local + 1 "
+        "saves (the kept ones and the one being written); at least 1.",
+    )
+    keep_s3: int = Field(
+        DEFAULT_KEEP_S3,
+        description="Complete saves the launcher keeps in S3 (the newest ones); older ones are "
+        "deleted there, manifest first (never one still on the shared file system, never the one "
+        "resumed from). 0 keeps every save. On the versioned bucket every version of a deleted "
+        "save goes with it, so its storage is freed at once (not after "
+        "storage.noncurrent_version_days).",
+    )
+
+
+def model_hf_checkpoint(model_key: str) -> str | None:
+    """Where the kit keeps catalog model ``model_key``'s Hugging Face weights: the repository's
+    name under the shared file system's models folder (``/fsx/models/Qwen3-30B-A3B``, which shows
+    ``s3://<bucket>/models/Qwen3-30B-A3B/``). None for a model the catalog does not know."""
+    model = MODEL_CATALOG.get(model_key)
+    repo = model.hf_repo if model is not None else None
+    return f"{names.SHARED_FS_MODELS_DIR}/{repo.split('/')[1]}" if repo else None
+
+
+class TrainingConfig(_Model):
+    run_name: str = Field("qwen3-30b-a3b-grpo", description="Name of the RL run (DNS label).")
+    model: str = Field("qwen3-30b-a3b", description="A model of the kit's catalog "
+                       f"(infra/catalog/models.py): {', '.join(MODEL_CATALOG)}.")
+    hf_checkpoint: str = Field(
+        model_hf_checkpoint("qwen3-30b-a3b"),  # the default model's
+        description="Hugging Face weights: a path every pod sees (under "
+        f"{names.SHARED_FS_MODELS_DIR}, which shows the bucket's {names.MODELS_PREFIX} prefix), a "
+        "path in the image, or s3://."
+    )
+    prompt_data: str = Field(
+        "datasets/dapo-math-17k.jsonl",
+        description="Prompt data: a key under the data bucket, an s3:// URI or a local path. JSON "
+        "lines, one prompt per line: `prompt` (the question; a chat template is applied) and "
+        "`label` (the reference answer the reward model compares with); see images/trainer/README.md.",
+    )
+    reward_model: str = Field(
+        DEFAULT_RM_TYPE,
+        description="Miles' rule-based reward (--rm-type) for the prompt data: deepscaler for DAPO "
+        "math (dapo-math-17k, Miles' own recipe), or dapo, math, gemma_math, f1, gpqa, ifbench "
+        "(a boxed_ prefix scores only the \\boxed{} answer).",
+    )
+    node_group: str = Field("p5", description="The GPU node group the job runs on.")
+    nodes: int = Field(2, description="GPU nodes (Ray workers) the job uses.")
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    expert_parallel: ExpertParallelConfig = Field(default_factory=ExpertParallelConfig)
+    grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    checkpoint: CheckpointConfig = Field(
+        default_factory=CheckpointConfig,
+        description="What the launcher keeps of the run's saves on the shared file system and in "
+        "S3 (by default every complete save stays in S3).",
+    )
+    image: str | None = Field(
+        None, description="Trainer image reference, pinned by digest (<repository>@sha256:...) or "
+        "with a version tag; not latest and not untagged (the pods pull IfNotPresent, so a moving "
+        "tag could run two images in one job). Default: the data stack's ECR repository at "
+        "image_tag."
+    )
+    image_tag: str = Field(
+        "0.1.0", description="Version tag of the trainer image in the ECR repository (tags are "
+        "immutable there, so use a version, not latest): letters, digits, _ . -, not starting "
+        "with . or -. Each expert-parallel backend is its own build, pushed as "
+        "<image_tag>-<backend> (at most 128 characters); the manifests pull the one for "
+        "expert_parallel.backend."
+    )
+    extra_env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for trainer pods."
+    )
+    backoff_limit: int = Field(
+        2, description="Times KubeRay retries the RL job after a failed attempt (a crash, a "
+        "worker node lost), each on a new Ray cluster that resumes from the last complete "
+        "checkpoint. KubeRay counts every failed attempt, whatever the exit code, but retries none "
+        "that failed because the Ray head stopped answering for 5 minutes (its node lost) or ran "
+        "past its deadline: rlkit status says so, and rlkit launch --replace resumes the run."
+    )
+    rollout_minutes: Number = Field(
+        10.0, description="Estimated wall time of one rollout (generation plus training step). On "
+        "a Capacity Block, `rlkit launch` refuses a run that cannot reach its first save before "
+        "the block ends, and the launcher asks for its last save this long plus "
+        "save_upload_minutes before EKS drains the nodes; the launcher replaces both estimates "
+        "with what it measures from the run's own saves."
+    )
+    save_upload_minutes: Number = Field(
+        35.0, description="Estimated time of one save plus its upload to S3 (a 400 GiB save "
+        "through a Ray head with 1.56 Gbps takes about 35 minutes). Used with rollout_minutes "
+        "on a Capacity Block."
+    )
