@@ -128,10 +128,13 @@ def _kubectl_failed(err: KubectlError, runner: GateRunner) -> int:
 def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
            console: Console, extra: list[Finding] | None = None, as_json: bool = False,
            root: Path | None = None, flag: str = "",
-           args: argparse.Namespace | None = None) -> int:
+           args: argparse.Namespace | None = None, baseline: bool = False) -> int:
+    """Record the verdict and print it. ``baseline``: a passing run updates its instance type's
+    baseline (bisection's bar) under ``root`` (--state-dir; None: the default state root, the one
+    ``load_baseline`` reads then). Saved logs judged with --logs-dir do not."""
     report.findings[:0] = extra or []
     path, doc = write_record(report, cfg.name, sdir, logs, _utc_now(), warn=plain(console))
-    if root is not None:  # a passing run updates its instance type's baseline (bisection's bar)
+    if baseline:
         update_baseline(root, doc)
     if as_json:  # the document gate.json holds; the verdict is also the exit code
         emit(args or argparse.Namespace(output="json"), doc)
@@ -325,7 +328,7 @@ def _run(args: argparse.Namespace) -> int:
             print(stopped, file=sys.stderr)
             return code
     return finish(report, cfg, sdir, logs, console, as_json=as_json, root=args.state_dir,
-                  flag=options.config_flag(args), args=args)
+                  flag=options.config_flag(args), args=args, baseline=True)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

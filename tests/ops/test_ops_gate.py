@@ -459,6 +459,28 @@ def test_gate_runs_each_job_in_order_and_records_a_pass(tmp_path, kubectl, capsy
     assert "Gate PASSED" in out
 
 
+def test_a_passing_gate_with_the_default_state_dir_writes_its_baseline(tmp_path, kubectl, capsys,
+                                                                          monkeypatch):
+    """No --state-dir: gate.json and the instance type's baseline both go to the default root
+    ($XDG_STATE_HOME/rlkit), where the next gate's bisection reads the baseline."""
+    from ops.gate.record import baseline_file, load_baseline
+    from tests.support.fakes import outputs_file
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    script_cluster(kubectl, "pass-p5-2node")
+    cfg = tmp_path / "gt.yaml"
+    cfg.write_text(CONFIG)
+    args = parse(["gate", "--config", str(cfg), "--outputs", str(outputs_file(tmp_path)),
+                  "--out", str(tmp_path / "out"), "--poll", "0", "--width", "250"])
+    assert args.state_dir is None
+    assert args.func(args) == 0, capsys.readouterr().out
+    root = tmp_path / "xdg" / "rlkit"
+    assert json.loads((root / "gt" / "gate.json").read_text())["ok"] is True
+    assert baseline_file(None, "p5.48xlarge") == root / ".baselines" / "p5.48xlarge.json"
+    figures = load_baseline(None, "p5.48xlarge")["figures"]
+    assert figures and all(name.startswith("all-reduce busbw") for name in figures)
+
+
 def test_gate_stops_after_a_failed_node_check(tmp_path, kubectl, capsys):
     script_cluster(kubectl, "missing-efa-p5-2node")
     code = run_gate(tmp_path)
