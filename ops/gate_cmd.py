@@ -11,6 +11,11 @@ passed).
 After the node check it also reads the GPU nodes (kubectl get nodes -o json) and compares each
 node's allocatable vpc.amazonaws.com/efa with what the pods request.
 
+Before anything is written or applied it looks for a run that holds the group's GPUs (a RayJob in
+the kit's namespace KubeRay is not done with, a pod asking for GPUs on the group's nodes): with
+one, the jobs would wait Pending until --timeout and record a FAIL, so it exits 2 naming it and
+leaves gate.json as it was.
+
 Ctrl-C deletes the job it applied, or prints exactly what is left and how to delete it. Before
 the first job, gate.json is set to "under way, not passed" (in_progress), so a gate cut short
 (Ctrl-C, a kubectl error, the process killed) leaves that, and `rlkit launch` refuses, saying the
@@ -68,7 +73,7 @@ from ops.gate import (
     write_record,
     write_started,
 )
-from ops.gate.nodes import find_bad, isolate, isolation_advice, rerun_remaining
+from ops.gate.nodes import find_bad, gpu_holders, isolate, isolation_advice, rerun_remaining
 from ops.gate.record import load_baseline, update_baseline
 from ops.gate.runner import GateInterrupted, GateRunner
 from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector,
@@ -162,6 +167,17 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
                   f"above, each with its fix. Recorded in {path}; `rlkit launch` refuses to start "
                   "until a gate passes (or --force).")
     return 1
+
+
+def busy_message(group: str, holders: list[str], fixes: list[str], timeout: float, state: Path,
+                 flag: str) -> str:
+    """Why the gate does not start while something else holds the node group's GPUs."""
+    return (f"error: the GPUs of gpu_node_groups.{group} are in use: {'; '.join(holders)}. The "
+            f"gate's jobs would wait Pending for them for up to {timeout:g} s each and then record "
+            f"a FAIL. Nothing was applied, and {state} is unchanged (`rlkit launch` still reads "
+            "the last gate's verdict). Fix: wait until it ends (`rlkit status"
+            f"{flag} --watch` follows the kit's RayJob), or, if you mean to stop it, run: "
+            f"{'; '.join(fixes)}. Then run `rlkit gate{flag}` again.")
 
 
 def run_compare(paths: list[Path], console: Console, as_json: bool = False) -> int:
@@ -263,6 +279,17 @@ def _run(args: argparse.Namespace) -> int:
          f"{backend}: {', '.join(k for k, _ in jobs)}")
     unfinished = ""  # what gate.json says when the run is cut short (a dry run writes nothing)
     if not args.dry_run:
+        # Before gate.json is touched or anything applied: a run that holds the group's GPUs
+        # would leave the gate's pods Pending until --timeout, a FAIL in place of the last PASS.
+        try:
+            holders, fixes = gpu_holders(kubectl, ctx.namespace, selector, {n for _, n in jobs})
+        except KubectlError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        if holders:
+            print(busy_message(t.node_group, holders, fixes, args.timeout, sdir / "gate.json",
+                               options.config_flag(args)), file=sys.stderr)
+            return 2
         # Until this run's verdict replaces it, gate.json says a gate is under way (not passed):
         # one cut short must not leave an earlier PASS for `rlkit launch` to trust.
         try:

@@ -15,10 +15,14 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from infra import names
+
 from ops.gate.bisect import find_bad_nodes, isolation_commands, subset_verdict
 from ops.gate.findings import FAIL, PASS, RECORDED, WARN, Finding, GateReport
 from ops.gate.traffic import pod_nodes
-from ops.kube import Kubectl
+from ops.kube import Kubectl, KubectlError
+from ops.launching import finished
+from ops.scheduling import quantity
 
 # Failed findings that a node can cause (bandwidth, time, traffic, a job that did not finish); a
 # transport or driver failure is the whole fabric's, and bisecting it would only repeat it.
@@ -110,6 +114,76 @@ def find_bad(report: GateReport, logs: dict[str, str], run_subset: Callable[[str
                                     "compare their EFA counters and nodecheck results; add a node "
                                     "and run `rlkit gate` again"))
     return findings
+
+
+# kubectl's answer when the RayJob CRD is not installed (no KubeRay yet): then no RayJob runs.
+_NO_RESOURCE_TYPE = "the server doesn't have a resource type"
+
+
+def _gpus(pod: dict) -> float:
+    """The GPUs a pod holds on its node: the largest of its containers' requests or limits of
+    nvidia.com/gpu (an extended resource's request equals its limit)."""
+    held = 0.0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        for part in ("limits", "requests"):
+            value = (res.get(part) or {}).get(names.GPU_RESOURCE)
+            if value is not None:
+                try:
+                    held = max(held, float(quantity(str(value))))
+                except ValueError:
+                    held = max(held, 1.0)  # unreadable, but it asks for GPUs
+    return held
+
+
+def gpu_holders(kubectl: Kubectl, namespace: str, selector: str,
+                own_jobs: set[str]) -> tuple[list[str], list[str]]:
+    """What holds, or waits for, this node group's GPUs before a gate runs: (descriptions, the
+    commands that would free them, for the user to choose). Each RayJob in the kit's
+    ``namespace`` that KubeRay is not done with (``ops.launching.finished``), and each pod that
+    is not done and asks for GPUs on a node matching ``selector`` (any namespace; the pods of
+    ``own_jobs``, the gate's own jobs, are left out: the gate deletes those before it applies
+    them; the pods of a listed RayJob's Ray cluster are not named twice). Three reads: rayjobs,
+    nodes, pods."""
+    found: list[str] = []
+    fixes: list[str] = []
+    try:
+        rayjobs = kubectl.get_json(["rayjobs", "-n", namespace]) or {}
+    except KubectlError as err:
+        if _NO_RESOURCE_TYPE not in err.message:
+            raise
+        rayjobs = {}
+    clusters = set()
+    for rj in rayjobs.get("items") or []:
+        if finished(rj):
+            continue
+        name = (rj.get("metadata") or {}).get("name", "?")
+        st = rj.get("status") or {}
+        if st.get("rayClusterName"):
+            clusters.add(st["rayClusterName"])
+        found.append(f"RayJob {name} in {namespace} (jobDeploymentStatus "
+                     f"{st.get('jobDeploymentStatus') or '-'}, jobStatus {st.get('jobStatus') or '-'})")
+        fixes.append(f"kubectl delete rayjob {name} -n {namespace}")
+    ours = environment_nodes(kubectl, selector)
+    if ours:
+        pods = kubectl.get_json(["pods", "-A", "--field-selector",
+                                 "status.phase!=Succeeded,status.phase!=Failed"]) or {}
+        for pod in pods.get("items") or []:
+            meta = pod.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            node = (pod.get("spec") or {}).get("nodeName")
+            gpus = _gpus(pod)
+            if node not in ours or not gpus or labels.get("ray.io/cluster") in clusters:
+                continue
+            if meta.get("namespace") == namespace and labels.get("job-name") in own_jobs:
+                continue
+            owner = next(iter(meta.get("ownerReferences") or []), None)
+            pns = meta.get("namespace", "?")
+            found.append(f"pod {pns}/{meta.get('name', '?')} on {node} ({gpus:g} GPU(s)"
+                         + (f", owned by {owner.get('kind')} {owner.get('name')})" if owner else ")"))
+            fixes.append(f"kubectl delete {owner.get('kind', '').lower()} {owner.get('name')} -n {pns}"
+                         if owner else f"kubectl delete pod {meta.get('name', '?')} -n {pns}")
+    return found, list(dict.fromkeys(fixes))
 
 
 def environment_nodes(kubectl: Kubectl, selector: str) -> set[str]:

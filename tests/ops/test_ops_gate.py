@@ -481,6 +481,74 @@ def test_a_passing_gate_with_the_default_state_dir_writes_its_baseline(tmp_path,
     assert figures and all(name.startswith("all-reduce busbw") for name in figures)
 
 
+def _gpu_pod(name, namespace, node, gpus="8", labels=None, owner=None):
+    pod = {"metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+           "spec": {"nodeName": node, "containers": [
+               {"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}} if gpus else {}}]},
+           "status": {"phase": "Running"}}
+    if owner:
+        pod["metadata"]["ownerReferences"] = [{"kind": owner[0], "name": owner[1]}]
+    return pod
+
+
+def test_a_gate_refuses_while_a_rayjob_holds_the_gpus_and_keeps_the_last_pass(tmp_path, kubectl, capsys):
+    """A RayJob runs on the group's nodes: the gate's pods would sit Pending until the deadline
+    and record a FAIL over the last PASS. It stops first, names the RayJob and leaves gate.json."""
+    from tests.support.fakes import rayjob, write_state
+
+    write_state(tmp_path, ok=True)
+    before = (tmp_path / ".rlkit/gt/gate.json").read_text()
+    script_cluster(kubectl, "pass-p5-2node")
+    done = json.loads(rayjob("SUCCEEDED", "Complete"))
+    done["metadata"]["name"] = "old-run"
+    kubectl.rule(["get", "rayjobs"], stdout=json.dumps({"items": [json.loads(rayjob()), done]}))
+    assert run_gate(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert (tmp_path / ".rlkit/gt/gate.json").read_text() == before
+    assert not [c for c in kubectl.calls if c[0] in ("apply", "delete")]
+    assert ("error: the GPUs of gpu_node_groups.p5 are in use: RayJob qwen3-30b-a3b-grpo in "
+            "rl-training (jobDeploymentStatus Running, jobStatus RUNNING). The gate's jobs would "
+            "wait Pending for them for up to ") in err
+    assert f"Nothing was applied, and {tmp_path / '.rlkit/gt/gate.json'} is unchanged" in err
+    assert f"`rlkit status --config {tmp_path / 'gt.yaml'} --watch`" in err
+    assert "run: kubectl delete rayjob qwen3-30b-a3b-grpo -n rl-training." in err
+    assert "old-run" not in err  # KubeRay is done with it
+
+
+def test_a_gate_refuses_while_other_pods_hold_the_groups_gpus(tmp_path, kubectl, capsys):
+    script_cluster(kubectl, "pass-p5-2node")
+    on, off = "ip-10-0-1-10.ec2.internal", "ip-10-0-1-99.ec2.internal"
+    harmless = [
+        # the gate's own job of an earlier run: the gate deletes it before it applies it
+        _gpu_pod("fabric-p5-allreduce-0-x", "rl-training", on,
+                 labels={"job-name": "fabric-p5-allreduce"}),
+        _gpu_pod("other-0", "team", off),  # another node
+        _gpu_pod("agent", "kube-system", on, gpus=None),  # holds no GPU
+    ]
+    kubectl.rule(["get", "pods", "-A"], stdout=json.dumps({"items": harmless}))
+    assert run_gate(tmp_path) == 0, capsys.readouterr().out
+    pods_call = next(c for c in kubectl.calls if c[:3] == ["get", "pods", "-A"])
+    assert "status.phase!=Succeeded,status.phase!=Failed" in pods_call
+
+    capsys.readouterr()
+    kubectl.rules.pop()
+    kubectl.rule(["get", "pods", "-A"], stdout=json.dumps({"items": harmless + [
+        _gpu_pod("train-0", "team", on, gpus="4", owner=("Job", "train"))]}))
+    assert run_gate(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert ("are in use: pod team/train-0 on ip-10-0-1-10.ec2.internal (4 GPU(s), owned by Job "
+            "train).") in err
+    assert "run: kubectl delete job train -n team." in err
+    assert "fabric-p5-allreduce" not in err and "other-0" not in err
+
+
+def test_a_gate_runs_where_kuberay_is_not_installed(tmp_path, kubectl, capsys):
+    script_cluster(kubectl, "pass-p5-2node")
+    kubectl.rule(["get", "rayjobs"], rc=1,
+                 stderr='error: the server doesn\'t have a resource type "rayjobs"\n')
+    assert run_gate(tmp_path) == 0, capsys.readouterr()
+
+
 def test_gate_stops_after_a_failed_node_check(tmp_path, kubectl, capsys):
     script_cluster(kubectl, "missing-efa-p5-2node")
     code = run_gate(tmp_path)
