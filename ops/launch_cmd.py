@@ -4,7 +4,7 @@ launch renders the manifests (RayJob and its run config) and applies them with k
 refuses when the last fabric gate of this config failed, did not finish (cut short before its
 verdict), or when none ran, or when the training
 group now has a schedulable node the gate did not measure (by EC2 instance ID) or fewer measured
-nodes than the job needs, or when the image it would run for the chosen EP backend is not the
+nodes than the job needs (cordoned, NotReady and unreachable nodes do not count; it names them), or when the image it would run for the chosen EP backend is not the
 one the gate measured for it (gate.json records it; an image built since is a fabric stack the gate
 never ran), unless --force;
 --dry-run always previews and says whether, and why, the real run would refuse. On a Capacity

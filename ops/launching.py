@@ -50,11 +50,37 @@ def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path,
     return None
 
 
+# The taints the node lifecycle controller puts on a node whose Ready condition is False
+# (not-ready) or Unknown (unreachable: its kubelet stopped posting status) [k8s.io/api
+# core/v1/well_known_taints.go, TaintNodeNotReady and TaintNodeUnreachable].
+DOWN_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def not_schedulable(node: dict[str, Any]) -> str | None:
+    """Why a job's pod cannot start on ``node`` now (None: it can): cordoned (``--isolate`` does
+    this), its Ready condition not True (or none reported), or a not-ready/unreachable taint."""
+    spec = node.get("spec") or {}
+    why = []
+    if spec.get("unschedulable"):
+        why.append("cordoned")
+    ready = next((c for c in (node.get("status") or {}).get("conditions") or []
+                  if c.get("type") == "Ready"), None)
+    if ready is None:
+        why.append("no Ready condition reported")
+    elif ready.get("status") != "True":
+        why.append(f"Ready is {ready.get('status') or '?'}"
+                   + (f" ({ready['reason']})" if ready.get("reason") else ""))
+    why += [f"taint {t.get('key')}:{t.get('effect', '')}" for t in spec.get("taints") or []
+            if t.get("key") in DOWN_TAINTS]
+    return ", ".join(why) or None
+
+
 def gate_nodes_verdict(state: dict[str, Any], nodes_doc: dict[str, Any] | None, cfg: KitConfig,
                        config_flag: str = " --config <this config>") -> tuple[str | None, str]:
     """(why launch must not start, None when it may; a line on the nodes) from the nodes the
     passing gate measured and the training group's nodes now (``kubectl get nodes -l <group
-    labels> -o json``). Nodes that joined since and are schedulable (not cordoned) were never
+    labels> -o json``). Nodes that joined since and are schedulable (``not_schedulable``: not
+    cordoned, Ready, no not-ready/unreachable taint) were never
     measured, and the job may land on them: a Capacity Block renewed on other hosts, a node
     replaced by auto-repair, a group scaled up. Measured nodes that left matter only when fewer
     than the job needs are left: the others would join later, unmeasured."""
@@ -66,34 +92,38 @@ def gate_nodes_verdict(state: dict[str, Any], nodes_doc: dict[str, Any] | None, 
                       f"changed since; `rlkit gate{config_flag}` records them")
     instances = {m["instance"] for m in measured if m.get("instance")}
     by_name = {m["name"] for m in measured if not m.get("instance")}
-    kept, new = 0, []
+    kept, new, skipped = 0, [], []
     for item in (nodes_doc or {}).get("items", []):
         name = item.get("metadata", {}).get("name", "?")
-        if (item.get("spec") or {}).get("unschedulable"):
-            continue  # cordoned (the gate's --isolate does this): the job cannot land there
+        why = not_schedulable(item)
+        if why:  # cordoned, NotReady or unreachable: the job cannot start there now
+            skipped.append(f"{name} ({instance_id(item) or 'no instance ID'}): {why}")
+            continue
         if instance_id(item) in instances or name in by_name:
             kept += 1
         else:
             new.append(f"{name} ({instance_id(item) or 'no instance ID'})")
     when, wanted = state.get("finished_at", "?"), cfg.training.nodes
     gate = f"`rlkit gate{config_flag} --outputs cdk-outputs.json`"
+    aside = f". Not counted as schedulable: {'; '.join(skipped)}" if skipped else ""
     if new and kept >= wanted:  # enough measured nodes: the others are spares the job may take
         return (f"gpu_node_groups.{group} offers {kept + len(new)} schedulable nodes, the job "
                 f"and the last gate ({when}) use {wanted}, and the job may land on one the gate "
                 f"did not measure: {', '.join(new)}. Cordon those (kubectl cordon <node>) to keep the job "
-                f"on the measured nodes, or pass --force"), ""
+                f"on the measured nodes, or pass --force{aside}"), ""
     if new:
         return (f"{len(new)} schedulable node(s) of gpu_node_groups.{group} were not measured by "
                 f"the last gate ({when}), and the job may land on them: {', '.join(new)}. Run "
-                f"{gate} to measure the nodes the group has now, or pass --force"), ""
+                f"{gate} to measure the nodes the group has now, or pass --force{aside}"), ""
     if kept < wanted:
         return (f"only {kept} of the {len(measured)} node(s) the last gate measured ({when}) are "
                 f"still schedulable in gpu_node_groups.{group}, and the job needs {wanted}: the "
                 f"rest would be nodes that join later, unmeasured. When the group has its nodes "
-                f"again, run {gate}, or pass --force"), ""
+                f"again, run {gate}, or pass --force{aside}"), ""
     gone = len(measured) - kept
     return None, (f"Fabric gate: passed {when} on these nodes ({kept} schedulable now"
-                  + (f"; {gone} measured node(s) left or cordoned since)" if gone else ")"))
+                  + (f"; {gone} measured node(s) left, cordoned or not Ready since)" if gone else ")")
+                  + (f"{aside}." if skipped else ""))
 
 
 def gate_image_verdict(state: dict[str, Any], backend: str, image: str, *, configured: str,

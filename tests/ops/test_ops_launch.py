@@ -81,12 +81,26 @@ MEASURED = [{"name": "ip-10-0-1-10.ec2.internal", "instance": "i-0aaa"},
             {"name": "ip-10-0-1-11.ec2.internal", "instance": "i-0bbb"}]
 
 
-def group_nodes(*nodes: tuple[str, str] | tuple[str, str, bool]) -> str:
-    """`kubectl get nodes -l <group> -o json`: (name, instance ID[, cordoned]) per node."""
-    return json.dumps({"kind": "List", "items": [
-        {"metadata": {"name": n[0]}, "spec": {"providerID": f"aws:///us-east-1a/{n[1]}",
-                                              **({"unschedulable": True} if n[2:] == (True,) else {})}}
-        for n in nodes]})
+READY = [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
+# what the node lifecycle controller sets on a node whose kubelet stopped posting status
+NODE_UNREACHABLE = ([{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}],
+               [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}])
+NODE_NOT_READY = ([{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}],
+             [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}])
+
+
+def group_nodes(*nodes: tuple) -> str:
+    """`kubectl get nodes -l <group> -o json`: (name, instance ID[, cordoned[, (conditions,
+    taints)]]) per node; Ready unless the conditions say otherwise."""
+    def node(name, instance, cordoned=False, health=(READY, [])):
+        conditions, taints = health
+        return {"metadata": {"name": name},
+                "spec": {"providerID": f"aws:///us-east-1a/{instance}",
+                         **({"unschedulable": True} if cordoned else {}),
+                         **({"taints": taints} if taints else {})},
+                "status": {"conditions": conditions}}
+    return json.dumps({"kind": "List", "items": [node(*n) for n in nodes]})
 
 
 def test_launches_on_the_nodes_the_gate_measured_and_says_so(tmp_path, kubectl, capsys):
@@ -142,6 +156,38 @@ def test_a_cordoned_node_does_not_count_and_too_few_measured_nodes_refuse(tmp_pa
             "(2026-03-01T12:00:00+00:00) are still schedulable in gpu_node_groups.p5, and the job "
             "needs 2") in capsys.readouterr().err
     assert not any(c[0] == "apply" for c in kubectl.calls)
+
+
+def test_an_unreachable_measured_node_does_not_count_and_is_named(tmp_path, kubectl, capsys):
+    """A measured node whose kubelet stopped answering (Ready Unknown, the unreachable taint) is
+    no node the job can start on: one measured node is left, the job needs two."""
+    write_state(tmp_path, measured=MEASURED)
+    kubectl.rule(["get", "nodes"], stdout=group_nodes(
+        ("ip-10-0-1-10.ec2.internal", "i-0aaa"),
+        ("ip-10-0-1-11.ec2.internal", "i-0bbb", False, NODE_UNREACHABLE)))
+    assert run(tmp_path, "launch") == 1
+    err = capsys.readouterr().err
+    assert ("Not launching: only 1 of the 2 node(s) the last gate measured "
+            "(2026-03-01T12:00:00+00:00) are still schedulable in gpu_node_groups.p5, and the job "
+            "needs 2") in err
+    assert ("Not counted as schedulable: ip-10-0-1-11.ec2.internal (i-0bbb): Ready is Unknown "
+            "(NodeStatusUnknown), taint node.kubernetes.io/unreachable:NoExecute, taint "
+            "node.kubernetes.io/unreachable:NoSchedule.") in err
+    assert not any(c[0] == "apply" for c in kubectl.calls)
+
+
+def test_a_not_ready_unmeasured_node_is_no_new_node_and_is_named(tmp_path, kubectl, capsys):
+    write_state(tmp_path, measured=MEASURED)
+    kubectl.rule(["get", "nodes"], stdout=group_nodes(
+        ("ip-10-0-1-10.ec2.internal", "i-0aaa"), ("ip-10-0-1-11.ec2.internal", "i-0bbb"),
+        ("ip-10-0-1-12.ec2.internal", "i-0ddd", False, NODE_NOT_READY),
+        ("ip-10-0-1-13.ec2.internal", "i-0eee", True)))
+    assert run(tmp_path, "launch") == 0
+    out = capsys.readouterr().out
+    assert ("Fabric gate: passed 2026-03-01T12:00:00+00:00 on these nodes (2 schedulable now). "
+            "Not counted as schedulable: ip-10-0-1-12.ec2.internal (i-0ddd): Ready is False "
+            "(KubeletNotReady), taint node.kubernetes.io/not-ready:NoSchedule; "
+            "ip-10-0-1-13.ec2.internal (i-0eee): cordoned.") in out
 
 
 def test_force_launches_on_unmeasured_nodes_with_a_warning(tmp_path, kubectl, capsys):
