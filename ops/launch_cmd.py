@@ -41,6 +41,7 @@ import argparse
 import sys
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Callable
 
 from infra import names
@@ -52,10 +53,11 @@ from ops import aws, observability, options, reservations
 from ops.config_source import announce
 from ops.gate import GateStateError, legacy_results, load_state, results_path
 from ops.gate.runner import POLL_FAILURES_TOLERATED
-from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector,
+from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector, objects_in,
                       preview_cluster_check)
 from ops.launching import (NOT_RETRIED_REASONS, choose_backend, describe_rayjob, finished,
-                           gate_image_verdict, gate_nodes_verdict, gate_verdict, retrying)
+                           gate_image_verdict, gate_nodes_verdict, gate_verdict, not_schedulable,
+                           retrying)
 from ops.output import add_output_option, emit, wants_json
 from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
 from ops.shared_volume import SharedVolumeConflict, ensure_shared_volume
@@ -188,7 +190,15 @@ def _launch(args: argparse.Namespace) -> int:
             # still exists (rayjob_controller.go createK8sJobIfNeed, v1.7.0), so the new RayJob
             # would read the old run's Job (and its failure) if the old one were deleted behind
             # the call's back. The old Ray cluster's GPU pods take a while to stop.
-            k.delete([out / "rl-job"], timeout_s=REPLACE_TIMEOUT_S, cascade="foreground")
+            print(_replace_notice(existing, out, ns))
+            try:
+                k.delete([out / "rl-job"], timeout_s=REPLACE_TIMEOUT_S, cascade="foreground")
+            except KubectlError as err:
+                if not _wait_ran_out(err):
+                    raise
+                print(_still_terminating(k, err, ns, job, options.config_flag(args)),
+                      file=sys.stderr)
+                return 2
         k.apply([out / name for name in NAMESPACE_FILES])
         # The namespace-wide NetworkPolicy now admits what the Ray-head-only policy of earlier
         # renders did (same peers, every pod): those are redundant and go, this run's and any
@@ -224,6 +234,76 @@ def _launch(args: argparse.Namespace) -> int:
     flag = options.config_flag(args)
     print(f"Follow it with: rlkit status{flag} --watch   and   rlkit logs{flag} -f")
     return 0
+
+
+def _replace_notice(existing: dict, out: Path, ns: str) -> str:
+    """What --replace deletes, and how long it may wait, said before it starts."""
+    st = existing.get("status", {})
+    objects = [f"{kind} {name}" for kind, name, _ in objects_in(out / "rl-job")]
+    return (f"Replacing: deleting RayJob {existing.get('metadata', {}).get('name', '?')} "
+            f"(jobStatus {st.get('jobStatus') or '-'}, jobDeploymentStatus "
+            f"{st.get('jobDeploymentStatus') or '-'}) and the run's other objects in {ns} "
+            f"({', '.join(o for o in objects if not o.startswith('RayJob ')) or 'none'}), and "
+            f"waiting until they and what they own (the Ray cluster's pods, the submitter Job) are "
+            f"gone: up to {REPLACE_TIMEOUT_S // 60} minutes while its GPU pods stop.")
+
+
+def _wait_ran_out(err: KubectlError) -> bool:
+    """The --replace delete failed because its wait ran out (kubectl's own --timeout, or the
+    kit's limit on the kubectl process), not because kubectl could not reach the cluster."""
+    return "timed out waiting for the condition" in err.message or \
+        err.message.startswith("no answer within")
+
+
+def _still_terminating(k: Kubectl, err: KubectlError, ns: str, job: str, flag: str) -> str:
+    """After --replace's wait ran out: what is still being deleted, on which nodes and why, and
+    what the user may do. Falls back to kubectl's error when the cluster cannot be read."""
+    head = (f"error: the old run was not gone after {REPLACE_TIMEOUT_S // 60} minutes "
+            f"(`{err.command}`: {err.message.removeprefix('error: ')}); nothing new was applied.")
+    again = f"rlkit launch --replace{flag}"
+    try:
+        pods = (k.get_json(["pods", "-n", ns]) or {}).get("items", [])
+        rj = k.get_json(["rayjob", job, "-n", ns])
+        stuck = [p for p in pods if (p.get("metadata") or {}).get("deletionTimestamp")]
+        nodes = {n: k.get_json(["node", n]) for n in sorted(
+            {(p.get("spec") or {}).get("nodeName") for p in stuck} - {None})}
+    except KubectlError as read:
+        return f"{head} Reading what is left failed too ({read.message}). Fix: {read.fix}."
+    lines, gone_pods = [head], []
+    if rj is not None:
+        fin = (rj.get("metadata") or {}).get("finalizers") or []
+        lines.append(f"RayJob {job} is still there"
+                     + (f" (finalizers: {', '.join(fin)}: KubeRay and the garbage collector remove "
+                        "them once what it owns is gone)" if fin else ""))
+    for p in stuck:
+        name = p["metadata"].get("name", "?")
+        node = (p.get("spec") or {}).get("nodeName")
+        if node is None:
+            where = "never scheduled"
+        elif nodes.get(node) is None:
+            where = f"on {node}, a node that is gone"
+            gone_pods.append(name)
+        else:
+            where = f"on {node} ({not_schedulable(nodes[node]) or 'Ready: still stopping'})"
+        lines.append(f"Still terminating: pod {ns}/{name} {where}")
+    if not stuck and rj is None:
+        lines.append(f"Nothing in {ns} is terminating now: the deletion may have finished since. "
+                     f"Run `{again}` again")
+        return "\n".join(lines) + "."
+    down = [n for n, doc in nodes.items() if doc is not None and not_schedulable(doc)]
+    fix = (f"Fix: wait until the old run's pods are gone (`kubectl get pods -n {ns}`), then run "
+           f"`{again}` again.")
+    if down:
+        fix += (f" A pod on a node that is not Ready ({', '.join(down)}) ends only when its "
+                "kubelet answers again, or when the node is replaced and its Node object goes "
+                f"(`kubectl get nodes`).")
+    if gone_pods:
+        fix += (" Your choice, for pods whose node is gone (nothing runs them any more): remove "
+                "them from the API with " + "; ".join(
+                    f"kubectl delete pod {n} -n {ns} --force --grace-period=0" for n in gone_pods)
+                + " (never for a pod on a node that is only unreachable: its containers may "
+                "still hold the GPUs and write to the run's storage).")
+    return "\n".join(lines) + "\n" + fix
 
 
 def _training_window(args: argparse.Namespace, cfg: KitConfig
@@ -469,7 +549,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true",
                    help="launch even though the last gate failed, or none ran")
     p.add_argument("--replace", action="store_true",
-                   help="delete an existing RayJob of the same name first")
+                   help="delete an existing RayJob of the same name first and wait (up to "
+                   f"{REPLACE_TIMEOUT_S // 60} minutes) until its Ray cluster and submitter Job are "
+                   "gone; it says what it deletes first, and names what is stuck if the wait runs out")
     p.set_defaults(func=_launch)
 
     s = subparsers.add_parser("status", help="the RayJob's state (KubeRay jobStatus)",

@@ -465,6 +465,84 @@ def test_replace_deletes_the_old_rayjob_first(tmp_path, kubectl):
     assert "--cascade=foreground" in delete and "--wait=true" in delete and "--timeout=600s" in delete
 
 
+def test_replace_says_what_it_deletes_and_how_long_it_may_wait(tmp_path, kubectl, capsys):
+    write_state(tmp_path)
+    kubectl.rule(["get", "rayjob"], stdout=rayjob())
+    assert run(tmp_path, "launch", "--replace") == 0
+    out = capsys.readouterr().out
+    assert ("Replacing: deleting RayJob qwen3-30b-a3b-grpo (jobStatus RUNNING, jobDeploymentStatus "
+            "Running) and the run's other objects in rl-training (ConfigMap "
+            "qwen3-30b-a3b-grpo-run-config, ") in out
+    assert ("and waiting until they and what they own (the Ray cluster's pods, the submitter Job) "
+            "are gone: up to 10 minutes while its GPU pods stop.") in out
+    # said before the delete ran
+    assert out.index("Replacing:") < out.index("Launched RayJob")
+
+
+def _terminating(name, node):
+    return {"metadata": {"name": name, "namespace": "rl-training",
+                         "deletionTimestamp": "2026-03-01T12:00:00Z"},
+            "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+
+
+def test_replace_that_times_out_names_the_stuck_pods_their_nodes_and_the_fix(tmp_path, kubectl,
+                                                                            capsys):
+    """The old run's pods stay Terminating: one on a node whose kubelet stopped answering, one on
+    a node that is gone (its Node object deleted), one still stopping on a Ready node. The error
+    names them, and only the pod on the gone node gets the force-delete, as the user's choice;
+    nothing suggests the kubeconfig."""
+    write_state(tmp_path)
+    kubectl.rule(["get", "rayjob"], stdout=rayjob())
+    kubectl.rule(["delete", "--ignore-not-found", "--cascade=foreground"], rc=1,
+                 stderr="error: timed out waiting for the condition on rayjobs/qwen3-30b-a3b-grpo\n")
+    kubectl.rule(["get", "pods", "-n", "rl-training"], stdout=json.dumps({"items": [
+        _terminating("head-0", "ip-10-0-1-10.ec2.internal"),
+        _terminating("worker-0", "ip-10-0-1-11.ec2.internal"),
+        _terminating("worker-1", "ip-10-0-1-12.ec2.internal"),
+        {"metadata": {"name": "unrelated"}, "spec": {"nodeName": "ip-10-0-1-12.ec2.internal"}}]}))
+    down = json.loads(group_nodes(("ip-10-0-1-10.ec2.internal", "i-0aaa", False, NODE_UNREACHABLE)))
+    up = json.loads(group_nodes(("ip-10-0-1-12.ec2.internal", "i-0ccc")))
+    kubectl.rule(["get", "node", "ip-10-0-1-10.ec2.internal"], stdout=json.dumps(down["items"][0]))
+    kubectl.rule(["get", "node", "ip-10-0-1-12.ec2.internal"], stdout=json.dumps(up["items"][0]))
+    # ip-10-0-1-11: no rule, no output: `get --ignore-not-found` of a node that is gone
+    assert run(tmp_path, "launch", "--replace") == 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    lines = lines[next(i for i, l in enumerate(lines) if l.startswith("error:")):]
+    assert lines[0].startswith("error: the old run was not gone after 10 minutes (`kubectl ")
+    assert lines[0].endswith("timed out waiting for the condition on rayjobs/qwen3-30b-a3b-grpo); "
+                             "nothing new was applied.")
+    assert lines[1] == "RayJob qwen3-30b-a3b-grpo is still there"
+    assert lines[2:5] == [
+        "Still terminating: pod rl-training/head-0 on ip-10-0-1-10.ec2.internal (Ready is Unknown "
+        "(NodeStatusUnknown), taint node.kubernetes.io/unreachable:NoExecute, taint "
+        "node.kubernetes.io/unreachable:NoSchedule)",
+        "Still terminating: pod rl-training/worker-0 on ip-10-0-1-11.ec2.internal, a node that is gone",
+        "Still terminating: pod rl-training/worker-1 on ip-10-0-1-12.ec2.internal (Ready: still "
+        "stopping)"]
+    fix = lines[5]
+    assert fix.startswith("Fix: wait until the old run's pods are gone (`kubectl get pods -n "
+                          f"rl-training`), then run `rlkit launch --replace --config {tmp_path / 'gt.yaml'}` again.")
+    assert "A pod on a node that is not Ready (ip-10-0-1-10.ec2.internal) ends only when" in fix
+    assert ("Your choice, for pods whose node is gone (nothing runs them any more): remove them "
+            "from the API with kubectl delete pod worker-0 -n rl-training --force --grace-period=0 "
+            "(never for a pod on a node that is only unreachable") in fix
+    assert "head-0 -n rl-training --force" not in err and "worker-1 -n rl-training --force" not in err
+    assert "update-kubeconfig" not in err and "unrelated" not in err
+    assert not any(c[0] == "apply" for c in kubectl.calls)
+
+
+def test_replace_that_cannot_reach_the_cluster_keeps_kubectls_own_error(tmp_path, kubectl, capsys):
+    write_state(tmp_path)
+    kubectl.rule(["get", "rayjob"], stdout=rayjob())
+    kubectl.rule(["delete", "--ignore-not-found", "--cascade=foreground"], rc=1,
+                 stderr="Unable to connect to the server: dial tcp 10.0.0.1:443: i/o timeout\n")
+    assert run(tmp_path, "launch", "--replace") == 2
+    err = capsys.readouterr().err
+    assert "Unable to connect to the server" in err and "update-kubeconfig" in err
+    assert "Still terminating" not in err
+
+
 def test_a_refused_object_stops_the_launch_before_the_rayjob(tmp_path, kubectl, capsys):
     """`kubectl apply` applies the rest of its files past a refused one: the RayJob goes in its own
     apply, after everything it needs was accepted (here the retry Role, refused by RBAC)."""
