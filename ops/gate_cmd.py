@@ -31,7 +31,11 @@ halves of the nodes, then on pairs with a node seen healthy, judging each rerun 
 published figure and the baseline, until the node(s) that drag it down are named; it names only
 a node a rerun proves bad (one that failed beside nodes proven healthy), and reports nodes the
 reruns cannot tell apart as such, never isolating them (--no-bisect skips this). It prints the cordon and taint commands for each; --isolate runs them (only on this
-environment's GPU nodes, saying so first) and reruns the benchmarks on the remaining nodes.
+environment's GPU nodes, saying so first) and reruns the benchmarks on the remaining nodes. A
+cordon does not get a node replaced (EKS node auto-repair acts on node conditions, not on
+cordons): for each named node it also prints the command that replaces its instance (aws
+autoscaling terminate-instance-in-auto-scaling-group ... --no-should-decrement-desired-capacity),
+which you run; the kit never terminates an instance.
 docs/gate.md explains each number and where its threshold comes from.
 
 --dry-run renders and prints every kubectl command without running any; it checks the kubectl
@@ -73,7 +77,8 @@ from ops.gate import (
     write_record,
     write_started,
 )
-from ops.gate.nodes import find_bad, gpu_holders, isolate, isolation_advice, rerun_remaining
+from ops.gate.nodes import (REPLACEMENT_NOTE, find_bad, gpu_holders, isolate, isolation_advice,
+                            replacement_advice, rerun_remaining)
 from ops.gate.record import load_baseline, update_baseline
 from ops.gate.runner import GateInterrupted, GateRunner
 from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector,
@@ -157,6 +162,9 @@ def finish(report: GateReport, cfg: KitConfig, sdir: Path, logs: dict[str, str],
                ". Isolate them (or run `rlkit gate --isolate`):"))
         for command in isolation_advice(report, isolated):
             say(f"  {command}")
+        say(REPLACEMENT_NOTE)
+        for line in replacement_advice(report, logs.get("nodes"), cfg.region):
+            say(f"  {line}")
     if report.image:
         say(f"Image measured: {report.image} (`rlkit launch` refuses another for EP backend "
             f"{report.ep_backend} until a gate measures it)")
@@ -340,9 +348,10 @@ def _run(args: argparse.Namespace) -> int:
                    "node. Run `rlkit gate` again to bisect.")
         baseline = load_baseline(args.state_dir, group.instance_type).get("figures", {})
         try:
-            report.add(*find_bad(report, logs, runner.run_subset, baseline, gin_type, echo))
+            report.add(*find_bad(report, logs, runner.run_subset, baseline, gin_type, echo,
+                                 region=cfg.region))
             if args.isolate and report.bad_nodes:
-                isolated, done = isolate(kubectl, report.bad_nodes, selector, echo)
+                isolated, done = isolate(kubectl, report.bad_nodes, selector, echo, cfg.region)
                 report.add(*done)
                 if isolated:
                     report.add(*rerun_remaining(report, logs, isolated, runner.run_subset, baseline,
@@ -375,7 +384,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "pairs of the nodes to name the node that drags it down")
     p.add_argument("--isolate", action="store_true",
                    help="cordon and taint the nodes the gate names (only this environment's GPU "
-                   "nodes; it says what it runs first), then rerun the benchmarks on the others")
+                   "nodes; it says what it runs first), then rerun the benchmarks on the others; "
+                   "it does not replace them (it prints the command that does, for you to run)")
     p.add_argument("--compare", type=Path, nargs="+", default=None, metavar="GATE_JSON",
                    help="print the figures of recorded gate.json files side by side and exit")
     options.add_output_option(p)

@@ -63,11 +63,23 @@ DEBUG_HINT = ("the fabric jobs set NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV,N
 SOCKET_FIX = ("make NCCL load aws-ofi-nccl: NCCL_NET_PLUGIN=ofi and FI_PROVIDER=efa in the pod, "
               "the plugin in the image (nodecheck's nccl_ofi_plugin check), and the node's full "
               "vpc.amazonaws.com/efa count requested; then run `rlkit gate` again")
-# Managed node groups repair nodes that are cordoned or report unhealthy (node auto-repair); a
-# manual terminate of the instance has the node group launch a replacement.
+# EKS node auto-repair replaces a node whose conditions report a fault (Ready,
+# AcceleratedHardwareReady, NetworkingReady, ...) [EKS user guide "Automatically repair nodes in
+# EKS clusters", docs.aws.amazon.com/eks/latest/userguide/node-repair.html]; a cordon or a taint is
+# no condition, so a cordoned node stays until its instance goes. Terminating it through Auto
+# Scaling without decrementing the desired capacity has the node group's Auto Scaling group launch
+# a replacement [AWS CLI reference, autoscaling terminate-instance-in-auto-scaling-group]. The kit
+# never terminates an instance itself: the user runs it.
+REPLACE_COMMAND = ("aws autoscaling terminate-instance-in-auto-scaling-group{region} --instance-id "
+                   "{instance} --no-should-decrement-desired-capacity")
+NOT_REPAIRED = ("EKS node auto-repair acts on node conditions (Ready, AcceleratedHardwareReady, ...), "
+                "not on cordons")
 BAD_NODE_FIX = ("cordon the node and taint it (kubectl cordon <node>; kubectl taint nodes <node> "
-                "rlkit/fabric=failed:NoSchedule) so that node auto-repair, or terminating the "
-                "instance by hand, replaces it; then run `rlkit gate` again")
+                "rlkit/fabric=failed:NoSchedule) to keep new pods off it; a cordon alone does not "
+                f"get it replaced: {NOT_REPAIRED}. Replace it yourself: `"
+                + REPLACE_COMMAND.format(region="", instance="<instance ID>")
+                + "` (the instance ID ends the node's spec.providerID; the gate prints the command "
+                "for each node it names); then run `rlkit gate` again")
 DEGRADED_FIX = ("run `rlkit gate` again to rule out a noisy neighbour; if it repeats, check that "
                 "both nodes are in one cluster placement group and one AZ, that every pod got all "
                 "EFA devices (nodecheck), and the EFA driver/installer versions; if one node keeps "

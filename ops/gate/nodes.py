@@ -7,7 +7,9 @@ on the nodes it ran on (the runner's pod lines name them), with reruns through
 figures and the instance type's baseline. ``isolate`` cordons and taints named nodes, but only
 nodes that carry this environment's GPU node-group labels on the cluster ``rlkit gate`` already
 checked is this environment's, saying what it will run before it runs it; ``rerun_remaining``
-runs the benchmarks again on the other nodes.
+runs the benchmarks again on the other nodes. A cordon does not get a node replaced (EKS node
+auto-repair acts on node conditions); ``replacement_advice`` gives the command that replaces its
+instance, which the user runs (the kit never terminates an instance).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Callable
 from infra import names
 
 from ops.gate.bisect import find_bad_nodes, isolation_commands, subset_verdict
-from ops.gate.findings import FAIL, PASS, RECORDED, WARN, Finding, GateReport
+from ops.gate.findings import (FAIL, NOT_REPAIRED, PASS, RECORDED, REPLACE_COMMAND, WARN, Finding,
+                               GateReport)
+from ops.gate.record import instance_id
 from ops.gate.traffic import pod_nodes
 from ops.kube import Kubectl, KubectlError
 from ops.launching import finished
@@ -54,9 +58,31 @@ def nodes_of(log: str, nodes_json: str | None) -> list[str]:
     return [i["metadata"]["name"] for i in items if i.get("metadata", {}).get("name")]
 
 
+def instance_ids(nodes_json: str | None) -> dict[str, str]:
+    """Node name -> EC2 instance ID (from its providerID) in a `kubectl get nodes -o json` text."""
+    try:
+        items = json.loads(nodes_json or "{}").get("items", [])
+    except (json.JSONDecodeError, AttributeError):
+        items = []
+    return {i["metadata"]["name"]: iid for i in items
+            if (i.get("metadata") or {}).get("name") and (iid := instance_id(i))}
+
+
+def replace_command(instance: str, region: str | None = None) -> str:
+    """The command that replaces a node's instance (the user runs it; the kit never does)."""
+    return REPLACE_COMMAND.format(region=f" --region {region}" if region else "", instance=instance)
+
+
+def _replace_its_instance(node: str, instance: str | None, region: str | None) -> str:
+    if instance:
+        return f"replace instance {instance} yourself: {replace_command(instance, region)}"
+    return (f"replace its instance yourself: {replace_command('<instance ID>', region)} (the ID "
+            f"ends its providerID: kubectl get node {node} -o jsonpath='{{.spec.providerID}}')")
+
+
 def find_bad(report: GateReport, logs: dict[str, str], run_subset: Callable[[str, list[str], str], tuple[str, str]],
              baseline: dict[str, float], gin_type: str | None,
-             echo: Callable[[str], None]) -> list[Finding]:
+             echo: Callable[[str], None], region: str | None = None) -> list[Finding]:
     """Bisect every node-bound failure; findings name the bad nodes (added to report.bad_nodes)."""
     findings: list[Finding] = []
     transport = [f.check for f in report.findings if f.status == FAIL and f.check.removeprefix("EP ") in
@@ -103,7 +129,10 @@ def find_bad(report: GateReport, logs: dict[str, str], run_subset: Callable[[str
                 f"failed ({'; '.join(s.summary for s in failing[-2:])}), one of them beside nodes "
                 "that passed elsewhere",
                 "isolate it: " + "; ".join("kubectl " + " ".join(c) for c in isolation_commands(node))
-                + " (or rlkit gate --isolate), then run `rlkit gate` again"))
+                + " (or rlkit gate --isolate), which keeps new pods off it; a cordon does not get "
+                f"it replaced ({NOT_REPAIRED}): "
+                + _replace_its_instance(node, instance_ids(logs.get("nodes")).get(node), region)
+                + "; then run `rlkit gate` again"))
         if found.undecided or found.note:
             detail = found.note or "the reruns could not tell these apart"
             if found.undecided:  # not proven bad: not named, not isolated
@@ -186,15 +215,21 @@ def gpu_holders(kubectl: Kubectl, namespace: str, selector: str,
     return found, list(dict.fromkeys(fixes))
 
 
+def _environment_items(kubectl: Kubectl, selector: str) -> list[dict]:
+    return (kubectl.get_json(["nodes", "-l", selector]) or {}).get("items", [])
+
+
 def environment_nodes(kubectl: Kubectl, selector: str) -> set[str]:
-    doc = kubectl.get_json(["nodes", "-l", selector]) or {}
-    return {i["metadata"]["name"] for i in doc.get("items", [])}
+    return {i["metadata"]["name"] for i in _environment_items(kubectl, selector)}
 
 
 def isolate(kubectl: Kubectl, bad: dict[str, str], selector: str,
-            echo: Callable[[str], None]) -> tuple[list[str], list[Finding]]:
-    """Cordon and taint each bad node of this environment; (isolated nodes, findings)."""
-    ours = environment_nodes(kubectl, selector)
+            echo: Callable[[str], None], region: str | None = None) -> tuple[list[str], list[Finding]]:
+    """Cordon and taint each bad node of this environment; (isolated nodes, findings). It does
+    not replace them: each finding gives the command that does, for the user to run."""
+    items = _environment_items(kubectl, selector)
+    ours = {i["metadata"]["name"] for i in items}
+    instances = {i["metadata"]["name"]: instance_id(i) for i in items}
     done, findings = [], []
     for node, why in bad.items():
         if node not in ours:
@@ -209,10 +244,11 @@ def isolate(kubectl: Kubectl, bad: dict[str, str], selector: str,
             kubectl.run(c)
         done.append(node)
         findings.append(Finding(f"isolate {node}", PASS, "cordoned and tainted", "cordoned and tainted",
-                                f"{why}; new pods stay off it until it is replaced (node auto-repair, "
-                                "or terminate the instance)",
-                                f"after replacement: kubectl uncordon is not needed (a new node); to "
-                                f"undo by hand: kubectl uncordon {node}; kubectl taint nodes {node} "
+                                f"{why}; new pods stay off it, but a cordon does not get it replaced "
+                                "(EKS node auto-repair acts on node conditions, not on cordons)",
+                                _replace_its_instance(node, instances.get(node), region)
+                                + " (its node group launches a new node); to undo the isolation "
+                                f"instead: kubectl uncordon {node}; kubectl taint nodes {node} "
                                 "rlkit/fabric-"))
     return done, findings
 
@@ -248,4 +284,20 @@ def isolation_advice(report: GateReport, done: set[str] | frozenset[str] = froze
     """The commands to print for each named node not isolated already."""
     return ["kubectl " + " ".join(c) for node in report.bad_nodes if node not in done
             for c in isolation_commands(node)]
+
+
+REPLACEMENT_NOTE = (f"A cordon keeps new pods off a node but does not replace it: {NOT_REPAIRED}. "
+                    "To replace a bad node, terminate its instance and its node group launches a "
+                    "new one (yours to run; it ends whatever still runs there):")
+
+
+def replacement_advice(report: GateReport, nodes_json: str | None,
+                       region: str | None = None) -> list[str]:
+    """For each named node, the command that replaces its instance (``instance_ids`` of the node
+    list the gate read), or how to find the ID when that list does not have it."""
+    ids = instance_ids(nodes_json)
+    return [f"{replace_command(ids[node], region)}   # {node}" if node in ids else
+            f"# {node}: instance ID not in the node list the gate read; it ends the node's "
+            f"providerID (kubectl get node {node} -o jsonpath='{{.spec.providerID}}')"
+            for node in report.bad_nodes]
 

@@ -84,8 +84,14 @@ def test_degraded_fabric_fails_with_share_of_published_figure():
     assert low.status == FAIL and low.measured == "283.9 GB/s"
     assert low.detail.startswith("degraded fabric: 64% of the published figure")
     assert "cluster placement group" in low.fix
-    # a bad node is cordoned and tainted for auto-repair or a manual terminate, never drained
-    assert "kubectl cordon <node>" in low.fix and "node auto-repair" in low.fix and "drain" not in low.fix
+    # a bad node is cordoned and tainted, never drained; a cordon does not make EKS node
+    # auto-repair replace it (that acts on node conditions), so the user replaces its instance
+    assert "kubectl cordon <node>" in low.fix and "drain" not in low.fix
+    assert "so that" not in low.fix  # no promise that the cordon gets it replaced
+    assert ("a cordon alone does not get it replaced: EKS node auto-repair acts on node conditions "
+            "(Ready, AcceleratedHardwareReady, ...), not on cordons. Replace it yourself: `aws "
+            "autoscaling terminate-instance-in-auto-scaling-group --instance-id <instance ID> "
+            "--no-should-decrement-desired-capacity`") in low.fix
     assert f["NCCL network"].status == PASS  # slow, but still EFA
 
 

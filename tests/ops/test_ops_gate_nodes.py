@@ -46,6 +46,12 @@ def test_a_slow_node_is_named_by_bisection_on_recorded_reruns():
     assert bad.status == FAIL and bad.measured == "drags allreduce"
     assert "kubectl cordon ip-10-0-1-12.ec2.internal; kubectl taint nodes ip-10-0-1-12.ec2.internal " \
            "rlkit/fabric=failed:NoSchedule --overwrite" in bad.fix
+    # the cordon is not what replaces it: the instance (nodes.json's providerID) is, run by the user
+    assert ("which keeps new pods off it; a cordon does not get it replaced (EKS node auto-repair "
+            "acts on node conditions (Ready, AcceleratedHardwareReady, ...), not on cordons): "
+            "replace instance i-0000000000000000c yourself: aws autoscaling "
+            "terminate-instance-in-auto-scaling-group --instance-id i-0000000000000000c "
+            "--no-should-decrement-desired-capacity; then run `rlkit gate` again") in bad.fix
     assert report.bad_nodes == {"ip-10-0-1-12.ec2.internal": "drags allreduce (bisection)"}
     assert f[f"bisection (allreduce) on {NODES[0]}, {NODES[1]}"].status == PASS
     assert "all-reduce busbw @ 2 GiB: 291.5 GB/s" in f[f"bisection (allreduce) on {NODES[2]}, {NODES[3]}"].detail
@@ -275,9 +281,22 @@ def test_gate_isolate_cordons_the_node_the_counters_named(tmp_path, kubectl, cap
         ["cordon", node], ["taint", "nodes", node, "rlkit/fabric=failed:NoSchedule", "--overwrite"]]
     assert f"Isolating {node} (idle EFA device(s) rdmap29s0)" in out
     assert f"Bad node(s): {node} (idle EFA device(s) rdmap29s0, isolated)" in out
+    # isolated, not replaced: the gate says so and prints the replacement, for the user to run
+    assert ("--instance-id i-0000000000000000b --no-should-decrement-desired-capacity   # "
+            f"{node}") in out
     state = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())
     checks = {f["check"]: f for f in state["findings"]}
     assert checks[f"isolate {node}"]["status"] == "pass"
+    assert "node auto-repair," not in checks[f"isolate {node}"]["detail"]
+    assert checks[f"isolate {node}"]["detail"] == (
+        "idle EFA device(s) rdmap29s0; new pods stay off it, but a cordon does not get it "
+        "replaced (EKS node auto-repair acts on node conditions, not on cordons)")
+    assert checks[f"isolate {node}"]["fix"] == (
+        "replace instance i-0000000000000000b yourself: aws autoscaling "
+        "terminate-instance-in-auto-scaling-group --region us-east-1 --instance-id "
+        "i-0000000000000000b --no-should-decrement-desired-capacity (its node group launches a new "
+        f"node); to undo the isolation instead: kubectl uncordon {node}; kubectl taint nodes {node} "
+        "rlkit/fabric-")
     # one node left: too few for a two-node rerun, said so
     assert checks["rerun (allreduce) without isolated nodes"]["status"] == "warn"
 
@@ -291,6 +310,16 @@ def test_without_isolate_the_gate_only_prints_the_commands(tmp_path, kubectl, ca
     assert "Bad node(s): ip-10-0-1-11.ec2.internal (idle EFA device(s) rdmap29s0)" in out
     assert "kubectl taint nodes ip-10-0-1-11.ec2.internal rlkit/fabric=failed:NoSchedule --overwrite" in out
     assert not [c for c in kubectl.calls if c[0] in ("cordon", "taint")]
+    # the replacement is the user's to run, with the instance ID from the node's providerID
+    assert ("A cordon keeps new pods off a node but does not replace it: EKS node auto-repair acts "
+            "on node conditions (Ready, AcceleratedHardwareReady, ...), not on cordons. To replace "
+            "a bad node, terminate its instance and its node group launches a new one (yours to "
+            "run; it ends whatever still runs there):") in out
+    assert ("  aws autoscaling terminate-instance-in-auto-scaling-group --region us-east-1 "
+            "--instance-id i-0000000000000000b --no-should-decrement-desired-capacity"
+            "   # ip-10-0-1-11.ec2.internal") in out
+    assert "i-0000000000000000a" not in out  # the healthy node's instance is never named
+    assert not [c for c in kubectl.all_calls if "terminate" in " ".join(c)]
 
 
 def test_run_subset_applies_waits_collects_and_deletes_the_rewritten_job(tmp_path, kubectl):
@@ -332,7 +361,7 @@ def test_a_failed_gate_whose_bisection_is_cut_short_leaves_no_earlier_pass(
     write_state(tmp_path, ok=True)  # last week's gate passed
     script_cluster(kubectl, "degraded-p5-2node")
 
-    def find_bad(*_args):
+    def find_bad(*_args, **_kwargs):
         raise cut_short
 
     monkeypatch.setattr(gate_cmd, "find_bad", find_bad)
