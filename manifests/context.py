@@ -7,6 +7,7 @@ env, commands, the run config) is made and checked here, and all problems are re
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -66,7 +67,24 @@ RENDEZVOUS_PORT = 29500
 EP_TOKENS_PER_RANK = 4096
 ALLREDUCE_MIN_BYTES = "1M"
 ALLREDUCE_MAX_BYTES = "16G"
-FABRIC_DEADLINE_SECONDS = 3600  # a stuck rendezvous must not hold GPU nodes forever
+# How long `rlkit gate` waits for each fabric job (its --timeout default). The Job's own deadline
+# (activeDeadlineSeconds: a stuck rendezvous must not hold GPU nodes forever, even when rlkit is
+# gone) is that wait plus a margin: the Job controller's clock starts when the Job is created,
+# before the gate's first poll, so without the margin the controller would fail the Job first
+# and the gate would report a timeout as a failure.
+FABRIC_TIMEOUT_SECONDS = 3600
+FABRIC_DEADLINE_MARGIN_SECONDS = 300
+# A finished fabric Job (and its pods, with their logs) is deleted this long after it ends: `rlkit
+# gate` reads the logs as soon as the Job finishes and deletes it itself; this tidies what a gate
+# stopped by SIGKILL (or a Job applied by hand) leaves, after an hour to read it.
+FABRIC_TTL_SECONDS = 3600
+
+
+def fabric_deadline_seconds(timeout_s: float) -> int:
+    """A fabric Job's activeDeadlineSeconds for a gate that waits ``timeout_s`` for it."""
+    return max(0, math.ceil(timeout_s)) + FABRIC_DEADLINE_MARGIN_SECONDS
+
+
 RAYJOB_TTL_SECONDS = 600  # keep the finished Ray cluster 10 minutes for logs, then delete it
 # Pod failures of KubeRay's submitter Job before KubeRay fails the whole RayJob (its own default
 # is 2). The submitter follows the driver's log for the whole run from a system node, so a node
@@ -194,6 +212,7 @@ class RenderContext(_Frozen):
     worker_replicas: int  # the other nodes of the run (training.nodes - 1)
     fabric: list[FabricJob]
     fabric_deadline_seconds: int
+    fabric_ttl_seconds: int = FABRIC_TTL_SECONDS
     # A PodDisruptionBudget keeps drains off the run's GPU pods (a node group update then fails
     # instead of killing the run); not on a Capacity Block, whose nodes EKS drains before its end.
     disruption_budget: bool
@@ -435,11 +454,14 @@ def save_size_env(cfg: KitConfig) -> list[dict[str, str]]:
 
 
 def build_context(cfg: KitConfig, outputs: StackOutputs,
-                  reservation_end: datetime | None = None) -> RenderContext:
+                  reservation_end: datetime | None = None,
+                  fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS) -> RenderContext:
     """Decide every rendered value; raise RenderError listing every problem found.
 
     ``reservation_end``: the end of the training group's Capacity Block, when the caller read it
-    (``rlkit launch``); the launcher then stops before it without needing EC2 permissions."""
+    (``rlkit launch``); the launcher then stops before it without needing EC2 permissions.
+    ``fabric_timeout_s``: how long the gate waits for each fabric job (``rlkit gate --timeout``);
+    the jobs' deadline follows it (``fabric_deadline_seconds``)."""
     t = cfg.training
     problems: list[RenderProblem] = []
     group = cfg.gpu_node_groups.get(t.node_group)
@@ -548,7 +570,7 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         worker=worker,
         worker_replicas=t.nodes - 1,
         fabric=jobs,
-        fabric_deadline_seconds=FABRIC_DEADLINE_SECONDS,
+        fabric_deadline_seconds=fabric_deadline_seconds(fabric_timeout_s),
         disruption_budget=cfg.gpu_node_groups[t.node_group].capacity.type != "capacity-block",
         # The head is a GPU pod of the run too: it claims the workers' domain and sits in their
         # clique, or its share of Miles' actors would talk to the rest over EFA.

@@ -58,7 +58,7 @@ from rich.console import Console
 
 from infra.config import KitConfig
 from manifests import RenderError
-from manifests.context import FABRIC_DEADLINE_SECONDS
+from manifests.context import FABRIC_DEADLINE_MARGIN_SECONDS, FABRIC_TIMEOUT_SECONDS
 from ops import options
 from ops.config_source import announce
 from ops.gate import (
@@ -254,7 +254,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         ctx, out, outputs = render_for_run(cfg, args.outputs, args.out, args.dry_run,
                                            options.aws_clients(args, cfg.region), echo,
-                                           config_file=args.config)
+                                           config_file=args.config, fabric_timeout_s=args.timeout)
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2
@@ -373,8 +373,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_run_options(p)
     options.add_run_source(p)
-    p.add_argument("--timeout", type=float, default=FABRIC_DEADLINE_SECONDS,
-                   help=f"seconds to wait for each job (default {FABRIC_DEADLINE_SECONDS})")
+    p.add_argument("--timeout", type=float, default=FABRIC_TIMEOUT_SECONDS,
+                   help=f"seconds to wait for each job (default {FABRIC_TIMEOUT_SECONDS}); the "
+                   "jobs' own deadline (activeDeadlineSeconds) is this plus "
+                   f"{FABRIC_DEADLINE_MARGIN_SECONDS} s")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between status polls")
     p.add_argument("--logs-dir", type=Path, default=None,
                    help="judge the logs in this directory (nodecheck.log, allreduce.log, ep.log, "

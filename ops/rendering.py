@@ -23,6 +23,7 @@ from manifests import (
     render,
     write,
 )
+from manifests.context import FABRIC_TIMEOUT_SECONDS
 from manifests.efa_env import EfaEnvProfile
 from manifests.render import check_out_dir
 from ops.aws import AwsClients
@@ -42,16 +43,19 @@ def resolve_outputs(cfg: KitConfig, outputs_file: Path | None, *, placeholder: b
 def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, dry_run: bool,
                    clients: AwsClients, echo: Callable[[str], None],
                    reservation_end: datetime | None = None,
-                   config_file: Path | None = None) -> tuple[Any, Path, StackOutputs]:
+                   config_file: Path | None = None,
+                   fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS) -> tuple[Any, Path, StackOutputs]:
     """Resolve the stack outputs (placeholders only for a dry run) and render the tree to ``out``
     (default out/<name>); returns the render context, the directory and the outputs (whose
     cluster kubectl must point at). ``reservation_end``: the training group's Capacity Block end,
-    rendered into the job. Raises RenderError, first (a dry run too) when ``out`` cannot take the
+    rendered into the job; ``fabric_timeout_s``: the gate's wait for each fabric job, which their
+    deadline follows. Raises RenderError, first (a dry run too) when ``out`` cannot take the
     tree (a file, a link, a directory holding ``config_file``: manifests.render.out_dir_problem)."""
     out = out if out is not None else Path("out") / cfg.name
     check_out_dir(out, cfg.name, keep=[config_file] if config_file is not None else [])
     outputs = resolve_outputs(cfg, outputs_file, placeholder=dry_run, clients=clients)
-    return render_manifests(cfg, outputs, out, dry_run, echo, reservation_end), out, outputs
+    return (render_manifests(cfg, outputs, out, dry_run, echo, reservation_end, fabric_timeout_s),
+            out, outputs)
 
 
 def cluster_to_check(cfg: KitConfig, outputs: StackOutputs) -> str:
@@ -64,9 +68,10 @@ def cluster_to_check(cfg: KitConfig, outputs: StackOutputs) -> str:
 
 
 def render_manifests(cfg: KitConfig, outputs: StackOutputs, out: Path, dry_run: bool,
-                     echo: Callable[[str], None], reservation_end: datetime | None = None) -> Any:
+                     echo: Callable[[str], None], reservation_end: datetime | None = None,
+                     fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS) -> Any:
     """Render (and, unless dry-run, write) the tree; returns the render context."""
-    ctx = build_context(cfg, outputs, reservation_end)
+    ctx = build_context(cfg, outputs, reservation_end, fabric_timeout_s)
     files = render(ctx)
     if dry_run:
         echo(f"[dry-run] would render {len(files)} object(s) to {out}/ "

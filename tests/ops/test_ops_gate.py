@@ -805,3 +805,30 @@ def test_measured_nodes_leave_out_bad_nodes_and_keep_names_without_a_node_list()
     logs["nodes"] = (FIXTURES / "slow-node-p5-4node" / "nodes.json").read_text()
     assert measured_nodes(logs, {names[2]: "drags allreduce (bisection)"}) == [
         {"name": n, "instance": f"i-0{i:016x}"} for i, n in zip((10, 11, 13), names[:2] + names[3:])]
+
+
+# --- the run's time, kubectl failures, signals and leftovers -------------------------------------
+
+def _job_doc(tmp_path, key="nodecheck"):
+    import yaml
+
+    job = next(d for f in sorted((tmp_path / "out/fabric" / key).glob("*.yaml"))
+               for d in yaml.safe_load_all(f.read_text()) if d and d["kind"] == "Job")
+    return job["spec"]
+
+
+@pytest.mark.parametrize("timeout, deadline", [(7200, 7500), (600, 900), (3600, 3900)])
+def test_the_jobs_deadline_follows_the_gates_timeout_with_a_margin(tmp_path, kubectl, timeout, deadline):
+    """The Job controller's clock starts before the gate's first poll: the Job's own deadline must
+    come later than the gate's --timeout, or the gate reports a timeout as a failed job (and a
+    --timeout above an hour could never take effect)."""
+    from manifests.context import FABRIC_DEADLINE_MARGIN_SECONDS, FABRIC_TTL_SECONDS
+
+    script_cluster(kubectl, "pass-p5-2node")
+    assert run_gate(tmp_path, "--timeout", str(timeout)) == 0
+    assert deadline == timeout + FABRIC_DEADLINE_MARGIN_SECONDS
+    for key in ("nodecheck", "allreduce", "ep"):
+        spec = _job_doc(tmp_path, key)
+        assert spec["activeDeadlineSeconds"] == deadline
+        # finished jobs tidy themselves an hour later; the gate reads the logs long before
+        assert spec["ttlSecondsAfterFinished"] == FABRIC_TTL_SECONDS >= 3600
