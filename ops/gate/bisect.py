@@ -5,7 +5,8 @@ something is wrong, not where. ``find_bad_nodes`` reruns the benchmark on halves
 (each half at least two nodes, so that it still crosses EFA), recurses into the halves that fail,
 and ends with pairs: a suspect paired with a node already seen healthy. A node is named only when
 a rerun proves it bad (it failed beside nodes proven healthy); what the reruns cannot tell apart is
-reported as undecided, never named or isolated. Each subset's figure is judged against the published figure where one applies and
+reported as undecided, never named or isolated; so is a node whose rerun could not run at all (its
+pods never started: the node gone, unschedulable), which counts neither for nor against any node. Each subset's figure is judged against the published figure where one applies and
 against the per-instance-type baseline that earlier passing gates recorded
 (``ops.gate.record.load_baseline``; ``rlkit gate --compare`` shows it), whichever is known.
 
@@ -30,6 +31,9 @@ from ops.gate.record import figure_name
 from ops.gate.traffic import judge_efa_traffic
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# The state of a rerun whose pods never ran (a node gone: spot, auto-repair, the end of a Capacity
+# Block; or unschedulable): it proves nothing about its nodes, for or against.
+NOT_STARTED = "could not run"
 TAINT = "rlkit/fabric=failed:NoSchedule"
 
 
@@ -38,8 +42,8 @@ class SubsetResult:
     """One rerun on a subset of the nodes."""
 
     nodes: list[str]
-    ok: bool
-    summary: str  # the figure and the bar it was held to, or why it failed
+    ok: bool | None  # None: the rerun could not run (NOT_STARTED), evidence of nothing
+    summary: str  # the figure and the bar it was held to, or why it failed or could not run
 
 
 @dataclass
@@ -70,6 +74,8 @@ def find_bad_nodes(nodes: list[str], measure: Callable[[list[str]], SubsetResult
     three are ``undecided``. Suspects left undecided before a healthy node was found elsewhere
     are each rerun beside it at the end. Both halves passing means no single node drags the whole
     down (the placement, the AZ or the rail layout between the halves): ``note`` says so.
+    A rerun that could not run (``ok`` None: its pods never started) is evidence of nothing: its
+    nodes are neither healthy nor failing; they stay ``undecided`` unless another rerun decides.
     """
     out = Bisection()
     good: list[str] = []  # nodes proven healthy: each passed in a rerun
@@ -91,17 +97,27 @@ def find_bad_nodes(nodes: list[str], measure: Callable[[list[str]], SubsetResult
             say(f"stopped after {max_runs} reruns")
         return True
 
+    def could_not_run(nodes: list[str]) -> None:
+        out.undecided += [n for n in nodes if n not in out.undecided and n not in good]
+        say(f"the rerun on {', '.join(nodes)} could not run (its pods never started: a node gone "
+            "or unschedulable): it counts neither for nor against them")
+
     def search(suspects: list[str]) -> None:
         if stopped(suspects):
             return
         if len(suspects) >= 4:
-            failing = []
+            failing, unrun = [], []
             for half in halves(suspects):
-                if run(half).ok:
+                ok = run(half).ok
+                if ok:
                     good.extend(half)
+                elif ok is None:
+                    unrun.append(half)
                 else:
                     failing.append(half)
-            if not failing:
+            for half in unrun:
+                could_not_run(half)
+            if not failing and not unrun:
                 say("every half passes on its own: no single node drags the benchmark; "
                     "look at what joins the halves (placement group, AZ, rails)")
             for half in failing:
@@ -110,8 +126,11 @@ def find_bad_nodes(nodes: list[str], measure: Callable[[list[str]], SubsetResult
         if good:  # a failure beside a node proven healthy proves the suspect bad
             partner = good[0]
             for suspect in suspects:
-                if run([suspect, partner]).ok:
+                ok = run([suspect, partner]).ok
+                if ok:
                     good.append(suspect)
+                elif ok is None:
+                    could_not_run([suspect])
                 else:
                     out.bad.append(suspect)
             return
@@ -123,13 +142,18 @@ def find_bad_nodes(nodes: list[str], measure: Callable[[list[str]], SubsetResult
                 if node in healthy:
                     continue
                 # bad only when it failed beside a node that passed in another pair
-                if any(not ok and node in p and set(p) - {node} <= healthy for p, ok in pairs.items()):
+                if any(ok is False and node in p and set(p) - {node} <= healthy
+                       for p, ok in pairs.items()):
                     out.bad.append(node)
                 else:
                     out.undecided.append(node)
-            if not healthy:  # said at the end, unless a healthy node found later tells them apart
-                ambiguous.append(suspects)
-            contradicted = [p for p, ok in pairs.items() if not ok and set(p) <= healthy]
+            if not healthy and all(ok is False for ok in pairs.values()):
+                ambiguous.append(suspects)  # said at the end, unless a healthy node tells them apart
+            unrun = [", ".join(p) for p, ok in pairs.items() if ok is None]
+            if unrun:
+                say(f"the rerun(s) on {' and on '.join(unrun)} could not run (its pods never "
+                    "started: a node gone or unschedulable): it counts neither for nor against them")
+            contradicted = [p for p, ok in pairs.items() if ok is False and set(p) <= healthy]
             if contradicted:
                 say(f"the pair {', '.join(contradicted[0])} failed although both passed in other "
                     "pairs: the failure does not repeat reliably")
@@ -141,8 +165,11 @@ def find_bad_nodes(nodes: list[str], measure: Callable[[list[str]], SubsetResult
     for suspect in list(out.undecided):
         if not good or stopped([]):
             break
+        ok = run([suspect, good[0]]).ok
+        if ok is None:  # could not run again: stays undecided
+            continue
         out.undecided.remove(suspect)
-        if run([suspect, good[0]]).ok:
+        if ok:
             good.append(suspect)
         else:
             out.bad.append(suspect)
@@ -229,9 +256,12 @@ def isolation_commands(node: str) -> list[list[str]]:
 def subset_verdict(key: str, text: str, instance_type: str, nodes: list[str], ep_backend: str,
                    gin_type: str | None, baseline: dict[str, float], state: str = "complete") -> SubsetResult:
     """Did the benchmark ``key`` pass on ``nodes``: no failed finding (published figures, the
-    transport, the EFA counters) and no figure below ``pass_fraction`` of the baseline."""
+    transport, the EFA counters) and no figure below ``pass_fraction`` of the baseline. A
+    ``state`` starting NOT_STARTED (its pods never ran) decides nothing: ``ok`` is None."""
     itype = INSTANCE_TYPES[instance_type]
     n = len(nodes)
+    if state.startswith(NOT_STARTED):
+        return SubsetResult(nodes, None, f"the {key} job {state}")
     if state != "complete":
         return SubsetResult(nodes, False, f"the {key} job {state}")
     if key == "allreduce":

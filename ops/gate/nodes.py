@@ -112,16 +112,16 @@ def find_bad(report: GateReport, logs: dict[str, str], run_subset: Callable[[str
             state, text = run_subset(key, subset, suffix)
             result = subset_verdict(key, text, report.instance_type, subset, report.ep_backend, gin_type,
                                     baseline, state)
-            echo(f"  {'pass' if result.ok else 'FAIL'}: {result.summary}")
+            echo(f"  {_verdict(result.ok)}: {result.summary}")
             return result
 
         found = find_bad_nodes(nodes, measure)
         for step in found.steps:
             findings.append(Finding(f"bisection ({key}) on {', '.join(step.nodes)}",
-                                    PASS if step.ok else RECORDED, "pass" if step.ok else "fail",
+                                    PASS if step.ok else RECORDED, _verdict(step.ok).lower(),
                                     "pass", step.summary))
         for node in found.bad:
-            failing = [s for s in found.steps if node in s.nodes and not s.ok]
+            failing = [s for s in found.steps if node in s.nodes and s.ok is False]
             report.bad_nodes.setdefault(node, f"drags {key} (bisection)")
             findings.append(Finding(
                 f"bad node {node}", FAIL, f"drags {key}", "passes with any healthy node",
@@ -272,12 +272,21 @@ def rerun_remaining(report: GateReport, logs: dict[str, str], isolated: list[str
         state, text = run_subset(key, left, "rest")
         result = subset_verdict(key, text, report.instance_type, left, report.ep_backend, gin_type,
                                 baseline, state)
+        if result.ok is None:  # its pods never ran: says nothing about the remaining nodes
+            findings.append(Finding(f"rerun ({key}) without isolated nodes", WARN, "could not run",
+                                    "pass", f"on {', '.join(left)}: {result.summary}",
+                                    "run `rlkit gate` again once the nodes are back"))
+            continue
         findings.append(Finding(f"rerun ({key}) without isolated nodes", PASS if result.ok else FAIL,
                                 "pass" if result.ok else "fail", "pass",
                                 f"on {', '.join(left)}: {result.summary}",
                                 "" if result.ok else "the fault is not (only) in the isolated nodes: "
                                 "read the findings above"))
     return findings
+
+
+def _verdict(ok: bool | None) -> str:
+    return "could not run" if ok is None else "pass" if ok else "FAIL"
 
 
 def isolation_advice(report: GateReport, done: set[str] | frozenset[str] = frozenset()) -> list[str]:

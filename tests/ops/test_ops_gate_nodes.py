@@ -140,6 +140,54 @@ def test_a_node_left_undecided_is_paired_with_a_node_found_healthy_later():
     assert sorted(found.bad) == ["a", "b", "d"] and not found.undecided and not found.note
 
 
+GONE = "could not run: fabric-p5-allreduce-b2-0-abcde Pending: 0/4 nodes are available: 4 node(s) didn't match " \
+       "Pod's node affinity/selector."
+
+
+def test_a_rerun_that_could_not_run_names_no_node_bad():
+    """The slow node is NODES[2]; NODES[3] is gone (spot reclaimed, auto-repair, the Capacity
+    Block ended), so every rerun with it never starts. That is evidence of nothing: NODES[3] is
+    "cannot tell", never named bad or isolated, and NODES[2] is still found beside healthy NODES[0]."""
+    meta, logs = scenario("slow-node-p5-4node")
+    report = evaluate(logs, "p5.48xlarge", 4, "nccl")
+    recorded = recorded_reruns("slow-node-p5-4node", calls := [])
+    echoed: list[str] = []
+
+    def run_subset(key, nodes, suffix):
+        if NODES[3] in nodes:
+            calls.append((key, list(nodes), suffix))
+            return GONE, f"# rlkit gate: pod x on node {NODES[3]}\n(no log: the pod never ran)\n"
+        return recorded(key, nodes, suffix)
+
+    findings = find_bad(report, logs, run_subset, {}, None, echoed.append)
+    assert report.bad_nodes == {NODES[2]: "drags allreduce (bisection)"}
+    f = {x.check: x for x in findings}
+    assert f"bad node {NODES[3]}" not in f
+    warn = f["bisection (allreduce)"]
+    assert warn.status == WARN and warn.measured == f"cannot tell: {NODES[3]}"
+    assert "could not run (its pods never started: a node gone or unschedulable)" in warn.detail
+    step = f[f"bisection (allreduce) on {NODES[3]}, {NODES[0]}"]
+    assert step.measured == "could not run" and step.detail == f"the allreduce job {GONE}"
+    assert f"  could not run: the allreduce job {GONE}" in echoed
+
+
+def test_bisection_counts_a_rerun_that_could_not_run_neither_for_nor_against():
+    def measure(bad=(), gone=()):
+        return lambda nodes: SubsetResult(nodes, None if set(gone) & set(nodes) else not set(bad) & set(nodes), "")
+
+    # three suspects, c gone: a and b pass together, c never ran beside either
+    found = find_bad_nodes(["a", "b", "c"], measure(gone="c"))
+    assert found.bad == [] and found.undecided == ["c"]
+    assert found.note == ("the rerun(s) on a, c and on b, c could not run (its pods never started: a node "
+                          "gone or unschedulable): it counts neither for nor against them")
+    # the gone node's half could not run: its other node is still told apart beside a healthy one
+    found = find_bad_nodes(list("abcdef"), measure(bad="e", gone="d"))
+    assert found.bad == ["e"] and found.undecided == ["d"]
+    # a half that could not run is not "every half passes"
+    found = find_bad_nodes(list("abcd"), measure(gone="d"))
+    assert found.bad == [] and found.undecided == ["d"] and "no single node drags" not in found.note
+
+
 def test_two_node_failure_says_why_it_cannot_bisect():
     meta, logs = scenario("degraded-p5-2node")
     report = evaluate(logs, "p5.48xlarge", 2, "nccl")
