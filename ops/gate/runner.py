@@ -19,7 +19,7 @@ from manifests.context import SharedFs
 from manifests.render import NAMESPACE_FILES
 from ops.gate.findings import FAIL, Finding
 from ops.gate.judges import judge_allocatable, judge_nodecheck
-from ops.gate.bisect import subset_job
+from ops.gate.bisect import NOT_STARTED, subset_job
 from ops.gate.traffic import POD_LINE
 from ops.kube import Kubectl, KubectlError, objects_in
 from ops.shared_volume import ensure_shared_volume
@@ -30,6 +30,33 @@ POLL_FAILURES_TOLERATED = 5
 
 class GateInterrupted(Exception):
     """Ctrl-C during the gate; the message says what was cleaned up or is left."""
+
+
+def _started(pod: dict[str, Any]) -> bool:
+    """Did the pod's containers ever run (a log to read, a benchmark that ran)?"""
+    status = pod.get("status", {})
+    phase = status.get("phase")
+    if phase in ("Running", "Succeeded"):
+        return True
+    states = status.get("containerStatuses") or []
+    return any((c.get("state") or {}).get("running") or (c.get("state") or {}).get("terminated")
+               or (c.get("lastState") or {}).get("terminated") for c in states)
+
+
+def _why_not_started(pod: dict[str, Any]) -> str:
+    """The pod's phase and, when it says, why it did not start (scheduling, admission)."""
+    status = pod.get("status", {})
+    why = status.get("phase", "Unknown")
+    for c in status.get("conditions", []):
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{why}: {c.get('message') or c.get('reason') or 'unschedulable'}"
+    if status.get("reason") or status.get("message"):
+        why += ": " + " ".join(x for x in (status.get("reason"), status.get("message")) if x)
+    for c in status.get("containerStatuses") or []:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return f"{why}: {waiting['reason']}" + (f" ({waiting['message']})" if waiting.get("message") else "")
+    return why
 
 
 class GateRunner:
@@ -56,6 +83,8 @@ class GateRunner:
         self.shared_fs = shared_fs  # the node check mounts it (it writes there)
         self.applied: list[Path] = []
         self.problems: list[Finding] = []
+        self.not_started: list[str] = []  # the last waited job's pods that never ran, and why
+        self.deadline_passed = False  # the last waited job was failed by its own deadline
 
     def job_dir(self, key: str) -> Path:
         return self.out / "fabric" / key
@@ -68,18 +97,9 @@ class GateRunner:
             ensure_shared_volume(self.k, self.out, self.shared_fs, self.ns, self.echo)
             for key, name in self.jobs:
                 directory = self.job_dir(key)
-                # A finished Job of an earlier run would not run again: remove it first.
-                self.k.delete([directory])
-                self.applied.append(directory)
-                self.k.apply([directory])
-                state = self.wait(key, name)
-                if self.k.dry_run:
-                    self.k.run(["logs", "-n", self.ns, "-l", f"job-name={name}",
-                                "--all-containers", "--tail=-1"])
-                else:
-                    logs[key] = self.collect(name)
-                self.k.delete([directory], wait=False)
-                self.applied.remove(directory)
+                state, text = self._run_job(name, directory, key)
+                if not self.k.dry_run:
+                    logs[key] = text
                 if key == "nodecheck" and self.node_selector is not None and not self.k.dry_run:
                     # Read even when the job did not finish: a node offering fewer EFA devices
                     # than the pod requests is the usual reason a pod stays Pending.
@@ -100,10 +120,28 @@ class GateRunner:
             raise GateInterrupted(self.cleanup()) from None
         return logs
 
+    def _run_job(self, name: str, directory: Path, label: str) -> tuple[str, str]:
+        """Apply the job in ``directory``, wait, read its pods' logs, delete it: (state, logs)."""
+        # A finished Job of an earlier run would not run again: remove it first.
+        self.k.delete([directory])
+        self.applied.append(directory)
+        self.k.apply([directory])
+        state = self.wait(label, name)
+        text = ""
+        if self.k.dry_run:
+            self.k.run(["logs", "-n", self.ns, "-l", f"job-name={name}",
+                        "--all-containers", "--tail=-1"])
+        else:
+            text = self.collect(name)
+        self.k.delete([directory], wait=False)
+        self.applied.remove(directory)
+        return state, text
+
     def run_subset(self, key: str, nodes: list[str], suffix: str) -> tuple[str, str]:
         """Rerun fabric job ``key`` on ``nodes`` only, as ``<job>-<suffix>`` (bisection and the
-        rerun after --isolate): (state, logs). The rewritten manifests are kept under
-        ``<out>/fabric-subsets/`` for review."""
+        rerun after --isolate): (state, logs). The state is ``NOT_STARTED`` and why when a pod of
+        it never ran (a node gone, unschedulable): the rerun then says nothing about the nodes.
+        The rewritten manifests are kept under ``<out>/fabric-subsets/`` for review."""
         name = dict(self.jobs)[key]
         docs = [d for f in sorted(self.job_dir(key).glob("*.yaml"))
                 for d in yaml.safe_load_all(f.read_text()) if d]
@@ -113,24 +151,29 @@ class GateRunner:
             (directory / f"{i:02d}-{doc['kind'].lower()}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         sub = f"{name}-{suffix}"
         try:
-            self.k.delete([directory])
-            self.applied.append(directory)
-            self.k.apply([directory])
-            state = self.wait(f"{key} on {len(nodes)} node(s)", sub)
-            logs = "" if self.k.dry_run else self.collect(sub)
-            self.k.delete([directory], wait=False)
-            self.applied.remove(directory)
+            state, logs = self._run_job(sub, directory, f"{key} on {len(nodes)} node(s)")
         except KeyboardInterrupt:
             raise GateInterrupted(self.cleanup()) from None
+        if state != "complete" and self.not_started:
+            state = f"{NOT_STARTED}: {'; '.join(self.not_started[:2])}"
         return state, logs
 
     def _job_problem(self, key: str, name: str, state: str) -> Finding:
         if state == "timeout":
-            return Finding(f"{key} job", FAIL, f"still running after {self.timeout_s:.0f} s",
-                           "finished", f"job {name} did not finish in time (deleted)",
+            pending = (f"; pods that never ran: {'; '.join(self.not_started[:2])}"
+                       if self.not_started else "")
+            measured = ("failed by its deadline (activeDeadlineSeconds)" if self.deadline_passed
+                        else f"still running after {self.timeout_s:.0f} s")
+            return Finding(f"{key} job", FAIL, measured,
+                           "finished", f"job {name} did not finish in time (deleted){pending}",
                            "look for pods stuck Pending (kubectl describe pods -n "
                            f"{self.ns} -l job-name={name}); raise --timeout if the nodes are slow "
                            "to join")
+        if self.not_started:  # no log to read: the pods say why they did not run
+            return Finding(f"{key} job", FAIL, "failed", "complete",
+                           f"job {name} failed; pods that never ran: {'; '.join(self.not_started[:2])}",
+                           f"read why they did not start: kubectl describe pods -n {self.ns} "
+                           f"-l job-name={name}")
         return Finding(f"{key} job", FAIL, "failed", "complete",
                        f"job {name} failed; its logs are judged below and kept in gate-logs/",
                        "read the job's log for the error")
@@ -140,7 +183,11 @@ class GateRunner:
         return sorted((doc or {}).get("items", []), key=lambda p: p["metadata"]["name"])
 
     def wait(self, key: str, name: str) -> str:
-        """complete | failed | timeout, printing progress when something changes."""
+        """complete | failed | timeout, printing progress when something changes. A Job failed by
+        its own deadline (activeDeadlineSeconds) is a timeout. Afterwards ``not_started`` lists
+        the pods that never ran, and why."""
+        self.not_started = []
+        self.deadline_passed = False
         if self.k.dry_run:
             self.k.run(["wait", "-n", self.ns, f"job/{name}", "--for=condition=Complete",
                         f"--timeout={self.timeout_s:.0f}s"])
@@ -148,6 +195,7 @@ class GateRunner:
         start = self.clock()
         last = None
         failures = 0
+        started: set[str] = set()  # pods seen running (or done) at some poll
         while True:
             try:
                 job = self.k.get_json(["job", name, "-n", self.ns]) or {}
@@ -164,12 +212,14 @@ class GateRunner:
                 continue
             failures = 0
             status = job.get("status", {})
-            conditions = {c["type"]: c.get("status") for c in status.get("conditions", [])}
+            conditions = {c["type"]: c for c in status.get("conditions", [])}
             elapsed = self.clock() - start
             phases: dict[str, int] = {}
             for p in pods:
                 phase = p.get("status", {}).get("phase", "Unknown")
                 phases[phase] = phases.get(phase, 0) + 1
+                if _started(p):
+                    started.add(p["metadata"]["name"])
             line = (f"  {key}: {status.get('succeeded', 0)} succeeded, {status.get('failed', 0)} "
                     f"failed, pods {', '.join(f'{n} {ph}' for ph, n in sorted(phases.items())) or 'none yet'}")
             pending = [p for p in pods if p.get("status", {}).get("phase") == "Pending"]
@@ -180,22 +230,41 @@ class GateRunner:
             if line != last:
                 self.echo(f"{line} [{elapsed:.0f} s]")
                 last = line
-            if conditions.get("Complete") == "True" or conditions.get("SuccessCriteriaMet") == "True":
-                return "complete"
-            if conditions.get("Failed") == "True":
-                return "failed"
-            if elapsed >= self.timeout_s:
-                return "timeout"
+
+            def true(kind: str) -> bool:
+                return (conditions.get(kind) or {}).get("status") == "True"
+
+            state = None
+            if true("Complete") or true("SuccessCriteriaMet"):
+                state = "complete"
+            elif true("Failed"):
+                self.deadline_passed = conditions["Failed"].get("reason") == "DeadlineExceeded"
+                state = "timeout" if self.deadline_passed else "failed"
+            elif elapsed >= self.timeout_s:
+                state = "timeout"
+            if state is not None:
+                if state != "complete":
+                    self.not_started = [f"{p['metadata']['name']} {_why_not_started(p)}"
+                                        for p in pods if p["metadata"]["name"] not in started]
+                    expected = (job.get("spec") or {}).get("completions")
+                    if not pods and isinstance(expected, int) and not started:
+                        self.not_started = [f"none of its {expected} pod(s) ran"]
+                return state
             self.sleep(self.poll_s)
 
     def collect(self, name: str) -> str:
         """Every pod's log, each after a line naming its pod and node (the EFA traffic rows
-        name their pod's hostname; the gate names nodes)."""
+        name their pod's hostname; the gate names nodes). A pod that never ran has no log: a line
+        says why instead."""
         parts = []
         for p in self._pods(name):
             pod = p["metadata"]["name"]
             node = p.get("spec", {}).get("nodeName") or "unscheduled"
-            parts.append(POD_LINE.format(pod=pod, node=node) + "\n" + self.k.logs(pod, self.ns))
+            if not _started(p):
+                text = f"(no log: the pod never ran: {_why_not_started(p)})\n"
+            else:
+                text = self.k.logs(pod, self.ns)
+            parts.append(POD_LINE.format(pod=pod, node=node) + "\n" + text)
         return "\n".join(parts)
 
     def cleanup(self) -> str:

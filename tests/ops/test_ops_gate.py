@@ -832,3 +832,61 @@ def test_the_jobs_deadline_follows_the_gates_timeout_with_a_margin(tmp_path, kub
         assert spec["activeDeadlineSeconds"] == deadline
         # finished jobs tidy themselves an hour later; the gate reads the logs long before
         assert spec["ttlSecondsAfterFinished"] == FABRIC_TTL_SECONDS >= 3600
+
+
+def test_a_job_failed_by_its_deadline_is_reported_as_a_timeout_naming_pending_pods(tmp_path, kubectl, capsys):
+    job = "fabric-p5-nodecheck"
+    failed = {"status": {"active": 0, "failed": 2, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+         "message": "Job was active longer than specified deadline"}]}}
+    kubectl.rule(["get", "job", job], stdout=json.dumps(failed))
+    kubectl.rule(["get", "pods", f"job-name={job}"], stdout=pods_json(
+        job, "Pending", "0/3 nodes are available: 2 Insufficient vpc.amazonaws.com/efa."))
+    assert run_gate(tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "failed by its deadline (activeDeadlineSeconds)" in out
+    assert f"job {job} did not finish in time (deleted); pods that never ran: {job}-0-abcde Pending: 0/3 " \
+           "nodes are available: 2 Insufficient vpc.amazonaws.com/efa." in out
+    assert "raise --timeout if the nodes are slow to join" in out
+    assert "read the job's log for the error" not in out
+    # a pod that never ran has no log to read: none is asked for
+    assert not [c for c in kubectl.calls if c[0] == "logs"]
+
+
+def test_a_job_whose_pods_were_refused_by_the_node_points_at_them_not_at_a_log(tmp_path, kubectl, capsys):
+    """The kubelet refused the pod (an EFA device plugin without the devices: admission error):
+    the Job fails with no log to read; the finding says why the pod did not start."""
+    job = "fabric-p5-nodecheck"
+    failed = {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True",
+                                                       "reason": "BackoffLimitExceeded"}]}}
+    kubectl.rule(["get", "job", job], stdout=json.dumps(failed))
+    pod = {"metadata": {"name": f"{job}-0-abcde"}, "spec": {"nodeName": "ip-10-0-1-10.ec2.internal"},
+           "status": {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                      "message": "Allocate failed due to requested number of devices unavailable for "
+                                 "vpc.amazonaws.com/efa. Requested: 32, Available: 0"}}
+    kubectl.rule(["get", "pods", f"job-name={job}"], stdout=json.dumps({"items": [pod]}))
+    assert run_gate(tmp_path) == 1
+    out = capsys.readouterr().out
+    assert (f"job {job} failed; pods that never ran: {job}-0-abcde Failed: UnexpectedAdmissionError Allocate "
+            "failed due to requested number of devices unavailable") in out
+    assert f"kubectl describe pods -n rl-training -l job-name={job}" in out
+    assert not [c for c in kubectl.calls if c[0] == "logs"]
+
+
+def test_a_rerun_whose_pods_never_ran_says_it_could_not_run(tmp_path, kubectl):
+    """A node of the subset is gone (spot, auto-repair, the Capacity Block ended): the rerun's
+    pods stay Pending; that proves nothing about its nodes, and there is no log to read."""
+    from ops.gate.bisect import NOT_STARTED
+
+    script_cluster(kubectl, "pass-p5-2node")
+    assert run_gate(tmp_path) == 0  # renders tmp/out
+    sub = "fabric-p5-allreduce-b1"
+    why = "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector."
+    kubectl.rule(["get", "job", sub], stdout=job_json(False))
+    kubectl.rule(["get", "pods", f"job-name={sub}"], stdout=pods_json(sub, "Pending", why))
+    runner = GateRunner(Kubectl(), "rl-training", tmp_path / "out", [("allreduce", "fabric-p5-allreduce")],
+                        "p5.48xlarge", 2, 0, 0, lambda _: None, sleep=lambda _: None)
+    state, text = runner.run_subset("allreduce", ["ip-10-0-1-12.ec2.internal", "ip-10-0-1-13.ec2.internal"], "b1")
+    assert state == f"{NOT_STARTED}: {sub}-0-abcde Pending: {why}"
+    assert text.endswith(f"(no log: the pod never ran: Pending: {why})\n")
+    assert not [c for c in kubectl.calls if c[0] == "logs" and f"{sub}-0-abcde" in c]
