@@ -1,8 +1,10 @@
 """Running the fabric acceptance jobs on the cluster: one job at a time through kubectl.
 
 ``GateRunner`` applies a job, waits for it with progress, collects its pods' logs and deletes it;
-a failed node check stops it before the benchmarks. After Ctrl-C it deletes what it applied, or
-says exactly what is left (``GateInterrupted``). Judging the logs is ``ops.gate.judges``'.
+a failed node check stops it before the benchmarks. A kubectl call that fails is tried again a few
+times before it ends the gate (exit 2): an API server that throttles or restarts must not end an
+hour of jobs, nor turn into a fabric verdict. After Ctrl-C it deletes what it applied, or says
+exactly what is left (``GateInterrupted``). Judging the logs is ``ops.gate.judges``'.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from ops.gate.findings import FAIL, Finding
 from ops.gate.judges import judge_allocatable, judge_nodecheck
 from ops.gate.bisect import NOT_STARTED, subset_job
 from ops.gate.traffic import POD_LINE
-from ops.kube import Kubectl, KubectlError, objects_in
+from ops.kube import Kubectl, KubectlError, KubectlNotFound, objects_in
 from ops.shared_volume import ensure_shared_volume
 
-# Failed reads of a running job in a row that the wait rides out (polls apart) before it gives up.
+# Failed reads of a running job in a row that the wait rides out (polls apart) before it gives up;
+# every other kubectl call of the gate is tried this many times in all, RETRY_BACKOFF_S, twice that,
+# ... apart.
 POLL_FAILURES_TOLERATED = 5
+RETRY_BACKOFF_S = 2.0
 
 
 class GateInterrupted(Exception):
@@ -89,11 +94,27 @@ class GateRunner:
     def job_dir(self, key: str) -> Path:
         return self.out / "fabric" / key
 
+    def _retry(self, what: str, call: Callable[[], Any]) -> Any:
+        """``call()``, tried up to POLL_FAILURES_TOLERATED times while kubectl fails (backing
+        off RETRY_BACKOFF_S, twice that, ...); the last failure ends the gate as before."""
+        for attempt in range(1, POLL_FAILURES_TOLERATED + 1):
+            try:
+                return call()
+            except KubectlNotFound:
+                raise
+            except KubectlError as err:
+                if attempt == POLL_FAILURES_TOLERATED:
+                    raise
+                self.echo(f"  could not {what} ({err.message}); trying again ({attempt} of "
+                          f"{POLL_FAILURES_TOLERATED - 1})")
+                self.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
+
     def run(self) -> dict[str, str]:
         logs: dict[str, str] = {}
         try:
             # The namespace's NetworkPolicy with it: no fabric pod runs before it exists.
-            self.k.apply([self.out / name for name in NAMESPACE_FILES])
+            self._retry("apply the namespace", lambda: self.k.apply(
+                [self.out / name for name in NAMESPACE_FILES]))
             ensure_shared_volume(self.k, self.out, self.shared_fs, self.ns, self.echo)
             for key, name in self.jobs:
                 directory = self.job_dir(key)
@@ -103,7 +124,9 @@ class GateRunner:
                 if key == "nodecheck" and self.node_selector is not None and not self.k.dry_run:
                     # Read even when the job did not finish: a node offering fewer EFA devices
                     # than the pod requests is the usual reason a pod stays Pending.
-                    nodes = self.k.get_json(["nodes", "-l", self.node_selector]) or {}
+                    selector = self.node_selector
+                    nodes = self._retry("read the GPU nodes", lambda: self.k.get_json(
+                        ["nodes", "-l", selector])) or {}
                     logs["nodes"] = json.dumps(nodes, indent=1)
                 if state != "complete":
                     self.problems.append(self._job_problem(key, name, state))
@@ -123,17 +146,27 @@ class GateRunner:
     def _run_job(self, name: str, directory: Path, label: str) -> tuple[str, str]:
         """Apply the job in ``directory``, wait, read its pods' logs, delete it: (state, logs)."""
         # A finished Job of an earlier run would not run again: remove it first.
-        self.k.delete([directory])
+        self._retry(f"delete an earlier {name}", lambda: self.k.delete([directory]))
         self.applied.append(directory)
-        self.k.apply([directory])
+        self._retry(f"apply {name}", lambda: self.k.apply([directory]))
         state = self.wait(label, name)
         text = ""
-        if self.k.dry_run:
-            self.k.run(["logs", "-n", self.ns, "-l", f"job-name={name}",
-                        "--all-containers", "--tail=-1"])
-        else:
-            text = self.collect(name)
-        self.k.delete([directory], wait=False)
+        try:
+            if self.k.dry_run:
+                self.k.run(["logs", "-n", self.ns, "-l", f"job-name={name}",
+                            "--all-containers", "--tail=-1"])
+            else:
+                text = self.collect(name)
+        except KubectlError:
+            # A log that cannot be read must not leave the job holding the nodes: delete it, and
+            # report the read (a delete that fails too leaves it in ``applied``, which is printed).
+            try:
+                self.k.delete([directory], wait=False)
+                self.applied.remove(directory)
+            except KubectlError:
+                pass
+            raise
+        self._retry(f"delete {name}", lambda: self.k.delete([directory], wait=False))
         self.applied.remove(directory)
         return state, text
 
@@ -255,17 +288,30 @@ class GateRunner:
     def collect(self, name: str) -> str:
         """Every pod's log, each after a line naming its pod and node (the EFA traffic rows
         name their pod's hostname; the gate names nodes). A pod that never ran has no log: a line
-        says why instead."""
+        says why instead. A log that cannot be read after a few tries ends the gate (KubectlError
+        naming the pod), never a fabric verdict."""
         parts = []
-        for p in self._pods(name):
+        for p in self._retry(f"list the pods of {name}", lambda: self._pods(name)):
             pod = p["metadata"]["name"]
             node = p.get("spec", {}).get("nodeName") or "unscheduled"
             if not _started(p):
                 text = f"(no log: the pod never ran: {_why_not_started(p)})\n"
             else:
-                text = self.k.logs(pod, self.ns)
+                text = self._log(pod)
             parts.append(POD_LINE.format(pod=pod, node=node) + "\n" + text)
         return "\n".join(parts)
+
+    def _log(self, pod: str) -> str:
+        args = ["logs", "-n", self.ns, pod, "--all-containers"]
+        try:
+            return self._retry(f"read the log of pod {pod}", lambda: self.k.run(args).stdout)
+        except KubectlNotFound:
+            raise
+        except KubectlError as err:
+            raise KubectlError(err.command, f"could not read the log of pod {pod}: {err.message}",
+                               "run `rlkit gate` again; if the log stays unreadable, read it with "
+                               f"`kubectl logs -n {self.ns} {pod} --all-containers` (the node's "
+                               "kubelet must answer)") from None
 
     def cleanup(self) -> str:
         """After Ctrl-C: delete what this run applied, or say exactly what is left."""

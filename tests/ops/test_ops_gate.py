@@ -890,3 +890,63 @@ def test_a_rerun_whose_pods_never_ran_says_it_could_not_run(tmp_path, kubectl):
     assert state == f"{NOT_STARTED}: {sub}-0-abcde Pending: {why}"
     assert text.endswith(f"(no log: the pod never ran: Pending: {why})\n")
     assert not [c for c in kubectl.calls if c[0] == "logs" and f"{sub}-0-abcde" in c]
+
+
+@pytest.fixture
+def no_backoff(monkeypatch):
+    from ops.gate import runner
+
+    monkeypatch.setattr(runner, "RETRY_BACKOFF_S", 0.0)
+
+
+def test_a_log_read_that_fails_once_is_tried_again(tmp_path, kubectl, capsys, no_backoff):
+    """A kubelet that does not answer one `kubectl logs` must not become a fabric FAIL (and hours
+    of bisection): the read is tried again."""
+    script_cluster(kubectl, "pass-p5-2node")
+    kubectl.rules.insert(1, {"match": ["logs", "fabric-p5-allreduce-0-abcde"], "rc": 1, "times": 2,
+                             "stderr": "Error from server: Get \"https://10.0.1.10:10250/containerLogs/"
+                                       "rl-training/fabric-p5-allreduce-0-abcde\": dial tcp 10.0.1.10:10250: "
+                                       "i/o timeout\n"})
+    kubectl.rules_path.write_text(json.dumps(kubectl.rules))
+    assert run_gate(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "could not read the log of pod fabric-p5-allreduce-0-abcde (Error from server: Get" in out
+    assert "trying again (2 of 4)" in out and "Gate PASSED" in out
+    assert sum(c[0] == "logs" and "fabric-p5-allreduce-0-abcde" in c for c in kubectl.calls) == 3
+
+
+def test_a_log_that_cannot_be_read_ends_the_gate_as_an_error_not_a_fabric_fail(tmp_path, kubectl, capsys,
+                                                                              no_backoff):
+    from ops.gate.runner import POLL_FAILURES_TOLERATED
+
+    script_cluster(kubectl, "pass-p5-2node")
+    kubectl.rules.insert(1, {"match": ["logs", "fabric-p5-allreduce-0-abcde"], "rc": 1,
+                             "stderr": "Error from server (InternalError): an error on the server (\"\") "
+                                       "has prevented the request from succeeding\n"})
+    kubectl.rules_path.write_text(json.dumps(kubectl.rules))
+    assert run_gate(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert ("could not read the log of pod fabric-p5-allreduce-0-abcde: Error from server (InternalError): "
+            "an error on the server") in err
+    assert sum(c[0] == "logs" and "fabric-p5-allreduce-0-abcde" in c for c in kubectl.calls) == \
+        POLL_FAILURES_TOLERATED
+    state = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())
+    assert state["in_progress"] is True and state["ok"] is False  # not judged: no fabric verdict
+    assert not (tmp_path / "out/fabric-subsets").exists()  # no bisection
+    # the job whose log could not be read was deleted all the same; the ep job never ran
+    deletes = [c for c in kubectl.calls if c[0] == "delete" and str(tmp_path / "out/fabric/allreduce") in c]
+    assert len(deletes) == 2
+    assert not [c for c in kubectl.calls if c[0] == "apply" and str(tmp_path / "out/fabric/ep") in c]
+
+
+def test_a_delete_or_node_read_that_fails_once_is_tried_again(tmp_path, kubectl, capsys, no_backoff):
+    script_cluster(kubectl, "pass-p5-2node")
+    kubectl.rules[1:1] = [
+        {"match": ["delete", "--wait=false"], "rc": 1, "times": 1, "stderr": "Unable to connect to the server: EOF\n"},
+        {"match": ["get", "nodes"], "rc": 1, "times": 1,
+         "stderr": "Error from server (TooManyRequests): the server has received too many requests\n"}]
+    kubectl.rules_path.write_text(json.dumps(kubectl.rules))
+    assert run_gate(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "could not delete fabric-p5-nodecheck (Unable to connect to the server: EOF); trying again" in out
+    assert "could not read the GPU nodes (Error from server (TooManyRequests)" in out
