@@ -16,7 +16,10 @@ the kit's namespace KubeRay is not done with, a pod asking for GPUs on the group
 one, the jobs would wait Pending until --timeout and record a FAIL, so it exits 2 naming it and
 leaves gate.json as it was.
 
-Ctrl-C deletes the job it applied, or prints exactly what is left and how to delete it. Before
+Ctrl-C, SIGTERM and SIGHUP delete the job it applied, or print exactly what is left and how to
+delete it; a gate first deletes the fabric jobs an earlier one of this environment left (saying
+which). A kubectl call that fails is tried again a few times; a pod log that still cannot be read
+ends the gate (exit 2), never a fabric verdict. The jobs' own deadline follows --timeout. Before
 the first job, gate.json is set to "under way, not passed" (in_progress), so a gate cut short
 (Ctrl-C, a kubectl error, the process killed) leaves that, and `rlkit launch` refuses, saying the
 last gate did not finish, rather than trusting an earlier pass.

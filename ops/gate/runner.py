@@ -1,18 +1,23 @@
 """Running the fabric acceptance jobs on the cluster: one job at a time through kubectl.
 
 ``GateRunner`` applies a job, waits for it with progress, collects its pods' logs and deletes it;
-a failed node check stops it before the benchmarks. A kubectl call that fails is tried again a few
-times before it ends the gate (exit 2): an API server that throttles or restarts must not end an
-hour of jobs, nor turn into a fabric verdict. After Ctrl-C it deletes what it applied, or says
-exactly what is left (``GateInterrupted``). Judging the logs is ``ops.gate.judges``'.
+a failed node check stops it before the benchmarks. It first deletes the fabric Jobs an earlier,
+interrupted run of this environment left (bisection's subset jobs too), saying so. A kubectl call
+that fails is tried again a few times before it ends the gate (exit 2): an API server that
+throttles or restarts must not end an hour of jobs, nor turn into a fabric verdict. After Ctrl-C,
+SIGTERM (a CI job cancelled) or SIGHUP (the SSH session dropped) it deletes what it applied, or
+says exactly what is left (``GateInterrupted``). Judging the logs is ``ops.gate.judges``'.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import yaml
 
@@ -31,10 +36,35 @@ from ops.shared_volume import ensure_shared_volume
 # ... apart.
 POLL_FAILURES_TOLERATED = 5
 RETRY_BACKOFF_S = 2.0
+# The signals that stop the gate the way Ctrl-C does: deleting what it applied first.
+STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 
 
 class GateInterrupted(Exception):
-    """Ctrl-C during the gate; the message says what was cleaned up or is left."""
+    """Ctrl-C, SIGTERM or SIGHUP during the gate; the message says what was cleaned up or is left."""
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the gate is, so that it takes Ctrl-C's way out."""
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``_Stopped`` (a KeyboardInterrupt) while inside; the previous
+    handlers come back after. Only the main thread can set handlers: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise _Stopped(STOP_SIGNALS.get(signum, str(signum)))
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _started(pod: dict[str, Any]) -> bool:
@@ -109,38 +139,74 @@ class GateRunner:
                           f"{POLL_FAILURES_TOLERATED - 1})")
                 self.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
 
+    def _fabric_selector(self) -> str | None:
+        """The label selector of this environment's fabric Jobs and Services (the rendered jobs'
+        instance and component labels; bisection's subset jobs keep them)."""
+        instance, components = None, []
+        for key, _ in self.jobs:
+            for f in sorted(self.job_dir(key).glob("*.yaml")):
+                for doc in yaml.safe_load_all(f.read_text()):
+                    labels = ((doc or {}).get("metadata") or {}).get("labels") or {}
+                    instance = labels.get("app.kubernetes.io/instance", instance)
+                    component = labels.get("app.kubernetes.io/component")
+                    if component and component not in components:
+                        components.append(component)
+        if instance is None or not components:
+            return None
+        return f"app.kubernetes.io/instance={instance},app.kubernetes.io/component in ({','.join(components)})"
+
+    def delete_leftovers(self) -> None:
+        """Delete the fabric Jobs (and their Services) an earlier run of this environment left:
+        one stopped by SIGKILL or a lost machine, and bisection's subset jobs, which a new run
+        would not otherwise know of. Says which first; nothing when there are none."""
+        selector = self._fabric_selector()
+        if selector is None:
+            return
+        doc = self._retry("list the fabric jobs left by an earlier run", lambda: self.k.get_json(
+            ["jobs,services", "-n", self.ns, "-l", selector])) or {}
+        left = [f"{i['kind'].lower()}/{i['metadata']['name']}" for i in doc.get("items", [])]
+        if not left:
+            return
+        self.echo(f"Deleting what an earlier fabric gate of this environment left in namespace "
+                  f"{self.ns} (label {selector}): {', '.join(left)}")
+        args = ["delete", "jobs,services", "-n", self.ns, "-l", selector, "--ignore-not-found",
+                "--wait=true", "--timeout=120s"]
+        self._retry("delete them", lambda: self.k.run(args, timeout=180))
+
     def run(self) -> dict[str, str]:
         logs: dict[str, str] = {}
         try:
-            # The namespace's NetworkPolicy with it: no fabric pod runs before it exists.
-            self._retry("apply the namespace", lambda: self.k.apply(
-                [self.out / name for name in NAMESPACE_FILES]))
-            ensure_shared_volume(self.k, self.out, self.shared_fs, self.ns, self.echo)
-            for key, name in self.jobs:
-                directory = self.job_dir(key)
-                state, text = self._run_job(name, directory, key)
-                if not self.k.dry_run:
-                    logs[key] = text
-                if key == "nodecheck" and self.node_selector is not None and not self.k.dry_run:
-                    # Read even when the job did not finish: a node offering fewer EFA devices
-                    # than the pod requests is the usual reason a pod stays Pending.
-                    selector = self.node_selector
-                    nodes = self._retry("read the GPU nodes", lambda: self.k.get_json(
-                        ["nodes", "-l", selector])) or {}
-                    logs["nodes"] = json.dumps(nodes, indent=1)
-                if state != "complete":
-                    self.problems.append(self._job_problem(key, name, state))
-                    break
-                if key == "nodecheck" and not self.k.dry_run:
-                    itype = INSTANCE_TYPES[self.instance_type]
-                    findings = judge_nodecheck(logs[key], self.nodes, itype.efa_devices)
-                    if "nodes" in logs:
-                        findings += judge_allocatable(logs["nodes"], itype.efa_devices)
-                    if any(f.status == FAIL for f in findings):
-                        self.echo("Node check failed: the benchmarks are skipped.")
+            with stop_on_signals():
+                self.delete_leftovers()
+                # The namespace's NetworkPolicy with it: no fabric pod runs before it exists.
+                self._retry("apply the namespace", lambda: self.k.apply(
+                    [self.out / name for name in NAMESPACE_FILES]))
+                ensure_shared_volume(self.k, self.out, self.shared_fs, self.ns, self.echo)
+                for key, name in self.jobs:
+                    directory = self.job_dir(key)
+                    state, text = self._run_job(name, directory, key)
+                    if not self.k.dry_run:
+                        logs[key] = text
+                    if key == "nodecheck" and self.node_selector is not None and not self.k.dry_run:
+                        # Read even when the job did not finish: a node offering fewer EFA devices
+                        # than the pod requests is the usual reason a pod stays Pending.
+                        selector = self.node_selector
+                        nodes = self._retry("read the GPU nodes", lambda: self.k.get_json(
+                            ["nodes", "-l", selector])) or {}
+                        logs["nodes"] = json.dumps(nodes, indent=1)
+                    if state != "complete":
+                        self.problems.append(self._job_problem(key, name, state))
                         break
-        except KeyboardInterrupt:
-            raise GateInterrupted(self.cleanup()) from None
+                    if key == "nodecheck" and not self.k.dry_run:
+                        itype = INSTANCE_TYPES[self.instance_type]
+                        findings = judge_nodecheck(logs[key], self.nodes, itype.efa_devices)
+                        if "nodes" in logs:
+                            findings += judge_allocatable(logs["nodes"], itype.efa_devices)
+                        if any(f.status == FAIL for f in findings):
+                            self.echo("Node check failed: the benchmarks are skipped.")
+                            break
+        except KeyboardInterrupt as err:
+            raise GateInterrupted(self.cleanup(err)) from None
         return logs
 
     def _run_job(self, name: str, directory: Path, label: str) -> tuple[str, str]:
@@ -184,9 +250,10 @@ class GateRunner:
             (directory / f"{i:02d}-{doc['kind'].lower()}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         sub = f"{name}-{suffix}"
         try:
-            state, logs = self._run_job(sub, directory, f"{key} on {len(nodes)} node(s)")
-        except KeyboardInterrupt:
-            raise GateInterrupted(self.cleanup()) from None
+            with stop_on_signals():
+                state, logs = self._run_job(sub, directory, f"{key} on {len(nodes)} node(s)")
+        except KeyboardInterrupt as err:
+            raise GateInterrupted(self.cleanup(err)) from None
         if state != "complete" and self.not_started:
             state = f"{NOT_STARTED}: {'; '.join(self.not_started[:2])}"
         return state, logs
@@ -313,18 +380,22 @@ class GateRunner:
                                f"`kubectl logs -n {self.ns} {pod} --all-containers` (the node's "
                                "kubelet must answer)") from None
 
-    def cleanup(self) -> str:
-        """After Ctrl-C: delete what this run applied, or say exactly what is left."""
+    def cleanup(self, why: BaseException | None = None) -> str:
+        """After Ctrl-C, SIGTERM or SIGHUP: delete what this run applied, or say exactly what is
+        left."""
+        how = f"Interrupted ({why})" if isinstance(why, _Stopped) else "Interrupted"
         if not self.applied:
-            return "Interrupted; nothing of the gate is left on the cluster."
+            return f"{how}; nothing of the gate is left on the cluster."
         objects = [f"{kind.lower()}/{name}" for d in self.applied
                    for kind, name, _ in objects_in(d)]
         try:
-            self.k.delete(self.applied, wait=True, timeout_s=60)
+            with stop_on_signals():
+                self.k.delete(self.applied, wait=True, timeout_s=60)
         except (KubectlError, KeyboardInterrupt) as err:
             cmd = " ".join(f"-f {d}" for d in self.applied)
-            why = "interrupted again" if isinstance(err, KeyboardInterrupt) else str(err)
-            return (f"Interrupted; could not delete what the gate applied ({why}). Left in "
+            again = "interrupted again" if isinstance(err, KeyboardInterrupt) else str(err)
+            return (f"{how}; could not delete what the gate applied ({again}). Left in "
                     f"namespace {self.ns}: {', '.join(objects)}. Delete them with: kubectl delete "
                     f"--ignore-not-found {cmd}")
-        return f"Interrupted; deleted {', '.join(objects)} from namespace {self.ns}."
+        self.applied.clear()
+        return f"{how}; deleted {', '.join(objects)} from namespace {self.ns}."

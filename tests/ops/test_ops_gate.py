@@ -950,3 +950,57 @@ def test_a_delete_or_node_read_that_fails_once_is_tried_again(tmp_path, kubectl,
     out = capsys.readouterr().out
     assert "could not delete fabric-p5-nodecheck (Unable to connect to the server: EOF); trying again" in out
     assert "could not read the GPU nodes (Error from server (TooManyRequests)" in out
+
+
+@pytest.mark.parametrize("sig, name", [("SIGTERM", "SIGTERM"), ("SIGHUP", "SIGHUP")])
+def test_sigterm_and_sighup_delete_what_the_gate_applied(tmp_path, kubectl, sig, name):
+    """A CI job cancelled (SIGTERM) or the SSH session dropped (SIGHUP) must not leave a job
+    holding every GPU node: the same way out as Ctrl-C."""
+    import os
+    import signal
+
+    number = getattr(signal, sig)
+    seen: list[int] = []
+    previous = signal.signal(number, lambda s, _f: seen.append(s))
+    try:
+        kubectl.rule(["get", "job"], stdout=job_json(False))
+
+        def signalled(_):
+            os.kill(os.getpid(), number)
+            raise AssertionError(f"the gate went on after {name}")
+
+        runner = _runner(tmp_path, Kubectl(), signalled)
+        with pytest.raises(GateInterrupted) as err:
+            runner.run()
+        assert str(err.value) == (f"Interrupted ({name}); deleted job/fabric-p5-nodecheck from namespace "
+                                  "rl-training.")
+        assert kubectl.calls[-1][:3] == ["delete", "--ignore-not-found", "--wait=true"]
+        assert runner.applied == []
+        # the handler the gate found is back afterwards
+        assert seen == []  # the gate took the signal itself
+        os.kill(os.getpid(), number)
+        assert seen == [number]
+    finally:
+        signal.signal(number, previous)
+
+
+def test_a_gate_first_deletes_the_fabric_jobs_an_earlier_run_left(tmp_path, kubectl, capsys):
+    """An earlier gate stopped part way through bisection left a subset job on the nodes; a new
+    run knows it by the environment's fabric labels, says so and deletes it before anything else."""
+    script_cluster(kubectl, "pass-p5-2node")
+    left = {"items": [{"kind": "Job", "metadata": {"name": "fabric-p5-allreduce-b3"}},
+                      {"kind": "Service", "metadata": {"name": "fabric-p5-allreduce-b3"}}]}
+    kubectl.rules.insert(1, {"match": ["get", "jobs,services"], "stdout": json.dumps(left)})
+    kubectl.rules_path.write_text(json.dumps(kubectl.rules))
+    assert run_gate(tmp_path) == 0
+    out = capsys.readouterr().out
+    selector = ("app.kubernetes.io/instance=gt,app.kubernetes.io/component in "
+                "(fabric-nodecheck,fabric-allreduce,fabric-ep)")
+    assert (f"Deleting what an earlier fabric gate of this environment left in namespace rl-training "
+            f"(label {selector}): job/fabric-p5-allreduce-b3, service/fabric-p5-allreduce-b3") in out
+    calls = kubectl.calls
+    assert calls[0] == ["get", "jobs,services", "-n", "rl-training", "-l", selector, "-o", "json",
+                        "--ignore-not-found"]
+    assert calls[1] == ["delete", "jobs,services", "-n", "rl-training", "-l", selector, "--ignore-not-found",
+                        "--wait=true", "--timeout=120s"]
+    assert calls[2][0] == "apply"  # then the namespace, as before
