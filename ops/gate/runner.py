@@ -1,12 +1,13 @@
 """Running the fabric acceptance jobs on the cluster: one job at a time through kubectl.
 
-``GateRunner`` applies a job, waits for it with progress, collects its pods' logs and deletes it;
-a failed node check stops it before the benchmarks. It first deletes the fabric Jobs an earlier,
-interrupted run of this environment left (bisection's subset jobs too), saying so. A kubectl call
-that fails is tried again a few times before it ends the gate (exit 2): an API server that
-throttles or restarts must not end an hour of jobs, nor turn into a fabric verdict. After Ctrl-C,
-SIGTERM (a CI job cancelled) or SIGHUP (the SSH session dropped) it deletes what it applied, or
-says exactly what is left (``GateInterrupted``). Judging the logs is ``ops.gate.judges``'.
+``GateRunner`` applies a job, waits for it with progress (and a heartbeat while nothing
+changes), collects its pods' logs and deletes it; a failed node check stops it before the
+benchmarks. It first deletes the fabric Jobs an earlier, interrupted run of this environment left
+(bisection's subset jobs too), saying so. A kubectl call that fails is tried again a few times
+before it ends the gate (exit 2): an API server that throttles or restarts must not end an hour of
+jobs, nor turn into a fabric verdict. After Ctrl-C, SIGTERM (a CI job cancelled) or SIGHUP (the SSH
+session dropped) it deletes what it applied, or says exactly what is left (``GateInterrupted``).
+Judging the logs is ``ops.gate.judges``'.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from ops.shared_volume import ensure_shared_volume
 # ... apart.
 POLL_FAILURES_TOLERATED = 5
 RETRY_BACKOFF_S = 2.0
+# While a job's state does not change the wait prints nothing; after this long it says it is still
+# waiting (a CI log or a terminal that shows no sign of life for an hour looks hung).
+HEARTBEAT_S = 300.0
 # The signals that stop the gate the way Ctrl-C does: deleting what it applied first.
 STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 
@@ -283,9 +287,9 @@ class GateRunner:
         return sorted((doc or {}).get("items", []), key=lambda p: p["metadata"]["name"])
 
     def wait(self, key: str, name: str) -> str:
-        """complete | failed | timeout, printing progress when something changes. A Job failed by
-        its own deadline (activeDeadlineSeconds) is a timeout. Afterwards ``not_started`` lists
-        the pods that never ran, and why."""
+        """complete | failed | timeout, printing progress when something changes, and every
+        HEARTBEAT_S while nothing does. A Job failed by its own deadline (activeDeadlineSeconds)
+        is a timeout. Afterwards ``not_started`` lists the pods that never ran, and why."""
         self.not_started = []
         self.deadline_passed = False
         if self.k.dry_run:
@@ -294,6 +298,7 @@ class GateRunner:
             return "complete"
         start = self.clock()
         last = None
+        said_at = start
         failures = 0
         started: set[str] = set()  # pods seen running (or done) at some poll
         while True:
@@ -329,7 +334,11 @@ class GateRunner:
                         line += f" ({c.get('message', c.get('reason', 'unschedulable'))})"
             if line != last:
                 self.echo(f"{line} [{elapsed:.0f} s]")
-                last = line
+                last, said_at = line, self.clock()
+            elif self.clock() - said_at >= HEARTBEAT_S:
+                self.echo(f"{line} [{elapsed:.0f} s, still waiting; gives up after "
+                          f"{self.timeout_s:.0f} s]")
+                said_at = self.clock()
 
             def true(kind: str) -> bool:
                 return (conditions.get(kind) or {}).get("status") == "True"

@@ -1004,3 +1004,30 @@ def test_a_gate_first_deletes_the_fabric_jobs_an_earlier_run_left(tmp_path, kube
     assert calls[1] == ["delete", "jobs,services", "-n", "rl-training", "-l", selector, "--ignore-not-found",
                         "--wait=true", "--timeout=120s"]
     assert calls[2][0] == "apply"  # then the namespace, as before
+
+
+def _fake_clock(step):
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def sleep(_):
+        now[0] += step
+    return clock, sleep
+
+
+def test_a_long_unchanged_wait_prints_a_heartbeat(tmp_path, kubectl):
+    from ops.gate.runner import HEARTBEAT_S
+
+    kubectl.rule(["get", "job"], stdout=job_json(False))
+    kubectl.rule(["get", "pods"], stdout=pods_json("fabric-p5-nodecheck", "Running"))
+    said: list[str] = []
+    clock, sleep = _fake_clock(60)
+    runner = GateRunner(Kubectl(), "rl-training", tmp_path / "out", [("nodecheck", "fabric-p5-nodecheck")],
+                        "p5.48xlarge", 2, timeout_s=1200, poll_s=60, echo=said.append, sleep=sleep, clock=clock)
+    assert runner.wait("nodecheck", "fabric-p5-nodecheck") == "timeout"
+    line = "  nodecheck: 0 succeeded, 0 failed, pods 1 Running"
+    assert said[0] == f"{line} [0 s]"
+    assert said[1:] == [f"{line} [{t} s, still waiting; gives up after 1200 s]" for t in (300, 600, 900, 1200)]
+    assert HEARTBEAT_S == 300
