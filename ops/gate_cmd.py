@@ -293,7 +293,8 @@ def _run(args: argparse.Namespace) -> int:
         # Before gate.json is touched or anything applied: a run that holds the group's GPUs
         # would leave the gate's pods Pending until --timeout, a FAIL in place of the last PASS.
         try:
-            holders, fixes = gpu_holders(kubectl, ctx.namespace, selector, {n for _, n in jobs})
+            holders, fixes = runner.retry("read what holds the group's GPUs", lambda: gpu_holders(
+                kubectl, ctx.namespace, selector, runner.owns))
         except KubectlError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -246,7 +246,7 @@ def _fit_ep(command: list[str], nodes: int) -> list[str]:
 
 def isolation_commands(node: str) -> list[list[str]]:
     """kubectl argv that keep new pods off a bad node until it is replaced: cordon, then a taint
-    (managed node groups' node auto-repair, or terminating the instance, replaces it)."""
+    (terminating its instance gets the node group to replace it; a cordon alone does not)."""
     return [["cordon", node], ["taint", "nodes", node, TAINT, "--overwrite"]]
 
 

@@ -166,13 +166,14 @@ def _gpus(pod: dict) -> float:
 
 
 def gpu_holders(kubectl: Kubectl, namespace: str, selector: str,
-                own_jobs: set[str]) -> tuple[list[str], list[str]]:
+                own: Callable[[str, dict[str, str]], bool]) -> tuple[list[str], list[str]]:
     """What holds, or waits for, this node group's GPUs before a gate runs: (descriptions, the
     commands that would free them, for the user to choose). Each RayJob in the kit's
     ``namespace`` that KubeRay is not done with (``ops.launching.finished``), and each pod that
-    is not done and asks for GPUs on a node matching ``selector`` (any namespace; the pods of
-    ``own_jobs``, the gate's own jobs, are left out: the gate deletes those before it applies
-    them; the pods of a listed RayJob's Ray cluster are not named twice). Three reads: rayjobs,
+    is not done and asks for GPUs on a node matching ``selector`` (any namespace; a pod ``own``
+    says is the gate's, from this run's or an earlier run's fabric jobs, is left out: the gate
+    deletes those before it applies its own; the pods of a listed RayJob's Ray cluster are not
+    named twice). Three reads: rayjobs,
     nodes, pods."""
     found: list[str] = []
     fixes: list[str] = []
@@ -204,7 +205,7 @@ def gpu_holders(kubectl: Kubectl, namespace: str, selector: str,
             gpus = _gpus(pod)
             if node not in ours or not gpus or labels.get("ray.io/cluster") in clusters:
                 continue
-            if meta.get("namespace") == namespace and labels.get("job-name") in own_jobs:
+            if own(meta.get("namespace", ""), labels):
                 continue
             owner = next(iter(meta.get("ownerReferences") or []), None)
             pns = meta.get("namespace", "?")

@@ -128,7 +128,7 @@ class GateRunner:
     def job_dir(self, key: str) -> Path:
         return self.out / "fabric" / key
 
-    def _retry(self, what: str, call: Callable[[], Any]) -> Any:
+    def retry(self, what: str, call: Callable[[], Any]) -> Any:
         """``call()``, tried up to POLL_FAILURES_TOLERATED times while kubectl fails (backing
         off RETRY_BACKOFF_S, twice that, ...); the last failure ends the gate as before."""
         for attempt in range(1, POLL_FAILURES_TOLERATED + 1):
@@ -143,9 +143,9 @@ class GateRunner:
                           f"{POLL_FAILURES_TOLERATED - 1})")
                 self.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
 
-    def _fabric_selector(self) -> str | None:
-        """The label selector of this environment's fabric Jobs and Services (the rendered jobs'
-        instance and component labels; bisection's subset jobs keep them)."""
+    def _fabric_labels(self) -> tuple[str | None, list[str]]:
+        """This environment's fabric Jobs' instance label and components (the rendered jobs'
+        labels; bisection's subset jobs keep them)."""
         instance, components = None, []
         for key, _ in self.jobs:
             for f in sorted(self.job_dir(key).glob("*.yaml")):
@@ -155,9 +155,22 @@ class GateRunner:
                     component = labels.get("app.kubernetes.io/component")
                     if component and component not in components:
                         components.append(component)
+        return instance, components
+
+    def _fabric_selector(self) -> str | None:
+        """The label selector of this environment's fabric Jobs and Services."""
+        instance, components = self._fabric_labels()
         if instance is None or not components:
             return None
         return f"app.kubernetes.io/instance={instance},app.kubernetes.io/component in ({','.join(components)})"
+
+    def owns(self, namespace: str, labels: dict[str, str]) -> bool:
+        """Whether a pod in ``namespace`` with ``labels`` is one of this environment's fabric
+        jobs' (this run's, or one an earlier run left, which the gate deletes first)."""
+        instance, components = self._fabric_labels()
+        return (namespace == self.ns and instance is not None
+                and labels.get("app.kubernetes.io/instance") == instance
+                and labels.get("app.kubernetes.io/component") in components)
 
     def delete_leftovers(self) -> None:
         """Delete the fabric Jobs (and their Services) an earlier run of this environment left:
@@ -166,7 +179,7 @@ class GateRunner:
         selector = self._fabric_selector()
         if selector is None:
             return
-        doc = self._retry("list the fabric jobs left by an earlier run", lambda: self.k.get_json(
+        doc = self.retry("list the fabric jobs left by an earlier run", lambda: self.k.get_json(
             ["jobs,services", "-n", self.ns, "-l", selector])) or {}
         left = [f"{i['kind'].lower()}/{i['metadata']['name']}" for i in doc.get("items", [])]
         if not left:
@@ -175,7 +188,7 @@ class GateRunner:
                   f"{self.ns} (label {selector}): {', '.join(left)}")
         args = ["delete", "jobs,services", "-n", self.ns, "-l", selector, "--ignore-not-found",
                 "--wait=true", "--timeout=120s"]
-        self._retry("delete them", lambda: self.k.run(args, timeout=180))
+        self.retry("delete them", lambda: self.k.run(args, timeout=180))
 
     def run(self) -> dict[str, str]:
         logs: dict[str, str] = {}
@@ -183,7 +196,7 @@ class GateRunner:
             with stop_on_signals():
                 self.delete_leftovers()
                 # The namespace's NetworkPolicy with it: no fabric pod runs before it exists.
-                self._retry("apply the namespace", lambda: self.k.apply(
+                self.retry("apply the namespace", lambda: self.k.apply(
                     [self.out / name for name in NAMESPACE_FILES]))
                 ensure_shared_volume(self.k, self.out, self.shared_fs, self.ns, self.echo)
                 for key, name in self.jobs:
@@ -195,7 +208,7 @@ class GateRunner:
                         # Read even when the job did not finish: a node offering fewer EFA devices
                         # than the pod requests is the usual reason a pod stays Pending.
                         selector = self.node_selector
-                        nodes = self._retry("read the GPU nodes", lambda: self.k.get_json(
+                        nodes = self.retry("read the GPU nodes", lambda: self.k.get_json(
                             ["nodes", "-l", selector])) or {}
                         logs["nodes"] = json.dumps(nodes, indent=1)
                     if state != "complete":
@@ -216,9 +229,9 @@ class GateRunner:
     def _run_job(self, name: str, directory: Path, label: str) -> tuple[str, str]:
         """Apply the job in ``directory``, wait, read its pods' logs, delete it: (state, logs)."""
         # A finished Job of an earlier run would not run again: remove it first.
-        self._retry(f"delete an earlier {name}", lambda: self.k.delete([directory]))
+        self.retry(f"delete an earlier {name}", lambda: self.k.delete([directory]))
         self.applied.append(directory)
-        self._retry(f"apply {name}", lambda: self.k.apply([directory]))
+        self.retry(f"apply {name}", lambda: self.k.apply([directory]))
         state = self.wait(label, name)
         text = ""
         try:
@@ -236,7 +249,7 @@ class GateRunner:
             except KubectlError:
                 pass
             raise
-        self._retry(f"delete {name}", lambda: self.k.delete([directory], wait=False))
+        self.retry(f"delete {name}", lambda: self.k.delete([directory], wait=False))
         self.applied.remove(directory)
         return state, text
 
@@ -367,7 +380,7 @@ class GateRunner:
         says why instead. A log that cannot be read after a few tries ends the gate (KubectlError
         naming the pod), never a fabric verdict."""
         parts = []
-        for p in self._retry(f"list the pods of {name}", lambda: self._pods(name)):
+        for p in self.retry(f"list the pods of {name}", lambda: self._pods(name)):
             pod = p["metadata"]["name"]
             node = p.get("spec", {}).get("nodeName") or "unscheduled"
             if not _started(p):
@@ -380,7 +393,7 @@ class GateRunner:
     def _log(self, pod: str) -> str:
         args = ["logs", "-n", self.ns, pod, "--all-containers"]
         try:
-            return self._retry(f"read the log of pod {pod}", lambda: self.k.run(args).stdout)
+            return self.retry(f"read the log of pod {pod}", lambda: self.k.run(args).stdout)
         except KubectlNotFound:
             raise
         except KubectlError as err:

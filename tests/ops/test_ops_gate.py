@@ -525,9 +525,10 @@ def test_a_gate_refuses_while_other_pods_hold_the_groups_gpus(tmp_path, kubectl,
     script_cluster(kubectl, "pass-p5-2node")
     on, off = "ip-10-0-1-10.ec2.internal", "ip-10-0-1-99.ec2.internal"
     harmless = [
-        # the gate's own job of an earlier run: the gate deletes it before it applies it
-        _gpu_pod("fabric-p5-allreduce-0-x", "rl-training", on,
-                 labels={"job-name": "fabric-p5-allreduce"}),
+        # a bisection subset job an earlier gate left: the gate deletes it (by these labels)
+        # before it applies its own
+        _gpu_pod("fabric-p5-allreduce-b3-0-x", "rl-training", on, labels={
+            "app.kubernetes.io/instance": "gt", "app.kubernetes.io/component": "fabric-allreduce"}),
         _gpu_pod("other-0", "team", off),  # another node
         _gpu_pod("agent", "kube-system", on, gpus=None),  # holds no GPU
     ]
@@ -546,6 +547,15 @@ def test_a_gate_refuses_while_other_pods_hold_the_groups_gpus(tmp_path, kubectl,
             "train).") in err
     assert "run: kubectl delete job train -n team." in err
     assert "fabric-p5-allreduce" not in err and "other-0" not in err
+
+    # the same labels in another namespace are not the gate's
+    capsys.readouterr()
+    kubectl.rules.pop()
+    kubectl.rule(["get", "pods", "-A"], stdout=json.dumps({"items": [_gpu_pod(
+        "fabric-p5-allreduce-0-y", "team", on, labels={
+            "app.kubernetes.io/instance": "gt", "app.kubernetes.io/component": "fabric-allreduce"})]}))
+    assert run_gate(tmp_path) == 2
+    assert "pod team/fabric-p5-allreduce-0-y on ip-10-0-1-10.ec2.internal" in capsys.readouterr().err
 
 
 def test_a_gate_runs_where_kuberay_is_not_installed(tmp_path, kubectl, capsys):
@@ -943,7 +953,9 @@ def test_a_delete_or_node_read_that_fails_once_is_tried_again(tmp_path, kubectl,
     script_cluster(kubectl, "pass-p5-2node")
     kubectl.rules[1:1] = [
         {"match": ["delete", "--wait=false"], "rc": 1, "times": 1, "stderr": "Unable to connect to the server: EOF\n"},
-        {"match": ["get", "nodes"], "rc": 1, "times": 1,
+        # the gate's own read of the GPU nodes (the first, before anything is written, reads
+        # what holds them)
+        {"match": ["get", "nodes"], "rc": 1, "times": 1, "skip": 1,
          "stderr": "Error from server (TooManyRequests): the server has received too many requests\n"}]
     kubectl.rules_path.write_text(json.dumps(kubectl.rules))
     assert run_gate(tmp_path) == 0
@@ -999,6 +1011,8 @@ def test_a_gate_first_deletes_the_fabric_jobs_an_earlier_run_left(tmp_path, kube
     assert (f"Deleting what an earlier fabric gate of this environment left in namespace rl-training "
             f"(label {selector}): job/fabric-p5-allreduce-b3, service/fabric-p5-allreduce-b3") in out
     calls = kubectl.calls
+    calls = calls[next(i for i, c in enumerate(calls) if c[:2] == ["get", "jobs,services"]):]
+    assert not [c for c in kubectl.calls[:-len(calls)] if c[0] in ("apply", "delete")]
     assert calls[0] == ["get", "jobs,services", "-n", "rl-training", "-l", selector, "-o", "json",
                         "--ignore-not-found"]
     assert calls[1] == ["delete", "jobs,services", "-n", "rl-training", "-l", selector, "--ignore-not-found",
