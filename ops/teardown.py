@@ -36,7 +36,8 @@ from ops.aws import AWS_ERRORS
 _GONE = {"DELETE_COMPLETE"}
 _FAILED = {"DELETE_FAILED"}
 # A stack that shows no DELETE_* status this long after DeleteStack was refused (its status is the
-# one it had before); a poll right after the call may still show the old status.
+# one it had before); a poll right after the call may still show the old status, DELETE_FAILED
+# included (a stack deleted again after a failed delete): that too counts only after this long.
 REFUSED_AFTER_S = 30.0
 
 
@@ -241,6 +242,7 @@ class DataResource:
     kind: str  # "bucket" | "repository"
     name: str
     retained: bool  # DeletionPolicy Retain: CloudFormation leaves it in place
+    log_target: bool = False  # another bucket of the stack delivers its access logs here
 
 
 def _template(cfn: Any, stack: str) -> dict[str, Any]:
@@ -260,23 +262,48 @@ class StackResource:
     type: str  # AWS::S3::Bucket, ...
     physical_id: str
     retained: bool  # DeletionPolicy Retain: CloudFormation leaves it in place
+    logical_id: str = ""
 
 
-def stack_resources(cfn: Any, stack: str) -> list[StackResource]:
-    """Every resource of a deployed stack that has a physical ID, with whether it is retained."""
-    template = _template(cfn, stack).get("Resources", {})
+_RETAIN = {"Retain", "RetainExceptOnCreate"}  # both keep the resource when its stack is deleted
+
+
+def stack_resources(cfn: Any, stack: str, template: dict[str, Any] | None = None
+                    ) -> list[StackResource]:
+    """Every resource of a deployed stack that has a physical ID and still exists, with whether it
+    is retained. A stack left DELETE_FAILED (or ROLLBACK_COMPLETE) still lists the resources
+    CloudFormation deleted already, with their physical IDs: their ResourceStatus is
+    DELETE_COMPLETE, and they are left out."""
+    resources = (template if template is not None else _template(cfn, stack)).get("Resources", {})
     return [StackResource(r["ResourceType"], r["PhysicalResourceId"],
-                          template.get(r["LogicalResourceId"], {}).get("DeletionPolicy") == "Retain")
+                          resources.get(r["LogicalResourceId"], {}).get("DeletionPolicy") in _RETAIN,
+                          r["LogicalResourceId"])
             for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack)
-            for r in page.get("StackResourceSummaries", []) if r.get("PhysicalResourceId")]
+            for r in page.get("StackResourceSummaries", [])
+            if r.get("PhysicalResourceId") and r.get("ResourceStatus") not in _GONE]
 
 
 def data_resources(cfn: Any, stack: str) -> list[DataResource]:
-    """Buckets and ECR repositories of the data stack, with whether CloudFormation keeps them."""
+    """Buckets and ECR repositories of the data stack, with whether CloudFormation keeps them and
+    whether a bucket receives another's access logs (read from the deployed template, which still
+    says so after a first teardown turned the logging off)."""
     kinds = {"AWS::S3::Bucket": "bucket", "AWS::ECR::Repository": "repository"}
-    return sorted((DataResource(kinds[r.type], r.physical_id, r.retained)
-                   for r in stack_resources(cfn, stack) if r.type in kinds),
+    template = _template(cfn, stack)
+    log_ids = set()
+    for res in template.get("Resources", {}).values():
+        props = res.get("Properties") or {}
+        target = (props.get("LoggingConfiguration") or {}).get("DestinationBucketName")
+        if res.get("Type") == "AWS::S3::Bucket" and isinstance(target, dict) and "Ref" in target:
+            log_ids.add(target["Ref"])
+    return sorted((DataResource(kinds[r.type], r.physical_id, r.retained, r.logical_id in log_ids)
+                   for r in stack_resources(cfn, stack, template) if r.type in kinds),
                   key=lambda d: (d.kind, d.name))
+
+
+def _gone_already(err: Exception) -> bool:
+    """Whether S3 or ECR answered that the bucket or repository does not exist."""
+    code = getattr(err, "response", {}).get("Error", {}).get("Code")
+    return code in ("NoSuchBucket", "RepositoryNotFoundException")
 
 
 def empty_bucket(s3: Any, bucket: str, dry_run: bool = False) -> int:
@@ -413,6 +440,14 @@ def delete_stacks(cfn: Any, stacks: list[str], echo: Callable[[str], None],
                     f"CloudFormation did not delete stack {s}: it is {status} again"
                     f"{': ' + reason if reason else ''}. Fix: delete or update what it names "
                     "first (a stack that imports this one's outputs), then run teardown again")
+            elif status in _FAILED and last.get(s) != "DELETE_IN_PROGRESS" and (
+                    clock() - requested[s] < REFUSED_AFTER_S):
+                # A stack that was DELETE_FAILED before (a retry) may still show it right after
+                # DeleteStack, like any old status: only a DELETE_FAILED that follows
+                # DELETE_IN_PROGRESS, or outlasts the grace, is this delete's.
+                if last.get(s) != status:
+                    echo(f"  {s}: still {status} from before; waiting for CloudFormation to start "
+                         "deleting it again")
             elif status in _FAILED:
                 reasons = "; ".join(failure_reasons(cfn, s)) or "see the stack's events"
                 raise TeardownError(
@@ -484,10 +519,18 @@ def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
     resources = data_resources(cfn, stack)
     # What CloudFormation retains stays on purpose: the data, and a KMS key with storage.retain.
     kept_ids = [r.physical_id for r in stack_resources(cfn, stack) if r.retained]
-    log_targets = set()
+    log_targets = {r.name for r in resources if r.log_target}
+    gone = set()
     for res in resources:
         if res.kind == "bucket" and not res.retained:
-            target = s3.get_bucket_logging(Bucket=res.name).get("LoggingEnabled", {}).get("TargetBucket")
+            try:
+                logging = s3.get_bucket_logging(Bucket=res.name)
+            except AWS_ERRORS as err:
+                if not _gone_already(err):
+                    raise
+                gone.add(res.name)
+                continue
+            target = logging.get("LoggingEnabled", {}).get("TargetBucket")
             if target:
                 log_targets.add(target)
                 if not dry_run:
@@ -495,16 +538,27 @@ def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
                 echo(f"{'[dry-run] would turn' if dry_run else 'Turned'} off access logging of "
                      f"bucket {res.name} (to {target})")
     for res in sorted(resources, key=lambda r: r.name in log_targets):
+        what = "bucket" if res.kind == "bucket" else "ECR repository"
         if res.retained:
             echo(f"{res.kind} {res.name} has DeletionPolicy Retain (storage.retain: true): "
                  "CloudFormation keeps it with its data. To delete it as well, empty and "
                  "delete it by hand afterwards.")
+            continue
+        n = None
+        if res.name not in gone:
+            try:
+                n = (empty_bucket(s3, res.name, dry_run) if res.kind == "bucket"
+                     else delete_images(ecr, res.name, dry_run))
+            except AWS_ERRORS as err:
+                if not _gone_already(err):
+                    raise
+        if n is None:
+            echo(f"{what} {res.name} is gone already (deleted by a teardown before this one, or "
+                 "by hand)")
         elif res.kind == "bucket":
-            n = empty_bucket(s3, res.name, dry_run)
             echo(f"{dry or 'Deleted: '}{n} object version(s) and delete marker(s) in "
                  f"bucket {res.name}")
         else:
-            n = delete_images(ecr, res.name, dry_run)
             echo(f"{dry or 'Deleted: '}{n} image(s) in ECR repository {res.name}")
     return kept_ids
 

@@ -210,8 +210,9 @@ def test_delete_failed_names_the_resource_and_the_fix():
     stub = Stubber(cfn)
     now = datetime(2026, 3, 1, tzinfo=timezone.utc)
     stub.add_response("delete_stack", {}, {"StackName": "tt-network"})
-    stub.add_response("describe_stacks", {"Stacks": [{
-        "StackName": "tt-network", "StackStatus": "DELETE_FAILED", "CreationTime": now}]})
+    for status in ("DELETE_IN_PROGRESS", "DELETE_FAILED"):
+        stub.add_response("describe_stacks", {"Stacks": [{
+            "StackName": "tt-network", "StackStatus": status, "CreationTime": now}]})
     stub.add_response("describe_stack_events", {"StackEvents": [{
         "StackId": "id", "EventId": "e", "StackName": "tt-network", "Timestamp": now,
         "LogicalResourceId": "VpcSubnet1", "ResourceType": "AWS::EC2::Subnet",

@@ -1,0 +1,176 @@
+"""`rlkit teardown` run again after a teardown that stopped part way: what CloudFormation already
+deleted is not touched again, and the retry is not failed by a stale status (moto, Stubber)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from ops.teardown import TeardownError, delete_stacks, stack_resources
+from tests.support.teardown import (  # noqa: F401 (aws: autouse fixture)
+    DATA, REGION, Recording, aws, fill_bucket, live_names, make_env, run)
+
+T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+
+
+class PartlyDeleted(Recording):
+    """A data stack that ended DELETE_FAILED: ListStackResources still lists the resources
+    CloudFormation deleted, with their physical IDs and ResourceStatus DELETE_COMPLETE (moto
+    keeps every resource CREATE_COMPLETE, so the statuses are set here)."""
+
+    def __init__(self, client, deleted_logical_ids):
+        super().__init__(client)
+        self.deleted_ids = set(deleted_logical_ids)
+
+    def get_paginator(self, name):
+        paginator = self._client.get_paginator(name)
+        if name != "list_stack_resources":
+            return paginator
+        deleted_ids = self.deleted_ids
+
+        class Marked:
+            def paginate(self, **kw):
+                for page in paginator.paginate(**kw):
+                    for r in page.get("StackResourceSummaries", []):
+                        if r["LogicalResourceId"] in deleted_ids:
+                            r["ResourceStatus"] = "DELETE_COMPLETE"
+                    yield page
+        return Marked()
+
+
+class SkipsWhatIsGone(PartlyDeleted):
+    """CloudFormation's delete skips what it deleted before and treats a resource that no longer
+    exists as deleted; moto's DeleteStack raises NoSuchBucket / RepositoryNotFoundException
+    instead. So the data stack's missing bucket and repository are recreated, empty, just before
+    its delete (after teardown has asked S3 and ECR about them)."""
+
+    def __init__(self, client, deleted_logical_ids=(), buckets=(), repositories=()):
+        super().__init__(client, deleted_logical_ids)
+        self.buckets, self.repositories = buckets, repositories
+
+    def delete_stack(self, **kw):
+        if kw["StackName"] == "tt-data":
+            for bucket in self.buckets:
+                boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
+            for repository in self.repositories:
+                boto3.client("ecr", region_name=REGION).create_repository(
+                    repositoryName=repository)
+        return super().delete_stack(**kw)
+
+
+def test_resources_cloudformation_deleted_already_are_not_listed():
+    make_env()
+    cfn = PartlyDeleted(boto3.client("cloudformation", region_name=REGION), {"Bucket"})
+    types = sorted(r.type for r in stack_resources(cfn, "tt-data"))
+    assert types == ["AWS::ECR::Repository", "AWS::S3::Bucket"]  # Logs only, not Bucket
+
+
+def test_a_rerun_after_a_partial_data_delete_carries_on(tmp_path, capsys):
+    """Run 1 emptied the bucket, CloudFormation deleted it, and the stack ended DELETE_FAILED (an
+    image pushed meanwhile, say). Run 2 asked S3 about the deleted bucket (NoSuchBucket) and exited
+    1, every time."""
+    ids = make_env()
+    boto3.client("s3", region_name=REGION).delete_bucket(Bucket=ids["Bucket"])
+    cfn = SkipsWhatIsGone(boto3.client("cloudformation", region_name=REGION), {"Bucket"},
+                          buckets=[ids["Bucket"]])
+    code, _ = run(tmp_path, "--yes", "--delete-data", cfn=cfn)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert ids["Bucket"] not in captured.out  # not asked about, not reported emptied
+    assert "tt-data" in cfn.deleted and live_names() == []
+
+
+def test_a_bucket_and_repository_gone_outside_cloudformation_are_gone_already(tmp_path, capsys):
+    """What S3 and ECR say no longer exists (deleted by hand, or by CloudFormation while its
+    resource status still lagged) is what teardown wants, not an error."""
+    ids = make_env()
+    fill_bucket(ids["Bucket"])
+    s3 = boto3.client("s3", region_name=REGION)
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=ids["Logs"]):
+        assert not page.get("Versions")
+    s3.delete_bucket(Bucket=ids["Logs"])
+    boto3.client("ecr", region_name=REGION).delete_repository(repositoryName="tt-trainer")
+    cfn = SkipsWhatIsGone(boto3.client("cloudformation", region_name=REGION),
+                          buckets=[ids["Logs"]], repositories=["tt-trainer"])
+    code, _ = run(tmp_path, "--yes", "--delete-data", cfn=cfn)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert f"bucket {ids['Logs']} is gone already" in captured.out
+    assert "ECR repository tt-trainer is gone already" in captured.out
+    assert (f"Deleted: 3 object version(s) and delete marker(s) in bucket {ids['Bucket']}"
+            in captured.out)
+    assert cfn.deleted[-1] == "tt-data"
+
+
+def test_the_log_bucket_is_emptied_last_on_a_rerun_with_logging_already_off(tmp_path, capsys):
+    """Run 1 turned the bucket's access logging off; run 2 reads no logging and used to empty the
+    log bucket first (it sorts first by name), so a late log record could fail its delete again.
+    The deployed template still names the log bucket (LoggingConfiguration)."""
+    data = {"DataAccessLogs": {"Type": "AWS::S3::Bucket"},  # the kit's logical IDs
+            "DataBucket": {"Type": "AWS::S3::Bucket", "Properties": {"LoggingConfiguration": {
+                "DestinationBucketName": {"Ref": "DataAccessLogs"}, "LogFilePrefix": "d/"}}}}
+    ids = make_env(data=data)
+    logs, bucket = ids["DataAccessLogs"], ids["DataBucket"]
+    assert logs < bucket
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.put_bucket_logging(Bucket=bucket, BucketLoggingStatus={})  # what run 1 did
+    fill_bucket(bucket)
+    code, _ = run(tmp_path, "--yes", "--delete-data")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "access logging" not in out  # off already: nothing to turn off
+    assert out.index(f"in bucket {bucket}") < out.index(f"in bucket {logs}")
+
+
+# --- a DELETE_FAILED stack deleted again ---------------------------------------------------------
+
+
+def _answers(stack, *statuses):
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    stub = Stubber(cfn)
+    stub.add_response("delete_stack", {}, {"StackName": stack})
+    for status in statuses:
+        if status == "gone":
+            stub.add_client_error("describe_stacks", service_error_code="ValidationError",
+                                  service_message=f"Stack with id {stack} does not exist")
+        else:
+            stub.add_response("describe_stacks", {"Stacks": [
+                {"StackName": stack, "StackStatus": status, "CreationTime": T0}]})
+    return cfn, stub
+
+
+def test_the_old_delete_failed_right_after_the_retry_is_not_a_new_failure():
+    """The poll right after DeleteStack may still show the stack's old DELETE_FAILED, as it may
+    any old status (REFUSED_AFTER_S): the retry was failed on it at once."""
+    cfn, stub = _answers("tt-network", "DELETE_FAILED", "DELETE_IN_PROGRESS", "gone")
+    shown = []
+    with stub:
+        delete_stacks(cfn, ["tt-network"], echo=shown.append, poll_s=0,
+                      clock=iter(range(0, 100, 5)).__next__)
+    assert shown == ["  deleting tt-network",
+                     "  tt-network: still DELETE_FAILED from before; waiting for CloudFormation to "
+                     "start deleting it again",
+                     "  tt-network: DELETE_IN_PROGRESS [15 s]", "  tt-network: deleted [25 s]"]
+
+
+def test_delete_failed_that_stays_past_the_grace_is_a_failure():
+    cfn, stub = _answers("tt-network", "DELETE_FAILED", "DELETE_FAILED")
+    stub.add_response("describe_stack_events", {"StackEvents": [{
+        "StackId": "id", "EventId": "e", "StackName": "tt-network", "Timestamp": T0,
+        "LogicalResourceId": "Vpc", "ResourceType": "AWS::EC2::VPC",
+        "ResourceStatus": "DELETE_FAILED", "ResourceStatusReason": "has dependencies"}]})
+    with stub, pytest.raises(TeardownError, match=r"^stack tt-network is DELETE_FAILED: Vpc "
+                             r"\(AWS::EC2::VPC\): has dependencies\. Fix: resolve"):
+        delete_stacks(cfn, ["tt-network"], echo=lambda s: None, poll_s=0,
+                      clock=iter([0, 5, 35, 35]).__next__)
+
+
+def test_delete_failed_after_delete_in_progress_fails_at_once():
+    cfn, stub = _answers("tt-network", "DELETE_IN_PROGRESS", "DELETE_FAILED")
+    stub.add_response("describe_stack_events", {"StackEvents": []})
+    with stub, pytest.raises(TeardownError, match="is DELETE_FAILED: see the stack's events"):
+        delete_stacks(cfn, ["tt-network"], echo=lambda s: None, poll_s=0,
+                      clock=iter([0, 1, 2, 3]).__next__)
