@@ -17,7 +17,8 @@ What is torn down is a ``Target``: the environment's name, region and account an
 facts teardown reads. It comes from a validated config, or, when the config no longer validates
 (one written for an older kit), from the environment's name alone: the stacks are then found by
 their exact names and ``rlkit:environment`` tag, and what the config would have said is assumed
-the safe way (not ephemeral, the file system retained).
+the safe way (not ephemeral), except whether the file system is retained: the deployed storage
+stack's template says that (its file system's DeletionPolicy).
 
 Functions take boto3 clients; ``ops.teardown_cmd`` builds them.
 """
@@ -63,7 +64,8 @@ class Target:
 
     @classmethod
     def by_name(cls, name: str, region: str, account: str | None = None) -> "Target":
-        """No usable config: name and tags only, every unknown assumed the safe way."""
+        """No usable config: name and tags only, every unknown assumed the safe way
+    (``storage_retain`` is not read: ``plan_teardown`` asks the deployed storage stack)."""
         return cls(name=name, region=region, account=account, from_config=False)
 
 
@@ -145,8 +147,11 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
     access += [stack["observability"]] if ours(stack["observability"]) else []
     # A file system CloudFormation retains would outlive its stack and keep the network in use, so
     # the storage stack goes only when its file system goes with it.
-    storage_deletable = cfg.ephemeral or (delete_data and not cfg.storage_retain)
     storage = ours(stack["storage"])
+    # By name, nothing says whether the file system is retained but the deployed stack itself.
+    fs_retained = (bool(retained_file_systems(cfn, stack["storage"]))
+                   if storage and not cfg.from_config else cfg.storage_retain)
+    storage_deletable = cfg.ephemeral or (delete_data and not fs_retained)
     if storage and storage_deletable and retained_file_systems(cfn, stack["storage"]):
         # The config says the file system may go, but the deployed stack still retains it (the
         # config changed without a deploy): deleting the stack would leave the file system
@@ -162,9 +167,13 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
               + ([stack["storage"]] if storage and storage_deletable else [])]
     if storage and not storage_deletable:
         plan.kept.append(stack["storage"])
-        plan.why_kept.setdefault(stack["storage"],
-            "the shared file system is retained with the data; with storage.retain: false (and "
-            "the storage stack redeployed) --delete-data deletes it too")
+        plan.why_kept.setdefault(stack["storage"], (
+            "the shared file system stays with the data; its deployed file system is not "
+            "retained (no DeletionPolicy Retain), so --delete-data deletes it too")
+            if not fs_retained else (
+            "the shared file system is retained with the data"
+            f"{'' if cfg.from_config else ' (its deployed DeletionPolicy is Retain)'}; with "
+            "storage.retain: false (and the storage stack redeployed) --delete-data deletes it too"))
     if ours(stack["network"]):
         if storage and not storage_deletable:
             plan.kept.append(stack["network"])

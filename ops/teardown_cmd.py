@@ -17,9 +17,10 @@ from (CloudFormation would refuse its delete after the bucket was emptied).
 
 When the config no longer validates (written for an older kit, say), teardown still works: it
 reads the environment's name and region from the file, or from --name with --region and
---account, and finds the stacks by their exact names and tag; it then keeps the data, and a
-retained file system with its network, whatever the config said (--delete-data still deletes the
-data stack).
+--account, and finds the stacks by their exact names and tag; it then keeps the data unless
+--delete-data, whatever the config said, and reads from the deployed storage stack whether its
+file system is retained: a retained one is kept with its network and the data it links to, one
+that is not goes with --delete-data like the rest.
 
 Asks you to type the environment name unless --yes. --dry-run prints what it would delete, and
 exits non-zero where the real teardown would refuse or leave a stack. Afterwards it lists what is
@@ -105,8 +106,9 @@ def _target(args: argparse.Namespace) -> Target | None:
               file=sys.stderr)
         return None
     print(f"warning: the config does not validate (above); tearing down by name and tags: "
-          f"environment {name!r} in {region}. Its data, and a retained file system with its "
-          "network, are kept unless --delete-data.", file=sys.stderr)
+          f"environment {name!r} in {region}. Its data is kept unless --delete-data, and a file "
+          "system the deployed storage stack retains is kept with its network and data.",
+          file=sys.stderr)
     return Target.by_name(name, region, raw.get("account") if isinstance(
         raw.get("account"), str) else None)
 

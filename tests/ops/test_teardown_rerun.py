@@ -11,7 +11,7 @@ from botocore.stub import Stubber
 
 from ops.teardown import TeardownError, delete_stacks, stack_resources
 from tests.support.teardown import (  # noqa: F401 (aws: autouse fixture)
-    DATA, REGION, Recording, aws, fill_bucket, live_names, make_env, run)
+    REGION, Recording, aws, fill_bucket, live_names, make_env, run)
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 

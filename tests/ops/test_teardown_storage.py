@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.teardown import aws, live_names, make_env, make_stack  # noqa: F401 (aws: autouse fixture)
 from tests.support.teardown import run as teardown_run
 
@@ -75,3 +77,54 @@ def test_observability_stack_goes_before_the_cluster(tmp_path, capsys):
     assert code == 0, capsys.readouterr().out
     assert cfn.deleted.index("tt-observability") < cfn.deleted.index("tt-cluster")
     assert "tt-observability" not in live_names()
+
+
+# --- by name (no usable config): the deployed template says whether the file system stays --------
+
+def fs_stack(policy: str) -> dict:
+    return {"Fs": {"Type": "AWS::FSx::FileSystem", "DeletionPolicy": policy,
+                   "Properties": {"FileSystemType": "LUSTRE"}}, "T": {"Type": "AWS::SNS::Topic"}}
+
+
+BY_NAME = ("--name", "tt", "--region", "us-east-1", "--account", "123456789012")
+
+
+@pytest.mark.filterwarnings("ignore:Tried to parse AWS")  # moto creates no file system
+def test_by_name_delete_data_deletes_a_file_system_the_deployed_stack_does_not_retain(
+        tmp_path, capsys):
+    """CI's recovery command (`--name ... --delete-data`) on an ephemeral environment kept its
+    file system, NAT gateway and data and still said "Teardown complete.": by name, the file
+    system was assumed retained although the deployed stack says DeletionPolicy Delete."""
+    make_env()
+    make_stack("tt-storage", "tt", fs_stack("Delete"))
+    make_stack("tt-storage-access", "tt")
+    code, cfn = teardown_run(tmp_path, "--yes", "--delete-data", *BY_NAME)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert set(cfn.deleted[2:4]) == {"tt-cluster", "tt-storage"}
+    assert cfn.deleted[4:] == ["tt-network", "tt-data"] and live_names() == []
+
+
+@pytest.mark.filterwarnings("ignore:Tried to parse AWS")
+def test_by_name_keeps_a_file_system_the_deployed_stack_retains(tmp_path, capsys):
+    make_env()
+    make_stack("tt-storage", "tt", fs_stack("Retain"))
+    code, cfn = teardown_run(tmp_path, "--yes", "--delete-data", *BY_NAME)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert live_names() == ["tt-data", "tt-network", "tt-storage"]
+    assert ("Keeping tt-storage: the shared file system is retained with the data (its deployed "
+            "DeletionPolicy is Retain)") in out
+
+
+@pytest.mark.filterwarnings("ignore:Tried to parse AWS")
+def test_by_name_without_delete_data_keeps_a_deletable_file_system_and_says_how(tmp_path, capsys):
+    make_env()
+    make_stack("tt-storage", "tt", fs_stack("Delete"))
+    code, cfn = teardown_run(tmp_path, "--yes", *BY_NAME)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert live_names() == ["tt-data", "tt-network", "tt-storage"]
+    assert ("Keeping tt-storage: the shared file system stays with the data; its deployed file "
+            "system is not retained (no DeletionPolicy Retain), so --delete-data deletes it "
+            "too.") in out
