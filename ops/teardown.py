@@ -478,13 +478,55 @@ def delete_stacks(cfn: Any, stacks: list[str], echo: Callable[[str], None],
 # --- what is left --------------------------------------------------------------------------------
 
 
-def tagged_resources(tagging: Any, env_name: str) -> list[str]:
-    """ARNs still tagged rlkit:environment=<name> in this region (GetResources, paginated)."""
-    arns = []
+def tagged_resources(tagging: Any, env_name: str) -> dict[str, dict[str, str]]:
+    """ARN -> tags of what is still tagged rlkit:environment=<name> in this region (GetResources,
+    paginated; its tags include the aws:cloudformation:* ones CloudFormation adds)."""
+    found = {}
     for page in tagging.get_paginator("get_resources").paginate(
             TagFilters=[{"Key": names.ENVIRONMENT_TAG, "Values": [env_name]}]):
-        arns += [r["ResourceARN"] for r in page.get("ResourceTagMappingList", [])]
-    return sorted(arns)
+        for r in page.get("ResourceTagMappingList", []):
+            found[r["ResourceARN"]] = {t["Key"]: t["Value"] for t in r.get("Tags", [])}
+    return dict(sorted(found.items()))
+
+
+def _own_stack_name(env_name: str, stack: str) -> bool:
+    return stack in names.stack_names(env_name).values() or _gpu_group_of(env_name, stack) is not None
+
+
+def retained_by_deleted_stacks(cfn: Any, env_name: str) -> tuple[list[str], set[str]]:
+    """(physical IDs, stack IDs): what this environment's deleted stacks left in place on purpose,
+    and the deleted stacks read. CloudFormation lists a deleted stack, its template and its
+    resources for 90 days (ListStackResources, by stack ID); a resource it retained has
+    ResourceStatus DELETE_SKIPPED (or DeletionPolicy Retain and is not DELETE_COMPLETE). A
+    resource CloudFormation deleted is DELETE_COMPLETE, whatever the tagging API still lists."""
+    ids, read = [], set()
+    for page in cfn.get_paginator("list_stacks").paginate(StackStatusFilter=["DELETE_COMPLETE"]):
+        for summary in page.get("StackSummaries", []):
+            if not _own_stack_name(env_name, summary["StackName"]):
+                continue
+            stack_id = summary["StackId"]
+            template = _template(cfn, stack_id).get("Resources", {})
+            for rpage in cfn.get_paginator("list_stack_resources").paginate(StackName=stack_id):
+                for r in rpage.get("StackResourceSummaries", []):
+                    status = r.get("ResourceStatus")
+                    policy = template.get(r["LogicalResourceId"], {}).get("DeletionPolicy")
+                    if r.get("PhysicalResourceId") and (status == "DELETE_SKIPPED" or (
+                            policy in _RETAIN and status not in _GONE)):
+                        ids.append(r["PhysicalResourceId"])
+            read.add(stack_id)
+    return ids, read
+
+
+def outlived_its_stack(cfn: Any, env_name: str, tags: dict[str, str], read: set[str]) -> bool:
+    """Whether a resource's aws:cloudformation:* tags name a stack of this environment that
+    CloudFormation no longer knows (deleted over 90 days ago): the resource outlived it, so the
+    stack retained it. A stack it still knows was read by ``retained_by_deleted_stacks``, or is
+    live (its resources are kept or deleted with it)."""
+    stack, stack_id = (tags.get("aws:cloudformation:stack-name"),
+                       tags.get("aws:cloudformation:stack-id"))
+    if not stack or not stack_id or stack_id in read or not _own_stack_name(env_name, stack):
+        return False
+    return stack_status(cfn, stack_id) is None
 
 
 def scheduled_key_deletions(kms: Any, arns: list[str]) -> list[str]:
@@ -550,8 +592,8 @@ def empty_data_stack(cfn: Any, s3: Any, ecr: Any, stack: str, dry_run: bool,
         what = "bucket" if res.kind == "bucket" else "ECR repository"
         if res.retained:
             echo(f"{res.kind} {res.name} has DeletionPolicy Retain (storage.retain: true): "
-                 "CloudFormation keeps it with its data. To delete it as well, empty and "
-                 "delete it by hand afterwards.")
+                 "CloudFormation keeps it, with its data, when it deletes the stack; teardown "
+                 "leaves it alone.")
             continue
         n = None
         if res.name not in gone:

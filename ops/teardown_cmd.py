@@ -44,13 +44,16 @@ from ops.config_source import describe
 from ops.teardown import (
     Target,
     TeardownError,
+    belongs_to,
     cluster_log_groups,
     delete_stacks,
     empty_data_stack,
     importers_problem,
     kept_physical_ids,
     outside_importers,
+    outlived_its_stack,
     plan_teardown,
+    retained_by_deleted_stacks,
     scheduled_key_deletions,
     split_leftovers,
     tagged_resources,
@@ -225,17 +228,23 @@ def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], retained_
                      echo: Callable[[str], None],
                      sleep: Callable[[float], None] = time.sleep) -> int:
     """List what still carries the environment tag, less what is kept on purpose (every
-    resource of a kept stack, and what a deleted stack retains); 0 when nothing is left. What
-    is left is read again every LEFTOVER_POLL_S seconds, up to LEFTOVER_SETTLE_S."""
+    resource of a kept stack; what a deleted stack retained, in this run or an earlier one); 0
+    when nothing is left. What is left is read again every LEFTOVER_POLL_S seconds, up to
+    LEFTOVER_SETTLE_S."""
     waited = 0
     kept_ids = None  # read once: the kept stacks do not change while the tagging API catches up
     while True:
         try:
             if kept_ids is None:
-                kept_ids = kept_physical_ids(c.cloudformation, kept_stacks, retained_ids)
-            arns = tagged_resources(c.tagging, name)
-            kept, left = split_leftovers(arns, kept_stacks, kept_ids)
+                kept_ids = kept_physical_ids(c.cloudformation, kept_stacks, [])
+                earlier, read = retained_by_deleted_stacks(c.cloudformation, name)
+                retained_ids = list(retained_ids) + earlier
+            tags = tagged_resources(c.tagging, name)
+            kept, left = split_leftovers(list(tags), kept_stacks, kept_ids)
             scheduled = scheduled_key_deletions(c.kms, left)
+            retained = [a for a in left if a not in scheduled and (
+                belongs_to(a, [], retained_ids)
+                or outlived_its_stack(c.cloudformation, name, tags[a], read))]
             groups = cluster_log_groups(c.logs, names.eks_cluster_name(name))
         except aws.AWS_ERRORS as err:
             print(f"warning: could not list what is left: {aws.describe_error(err)}. Check by "
@@ -244,7 +253,7 @@ def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], retained_
                   f"--log-group-name-prefix /aws/containerinsights/{names.eks_cluster_name(name)}/",
                   file=sys.stderr)
             return 1
-        left = [a for a in left if a not in scheduled]
+        left = [a for a in left if a not in scheduled and a not in retained]
         left += [f"log group {g}" for g in groups if not any(g in a for a in left)]
         if not left or waited >= LEFTOVER_SETTLE_S:
             break
@@ -255,6 +264,12 @@ def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], retained_
         waited += LEFTOVER_POLL_S
     for a in kept:
         echo(f"kept on purpose: {a}")
+    for a in retained:
+        echo(f"kept on purpose (retained by the stack's policy): {a}")
+    if retained:
+        echo("CloudFormation left these in place when it deleted their stack (DeletionPolicy "
+             "Retain: storage.retain: true keeps the data, and the key that encrypts it, beyond "
+             "the environment); they are not counted as left.")
     for a in scheduled:
         echo(f"scheduled for deletion by KMS: {a}")
     if not left:

@@ -11,7 +11,7 @@ from botocore.stub import Stubber
 
 from ops.teardown import TeardownError, delete_stacks, stack_resources
 from tests.support.teardown import (  # noqa: F401 (aws: autouse fixture)
-    REGION, Recording, aws, fill_bucket, live_names, make_env, run)
+    DATA, REGION, Recording, aws, fill_bucket, live_names, make_env, run)
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 
@@ -174,3 +174,118 @@ def test_delete_failed_after_delete_in_progress_fails_at_once():
     with stub, pytest.raises(TeardownError, match="is DELETE_FAILED: see the stack's events"):
         delete_stacks(cfn, ["tt-network"], echo=lambda s: None, poll_s=0,
                       clock=iter([0, 1, 2, 3]).__next__)
+
+
+# --- what a deleted stack retained, on every later teardown --------------------------------------
+
+TAGS = [{"Key": "rlkit:environment", "Value": "tt"}]
+RETAINED_DATA = {**DATA, "Bucket": {"Type": "AWS::S3::Bucket", "DeletionPolicy": "Retain"},
+                 "Key": {"Type": "AWS::KMS::Key", "DeletionPolicy": "Retain",
+                         "Properties": {"KeyPolicy": {}}}}
+DONT_DELETE = ("Delete what remains", "delete it by hand", "in the console")
+
+
+def tag_retained(ids):
+    boto3.client("s3", region_name=REGION).put_bucket_tagging(
+        Bucket=ids["Bucket"], Tagging={"TagSet": TAGS})
+    boto3.client("kms", region_name=REGION).tag_resource(
+        KeyId=ids["Key"], Tags=[{"TagKey": "rlkit:environment", "TagValue": "tt"}])
+
+
+def test_what_a_deleted_data_stack_retained_is_kept_on_every_later_teardown(tmp_path, capsys):
+    """The data stack was deleted by an earlier teardown with the bucket and its key retained
+    (storage.retain: true). Every later teardown listed both as leftovers to "delete in the
+    console" (the checkpoints and the key that decrypts them) and exited 1."""
+    ids = make_env(data=RETAINED_DATA)
+    tag_retained(ids)
+    fill_bucket(ids["Bucket"])
+    code1, _ = run(tmp_path, "--yes", "--delete-data")
+    out1 = capsys.readouterr().out
+    code2, _ = run(tmp_path, "--yes", "--delete-data")
+    out2 = capsys.readouterr().out
+    assert (code1, code2) == (0, 0), out2
+    for out in (out1, out2):
+        assert (f"kept on purpose (retained by the stack's policy): arn:aws:s3:::{ids['Bucket']}"
+                in out)
+        assert ("kept on purpose (retained by the stack's policy): "
+                f"arn:aws:kms:us-east-1:123456789012:key/{ids['Key']}") in out
+        assert "Teardown complete." in out
+    assert "No stacks of 'tt' to delete" in out2
+    for out in (out1, out2):
+        assert not any(words in out for words in DONT_DELETE), out
+
+
+class Tagging:
+    """The Resource Groups Tagging API, listing ``extra`` ARN -> tags besides what moto has:
+    tags moto refuses to set (aws:cloudformation:*, which CloudFormation adds), or a resource
+    deleted a moment ago (the API lists one for a while)."""
+
+    def __init__(self, extra: dict[str, list[dict[str, str]]]):
+        self.client = boto3.client("resourcegroupstaggingapi", region_name=REGION)
+        self.extra = extra
+
+    def get_paginator(self, name):
+        real, extra = self.client.get_paginator(name), self.extra
+
+        class Pages:
+            def paginate(self, **kw):
+                for page in real.paginate(**kw):
+                    listed = {m["ResourceARN"]: m for m in page["ResourceTagMappingList"]}
+                    for arn, tags in extra.items():
+                        if arn in listed:
+                            listed[arn]["Tags"] = listed[arn].get("Tags", []) + tags
+                        else:
+                            page["ResourceTagMappingList"].append({"ResourceARN": arn,
+                                                                   "Tags": TAGS + tags})
+                    yield page
+        return Pages()
+
+
+def cfn_tags(stack: str) -> list[dict[str, str]]:
+    return [{"Key": "aws:cloudformation:stack-name", "Value": stack},
+            {"Key": "aws:cloudformation:stack-id", "Value": "arn:aws:cloudformation:us-east-1:"
+             f"123456789012:stack/{stack}/0f0e0d0c-0000-0000-0000-000000000000"},
+            {"Key": "aws:cloudformation:logical-id", "Value": "DataBucket"}]
+
+
+def test_a_resource_of_a_stack_deleted_beyond_cloudformations_memory_is_kept_by_its_tags(
+        tmp_path, capsys):
+    """CloudFormation lists a deleted stack for 90 days; after that only the resource's own
+    aws:cloudformation:* tags (CloudFormation adds them) say which stack it outlived."""
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="tt-data-bucket-old")
+    s3.put_bucket_tagging(Bucket="tt-data-bucket-old", Tagging={"TagSet": TAGS})
+    tagging = Tagging({"arn:aws:s3:::tt-data-bucket-old": cfn_tags("tt-data")})
+    code, _ = run(tmp_path, "--yes", tagging=tagging)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert ("kept on purpose (retained by the stack's policy): arn:aws:s3:::tt-data-bucket-old"
+            in out)
+
+
+def test_a_resource_naming_another_environments_stack_is_still_a_leftover(tmp_path, capsys):
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="stray")
+    s3.put_bucket_tagging(Bucket="stray", Tagging={"TagSet": TAGS})
+    code, _ = run(tmp_path, "--yes", tagging=Tagging({"arn:aws:s3:::stray": cfn_tags("tt-2-data")}))
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "Still tagged rlkit:environment=tt (1), 180 s after the deletes:\n  arn:aws:s3:::stray" \
+        in out
+
+
+def test_a_deleted_resource_the_tagging_api_still_lists_is_not_called_retained(tmp_path, capsys):
+    """The tagging API lists a deleted resource for a while: a bucket CloudFormation deleted is
+    not "retained" because its deleted stack is still in CloudFormation's history, whatever its
+    aws:cloudformation:* tags say."""
+    ids = make_env()
+    stack_id = boto3.client("cloudformation", region_name=REGION).describe_stacks(
+        StackName="tt-data")["Stacks"][0]["StackId"]
+    tags = [{"Key": "aws:cloudformation:stack-name", "Value": "tt-data"},
+            {"Key": "aws:cloudformation:stack-id", "Value": stack_id}]
+    code, _ = run(tmp_path, "--yes", "--delete-data",
+                  tagging=Tagging({f"arn:aws:s3:::{ids['Bucket']}": tags}))
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "retained by the stack's policy" not in out
+    assert f"  arn:aws:s3:::{ids['Bucket']}" in out

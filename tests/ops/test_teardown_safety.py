@@ -48,7 +48,8 @@ def test_a_key_the_deleted_data_stack_retains_is_kept_on_purpose(tmp_path, capsy
     code, _ = run(tmp_path, "--yes", "--delete-data")
     out = capsys.readouterr().out
     assert code == 0, out
-    assert f"kept on purpose: arn:aws:kms:us-east-1:123456789012:key/{key}" in out
+    assert ("kept on purpose (retained by the stack's policy): "
+            f"arn:aws:kms:us-east-1:123456789012:key/{key}") in out
 
 
 # --- a file system the deployed stack still retains ----------------------------------------------

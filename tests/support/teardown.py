@@ -115,10 +115,11 @@ def write_config(tmp_path, ephemeral=False, name="tt", account=None):
 
 
 def run(tmp_path, *flags, ephemeral=False, answer=None, name="tt", account=None, cfn=None,
-        config_text=None, ask=None, sleep=None):
+        config_text=None, ask=None, sleep=None, tagging=None):
     """`rlkit teardown --config <config> --poll 0 FLAGS` on moto: (exit code, the CloudFormation
     client). The config is ``config_text``, or one written from ``name``/``ephemeral``/``account``;
-    the prompt answers ``answer`` (or calls ``ask``); waits call ``sleep`` (default: none)."""
+    the prompt answers ``answer`` (or calls ``ask``); waits call ``sleep`` (default: none);
+    ``tagging`` replaces the Resource Groups Tagging API client."""
     parser = argparse.ArgumentParser(prog="rlkit")
     teardown_cmd.register(parser.add_subparsers(dest="command"))
     if config_text is None:
@@ -130,7 +131,8 @@ def run(tmp_path, *flags, ephemeral=False, answer=None, name="tt", account=None,
     cfn = cfn or Recording(boto3.client("cloudformation", region_name=REGION))
     clients = AwsClients(REGION, cloudformation=cfn, s3=boto3.client("s3", region_name=REGION),
                          ecr=boto3.client("ecr", region_name=REGION),
-                         tagging=boto3.client("resourcegroupstaggingapi", region_name=REGION),
+                         tagging=tagging or boto3.client("resourcegroupstaggingapi",
+                                                         region_name=REGION),
                          sts=boto3.client("sts", region_name=REGION))
     args.clients_factory = lambda region, profile: clients
     args.sleep = sleep or (lambda seconds: None)  # the leftover re-reads: no real waiting
