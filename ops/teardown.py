@@ -178,6 +178,15 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
         if storage and not storage_deletable:
             plan.kept.append(stack["network"])
             plan.why_kept[stack["network"]] = "the kept shared file system lives in this VPC"
+            nat = nat_gateways(cfn, stack["network"])
+            if nat:
+                plan.why_kept[stack["network"]] += (
+                    f". Its {nat} NAT gateway(s) bill by the hour (and per GB they process) for as "
+                    "long as it stays. Once the file system is no longer wanted: set "
+                    f"storage.retain: false, cdk deploy --exclusively {stack['storage']}, then aws "
+                    f"cloudformation delete-stack --stack-name {stack['storage']} (the data stays) "
+                    "and run teardown again, which then deletes the network; or teardown "
+                    "--delete-data, which deletes the data as well")
         else:
             stages.append([stack["network"]])
     plan.stages = [s for s in stages if s]
@@ -209,6 +218,12 @@ def retained_file_systems(cfn: Any, stack: str) -> list[str]:
     """Logical IDs of the deployed stack's file systems that CloudFormation retains."""
     return sorted(k for k, r in _template(cfn, stack).get("Resources", {}).items()
                   if r.get("Type") == "AWS::FSx::FileSystem" and r.get("DeletionPolicy") == "Retain")
+
+
+def nat_gateways(cfn: Any, stack: str) -> int:
+    """How many NAT gateways the deployed network stack holds (each bills by the hour)."""
+    return sum(r.get("Type") == "AWS::EC2::NatGateway"
+               for r in _template(cfn, stack).get("Resources", {}).values())
 
 
 def outside_importers(cfn: Any, stack: str, deleting: list[str] = ()) -> dict[str, list[str]]:

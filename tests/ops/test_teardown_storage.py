@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import boto3
 import pytest
 
-from tests.support.teardown import aws, live_names, make_env, make_stack  # noqa: F401 (aws: autouse fixture)
+from tests.support.teardown import (  # noqa: F401 (aws: autouse fixture)
+    Recording, aws, live_names, make_env, make_stack)
 from tests.support.teardown import run as teardown_run
 
 
@@ -128,3 +130,44 @@ def test_by_name_without_delete_data_keeps_a_deletable_file_system_and_says_how(
     assert ("Keeping tt-storage: the shared file system stays with the data; its deployed file "
             "system is not retained (no DeletionPolicy Retain), so --delete-data deletes it "
             "too.") in out
+
+
+class NetworkWithNat(Recording):
+    """The network stack's template as the kit deploys it: NAT gateways (moto cannot create one
+    from a template without the subnets and addresses behind it, so GetTemplate answers here)."""
+
+    def __init__(self, client, nat_gateways: int):
+        super().__init__(client)
+        self.nat_gateways = nat_gateways
+
+    def get_template(self, **kw):
+        if kw["StackName"] != "tt-network":
+            return self._client.get_template(**kw)
+        return {"TemplateBody": {"Resources": {
+            f"VpcPublicSubnet{i}NATGateway": {"Type": "AWS::EC2::NatGateway"}
+            for i in range(1, self.nat_gateways + 1)}}}
+
+
+def test_a_network_kept_for_the_file_system_says_its_nat_gateways_bill(tmp_path, capsys):
+    """Kept for a retained file system, the network's NAT gateway billed by the hour, and the
+    teardown said only that the file system lives in the VPC."""
+    make_env_with_storage()
+    cfn = NetworkWithNat(boto3.client("cloudformation", region_name="us-east-1"), 2)
+    code, _ = teardown_run(tmp_path, "--yes", config_text="name: tt\n", cfn=cfn)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert ("Keeping tt-network: the kept shared file system lives in this VPC. Its 2 NAT "
+            "gateway(s) bill by the hour (and per GB they process) for as long as it stays. Once "
+            "the file system is no longer wanted: set storage.retain: false, cdk deploy "
+            "--exclusively tt-storage, then aws cloudformation delete-stack --stack-name tt-storage (the data "
+            "stays) and run teardown again, which then deletes the network; or teardown "
+            "--delete-data, which deletes the data as well.") in out
+
+
+def test_a_kept_network_without_nat_gateways_says_nothing_of_them(tmp_path, capsys):
+    make_env_with_storage()
+    cfn = NetworkWithNat(boto3.client("cloudformation", region_name="us-east-1"), 0)
+    code, _ = teardown_run(tmp_path, "--yes", config_text="name: tt\n", cfn=cfn)
+    out = capsys.readouterr().out
+    assert "Keeping tt-network: the kept shared file system lives in this VPC.\n" in out
+    assert "NAT" not in out
