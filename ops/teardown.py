@@ -53,6 +53,9 @@ class Target:
     ephemeral: bool = False
     storage_retain: bool = True
     from_config: bool = True
+    # (GPU group, cr-... ID) of each On-Demand Capacity Reservation the config names: not the
+    # kit's, never cancelled, but it bills until it ends or is cancelled.
+    odcrs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, cfg: "KitConfig | Target") -> "Target":
@@ -60,7 +63,10 @@ class Target:
             return cfg
         return cls(name=cfg.name, region=cfg.region, account=cfg.account,
                    gpu_groups=tuple(cfg.gpu_node_groups), ephemeral=cfg.ephemeral,
-                   storage_retain=cfg.storage.retain)
+                   storage_retain=cfg.storage.retain,
+                   odcrs=tuple((g, group.capacity.reservation_id)
+                               for g, group in cfg.gpu_node_groups.items()
+                               if group.capacity.type == "odcr" and group.capacity.reservation_id))
 
     @classmethod
     def by_name(cls, name: str, region: str, account: str | None = None) -> "Target":

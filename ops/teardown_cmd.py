@@ -11,6 +11,10 @@ after every other stack is gone: only then are its buckets emptied (every object
 delete marker) and its images deleted, since CloudFormation refuses to delete either while they
 hold data. A failed cluster delete therefore never leaves a running environment without its data.
 
+An On-Demand Capacity Reservation the config names (capacity.reservation_id) is not the kit's and
+is never cancelled; teardown names it, since it bills until it ends or is cancelled, with the
+command that cancels it.
+
 It also keeps, and says why: a storage stack whose deployed file system is still retained (the
 config's storage.retain: false not deployed yet), and a data stack another stack still imports
 from (CloudFormation would refuse its delete after the bucket was emptied).
@@ -167,6 +171,12 @@ def _run(args: argparse.Namespace) -> int:
             continue
         echo(f"Keeping {kept} (bucket and ECR repository outlive clusters). Pass --delete-data "
              "to delete it too, data included.")
+    for group, reservation in cfg.odcrs:
+        echo(f"Not cancelling capacity reservation {reservation} (gpu_node_groups.{group}.capacity"
+             ".reservation_id): it is not the kit's. An On-Demand Capacity Reservation bills for "
+             "its instances, used or not, until it ends or is cancelled: aws ec2 "
+             f"cancel-capacity-reservation --capacity-reservation-id {reservation} --region "
+             f"{cfg.region}")
     if plan.stacks and not _confirm(cfg.name, args, args.ask):
         return 2
 

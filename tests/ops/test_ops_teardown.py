@@ -459,3 +459,35 @@ def test_every_synthesized_stack_carries_the_environment_tag_teardown_checks(syn
                                                "moe-rl-gpu-p5"}, names_of_default
     for name, artifact in stacks.items():
         assert artifact["properties"]["tags"]["rlkit:environment"] == "moe-rl", name
+
+
+# --- what teardown does not own ------------------------------------------------------------------
+
+ODCR_CONFIG = """name: tt
+region: us-east-1
+availability_zones: [us-east-1a, us-east-1b]
+gpu_node_groups:
+  p5:
+    instance_type: p5.48xlarge
+    availability_zone: us-east-1a
+    min_size: 2
+    desired_size: 2
+    max_size: 2
+    capacity: {type: odcr, reservation_id: cr-0fedcba9876543210}
+    placement_group_name: tt-odcr-cluster
+"""
+
+
+@pytest.mark.parametrize("flags", [("--yes",), ("--dry-run",)])
+def test_an_odcr_in_the_config_is_not_cancelled_but_named_with_its_cost(tmp_path, capsys, flags):
+    """The reservation is not the kit's (created and paid for outside it): teardown never cancels
+    it, and used to say nothing, so it billed on after "Teardown complete."."""
+    make_env()
+    code, _ = run(tmp_path, *flags, config_text=ODCR_CONFIG)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert ("Not cancelling capacity reservation cr-0fedcba9876543210 "
+            "(gpu_node_groups.p5.capacity.reservation_id): it is not the kit's. An On-Demand "
+            "Capacity Reservation bills for its instances, used or not, until it ends or is "
+            "cancelled: aws ec2 cancel-capacity-reservation --capacity-reservation-id "
+            "cr-0fedcba9876543210 --region us-east-1") in out
