@@ -5,10 +5,11 @@ Order: GPU node-group stacks and the storage-access stack (they use the cluster)
 outlives clusters on purpose and goes only when the config is ephemeral or the operator asks for
 it, and never while a kept storage stack imports its bucket. The storage stack (the shared file
 system) goes with the data, and only when its file system is not retained; while the file system
-stays, so does the network it lives in. CloudFormation cannot delete a bucket that holds objects
-or a repository that holds images, and the kit adds no auto-delete Lambda (design.md: no custom
-resource where a native way exists), so teardown empties them first: every object version and
-delete marker, every image.
+stays, so does the network it lives in. CloudFormation cannot delete a bucket that holds objects,
+and the kit adds no auto-delete Lambda (design.md: no custom resource where a native way exists),
+so teardown empties it first: every object version and delete marker. For the ECR repositories
+there is a native way, EmptyOnDelete, which the kit sets on every repository it does not retain;
+teardown deletes their images first all the same, for a data stack deployed before it did.
 
 Afterwards the Resource Groups Tagging API (GetResources filtered on the kit's
 ``rlkit:environment`` tag) lists whatever still carries the environment's tag.
@@ -362,7 +363,8 @@ def delete_images(ecr: Any, repository: str, dry_run: bool = False) -> int:
     how many. ECR refuses to delete an image that a multi-arch image index still lists
     (ImageReferencedByManifestList, botocore's ecr ImageFailureCode): those are tried again once
     the indexes are gone. Any other failure stops the teardown, naming it: CloudFormation cannot
-    delete a repository that still holds an image."""
+    delete a repository that still holds an image (unless it has EmptyOnDelete, which a data
+    stack deployed by an older kit lacks)."""
     digests = sorted({i["imageDigest"] for page in ecr.get_paginator("list_images").paginate(
         repositoryName=repository) for i in page.get("imageIds", []) if i.get("imageDigest")})
     pending = [] if dry_run else digests

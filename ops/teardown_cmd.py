@@ -8,8 +8,9 @@ differs from the config's account; warns when --region differs from the config's
 Order: GPU node-group stacks, then the cluster, then the network. The data stack (bucket and
 ECR repository) is kept unless the config is ephemeral or --delete-data is given; it goes last,
 after every other stack is gone: only then are its buckets emptied (every object version and
-delete marker) and its images deleted, since CloudFormation refuses to delete either while they
-hold data. A failed cluster delete therefore never leaves a running environment without its data.
+delete marker) and its images deleted, since CloudFormation refuses to delete a bucket that holds
+data (and a repository that holds images, unless it has EmptyOnDelete, which the kit sets on the
+repositories it does not retain; a data stack deployed by an older kit lacks it). A failed cluster delete therefore never leaves a running environment without its data.
 
 An On-Demand Capacity Reservation the config names (capacity.reservation_id) is not the kit's and
 is never cancelled; teardown names it, since it bills until it ends or is cancelled, with the

@@ -59,6 +59,7 @@ class TrainerImageBuild(Construct):
                 tag_status=ecr.TagStatus.UNTAGGED, max_image_age=Duration.days(7),
             )],
             removal_policy=removal_policy,
+            empty_on_delete=removal_policy == RemovalPolicy.DESTROY,  # as the trainer repository
         )
         skip_checkov(self.cache_repository, "CKV_AWS_51",
                      "BuildKit's registry cache overwrites its buildcache-<backend> tag on every "

@@ -25,6 +25,10 @@ class TrainerRepository(Construct):
             # lifecycle skips images an index still lists is not documented (aws/containers-
             # roadmap#1466 asks for rules that follow an index to its images).
             removal_policy=removal_policy,
+            # Deleted with its stack, the repository is emptied by CloudFormation itself (ECR's
+            # native EmptyOnDelete, no custom resource): an image pushed after teardown deleted
+            # the images no longer fails the stack's delete. A retained one keeps its images.
+            empty_on_delete=removal_policy == RemovalPolicy.DESTROY,
         )
         skip_checkov(self.repository, "CKV_AWS_136",
                      "ECR encrypts images at rest with AES-256. A customer key would be one "

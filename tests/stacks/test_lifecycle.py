@@ -97,3 +97,19 @@ def test_delete_markers_of_expired_versions_are_removed(synth):
     rules = {r["Id"]: r for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"]}
     assert rules["expire-noncurrent-versions"]["ExpiredObjectDeleteMarker"] is True
     assert "NoncurrentVersionExpiration" in rules["expire-noncurrent-versions"]
+
+
+@pytest.mark.parametrize("example", ["default", "ci-ephemeral"])  # kept data, then destroyed data
+def test_a_repository_deleted_with_its_stack_is_emptied_by_cloudformation(synth, example):
+    """CloudFormation cannot delete a repository that holds an image; teardown deletes the images
+    first, but an image pushed after that (a build still running) failed the data stack's delete.
+    ECR's native EmptyOnDelete (no custom resource) empties the repository as it is deleted; a
+    retained repository keeps its images and does not set it."""
+    template = synth(example).template("data")
+    repos = resources(template, "AWS::ECR::Repository")
+    assert len(repos) == 2  # the trainer repository and the build cache
+    for rid, repo in repos.items():
+        assert repo["Properties"].get("EmptyOnDelete", False) is (_policy(repo) == "Delete"), rid
+    assert example == "default" or all(_policy(r) == "Delete" for r in repos.values())
+    assert not [r for r in template["Resources"].values()
+                if r["Type"].startswith("Custom::") or r["Type"] == "AWS::Lambda::Function"]
