@@ -72,7 +72,7 @@ class Target:
     @classmethod
     def by_name(cls, name: str, region: str, account: str | None = None) -> "Target":
         """No usable config: name and tags only, every unknown assumed the safe way
-    (``storage_retain`` is not read: ``plan_teardown`` asks the deployed storage stack)."""
+        (``storage_retain`` is not read: ``plan_teardown`` asks the deployed storage stack)."""
         return cls(name=name, region=region, account=account, from_config=False)
 
 
@@ -175,8 +175,10 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
     if storage and not storage_deletable:
         plan.kept.append(stack["storage"])
         plan.why_kept.setdefault(stack["storage"], (
-            "the shared file system stays with the data; its deployed file system is not "
-            "retained (no DeletionPolicy Retain), so --delete-data deletes it too")
+            "the shared file system stays with the data; "
+            + ("its deployed file system is not retained (no DeletionPolicy Retain)"
+               if not cfg.from_config else "storage.retain is false")
+            + ", so --delete-data deletes it too")
             if not fs_retained else (
             "the shared file system is retained with the data"
             f"{'' if cfg.from_config else ' (its deployed DeletionPolicy is Retain)'}; with "
@@ -224,7 +226,7 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
 def retained_file_systems(cfn: Any, stack: str) -> list[str]:
     """Logical IDs of the deployed stack's file systems that CloudFormation retains."""
     return sorted(k for k, r in _template(cfn, stack).get("Resources", {}).items()
-                  if r.get("Type") == "AWS::FSx::FileSystem" and r.get("DeletionPolicy") == "Retain")
+                  if r.get("Type") == "AWS::FSx::FileSystem" and r.get("DeletionPolicy") in _RETAIN)
 
 
 def nat_gateways(cfn: Any, stack: str) -> int:

@@ -171,3 +171,12 @@ def test_a_kept_network_without_nat_gateways_says_nothing_of_them(tmp_path, caps
     out = capsys.readouterr().out
     assert "Keeping tt-network: the kept shared file system lives in this VPC.\n" in out
     assert "NAT" not in out
+
+
+def test_a_config_without_retention_keeps_the_file_system_until_delete_data(tmp_path, capsys):
+    make_env_with_storage()
+    code, _ = run(tmp_path, "name: tt\nstorage: {retain: false}\n")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert ("Keeping tt-storage: the shared file system stays with the data; storage.retain is "
+            "false, so --delete-data deletes it too.") in out
