@@ -91,6 +91,9 @@ class Plan:
     refused: dict[str, str] = field(default_factory=dict)
     # Stacks that only look like ``<name>-gpu-<group>`` and are not tagged for this environment.
     ignored: dict[str, str] = field(default_factory=dict)
+    # (GPU group, cr-... ID) of the On-Demand Capacity Reservations the GPU groups use: from the
+    # config, or by name from the deployed GPU stacks' launch templates. Never cancelled.
+    odcrs: list[tuple[str, str]] = field(default_factory=list)
     # Stacks of this environment the teardown was asked to delete but keeps, because deleting
     # them now would lose or strand something (stack name -> why): the teardown is incomplete.
     blocked: dict[str, str] = field(default_factory=dict)
@@ -149,6 +152,8 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
     # them, but only when their tag says they belong here (a name match alone proves nothing).
     candidates = configured_gpu | {s for s in live if _gpu_group_of(cfg.name, s) is not None}
     gpu = sorted(s for s in candidates if ours(s))
+    plan.odcrs = (list(cfg.odcrs) if cfg.from_config else
+                  [(_gpu_group_of(cfg.name, s) or s, r) for s in gpu for r in odcrs_of(cfn, s)])
     access = [stack["storage_access"]] if ours(stack["storage_access"]) else []
     # The observability add-on's stack depends on the cluster stack, like the GPU stacks.
     access += [stack["observability"]] if ours(stack["observability"]) else []
@@ -227,6 +232,22 @@ def retained_file_systems(cfn: Any, stack: str) -> list[str]:
     """Logical IDs of the deployed stack's file systems that CloudFormation retains."""
     return sorted(k for k, r in _template(cfn, stack).get("Resources", {}).items()
                   if r.get("Type") == "AWS::FSx::FileSystem" and r.get("DeletionPolicy") in _RETAIN)
+
+
+def odcrs_of(cfn: Any, stack: str) -> list[str]:
+    """The On-Demand Capacity Reservations a deployed GPU stack's launch templates target (a
+    literal cr-... ID, and not a Capacity Block's: no capacity-block market type)."""
+    found = []
+    for r in _template(cfn, stack).get("Resources", {}).values():
+        data = (r.get("Properties") or {}).get("LaunchTemplateData") or {}
+        if r.get("Type") != "AWS::EC2::LaunchTemplate" or (
+                (data.get("InstanceMarketOptions") or {}).get("MarketType") == "capacity-block"):
+            continue
+        target = ((data.get("CapacityReservationSpecification") or {})
+                  .get("CapacityReservationTarget") or {}).get("CapacityReservationId")
+        if isinstance(target, str):
+            found.append(target)
+    return sorted(set(found))
 
 
 def nat_gateways(cfn: Any, stack: str) -> int:

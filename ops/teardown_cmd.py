@@ -12,9 +12,9 @@ delete marker) and its images deleted, since CloudFormation refuses to delete a 
 data (and a repository that holds images, unless it has EmptyOnDelete, which the kit sets on the
 repositories it does not retain; a data stack deployed by an older kit lacks it). A failed cluster delete therefore never leaves a running environment without its data.
 
-An On-Demand Capacity Reservation the config names (capacity.reservation_id) is not the kit's and
-is never cancelled; teardown names it, since it bills until it ends or is cancelled, with the
-command that cancels it.
+An On-Demand Capacity Reservation the config names (capacity.reservation_id; by name, the one a
+deployed GPU stack's launch template targets) is not the kit's and is never cancelled; teardown
+names it, since it bills until it ends or is cancelled, with the command that cancels it.
 
 It also keeps, and says why: a storage stack whose deployed file system is still retained (the
 config's storage.retain: false not deployed yet), and a data stack another stack still imports
@@ -172,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
             continue
         echo(f"Keeping {kept} (bucket and ECR repository outlive clusters). Pass --delete-data "
              "to delete it too, data included.")
-    for group, reservation in cfg.odcrs:
+    for group, reservation in plan.odcrs:
         echo(f"Not cancelling capacity reservation {reservation} (gpu_node_groups.{group}.capacity"
              ".reservation_id): it is not the kit's. An On-Demand Capacity Reservation bills for "
              "its instances, used or not, until it ends or is cancelled: aws ec2 "

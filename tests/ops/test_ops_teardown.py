@@ -491,3 +491,44 @@ def test_an_odcr_in_the_config_is_not_cancelled_but_named_with_its_cost(tmp_path
             "Capacity Reservation bills for its instances, used or not, until it ends or is "
             "cancelled: aws ec2 cancel-capacity-reservation --capacity-reservation-id "
             "cr-0fedcba9876543210 --region us-east-1") in out
+
+
+def test_by_name_an_odcr_the_deployed_gpu_stack_targets_is_named(tmp_path, capsys):
+    """Without a config (CI's recovery command) the reservation is read from the GPU stack's
+    launch template before the stack goes; a Capacity Block's is not an ODCR."""
+    for stack in ("tt-network", "tt-cluster", "tt-data"):
+        make_stack(stack, "tt")
+
+    def lt(reservation, market=None):
+        data = {"CapacityReservationSpecification": {"CapacityReservationTarget": {
+            "CapacityReservationId": reservation}}}
+        if market:
+            data["InstanceMarketOptions"] = {"MarketType": market}
+        return {"Lt": {"Type": "AWS::EC2::LaunchTemplate",
+                       "Properties": {"LaunchTemplateData": data}}}
+    make_stack("tt-gpu-b200", "tt", lt("cr-0fedcba9876543210"))
+    make_stack("tt-gpu-gb200", "tt", lt("cr-0123456789abcdef0", "capacity-block"))
+    code, _ = run(tmp_path, "--yes", "--name", "tt", "--region", REGION,
+                  "--account", "123456789012")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert ("Not cancelling capacity reservation cr-0fedcba9876543210 "
+            "(gpu_node_groups.b200.capacity.reservation_id): it is not the kit's.") in out
+    assert "cr-0123456789abcdef0" not in out
+
+
+@pytest.mark.parametrize("example, group, expected", [
+    ("p6-b200-odcr", "b200", ["cr-0fedcba9876543210"]),
+    ("p5en-capacity-block", "p5en", [])])  # a Capacity Block is not an ODCR
+def test_the_reservation_is_read_from_the_launch_template_the_kit_synthesizes(
+        synth, example, group, expected):
+    from ops.teardown import odcrs_of
+
+    template = synth(example).template("gpu", group)
+
+    class Cfn:
+        def get_template(self, StackName):  # noqa: N803
+            return {"TemplateBody": template}
+
+    assert odcrs_of(Cfn(), "any") == expected
+    assert "cr-0" in json.dumps(template)  # both target their reservation by ID
