@@ -289,3 +289,28 @@ def test_a_deleted_resource_the_tagging_api_still_lists_is_not_called_retained(t
     assert code == 1
     assert "retained by the stack's policy" not in out
     assert f"  arn:aws:s3:::{ids['Bucket']}" in out
+
+
+def test_the_log_bucket_is_found_in_the_data_template_the_kit_synthesizes(synth):
+    """The kit's data stack names its access-log bucket in the data bucket's LoggingConfiguration
+    (CDK's server_access_logs_bucket): that is what a rerun reads."""
+    from ops.teardown import data_resources
+
+    template = synth("default").template("data")
+    summaries = [{"LogicalResourceId": rid, "ResourceType": r["Type"],
+                  "PhysicalResourceId": f"phys-{rid.lower()}", "ResourceStatus": "CREATE_COMPLETE"}
+                 for rid, r in template["Resources"].items()]
+
+    class Cfn:
+        def get_template(self, StackName):  # noqa: N803
+            return {"TemplateBody": template}
+
+        def get_paginator(self, name):
+            assert name == "list_stack_resources"
+            return type("P", (), {"paginate": lambda _s, **kw: [
+                {"StackResourceSummaries": summaries}]})()
+
+    buckets = [r for r in data_resources(Cfn(), "moe-rl-data") if r.kind == "bucket"]
+    assert len(buckets) == 2
+    (log_bucket,) = [b for b in buckets if b.log_target]
+    assert "accesslogs" in log_bucket.name
