@@ -49,15 +49,17 @@ from ops.config_source import describe
 from ops.teardown import (
     Target,
     TeardownError,
-    belongs_to,
-    cluster_log_groups,
     delete_stacks,
     empty_data_stack,
     importers_problem,
-    kept_physical_ids,
     outside_importers,
-    outlived_its_stack,
     plan_teardown,
+)
+from ops.teardown_leftovers import (
+    belongs_to,
+    cluster_log_groups,
+    kept_physical_ids,
+    outlived_its_stack,
     retained_by_deleted_stacks,
     scheduled_key_deletions,
     split_leftovers,

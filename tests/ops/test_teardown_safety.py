@@ -8,7 +8,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from ops.teardown import TeardownError, belongs_to, delete_images
+from ops.teardown import TeardownError, delete_images
+from ops.teardown_leftovers import belongs_to
 from tests.support.teardown import (  # noqa: F401 (aws: autouse fixture)
     DATA, REGION, Recording, aws, fill_bucket, live_names, make_env, make_stack, run)
 
