@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from trainer_helpers import (STANDIN, pinned_source, broken_split_ep_worker, cli_worker, json_lines, run_ranks,
-                             small_acceptance_worker, standin_deepep_worker, unweighted_combine_ep_worker)
+                             small_acceptance_worker, standin_deepep_worker, standin_make_dispatcher_worker,
+                             unweighted_combine_ep_worker)
 from rltrainer.bench.ep import PUBLISHED_SHAPE, EPShape, expert_scale, make_tokens, rdma_tokens_sent, tokens_per_rank
 
 pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
@@ -361,6 +362,21 @@ def test_deepep_shapes_share_one_buffer_sized_for_the_widest(monkeypatch):
     assert second.buffer is first.buffer
     assert first.buffer.sizes == (7168 * 2 * 16, 7168 * 2 * 16)  # the stand-in's hint: hidden bytes x ranks
     sys.modules.pop("deep_ep", None)
+
+
+@pytest.mark.external
+def test_acceptance_after_a_span_gets_its_own_every_rank_buffer(tmp_path: Path):
+    """The real make_dispatcher path: a --span subgroup's DeepEP buffer is not reused for the
+    every-rank acceptance pass (it would move rows inside the subgroup and fail the check)."""
+    _pinned_source("deep_ep/buffer.py")
+    argv = ["--backend", "deepep", *SMALL, "--iters", "1", "--warmup", "0", "--ranks-per-node", "1",
+            "--span", "training:2:1", "--acceptance", "--no-tune"]
+    ranks = run_ranks(standin_make_dispatcher_worker, 4, tmp_path, argv, [24, 16, 2, 8], timeout_s=180)
+    assert [r["rc"] for r in ranks] == [0] * 4, ranks[0]["stderr"]
+    rows = json_lines(ranks[0]["stdout"])
+    assert [(r["purpose"], r["ep_size"], r["correct"]) for r in rows] == [
+        ("training", 2, True), ("training", 2, True), ("acceptance", 4, True), ("acceptance", 4, True)]
+    assert all(r["buffers"] == [2, 4] for r in ranks)  # one buffer per process group
 
 
 def _cpu_ok(init):

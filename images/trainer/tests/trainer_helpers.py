@@ -222,3 +222,28 @@ def small_acceptance_worker(rank: int, world: int, port: int, outdir: str, argv:
 
     ep.PUBLISHED_SHAPE = ep.EPShape(*shape)
     _ep_run(rank, world, port, outdir, argv, None)
+
+
+def standin_make_dispatcher_worker(rank: int, world: int, port: int, outdir: str, argv: list[str],
+                                   published_shape: list[int] | None = None) -> None:
+    """``rltrainer bench ep --backend deepep`` through the real ``make_dispatcher`` (no factory),
+    over the stand-in deep_ep; only the GPU check is relaxed (the stand-in runs on gloo)."""
+    import sys
+
+    sys.path.insert(0, str(STANDIN))
+    from rltrainer.bench import ep, ep_dispatch
+
+    init = ep_dispatch.DeepEPDispatcher.__init__
+
+    def cpu_ok(self, ctx, shape, group=None, allow_cpu=False, **kw):
+        return init(self, ctx, shape, group, True, **kw)
+
+    ep_dispatch.DeepEPDispatcher.__init__ = cpu_ok
+    if published_shape is not None:
+        ep.PUBLISHED_SHAPE = ep.EPShape(*published_shape)
+    _ep_run(rank, world, port, outdir, argv, None)
+    import deep_ep
+
+    record = json.loads(Path(outdir, f"rank{rank}.json").read_text())
+    record["buffers"] = [kw["group_size"] for name, kw in deep_ep.CALLS if name == "__init__"]
+    Path(outdir, f"rank{rank}.json").write_text(json.dumps(record))

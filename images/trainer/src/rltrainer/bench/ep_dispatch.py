@@ -218,8 +218,13 @@ def make_dispatcher(backend: str, ctx: DistContext, shape: EPShape, *, previous:
     if backend == "nccl":
         return AllToAllDispatcher(ctx, shape, group=ctx.group)
     if backend == "deepep":
-        # A buffer belongs to its process group: reuse it only for the same group.
-        reuse = previous is not None and getattr(previous, "group", None) is (ctx.group or previous.group)
-        return DeepEPDispatcher(ctx, shape, group=ctx.group, buffer=previous.buffer if reuse else None,
+        # A buffer belongs to its process group: reuse it only for the same group (ctx.group None
+        # is every rank, the group a DeepEPDispatcher then builds on). A --span subgroup's buffer
+        # carried into the every-rank acceptance pass would move rows inside the subgroup only.
+        import torch.distributed as dist
+
+        group = ctx.group or dist.group.WORLD
+        reuse = isinstance(previous, DeepEPDispatcher) and previous.group is group
+        return DeepEPDispatcher(ctx, shape, group=group, buffer=previous.buffer if reuse else None,
                                 max_hidden=max_hidden)
     raise SystemExit(f"rltrainer bench ep: unknown --backend {backend!r}; use nccl or deepep")

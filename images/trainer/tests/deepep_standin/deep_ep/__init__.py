@@ -68,7 +68,8 @@ class Buffer:
         self.group = group
         self.rank = group.rank()
         self.group_size = group.size()
-        CALLS.append(("__init__", {"num_nvl_bytes": num_nvl_bytes, "num_rdma_bytes": num_rdma_bytes}))
+        CALLS.append(("__init__", {"num_nvl_bytes": num_nvl_bytes, "num_rdma_bytes": num_rdma_bytes,
+                                   "group_size": self.group_size}))
 
     @staticmethod
     def get_dispatch_config(num_ranks: int) -> Config:
