@@ -21,6 +21,8 @@ from infra.config.ep_spans import ep_spans
 from infra.config.run_config import run_config_document
 from infra.catalog.models import GIB, MODEL_CATALOG, checkpoint_bytes
 from infra.trainer_contract import (
+    DEEPEP_RANK_COUNTS,
+    DEEPEP_RANK_COUNTS_SOURCE,
     ENVIRONMENT_ENV,
     RAYJOB_ENV,
     RESERVATION_END_ENV,
@@ -378,7 +380,17 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
             "and that does not divide",
             f"use a node count whose GPU total divides {shape.num_experts}")]
     backend = "nccl" if t.expert_parallel.backend == "nccl" else "deepep"
-    acceptance = EP_ACCEPTANCE_EXPERTS % (nodes * gpus) == 0
+    unmeasured = []
+    if backend == "deepep":
+        problem = _deepep_size_problem(cfg, spans, nodes * gpus)
+        if problem is not None:
+            return jobs, [problem]
+        # Only a rollout group can be left: Miles' SGLang side is not measured with DeepEP's
+        # normal kernels at a size their table lacks; the description says so.
+        unmeasured = [s for s in spans if s.size not in DEEPEP_RANK_COUNTS]
+        spans = [s for s in spans if s.size in DEEPEP_RANK_COUNTS]
+    acceptance = EP_ACCEPTANCE_EXPERTS % (nodes * gpus) == 0 and (
+        backend == "nccl" or nodes * gpus in DEEPEP_RANK_COUNTS)
     name = f"{prefix}-ep"
     jobs.append(FabricJob(
         key="ep", name=name, service=name, port=RENDEZVOUS_PORT, component="fabric-ep",
@@ -392,9 +404,38 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
         description=f"expert-parallel dispatch/combine ({t.expert_parallel.backend}) with "
                     f"{t.model} shapes in the run's EP groups "
                     f"({', '.join(f'{s.name} EP{s.size} {s.where}' for s in spans) or 'none: every GPU'})"
-                    + (f", and at DeepEP's published shape over {nodes} x {gpus} GPUs" if acceptance else ""),
+                    + (f", and at DeepEP's published shape over {nodes} x {gpus} GPUs" if acceptance else "")
+                    + (f"; DeepEP's published shape not measured over {nodes * gpus} GPUs (DeepEP "
+                       f"configures only {', '.join(map(str, DEEPEP_RANK_COUNTS))} ranks)"
+                       if not acceptance and EP_ACCEPTANCE_EXPERTS % (nodes * gpus) == 0 else "")
+                    + "".join(f"; {s.name} EP{s.size} not measured (DeepEP configures only "
+                              f"{', '.join(map(str, DEEPEP_RANK_COUNTS))} ranks)" for s in unmeasured),
         capabilities=profiler_caps))
     return jobs, []
+
+
+def _deepep_size_problem(cfg: KitConfig, spans: list, world: int) -> RenderProblem | None:
+    """A DeepEP group the pinned DeepEP cannot configure (its Buffer asserts on the size): the
+    training group (Megatron sizes its DeepEP buffer with it before the first step), or every GPU
+    when the run has no EP group to measure in."""
+    known = ", ".join(map(str, DEEPEP_RANK_COUNTS))
+    t = cfg.training
+    for s in spans:
+        if s.name == "training" and s.size not in DEEPEP_RANK_COUNTS:
+            return RenderProblem(
+                f"training.parallel.ep = {t.parallel.ep}", f"with expert_parallel.backend "
+                f"{t.expert_parallel.backend}, Megatron builds DeepEP's buffer for its EP group of "
+                f"{s.size} GPUs and the pinned DeepEP configures only {known} ranks "
+                f"({DEEPEP_RANK_COUNTS_SOURCE}; megatron-lm 37f9161 "
+                "megatron/core/transformer/moe/fused_a2a.py:46-47)",
+                f"choose an EP group size among {known}, or use expert_parallel.backend nccl")
+    if not spans and world not in DEEPEP_RANK_COUNTS:
+        return RenderProblem(
+            f"training.nodes = {t.nodes}", f"the run has no EP group, so the expert-parallel "
+            f"benchmark measures DeepEP over all {world} GPUs, and the pinned DeepEP configures only "
+            f"{known} ranks ({DEEPEP_RANK_COUNTS_SOURCE})",
+            f"use a node count whose GPU total is among {known}, or expert_parallel.backend nccl")
+    return None
 
 
 def _is_bucket_key(value: str) -> bool:

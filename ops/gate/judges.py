@@ -385,7 +385,9 @@ def judge_ep(text: str, instance_type: str, nodes: int, world: int, configured_b
             f"EP {backend} bandwidth", WARN, "not measured", "DeepEP-accounted GB/s at the "
             "published shape", "the benchmark ran without --acceptance: nothing comparable with "
             "the published DeepEP figures was measured (recorded only)",
-            "render the manifests with this kit version (the ep job passes --acceptance)"))
+            "render the manifests with this kit version: the ep job passes --acceptance when DeepEP's "
+            "256 experts spread evenly over the GPUs and, with a DeepEP backend, DeepEP configures that "
+            "many ranks (the job's description says which)"))
         return findings, measurement
     ad, ac = acc
     shape = tuple(int(ad[k]) for k in SHAPE_KEYS)

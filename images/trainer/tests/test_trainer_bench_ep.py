@@ -279,6 +279,44 @@ def test_standin_matches_the_pinned_deepep_api():
     assert check_standin_against(_pinned_source("deep_ep/buffer.py")) == []
 
 
+def pinned_rank_counts(pinned_src: str) -> dict[str, tuple[int, ...]]:
+    """The group sizes each of the pinned Buffer's config tables knows (its ``config_map`` keys)."""
+    methods = _methods(ast.parse(pinned_src), "Buffer")
+    out = {}
+    for name in ("get_dispatch_config", "get_combine_config"):
+        table = next(n.value for n in ast.walk(methods[name]) if isinstance(n, ast.Assign)
+                     and getattr(n.targets[0], "id", "") == "config_map")
+        out[name] = tuple(sorted(ast.literal_eval(k) for k in table.keys))
+    return out
+
+
+@pytest.mark.external
+def test_deepep_rank_counts_are_the_pinned_config_tables():
+    from rltrainer.contract import DEEPEP_RANK_COUNTS
+
+    src = _pinned_source("deep_ep/buffer.py")
+    assert pinned_rank_counts(src) == {"get_dispatch_config": DEEPEP_RANK_COUNTS,
+                                       "get_combine_config": DEEPEP_RANK_COUNTS}
+    assert "assert num_ranks in config_map, f'Unsupported number of EP ranks: {num_ranks}'" in src
+
+
+def test_standin_refuses_a_group_size_the_pinned_deepep_cannot_configure(monkeypatch):
+    monkeypatch.syspath_prepend(str(STANDIN))
+    import sys
+
+    import deep_ep
+
+    try:
+        for n in (2, 8, 16, 160):
+            deep_ep.Buffer.get_dispatch_config(n), deep_ep.Buffer.get_combine_config(n)
+        for n in (3, 12, 256):
+            for fn in (deep_ep.Buffer.get_dispatch_config, deep_ep.Buffer.get_combine_config):
+                with pytest.raises(AssertionError, match=f"^Unsupported number of EP ranks: {n}$"):
+                    fn(n)
+    finally:
+        sys.modules.pop("deep_ep", None)
+
+
 @pytest.mark.external
 def test_signature_check_catches_api_drift():
     src = _pinned_source("deep_ep/buffer.py")
@@ -377,6 +415,25 @@ def test_acceptance_after_a_span_gets_its_own_every_rank_buffer(tmp_path: Path):
     assert [(r["purpose"], r["ep_size"], r["correct"]) for r in rows] == [
         ("training", 2, True), ("training", 2, True), ("acceptance", 4, True), ("acceptance", 4, True)]
     assert all(r["buffers"] == [2, 4] for r in ranks)  # one buffer per process group
+
+
+@pytest.mark.external
+def test_a_deepep_group_size_the_pinned_deepep_cannot_configure_is_named(tmp_path: Path):
+    """3 ranks (and 256, the kit's old --acceptance at 32 HGX nodes) are not in DeepEP's table:
+    a clear refusal before any buffer, not the stand-in's (DeepEP's) bare AssertionError."""
+    _pinned_source("deep_ep/buffer.py")
+    argv = ["--backend", "deepep", "--tokens-per-rank", "48", "--hidden", "16", "--topk", "3", "--experts", "6",
+            "--iters", "1", "--warmup", "0", "--device", "cpu", "--ranks-per-node", "1", "--acceptance"]
+    ranks = run_ranks(standin_make_dispatcher_worker, 3, tmp_path, argv, [24, 16, 2, 6], timeout_s=120)
+    assert [r["rc"] for r in ranks] == [2, 2, 2], ranks[0]["stderr"]
+    known = "2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160"
+    assert ranks[0]["stderr"].splitlines() == [
+        f"rltrainer bench ep: --backend deepep ({purpose}): a DeepEP group of 3 ranks cannot start, the pinned "
+        f"DeepEP configures only {known} ranks (DeepEP 567632d deep_ep/buffer.py:245-259 "
+        f"Buffer.get_dispatch_config / get_combine_config: 'Unsupported number of EP ranks'); {fix}, or --backend nccl"
+        for purpose, fix in (("model", "run on a world size DeepEP knows, or use --span"),
+                             ("acceptance", "drop --acceptance"))]
+    assert all(r["buffers"] == [] for r in ranks)
 
 
 def _cpu_ok(init):

@@ -64,6 +64,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence, TextIO
 
+from ..contract.names import DEEPEP_RANK_COUNTS, DEEPEP_RANK_COUNTS_SOURCE
 from .common import DistContext, emit, import_torch, init_distributed, shutdown, sig, timed, torch_dtype
 from .efa_counters import TrafficProbe
 from .ep_check import check_combine, check_dispatch
@@ -292,6 +293,17 @@ def span_context(ctx: DistContext, size: int, stride: int) -> tuple[DistContext,
     return mine
 
 
+def deepep_size_problems(groups: Sequence[tuple[str, int]]) -> list[str]:
+    """One line per (purpose, group size) the pinned DeepEP cannot configure: its Buffer asserts
+    on such a size (``DEEPEP_RANK_COUNTS``) instead of naming it."""
+    known = ", ".join(map(str, DEEPEP_RANK_COUNTS))
+    fixes = {"acceptance": "drop --acceptance", "model": "run on a world size DeepEP knows, or use --span"}
+    return [f"--backend deepep ({purpose}): a DeepEP group of {n} ranks cannot start, the pinned DeepEP "
+            f"configures only {known} ranks ({DEEPEP_RANK_COUNTS_SOURCE}); "
+            f"{fixes.get(purpose, 'use a --span SIZE DeepEP knows')}, or --backend nccl"
+            for purpose, n in groups if n not in DEEPEP_RANK_COUNTS]
+
+
 def _ranks_per_node(args: argparse.Namespace, ctx: DistContext) -> int:
     if args.ranks_per_node is not None:
         return args.ranks_per_node
@@ -317,6 +329,9 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
         if ctx.world_size % (size * stride):
             problems.append(f"--span {name}:{size}:{stride}: {size} x {stride} must divide the world size "
                             f"{ctx.world_size}")
+    if args.backend == "deepep":
+        problems += deepep_size_problems([(purpose, group[0] if group else ctx.world_size)
+                                          for purpose, _, group in plan])
     if rpn < 1 or ctx.world_size % rpn:
         problems.append(f"--ranks-per-node {rpn} must divide the world size {ctx.world_size}")
     if problems:

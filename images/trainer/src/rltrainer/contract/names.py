@@ -28,6 +28,16 @@ GIN_TRAINING_FIX = (
     "benchmark deepep-gin"
 )
 
+# The EP group sizes DeepEP can run: at deepseek-ai/DeepEP 567632d (the commit the image builds)
+# ``Buffer.get_dispatch_config`` and ``get_combine_config`` (deep_ep/buffer.py:245-259, 275-289)
+# look the group size up in a fixed table and ``assert num_ranks in config_map, 'Unsupported
+# number of EP ranks'`` otherwise. The pinned Megatron calls both with its DeepEP group's size
+# before it builds the buffer (megatron-lm 37f9161 megatron/core/transformer/moe/fused_a2a.py:46-47
+# ``get_buffer``), and ``rltrainer bench ep`` the same way, so no other size can start.
+DEEPEP_RANK_COUNTS = (2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160)
+DEEPEP_RANK_COUNTS_SOURCE = ("DeepEP 567632d deep_ep/buffer.py:245-259 Buffer.get_dispatch_config / "
+                             "get_combine_config: 'Unsupported number of EP ranks'")
+
 # --- reward models ---------------------------------------------------------------------------------
 
 # The rule-based reward functions Miles v0.1.0 dispatches on ``--rm-type`` (miles/rollout/rm_hub/

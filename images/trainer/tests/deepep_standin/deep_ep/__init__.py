@@ -9,6 +9,9 @@ expert lives elsewhere), combine summing a token's rows without weights. It prov
 ``DeepEPDispatcher`` calls the API the way the pinned source defines it; it says nothing about
 DeepEP's kernels or EFA.
 
+``get_dispatch_config`` / ``get_combine_config`` assert on a group size outside the pinned
+table, as the pinned code does (``DEEPEP_RANK_COUNTS``, checked against it).
+
 ``RETURN_ARITY`` is the number of values each method returns, also checked against the
 pinned source's return annotations.
 """
@@ -19,6 +22,8 @@ from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
+
+from rltrainer.contract.names import DEEPEP_RANK_COUNTS
 
 topk_idx_t = torch.int64
 
@@ -73,10 +78,14 @@ class Buffer:
 
     @staticmethod
     def get_dispatch_config(num_ranks: int) -> Config:
+        # The pinned code's table knows only these group sizes and asserts otherwise
+        # (deep_ep/buffer.py:259); test_trainer_bench_ep.py checks the set against it.
+        assert num_ranks in DEEPEP_RANK_COUNTS, f'Unsupported number of EP ranks: {num_ranks}'
         return Config(Buffer.num_sms, 6, 256, 6, 128)
 
     @staticmethod
     def get_combine_config(num_ranks: int) -> Config:
+        assert num_ranks in DEEPEP_RANK_COUNTS, f'Unsupported number of EP ranks: {num_ranks}'
         return Config(Buffer.num_sms, 4, 256, 6, 128)
 
     def get_dispatch_layout(self, topk_idx: torch.Tensor, num_experts: int,
