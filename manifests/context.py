@@ -399,7 +399,7 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
             "ep", "--backend", backend, "--tokens-per-rank", str(EP_TOKENS_PER_RANK),
             "--hidden", str(shape.hidden), "--topk", str(shape.top_k),
             "--experts", str(shape.num_experts)]
-        + [a for s in spans for a in ("--span", s.bench_arg())]
+        + [a for s in spans for a in ("--span", s.bench_arg(nodes * gpus))]
         + (["--acceptance"] if acceptance else []),
         description=f"expert-parallel dispatch/combine ({t.expert_parallel.backend}) with "
                     f"{t.model} shapes in the run's EP groups "

@@ -68,9 +68,12 @@ class EpSpan:
                     f"{self.nvlink_domain_gpus} GPUs per domain)")
         return f"across EFA ({self.nodes} nodes)"
 
-    def bench_arg(self) -> str:
-        """``rltrainer bench ep --span`` value: name:size:stride."""
-        return f"{self.name}:{self.size}:{self.stride}"
+    def bench_arg(self, total: int) -> str:
+        """``rltrainer bench ep --span`` value in a world of ``total`` GPUs: NAME:SIZE:STRIDE, plus
+        :FIRST:COUNT when the groups tile only part of it (either pool of a disaggregated run), so
+        the bench forms exactly :meth:`groups` (tests/infra/test_ep_spans.py checks it does)."""
+        whole = self.first == 0 and self.world == total
+        return f"{self.name}:{self.size}:{self.stride}" + ("" if whole else f":{self.first}:{self.world}")
 
 
 def ep_spans(cfg: KitConfig, itype: InstanceType) -> list[EpSpan]:

@@ -430,9 +430,11 @@ def _span_words(row: dict[str, Any], itype: Any) -> str:
     """Where one measured EP group ran: inside one NVLink domain or across EFA (the catalog's
     nvlink_domain_gpus decides, never the instance name)."""
     size = int(row.get("ep_size") or row.get("world_size") or 1)
+    # ep_first / ep_pool: the ranks the groups tile (a disaggregated run's pools; older rows: all)
     span = EpSpan(str(row.get("purpose")), size, int(row.get("ep_stride") or 1),
-                  int(row.get("world_size") or size), int(row.get("ranks_per_node") or itype.gpu_count),
-                  itype.nvlink_domain_gpus)
+                  int(row.get("ep_pool") or row.get("world_size") or size),
+                  int(row.get("ranks_per_node") or itype.gpu_count), itype.nvlink_domain_gpus,
+                  int(row.get("ep_first") or 0))
     return f"EP{size} {span.where}"
 
 

@@ -57,7 +57,7 @@ def test_default_run_keeps_both_all_to_alls_inside_one_p5_node():
     for s in spans.values():
         assert s.inside_nvlink and s.nodes == 1
         assert s.groups()[0] == list(range(8)) and len(s.groups()) == 2
-    assert spans["training"].bench_arg() == "training:8:1"
+    assert spans["training"].bench_arg(16) == "training:8:1"
 
 
 def test_an_ep16_group_crosses_efa_on_hgx_but_not_inside_an_nvl72_domain():
@@ -86,3 +86,43 @@ def test_a_disaggregated_rollout_pool_starts_after_the_training_gpus():
     # on GB200 (4 GPUs a node, 72 a domain) a pool after 17 training nodes straddles two domains
     assert not EpSpan("rollout", 8, 1, 8, 4, 72, first=68).inside_nvlink
     assert EpSpan("rollout", 8, 1, 8, 4, 72, first=72).inside_nvlink
+
+
+P5_GROUP = {"p5": {"instance_type": "p5.48xlarge", "max_size": 8, "availability_zone": "us-east-1a",
+                   "capacity": {"type": "on-demand"}}}
+LAYOUTS = [
+    {"nodes": 2},
+    {"nodes": 2, "parallel": {"tp": 2, "ep": 16, "etp": 1}, "rollout": {"gpus_per_engine": 8, "ep": 4}},
+    {"nodes": 2, "parallel": {"tp": 2, "ep": 8, "etp": 2}},
+    {"nodes": 4, "parallel": {"ep": 16}},
+    {"nodes": 2, "rollout": {"placement": "disaggregated", "nodes": 1}},
+    # 1 training node + 2 rollout nodes, engines of 16 GPUs: the rollout pool starts at GPU 8
+    {"nodes": 3, "rollout": {"placement": "disaggregated", "nodes": 2, "gpus_per_engine": 16, "ep": 16}},
+    {"nodes": 4, "parallel": {"ep": 16}, "rollout": {"placement": "disaggregated", "nodes": 2}},
+]
+
+
+@pytest.mark.parametrize("training", LAYOUTS)
+def test_the_bench_forms_exactly_the_groups_of_each_span(training):
+    """The contract between the kit and ``rltrainer bench ep``: the --span the ep job passes makes
+    the bench build exactly EpSpan.groups() (a disaggregated pool included), and the bench accepts it."""
+    from rltrainer.bench.ep import parse_span, span_groups, span_problems
+
+    cfg = parse_config({"gpu_node_groups": P5_GROUP, "training": training})
+    itype = INSTANCE_TYPES["p5.48xlarge"]
+    total = cfg.training.nodes * itype.gpu_count
+    spans = ep_spans(cfg, itype)
+    assert spans
+    for s in spans:
+        bench = parse_span(s.bench_arg(total))
+        first, count = bench.pool(total)
+        assert span_problems(bench, total) == []
+        assert span_groups(count, bench.size, bench.stride, first) == s.groups(), s.bench_arg(total)
+
+
+def test_a_disaggregated_run_passes_each_pool_to_the_bench():
+    cfg = parse_config({"gpu_node_groups": P5_GROUP, "training": LAYOUTS[5]})
+    spans = {s.name: s for s in ep_spans(cfg, INSTANCE_TYPES["p5.48xlarge"])}
+    assert spans["training"].bench_arg(24) == "training:8:1:0:8"
+    assert spans["rollout"].bench_arg(24) == "rollout:16:1:8:16"
+    assert spans["rollout"].groups() == [list(range(8, 24))]

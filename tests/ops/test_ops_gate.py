@@ -1045,3 +1045,15 @@ def test_a_long_unchanged_wait_prints_a_heartbeat(tmp_path, kubectl):
     assert said[0] == f"{line} [0 s]"
     assert said[1:] == [f"{line} [{t} s, still waiting; gives up after 1200 s]" for t in (300, 600, 900, 1200)]
     assert HEARTBEAT_S == 300
+
+
+def test_ep_words_place_a_disaggregated_pool_where_it_ran():
+    """A row's ep_first / ep_pool (the ranks its groups tile) decide where the groups ran: on GB200
+    (4 GPUs a node, 72 a domain) a rollout pool of 8 from GPU 68 straddles two NVLink domains, while
+    the same groups tiled from GPU 0 would not."""
+    from ops.gate.judges import ep_crosses_efa
+
+    row = {"kind": "ep", "purpose": "rollout", "direction": "dispatch", "world_size": 76, "ranks_per_node": 4,
+           "ep_size": 8, "ep_stride": 1, "ep_nodes": 2, "ep_first": 68, "ep_pool": 8}
+    assert ep_crosses_efa(json.dumps(row), "p6e-gb200.36xlarge")
+    assert not ep_crosses_efa(json.dumps({**row, "ep_first": 72, "world_size": 80}), "p6e-gb200.36xlarge")

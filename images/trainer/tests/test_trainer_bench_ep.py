@@ -18,7 +18,7 @@ from rltrainer.bench.ep import PUBLISHED_SHAPE, EPShape, expert_scale, make_toke
 pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
 
 EP_KEYS = ["kind", "purpose", "backend", "direction", "tokens_per_rank", "hidden", "topk", "experts", "world_size",
-           "ranks_per_node", "ep_size", "ep_stride", "ep_nodes", "step_time_us", "time_us", "timing", "rdma_bytes", "nvl_bytes", "rdma_GBps", "nvl_GBps",
+           "ranks_per_node", "ep_size", "ep_stride", "ep_nodes", "ep_first", "ep_pool", "step_time_us", "time_us", "timing", "rdma_bytes", "nvl_bytes", "rdma_GBps", "nvl_GBps",
            "correct"]
 SMALL = ["--tokens-per-rank", "48", "--hidden", "16", "--topk", "3", "--experts", "8", "--iters", "2", "--warmup", "1",
          "--device", "cpu"]
@@ -476,19 +476,53 @@ def test_span_measures_inside_the_runs_ep_groups(tmp_path: Path):
     assert "model" not in {r["purpose"] for r in rows}
 
 
-@pytest.mark.parametrize("span, text", [("training", "use NAME:SIZE[:STRIDE]"), ("training:1", "SIZE must be >= 2"),
-                                        (":8", "use NAME:SIZE[:STRIDE]"), ("t:8:x", "use NAME:SIZE[:STRIDE]")])
+@pytest.mark.parametrize("span, text", [
+    ("training", "use NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]"), ("training:1", "SIZE must be >= 2"),
+    (":8", "use NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]"), ("t:8:x", "use NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]"),
+    ("t:8:1:0:8:1", "use NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]"), ("t:8:1:-1", "FIRST >= 0"),
+    ("t:8:1:0:0", "COUNT >= 1")])
 def test_bad_span_is_named(span: str, text: str):
     import argparse
 
-    from rltrainer.bench.ep import parse_span
+    from rltrainer.bench.ep import Span, parse_span
 
     with pytest.raises(argparse.ArgumentTypeError, match=re.escape(text)):
         parse_span(span)
-    assert parse_span("rollout:4:2") == ("rollout", 4, 2) and parse_span("training:8") == ("training", 8, 1)
+    # the older NAME:SIZE[:STRIDE] still parses, to a layout over the whole world
+    assert parse_span("rollout:4:2") == Span("rollout", 4, 2, 0, None)
+    assert parse_span("training:8") == Span("training", 8, 1, 0, None)
+    assert parse_span("rollout:16:1:8") == Span("rollout", 16, 1, 8, None)
+    assert parse_span("training:8:1:0:8") == Span("training", 8, 1, 0, 8)
 
 
 def test_span_that_does_not_divide_the_world_is_named(tmp_path: Path):
-    ranks = run_ranks(cli_worker, 2, tmp_path, ["ep", "--backend", "nccl", *SMALL, "--span", "training:4"])
+    ranks = run_ranks(cli_worker, 2, tmp_path, ["ep", "--backend", "nccl", *SMALL, "--span", "training:4",
+                                                "--span", "rollout:2:1:1:2"])
     assert ranks[0]["rc"] == 2
-    assert "--span training:4:1: 4 x 1 must divide the world size 2" in ranks[0]["stderr"], ranks[0]["stderr"]
+    assert ranks[0]["stderr"].splitlines() == [
+        "rltrainer bench ep: --span training:4:1: 4 x 1 must divide the 2 ranks its groups tile (from rank 0, "
+        "world size 2)",
+        "rltrainer bench ep: --span rollout:2:1:1:2: ranks 1..2 are not all in the world of 2 ranks"]
+
+
+@pytest.mark.parametrize("backend", ["nccl", "deepep"])
+def test_span_pools_start_where_the_run_puts_them(tmp_path: Path, backend: str):
+    """A disaggregated run on 3 "nodes" of 2 ranks: training on node 0 (ranks 0-1), the rollout
+    engine's EP4 on nodes 1-2 (ranks 2-5), as infra/config/ep_spans.py places them. Each layout
+    runs only on its pool; rank 0, outside the rollout pool, still prints its rows."""
+    if backend == "deepep":
+        _pinned_source("deep_ep/buffer.py")
+    argv = ["--backend", backend, "--tokens-per-rank", "24", "--hidden", "8", "--topk", "2", "--experts", "4",
+            "--iters", "1", "--warmup", "0", "--device", "cpu", "--ranks-per-node", "2",
+            "--span", "training:2:1:0:2", "--span", "rollout:4:1:2"]
+    ranks = run_ranks(standin_make_dispatcher_worker, 6, tmp_path, argv, timeout_s=180)
+    assert [r["rc"] for r in ranks] == [0] * 6, ranks[0]["stderr"]
+    rows = json_lines(ranks[0]["stdout"])
+    got = [(r["purpose"], r["ep_size"], r["ep_first"], r["ep_pool"], r["ep_nodes"], r["world_size"], r["correct"])
+           for r in rows if r["kind"] == "ep"]
+    assert got == [("training", 2, 0, 2, 1, 6, True)] * 2 + [("rollout", 4, 2, 4, 2, 6, True)] * 2
+    rollout = [r for r in rows if r["purpose"] == "rollout"]
+    # the rollout group's rank 0 (world rank 2) measured these; world rank 0 printed them
+    assert all(r["time_us"] > 0 and r["rdma_bytes"] > 0 and r["nvl_bytes"] > 0 for r in rollout)
+    if backend == "deepep":  # a DeepEP buffer only on the pool's ranks, one per group
+        assert [r["buffers"] for r in ranks] == [[2], [2], [4], [4], [4], [4]]

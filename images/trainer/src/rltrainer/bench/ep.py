@@ -62,7 +62,7 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence, TextIO
+from typing import Any, NamedTuple, Sequence, TextIO
 
 from ..contract.names import DEEPEP_RANK_COUNTS, DEEPEP_RANK_COUNTS_SOURCE
 from .common import DistContext, emit, import_torch, init_distributed, shutdown, sig, timed, torch_dtype
@@ -215,12 +215,14 @@ def run_benchmark(
 
 
 def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int, *, purpose: str = "model",
-                ranks_per_node: int | None = None, ep_ranks: Sequence[int] | None = None) -> list[dict]:
+                ranks_per_node: int | None = None, ep_ranks: Sequence[int] | None = None,
+                ep_pool: tuple[int, int] | None = None) -> list[dict]:
     """The two JSON rows (dispatch, combine) for one benchmark result. ``ep_ranks``: the global
-    ranks of rank 0's EP group when the measurement ran inside the run's EP groups (default:
-    every rank)."""
+    ranks of the first EP group when the measurement ran inside the run's EP groups (default:
+    every rank); ``ep_pool``: (first rank, rank count) the groups tile (default: every rank)."""
     rpn = ranks_per_node or world_size
     group = list(ep_ranks) if ep_ranks is not None else list(range(world_size))
+    first, count = ep_pool if ep_pool is not None else (0, world_size)
     rows = []
     for direction in ("dispatch", "combine"):
         step = result.dispatch_step_s if direction == "dispatch" else result.combine_step_s
@@ -243,6 +245,8 @@ def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int,
             "ep_size": len(group),
             "ep_stride": group[1] - group[0] if len(group) > 1 else 1,
             "ep_nodes": len({r // rpn for r in group}),
+            "ep_first": first,
+            "ep_pool": count,
             "step_time_us": sig(step * 1e6) if step is not None else None,
             "time_us": sig(seconds * 1e6) if seconds is not None else None,
             "timing": result.timing,
@@ -258,39 +262,100 @@ def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int,
 # --- the run's own EP groups ---------------------------------------------------------------------
 
 
-def parse_span(text: str) -> tuple[str, int, int]:
-    """``NAME:SIZE[:STRIDE]`` -> (name, size, stride): one EP group of the run's layout."""
+class Span(NamedTuple):
+    """One of the run's EP group layouts (``--span``): ``size`` ranks ``stride`` apart, in blocks of
+    size x stride consecutive ranks tiling the ``count`` ranks from ``first`` (None: to the end of
+    the world), as infra/config/ep_spans.py's ``EpSpan``."""
+
+    name: str
+    size: int
+    stride: int = 1
+    first: int = 0
+    count: int | None = None
+
+    def text(self) -> str:
+        return ":".join(map(str, [self.name, self.size, self.stride]
+                            + ([self.first] + ([self.count] if self.count is not None else [])
+                               if self.first or self.count is not None else [])))
+
+    def pool(self, world: int) -> tuple[int, int]:
+        """(first, count): the ranks this layout's groups tile in a world of ``world`` ranks."""
+        return self.first, world - self.first if self.count is None else self.count
+
+
+SPAN_FORMAT = "NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]"
+
+
+def parse_span(text: str) -> Span:
+    """``NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]`` -> :class:`Span`: one EP group layout of the run's."""
     parts = text.split(":")
     try:
-        if len(parts) not in (2, 3) or not parts[0]:
+        if not 2 <= len(parts) <= 5 or not parts[0]:
             raise ValueError
-        size, stride = int(parts[1]), int(parts[2]) if len(parts) == 3 else 1
+        numbers = [int(p) for p in parts[1:]]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--span {text!r}: use NAME:SIZE[:STRIDE], e.g. training:8:1") from None
-    if size < 2 or stride < 1:
-        raise argparse.ArgumentTypeError(f"--span {text!r}: SIZE must be >= 2 and STRIDE >= 1")
-    return parts[0], size, stride
+        raise argparse.ArgumentTypeError(
+            f"--span {text!r}: use {SPAN_FORMAT}, e.g. training:8:1 or rollout:16:1:8 (a pool that starts "
+            "at rank 8)") from None
+    span = Span(parts[0], *numbers)
+    if span.size < 2 or span.stride < 1 or span.first < 0 or (span.count is not None and span.count < 1):
+        raise argparse.ArgumentTypeError(
+            f"--span {text!r}: SIZE must be >= 2, STRIDE and COUNT >= 1, FIRST >= 0")
+    return span
 
 
-def span_groups(world: int, size: int, stride: int) -> list[list[int]]:
+def span_groups(world: int, size: int, stride: int, first: int = 0) -> list[list[int]]:
     """The EP groups: ``size`` ranks ``stride`` apart, in blocks of size x stride consecutive ranks
-    (Megatron's expert groups, SGLang's inside an engine; the kit's infra/config/ep_spans.py)."""
+    tiling the ``world`` ranks from ``first`` (Megatron's expert groups, SGLang's inside an engine,
+    a disaggregated rollout pool after the training ranks; the kit's infra/config/ep_spans.py)."""
     block = size * stride
     return [[start + offset + k * stride for k in range(size)]
-            for start in range(0, world, block) for offset in range(stride)]
+            for start in range(first, first + world, block) for offset in range(stride)]
 
 
-def span_context(ctx: DistContext, size: int, stride: int) -> tuple[DistContext, list[int]]:
-    """This rank inside its EP group; every rank creates every group, in the same order."""
+def span_problems(span: Span, world: int) -> list[str]:
+    first, count = span.pool(world)
+    if first + count > world:
+        return [f"--span {span.text()}: ranks {first}..{first + count - 1} are not all in the world of {world} ranks"]
+    if count % (span.size * span.stride):
+        return [f"--span {span.text()}: {span.size} x {span.stride} must divide the {count} ranks its groups "
+                f"tile (from rank {first}, world size {world})"]
+    return []
+
+
+def span_context(ctx: DistContext, groups: list[list[int]]) -> tuple[DistContext | None, list[int]]:
+    """This rank inside its EP group (None, and the first group, for a rank in none of them);
+    every rank creates every group, in the same order (torch.distributed.new_group's rule)."""
     import torch.distributed as dist
 
-    mine = None
-    for ranks in span_groups(ctx.world_size, size, stride):
+    mine: tuple[DistContext | None, list[int]] = (None, groups[0])
+    for ranks in groups:
         group = dist.new_group(ranks)
         if ctx.rank in ranks:
             mine = (ctx.subgroup(ranks, group), ranks)
-    assert mine is not None
     return mine
+
+
+def gather_span_result(ctx: DistContext, result: EPResult, reporter: bool) -> EPResult:
+    """Every rank's view of one span measurement: every group ran at once, as in the run, so the
+    slowest rank decides the step times and all ranks agree on correctness; the acceptance-style
+    figures are the ``reporter``'s (rank 0 of the first group), sent to every rank so world rank 0
+    can print them when it is in no group (a disaggregated rollout pool)."""
+    result.correct = ctx.all_ok(result.correct)
+    if not result.correct:
+        return result
+    result.dispatch_step_s = ctx.reduce_scalar(result.dispatch_step_s or 0.0, "max")
+    result.combine_step_s = ctx.reduce_scalar(result.combine_step_s or 0.0, "max")
+
+    def reported(value: float | None) -> float:
+        return ctx.reduce_scalar(value if reporter and value is not None else 0.0, "max")
+
+    result.dispatch_s, result.combine_s = reported(result.dispatch_s), reported(result.combine_s)
+    kernel = reported(1.0 if result.timing == "kernel" else 0.0) > 0.5
+    result.timing = "kernel" if kernel else "wall"
+    mine = result.bytes or DeepEPBytes(0, 0)
+    result.bytes = DeepEPBytes(rdma=int(reported(mine.rdma)), nvl=int(reported(mine.nvl)))
+    return result
 
 
 def deepep_size_problems(groups: Sequence[tuple[str, int]]) -> list[str]:
@@ -315,23 +380,21 @@ def _ranks_per_node(args: argparse.Namespace, ctx: DistContext) -> int:
 def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, dispatcher: Any = None,
         dispatcher_factory=None) -> int:
     model = EPShape(args.tokens_per_rank, args.hidden, args.topk, args.experts)
-    spans = list(getattr(args, "span", None) or [])
+    spans: list[Span] = list(getattr(args, "span", None) or [])
     # With --span the model's shape is measured in each of the run's EP groups (what picks the
     # backend); without, over every rank. The published shape always spans every rank.
-    plan: list[tuple[str, EPShape, tuple[int, int] | None]] = (
-        [(name, model, (size, stride)) for name, size, stride in spans] if spans else [("model", model, None)])
+    plan: list[tuple[str, EPShape, Span | None]] = (
+        [(s.name, model, s) for s in spans] if spans else [("model", model, None)])
     if args.acceptance:
         plan.append(("acceptance", PUBLISHED_SHAPE, None))
     rpn = _ranks_per_node(args, ctx)
-    problems = [p for _, shape, group in plan
-                for p in shape.validate(group[0] if group else ctx.world_size)]
-    for name, size, stride in spans:
-        if ctx.world_size % (size * stride):
-            problems.append(f"--span {name}:{size}:{stride}: {size} x {stride} must divide the world size "
-                            f"{ctx.world_size}")
+    problems = [p for _, shape, span in plan
+                for p in shape.validate(span.size if span else ctx.world_size)]
+    for span in spans:
+        problems += span_problems(span, ctx.world_size)
     if args.backend == "deepep":
-        problems += deepep_size_problems([(purpose, group[0] if group else ctx.world_size)
-                                          for purpose, _, group in plan])
+        problems += deepep_size_problems([(purpose, span.size if span else ctx.world_size)
+                                          for purpose, _, span in plan])
     if rpn < 1 or ctx.world_size % rpn:
         problems.append(f"--ranks-per-node {rpn} must divide the world size {ctx.world_size}")
     if problems:
@@ -344,40 +407,50 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
     disp = None
     ok = True
     traffic = TrafficProbe("ep", ctx.local_rank)  # every node's local rank 0
-    for purpose, shape, group in plan:
-        run_ctx, ranks, group_rpn = ctx, list(range(ctx.world_size)), rpn
-        if group is not None:
-            run_ctx, ranks = span_context(ctx, *group)
+    for purpose, shape, span in plan:
+        run_ctx, ranks, group_rpn, pool = ctx, list(range(ctx.world_size)), rpn, (0, ctx.world_size)
+        if span is not None:
+            pool = span.pool(ctx.world_size)
+            groups = span_groups(pool[1], span.size, span.stride, pool[0])
+            run_ctx, mine = span_context(ctx, groups)
+            ranks = groups[0]  # the rows describe the first group (its rank 0 reports)
             # members of this group on one node (DeepEP's RDMA/NVLink split inside the group)
             group_rpn = len(ranks) // len({r // rpn for r in ranks})
-        if dispatcher is not None and purpose in ("model",) + tuple(s[0] for s in spans):
-            disp = dispatcher
-        elif dispatcher_factory is not None:
-            disp = dispatcher_factory(run_ctx, shape)
+        if run_ctx is None:  # a rank outside this layout's pool: it only joins the verdict
+            result = EPResult(True)
         else:
-            disp = make_dispatcher(args.backend, run_ctx, shape, previous=disp, max_hidden=max_hidden)
-        result = run_benchmark(run_ctx, shape, dispatcher=disp, dtype=dtype, iters=args.iters, warmup=args.warmup,
-                               seed=args.seed, ranks_per_node=group_rpn,
-                               tune=purpose == "acceptance" and not args.no_tune)
-        if group is not None:
-            # every group runs at once, as in the run: the slowest group decides, and all agree
-            result.correct = ctx.all_ok(result.correct)
-            if result.correct:
-                result.dispatch_step_s = ctx.reduce_scalar(result.dispatch_step_s, "max")
-                result.combine_step_s = ctx.reduce_scalar(result.combine_step_s, "max")
+            if dispatcher is not None and purpose in ("model",) + tuple(s.name for s in spans):
+                disp = dispatcher
+            elif dispatcher_factory is not None:
+                disp = dispatcher_factory(run_ctx, shape)
+            else:
+                disp = make_dispatcher(args.backend, run_ctx, shape, previous=disp, max_hidden=max_hidden)
+            result = run_benchmark(run_ctx, shape, dispatcher=disp, dtype=dtype, iters=args.iters,
+                                   warmup=args.warmup, seed=args.seed, ranks_per_node=group_rpn,
+                                   tune=purpose == "acceptance" and not args.no_tune)
+        if span is not None:
+            result = gather_span_result(ctx, result, reporter=run_ctx is not None and mine == ranks
+                                        and run_ctx.rank == 0)
         if not result.correct and result.message and "another rank" not in result.message:
             print(f"rltrainer bench ep: {result.message}", file=err, flush=True)
         if ctx.rank == 0:
-            for row in result_rows(result, shape, disp.name, ctx.world_size, purpose=purpose, ranks_per_node=rpn,
-                                   ep_ranks=ranks):
+            name = disp.name if disp is not None else _backend_name(args.backend, ctx)
+            for row in result_rows(result, shape, name, ctx.world_size, purpose=purpose, ranks_per_node=rpn,
+                                   ep_ranks=ranks, ep_pool=pool):
                 emit(row, out)
-            _print_table(result, shape, disp.name, len(ranks), group_rpn, purpose, err)
+            _print_table(result, shape, name, len(ranks), group_rpn, purpose, err)
         ok = ok and result.correct
         if not result.correct:
             break
     if ok:
         traffic.emit(ctx.is_cuda, out)
     return 0 if ok else 1
+
+
+def _backend_name(backend: str, ctx: DistContext) -> str:
+    """The row's backend on a rank that measured nothing yet (rank 0 outside the first span's
+    pool): what the dispatchers call themselves."""
+    return ctx.backend if backend == "nccl" else backend
 
 
 def _print_table(result: EPResult, shape: EPShape, name: str, world: int, rpn: int, purpose: str, err: TextIO):
@@ -401,10 +474,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experts", type=int, default=128, help="routed experts, a multiple of the world size (default 128)")
     p.add_argument("--backend", default="nccl", choices=("nccl", "deepep"),
                    help="nccl = torch all_to_all_single (gloo with --device cpu); deepep = deep_ep.Buffer (GPU)")
-    p.add_argument("--span", action="append", type=parse_span, default=None, metavar="NAME:SIZE[:STRIDE]",
+    p.add_argument("--span", action="append", type=parse_span, default=None, metavar=SPAN_FORMAT,
                    help="measure the model's shape inside the run's EP groups instead of over every rank: SIZE "
-                   "ranks STRIDE apart in blocks of SIZE x STRIDE (training: Megatron's expert groups, stride = "
-                   "expert TP; rollout: SGLang's inside an engine). Repeat for each group; rows say purpose=NAME")
+                   "ranks STRIDE apart in blocks of SIZE x STRIDE, tiling the COUNT ranks from rank FIRST "
+                   "(default: from 0 to the end; a disaggregated rollout pool starts after the training "
+                   "ranks). Training: Megatron's expert groups; rollout: SGLang's inside an engine. Repeat "
+                   "for each group; rows say purpose=NAME")
     p.add_argument("--acceptance", action="store_true",
                    help="also measure DeepEP's published shape (hidden 7168, 256 experts, top-8, 4096 tokens/rank)")
     p.add_argument("--no-tune", action="store_true",
