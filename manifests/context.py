@@ -366,10 +366,10 @@ def fabric_jobs(cfg: KitConfig, itype: InstanceType, *,
     # EP group (ep 1) over every GPU, as before.
     spans = ep_spans(cfg, itype)
     for span in spans:
-        if shape.num_experts % span.size:
+        if shape.num_experts * span.tp % span.size:  # tp: Megatron's expert-TP shards (ep_spans.py)
             field = "parallel.ep" if span.name == "training" else "rollout.ep"
             return jobs, [RenderProblem(
-                f"training.{field} = {span.size}", f"the expert-parallel benchmark spreads "
+                f"training.{field} = {span.size // span.tp}", f"the expert-parallel benchmark spreads "
                 f"{t.model}'s {shape.num_experts} experts evenly over the {span.name} EP group of "
                 f"{span.size} GPUs, and that does not divide",
                 f"use an EP size that divides {shape.num_experts}")]
@@ -424,9 +424,9 @@ def _deepep_size_problem(cfg: KitConfig, spans: list, world: int) -> RenderProbl
         if s.name == "training" and s.size not in DEEPEP_RANK_COUNTS:
             return RenderProblem(
                 f"training.parallel.ep = {t.parallel.ep}", f"with expert_parallel.backend "
-                f"{t.expert_parallel.backend}, Megatron builds DeepEP's buffer for its EP group of "
-                f"{s.size} GPUs and the pinned DeepEP configures only {known} ranks "
-                f"({DEEPEP_RANK_COUNTS_SOURCE}; megatron-lm 37f9161 "
+                f"{t.expert_parallel.backend}, Megatron builds DeepEP's buffer for its "
+                f"{'expert-TP x EP' if s.tp > 1 else 'EP'} group of {s.size} GPUs and the pinned "
+                f"DeepEP configures only {known} ranks ({DEEPEP_RANK_COUNTS_SOURCE}; megatron-lm 37f9161 "
                 "megatron/core/transformer/moe/fused_a2a.py:46-47)",
                 f"choose an EP group size among {known}, or use expert_parallel.backend nccl")
     if not spans and world not in DEEPEP_RANK_COUNTS:

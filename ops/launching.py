@@ -189,7 +189,13 @@ def choose_backend(state: dict[str, Any] | None, cfg: KitConfig,
         # The gate measured the run's own EP groups; a config whose groups changed since then
         # (another EP size, another node count) takes a path the measurement never took.
         itype = INSTANCE_TYPES[cfg.gpu_node_groups[cfg.training.node_group].instance_type]
-        now = {s.name: s.size for s in ep_spans(cfg, itype)}
+        # The groups depend on the backend (DeepEP with expert TP runs on Megatron's tp-ep group):
+        # compare with what this config runs on the backend the recorded layout was measured with.
+        measured = (state or {}).get("ep_backend_measured") or configured
+        t = cfg.training
+        run_cfg = cfg if measured == configured else cfg.model_copy(update={"training": t.model_copy(
+            update={"expert_parallel": t.expert_parallel.model_copy(update={"backend": measured})})})
+        now = {s.name: s.size for s in ep_spans(run_cfg, itype)}
         then = {p: s.get("ep_size") for p, s in layout.items() if p != "model"}
         if now != then:
             return configured, (f"config: the gate measured EP groups {then or 'over every GPU'}, this "

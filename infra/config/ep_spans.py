@@ -10,7 +10,11 @@ GPU of every node. Two groups matter, both read from the config:
   block of ``etp x ep`` consecutive ranks. Miles v0.1.0 gives training rank ``r`` the ``r``-th GPU
   of its placement group sorted by node IP and GPU id (``miles/ray/placement_group.py``
   ``sort_key``; ``miles/ray/train/actor_factory.py``: ``reordered_bundle_indices[rank]``), so rank
-  ``r`` sits on node ``r // gpus_per_node``.
+  ``r`` sits on node ``r // gpus_per_node``. With a DeepEP backend and expert TP > 1 the DeepEP
+  all-to-all runs on the ``tp-ep`` group instead: ``etp x ep`` consecutive ranks, each routed
+  expert's tokens going to all ``etp`` shards (``token_dispatcher.py:1356-1361``,
+  ``MoEFlexTokenDispatcher``: ``_DeepepManager(group=self.tp_ep_group, router_topk=tp x topk,
+  num_experts=tp x experts)``).
 - **rollout** (SGLang ``--sglang-ep-size`` inside one engine): with ``--colocate`` the rollout
   GPUs start at the same offset 0 (``_get_placement_group_layout``), disaggregated right after
   the training GPUs (``training.rollout.nodes`` of the run's nodes); engine ``i`` holds the
@@ -44,6 +48,9 @@ class EpSpan:
     gpus_per_node: int
     nvlink_domain_gpus: int
     first: int = 0  # index of the pool's first GPU in node order (a disaggregated rollout's)
+    # GPUs each routed expert's tokens go to: Megatron's DeepEP group is expert-TP x EP wide and
+    # hands DeepEP top-k x etp of experts x etp (every expert-TP shard of a routed expert)
+    tp: int = 1
 
     def groups(self) -> list[list[int]]:
         """Every group, as global ranks (= the GPU's index in node order)."""
@@ -72,8 +79,9 @@ class EpSpan:
         """``rltrainer bench ep --span`` value in a world of ``total`` GPUs: NAME:SIZE:STRIDE, plus
         :FIRST:COUNT when the groups tile only part of it (either pool of a disaggregated run), so
         the bench forms exactly :meth:`groups` (tests/infra/test_ep_spans.py checks it does)."""
-        whole = self.first == 0 and self.world == total
-        return f"{self.name}:{self.size}:{self.stride}" + ("" if whole else f":{self.first}:{self.world}")
+        whole = self.first == 0 and self.world == total and self.tp == 1
+        return (f"{self.name}:{self.size}:{self.stride}" + ("" if whole else f":{self.first}:{self.world}")
+                + (f":{self.tp}" if self.tp > 1 else ""))
 
 
 def ep_spans(cfg: KitConfig, itype: InstanceType) -> list[EpSpan]:
@@ -88,7 +96,14 @@ def ep_spans(cfg: KitConfig, itype: InstanceType) -> list[EpSpan]:
     train_world = world - pool if 0 < pool < world else world
     spans = []
     p = t.parallel
-    if p.ep > 1:
+    if t.expert_parallel.backend.startswith("deepep") and p.etp > 1:
+        # Megatron's flex dispatcher runs DeepEP on the expert-TP x EP group, not the EP group
+        # (megatron/core/transformer/moe/token_dispatcher.py:1356-1361: group=tp_ep_group,
+        # router_topk and num_experts times the expert-TP size; tp_ep is RankGenerator's "tp-ep",
+        # parallel_state.py:1223, moe_utils.py:1364): etp x ep consecutive ranks.
+        spans.append(EpSpan("training", p.etp * p.ep, 1, train_world, itype.gpu_count,
+                            itype.nvlink_domain_gpus, tp=p.etp))
+    elif p.ep > 1:
         spans.append(EpSpan("training", p.ep, p.etp, train_world, itype.gpu_count,
                             itype.nvlink_domain_gpus))
     if r.ep > 1 and r.gpus_per_engine % r.ep == 0:

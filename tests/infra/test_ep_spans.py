@@ -11,6 +11,9 @@ from infra.config import parse_config
 from infra.config.ep_spans import MEGATRON_ORDER, EpSpan, ep_spans
 from tests.support import artifacts
 
+P5_GROUP = {"p5": {"instance_type": "p5.48xlarge", "max_size": 8, "availability_zone": "us-east-1a",
+                   "capacity": {"type": "on-demand"}}}
+
 
 def megatron_rank_generator():
     """RankGenerator and the function it calls, taken out of the pinned parallel_state.py (the
@@ -36,6 +39,39 @@ def test_training_groups_are_megatrons_expert_groups(world, etp, ep, pp):
     want = sorted(sorted(g) for g in gen.get_ranks("ep"))
     got = sorted(EpSpan("training", ep, etp, world, 8, 8).groups())
     assert got == want
+
+
+@pytest.mark.external
+@pytest.mark.parametrize("world, etp, ep, pp", [(16, 2, 8, 1), (32, 2, 8, 1), (32, 2, 4, 2), (64, 4, 8, 1),
+                                                (16, 2, 1, 1)])
+def test_deepep_training_groups_are_megatrons_tp_ep_groups(world, etp, ep, pp):
+    """With a DeepEP backend Megatron's flex dispatcher hands DeepEP its tp_ep group (Megatron-LM
+    37f9161 token_dispatcher.py:1356-1361; moe_utils.py:1364: parallel_state's expert tensor and
+    model parallel group, built from RankGenerator.get_ranks('tp-ep'))."""
+    RankGenerator = megatron_rank_generator()
+    root = artifacts.require("megatron-lm-37f9161", what="Megatron-LM 37f9161 sources")
+    dispatcher = (root / "megatron/core/transformer/moe/token_dispatcher.py").read_text()
+    assert ("self._comm_manager = _DeepepManager(\n                group=self.tp_ep_group,\n"
+            "                num_local_experts=self.num_local_experts,\n"
+            "                router_topk=self.tp_size * self.config.moe_router_topk,\n"
+            "                num_experts=self.tp_size * self.config.num_moe_experts,") in dispatcher
+    assert "pg_collection.tp_ep = parallel_state.get_expert_tensor_and_model_parallel_group()" in (
+        root / "megatron/core/transformer/moe/moe_utils.py").read_text()
+    assert "for ranks in expert_decoder_rank_generator.get_ranks('tp-ep'):" in (
+        root / "megatron/core/parallel_state.py").read_text()
+    gen = RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=MEGATRON_ORDER)
+    want = sorted(sorted(g) for g in gen.get_ranks("tp-ep"))
+    cfg = parse_config({"gpu_node_groups": P5_GROUP, "training": {
+        "nodes": world // 8, "expert_parallel": {"backend": "deepep-nvshmem"},
+        "parallel": {"tp": etp, "ep": ep, "etp": etp, "pp": pp}}})
+    (span,) = [s for s in ep_spans(cfg, INSTANCE_TYPES["p5.48xlarge"]) if s.name == "training"]
+    assert sorted(span.groups()) == want
+    assert (span.size, span.stride, span.tp) == (etp * ep, 1, etp)
+    # the NCCL path (Megatron's alltoall dispatcher) stays on the EP group: ep ranks etp apart
+    nccl = cfg.model_copy(update={"training": cfg.training.model_copy(update={
+        "expert_parallel": cfg.training.expert_parallel.model_copy(update={"backend": "nccl"})})})
+    spans = [s for s in ep_spans(nccl, INSTANCE_TYPES["p5.48xlarge"]) if s.name == "training"]
+    assert sorted(sorted(g) for g in gen.get_ranks("ep")) == sorted(spans[0].groups()) if ep > 1 else spans == []
 
 
 @pytest.mark.external
@@ -88,8 +124,6 @@ def test_a_disaggregated_rollout_pool_starts_after_the_training_gpus():
     assert EpSpan("rollout", 8, 1, 8, 4, 72, first=72).inside_nvlink
 
 
-P5_GROUP = {"p5": {"instance_type": "p5.48xlarge", "max_size": 8, "availability_zone": "us-east-1a",
-                   "capacity": {"type": "on-demand"}}}
 LAYOUTS = [
     {"nodes": 2},
     {"nodes": 2, "parallel": {"tp": 2, "ep": 16, "etp": 1}, "rollout": {"gpus_per_engine": 8, "ep": 4}},
@@ -99,6 +133,10 @@ LAYOUTS = [
     # 1 training node + 2 rollout nodes, engines of 16 GPUs: the rollout pool starts at GPU 8
     {"nodes": 3, "rollout": {"placement": "disaggregated", "nodes": 2, "gpus_per_engine": 16, "ep": 16}},
     {"nodes": 4, "parallel": {"ep": 16}, "rollout": {"placement": "disaggregated", "nodes": 2}},
+    # DeepEP with expert TP: Megatron's tp-ep group (etp x ep consecutive ranks, TP fan-out)
+    {"nodes": 2, "expert_parallel": {"backend": "deepep-nvshmem"}, "parallel": {"tp": 2, "ep": 8, "etp": 2}},
+    {"nodes": 3, "expert_parallel": {"backend": "deepep-nvshmem"}, "parallel": {"tp": 2, "ep": 4, "etp": 2},
+     "rollout": {"placement": "disaggregated", "nodes": 2, "gpus_per_engine": 16, "ep": 16}},
 ]
 
 
@@ -118,6 +156,7 @@ def test_the_bench_forms_exactly_the_groups_of_each_span(training):
         first, count = bench.pool(total)
         assert span_problems(bench, total) == []
         assert span_groups(count, bench.size, bench.stride, first) == s.groups(), s.bench_arg(total)
+        assert bench.tp == s.tp
 
 
 def test_a_disaggregated_run_passes_each_pool_to_the_bench():

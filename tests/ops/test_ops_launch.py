@@ -423,6 +423,31 @@ def test_a_measurement_of_another_ep_layout_does_not_choose(tmp_path, kubectl, c
             "runs {'training': 8, 'rollout': 8}; run `rlkit gate` again") in out
 
 
+def test_the_layout_is_compared_on_the_backend_it_was_measured_with():
+    """Expert TP 2: NCCL's training groups are EP8 (8 ranks 2 apart), DeepEP's Megatron's tp-ep
+    group of 16; a gate that measured NCCL is compared with the config's NCCL groups."""
+    from infra.config import parse_config
+    import yaml
+
+    doc = yaml.safe_load(CONFIG)
+    doc["training"] = {**doc.get("training", {}), "nodes": 2, "expert_parallel": {"backend": "deepep-nvshmem"},
+                       "parallel": {"tp": 2, "ep": 8, "etp": 2}}
+    cfg = parse_config(doc)
+    layout = {"training": {"ep_size": 8, "ep_nodes": 2, "where": "EP8 across EFA (2 nodes)"},
+              "rollout": LAYOUT["rollout"]}
+    state = {"ok": True, "ep_backend_measured": "nccl", "ep": {"layout": layout, "measurements": {
+        "nccl": {"time_us": 9000.0, "passed": True}}}}
+    backend, why = launching.choose_backend(state, cfg, None)
+    assert (backend, why) == ("nccl", "measured faster by the gate (nccl 9.00 ms); the config says "
+                                      "deepep-nvshmem; --ep-backend overrides")
+    # the same layout measured with DeepEP is another path for this config: tp-ep groups of 16
+    state["ep_backend_measured"] = "deepep-nvshmem"
+    state["ep"]["measurements"] = {"deepep-nvshmem": {"time_us": 4000.0, "passed": True}}
+    assert launching.choose_backend(state, cfg, None)[1].startswith(
+        "config: the gate measured EP groups {'training': 8, 'rollout': 8}, this config runs "
+        "{'training': 16, 'rollout': 8}")
+
+
 def test_a_gin_backend_the_gate_measured_faster_is_not_used_for_training(tmp_path, kubectl,
                                                                          capsys):
     """The gate may benchmark deepep-gin; the pinned Megatron cannot train with it."""

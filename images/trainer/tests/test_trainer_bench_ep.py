@@ -18,7 +18,7 @@ from rltrainer.bench.ep import PUBLISHED_SHAPE, EPShape, expert_scale, make_toke
 pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy")
 
 EP_KEYS = ["kind", "purpose", "backend", "direction", "tokens_per_rank", "hidden", "topk", "experts", "world_size",
-           "ranks_per_node", "ep_size", "ep_stride", "ep_nodes", "ep_first", "ep_pool", "step_time_us", "time_us", "timing", "rdma_bytes", "nvl_bytes", "rdma_GBps", "nvl_GBps",
+           "ranks_per_node", "ep_size", "ep_stride", "ep_nodes", "ep_first", "ep_pool", "ep_tp", "step_time_us", "time_us", "timing", "rdma_bytes", "nvl_bytes", "rdma_GBps", "nvl_GBps",
            "correct"]
 SMALL = ["--tokens-per-rank", "48", "--hidden", "16", "--topk", "3", "--experts", "8", "--iters", "2", "--warmup", "1",
          "--device", "cpu"]
@@ -476,11 +476,13 @@ def test_span_measures_inside_the_runs_ep_groups(tmp_path: Path):
     assert "model" not in {r["purpose"] for r in rows}
 
 
+FORMAT = "use NAME:SIZE[:STRIDE[:FIRST[:COUNT[:TP]]]]"
+
+
 @pytest.mark.parametrize("span, text", [
-    ("training", "use NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]"), ("training:1", "SIZE must be >= 2"),
-    (":8", "use NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]"), ("t:8:x", "use NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]"),
-    ("t:8:1:0:8:1", "use NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]"), ("t:8:1:-1", "FIRST >= 0"),
-    ("t:8:1:0:0", "COUNT >= 1")])
+    ("training", FORMAT), ("training:1", "SIZE must be >= 2"), (":8", FORMAT), ("t:8:x", FORMAT),
+    ("t:8:1:0:8:2:1", FORMAT), ("t:8:1:-1", "FIRST >= 0"), ("t:8:1:0:0", "COUNT and TP >= 1"),
+    ("t:8:1:0:8:0", "COUNT and TP >= 1"), ("t:8:1:0::x", FORMAT)])
 def test_bad_span_is_named(span: str, text: str):
     import argparse
 
@@ -493,6 +495,26 @@ def test_bad_span_is_named(span: str, text: str):
     assert parse_span("training:8") == Span("training", 8, 1, 0, None)
     assert parse_span("rollout:16:1:8") == Span("rollout", 16, 1, 8, None)
     assert parse_span("training:8:1:0:8") == Span("training", 8, 1, 0, 8)
+    assert parse_span("training:16:1:0:16:2") == Span("training", 16, 1, 0, 16, 2)
+    assert parse_span("training:16:1:0::2") == Span("training", 16, 1, 0, None, 2)
+    for text in ("training:8:1", "rollout:16:1:8", "training:8:1:0:8", "training:16:1:0:16:2", "t:16:1:0::2"):
+        assert parse_span(text).text() == text
+
+
+@pytest.mark.external
+def test_a_tp_span_hands_deepep_every_expert_tp_shard(tmp_path: Path):
+    """Megatron's DeepEP group with expert TP 2 and EP 2: 4 consecutive ranks, top-k and experts
+    times 2 (token_dispatcher.py:1356-1361); the bench measures and checks that shape."""
+    _pinned_source("deep_ep/buffer.py")
+    argv = ["--backend", "deepep", "--tokens-per-rank", "24", "--hidden", "8", "--topk", "2", "--experts", "4",
+            "--iters", "1", "--warmup", "0", "--device", "cpu", "--ranks-per-node", "2",
+            "--span", "training:4:1:0:4:2"]
+    ranks = run_ranks(standin_make_dispatcher_worker, 4, tmp_path, argv, timeout_s=180)
+    assert [r["rc"] for r in ranks] == [0] * 4, ranks[0]["stderr"]
+    rows = [r for r in json_lines(ranks[0]["stdout"]) if r["kind"] == "ep"]
+    assert [(r["purpose"], r["ep_size"], r["ep_tp"], r["topk"], r["experts"], r["correct"]) for r in rows] == [
+        ("training", 4, 2, 4, 8, True)] * 2
+    assert [r["buffers"] for r in ranks] == [[4]] * 4
 
 
 def test_span_that_does_not_divide_the_world_is_named(tmp_path: Path):
@@ -505,7 +527,7 @@ def test_span_that_does_not_divide_the_world_is_named(tmp_path: Path):
         "rltrainer bench ep: --span rollout:2:1:1:2: ranks 1..2 are not all in the world of 2 ranks"]
 
 
-@pytest.mark.parametrize("backend", ["nccl", "deepep"])
+@pytest.mark.parametrize("backend", ["nccl", pytest.param("deepep", marks=pytest.mark.external)])
 def test_span_pools_start_where_the_run_puts_them(tmp_path: Path, backend: str):
     """A disaggregated run on 3 "nodes" of 2 ranks: training on node 0 (ranks 0-1), the rollout
     engine's EP4 on nodes 1-2 (ranks 2-5), as infra/config/ep_spans.py places them. Each layout

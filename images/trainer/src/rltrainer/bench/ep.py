@@ -216,10 +216,11 @@ def run_benchmark(
 
 def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int, *, purpose: str = "model",
                 ranks_per_node: int | None = None, ep_ranks: Sequence[int] | None = None,
-                ep_pool: tuple[int, int] | None = None) -> list[dict]:
+                ep_pool: tuple[int, int] | None = None, ep_tp: int = 1) -> list[dict]:
     """The two JSON rows (dispatch, combine) for one benchmark result. ``ep_ranks``: the global
     ranks of the first EP group when the measurement ran inside the run's EP groups (default:
-    every rank); ``ep_pool``: (first rank, rank count) the groups tile (default: every rank)."""
+    every rank); ``ep_pool``: (first rank, rank count) the groups tile (default: every rank);
+    ``ep_tp``: the ranks each routed expert's tokens went to (``shape`` counts them already)."""
     rpn = ranks_per_node or world_size
     group = list(ep_ranks) if ep_ranks is not None else list(range(world_size))
     first, count = ep_pool if ep_pool is not None else (0, world_size)
@@ -247,6 +248,7 @@ def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int,
             "ep_nodes": len({r // rpn for r in group}),
             "ep_first": first,
             "ep_pool": count,
+            "ep_tp": ep_tp,
             "step_time_us": sig(step * 1e6) if step is not None else None,
             "time_us": sig(seconds * 1e6) if seconds is not None else None,
             "timing": result.timing,
@@ -272,35 +274,52 @@ class Span(NamedTuple):
     stride: int = 1
     first: int = 0
     count: int | None = None
+    # GPUs each routed expert's tokens go to (Megatron's DeepEP group with expert TP: it hands
+    # DeepEP top-k x tp of experts x tp, megatron/core/transformer/moe/token_dispatcher.py:1356-1361)
+    tp: int = 1
 
     def text(self) -> str:
-        return ":".join(map(str, [self.name, self.size, self.stride]
-                            + ([self.first] + ([self.count] if self.count is not None else [])
-                               if self.first or self.count is not None else [])))
+        fields: list = [self.name, self.size, self.stride]
+        if self.first or self.count is not None or self.tp > 1:
+            fields.append(self.first)
+        if self.count is not None or self.tp > 1:
+            fields.append("" if self.count is None else self.count)
+        if self.tp > 1:
+            fields.append(self.tp)
+        return ":".join(map(str, fields))
+
+    def shape(self, model: EPShape) -> EPShape:
+        """The shape DeepEP sees in these groups: every routed expert's tp shards are destinations."""
+        return EPShape(model.tokens_per_rank, model.hidden, model.topk * self.tp, model.experts * self.tp)
 
     def pool(self, world: int) -> tuple[int, int]:
         """(first, count): the ranks this layout's groups tile in a world of ``world`` ranks."""
         return self.first, world - self.first if self.count is None else self.count
 
 
-SPAN_FORMAT = "NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]"
+SPAN_FORMAT = "NAME:SIZE[:STRIDE[:FIRST[:COUNT[:TP]]]]"
 
 
 def parse_span(text: str) -> Span:
-    """``NAME:SIZE[:STRIDE[:FIRST[:COUNT]]]`` -> :class:`Span`: one EP group layout of the run's."""
+    """``NAME:SIZE[:STRIDE[:FIRST[:COUNT[:TP]]]]`` -> :class:`Span`: one EP group layout of the
+    run's (an empty COUNT: to the end of the world)."""
     parts = text.split(":")
     try:
-        if not 2 <= len(parts) <= 5 or not parts[0]:
+        if not 2 <= len(parts) <= 6 or not parts[0]:
             raise ValueError
-        numbers = [int(p) for p in parts[1:]]
+        numbers: list[int | None] = [int(p) for p in parts[1:4]]
+        if len(parts) > 4:
+            numbers.append(int(parts[4]) if parts[4] else None)
+        numbers += [int(p) for p in parts[5:]]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--span {text!r}: use {SPAN_FORMAT}, e.g. training:8:1 or rollout:16:1:8 (a pool that starts "
             "at rank 8)") from None
     span = Span(parts[0], *numbers)
-    if span.size < 2 or span.stride < 1 or span.first < 0 or (span.count is not None and span.count < 1):
+    if (span.size < 2 or span.stride < 1 or span.first < 0 or (span.count is not None and span.count < 1)
+            or span.tp < 1):
         raise argparse.ArgumentTypeError(
-            f"--span {text!r}: SIZE must be >= 2, STRIDE and COUNT >= 1, FIRST >= 0")
+            f"--span {text!r}: SIZE must be >= 2, STRIDE, COUNT and TP >= 1, FIRST >= 0")
     return span
 
 
@@ -384,7 +403,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
     # With --span the model's shape is measured in each of the run's EP groups (what picks the
     # backend); without, over every rank. The published shape always spans every rank.
     plan: list[tuple[str, EPShape, Span | None]] = (
-        [(s.name, model, s) for s in spans] if spans else [("model", model, None)])
+        [(s.name, s.shape(model), s) for s in spans] if spans else [("model", model, None)])
     if args.acceptance:
         plan.append(("acceptance", PUBLISHED_SHAPE, None))
     rpn = _ranks_per_node(args, ctx)
@@ -436,7 +455,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
         if ctx.rank == 0:
             name = disp.name if disp is not None else _backend_name(args.backend, ctx)
             for row in result_rows(result, shape, name, ctx.world_size, purpose=purpose, ranks_per_node=rpn,
-                                   ep_ranks=ranks, ep_pool=pool):
+                                   ep_ranks=ranks, ep_pool=pool, ep_tp=span.tp if span else 1):
                 emit(row, out)
             _print_table(result, shape, name, len(ranks), group_rpn, purpose, err)
         ok = ok and result.correct
@@ -478,8 +497,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure the model's shape inside the run's EP groups instead of over every rank: SIZE "
                    "ranks STRIDE apart in blocks of SIZE x STRIDE, tiling the COUNT ranks from rank FIRST "
                    "(default: from 0 to the end; a disaggregated rollout pool starts after the training "
-                   "ranks). Training: Megatron's expert groups; rollout: SGLang's inside an engine. Repeat "
-                   "for each group; rows say purpose=NAME")
+                   "ranks); TP: each routed expert's tokens go to TP ranks, so the groups see top-k and "
+                   "experts times TP (Megatron's DeepEP group with expert TP). Training: Megatron's "
+                   "expert groups; rollout: SGLang's inside an engine. Repeat for each group; rows say "
+                   "purpose=NAME")
     p.add_argument("--acceptance", action="store_true",
                    help="also measure DeepEP's published shape (hidden 7168, 256 experts, top-8, 4096 tokens/rank)")
     p.add_argument("--no-tune", action="store_true",
