@@ -61,7 +61,7 @@ from rich.console import Console
 
 from infra.config import KitConfig
 from manifests import RenderError
-from manifests.context import FABRIC_DEADLINE_MARGIN_SECONDS, FABRIC_TIMEOUT_SECONDS
+from manifests.fabric import FABRIC_DEADLINE_MARGIN_SECONDS, FABRIC_TIMEOUT_SECONDS
 from ops import options
 from ops.config_source import announce
 from ops.gate import (

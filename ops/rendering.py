@@ -23,7 +23,7 @@ from manifests import (
     render,
     write,
 )
-from manifests.context import FABRIC_TIMEOUT_SECONDS
+from manifests.fabric import FABRIC_TIMEOUT_SECONDS
 from manifests.efa_env import EfaEnvProfile
 from manifests.render import check_out_dir
 from ops.aws import AwsClients

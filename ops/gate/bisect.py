@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from infra.catalog import INSTANCE_TYPES, acceptance
-from manifests.context import EP_ACCEPTANCE_EXPERTS
+from manifests.fabric import EP_ACCEPTANCE_EXPERTS
 from ops.gate.findings import FAIL
 from ops.gate.judges import judge_allreduce, judge_ep
 from ops.gate.record import figure_name

@@ -15,7 +15,7 @@ import pytest
 from infra.catalog import INSTANCE_TYPES
 from infra.config import ConfigError, parse_config
 from infra.trainer_contract import DEEPEP_RANK_COUNTS
-from manifests.context import fabric_jobs
+from manifests.fabric import fabric_jobs
 
 P5 = INSTANCE_TYPES["p5.48xlarge"]
 KNOWN = "2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160"

@@ -832,7 +832,7 @@ def test_the_jobs_deadline_follows_the_gates_timeout_with_a_margin(tmp_path, kub
     """The Job controller's clock starts before the gate's first poll: the Job's own deadline must
     come later than the gate's --timeout, or the gate reports a timeout as a failed job (and a
     --timeout above an hour could never take effect)."""
-    from manifests.context import FABRIC_DEADLINE_MARGIN_SECONDS, FABRIC_TTL_SECONDS
+    from manifests.fabric import FABRIC_DEADLINE_MARGIN_SECONDS, FABRIC_TTL_SECONDS
 
     script_cluster(kubectl, "pass-p5-2node")
     assert run_gate(tmp_path, "--timeout", str(timeout)) == 0
