@@ -420,6 +420,11 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
         if ctx.rank == 0:
             for p in dict.fromkeys(problems):
                 print(f"rltrainer bench ep: {p}", file=err)
+        # Every rank finds the same problems; none leaves before all have joined the group, or a
+        # rank still connecting gloo's mesh fails on the closed peer instead of refusing (exit 2).
+        _, dist = import_torch()
+        if dist.is_initialized():
+            dist.barrier()
         return 2
     dtype = torch_dtype(args.dtype or ("bfloat16" if ctx.is_cuda else "float32"))
     max_hidden = max(shape.hidden for _, shape, _ in plan)
