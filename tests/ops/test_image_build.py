@@ -218,6 +218,115 @@ def test_dockerfile_args_reads_defaults():
     assert args == {"A": "1", "B": None, "C": "x y"}
 
 
+# --- what the build pulls from registries -------------------------------------------------------
+
+
+def syntax_directive(dockerfile: str) -> str | None:
+    """The image a `# syntax=` directive names, read the way BuildKit does (moby/buildkit v0.32.2
+    frontend/dockerfile/parser/directives.go: only the leading `# key=value` comment lines, a
+    shebang skipped, the first word of the value)."""
+    lines = dockerfile.lstrip("\ufeff").splitlines()
+    if lines and lines[0].startswith("#!"):
+        lines = lines[1:]
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        m = re.match(r"([a-zA-Z][a-zA-Z0-9]*)\s*=\s*(.+?)\s*$", line[1:].lstrip())
+        if not m or m.group(1).lower() not in ("syntax", "escape", "check"):
+            break
+        if m.group(1).lower() == "syntax":
+            return m.group(2).split(" ")[0]
+    return None
+
+
+def registry_pulls(dockerfile: str, build_lines: list[str]) -> dict[str, str]:
+    """Every registry image a build pulls -> where it comes from: the syntax directive's frontend,
+    each FROM / COPY --from / RUN --mount from= that is not a stage (ARG defaults filled in), the
+    `--build-arg` images and the BuildKit image of the rendered build commands."""
+    pulls = {}
+    if (ref := syntax_directive(dockerfile)) is not None:
+        pulls[ref] = "Dockerfile # syntax directive"
+    args = {k: v or "" for k, v in dockerfile_args(dockerfile).items()}
+    build_args = {}
+    for line in build_lines:
+        build_args.update(re.findall(r"--build-arg ([A-Z_]+)=(\S+)", line))
+        for ref in re.findall(r"--driver-opt image=(\S+)", line):
+            pulls[ref] = "buildx --driver-opt image (BUILDKIT_IMAGE)"
+    expand = lambda ref: re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?",
+                                lambda m: build_args.get(m.group(1), args.get(m.group(1), "")), ref)
+    stages = set()
+    text = re.sub(r"\\\n", " ", dockerfile)
+    for line in text.splitlines():
+        refs = []
+        if m := re.match(r"\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", line, re.I):
+            refs.append(m.group(1))
+            if m.group(2):
+                stages.add(m.group(2).lower())
+        refs += re.findall(r"--from=([^\s,]+)", line)
+        refs += re.findall(r"--mount=\S*\bfrom=([^\s,]+)", line)
+        for ref in refs:
+            ref = expand(ref)
+            if ref.lower() not in stages and ref != "scratch" and not re.fullmatch(r"ep-\S*", ref):
+                pulls[ref] = f"Dockerfile: {line.strip()[:60]}"
+    return pulls
+
+
+def mirror_paragraph(docs: str) -> str:
+    """docs/operations.md's paragraph on Docker Hub's pull limits and mirroring."""
+    found = [p for p in docs.split("\n\n") if "toomanyrequests" in p]
+    assert len(found) == 1, "docs/operations.md has no (or more than one) mirror paragraph"
+    return found[0]
+
+
+def unmirrorable_pulls(pulls: dict[str, str], paragraph: str) -> list[str]:
+    """Pulls neither pinned by digest nor named (repository) in the mirror paragraph."""
+    problems = []
+    for ref, where in sorted(pulls.items()):
+        if re.search(r"@sha256:[0-9a-f]{64}$", ref):
+            continue
+        repository = re.sub(r":[^/:]+$", "", ref.split("@")[0])
+        if f"`{repository}" not in paragraph:
+            problems.append(f"{ref} ({where}) is pulled by tag and not named in the mirror "
+                            "paragraph of docs/operations.md")
+    return problems
+
+
+def _rendered_build_lines() -> list[str]:
+    plan = plan_build(parse_config({}), TARGET, backend="nccl", vcs_ref="x", context=b"z",
+                      files=1)
+    return describe_plan(plan, "us-east-1")
+
+
+def test_every_registry_pull_is_pinned_or_in_the_mirror_paragraph():
+    dockerfile = (TRAINER_DIR / "Dockerfile").read_text()
+    lines = _rendered_build_lines()
+    pulls = registry_pulls(dockerfile, lines)
+    # What the build pulls: the base by digest, the BuildKit image by tag, and no frontend image
+    # (the Dockerfile has no syntax directive: the pinned BuildKit's built-in frontend parses it).
+    assert set(pulls) == {f"radixark/miles:v0.1.0@{DIGEST}", IMAGE_BUILD_BUILDKIT_IMAGE}
+    docs = (REPO_ROOT / "docs" / "operations.md").read_text()
+    assert unmirrorable_pulls(pulls, mirror_paragraph(docs)) == []
+
+
+def test_registry_pull_check_catches_a_syntax_directive_and_an_unpinned_image():
+    dockerfile = (TRAINER_DIR / "Dockerfile").read_text()
+    lines = _rendered_build_lines()
+    paragraph = mirror_paragraph((REPO_ROOT / "docs" / "operations.md").read_text())
+    with_syntax = "# syntax=docker/dockerfile:1.7\n" + dockerfile
+    assert syntax_directive(with_syntax) == "docker/dockerfile:1.7"
+    assert syntax_directive("# escape=`\n# syntax = docker/dockerfile:1 --x\nFROM a\n") == \
+        "docker/dockerfile:1"
+    assert syntax_directive("# hello\n# syntax=docker/dockerfile:1\nFROM a\n") is None
+    assert unmirrorable_pulls(registry_pulls(with_syntax, lines), paragraph) == [
+        "docker/dockerfile:1.7 (Dockerfile # syntax directive) is pulled by tag and not named in "
+        "the mirror paragraph of docs/operations.md"]
+    extra = dockerfile.replace("FROM base AS build\n", "FROM base AS build\n"
+                               "COPY --from=nvidia/cuda:13.0.0-devel /usr/local/cuda /cuda\n")
+    assert unmirrorable_pulls(registry_pulls(extra, lines), paragraph) == [
+        "nvidia/cuda:13.0.0-devel (Dockerfile: COPY --from=nvidia/cuda:13.0.0-devel /usr/local/cuda "
+        "/cuda) is pulled by tag and not named in the mirror paragraph of docs/operations.md"]
+
+
 # --- the buildspec's shell, with stand-in aws and docker -----------------------------------------
 
 
