@@ -18,7 +18,8 @@ io.moe-rl-eks-kit.ep-backend label, else the tag's suffix), push time, size and 
 Both print through the shared output helpers (ops/output.py): progress on stdout as text, or on
 stderr with -o json|yaml, where stdout holds one document (docs/cli.md lists its shape).
 
-Exit codes: 0 done, 1 the build failed or timed out, 2 bad input or AWS refused a call.
+Exit codes: 0 done, 1 the build failed or timed out, 2 bad input or AWS refused a call, 130
+Ctrl-C while following a build (it keeps running).
 """
 
 from __future__ import annotations
@@ -174,31 +175,51 @@ def _build(args: argparse.Namespace) -> int:
         echo(f"follow it with `aws codebuild batch-get-builds --ids {build_id}` or the CodeBuild "
              "console; `rlkit image status` lists the pushed image")
         return done(0, status="STARTED")
+
+    def failed(code: int, message: str, status: str | None, **fields: object) -> int:
+        """Print ``message`` as the error and end with the document (ok false, the build ID)."""
+        print(f"error: {message}", file=sys.stderr)
+        return done(code, status=status, error=message, **fields)
+
     try:
         result = follow_build(c.codebuild, c.logs, build_id, echo=echo, poll_s=args.poll,
                               timeout_s=args.timeout)
     except TimeoutError as err:
-        print(f"error: {err}; it keeps running in CodeBuild. Fix: wait for it (`aws codebuild "
-              f"batch-get-builds --ids {build_id}`) or raise --timeout", file=sys.stderr)
-        return 1
+        return failed(1, f"{err}; it keeps running in CodeBuild. Fix: wait for it (`aws codebuild "
+                      f"batch-get-builds --ids {build_id}`) or raise --timeout", "IN_PROGRESS")
     except aws.AWS_ERRORS as err:
-        print(f"error: lost track of build {build_id}: {aws.describe_error(err)}; it keeps "
-              "running in CodeBuild.", file=sys.stderr)
-        return 1
+        return failed(1, f"lost track of build {build_id}: {aws.describe_error(err)}; it keeps "
+                      "running in CodeBuild. Fix: follow it with `aws codebuild batch-get-builds "
+                      f"--ids {build_id}`; `rlkit image status` lists the pushed image", None)
     except KeyboardInterrupt:
-        print(f"interrupted; build {build_id} keeps running in CodeBuild "
-              f"(`aws codebuild stop-build --id {build_id}` stops it)", file=sys.stderr)
-        return 130
+        return failed(130, f"interrupted; build {build_id} keeps running in CodeBuild "
+                      f"(`aws codebuild stop-build --id {build_id}` stops it)", None)
     if result.status != "SUCCEEDED":
         where = f" in phase {result.failed_phase}" if result.failed_phase else ""
         why = f": {result.message}" if result.message else ""
-        print(f"error: build {build_id} {result.status}{where}{why}. The log above says why.",
-              file=sys.stderr)
-        return done(1, status=result.status)
+        message = f"build {build_id} {result.status}{where}{why}. The log above says why."
+        # A build can fail after its push (a step after it failed): the tag is then taken.
+        try:
+            pushed = existing_image(c.ecr, target.repository_name, plan.image_tag)
+        except aws.AWS_ERRORS as err:
+            print(f"warning: could not check whether build {build_id} pushed {plan.image_uri} "
+                  f"({aws.describe_error(err)}); `rlkit image status` lists the repository's "
+                  "tags.", file=sys.stderr)
+            return failed(1, message, result.status, pushed=None)
+        if pushed is None:
+            echo(f"nothing pushed: {plan.image_uri} is not in the repository")
+            return failed(1, message, result.status, pushed=False)
+        ref = f"{plan.image_uri}@{pushed['imageDigest']}"
+        return failed(1, f"{message} But its image was pushed before the failure: {ref} is in "
+                      "the repository, and tags are immutable, so a rerun with this "
+                      "training.image_tag is refused. Fix: if the log above shows the failure "
+                      "came after the push (the image's own steps passed), `rlkit image build "
+                      "--reuse` uses it; otherwise set a new training.image_tag and build again.",
+                      result.status, pushed=True, image=ref)
     if not (result.image_uri and result.image_digest):
-        print(f"error: build {build_id} succeeded but exported no IMAGE_URI/IMAGE_DIGEST. Fix: "
-              "check the buildspec's post_build phase in the log above.", file=sys.stderr)
-        return 1
+        return failed(1, f"build {build_id} succeeded but exported no IMAGE_URI/IMAGE_DIGEST. "
+                      "Fix: check the buildspec's post_build phase in the log above.",
+                      result.status)
     echo(f"image: {result.image_uri}@{result.image_digest}")
     return done(0, status=result.status, image=f"{result.image_uri}@{result.image_digest}")
 

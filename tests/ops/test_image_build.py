@@ -348,7 +348,9 @@ def run_phases(tmp_path: Path, *, dockerfile_ref: str, resolved: str, existing_t
     log = tmp_path / "calls.log"
     _stub(bin_dir, "aws", f"""echo "aws $*" >> {log}
 case "$*" in
-  "ecr describe-images"*) {"exit 0" if existing_tag else "exit 254"};;
+  "ecr describe-images"*) {"echo " + DIGEST + "; exit 0" if existing_tag else
+    "echo 'An error occurred (ImageNotFoundException) when calling the DescribeImages "
+    "operation: not found' >&2; exit 254"};;
   "ecr get-login-password"*) echo token;;
 esac
 exit 0
@@ -390,8 +392,8 @@ def test_buildspec_runs_through_with_a_pinned_base(tmp_path):
     assert f"--build-arg MILES_IMAGE=radixark/miles:v0.1.0@{DIGEST}" in build[0]
     assert "--tag 123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer:0.1.0-nccl" in build[0]
     assert ("--cache-to type=registry,ref=123456789012.dkr.ecr.us-east-1.amazonaws.com/"
-            "kit-cache:buildcache-nccl,mode=max,image-manifest=true,oci-mediatypes=true"
-            ) in build[0]
+            "kit-cache:buildcache-nccl,mode=max,image-manifest=true,oci-mediatypes=true,"
+            "ignore-error=true") in build[0]
     assert ("aws ecr wait image-scan-complete --repository-name kit-trainer --image-id "
             f"imageDigest={DIGEST}") in calls
     assert any(c.startswith("aws ecr describe-image-scan-findings") for c in calls)
@@ -495,7 +497,7 @@ def test_dry_run_renders_the_exact_build_command(backend):
         "--build-arg BUILD_DATE=${BUILD_DATE} "
         f"--cache-from type=registry,ref={cache}:buildcache-{backend} "
         f"--cache-to type=registry,ref={cache}:buildcache-{backend},mode=max,image-manifest=true,"
-        "oci-mediatypes=true "
+        "oci-mediatypes=true,ignore-error=true "
         f"--tag {repo}:1.2.3-{backend} --metadata-file /tmp/build-metadata.json --push ."
     )
     assert expected in lines
@@ -542,12 +544,46 @@ def test_bad_image_tag_is_refused():
 
 
 def test_buildspec_post_build_after_a_failed_build_pushes_and_scans_nothing(tmp_path):
+    # pre_build found the tag free, the build failed before its push: the tag is still absent.
     result, calls = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
                                resolved=DIGEST, existing_tag=False,
                                env={"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl",
-                                    "CODEBUILD_BUILD_SUCCEEDING": "0"},
+                                    "CODEBUILD_BUILD_SUCCEEDING": "0", "TAG_WAS_FREE": "1",
+                                    "REPOSITORY_NAME": "kit-trainer"},
                                phases=("post_build",))
     assert result.returncode == 0, result.stderr
     assert "build failed: nothing pushed" in result.stdout
     assert "IMAGE_URI= IMAGE_DIGEST=" in result.stdout  # nothing exported
+    assert calls == ["aws ecr describe-images --repository-name kit-trainer --image-ids "
+                     "imageTag=0.1.0-nccl --query imageDetails[0].imageDigest --output text"]
+
+
+def test_buildspec_post_build_before_the_tag_check_looks_nothing_up(tmp_path):
+    # pre_build refused (here: the tag exists already): this build pushed nothing.
+    result, calls = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                               resolved=DIGEST, existing_tag=True,
+                               env={"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl",
+                                    "CODEBUILD_BUILD_SUCCEEDING": "0"},
+                               phases=("post_build",))
+    assert result.returncode == 0, result.stderr
+    assert "build failed before the push: nothing pushed" in result.stdout
     assert calls == []
+
+
+def test_buildspec_post_build_after_a_failure_past_the_push_says_it_was_pushed(tmp_path):
+    """The image push and the cache export run side by side in BuildKit; a failure after the
+    push (a cache export without ignore-error, a post_build command) left the tag in ECR while
+    post_build said "nothing pushed", and a rerun was refused because the tag existed."""
+    result, calls = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                               resolved=DIGEST, existing_tag=True,
+                               env={"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl",
+                                    "CODEBUILD_BUILD_SUCCEEDING": "0", "TAG_WAS_FREE": "1",
+                                    "REPOSITORY_NAME": "kit-trainer"},
+                               phases=("post_build",))
+    assert result.returncode == 0, result.stderr
+    assert "nothing pushed" not in result.stdout
+    assert ("build failed, but 123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer:0.1.0-nccl "
+            f"was pushed ({DIGEST}) and tags are immutable: if the log shows the failure came "
+            "after the push, 'rlkit image build --reuse' uses it; otherwise bump "
+            "training.image_tag and build again") in result.stdout
+    assert not any("scan" in c for c in calls)

@@ -4,6 +4,7 @@ CodeBuild builds or ECR scan findings): every call and its parameters are checke
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 
 import boto3
@@ -267,13 +268,150 @@ def test_failed_build_names_the_phase(outputs_file, capsys):
     expect_log_page(st, ["ERROR: Miles refused --moe-token-dispatcher-type"], None, "f1")
     expect_log_page(st, [], "f1", "f1")
     expect_log_page(st, [], "f1", "f1")
+    expect_new_tag(st)  # after the failure: the tag is still free
     code = run([*BASE, "--outputs", str(outputs_file), "--wait", "--poll", "0"], st)
     captured = capsys.readouterr()
     assert code == 1
     st.done()
     assert "ERROR: Miles refused --moe-token-dispatcher-type" in captured.out
     assert (f"error: build {BUILD_ID} FAILED in phase BUILD: Error while executing command: "
-            "docker buildx build ... exit 1. The log above says why.") in captured.err
+            "docker buildx build ... exit 1. The log above says why.\n") == captured.err
+    assert f"nothing pushed: {REPO}:0.1.0-nccl is not in the repository" in captured.out
+
+
+def expect_failed_build(st, phase="POST_BUILD"):
+    st.codebuild.add_response("batch_get_builds", build_doc(
+        "FAILED", "COMPLETED", phases=[
+            {"phaseType": "BUILD", "phaseStatus": "SUCCEEDED" if phase != "BUILD" else "FAILED"},
+            {"phaseType": phase, "phaseStatus": "FAILED", "contexts": [
+                {"statusCode": "COMMAND_EXECUTION_ERROR", "message": "exit status 255"}]}]))
+    expect_log_page(st, [], None, "f1")
+    expect_log_page(st, [], "f1", "f1")
+
+
+def test_a_build_that_failed_after_its_push_says_the_image_was_pushed(outputs_file, capsys):
+    """The push finished, then a later step failed (a cache export, a post_build command): the
+    CLI said only "FAILED", the log "nothing pushed", and a rerun was refused as the tag existed."""
+    st = Stubbed()
+    expect_new_tag(st)
+    key = expect_upload(st)
+    expect_start(st, key)
+    expect_failed_build(st)
+    st.ecr.add_response("describe_images", {"imageDetails": [
+        {"imageDigest": IMAGE_DIGEST, "imageTags": ["0.1.0-nccl"]}]}, expected_params={
+        "repositoryName": "moe-rl-trainer", "imageIds": [{"imageTag": "0.1.0-nccl"}]})
+    code = run([*BASE, "--outputs", str(outputs_file), "--wait", "--poll", "0", "-o", "json"], st)
+    captured = capsys.readouterr()
+    assert code == 1
+    st.done()
+    message = (
+        f"build {BUILD_ID} FAILED in phase POST_BUILD: exit status 255. The log above says why. "
+        f"But its image was pushed before the failure: {REPO}:0.1.0-nccl@{IMAGE_DIGEST} is in "
+        "the repository, and tags are immutable, so a rerun with this training.image_tag is "
+        "refused. Fix: if the log above shows the failure came after the push (the image's own "
+        "steps passed), `rlkit image build --reuse` uses it; otherwise set a new "
+        "training.image_tag and build again.")
+    assert captured.err.endswith(f"error: {message}\n")
+    doc = json.loads(captured.out)
+    assert (doc["ok"], doc["build_id"], doc["status"], doc["pushed"], doc["image"],
+            doc["error"]) == (False, BUILD_ID, "FAILED", True,
+                              f"{REPO}:0.1.0-nccl@{IMAGE_DIGEST}", message)
+
+
+def test_a_failed_build_whose_tag_cannot_be_read_warns(outputs_file, capsys):
+    st = Stubbed()
+    expect_new_tag(st)
+    key = expect_upload(st)
+    expect_start(st, key)
+    expect_failed_build(st, "BUILD")
+    st.ecr.add_client_error("describe_images", "AccessDeniedException", "no")
+    code = run([*BASE, "--outputs", str(outputs_file), "--wait", "--poll", "0", "-o", "json"], st)
+    captured = capsys.readouterr()
+    assert code == 1
+    st.done()
+    assert (f"warning: could not check whether build {BUILD_ID} pushed {REPO}:0.1.0-nccl "
+            "(DescribeImages failed: AccessDeniedException: no)") in captured.err
+    doc = json.loads(captured.out)
+    assert (doc["ok"], doc["build_id"], doc["pushed"]) == (False, BUILD_ID, None)
+
+
+def _started(st):
+    expect_new_tag(st)
+    key = expect_upload(st)
+    expect_start(st, key)
+
+
+def test_json_gets_one_document_when_the_wait_times_out(outputs_file, capsys):
+    st = Stubbed()
+    _started(st)
+    st.codebuild.add_response("batch_get_builds", build_doc("IN_PROGRESS", "BUILD"))
+    expect_log_page(st, [], None, "f1")
+    code = run([*BASE, "--outputs", str(outputs_file), "--wait", "--poll", "0", "--timeout", "0",
+                "-o", "json"], st)
+    captured = capsys.readouterr()
+    assert code == 1
+    st.done()
+    doc = json.loads(captured.out)  # exactly one document
+    message = (f"build {BUILD_ID} still BUILD after 0 s; it keeps running in CodeBuild. Fix: wait "
+               f"for it (`aws codebuild batch-get-builds --ids {BUILD_ID}`) or raise --timeout")
+    assert (doc["ok"], doc["build_id"], doc["status"], doc["error"]) == (
+        False, BUILD_ID, "IN_PROGRESS", message)
+    assert f"error: {message}\n" in captured.err
+
+
+def test_json_gets_one_document_when_the_build_is_lost(outputs_file, capsys):
+    st = Stubbed()
+    _started(st)
+    st.codebuild.add_client_error("batch_get_builds", "ThrottlingException", "slow down")
+    code = run([*BASE, "--outputs", str(outputs_file), "--wait", "--poll", "0", "-o", "json"], st)
+    captured = capsys.readouterr()
+    assert code == 1
+    st.done()
+    doc = json.loads(captured.out)
+    assert (doc["ok"], doc["build_id"], doc["status"]) == (False, BUILD_ID, None)
+    assert doc["error"] == (
+        f"lost track of build {BUILD_ID}: BatchGetBuilds failed: ThrottlingException: slow down; "
+        "it keeps running in CodeBuild. Fix: follow it with `aws codebuild batch-get-builds --ids "
+        f"{BUILD_ID}`; `rlkit image status` lists the pushed image")
+
+
+def test_json_gets_one_document_on_ctrl_c(outputs_file, capsys, monkeypatch):
+    st = Stubbed()
+    _started(st)
+    st.codebuild.add_response("batch_get_builds", build_doc("IN_PROGRESS", "BUILD"))
+    st.logs.add_client_error("get_log_events", "ResourceNotFoundException")
+
+    def ctrl_c(_seconds):
+        raise KeyboardInterrupt
+
+    # Ctrl-C while it sleeps between two polls.
+    monkeypatch.setattr("ops.image_cmd.follow_build",
+                        functools.partial(follow_build, sleep=ctrl_c))
+    code = run([*BASE, "--outputs", str(outputs_file), "--wait", "--poll", "0", "-o", "json"], st)
+    captured = capsys.readouterr()
+    assert code == 130
+    st.done()
+    doc = json.loads(captured.out)
+    assert (doc["ok"], doc["build_id"], doc["status"]) == (False, BUILD_ID, None)
+    assert doc["error"] == (f"interrupted; build {BUILD_ID} keeps running in CodeBuild "
+                            f"(`aws codebuild stop-build --id {BUILD_ID}` stops it)")
+
+
+def test_json_gets_one_document_when_no_digest_was_exported(outputs_file, capsys):
+    st = Stubbed()
+    _started(st)
+    st.codebuild.add_response("batch_get_builds", build_doc(
+        "SUCCEEDED", "COMPLETED", phases=[{"phaseType": "BUILD", "phaseStatus": "SUCCEEDED"}]))
+    expect_log_page(st, [], None, "f1")
+    expect_log_page(st, [], "f1", "f1")
+    code = run([*BASE, "--outputs", str(outputs_file), "--wait", "--poll", "0", "-o", "json"], st)
+    captured = capsys.readouterr()
+    assert code == 1
+    st.done()
+    doc = json.loads(captured.out)
+    assert (doc["ok"], doc["build_id"], doc["status"]) == (False, BUILD_ID, "SUCCEEDED")
+    assert doc["error"] == (f"build {BUILD_ID} succeeded but exported no IMAGE_URI/IMAGE_DIGEST. "
+                            "Fix: check the buildspec's post_build phase in the log above.")
 
 
 def expect_platforms(st, manifest, config_blob=False, digest=IMAGE_DIGEST):
