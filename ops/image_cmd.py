@@ -5,7 +5,8 @@
 project for one EP backend (default: the config's training.expert_parallel.backend), and with
 --wait streams the build's log until it ends, then prints the pushed image URI and digest. The
 tag is the one the manifests pull, <training.image_tag>-<backend>. The build (images/trainer/
-buildspec.yml) refuses a tag that exists, an unpinned base image or one whose tag moved, and fails
+buildspec.yml) refuses a tag that exists, an unpinned base image or a pin the registry cannot serve
+(a tag moved since the pin only warns), and fails
 when the Dockerfile's contract check fails; after the push it prints ECR's scan findings.
 --reuse takes an existing tag instead, if it holds every platform the config needs (linux/amd64,
 and linux/arm64 with a P6e-GB200 group).

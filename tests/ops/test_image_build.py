@@ -337,9 +337,11 @@ def _stub(bin_dir: Path, name: str, body: str) -> None:
 
 
 def run_phases(tmp_path: Path, *, dockerfile_ref: str, resolved: str, existing_tag: bool,
-               env: dict[str, str], phases=("pre_build", "build", "post_build")):
+               env: dict[str, str], phases=("pre_build", "build", "post_build"),
+               base_digests: tuple[str, ...] = (DIGEST, OTHER_DIGEST)):
     """Run the buildspec's commands in one bash, as CodeBuild does, with `aws` and `docker`
-    replaced by scripts that log their arguments."""
+    replaced by scripts that log their arguments. The base repository holds ``base_digests``;
+    its tag resolves to ``resolved``."""
     work = tmp_path / "src"
     work.mkdir()
     (work / "Dockerfile").write_text(f"ARG MILES_IMAGE={dockerfile_ref}\nFROM scratch\n")
@@ -357,6 +359,11 @@ exit 0
 """)
     _stub(bin_dir, "docker", f"""echo "docker $*" >> {log}
 case "$*" in
+  "buildx imagetools inspect "*@sha256:*)
+    ref="${{4}}"; digest="${{ref##*@}}"
+    case " {' '.join(base_digests)} " in *" $digest "*)
+      echo '{{"mediaType":"x","digest":"'"$digest"'","size":1}}';;
+    *) echo "ERROR: $ref: not found" >&2; exit 1;; esac;;
   "buildx imagetools inspect"*) echo '{{"mediaType":"x","digest":"{resolved}","size":1}}';;
   "login"*) cat >/dev/null;;
   "buildx build"*) echo '{{"containerimage.digest":"{DIGEST}"}}' > /tmp/build-metadata.json;;
@@ -402,9 +409,15 @@ def test_buildspec_runs_through_with_a_pinned_base(tmp_path):
 
 
 @pytest.mark.parametrize("case, kwargs, message", [
-    ("moved tag", dict(dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}", resolved=OTHER_DIGEST,
-                       existing_tag=False, env={}),
-     f"base image radixark/miles:v0.1.0 resolves to {OTHER_DIGEST}, not the pinned {DIGEST}"),
+    ("pinned digest not in the repository",
+     dict(dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}", resolved=OTHER_DIGEST,
+          existing_tag=False, env={}, base_digests=(OTHER_DIGEST,)),
+     f"ERROR: cannot read the base image radixark/miles:v0.1.0@{DIGEST}, which the build pulls: "
+     f"ERROR: radixark/miles:v0.1.0@{DIGEST}: not found. Fix: if the registry refused "
+     "(toomanyrequests, a network error), rerun or mirror it (docs/operations.md, Trainer image "
+     "build); if the digest is not in the repository, pin one that is: read it with 'docker "
+     "buildx imagetools inspect radixark/miles:v0.1.0' and set ARG MILES_IMAGE=radixark/miles:"
+     "v0.1.0@sha256:... in images/trainer/Dockerfile (or pass rlkit image build --base-digest)"),
     ("unpinned", dict(dockerfile_ref="radixark/miles:v0.1.0", resolved=DIGEST,
                       existing_tag=False, env={}),
      "base image radixark/miles:v0.1.0 has no pinned digest"),
@@ -424,7 +437,34 @@ def test_buildspec_pre_build_refuses(tmp_path, case, kwargs, message):
     result, calls = run_phases(tmp_path, env=env, phases=("pre_build",), **kwargs)
     assert result.returncode != 0, case
     assert message in result.stderr
+    assert "Fix: " in result.stderr.split(message.split(". Fix: ")[0], 1)[1], case
     assert not any(c.startswith("docker buildx build") for c in calls)
+
+
+def test_buildspec_builds_on_the_pinned_digest_after_the_tag_was_re_pushed(tmp_path):
+    """radixark/miles:v0.1.0 re-pushed upstream: the build pulls name:tag@digest, which still
+    exists, yet pre_build refused every build because the tag no longer equalled the pin."""
+    result, calls = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                               resolved=OTHER_DIGEST, existing_tag=False,
+                               env={"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl"})
+    assert result.returncode == 0, result.stderr
+    assert f"docker buildx imagetools inspect radixark/miles:v0.1.0@{DIGEST} --format " \
+        "{{json .Manifest}}" in calls
+    assert f"base image radixark/miles:v0.1.0@{DIGEST} (the pinned digest exists)" in result.stdout
+    assert (f"WARNING: radixark/miles:v0.1.0 now resolves to {OTHER_DIGEST}, not the pinned "
+            f"{DIGEST}: the tag was re-pushed upstream (or the pin was never its digest). This "
+            "build uses the pinned digest.") in result.stdout
+    build = [c for c in calls if c.startswith("docker buildx build")]
+    assert len(build) == 1 and f"--build-arg MILES_IMAGE=radixark/miles:v0.1.0@{DIGEST}" in build[0]
+
+
+def test_buildspec_says_nothing_of_the_tag_when_it_still_is_the_pin(tmp_path):
+    result, _ = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                           resolved=DIGEST, existing_tag=False,
+                           env={"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl"},
+                           phases=("pre_build",))
+    assert result.returncode == 0, result.stderr
+    assert "WARNING" not in result.stdout + result.stderr
 
 
 def test_buildspec_unpinned_base_with_an_override_digest(tmp_path):

@@ -128,7 +128,8 @@ def test_build_wait_streams_logs_and_prints_the_image(outputs_file, capsys):
     expect_start(st, key)
     st.codebuild.add_response("batch_get_builds", build_doc("IN_PROGRESS", "PRE_BUILD"),
                               expected_params={"ids": [BUILD_ID]})
-    expect_log_page(st, ["base image radixark/miles:v0.1.0@... (digest matches)"], None, "f1")
+    expect_log_page(st, ["base image radixark/miles:v0.1.0@... (the pinned digest exists)"], None,
+                    "f1")
     expect_log_page(st, [], "f1", "f1")
     st.codebuild.add_response("batch_get_builds", build_doc(
         "SUCCEEDED", "COMPLETED",
@@ -146,7 +147,7 @@ def test_build_wait_streams_logs_and_prints_the_image(outputs_file, capsys):
     assert f"uploaded: s3://moe-rl-data-bucket/{key}" in out
     assert f"started build {BUILD_ID} of {REPO}:0.1.0-nccl (backend nccl)" in out
     assert "--- phase PRE_BUILD" in out and "--- phase COMPLETED" in out
-    assert "base image radixark/miles:v0.1.0@... (digest matches)\n" in out
+    assert "base image radixark/miles:v0.1.0@... (the pinned digest exists)\n" in out
     assert "pushed it\nCRITICAL 0\n" in out
     assert out.rstrip().endswith(f"image: {REPO}:0.1.0-nccl@{IMAGE_DIGEST}")
 

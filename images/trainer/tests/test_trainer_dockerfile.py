@@ -49,8 +49,8 @@ def test_base_image_is_the_miles_release_the_launcher_and_contract_tests_target(
 
     args = _args(DOCKERFILE.read_text())
     # The tag, the launcher's MILES_VERSION and the sources of tests/manifests/test_miles_contract.py
-    # are one version, and the tag is pinned by digest (the buildspec checks the tag still
-    # resolves to it).
+    # are one version, and the tag is pinned by digest (the buildspec checks the registry serves
+    # it).
     name, _, digest = args["MILES_IMAGE"].partition("@")
     assert name == f"radixark/miles:{MILES_VERSION}"
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), args["MILES_IMAGE"]
