@@ -251,6 +251,69 @@ def vcs_ref(repo_root: Path = TRAINER_DIR.parent.parent) -> str:
     return f"{sha}-dirty" if dirty else sha
 
 
+REVISION_LABEL = "org.opencontainers.image.revision"  # the Dockerfile sets it from VCS_REF
+
+
+def trainer_unchanged(old: str, new: str,
+                      repo_root: Path = TRAINER_DIR.parent.parent) -> bool | None:
+    """Whether images/trainer is the same at commits ``old`` and ``new`` (True or False), or None
+    when git cannot tell: a ``-dirty`` or unknown ref, a commit this clone lacks, no git."""
+    if not (COMMIT_RE.fullmatch(old) and COMMIT_RE.fullmatch(new)):
+        return None
+    try:
+        rc = subprocess.run(["git", "diff", "--quiet", old, new, "--", "images/trainer"],
+                            cwd=repo_root, capture_output=True, timeout=30).returncode
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: True, 1: False}.get(rc)
+
+
+@dataclass(frozen=True)
+class ReuseCheck:
+    """What the revision label of an image to reuse says: ``ok`` False refuses; ``message`` is
+    the refusal, a warning (``warn``) or a note."""
+
+    ok: bool
+    message: str
+    warn: bool = False
+
+
+def check_reuse_revision(ref: str, image_rev: str | None, this_rev: str,
+                         unchanged: Callable[[str, str], bool | None] | None = None
+                         ) -> ReuseCheck:
+    """May ``ref``, built from ``image_rev`` (its revision label; None when absent), stand for
+    the code this run would build (``this_rev``, the build's VCS_REF)?"""
+    if not image_rev or image_rev == "unknown":
+        state = "unknown" if image_rev else "missing"
+        return ReuseCheck(True, f"could not tell which commit {ref} was built from (its "
+                          f"{REVISION_LABEL} label is {state}); reusing it unchecked. If "
+                          "images/trainer changed since, set a new training.image_tag and build.",
+                          warn=True)
+    if this_rev == "unknown":
+        return ReuseCheck(True, f"this checkout's commit is unknown (no git), so {ref}, built from "
+                          f"{image_rev}, is reused unchecked. If images/trainer changed since, set "
+                          "a new training.image_tag and build.", warn=True)
+    if image_rev == this_rev:
+        if image_rev.endswith("-dirty"):
+            return ReuseCheck(True, f"{ref} was built from {image_rev}, and this checkout is "
+                              f"{this_rev} too: uncommitted changes cannot be compared, so it is "
+                              "reused unchecked. If images/trainer changed since, set a new "
+                              "training.image_tag and build.", warn=True)
+        return ReuseCheck(True, f"{ref} was built from this commit ({this_rev})")
+    same = (unchanged or trainer_unchanged)(image_rev, this_rev)
+    if same:
+        return ReuseCheck(True, f"{ref} was built from {image_rev}; images/trainer is the same at "
+                          f"{this_rev}")
+    why = ("images/trainer differs between them" if same is False else
+           "git here cannot tell whether images/trainer differs (uncommitted changes on either "
+           "side, or a commit this clone does not have)")
+    return ReuseCheck(False, f"cannot reuse {ref}: it was built from {image_rev} (its "
+                      f"{REVISION_LABEL} label), this run builds {this_rev}, and {why}; the pods "
+                      "would run other code than this checkout's. Fix: set a new "
+                      "training.image_tag in the config and run `rlkit image build` again (tags "
+                      f"are immutable), or reuse it from a checkout of {image_rev}.")
+
+
 # --- the plan ------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,8 @@ buildspec.yml) refuses a tag that exists, an unpinned base image or a pin the re
 (a tag moved since the pin only warns), and fails
 when the Dockerfile's contract check fails; after the push it prints ECR's scan findings.
 --reuse takes an existing tag instead, if it holds every platform the config needs (linux/amd64,
-and linux/arm64 with a P6e-GB200 group).
+and linux/arm64 with a P6e-GB200 group) and was built from this commit, or from one with the same
+images/trainer (its org.opencontainers.image.revision label; unknown warns).
 --dry-run prints the upload, the build's overrides and every command with its values; it calls
 AWS only to read the stack outputs (none with --outputs).
 
@@ -39,10 +40,12 @@ from ops.config_source import announce
 from ops.output import add_output_option, emit, make_console, plain_table, wants_json
 from ops.image_build import (
     DEFAULT_PLATFORM,
+    REVISION_LABEL,
     TRAINER_DIR,
     BuildPlan,
     BuildTarget,
     ImageBuildError,
+    check_reuse_revision,
     context_files,
     context_zip,
     describe_plan,
@@ -57,7 +60,7 @@ from ops.image_build import (
     upload_context,
     vcs_ref,
 )
-from ops.image_status import fetch_url, image_platforms_held, list_images
+from ops.image_status import fetch_url, image_labels, image_platforms_held, list_images
 
 DEFAULT_TIMEOUT_S = 5 * 3600  # the project's 4 h build timeout plus queueing
 
@@ -145,9 +148,29 @@ def _build(args: argparse.Namespace) -> int:
                     # Every image `rlkit image build` pushes holds linux/amd64, all this config needs.
                     print(f"warning: could not read the platforms of {ref} ({unread}); reusing it, "
                           f"as the config needs only {DEFAULT_PLATFORM}", file=sys.stderr)
+                # The tag may hold an image of other code (an older commit under the same
+                # training.image_tag): compare the commit it records with this run's.
+                try:
+                    labels = image_labels(c.ecr, target.repository_name, digest, args.fetch)
+                except (*aws.AWS_ERRORS, OSError, ValueError, KeyError) as err:
+                    revision = None
+                    print(f"warning: could not read the labels of {ref} "
+                          f"({aws.describe_error(err)}), so not which commit it was built from; "
+                          "reusing it unchecked. If images/trainer changed since, set a new "
+                          "training.image_tag and build.", file=sys.stderr)
+                else:
+                    revision = labels.get(REVISION_LABEL)
+                    verdict = check_reuse_revision(ref, revision, plan.vcs_ref)
+                    if not verdict.ok:
+                        print(f"error: {verdict.message}", file=sys.stderr)
+                        return 2
+                    if verdict.warn:
+                        print(f"warning: {verdict.message}", file=sys.stderr)
+                    else:
+                        echo(verdict.message)
                 echo(f"reusing {ref} (the tag exists; --reuse)")
                 echo(f"image: {ref}")
-                return done(0, image=ref, reused=True)
+                return done(0, image=ref, reused=True, revision=revision)
             print(f"error: {plan.image_uri} already exists ({digest}) and the "
                   "repository's tags are immutable. Fix: set a new training.image_tag in the "
                   "config, or pass --reuse to use the existing image.", file=sys.stderr)
@@ -304,8 +327,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     options.add_dry_run(b, "print the upload, the overrides and every build command; start "
                         "nothing")
     b.add_argument("--reuse", action="store_true",
-                   help="when the tag already exists and holds every platform the config "
-                   "needs, print it and succeed instead of refusing")
+                   help="when the tag already exists, holds every platform the config needs "
+                   "and was built from this commit's images/trainer, print it and succeed "
+                   "instead of refusing")
     b.add_argument("--base-digest", default=None,
                    help="sha256 digest the base image (Dockerfile MILES_IMAGE) must have, when "
                    "the Dockerfile pins none")

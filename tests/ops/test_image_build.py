@@ -28,6 +28,7 @@ from ops.image_build import (
     base_image,
     build_args_passed,
     buildspec_commands,
+    check_reuse_revision,
     context_files,
     context_key,
     context_zip,
@@ -35,6 +36,7 @@ from ops.image_build import (
     dockerfile_args,
     load_buildspec,
     plan_build,
+    trainer_unchanged,
 )
 
 DIGEST = base_image()[1]  # what images/trainer/Dockerfile pins (plan_build refuses another)
@@ -323,8 +325,8 @@ def test_registry_pull_check_catches_a_syntax_directive_and_an_unpinned_image():
     extra = dockerfile.replace("FROM base AS build\n", "FROM base AS build\n"
                                "COPY --from=nvidia/cuda:13.0.0-devel /usr/local/cuda /cuda\n")
     assert unmirrorable_pulls(registry_pulls(extra, lines), paragraph) == [
-        "nvidia/cuda:13.0.0-devel (Dockerfile: COPY --from=nvidia/cuda:13.0.0-devel /usr/local/cuda "
-        "/cuda) is pulled by tag and not named in the mirror paragraph of docs/operations.md"]
+        "nvidia/cuda:13.0.0-devel (Dockerfile: COPY --from=nvidia/cuda:13.0.0-devel "
+        "/usr/local/cuda /cuda) is pulled by tag and not named in the mirror paragraph of docs/operations.md"]
 
 
 # --- the buildspec's shell, with stand-in aws and docker -----------------------------------------
@@ -627,3 +629,82 @@ def test_buildspec_post_build_after_a_failure_past_the_push_says_it_was_pushed(t
             "after the push, 'rlkit image build --reuse' uses it; otherwise bump "
             "training.image_tag and build again") in result.stdout
     assert not any("scan" in c for c in calls)
+
+
+# --- --reuse: which commit the existing image was built from -------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
+                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+                          ).stdout.strip()
+
+
+def test_trainer_unchanged_compares_images_trainer_only(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "images" / "trainer").mkdir(parents=True)
+    (repo / "docs").mkdir()
+    _git(repo, "init", "-q")
+    (repo / "images" / "trainer" / "Dockerfile").write_text("FROM scratch\n")
+    (repo / "docs" / "a.md").write_text("a\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    first = _git(repo, "rev-parse", "HEAD")
+    (repo / "docs" / "a.md").write_text("b\n")
+    _git(repo, "commit", "-qam", "docs only")
+    docs_only = _git(repo, "rev-parse", "HEAD")
+    (repo / "images" / "trainer" / "Dockerfile").write_text("FROM scratch\nRUN true\n")
+    _git(repo, "commit", "-qam", "trainer")
+    trainer = _git(repo, "rev-parse", "HEAD")
+    assert trainer_unchanged(first, docs_only, repo) is True
+    assert trainer_unchanged(first, trainer, repo) is False
+    assert trainer_unchanged(first, "f" * 40, repo) is None  # not in this clone
+    assert trainer_unchanged(first, f"{docs_only}-dirty", repo) is None
+    assert trainer_unchanged("unknown", docs_only, repo) is None
+
+
+REF = "r/trainer:0.1.0-nccl@sha256:ab"
+A, B = "a" * 40, "b" * 40
+
+
+@pytest.mark.parametrize("image_rev, this_rev, unchanged, ok, warn, message", [
+    (A, A, None, True, False, f"{REF} was built from this commit ({A})"),
+    (A, B, True, True, False, f"{REF} was built from {A}; images/trainer is the same at {B}"),
+    (A, B, False, False, False,
+     f"cannot reuse {REF}: it was built from {A} (its org.opencontainers.image.revision label), "
+     f"this run builds {B}, and images/trainer differs between them; the pods would run other "
+     "code than this checkout's. Fix: set a new training.image_tag in the config and run `rlkit "
+     f"image build` again (tags are immutable), or reuse it from a checkout of {A}."),
+    (A, f"{A}-dirty", None, False, False, None),
+    (None, A, None, True, True,
+     f"could not tell which commit {REF} was built from (its org.opencontainers.image.revision "
+     "label is missing); reusing it unchecked. If images/trainer changed since, set a new "
+     "training.image_tag and build."),
+    ("unknown", A, None, True, True, None),
+    (A, "unknown", None, True, True,
+     f"this checkout's commit is unknown (no git), so {REF}, built from {A}, is reused "
+     "unchecked. If images/trainer changed since, set a new training.image_tag and build."),
+    (f"{A}-dirty", f"{A}-dirty", None, True, True, None),
+])
+def test_reuse_revision_rules(image_rev, this_rev, unchanged, ok, warn, message):
+    asked = []
+
+    def compare(old, new):
+        asked.append((old, new))
+        return unchanged
+
+    verdict = check_reuse_revision(REF, image_rev, this_rev, compare)
+    assert (verdict.ok, verdict.warn) == (ok, warn)
+    if message is not None:
+        assert verdict.message == message
+    # git is asked only when both sides name a commit and they differ
+    assert bool(asked) == (image_rev not in (None, "unknown") and this_rev != "unknown"
+                           and image_rev != this_rev)
+
+
+def test_the_dockerfile_records_the_revision_the_reuse_check_reads():
+    text = (TRAINER_DIR / "Dockerfile").read_text()
+    assert 'org.opencontainers.image.revision="${VCS_REF}"' in text
+    assert "--build-arg VCS_REF=${VCS_REF}" in "\n".join(
+        cmd for _, cmd in buildspec_commands(load_buildspec()))

@@ -434,6 +434,29 @@ AMD64_MANIFEST = {"mediaType": "application/vnd.oci.image.manifest.v1+json",
                   "config": {"digest": "sha256:cfg"}}
 
 
+def expect_labels(st, manifest=AMD64_MANIFEST, digest=IMAGE_DIGEST):
+    """--reuse reads the image's labels: its manifest (an index's first platform image), then
+    its config blob's URL."""
+    st.ecr.add_response("batch_get_image", {"images": [{"imageManifest": json.dumps(manifest)}]},
+                        expected_params={
+        "repositoryName": "moe-rl-trainer", "imageIds": [{"imageDigest": digest}],
+        "acceptedMediaTypes": ["application/vnd.oci.image.index.v1+json",
+                               "application/vnd.docker.distribution.manifest.list.v2+json",
+                               "application/vnd.docker.distribution.manifest.v2+json",
+                               "application/vnd.oci.image.manifest.v1+json"]})
+    st.ecr.add_response("get_download_url_for_layer", {"downloadUrl": "https://config"},
+                        expected_params={"repositoryName": "moe-rl-trainer",
+                                         "layerDigest": "sha256:cfg"})
+
+
+def amd64_blob(revision="c0ffee"):
+    """An image config blob: linux/amd64, built from ``revision`` (None: no revision label)."""
+    labels = {BACKEND_LABEL: "nccl"}
+    if revision is not None:
+        labels["org.opencontainers.image.revision"] = revision
+    return {"os": "linux", "architecture": "amd64", "config": {"Labels": labels}}
+
+
 def run_with_config_blob(argv, st, blob):
     args = cli.build_parser().parse_args(argv)
     args.clients_factory = lambda region, profile: st.clients
@@ -453,9 +476,76 @@ def test_existing_tag_is_refused_or_reused(outputs_file, capsys):
             "use the existing image.") in capsys.readouterr().err
     st.ecr.add_response("describe_images", detail)
     expect_platforms(st, AMD64_MANIFEST, config_blob=True)
-    assert run_with_config_blob([*BASE, "--outputs", str(outputs_file), "--reuse"], st, blob) == 0
-    assert f"image: {REPO}:0.1.0-nccl@{IMAGE_DIGEST}" in capsys.readouterr().out
+    expect_labels(st)
+    assert run_with_config_blob([*BASE, "--outputs", str(outputs_file), "--reuse"], st,
+                                amd64_blob("c0ffee")) == 0
+    captured = capsys.readouterr()
+    assert f"image: {REPO}:0.1.0-nccl@{IMAGE_DIGEST}" in captured.out
+    assert f"{REPO}:0.1.0-nccl@{IMAGE_DIGEST} was built from this commit (c0ffee)" in captured.out
+    assert captured.err == ""
     st.done()  # nothing uploaded, nothing started
+
+
+OLD = "0" * 40  # the commit an existing image was built from
+NEW = "1" * 40  # the commit this run builds
+
+
+def test_reuse_refuses_an_image_built_from_other_code(outputs_file, capsys):
+    """0.1.0-nccl built from one commit, images/trainer changed, the same image_tag: --reuse
+    checked platforms only and reused the old image for the new code."""
+    st = Stubbed()
+    st.ecr.add_response("describe_images", {"imageDetails": [
+        {"imageDigest": IMAGE_DIGEST, "imageTags": ["0.1.0-nccl"]}]})
+    expect_platforms(st, AMD64_MANIFEST, config_blob=True)
+    expect_labels(st)
+    argv = ["image", "build", "--base-digest", DIGEST, "--vcs-ref", NEW, "--outputs",
+            str(outputs_file), "--reuse", "-o", "json"]
+    code = run_with_config_blob(argv, st, amd64_blob(OLD))
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    st.done()  # nothing uploaded, nothing started
+    assert captured.out == ""  # a refusal before any build: exit 2, no document
+    assert captured.err.endswith(
+        f"error: cannot reuse {REPO}:0.1.0-nccl@{IMAGE_DIGEST}: it was built from {OLD} (its "
+        f"org.opencontainers.image.revision label), this run builds {NEW}, and git here cannot "
+        "tell whether images/trainer differs (uncommitted changes on either side, or a commit "
+        "this clone does not have); the pods would run other code than this checkout's. Fix: "
+        "set a new training.image_tag in the config and run `rlkit image build` again (tags are "
+        f"immutable), or reuse it from a checkout of {OLD}.\n")
+
+
+def test_reuse_of_an_image_without_a_revision_warns(outputs_file, capsys):
+    st = Stubbed()
+    st.ecr.add_response("describe_images", {"imageDetails": [
+        {"imageDigest": IMAGE_DIGEST, "imageTags": ["0.1.0-nccl"]}]})
+    expect_platforms(st, AMD64_MANIFEST, config_blob=True)
+    expect_labels(st)
+    code = run_with_config_blob([*BASE, "--outputs", str(outputs_file), "--reuse", "-o", "json"],
+                                st, amd64_blob(None))
+    captured = capsys.readouterr()
+    assert code == 0
+    st.done()
+    assert (f"warning: could not tell which commit {REPO}:0.1.0-nccl@{IMAGE_DIGEST} was built "
+            "from (its org.opencontainers.image.revision label is missing); reusing it "
+            "unchecked. If images/trainer changed since, set a new training.image_tag and "
+            "build.") in captured.err
+    doc = json.loads(captured.out)
+    assert (doc["ok"], doc["reused"], doc["revision"]) == (True, True, None)
+
+
+def test_reuse_with_unreadable_labels_warns(outputs_file, capsys):
+    st = Stubbed()
+    st.ecr.add_response("describe_images", {"imageDetails": [
+        {"imageDigest": IMAGE_DIGEST, "imageTags": ["0.1.0-nccl"]}]})
+    expect_platforms(st, AMD64_MANIFEST, config_blob=True)
+    st.ecr.add_client_error("batch_get_image", "AccessDeniedException", "no")
+    code = run_with_config_blob([*BASE, "--outputs", str(outputs_file), "--reuse"], st,
+                                amd64_blob())
+    assert code == 0
+    st.done()
+    assert (f"warning: could not read the labels of {REPO}:0.1.0-nccl@{IMAGE_DIGEST} "
+            "(BatchGetImage failed: AccessDeniedException: no), so not which commit it was "
+            "built from; reusing it unchecked.") in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -497,7 +587,17 @@ def test_reuse_reads_a_multi_arch_index_and_skips_attestations(gb200, capsys):
         {"digest": "sha256:b", "platform": {"os": "linux", "architecture": "arm64",
                                             "variant": "v8"}},
         {"digest": "sha256:c", "platform": {"os": "unknown", "architecture": "unknown"}}]})
-    assert run([*BASE, *gb200, "--reuse"], st) == 0
+    # The labels: the index, then its first platform image, then that image's config blob.
+    st.ecr.add_response("batch_get_image", {"images": [{"imageManifest": json.dumps(
+        {"manifests": [{"digest": "sha256:a", "platform": {"os": "linux",
+                                                          "architecture": "amd64"}}]})}]})
+    st.ecr.add_response("batch_get_image", {"images": [{"imageManifest": json.dumps(
+        AMD64_MANIFEST)}]}, expected_params={
+        "repositoryName": "moe-rl-trainer", "imageIds": [{"imageDigest": "sha256:a"}],
+        "acceptedMediaTypes": ["application/vnd.docker.distribution.manifest.v2+json",
+                               "application/vnd.oci.image.manifest.v1+json"]})
+    st.ecr.add_response("get_download_url_for_layer", {"downloadUrl": "https://config"})
+    assert run_with_config_blob([*BASE, *gb200, "--reuse"], st, amd64_blob()) == 0
     st.done()
     assert f"image: {REPO}:0.1.0-nccl@{IMAGE_DIGEST}" in capsys.readouterr().out
     # An index of amd64 and an attestation only: arm64 is missing.
