@@ -10,13 +10,22 @@
 # Runtime (set by the manifests): NVSHMEM_REMOTE_TRANSPORT=libfabric,
 # NVSHMEM_LIBFABRIC_PROVIDER=efa.
 # Usage: install-deepep-nvshmem.sh <awsome-distributed-ai commit> <script sha256 or "">
-#        <nvshmem version> <deepep commit> <TORCH_CUDA_ARCH_LIST>
+#        <nvshmem version> <deepep commit, as the setup script takes it> <TORCH_CUDA_ARCH_LIST>
+#        <the same deepep commit, full 40-hex SHA>
 set -euo pipefail
 samples_commit="$1"
 script_sha256="$2"
 nvshmem_version="$3"
 deepep_commit="$4"
 arch_list="$5"
+deepep_sha="${6:-}"
+
+# The setup script wants the short form (its compatibility gate compares strings); the full SHA
+# is what the clone must be at afterwards.
+if [[ ! "${deepep_sha}" =~ ^[0-9a-f]{40}$ || "${deepep_sha}" != "${deepep_commit}"* ]]; then
+    echo "ERROR: DEEPEP_V1_SHA=${deepep_sha:-<empty>} is not the full 40-hex commit that DEEPEP_V1_COMMIT=${deepep_commit} abbreviates. Fix: set --build-arg DEEPEP_V1_SHA to \`git rev-parse ${deepep_commit}\` in a clone of deepseek-ai/DeepEP" >&2
+    exit 1
+fi
 
 url="https://raw.githubusercontent.com/awslabs/awsome-distributed-ai/${samples_commit}/micro-benchmarks/expert-parallelism/deepep-benchmark/setup_deepep_efa.sh"
 curl -fsSL --retry 3 -o /tmp/setup_deepep_efa.sh "${url}"
@@ -32,6 +41,12 @@ TORCH_CUDA_ARCH_LIST="${arch_list}" bash /tmp/setup_deepep_efa.sh \
     --cuda-home /usr/local/cuda \
     --gen-ldconfig
 rm -f /tmp/setup_deepep_efa.sh
+
+head="$(git -C /opt/amazon/deepep rev-parse HEAD)"
+if [[ "${head}" != "${deepep_sha}" ]]; then
+    echo "ERROR: the DeepEP clone is at ${head}, not ${deepep_sha} (DEEPEP_V1_COMMIT=${deepep_commit} resolved to another commit). Fix: check DEEPEP_V1_COMMIT and DEEPEP_V1_SHA in the Dockerfile" >&2
+    exit 1
+fi
 
 # The pip NVSHMEM wheel (pulled in by torch/sglang) shadows the standalone build at
 # Python runtime; the setup script itself says to remove it.

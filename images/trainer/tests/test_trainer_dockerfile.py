@@ -111,9 +111,13 @@ def test_variants_and_pins_match_the_documented_combinations():
     assert shared["AWS_OFI_NCCL_VERSION"] == "1.21.1"
     assert shared["NVSHMEM_VERSION"] == "3.7.0"
     assert shared["DEEPEP_V1_COMMIT"] == "567632d"
+    # The full commit beside it (deepseek-ai/DeepEP `git rev-parse 567632d`), checked against the
+    # clone after the setup script, which itself takes only the short form.
+    assert shared["DEEPEP_V1_SHA"] == "567632dd59810d77b3cc05553df953cc0f779799"
     assert shared["NCCL_REF"] == "v2.31.2-1"
     after_first_from = _args(text.split("FROM ${MILES_IMAGE}", 1)[1])
-    for pin in ("EFA_INSTALLER_VERSION", "AWS_OFI_NCCL_VERSION", "NVSHMEM_VERSION", "NCCL_REF", "DEEPEP_V1_COMMIT"):
+    for pin in ("EFA_INSTALLER_VERSION", "AWS_OFI_NCCL_VERSION", "NVSHMEM_VERSION", "NCCL_REF", "DEEPEP_V1_COMMIT",
+                "DEEPEP_V1_SHA"):
         assert pin not in after_first_from, f"{pin} gets a second default inside a stage"
     assert shared["GDRCOPY_VERSION"] == "v2.5.2"
     assert shared["TORCH_CUDA_ARCH_LIST"] == '"9.0;10.0"'
@@ -232,3 +236,25 @@ def test_deepep_gin_refuses_a_ref_that_is_not_a_full_commit(tmp_path: Path, ref:
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"ERROR: DEEPEP_GIN_REF={ref} is not a full commit SHA (40 "
                                   "lowercase hex digits)")
+
+
+@pytest.mark.parametrize("sha", ["", "567632d", "0" * 40, "567632DD59810D77B3CC05553DF953CC0F779799"])
+def test_deepep_v1_refuses_a_full_sha_that_is_not_the_short_pins(tmp_path: Path, sha: str):
+    """DEEPEP_V1_COMMIT is a 7-hex short SHA (the setup script's compatibility gate compares that
+    exact string); the full SHA the clone must be at is checked up front, before any download."""
+    proc = subprocess.run(["bash", str(IMAGE_DIR / "docker" / "install-deepep-nvshmem.sh"), "abc", "",
+                           "3.7.0", "567632d", "9.0", sha], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        f"ERROR: DEEPEP_V1_SHA={sha or '<empty>'} is not the full 40-hex commit that "
+        "DEEPEP_V1_COMMIT=567632d abbreviates. Fix: set --build-arg DEEPEP_V1_SHA to `git rev-parse "
+        "567632d` in a clone of deepseek-ai/DeepEP\n")
+
+
+def test_deepep_v1_checks_the_clone_is_at_the_full_sha():
+    text = (IMAGE_DIR / "docker" / "install-deepep-nvshmem.sh").read_text()
+    run_setup = text.index("bash /tmp/setup_deepep_efa.sh")
+    check = text.index('head="$(git -C /opt/amazon/deepep rev-parse HEAD)"')
+    assert check > run_setup  # after the clone, where the setup script put it (--deepep-prefix)
+    assert '--deepep-prefix /opt/amazon/deepep' in text
+    assert '"${DEEPEP_V1_COMMIT}" "${TORCH_CUDA_ARCH_LIST}" "${DEEPEP_V1_SHA}"' in DOCKERFILE.read_text()
