@@ -55,9 +55,9 @@ from ops.gate import GateStateError, legacy_results, load_state, results_path
 from ops.gate.runner import POLL_FAILURES_TOLERATED
 from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector, objects_in,
                       preview_cluster_check)
-from ops.launching import (NOT_RETRIED_REASONS, choose_backend, describe_rayjob, finished,
-                           gate_image_verdict, gate_nodes_verdict, gate_verdict, not_schedulable,
-                           retrying)
+from ops.launching import (DEPLOYMENT_STATES, NOT_RETRIED_REASONS, RESUME_SUSPENDED,
+                           choose_backend, describe_rayjob, finished, gate_image_verdict,
+                           gate_nodes_verdict, gate_verdict, not_schedulable, retrying)
 from ops.output import add_output_option, emit, wants_json
 from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
 from ops.shared_volume import SharedVolumeConflict, ensure_shared_volume
@@ -400,7 +400,18 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
               f"{st.get('failed', '?')}, backoffLimit {doc.get('spec', {}).get('backoffLimit', '?')}). "
               f"Its output: rlkit logs{flag}", file=sys.stderr)
         return 0
-    if st.get("jobDeploymentStatus") in ("Failed", "ValidationFailed"):
+    state = st.get("jobDeploymentStatus") or ""
+    if DEPLOYMENT_STATES.get(state) in ("suspending", "suspended"):
+        # KubeRay v1.7.0 deletes the Ray cluster and resets jobStatus to "" (rayjob_controller.go
+        # :366-410), and runs nothing until spec.suspend is false: not a finished run.
+        being = "being " if state == "Suspending" else ""
+        print(f"The job is {being}suspended (spec.suspend is true; jobDeploymentStatus {state}): "
+              f"KubeRay deletes its Ray cluster and runs nothing until it is resumed, so it has "
+              f"not finished. Resume it: {RESUME_SUSPENDED.format(job=job, ns=ns)} (KubeRay starts "
+              f"it over on a new Ray cluster, whose launcher resumes from the newest save in S3)",
+              file=sys.stderr)
+        return 1
+    if state in ("Failed", "ValidationFailed"):
         why = NOT_RETRIED_REASONS.get(st.get("reason", ""))
         if why:
             print(f"The job failed and KubeRay will not retry it ({st['reason']}: {why}; KubeRay "
@@ -410,7 +421,9 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
         print(f"The job failed. Read its output: rlkit logs{flag}; Ray's view: "
               f"kubectl describe rayjob {job} -n {ns}", file=sys.stderr)
         return 1
-    if st.get("jobStatus") == "STOPPED":  # `ray job stop`, or the RayJob suspended: not done
+    # `ray job stop`: KubeRay ends the RayJob Complete with jobStatus STOPPED (rayjob_controller.go
+    # :333-341); a suspension resets jobStatus to "" instead (above). Not done either way.
+    if st.get("jobStatus") == "STOPPED":
         print(f"The job was stopped before it finished (jobStatus STOPPED). Read its output: "
               f"rlkit logs{flag}", file=sys.stderr)
         return 1

@@ -12,10 +12,26 @@ from infra.config import KitConfig
 from infra.config.ep_spans import ep_spans
 from ops.gate.record import instance_id, measurement_passed
 
-# KubeRay RayJob status values [ray-operator/apis/ray/v1/rayjob_types.go].
-# Deployment states KubeRay leaves a RayJob in when it is done with it (Suspended: the user set
-# spec.suspend; nothing runs until it is unset).
-TERMINAL_DEPLOYMENT_STATUS = {"Complete", "Failed", "ValidationFailed", "Suspended"}
+# Every JobDeploymentStatus of KubeRay v1.7.0 (ray-operator/apis/ray/v1/rayjob_types.go:48-59,
+# ray-project/kuberay@9c13e71) and what `rlkit status` makes of it; a test reads the enum from that
+# file (tests/fixtures/kuberay) and fails on a value missing here. Transitions: rayjob_controller.go.
+DEPLOYMENT_STATES: dict[str, str] = {
+    "": "starting",              # New: just created, a retry or a resumed suspension starting over
+    "Initializing": "starting",  # the Ray cluster's pods start; then the submitter Job
+    "Waiting": "starting",       # InteractiveMode only (the kit's RayJob is K8sJobMode)
+    "Running": "running",
+    "Retrying": "running",       # a failed attempt: KubeRay deletes its cluster, then New again
+    "Suspending": "suspending",  # spec.suspend set: KubeRay deletes the cluster (:366-410)
+    "Suspended": "suspended",    # not done: nothing runs until spec.suspend is false (:411-419)
+    "Complete": "ended",         # the Ray job ended SUCCEEDED or STOPPED (:333-341)
+    "Failed": "failed",
+    "ValidationFailed": "failed",  # KubeRay refused the spec before any pod ran
+}
+# The states KubeRay leaves a RayJob in until someone acts: a watch ends there. Suspended is one
+# (KubeRay does not requeue it), but it is not the job's end: `rlkit status` says how to resume it.
+TERMINAL_DEPLOYMENT_STATUS = frozenset(
+    state for state, kind in DEPLOYMENT_STATES.items() if kind in ("ended", "failed", "suspended"))
+RESUME_SUSPENDED = """kubectl patch rayjob {job} -n {ns} --type merge -p '{{"spec":{{"suspend":false}}}}'"""
 
 
 def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path,

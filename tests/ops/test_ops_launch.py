@@ -671,6 +671,52 @@ def test_a_failure_kuberay_never_retries_says_how_to_resume(tmp_path, kubectl, c
     assert "Resume from its newest save: rlkit launch --replace" in err
 
 
+def test_status_watch_of_a_suspended_job_says_how_to_resume_it_and_is_not_a_success(
+        tmp_path, kubectl, capsys):
+    """spec.suspend set: KubeRay v1.7.0 moves the RayJob Suspending -> Suspended, deletes its Ray
+    cluster and resets jobStatus to "" (rayjob_controller.go:366-419 at 9c13e71). Before, the
+    watch ended there with exit 0 and no word, like a run that completed."""
+    kubectl.rule(["get", "rayjob"], stdout_seq=[rayjob(), rayjob("RUNNING", "Suspending"),
+                                                rayjob("", "Suspended")])
+    assert run(tmp_path, "status", "--watch", "--no-health") == 1
+    captured = capsys.readouterr()
+    assert [l.split(",")[1].strip() for l in captured.out.splitlines()] == [
+        "jobDeploymentStatus Running", "jobDeploymentStatus Suspending",
+        "jobDeploymentStatus Suspended"]
+    assert ("The job is suspended (spec.suspend is true; jobDeploymentStatus Suspended): KubeRay "
+            "deletes its Ray cluster and runs nothing until it is resumed, so it has not finished. "
+            "Resume it: kubectl patch rayjob qwen3-30b-a3b-grpo -n rl-training --type merge -p "
+            """'{"spec":{"suspend":false}}'""") in captured.err
+    assert "The job failed" not in captured.err
+
+
+def test_status_of_a_job_being_suspended_is_not_a_success(tmp_path, kubectl, capsys):
+    kubectl.rule(["get", "rayjob"], stdout=rayjob("RUNNING", "Suspending"))
+    assert run(tmp_path, "status", "--no-health") == 1
+    assert "The job is being suspended (spec.suspend is true; jobDeploymentStatus Suspending)" \
+        in capsys.readouterr().err
+
+
+KUBERAY_TYPES = TEST_FIXTURES / "kuberay" / "rayjob_types-v1.7.0-excerpt.go"
+
+
+def _go_enum(go_type: str) -> list[str]:
+    """The values of a Go string enum (``Name Type = "value"``) in the KubeRay excerpt."""
+    import re
+
+    return re.findall(rf'^\s*\w+\s+{go_type}\s+=\s+"([^"]*)"', KUBERAY_TYPES.read_text(),
+                      re.MULTILINE)
+
+
+def test_every_kuberay_deployment_status_is_mapped():
+    """A KubeRay state the kit does not know would be watched forever or taken for a success."""
+    states = _go_enum("JobDeploymentStatus")
+    assert len(states) == 10 and "" in states and "Suspended" in states  # the excerpt is read
+    assert sorted(launching.DEPLOYMENT_STATES) == sorted(states)
+    assert launching.TERMINAL_DEPLOYMENT_STATUS == {"Complete", "Failed", "ValidationFailed",
+                                                    "Suspended"}
+
+
 def test_status_watch_gives_up_after_five_missed_polls(tmp_path, kubectl, capsys):
     kubectl.rule(["get", "rayjob"], rc=1, stderr="Unable to connect to the server\n")
     assert run(tmp_path, "status", "--watch") == 2
