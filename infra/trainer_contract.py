@@ -2,8 +2,8 @@
 
 The trainer package (images/trainer, ``rltrainer``) owns the run config: its schema and validator,
 the expert-parallel backend names (and which of them can train), the environment variables the
-kit's RayJob sets for the trainer, where the run config is mounted, and the CloudWatch namespace
-of the training metrics, and the YAML dumper that writes a run.yaml its loader reads back as
+kit's RayJob sets for the trainer, where the run config is mounted, the CloudWatch namespace
+of the training metrics, the launcher's exit codes (which `rlkit status` reads from a failed RayJob), and the YAML dumper that writes a run.yaml its loader reads back as
 written. ``rltrainer.contract`` needs PyYAML only, so the ground layer can import
 it at module level; the kit declares the dependency (pyproject.toml, requirements.txt).
 
@@ -23,6 +23,10 @@ try:
         EKS_SCALE_DOWN_MARGIN_S,
         ENVIRONMENT_ENV,
         EP_BACKENDS,
+        EXIT_CONFIG,
+        EXIT_PREPARE,
+        EXIT_RESERVATION_END,
+        EXIT_UPLOAD,
         GIN_TRAINING_RULE,
         METRICS_ENVIRONMENT_DIMENSION,
         METRICS_NAMESPACE,
@@ -55,7 +59,8 @@ except ImportError as exc:  # pragma: no cover - the kit's requirements install 
 
 __all__ = [
     "DEEPEP_RANK_COUNTS", "DEEPEP_RANK_COUNTS_SOURCE", "DEFAULT_KEEP_LOCAL", "DEFAULT_KEEP_S3", "DEFAULT_RM_TYPE", "EKS_SCALE_DOWN_MARGIN_S", "ENVIRONMENT_ENV", "RESERVATION_END_ENV", "RESERVATION_ID_ENV",
-    "ROLLOUT_ESTIMATE_ENV", "SAVE_SIZE_ESTIMATE_ENV", "SAVE_UPLOAD_ESTIMATE_ENV", "EP_BACKENDS", "GIN_TRAINING_RULE",
+    "ROLLOUT_ESTIMATE_ENV", "SAVE_SIZE_ESTIMATE_ENV", "SAVE_UPLOAD_ESTIMATE_ENV", "EP_BACKENDS",
+    "EXIT_CONFIG", "EXIT_PREPARE", "EXIT_RESERVATION_END", "EXIT_UPLOAD", "GIN_TRAINING_RULE",
     "METRICS_ENVIRONMENT_DIMENSION", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
     "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "TRAINER_RUNTIME_ENV",
     "TRAINING_EP_BACKENDS", "RunConfigDumper", "RunConfigError", "RunConfigProblem", "engine_heads_fit", "engine_heads_problem",

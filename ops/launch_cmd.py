@@ -55,8 +55,8 @@ from ops.gate import GateStateError, legacy_results, load_state, results_path
 from ops.gate.runner import POLL_FAILURES_TOLERATED
 from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector, objects_in,
                       preview_cluster_check)
-from ops.launching import (DEPLOYMENT_STATES, NOT_RETRIED_REASONS, RESUME_SUSPENDED,
-                           choose_backend, describe_rayjob, finished, gate_image_verdict,
+from ops.launching import (DEPLOYMENT_STATES, RESUME_SUSPENDED, choose_backend, describe_rayjob,
+                           failure_advice, finished, gate_image_verdict,
                            gate_nodes_verdict, gate_verdict, not_schedulable, retrying)
 from ops.output import add_output_option, emit, wants_json
 from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
@@ -377,7 +377,7 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
                 print(f"No RayJob named {job} in namespace {ns}. Start it with: rlkit launch"
                       f"{flag}", file=sys.stderr)
                 return 1
-            line = describe_rayjob(doc)
+            line = describe_rayjob(doc, ns)
             if wants_json(args):
                 if not args.watch or finished(doc):
                     emit(args, _status_document(cfg, doc))
@@ -412,14 +412,7 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
               file=sys.stderr)
         return 1
     if state in ("Failed", "ValidationFailed"):
-        why = NOT_RETRIED_REASONS.get(st.get("reason", ""))
-        if why:
-            print(f"The job failed and KubeRay will not retry it ({st['reason']}: {why}; KubeRay "
-                  f"retries no such failure, whatever backoffLimit says). Resume from its newest "
-                  f"save: rlkit launch --replace{flag}", file=sys.stderr)
-            return 1
-        print(f"The job failed. Read its output: rlkit logs{flag}; Ray's view: "
-              f"kubectl describe rayjob {job} -n {ns}", file=sys.stderr)
+        print(failure_advice(doc, flag, ns), file=sys.stderr)
         return 1
     # `ray job stop`: KubeRay ends the RayJob Complete with jobStatus STOPPED (rayjob_controller.go
     # :333-341); a suspension resets jobStatus to "" instead (above). Not done either way.

@@ -4,10 +4,13 @@ allows a launch, which EP backend the run uses, and a RayJob's state in one line
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from infra.catalog import INSTANCE_TYPES
+from infra.names import TRAINER_NAMESPACE
+from infra.trainer_contract import EXIT_CONFIG, EXIT_PREPARE, EXIT_RESERVATION_END, EXIT_UPLOAD
 from infra.config import KitConfig
 from infra.config.ep_spans import ep_spans
 from ops.gate.record import instance_id, measurement_passed
@@ -241,7 +244,35 @@ def choose_backend(state: dict[str, Any] | None, cfg: KitConfig,
     return configured, "config (the gate measured no EP backend)"
 
 
-def describe_rayjob(doc: dict[str, Any]) -> str:
+# Ray's message can be 20,000 characters of the driver's log (Ray's job supervisor appends the
+# log's tail to "Job entrypoint command failed with exit code N"): the status line shows its first
+# line and its last, each cut to this many characters, and says where the whole text is.
+MESSAGE_LINE_CHARS = 200
+
+
+def rayjob_yaml_command(doc: dict[str, Any], namespace: str) -> str:
+    return f"kubectl get rayjob {doc.get('metadata', {}).get('name', '?')} -n {namespace} -o yaml"
+
+
+def short_message(doc: dict[str, Any], namespace: str) -> str:
+    """The RayJob's status.message, readable on one line: whole when short, else its first and
+    last lines, cut, and the command that prints all of it."""
+    text = ((doc.get("status") or {}).get("message") or "").strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) <= 1 and len(text) <= MESSAGE_LINE_CHARS:
+        return text
+
+    def cut(line: str, keep_end: bool = False) -> str:
+        if len(line) <= MESSAGE_LINE_CHARS:
+            return line
+        return ("..." + line[-MESSAGE_LINE_CHARS:]) if keep_end else (line[:MESSAGE_LINE_CHARS] + "...")
+
+    shown = cut(lines[0]) + (f" [...] {cut(lines[-1], keep_end=True)}" if len(lines) > 1 else "")
+    return (f"{shown} ({len(text):,} characters in all: {rayjob_yaml_command(doc, namespace)}, "
+            "status.message)")
+
+
+def describe_rayjob(doc: dict[str, Any], namespace: str = TRAINER_NAMESPACE) -> str:
     st = doc.get("status", {})
     fields = [("jobStatus", st.get("jobStatus") or "-"),
               ("jobDeploymentStatus", st.get("jobDeploymentStatus") or "-"),
@@ -250,7 +281,7 @@ def describe_rayjob(doc: dict[str, Any]) -> str:
               ("ended", st.get("endTime") or "-")]
     text = ", ".join(f"{k} {v}" for k, v in fields)
     if st.get("message"):
-        text += f"; message: {st['message']}"
+        text += f"; message: {short_message(doc, namespace)}"
     return f"{doc.get('metadata', {}).get('name', '?')}: {text}"
 
 
@@ -278,3 +309,60 @@ NOT_RETRIED_REASONS = {
     "JobStatusCheckTimeoutExceeded": "its Ray head did not answer KubeRay's status checks for 5 "
                                      "minutes (the head's node lost or replaced?)",
 }
+
+# Ray's job supervisor starts a failed entrypoint's message with its exit code ("Job entrypoint
+# command failed with exit code 5, last available logs ..."; newer Ray: "... exit code 5. Last
+# available logs ..."; python/ray/dashboard/modules/job/job_supervisor.py), and KubeRay v1.7.0
+# copies the message to the RayJob's status (rayjob_controller.go:356).
+ENTRYPOINT_EXIT = re.compile(r"Job entrypoint command failed with exit code (-?\d+)")
+
+
+def entrypoint_exit_code(doc: dict[str, Any]) -> int | None:
+    """The launcher's exit code, read from a failed RayJob's message (None: not there)."""
+    found = ENTRYPOINT_EXIT.match(((doc.get("status") or {}).get("message") or "").lstrip())
+    return int(found.group(1)) if found else None
+
+
+def failure_advice(doc: dict[str, Any], flag: str, namespace: str) -> str:
+    """What `rlkit status` says of a RayJob whose deployment status is Failed or ValidationFailed:
+    why, when the kit knows (KubeRay's reason, the launcher's own exit codes), and the next step.
+    ``flag``: how the commands it suggests name the config."""
+    st = doc.get("status") or {}
+    job = doc.get("metadata", {}).get("name", "?")
+    logs, replace = f"rlkit logs{flag}", f"rlkit launch --replace{flag}"
+    if st.get("jobDeploymentStatus") == "ValidationFailed":
+        # Set before any pod exists (rayjob_controller.go:140-153): there is no output to read.
+        return (f"KubeRay refused the RayJob before any pod ran (ValidationFailed): "
+                f"{short_message(doc, namespace) or 'no message'}. Fix what it names (a RayJob "
+                f"edited by hand, or a KubeRay operator other than v1.7.0?), then launch again: "
+                f"{replace}")
+    why = NOT_RETRIED_REASONS.get(st.get("reason", ""))
+    if why:
+        return (f"The job failed and KubeRay will not retry it ({st['reason']}: {why}; KubeRay "
+                f"retries no such failure, whatever backoffLimit says). Resume from its newest "
+                f"save: {replace}")
+    code = entrypoint_exit_code(doc)
+    if code == EXIT_RESERVATION_END:
+        return (f"The job stopped for its Capacity Block's end (launcher exit {code}): not a crash. "
+                "The launcher stopped training once the save it asked for before EKS drains the "
+                "block's nodes was in S3 (or at the drain, if none made it) and switched KubeRay's "
+                f"retries off (a retry would start on nodes being drained); {logs} shows the last "
+                "save. Launch again on the next block "
+                f"once its nodes are up (docs/operations.md, \"A reservation's end\"): {replace}; "
+                "it resumes from the newest save in S3")
+    if code == EXIT_CONFIG:
+        return (f"The launcher refused the run (exit {code}: the run config, the image's EP "
+                "backend or the checkpoint directory's file system) and switched KubeRay's retries "
+                f"off, as each would fail alike. {logs} lists every problem; fix the kit config, "
+                f"then {replace}")
+    if code == EXIT_UPLOAD:
+        return (f"Training finished, but a finished save could not be uploaded to S3 (launcher "
+                f"exit {code}). {logs} shows the `rltrainer checkpoint upload` command that "
+                "finishes the job")
+    if code == EXIT_PREPARE:
+        return (f"Training never started (launcher exit {code}): staging the inputs or restoring "
+                "the checkpoint failed, or the file system lacks room for the saves to come. "
+                f"{logs} names the error and its fix; then {replace}")
+    exit_code = f" (exit code {code})" if code is not None else ""
+    return (f"The job failed{exit_code}. Read its output: {logs}; Ray's view: kubectl describe "
+            f"rayjob {job} -n {namespace}")

@@ -717,6 +717,69 @@ def test_every_kuberay_deployment_status_is_mapped():
                                                     "Suspended"}
 
 
+RAY_LOG_TAIL = "last available logs (truncated to 20,000 chars):\n" + "x" * 19_000 + \
+    "\nrltrainer: stopped for the Capacity Block's end\n"
+
+
+def test_a_stop_for_the_capacity_blocks_end_says_launch_again_on_the_next_block(
+        tmp_path, kubectl, capsys):
+    """The launcher's stop for the block's end (exit 5, backoffLimit set to 0) ends the RayJob
+    Failed/AppFailed with Ray's message. Before, status said "The job failed. Read its output" and
+    printed all 19,000 characters of the log tail on the status line."""
+    message = f"Job entrypoint command failed with exit code 5, {RAY_LOG_TAIL}"
+    kubectl.rule(["get", "rayjob"], stdout=rayjob("FAILED", "Failed", reason="AppFailed",
+                                                  failed=1, message=message))
+    assert run(tmp_path, "status", "--no-health") == 1
+    captured = capsys.readouterr()
+    assert "The job stopped for its Capacity Block's end (launcher exit 5): not a crash." \
+        in captured.err
+    assert "Launch again on the next block once its nodes are up" in captured.err
+    assert "rlkit launch --replace --config" in captured.err
+    assert "The job failed" not in captured.err
+    line = captured.out.splitlines()[0]
+    assert len(line) < 800, len(line)
+    assert line.endswith(
+        "; message: Job entrypoint command failed with exit code 5, last available logs "
+        "(truncated to 20,000 chars): [...] rltrainer: stopped for the Capacity Block's end "
+        f"({len(message.strip()):,} characters in all: kubectl get rayjob qwen3-30b-a3b-grpo -n "
+        "rl-training -o yaml, status.message)")
+
+
+@pytest.mark.parametrize("code,says", [
+    (2, "The launcher refused the run (exit 2: the run config, the image's EP backend or the "
+        "checkpoint directory's file system) and switched KubeRay's retries off"),
+    (3, "Training finished, but a finished save could not be uploaded to S3 (launcher exit 3). "
+        "rlkit logs --config"),
+    (4, "Training never started (launcher exit 4): staging the inputs or restoring the checkpoint "
+        "failed"),
+    (1, "The job failed (exit code 1). Read its output: rlkit logs")])
+def test_a_failure_names_the_launchers_exit_code_and_its_next_step(tmp_path, kubectl, capsys,
+                                                                    code, says):
+    message = f"Job entrypoint command failed with exit code {code}. Last available logs:\nboom\n"
+    kubectl.rule(["get", "rayjob"], stdout=rayjob("FAILED", "Failed", reason="AppFailed",
+                                                  failed=3, message=message))
+    assert run(tmp_path, "status", "--no-health") == 1
+    assert says in capsys.readouterr().err
+
+
+def test_a_rayjob_kuberay_refused_points_at_its_message_not_at_logs(tmp_path, kubectl, capsys):
+    """ValidationFailed is set before any pod exists (rayjob_controller.go:140-153 at v1.7.0; the
+    message: utils/validation.go:552): there is no output to read, the message is the cause."""
+    kubectl.rule(["get", "rayjob"], stdout=rayjob(
+        "", "ValidationFailed", reason="ValidationFailed",
+        message="The RayJob spec is invalid: TTLSecondsAfterFinished must be a non-negative integer"))
+    assert run(tmp_path, "status", "--no-health") == 1
+    err = capsys.readouterr().err
+    assert ("KubeRay refused the RayJob before any pod ran (ValidationFailed): The RayJob spec is "
+            "invalid: TTLSecondsAfterFinished must be a non-negative integer. Fix what it names") in err
+    assert "rlkit logs" not in err
+
+
+def test_a_short_message_stays_whole_on_the_status_line():
+    doc = json.loads(rayjob("FAILED", "Failed", message="Ray head pod not found."))
+    assert launching.describe_rayjob(doc).endswith("; message: Ray head pod not found.")
+
+
 def test_status_watch_gives_up_after_five_missed_polls(tmp_path, kubectl, capsys):
     kubectl.rule(["get", "rayjob"], rc=1, stderr="Unable to connect to the server\n")
     assert run(tmp_path, "status", "--watch") == 2

@@ -261,7 +261,7 @@ def test_the_launcher_saves_uploads_and_stops_before_the_block_ends(run, monkeyp
     monkeypatch.setattr(launch, "sleep", pause)
     code = launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts)
     log = err.getvalue()
-    assert code == reservation.EXIT_RESERVATION_END, log
+    assert code == launch.EXIT_RESERVATION_END, log
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="my-bucket").get("Contents", [])]
     complete = [k for k in keys if k.endswith("/_COMPLETE.json")]
     assert len(complete) == 1, keys  # the one save asked for, complete in S3
@@ -284,7 +284,7 @@ def test_the_launcher_does_not_start_a_run_that_cannot_reach_a_save(run, monkeyp
     make_save(tmp_path / "ckpt", 7)  # the previous attempt saved 7, then its pod was killed
     monkeypatch.setattr(launch, "clock", FakeClock(END - 65 * MIN))
     err = io.StringIO()
-    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == reservation.EXIT_RESERVATION_END
+    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == launch.EXIT_RESERVATION_END
     assert "too late to start" in err.getvalue()
     assert not (tmp_path / "started").exists()
     assert len(stops) == 1
@@ -310,7 +310,7 @@ def test_a_start_that_staging_and_restoring_made_too_late_does_not_train(run, mo
 
     monkeypatch.setattr("rltrainer.checkpoints.prepare_resume", slow_restore)
     err = io.StringIO()
-    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == reservation.EXIT_RESERVATION_END
+    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == launch.EXIT_RESERVATION_END
     assert "rltrainer launch: after staging and restoring, too late to start:" in err.getvalue()
     assert not (tmp_path / "started").exists() and len(stops) == 1
 
@@ -353,7 +353,7 @@ def test_with_ray_address_the_stop_before_the_blocks_end_stops_the_submitted_ray
         code = launch.main(argv + ["--ray-address", "http://127.0.0.1:8265"], out=io.StringIO(), err=err,
                            mounts_file=mounts)
         log = err.getvalue()
-        assert code == reservation.EXIT_RESERVATION_END, log
+        assert code == launch.EXIT_RESERVATION_END, log
         assert "is complete in S3; stopping training" in log
         assert running_jobs(state) == {}, log
         submit, stop = ray_calls(state)

@@ -49,6 +49,10 @@ from typing import Callable, Sequence, TextIO
 
 from . import metrics, reservation
 from .contract import (
+    EXIT_CONFIG,
+    EXIT_PREPARE,
+    EXIT_RESERVATION_END,
+    EXIT_UPLOAD,
     IMAGE_BACKEND_ENV,
     RUN_CONFIG_PATH,
     ConfigError,
@@ -73,10 +77,8 @@ from .mounts import MOUNTS_FILE, on_shared_filesystem, shared_storage_problem
 from .staging import stage_inputs, staged_path
 
 DEFAULT_CONFIG = RUN_CONFIG_PATH  # where the kit's RL job mounts it
-EXIT_CONFIG = 2
-EXIT_UPLOAD = 3  # training succeeded but a finished save could not be uploaded
-EXIT_PREPARE = 4  # staging inputs or restoring the checkpoint failed; training never started
-EXIT_RESERVATION_END = reservation.EXIT_RESERVATION_END  # stopped for the Capacity Block's end
+# The exit codes (rltrainer.contract, which the kit's `rlkit status` reads too): EXIT_CONFIG,
+# EXIT_UPLOAD, EXIT_PREPARE, EXIT_RESERVATION_END (stopped for the Capacity Block's end).
 
 
 def clock() -> datetime:

@@ -19,8 +19,8 @@ gone. So on a Capacity Block the launcher:
    ``--save-trigger-sentinel`` file, which train.py checks after every rollout and removes once
    it has saved (Miles v0.1.0 train.py; miles/utils/arguments.py);
 4. once a save newer than the trigger is complete in S3 (or, failing that, at the scale-down
-   itself) stops training and exits ``EXIT_RESERVATION_END``, with KubeRay's retries of the
-   RayJob switched off (``rltrainer.no_retry``).
+   itself) stops training and exits ``EXIT_RESERVATION_END`` (5, ``rltrainer.contract``), with
+   KubeRay's retries of the RayJob switched off (``rltrainer.no_retry``).
 
 Everything here takes its clock and its sleep as arguments, so tests run a block's end in
 microseconds (images/trainer/tests/test_trainer_reservation.py).
@@ -42,9 +42,6 @@ from .contract import (
     SAVE_UPLOAD_ESTIMATE_ENV,
 )
 
-# Exit status of a run stopped for its reservation's end (after its last save is in S3, if it
-# got there). Not a failure of the config or of the trainer, so a code of its own.
-EXIT_RESERVATION_END = 5
 # The file Miles' --save-trigger-sentinel watches, in checkpoint.local_dir.
 SAVE_TRIGGER_FILE = "_rltrainer_save_now"
 # Without an estimate from the kit: one rollout and one save plus upload of a 30B MoE model.

@@ -38,6 +38,17 @@ DEEPEP_RANK_COUNTS = (2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160)
 DEEPEP_RANK_COUNTS_SOURCE = ("DeepEP 567632d deep_ep/buffer.py:245-259 Buffer.get_dispatch_config / "
                              "get_combine_config: 'Unsupported number of EP ranks'")
 
+# --- the launcher's exit codes ---------------------------------------------------------------------
+
+# ``rltrainer launch`` exits with the trainer's own code, or one of these; `rlkit status` reads the
+# code from the failed RayJob's message and says what to do next for each.
+EXIT_CONFIG = 2  # the run config (or the image's backend, the shared file system) refused; no retry
+EXIT_UPLOAD = 3  # training succeeded but a finished save could not be uploaded; no retry
+EXIT_PREPARE = 4  # staging inputs or restoring the checkpoint failed; training never started
+# Stopped for the Capacity Block's end (after its last save is in S3, if it got there), with
+# KubeRay's retries off. Not a failure of the config or of the trainer, so a code of its own.
+EXIT_RESERVATION_END = 5
+
 # --- reward models ---------------------------------------------------------------------------------
 
 # The rule-based reward functions Miles v0.1.0 dispatches on ``--rm-type`` (miles/rollout/rm_hub/
