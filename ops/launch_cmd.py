@@ -56,8 +56,9 @@ from ops.gate.runner import POLL_FAILURES_TOLERATED
 from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector, objects_in,
                       preview_cluster_check)
 from ops.launching import (DEPLOYMENT_STATES, RESUME_SUSPENDED, choose_backend, describe_rayjob,
-                           failure_advice, finished, gate_image_verdict,
-                           gate_nodes_verdict, gate_verdict, not_schedulable, retrying)
+                           RAY_CLUSTER_LABEL, failure_advice, finished, gate_image_verdict,
+                           gate_nodes_verdict, gate_verdict, not_schedulable, retrying,
+                           start_is_slow, stuck_pods_line)
 from ops.output import add_output_option, emit, wants_json
 from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
 from ops.shared_volume import SharedVolumeConflict, ensure_shared_volume
@@ -355,7 +356,7 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     _print_windows(args, cfg)
     job, ns = cfg.training.run_name, names.TRAINER_NAMESPACE
     flag = options.config_flag(args)
-    last = None
+    last = last_stuck = None
     failures = 0
     try:
         k = _pinned_kubectl(args, cfg)
@@ -384,6 +385,11 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
             elif line != last:
                 print(line)
                 last = line
+            if start_is_slow(doc, utcnow()):
+                stuck = _stuck_pods_line(k, doc, ns)
+                if stuck != last_stuck:
+                    print(stuck, file=sys.stderr)
+                    last_stuck = stuck
             if not args.watch or finished(doc):
                 break
             sleep(args.poll)
@@ -421,6 +427,19 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
               f"rlkit logs{flag}", file=sys.stderr)
         return 1
     return 0
+
+
+def _stuck_pods_line(k: Kubectl, doc: dict, ns: str) -> str:
+    """For a RayJob slow to start: its Ray cluster's pods that are not running, and why. A read
+    that fails is said, not fatal: the watch goes on."""
+    cluster = (doc.get("status") or {}).get("rayClusterName")
+    if not cluster:
+        return "Still starting: KubeRay has not named the Ray cluster yet"
+    try:
+        pods = (k.get_json(["pods", "-n", ns, "-l", f"{RAY_CLUSTER_LABEL}={cluster}"]) or {})
+    except KubectlError as err:
+        return f"Still starting; could not read the pods of Ray cluster {cluster}: {err.message}"
+    return stuck_pods_line(doc, pods.get("items") or [], ns)
 
 
 def _status_document(cfg: KitConfig, doc: dict) -> dict:

@@ -5,6 +5,7 @@ allows a launch, which EP backend the run uses, and a RayJob's state in one line
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from infra.trainer_contract import EXIT_CONFIG, EXIT_PREPARE, EXIT_RESERVATION_E
 from infra.config import KitConfig
 from infra.config.ep_spans import ep_spans
 from ops.gate.record import instance_id, measurement_passed
+from ops.gate.runner import why_not_started
 
 # Every JobDeploymentStatus of KubeRay v1.7.0 (ray-operator/apis/ray/v1/rayjob_types.go:48-59,
 # ray-project/kuberay@9c13e71) and what `rlkit status` makes of it; a test reads the enum from that
@@ -366,3 +368,54 @@ def failure_advice(doc: dict[str, Any], flag: str, namespace: str) -> str:
     exit_code = f" (exit code {code})" if code is not None else ""
     return (f"The job failed{exit_code}. Read its output: {logs}; Ray's view: kubectl describe "
             f"rayjob {job} -n {namespace}")
+
+
+# A RayJob Initializing longer than this has its Ray cluster's pods read and the ones not running
+# named: pulling the trainer image onto a fresh node takes minutes, a pod that waits for a node
+# (Pending), an image it cannot pull or a taint it does not tolerate waits forever. KubeRay ends
+# Initializing only at activeDeadlineSeconds or preRunningDeadlineSeconds (rayjob_controller.go
+# :179-190), which the kit leaves unset.
+STUCK_AFTER = timedelta(minutes=5)
+# KubeRay labels every pod of a Ray cluster with its name (utils/constant.go:19, ray.io/cluster).
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+PODS_NAMED = 4
+
+
+def start_is_slow(doc: dict[str, Any], now: datetime) -> bool:
+    """The RayJob has been Initializing for more than STUCK_AFTER (KubeRay sets status.startTime
+    when it enters Initializing, again for each retry: rayjob_controller.go:915-916)."""
+    st = doc.get("status") or {}
+    if st.get("jobDeploymentStatus") != "Initializing" or not st.get("startTime"):
+        return False
+    try:
+        started = datetime.fromisoformat(str(st["startTime"]).replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return now - started > STUCK_AFTER
+
+
+def stuck_pods_line(doc: dict[str, Any], pods: list[dict[str, Any]], namespace: str) -> str:
+    """One line for a slow start: each pod of the Ray cluster that is not running (or runs with a
+    container waiting: a crash loop), and why; the command that shows more."""
+    st = doc.get("status") or {}
+    cluster = st.get("rayClusterName") or "?"
+    since = f"Initializing since {st.get('startTime')}, over {STUCK_AFTER.seconds // 60} min"
+    if not pods:
+        return (f"Still starting ({since}): Ray cluster {cluster} has no pods yet. Why: kubectl "
+                f"describe raycluster {cluster} -n {namespace}")
+    stuck = []
+    for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("name", "")):
+        status = pod.get("status") or {}
+        waiting = any((c.get("state") or {}).get("waiting")
+                      for c in (status.get("initContainerStatuses") or [])
+                      + (status.get("containerStatuses") or []))
+        if status.get("phase") != "Running" or waiting:
+            stuck.append(f"{pod.get('metadata', {}).get('name', '?')} {why_not_started(pod)}")
+    if not stuck:
+        return (f"Still starting ({since}): all {len(pods)} pods of Ray cluster {cluster} run; "
+                f"KubeRay waits for the cluster to be ready. Why not: kubectl describe raycluster "
+                f"{cluster} -n {namespace}")
+    more = f"; and {len(stuck) - PODS_NAMED} more" if len(stuck) > PODS_NAMED else ""
+    return (f"Still starting ({since}): {len(stuck)} of {len(pods)} pods of Ray cluster "
+            f"{cluster} not running: {'; '.join(stuck[:PODS_NAMED])}{more}. More: kubectl "
+            f"describe pods -n {namespace} -l {RAY_CLUSTER_LABEL}={cluster}")

@@ -82,8 +82,10 @@ def _started(pod: dict[str, Any]) -> bool:
                or (c.get("lastState") or {}).get("terminated") for c in states)
 
 
-def _why_not_started(pod: dict[str, Any]) -> str:
-    """The pod's phase and, when it says, why it did not start (scheduling, admission)."""
+def why_not_started(pod: dict[str, Any]) -> str:
+    """The pod's phase and, when it says, why it did not start (scheduling, admission, an image
+    pull or a crash loop of an init container or a container). `rlkit status` names a Ray
+    cluster's stuck pods with it too."""
     status = pod.get("status", {})
     why = status.get("phase", "Unknown")
     for c in status.get("conditions", []):
@@ -91,10 +93,16 @@ def _why_not_started(pod: dict[str, Any]) -> str:
             return f"{why}: {c.get('message') or c.get('reason') or 'unschedulable'}"
     if status.get("reason") or status.get("message"):
         why += ": " + " ".join(x for x in (status.get("reason"), status.get("message")) if x)
-    for c in status.get("containerStatuses") or []:
-        waiting = (c.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason"):
-            return f"{why}: {waiting['reason']}" + (f" ({waiting['message']})" if waiting.get("message") else "")
+    # An init container that waits (KubeRay v1.7.0 gives a worker a wait-gcs-ready init container
+    # with the worker's image, ray-operator/controllers/ray/common/pod.go:610-611)
+    # holds the others at PodInitializing: its reason is the one that says why.
+    for key, who in (("initContainerStatuses", "init container "), ("containerStatuses", "")):
+        for c in status.get(key) or []:
+            waiting = (c.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason"):
+                name = f"{who}{c.get('name', '?')}: " if who else ""
+                return (f"{why}: {name}{waiting['reason']}"
+                        + (f" ({waiting['message']})" if waiting.get("message") else ""))
     return why
 
 
@@ -366,7 +374,7 @@ class GateRunner:
                 state = "timeout"
             if state is not None:
                 if state != "complete":
-                    self.not_started = [f"{p['metadata']['name']} {_why_not_started(p)}"
+                    self.not_started = [f"{p['metadata']['name']} {why_not_started(p)}"
                                         for p in pods if p["metadata"]["name"] not in started]
                     expected = (job.get("spec") or {}).get("completions")
                     if not pods and isinstance(expected, int) and not started:
@@ -384,7 +392,7 @@ class GateRunner:
             pod = p["metadata"]["name"]
             node = p.get("spec", {}).get("nodeName") or "unscheduled"
             if not _started(p):
-                text = f"(no log: the pod never ran: {_why_not_started(p)})\n"
+                text = f"(no log: the pod never ran: {why_not_started(p)})\n"
             else:
                 text = self._log(pod)
             parts.append(POD_LINE.format(pod=pod, node=node) + "\n" + text)

@@ -780,6 +780,84 @@ def test_a_short_message_stays_whole_on_the_status_line():
     assert launching.describe_rayjob(doc).endswith("; message: Ray head pod not found.")
 
 
+UNTOLERATED = ("0/6 nodes are available: 2 node(s) had untolerated taint {nvidia.com/gpu: true}, "
+               "4 node(s) didn't match Pod's node affinity/selector.")
+
+
+def ray_pod(name: str, phase: str = "Running", *, unschedulable: str | None = None,
+            init_waiting: tuple[str, str] | None = None) -> dict:
+    """A pod of the Ray cluster as kubectl prints it (the fields rlkit reads)."""
+    status: dict = {"phase": phase}
+    if unschedulable:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                 "reason": "Unschedulable", "message": unschedulable}]
+    if init_waiting:
+        status["initContainerStatuses"] = [{"name": "wait-gcs-ready", "state": {"waiting": {
+            "reason": init_waiting[0], "message": init_waiting[1]}}}]
+        status["containerStatuses"] = [{"name": "ray-worker", "state": {"waiting": {
+            "reason": "PodInitializing"}}}]
+    return {"metadata": {"name": name, "labels": {"ray.io/cluster": "qwen3-30b-a3b-grpo-raycluster-x"}},
+            "status": status}
+
+
+def test_status_watch_names_the_pods_that_hold_a_slow_start_once_per_change(
+        tmp_path, kubectl, capsys, monkeypatch):
+    """The kit sets no preRunningDeadlineSeconds, so KubeRay leaves a RayJob whose pods cannot
+    start Initializing for ever (rayjob_controller.go:179-190 at v1.7.0). Before, --watch printed
+    the state line once and then nothing, for hours."""
+    from datetime import datetime, timezone
+
+    import ops.launch_cmd as launch_cmd
+
+    monkeypatch.setattr(launch_cmd, "utcnow",
+                        lambda: datetime(2026, 12, 2, 12, 10, tzinfo=timezone.utc))
+    starting = rayjob("", "Initializing", startTime="2026-12-02T12:00:00Z")
+    kubectl.rule(["get", "rayjob"], stdout_seq=[starting] * 4 + [
+        rayjob(startTime="2026-12-02T12:00:00Z"),
+        rayjob("SUCCEEDED", "Complete", startTime="2026-12-02T12:00:00Z")])
+    pull = ("ErrImagePull", 'failed to pull and unpack image "123.dkr.ecr/trainer:v1": not found')
+    head = ray_pod("qwen3-30b-a3b-grpo-raycluster-x-head-abcde", "Pending", unschedulable=UNTOLERATED)
+    worker = ray_pod("qwen3-30b-a3b-grpo-raycluster-x-p5-worker-fghij", "Pending", init_waiting=pull)
+    kubectl.rule(["get", "pods"], stdout_seq=[
+        json.dumps({"items": [head, worker]}), json.dumps({"items": [head, worker]}),
+        json.dumps({"items": [ray_pod(head["metadata"]["name"]), worker]}),
+        json.dumps({"items": [ray_pod(head["metadata"]["name"]), ray_pod(worker["metadata"]["name"])]})])
+    assert run(tmp_path, "status", "--watch", "--no-health") == 0
+    err = capsys.readouterr().err
+    assert ["get", "pods", "-n", "rl-training", "-l",
+            "ray.io/cluster=qwen3-30b-a3b-grpo-raycluster-x"] == kubectl.calls[1][:6]
+    stuck = [line for line in err.splitlines() if line.startswith("Still starting")]
+    assert stuck == [
+        "Still starting (Initializing since 2026-12-02T12:00:00Z, over 5 min): 2 of 2 pods of Ray "
+        "cluster qwen3-30b-a3b-grpo-raycluster-x not running: "
+        f"qwen3-30b-a3b-grpo-raycluster-x-head-abcde Pending: {UNTOLERATED}; "
+        "qwen3-30b-a3b-grpo-raycluster-x-p5-worker-fghij Pending: init container wait-gcs-ready: "
+        f"ErrImagePull ({pull[1]}). More: kubectl describe pods -n rl-training -l "
+        "ray.io/cluster=qwen3-30b-a3b-grpo-raycluster-x",
+        "Still starting (Initializing since 2026-12-02T12:00:00Z, over 5 min): 1 of 2 pods of Ray "
+        "cluster qwen3-30b-a3b-grpo-raycluster-x not running: "
+        "qwen3-30b-a3b-grpo-raycluster-x-p5-worker-fghij Pending: init container wait-gcs-ready: "
+        f"ErrImagePull ({pull[1]}). More: kubectl describe pods -n rl-training -l "
+        "ray.io/cluster=qwen3-30b-a3b-grpo-raycluster-x",
+        "Still starting (Initializing since 2026-12-02T12:00:00Z, over 5 min): all 2 pods of Ray "
+        "cluster qwen3-30b-a3b-grpo-raycluster-x run; KubeRay waits for the cluster to be ready. "
+        "Why not: kubectl describe raycluster qwen3-30b-a3b-grpo-raycluster-x -n rl-training"]
+
+
+def test_status_reads_no_pods_in_a_start_of_a_few_minutes(tmp_path, kubectl, capsys, monkeypatch):
+    from datetime import datetime, timezone
+
+    import ops.launch_cmd as launch_cmd
+
+    monkeypatch.setattr(launch_cmd, "utcnow",
+                        lambda: datetime(2026, 12, 2, 12, 4, tzinfo=timezone.utc))
+    kubectl.rule(["get", "rayjob"], stdout=rayjob("", "Initializing",
+                                                  startTime="2026-12-02T12:00:00Z"))
+    assert run(tmp_path, "status", "--no-health") == 0
+    assert "Still starting" not in capsys.readouterr().err
+    assert not [c for c in kubectl.calls if "pods" in c]
+
+
 def test_status_watch_gives_up_after_five_missed_polls(tmp_path, kubectl, capsys):
     kubectl.rule(["get", "rayjob"], rc=1, stderr="Unable to connect to the server\n")
     assert run(tmp_path, "status", "--watch") == 2
