@@ -7,6 +7,7 @@ env, commands, the run config) is made and checked here, and all problems are re
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -65,6 +66,27 @@ SHM_SHARE_DEN = 4  # /dev/shm (memory-backed emptyDir) may grow to 1/4 of node m
 # and limits KubeRay v1.7.0 gives its default submitter (common/job.go, GetDefaultSubmitterContainer).
 SUBMITTER_CPU = "500m"
 SUBMITTER_MEMORY = "1Gi"
+
+INT32_MAX = 2**31 - 1
+
+
+def pre_running_deadline_seconds(cfg: KitConfig, block_start_wait_s: float | None) -> int | None:
+    """The RL RayJob's preRunningDeadlineSeconds (None: rendered without one): KubeRay v1.7.0 fails
+    an attempt not Running this long after it entered Initializing (rayjob_controller.go:1247-1261,
+    StartTime reset for each retry at :915-916), which it then retries like any failure
+    (:543-556). ``training.start_deadline_minutes``; on a Capacity Block plus
+    ``block_start_wait_s``, the time until the block starts (its pods wait for its nodes), and no
+    deadline when that is unknown (rendered without the block's window)."""
+    minutes = cfg.training.start_deadline_minutes
+    if not minutes:
+        return None
+    seconds = minutes * 60
+    if cfg.gpu_node_groups[cfg.training.node_group].capacity.type == "capacity-block":
+        if block_start_wait_s is None:
+            return None
+        seconds += math.ceil(max(0.0, block_start_wait_s))
+    return min(seconds, INT32_MAX)
+
 
 RAYJOB_TTL_SECONDS = 600  # keep the finished Ray cluster 10 minutes for logs, then delete it
 # Pod failures of KubeRay's submitter Job before KubeRay fails the whole RayJob (its own default
@@ -180,6 +202,7 @@ class RenderContext(_Frozen):
     worker_replicas: int  # the other nodes of the run (training.nodes - 1)
     fabric: list[FabricJob]
     fabric_deadline_seconds: int
+    pre_running_deadline_seconds: int | None  # None: the RayJob is rendered without one
     fabric_ttl_seconds: int = FABRIC_TTL_SECONDS
     # A PodDisruptionBudget keeps drains off the run's GPU pods (a node group update then fails
     # instead of killing the run); not on a Capacity Block, whose nodes EKS drains before its end.
@@ -327,13 +350,16 @@ def save_size_env(cfg: KitConfig) -> list[dict[str, str]]:
 
 def build_context(cfg: KitConfig, outputs: StackOutputs,
                   reservation_end: datetime | None = None,
-                  fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS) -> RenderContext:
+                  fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS, *,
+                  block_start_wait_s: float | None = None) -> RenderContext:
     """Decide every rendered value; raise RenderError listing every problem found.
 
     ``reservation_end``: the end of the training group's Capacity Block, when the caller read it
     (``rlkit launch``); the launcher then stops before it without needing EC2 permissions.
     ``fabric_timeout_s``: how long the gate waits for each fabric job (``rlkit gate --timeout``);
-    the jobs' deadline follows it (``fabric_deadline_seconds``)."""
+    the jobs' deadline follows it (``fabric_deadline_seconds``). ``block_start_wait_s``: the time
+    until the training group's Capacity Block starts, when the caller read it (``rlkit launch``);
+    the RL job's start deadline waits for it too (``pre_running_deadline_seconds``)."""
     t = cfg.training
     problems: list[RenderProblem] = []
     group = cfg.gpu_node_groups.get(t.node_group)
@@ -443,6 +469,7 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         worker_replicas=t.nodes - 1,
         fabric=jobs,
         fabric_deadline_seconds=fabric_deadline_seconds(fabric_timeout_s),
+        pre_running_deadline_seconds=pre_running_deadline_seconds(cfg, block_start_wait_s),
         disruption_budget=cfg.gpu_node_groups[t.node_group].capacity.type != "capacity-block",
         # The head is a GPU pod of the run too: it claims the workers' domain and sits in their
         # clique, or its share of Miles' actors would talk to the rest over EFA.

@@ -138,7 +138,8 @@ def _launch(args: argparse.Namespace) -> int:
         ctx, out, outputs = render_for_run(cfg, args.outputs, args.out, args.dry_run,
                                            options.aws_clients(args, cfg.region), print,
                                            reservation_end=window.end if window else None,
-                                           config_file=args.config)
+                                           config_file=args.config,
+                                           block_start_wait_s=_block_start_wait_s(window))
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2
@@ -328,6 +329,14 @@ def _training_window(args: argparse.Namespace, cfg: KitConfig
     now = utcnow()
     print(reservations.describe(window, now))
     return window, reservations.first_save_problem(cfg, window, now)
+
+
+def _block_start_wait_s(window: reservations.Window | None) -> float | None:
+    """Seconds until the training group's Capacity Block starts (0 once it has; None: not read),
+    which the RayJob's start deadline adds (manifests.context.pre_running_deadline_seconds)."""
+    if window is None or window.start is None:
+        return None
+    return max(0.0, (window.start - utcnow()).total_seconds())
 
 
 def _print_windows(args: argparse.Namespace, cfg: KitConfig) -> None:

@@ -338,6 +338,16 @@ def failure_advice(doc: dict[str, Any], flag: str, namespace: str) -> str:
                 f"{short_message(doc, namespace) or 'no message'}. Fix what it names (a RayJob "
                 f"edited by hand, or a KubeRay operator other than v1.7.0?), then launch again: "
                 f"{replace}")
+    if st.get("reason") == "PreRunningDeadlineExceeded":
+        # rayjob_controller.go:1247-1261: not Running within spec.preRunningDeadlineSeconds of the
+        # attempt's start; KubeRay retried it like any failure until backoffLimit ran out.
+        deadline = doc.get("spec", {}).get("preRunningDeadlineSeconds", "?")
+        return (f"The job never started: KubeRay failed it after {deadline} s without reaching "
+                f"Running (PreRunningDeadlineExceeded; training.start_deadline_minutes), "
+                f"{st.get('failed', '?')} attempt(s) in all. Its pods go with its Ray cluster; "
+                f"while it waited, status named the ones not running and why (`kubectl get events "
+                f"-n {namespace}` keeps them for about an hour). Fix that, then launch again: "
+                f"{replace}")
     why = NOT_RETRIED_REASONS.get(st.get("reason", ""))
     if why:
         return (f"The job failed and KubeRay will not retry it ({st['reason']}: {why}; KubeRay "
@@ -372,9 +382,10 @@ def failure_advice(doc: dict[str, Any], flag: str, namespace: str) -> str:
 
 # A RayJob Initializing longer than this has its Ray cluster's pods read and the ones not running
 # named: pulling the trainer image onto a fresh node takes minutes, a pod that waits for a node
-# (Pending), an image it cannot pull or a taint it does not tolerate waits forever. KubeRay ends
-# Initializing only at activeDeadlineSeconds or preRunningDeadlineSeconds (rayjob_controller.go
-# :179-190), which the kit leaves unset.
+# (Pending), an image it cannot pull or a taint it does not tolerate waits until KubeRay ends
+# Initializing at preRunningDeadlineSeconds (rayjob_controller.go:179-190;
+# training.start_deadline_minutes, an hour by default) or, where the kit renders none (a Capacity
+# Block run rendered without its window, start_deadline_minutes 0), never.
 STUCK_AFTER = timedelta(minutes=5)
 # KubeRay labels every pod of a Ray cluster with its name (utils/constant.go:19, ray.io/cluster).
 RAY_CLUSTER_LABEL = "ray.io/cluster"

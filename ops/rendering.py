@@ -44,18 +44,20 @@ def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, 
                    clients: AwsClients, echo: Callable[[str], None],
                    reservation_end: datetime | None = None,
                    config_file: Path | None = None,
-                   fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS) -> tuple[Any, Path, StackOutputs]:
+                   fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS,
+                   block_start_wait_s: float | None = None) -> tuple[Any, Path, StackOutputs]:
     """Resolve the stack outputs (placeholders only for a dry run) and render the tree to ``out``
     (default out/<name>); returns the render context, the directory and the outputs (whose
     cluster kubectl must point at). ``reservation_end``: the training group's Capacity Block end,
     rendered into the job; ``fabric_timeout_s``: the gate's wait for each fabric job, which their
-    deadline follows. Raises RenderError, first (a dry run too) when ``out`` cannot take the
+    deadline follows; ``block_start_wait_s``: the time until that block starts, which the RL job's
+    start deadline adds. Raises RenderError, first (a dry run too) when ``out`` cannot take the
     tree (a file, a link, a directory holding ``config_file``: manifests.render.out_dir_problem)."""
     out = out if out is not None else Path("out") / cfg.name
     check_out_dir(out, cfg.name, keep=[config_file] if config_file is not None else [])
     outputs = resolve_outputs(cfg, outputs_file, placeholder=dry_run, clients=clients)
-    return (render_manifests(cfg, outputs, out, dry_run, echo, reservation_end, fabric_timeout_s),
-            out, outputs)
+    return (render_manifests(cfg, outputs, out, dry_run, echo, reservation_end, fabric_timeout_s,
+                             block_start_wait_s=block_start_wait_s), out, outputs)
 
 
 def cluster_to_check(cfg: KitConfig, outputs: StackOutputs) -> str:
@@ -69,9 +71,11 @@ def cluster_to_check(cfg: KitConfig, outputs: StackOutputs) -> str:
 
 def render_manifests(cfg: KitConfig, outputs: StackOutputs, out: Path, dry_run: bool,
                      echo: Callable[[str], None], reservation_end: datetime | None = None,
-                     fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS) -> Any:
+                     fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS, *,
+                     block_start_wait_s: float | None = None) -> Any:
     """Render (and, unless dry-run, write) the tree; returns the render context."""
-    ctx = build_context(cfg, outputs, reservation_end, fabric_timeout_s)
+    ctx = build_context(cfg, outputs, reservation_end, fabric_timeout_s,
+                        block_start_wait_s=block_start_wait_s)
     files = render(ctx)
     if dry_run:
         echo(f"[dry-run] would render {len(files)} object(s) to {out}/ "

@@ -54,6 +54,9 @@ from infra.versions import (
 )
 
 MAX_BACKOFF_LIMIT = 10
+# training.start_deadline_minutes: a RayJob's preRunningDeadlineSeconds is an int32 (KubeRay v1.7.0)
+MIN_START_DEADLINE_MINUTES = 15
+MAX_START_DEADLINE_MINUTES = 7 * 24 * 60
 
 _NAME_RE = re.compile(r"[a-z]([a-z0-9-]{0,18}[a-z0-9])?")
 _GROUP_RE = names.GPU_GROUP_NAME_RE
@@ -525,6 +528,12 @@ def _validate_training(cfg: KitConfig, add) -> None:
         add(problem("training.backoff_limit", t.backoff_limit,
                     f"must be 0 to {MAX_BACKOFF_LIMIT} (each retry starts a new Ray cluster on the GPU "
                     "nodes)", "use a small number such as 2; 0 turns retries off"))
+    if t.start_deadline_minutes != 0 and not (
+            MIN_START_DEADLINE_MINUTES <= t.start_deadline_minutes <= MAX_START_DEADLINE_MINUTES):
+        add(problem("training.start_deadline_minutes", t.start_deadline_minutes,
+                    f"must be 0 (no deadline) or {MIN_START_DEADLINE_MINUTES} to "
+                    f"{MAX_START_DEADLINE_MINUTES} minutes (pulling the trainer image onto fresh GPU "
+                    "nodes takes minutes)", "use the default, 60, or 0 for no deadline"))
     for name in ("rollout_minutes", "save_upload_minutes"):
         if not getattr(t, name) > 0:
             add(problem(f"training.{name}", getattr(t, name), "must be more than 0 minutes",

@@ -179,6 +179,18 @@ class TrainingConfig(_Model):
         "that failed because the Ray head stopped answering for 5 minutes (its node lost) or ran "
         "past its deadline: rlkit status says so, and rlkit launch --replace resumes the run."
     )
+    start_deadline_minutes: int = Field(
+        60, description="How long the RL job may take to start: from KubeRay's first step "
+        "(Initializing) until the Ray cluster is up and the job submitted (Running). Past it "
+        "KubeRay fails the attempt (PreRunningDeadlineExceeded, rendered as the RayJob's "
+        "preRunningDeadlineSeconds) and retries it up to backoff_limit times, each with this much "
+        "time again: a pod that cannot be scheduled or pull its image would otherwise hold the "
+        "RayJob Initializing for ever. Image pulls onto fresh GPU nodes take minutes, so leave "
+        "room. On a Capacity Block `rlkit launch` adds the time until the block starts (its pods "
+        "wait for its nodes); rendered without the block's window (`rlkit render`, a window "
+        "that could not be read) the job gets no deadline there. 0: no deadline; otherwise 15 to "
+        "10080 (a week)."
+    )
     rollout_minutes: Number = Field(
         10.0, description="Estimated wall time of one rollout (generation plus training step). On "
         "a Capacity Block, `rlkit launch` refuses a run that cannot reach its first save before "

@@ -134,6 +134,54 @@ def test_the_rayjob_retries_as_configured():
     assert job["spec"]["backoffLimit"] == 0
 
 
+@pytest.mark.external
+def test_the_pinned_crd_takes_a_start_deadline():
+    """KubeRay v1.7.0 ends Initializing only at activeDeadlineSeconds or preRunningDeadlineSeconds
+    (rayjob_controller.go:179-190); the CRD types the latter int32, minimum 1."""
+    from infra.addons import addon
+    from tests.support import artifacts
+
+    kuberay = f"kuberay-v{addon('kuberay_operator').version}"
+    artifacts.require(kuberay, what="the pinned KubeRay CRD schemas")
+    crd = yaml.safe_load((artifacts.common_root((kuberay,), "crds") / kuberay /
+                          "ray.io_rayjobs.yaml").read_text())
+    field = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"]["preRunningDeadlineSeconds"]
+    assert field == {"format": "int32", "minimum": 1, "type": "integer"}
+
+
+def test_a_start_that_cannot_finish_ends_at_the_configured_deadline():
+    """The default: an hour for the Ray cluster to come up; 0: none."""
+    assert rayjob("default")["spec"]["preRunningDeadlineSeconds"] == 3600
+    cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
+    for minutes, rendered in ((90, 5400), (0, None)):
+        c = cfg.model_copy(update={"training": cfg.training.model_copy(
+            update={"start_deadline_minutes": minutes})})
+        job = next(f.obj for f in render(build_context(c, placeholder_outputs(c)))
+                   if f.kind == "RayJob")
+        assert job["spec"].get("preRunningDeadlineSeconds") == rendered
+
+
+def test_a_capacity_block_run_rendered_without_its_window_gets_no_start_deadline():
+    """Its pods may wait for the block's start, days away: `rlkit launch` adds that wait when it
+    read the window (tests/ops/test_ops_reservations.py); `rlkit render` cannot."""
+    cfg = load_config(REPO_ROOT / "examples" / "p5en-capacity-block.yaml")
+    job = next(f.obj for f in render(build_context(cfg, placeholder_outputs(cfg)))
+               if f.kind == "RayJob")
+    assert "preRunningDeadlineSeconds" not in job["spec"]
+    ctx = build_context(cfg, placeholder_outputs(cfg), block_start_wait_s=7200.5)
+    assert ctx.pre_running_deadline_seconds == 3600 + 7201
+
+
+@pytest.mark.parametrize("value", [5, 7 * 24 * 60 + 1, -1])
+def test_the_start_deadline_is_bounded(value):
+    with pytest.raises(ConfigError) as err:
+        parse_config({"training": {"start_deadline_minutes": value}})
+    assert (f"training.start_deadline_minutes = {value}: must be 0 (no deadline) or 15 to 10080 "
+            "minutes (pulling the trainer image onto fresh GPU nodes takes minutes). Fix: use the "
+            "default, 60, or 0 for no deadline.") in str(err.value)
+
+
 def test_the_launcher_may_stop_retries_of_its_own_rayjob_only():
     """A config error (exit 2) must not be retried by KubeRay: the head's launcher gets the
     RayJob's name and a Role to patch exactly that RayJob (rltrainer.no_retry)."""

@@ -844,6 +844,21 @@ def test_status_watch_names_the_pods_that_hold_a_slow_start_once_per_change(
         "Why not: kubectl describe raycluster qwen3-30b-a3b-grpo-raycluster-x -n rl-training"]
 
 
+def test_a_start_past_its_deadline_says_it_never_started(tmp_path, kubectl, capsys):
+    """training.start_deadline_minutes, rendered as preRunningDeadlineSeconds: KubeRay v1.7.0
+    fails the attempt with PreRunningDeadlineExceeded (rayjob_controller.go:1247-1261)."""
+    doc = json.loads(rayjob("", "Failed", reason="PreRunningDeadlineExceeded", failed=3,
+                            message="The RayJob has passed the preRunningDeadlineSeconds. "
+                                    "StartTime: 2026-12-02 12:00:00 +0000 UTC. "
+                                    "PreRunningDeadlineSeconds: 3600"))
+    doc["spec"]["preRunningDeadlineSeconds"] = 3600
+    kubectl.rule(["get", "rayjob"], stdout=json.dumps(doc))
+    assert run(tmp_path, "status", "--no-health") == 1
+    assert ("The job never started: KubeRay failed it after 3600 s without reaching Running "
+            "(PreRunningDeadlineExceeded; training.start_deadline_minutes), 3 attempt(s) in all."
+            ) in capsys.readouterr().err
+
+
 def test_status_reads_no_pods_in_a_start_of_a_few_minutes(tmp_path, kubectl, capsys, monkeypatch):
     from datetime import datetime, timezone
 

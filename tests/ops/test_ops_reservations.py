@@ -156,3 +156,32 @@ def test_an_unreadable_window_is_a_warning_and_the_job_gets_no_end(tmp_path, kub
             "failed: UnauthorizedOperation: not allowed)") in capsys.readouterr().err
     env = head_env(tmp_path)
     assert "RLTRAINER_RESERVATION_END" not in env and env["RLTRAINER_RESERVATION_ID"] == RID
+
+
+def rayjob_spec(tmp_path) -> dict:
+    return yaml.safe_load((tmp_path / "out/rl-job/04-rayjob.yaml").read_text())["spec"]
+
+
+def test_a_launch_before_the_block_starts_gives_the_start_deadline_the_wait_too(
+        tmp_path, kubectl, capsys):
+    """The pods of a run launched before its block starts wait for the block's nodes: a start
+    deadline counted from the launch alone (KubeRay counts from Initializing) would fail it."""
+    ec2, _ = ec2_with_window(NOW + timedelta(days=3), start=NOW + timedelta(hours=30))
+    assert run(tmp_path, ec2, "launch") == 0
+    assert rayjob_spec(tmp_path)["preRunningDeadlineSeconds"] == 60 * 60 + 30 * 3600
+
+
+def test_a_launch_on_a_running_block_gets_the_start_deadline_alone(tmp_path, kubectl, capsys):
+    ec2, _ = ec2_with_window(NOW + timedelta(hours=5))
+    assert run(tmp_path, ec2, "launch") == 0
+    assert rayjob_spec(tmp_path)["preRunningDeadlineSeconds"] == 60 * 60
+
+
+def test_without_the_blocks_window_the_job_gets_no_start_deadline(tmp_path, kubectl, capsys):
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x",
+                       aws_secret_access_key="x")
+    stub = Stubber(ec2)
+    stub.add_client_error("describe_capacity_reservations", "UnauthorizedOperation", "not allowed")
+    stub.activate()
+    assert run(tmp_path, ec2, "launch") == 0
+    assert "preRunningDeadlineSeconds" not in rayjob_spec(tmp_path)
