@@ -38,7 +38,7 @@ COMMANDS = {
     "gate": "ops.gate_cmd",
     "launch": "ops.launch_cmd",
     "status": "ops.launch_cmd",
-    "logs": "ops.launch_cmd",
+    "logs": "ops.logs_cmd",
     "teardown": "ops.teardown_cmd",
     "completion": "ops.completion_cmd",
 }

@@ -317,3 +317,17 @@ def objects_in(path: Path) -> list[tuple[str, str, str | None]]:
                 meta = doc.get("metadata", {})
                 found.append((doc["kind"], meta.get("name", "?"), meta.get("namespace")))
     return found
+
+
+def kubectl_for(args: Any) -> Kubectl:
+    """kubectl as a command's options ask for (--context, --dry-run, --request-timeout)."""
+    return Kubectl(context=args.context, dry_run=getattr(args, "dry_run", False), echo=print,
+                   request_timeout_s=args.request_timeout)
+
+
+def pinned_kubectl(args: Any, cfg: Any) -> Kubectl:
+    """kubectl pinned to the cluster of config ``cfg`` (names.eks_cluster_name, its region);
+    KubectlError when the context points elsewhere or the API server does not answer."""
+    k = kubectl_for(args)
+    check_cluster(k, names.eks_cluster_name(cfg.name), cfg.region)
+    return k

@@ -1,4 +1,4 @@
-"""`rlkit launch`, `rlkit status`, `rlkit logs`: start the RL job, follow it, read its output.
+"""`rlkit launch`, `rlkit status`: start the RL job and follow it (`rlkit logs`: ops.logs_cmd).
 
 launch renders the manifests (RayJob and its run config) and applies them with kubectl. It
 refuses when the last fabric gate of this config failed, did not finish (cut short before its
@@ -16,7 +16,7 @@ expert-parallel backend is, in order: --ep-backend, the backend the gate measure
 these shapes (<state dir>/<name>/gate.json; only measurements taken by a gate that passed), the
 config's training.expert_parallel.backend.
 
-status, logs and launch first check that kubectl points at this environment's EKS cluster (or
+status and launch (and logs) first check that kubectl points at this environment's EKS cluster (or
 --context does), and that its API server answers within --request-timeout seconds. launch
 --dry-run makes the same context check (the kubeconfig only, no API server) and exits 2 when the
 context points elsewhere; with no kubectl context at all (a CI job before the cluster exists) it
@@ -29,12 +29,6 @@ that are not running named, with why (a read that fails is tried again, up to fi
 left, when EKS drains the nodes). Then, on stderr, the environment's CloudWatch dashboard URL and
 a one-line health summary (GPU use, EFA drops, failed nodes, restarts, reward, step time; a
 RUNNING job whose run reported no training step for a while is a problem; --no-health skips it).
-logs prints the trainer's output: the KubeRay submitter Job (named like the RayJob) runs
-`ray job submit`, which follows the driver's log; -f keeps following. Once the pods are gone
-(or with --node NODE, or --source cloudwatch) it reads the same output from CloudWatch Logs,
-where the observability add-on's Fluent Bit ships every container's output; it says which
-source it used. --since limits either source to the last 30m, 2h, 3d, ...; --tail N, --timestamps,
---previous and -c CONTAINER mean what they mean for kubectl logs.
 """
 
 from __future__ import annotations
@@ -42,21 +36,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from infra import names
 from infra.config import ConfigError, KitConfig, training_ep_backend_problems
 from manifests import RenderError
-from manifests.render import (LEGACY_HEAD_POLICY_SELECTOR, NAMESPACE_FILES, RAYJOB_FILE,
-                              SUBMITTER_CONTAINER, plan_files)
+from manifests.render import LEGACY_HEAD_POLICY_SELECTOR, NAMESPACE_FILES, RAYJOB_FILE, plan_files
 from ops import aws, observability, options, reservations
 from ops.config_source import announce
 from ops.gate import GateStateError, legacy_results, load_state, results_path
 from ops.gate.runner import POLL_FAILURES_TOLERATED
-from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector, objects_in,
-                      preview_cluster_check)
+from ops.kube import (Kubectl, KubectlError, check_cluster, gpu_group_selector, kubectl_for, objects_in,
+                      pinned_kubectl, preview_cluster_check)
 from ops.launching import (DEPLOYMENT_STATES, RESUME_SUSPENDED, choose_backend, describe_rayjob,
                            RAY_CLUSTER_LABEL, failure_advice, finished, gate_image_verdict,
                            gate_nodes_verdict, gate_verdict, not_schedulable, retrying,
@@ -71,19 +64,6 @@ REPLACE_TIMEOUT_S = 600  # --replace: the old RayJob, its Ray cluster and its su
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)  # tests replace it: a block's end is a matter of the clock
-
-
-def _kubectl(args: argparse.Namespace) -> Kubectl:
-    return Kubectl(context=args.context, dry_run=getattr(args, "dry_run", False), echo=print,
-                   request_timeout_s=args.request_timeout)
-
-
-def _pinned_kubectl(args: argparse.Namespace, cfg: KitConfig) -> Kubectl:
-    """kubectl pinned to this environment's cluster (names.eks_cluster_name, the config's
-    region); KubectlError when the context points elsewhere or the API server does not answer."""
-    k = _kubectl(args)
-    check_cluster(k, names.eks_cluster_name(cfg.name), cfg.region)
-    return k
 
 
 # --- launch --------------------------------------------------------------------------------------
@@ -160,7 +140,7 @@ def _launch(args: argparse.Namespace) -> int:
             verdict = verdict or 1
         else:
             print(line, file=sys.stderr if line.startswith("note:") else sys.stdout)
-    k = _kubectl(args)
+    k = kubectl_for(args)
     ns, job = ctx.namespace, ctx.rayjob_name
     try:
         # Before anything is read, deleted (--replace) or applied: kubectl must point at this
@@ -370,7 +350,7 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     last = last_stuck = None
     failures = 0
     try:
-        k = _pinned_kubectl(args, cfg)
+        k = pinned_kubectl(args, cfg)
         while True:
             try:
                 doc = k.get_json(["rayjob", job, "-n", ns])
@@ -483,99 +463,6 @@ def _print_health(args: argparse.Namespace, cfg: KitConfig, rayjob: dict | None 
     print(line, file=sys.stderr)
 
 
-# --- logs ----------------------------------------------------------------------------------------
-
-
-def _logs(args: argparse.Namespace) -> int:
-    cfg = options.load_config(args)
-    if cfg is None:
-        return 2
-    try:
-        since = observability.parse_since(args.since) if args.since else None
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.source == "cloudwatch" or (args.source == "auto" and args.node):
-        return _logs_from_cloudwatch(args, cfg, since)
-    job, ns = cfg.training.run_name, names.TRAINER_NAMESPACE
-    flag = options.config_flag(args)
-    try:
-        k = _pinned_kubectl(args, cfg)
-        if k.get_json(["job", job, "-n", ns]) is None:
-            doc = k.get_json(["rayjob", job, "-n", ns])
-            if doc is not None and not finished(doc):
-                print(f"The RayJob has no submitter yet ({describe_rayjob(doc)}); the Ray cluster "
-                      f"is probably still starting. Try again in a minute, or watch it with: rlkit "
-                      f"status{flag} --watch", file=sys.stderr)
-                return 1
-            if args.source == "kubectl":
-                print(f"No submitter Job {job} in namespace {ns}: its pods are gone. Read its "
-                      f"output from CloudWatch Logs: rlkit logs{flag} --source cloudwatch",
-                      file=sys.stderr)
-                return 1
-            print(f"No submitter Job {job} in namespace {ns} (the pods are gone"
-                  + ("" if doc is None else f"; {describe_rayjob(doc)}") + ").", file=sys.stderr)
-            return _logs_from_cloudwatch(args, cfg, since)
-        argv = ["logs", "-n", ns, f"job/{job}"]
-        argv += ["-c", args.container] if args.container else ["--all-containers"]
-        if since is not None:
-            argv.append(f"--since={int(since.total_seconds())}s")
-        if args.tail is not None:
-            argv.append(f"--tail={args.tail}")
-        if args.timestamps:
-            argv.append("--timestamps")
-        if args.previous:
-            argv.append("--previous")
-        if args.follow:
-            argv.append("-f")
-        print(f"source: kubectl logs job/{job} in namespace {ns} (the submitter pod exists)",
-              file=sys.stderr)
-        return k.stream(argv)
-    except KubectlError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-# CloudWatch Logs with no --since: the last day.
-CLOUDWATCH_DEFAULT_SINCE = timedelta(days=1)
-
-
-def _logs_from_cloudwatch(args: argparse.Namespace, cfg: KitConfig, since: timedelta | None) -> int:
-    if not cfg.observability.enabled:
-        print("error: no CloudWatch logs: observability.enabled is false in the config, so no "
-              "add-on ships container output. Fix: read the pods with --source kubectl while they "
-              "exist, or enable observability and deploy the cluster stack", file=sys.stderr)
-        return 1
-    if getattr(args, "previous", False) or getattr(args, "container", None):
-        print("note: --previous and -c apply to the pod's log; CloudWatch Logs holds every "
-              "container's lines, previous ones included", file=sys.stderr)
-    query = observability.log_query(cfg, node=args.node, submitter_container=SUBMITTER_CONTAINER)
-    start = datetime.now(timezone.utc) - (since or CLOUDWATCH_DEFAULT_SINCE)
-    print(f"source: {query.describe()}, since {start:%Y-%m-%d %H:%M:%S} UTC", file=sys.stderr)
-    try:
-        logs_client = options.aws_clients(args, cfg.region).logs
-        printed = observability.read_logs(logs_client, query, start=start, out=sys.stdout,
-                                          follow=args.follow, tail=getattr(args, "tail", None),
-                                          timestamps=getattr(args, "timestamps", False))
-    except aws.AWS_ERRORS as err:
-        if aws.error_code(err) == "ResourceNotFoundException":
-            print(f"error: log group {query.group} does not exist: the cluster stack is not "
-                  "deployed (its log groups go with it) or was deployed without observability. "
-                  "Fix: check the config and region", file=sys.stderr)
-        else:
-            print(f"error: {aws.describe_error(err)}. Fix: {aws.CREDENTIALS_FIX}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    if printed == 0:
-        print("No matching log lines in that window; widen it with --since (e.g. --since 3d)",
-              file=sys.stderr)
-        return 1
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "launch", help="apply the RayJob (refuses after a failed or missing fabric gate)",
@@ -602,31 +489,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="skip the CloudWatch health line (no AWS call)")
     add_output_option(s)
     s.set_defaults(func=_status)
-
-    lg = subparsers.add_parser("logs", help="the trainer's output (the RayJob's submitter)",
-                               description=__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    options.add_run_options(lg)
-    lg.add_argument("-f", "--follow", action="store_true", help="keep following the log")
-    lg.add_argument("--since", default=None,
-                    help="only the last 30m, 2h, 3d, ... (default: all of the pod's log; the last "
-                    "day from CloudWatch)")
-    lg.add_argument("--node", default=None,
-                    help="every container of the run on this node (Kubernetes node name), from "
-                    "CloudWatch Logs")
-    lg.add_argument("--source", choices=("auto", "kubectl", "cloudwatch"), default="auto",
-                    help="where to read: the pod (kubectl) or CloudWatch Logs; auto: the pod "
-                    "while it exists")
-    lg.add_argument("--tail", type=options.non_negative_int, default=None, metavar="N",
-                    help="only the last N lines (kubectl logs --tail; also from CloudWatch)")
-    lg.add_argument("--timestamps", action="store_true",
-                    help="prefix each line with its time (RFC 3339, as kubectl logs "
-                    "--timestamps)")
-    lg.add_argument("-p", "--previous", action="store_true",
-                    help="the previous, crashed container's log (kubectl logs --previous; the pod "
-                    "source only)")
-    lg.add_argument("-c", "--container", default=None,
-                    help="one container of the submitter pod (default: all of them; the pod "
-                    "source only)")
-    options.add_aws(lg, region=False, profile_help="AWS profile for CloudWatch Logs")
-    lg.set_defaults(func=_logs)

@@ -540,14 +540,14 @@ def test_read_logs_tail_leaves_out_the_older_lines_for_good():
 
 
 def run_logs(tmp_path, monkeypatch, *flags, logs_client=None):
-    from ops import aws, launch_cmd
+    from ops import aws, logs_cmd
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text((REPO_ROOT / "examples" / "p5-2node.yaml").read_text())
     if logs_client is not None:
         monkeypatch.setattr(aws, "client", lambda sess, service: logs_client)
     parser = argparse.ArgumentParser(prog="rlkit")
-    launch_cmd.register(parser.add_subparsers(dest="command"))
+    logs_cmd.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["logs", "--config", str(cfg), *flags])
     return args.func(args)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from manifests.efa_env import EfaEnvProfile
-from ops import gate_cmd, launch_cmd
+from ops import gate_cmd, launch_cmd, logs_cmd
 from ops.gate import evaluate
 from tests.support import FIXTURES as TEST_FIXTURES
 
@@ -221,7 +221,9 @@ def run(tmp_path, command, *flags):
     cfg = tmp_path / "gt.yaml"
     cfg.write_text(CONFIG)
     parser = argparse.ArgumentParser(prog="rlkit")
-    launch_cmd.register(parser.add_subparsers(dest="command"))
+    commands = parser.add_subparsers(dest="command")
+    launch_cmd.register(commands)
+    logs_cmd.register(commands)
     argv = [command, "--config", str(cfg), "--state-dir", str(tmp_path / ".rlkit")]
     if command == "launch":
         argv += ["--outputs", str(outputs_file(tmp_path)), "--out", str(tmp_path / "out")]
