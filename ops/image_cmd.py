@@ -41,13 +41,10 @@ from ops.output import add_output_option, emit, make_console, plain_table, wants
 from ops.image_build import (
     DEFAULT_PLATFORM,
     REVISION_LABEL,
-    TRAINER_DIR,
     BuildPlan,
     BuildTarget,
     ImageBuildError,
     check_reuse_revision,
-    context_files,
-    context_zip,
     describe_plan,
     existing_image,
     follow_build,
@@ -60,6 +57,7 @@ from ops.image_build import (
     upload_context,
     vcs_ref,
 )
+from ops.image_context import TRAINER_DIR, context_files, context_zip
 from ops.image_status import fetch_url, image_labels, image_platforms_held, list_images
 
 DEFAULT_TIMEOUT_S = 5 * 3600  # the project's 4 h build timeout plus queueing

@@ -23,21 +23,18 @@ from infra.names import OutputKeys
 from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE, IMAGE_BUILD_HOST_IMAGE
 from manifests.context import image_tag_for
 from ops.image_build import (
-    TRAINER_DIR,
     BuildTarget,
     base_image,
     build_args_passed,
     buildspec_commands,
     check_reuse_revision,
-    context_files,
-    context_key,
-    context_zip,
     describe_plan,
     dockerfile_args,
     load_buildspec,
     plan_build,
     trainer_unchanged,
 )
+from ops.image_context import TRAINER_DIR, context_files, context_key, context_zip
 
 DIGEST = base_image()[1]  # what images/trainer/Dockerfile pins (plan_build refuses another)
 OTHER_DIGEST = "sha256:" + "cd" * 32

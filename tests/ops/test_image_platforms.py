@@ -7,11 +7,11 @@ from infra.config import load_config, parse_config
 from ops.image_build import (
     BuildTarget,
     base_image,
-    context_zip,
     describe_plan,
     image_platforms,
     plan_build,
 )
+from ops.image_context import context_zip
 from tests.support import REPO_ROOT
 
 DIGEST = base_image()[1]  # what images/trainer/Dockerfile pins (plan_build refuses another)

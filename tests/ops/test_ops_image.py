@@ -14,7 +14,8 @@ from botocore.stub import ANY, Stubber
 from infra.names import OutputKeys
 from tests.support import REPO_ROOT
 from ops import cli
-from ops.image_build import BACKEND_LABEL, base_image, context_key, context_zip, follow_build
+from ops.image_build import BACKEND_LABEL, base_image, follow_build
+from ops.image_context import context_key, context_zip
 from ops.aws import AwsClients
 
 REGION = "us-east-1"
