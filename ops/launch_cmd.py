@@ -29,6 +29,8 @@ that are not running named, with why (a read that fails is tried again, up to fi
 left, when EKS drains the nodes). Then, on stderr, the environment's CloudWatch dashboard URL and
 a one-line health summary (GPU use, EFA drops, failed nodes, restarts, reward, step time; a
 RUNNING job whose run reported no training step for a while is a problem; --no-health skips it).
+When the run is over and the training group is on-demand, it says that the group's GPU nodes
+keep billing until the group is scaled down.
 """
 
 from __future__ import annotations
@@ -340,6 +342,21 @@ def _print_windows(args: argparse.Namespace, cfg: KitConfig) -> None:
 # --- status --------------------------------------------------------------------------------------
 
 
+def idle_nodes_note(cfg: KitConfig) -> str | None:
+    """What keeps billing once the run is over: the training group's on-demand GPU nodes, which
+    nothing scales down (KubeRay deletes only the Ray cluster). None for reserved capacity, which
+    bills whether nodes run or not, and for a group already at zero."""
+    t = cfg.training
+    g = cfg.gpu_node_groups[t.node_group]
+    if g.capacity.type != "on-demand" or g.desired_size == 0:
+        return None
+    return (f"The run no longer uses gpu_node_groups.{t.node_group}, but its {g.desired_size} "
+            f"{g.instance_type} node(s) keep running, and billing, until the group is scaled "
+            f"down: set gpu_node_groups.{t.node_group}.desired_size: 0 and min_size: 0 and deploy "
+            "(cdk deploy), or rlkit teardown when the environment is done")
+
+
+
 def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
     cfg = options.load_config(args)
     if cfg is None:
@@ -398,6 +415,9 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
               f"Its output: rlkit logs{flag}", file=sys.stderr)
         return 0
     state = st.get("jobDeploymentStatus") or ""
+    idle = idle_nodes_note(cfg)
+    if idle and (finished(doc) or DEPLOYMENT_STATES.get(state) == "suspended"):
+        print(idle, file=sys.stderr)
     if DEPLOYMENT_STATES.get(state) in ("suspending", "suspended"):
         # KubeRay v1.7.0 deletes the Ray cluster and resets jobStatus to "" (rayjob_controller.go
         # :366-410), and runs nothing until spec.suspend is false: not a finished run.

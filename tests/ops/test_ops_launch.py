@@ -652,6 +652,37 @@ def test_status_watch_goes_on_through_an_attempt_kuberay_retries(tmp_path, kubec
         "jobDeploymentStatus Initializing", "jobDeploymentStatus Complete"]
 
 
+IDLE = ("The run no longer uses gpu_node_groups.p5, but its 2 p5.48xlarge node(s) keep running, and "
+        "billing, until the group is scaled down: set gpu_node_groups.p5.desired_size: 0 and "
+        "min_size: 0 and deploy (cdk deploy), or rlkit teardown when the environment is done")
+
+
+@pytest.mark.parametrize("job, deployment, code", [
+    ("SUCCEEDED", "Complete", 0), ("FAILED", "Failed", 1), ("STOPPED", "Complete", 1), ("", "Suspended", 1)])
+def test_a_run_that_is_over_names_the_gpu_nodes_still_billing(tmp_path, kubectl, capsys, job, deployment,
+                                                            code):
+    """Before: the watch ended (exit 0 on success) with nothing said, while KubeRay had deleted only
+    the Ray cluster and the on-demand GPU nodes went on billing until someone scaled them down."""
+    kubectl.rule(["get", "rayjob"], stdout=rayjob(job, deployment))
+    assert run(tmp_path, "status", "--watch") == code
+    assert IDLE in capsys.readouterr().err
+
+
+def test_a_running_or_retried_run_or_reserved_capacity_gets_no_idle_note(tmp_path, kubectl, capsys):
+    from infra.config import parse_config
+    from ops.launch_cmd import idle_nodes_note
+
+    kubectl.rule(["get", "rayjob"], stdout_seq=[rayjob(), rayjob("FAILED", "Retrying", failed=1)])
+    for _ in range(2):
+        assert run(tmp_path, "status") == 0
+        assert "keep running, and billing" not in capsys.readouterr().err
+    odcr = parse_config({"name": "gt", "gpu_node_groups": {"p5": {
+        "instance_type": "p5.48xlarge", "availability_zone": "us-east-1a", "desired_size": 2,
+        "max_size": 2, "capacity": {"type": "odcr", "reservation_id": "cr-0123456789abcdef0"}}},
+        "training": {"node_group": "p5", "nodes": 2}})
+    assert idle_nodes_note(odcr) is None
+
+
 def test_status_of_an_attempt_being_retried_is_not_a_failure(tmp_path, kubectl, capsys):
     kubectl.rule(["get", "rayjob"], stdout=rayjob("FAILED", "Retrying", failed=1))
     assert run(tmp_path, "status") == 0
