@@ -59,8 +59,7 @@ from ops.teardown_leftovers import (
     belongs_to,
     cluster_log_groups,
     kept_physical_ids,
-    outlived_its_stack,
-    retained_by_deleted_stacks,
+    retained_by_its_stack,
     scheduled_key_deletions,
     split_leftovers,
     tagged_resources,
@@ -250,14 +249,13 @@ def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], retained_
         try:
             if kept_ids is None:
                 kept_ids = kept_physical_ids(c.cloudformation, kept_stacks, [])
-                earlier, read = retained_by_deleted_stacks(c.cloudformation, name)
-                retained_ids = list(retained_ids) + earlier
+                read: dict[str, set[str] | None] = {}
             tags = tagged_resources(c.tagging, name)
             kept, left = split_leftovers(list(tags), kept_stacks, kept_ids)
             scheduled = scheduled_key_deletions(c.kms, left)
             retained = [a for a in left if a not in scheduled and (
                 belongs_to(a, [], retained_ids)
-                or outlived_its_stack(c.cloudformation, name, tags[a], read))]
+                or retained_by_its_stack(c.cloudformation, name, tags[a], read))]
             groups = cluster_log_groups(c.logs, names.eks_cluster_name(name))
         except aws.AWS_ERRORS as err:
             print(f"warning: could not list what is left: {aws.describe_error(err)}. Check by "

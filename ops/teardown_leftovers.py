@@ -27,40 +27,40 @@ def _own_stack_name(env_name: str, stack: str) -> bool:
     return stack in names.stack_names(env_name).values() or _gpu_group_of(env_name, stack) is not None
 
 
-def retained_by_deleted_stacks(cfn: Any, env_name: str) -> tuple[list[str], set[str]]:
-    """(physical IDs, stack IDs): what this environment's deleted stacks left in place on purpose,
-    and the deleted stacks read. CloudFormation lists a deleted stack, its template and its
-    resources for 90 days (ListStackResources, by stack ID); a resource it retained has
-    ResourceStatus DELETE_SKIPPED (or DeletionPolicy Retain and is not DELETE_COMPLETE). A
-    resource CloudFormation deleted is DELETE_COMPLETE, whatever the tagging API still lists."""
-    ids, read = [], set()
-    for page in cfn.get_paginator("list_stacks").paginate(StackStatusFilter=["DELETE_COMPLETE"]):
-        for summary in page.get("StackSummaries", []):
-            if not _own_stack_name(env_name, summary["StackName"]):
-                continue
-            stack_id = summary["StackId"]
-            template = _template(cfn, stack_id).get("Resources", {})
-            for rpage in cfn.get_paginator("list_stack_resources").paginate(StackName=stack_id):
-                for r in rpage.get("StackResourceSummaries", []):
-                    status = r.get("ResourceStatus")
-                    policy = template.get(r["LogicalResourceId"], {}).get("DeletionPolicy")
-                    if r.get("PhysicalResourceId") and (status == "DELETE_SKIPPED" or (
-                            policy in _RETAIN and status not in _GONE)):
-                        ids.append(r["PhysicalResourceId"])
-            read.add(stack_id)
-    return ids, read
-
-
-def outlived_its_stack(cfn: Any, env_name: str, tags: dict[str, str], read: set[str]) -> bool:
-    """Whether a resource's aws:cloudformation:* tags name a stack of this environment that
-    CloudFormation no longer knows (deleted over 90 days ago): the resource outlived it, so the
-    stack retained it. A stack it still knows was read by ``retained_by_deleted_stacks``, or is
-    live (its resources are kept or deleted with it)."""
+def retained_by_its_stack(cfn: Any, env_name: str, tags: dict[str, str],
+                          read: dict[str, set[str] | None]) -> bool:
+    """Whether a deleted stack of this environment left the resource with ``tags`` in place on
+    purpose. CloudFormation tags what it creates with aws:cloudformation:stack-name, stack-id and
+    logical-id; while it remembers the deleted stack (90 days: DescribeStacks, GetTemplate and
+    ListStackResources by stack ID) the resource counts only if the template gave it
+    DeletionPolicy Retain and CloudFormation did not delete it: a resource someone chose to retain
+    when deleting a failed stack (DELETE_SKIPPED, no such policy) is a leftover like any other.
+    A stack CloudFormation no longer knows was deleted over 90 days ago, so the resource outlived
+    it: retained. ``read`` caches each stack's retained logical IDs (None: forgotten), so the
+    calls follow the leftovers, not the environment's history of deleted stacks."""
     stack, stack_id = (tags.get("aws:cloudformation:stack-name"),
                        tags.get("aws:cloudformation:stack-id"))
-    if not stack or not stack_id or stack_id in read or not _own_stack_name(env_name, stack):
+    if not stack or not stack_id or not _own_stack_name(env_name, stack):
         return False
-    return stack_status(cfn, stack_id) is None
+    if stack_id not in read:
+        status = stack_status(cfn, stack_id)
+        read[stack_id] = (None if status is None else
+                          _retained_logical_ids(cfn, stack_id) if status[0] in _GONE else set())
+    retained = read[stack_id]
+    return retained is None or tags.get("aws:cloudformation:logical-id") in retained
+
+
+def _retained_logical_ids(cfn: Any, stack_id: str) -> set[str]:
+    """The logical IDs a deleted stack left in place by its DeletionPolicy."""
+    template = _template(cfn, stack_id).get("Resources", {})
+    kept = set()
+    for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack_id):
+        for r in page.get("StackResourceSummaries", []):
+            lid = r["LogicalResourceId"]
+            if (template.get(lid, {}).get("DeletionPolicy") in _RETAIN
+                    and r.get("ResourceStatus") not in _GONE):
+                kept.add(lid)
+    return kept
 
 
 def scheduled_key_deletions(kms: Any, arns: list[str]) -> list[str]:

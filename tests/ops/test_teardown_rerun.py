@@ -3,6 +3,7 @@ deleted is not touched again, and the retry is not failed by a stale status (mot
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
 import boto3
@@ -199,9 +200,15 @@ def test_what_a_deleted_data_stack_retained_is_kept_on_every_later_teardown(tmp_
     ids = make_env(data=RETAINED_DATA)
     tag_retained(ids)
     fill_bucket(ids["Bucket"])
-    code1, _ = run(tmp_path, "--yes", "--delete-data")
+    # CloudFormation's own tags on what it created (moto adds none)
+    stack_id = boto3.client("cloudformation", region_name=REGION).describe_stacks(
+        StackName="tt-data")["Stacks"][0]["StackId"]
+    tagging = Tagging({
+        f"arn:aws:s3:::{ids['Bucket']}": cfn_tags("tt-data", stack_id, "Bucket"),
+        f"arn:aws:kms:us-east-1:123456789012:key/{ids['Key']}": cfn_tags("tt-data", stack_id, "Key")})
+    code1, _ = run(tmp_path, "--yes", "--delete-data", tagging=tagging)
     out1 = capsys.readouterr().out
-    code2, _ = run(tmp_path, "--yes", "--delete-data")
+    code2, _ = run(tmp_path, "--yes", "--delete-data", tagging=tagging)
     out2 = capsys.readouterr().out
     assert (code1, code2) == (0, 0), out2
     for out in (out1, out2):
@@ -241,11 +248,46 @@ class Tagging:
         return Pages()
 
 
-def cfn_tags(stack: str) -> list[dict[str, str]]:
+def cfn_tags(stack: str, stack_id: str | None = None, logical_id: str = "DataBucket"
+             ) -> list[dict[str, str]]:
+    """The tags CloudFormation puts on what it creates (a made-up stack ID by default: a stack it
+    no longer knows)."""
     return [{"Key": "aws:cloudformation:stack-name", "Value": stack},
-            {"Key": "aws:cloudformation:stack-id", "Value": "arn:aws:cloudformation:us-east-1:"
-             f"123456789012:stack/{stack}/0f0e0d0c-0000-0000-0000-000000000000"},
-            {"Key": "aws:cloudformation:logical-id", "Value": "DataBucket"}]
+            {"Key": "aws:cloudformation:stack-id", "Value": stack_id or "arn:aws:cloudformation:"
+             f"us-east-1:123456789012:stack/{stack}/0f0e0d0c-0000-0000-0000-000000000000"},
+            {"Key": "aws:cloudformation:logical-id", "Value": logical_id}]
+
+
+def test_what_someone_retained_from_a_failed_stack_delete_is_a_leftover():
+    """Before: any DELETE_SKIPPED resource of a deleted stack counted as "kept on purpose
+    (retained by the stack's policy)", so a NAT gateway retained from the console while deleting a
+    failed network stack went on billing behind an exit 0. Only a DeletionPolicy Retain counts;
+    each deleted stack is read once, however many of its resources are left."""
+    from ops.teardown_leftovers import retained_by_its_stack
+
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    stub = Stubber(cfn)
+    sid = "arn:aws:cloudformation:us-east-1:123456789012:stack/tt-network/1"
+    stub.add_response("describe_stacks", {"Stacks": [{
+        "StackName": "tt-network", "StackId": sid, "CreationTime": datetime(2026, 11, 1, tzinfo=timezone.utc),
+        "StackStatus": "DELETE_COMPLETE"}]}, {"StackName": sid})
+    stub.add_response("get_template", {"TemplateBody": json.dumps({"Resources": {
+        "Nat": {"Type": "AWS::EC2::NatGateway"},
+        "Logs": {"Type": "AWS::Logs::LogGroup", "DeletionPolicy": "Retain"}}})}, {"StackName": sid})
+    stub.add_response("list_stack_resources", {"StackResourceSummaries": [
+        {"LogicalResourceId": "Nat", "PhysicalResourceId": "nat-0abc", "ResourceType": "AWS::EC2::NatGateway",
+         "ResourceStatus": "DELETE_SKIPPED", "LastUpdatedTimestamp": datetime(2026, 11, 2, tzinfo=timezone.utc)},
+        {"LogicalResourceId": "Logs", "PhysicalResourceId": "tt-flow", "ResourceType": "AWS::Logs::LogGroup",
+         "ResourceStatus": "DELETE_SKIPPED", "LastUpdatedTimestamp": datetime(2026, 11, 2, tzinfo=timezone.utc)}]},
+        {"StackName": sid})
+    read: dict = {}
+    with stub:
+        nat = retained_by_its_stack(cfn, "tt", {t["Key"]: t["Value"] for t in cfn_tags("tt-network", sid, "Nat")},
+                                    read)
+        logs = retained_by_its_stack(cfn, "tt", {t["Key"]: t["Value"] for t in cfn_tags("tt-network", sid, "Logs")},
+                                     read)
+    assert (nat, logs) == (False, True)
+    stub.assert_no_pending_responses()
 
 
 def test_a_resource_of_a_stack_deleted_beyond_cloudformations_memory_is_kept_by_its_tags(
