@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from infra import names
-from infra.config import KitConfig
+from infra.config import KitConfig, config_cost
 from ops.aws import AWS_ERRORS
 
 _GONE = {"DELETE_COMPLETE"}
@@ -58,6 +58,7 @@ class Target:
     # (GPU group, cr-... ID) of each On-Demand Capacity Reservation the config names: not the
     # kit's, never cancelled, but it bills until it ends or is cancelled.
     odcrs: tuple[tuple[str, str], ...] = ()
+    shared_fs_cost: str | None = None  # the configured file system's size and monthly cost
 
     @classmethod
     def of(cls, cfg: "KitConfig | Target") -> "Target":
@@ -68,7 +69,8 @@ class Target:
                    storage_retain=cfg.storage.retain,
                    odcrs=tuple((g, group.capacity.reservation_id)
                                for g, group in cfg.gpu_node_groups.items()
-                               if group.capacity.type == "odcr" and group.capacity.reservation_id))
+                               if group.capacity.type == "odcr" and group.capacity.reservation_id),
+                   shared_fs_cost=(cost.describe() if (cost := config_cost(cfg)) else None))
 
     @classmethod
     def by_name(cls, name: str, region: str, account: str | None = None) -> "Target":
@@ -189,19 +191,26 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
             "the shared file system is retained with the data"
             f"{'' if cfg.from_config else ' (its deployed DeletionPolicy is Retain)'}; with "
             "storage.retain: false (and the storage stack redeployed) --delete-data deletes it too"))
+        if cfg.shared_fs_cost:
+            plan.why_kept[stack["storage"]] += f". It bills while it stays: {cfg.shared_fs_cost}"
     if ours(stack["network"]):
         if storage and not storage_deletable:
             plan.kept.append(stack["network"])
             plan.why_kept[stack["network"]] = "the kept shared file system lives in this VPC"
             nat = nat_gateways(cfn, stack["network"])
             if nat:
+                # CDK builds the default config without -c config=...: name the user's file.
+                deploy = (f"cdk deploy --exclusively {stack['storage']} -c config=<your config "
+                          "file>")
+                first = ("" if not fs_retained else
+                         f"set storage.retain: false and deploy it ({deploy}); then ")
                 plan.why_kept[stack["network"]] += (
                     f". Its {nat} NAT gateway(s) bill by the hour (and per GB they process) for as "
-                    "long as it stays. Once the file system is no longer wanted: set "
-                    f"storage.retain: false, cdk deploy --exclusively {stack['storage']}, then aws "
-                    f"cloudformation delete-stack --stack-name {stack['storage']} (the data stays) "
-                    "and run teardown again, which then deletes the network; or teardown "
-                    "--delete-data, which deletes the data as well")
+                    f"long as it stays. Once the file system is no longer wanted: {first}teardown "
+                    "--delete-data deletes the file system, then the network, and the data; to keep "
+                    f"the data, {first and 'after that deploy '}delete only the storage stack (aws "
+                    f"cloudformation delete-stack --stack-name {stack['storage']}) and run teardown "
+                    "again, which then deletes the network")
         else:
             stages.append([stack["network"]])
     plan.stages = [s for s in stages if s]

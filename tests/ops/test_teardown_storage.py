@@ -158,10 +158,30 @@ def test_a_network_kept_for_the_file_system_says_its_nat_gateways_bill(tmp_path,
     assert code == 0, out
     assert ("Keeping tt-network: the kept shared file system lives in this VPC. Its 2 NAT "
             "gateway(s) bill by the hour (and per GB they process) for as long as it stays. Once "
-            "the file system is no longer wanted: set storage.retain: false, cdk deploy "
-            "--exclusively tt-storage, then aws cloudformation delete-stack --stack-name tt-storage (the data "
-            "stays) and run teardown again, which then deletes the network; or teardown "
-            "--delete-data, which deletes the data as well.") in out
+            "the file system is no longer wanted: set storage.retain: false and deploy it (cdk "
+            "deploy --exclusively tt-storage -c config=<your config file>); then teardown "
+            "--delete-data deletes the file system, then the network, and the data; to keep the "
+            "data, after that deploy delete only the storage stack (aws cloudformation delete-stack "
+            "--stack-name tt-storage) and run teardown again, which then deletes the network.") in out
+    # the kept file system's own bill, from the config
+    assert ("Keeping tt-storage: the shared file system is retained with the data; with "
+            "storage.retain: false (and the storage stack redeployed) --delete-data deletes it too. "
+            "It bills while it stays: FSx for Lustre PERSISTENT_2, 1200 GiB at 250 MB/s/TiB") in out
+
+
+def test_a_file_system_that_is_not_retained_needs_only_delete_data(tmp_path, capsys):
+    """Before: with storage.retain already false the advice still said to set it (and a `cdk
+    deploy` without the config, which builds the default environment)."""
+    make_env_with_storage()
+    cfn = NetworkWithNat(boto3.client("cloudformation", region_name="us-east-1"), 1)
+    code, _ = teardown_run(tmp_path, "--yes", config_text="name: tt\nstorage: {retain: false}\n",
+                           cfn=cfn)
+    out = capsys.readouterr().out
+    assert ("Once the file system is no longer wanted: teardown --delete-data deletes the file "
+            "system, then the network, and the data; to keep the data, delete only the storage "
+            "stack (aws cloudformation delete-stack --stack-name tt-storage) and run teardown "
+            "again") in out
+    assert "set storage.retain" not in out
 
 
 def test_a_kept_network_without_nat_gateways_says_nothing_of_them(tmp_path, capsys):
