@@ -5,7 +5,7 @@ deployed yet, a warning naming the permission when it cannot be read)."""
 from __future__ import annotations
 
 import json
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from infra.problems import PASS, WARN
 from ops.aws import AWS_ERRORS, AwsClients, describe_error
@@ -43,3 +43,19 @@ def tag_changes(deployed: dict[str, str], wanted: dict[str, str]) -> str:
     return "; ".join(sorted(f"{k}: {deployed.get(k, '(none)')} -> {wanted.get(k, '(none)')}"
                             for k in deployed.keys() | wanted.keys()
                             if deployed.get(k) != wanted.get(k)))
+
+
+def stacks_importing(cfn: Any, export: str) -> list[str]:
+    """The stacks that import CloudFormation export ``export`` (ListImports, every page; none is
+    an error in ListImports' own answer, "is not imported by any stack")."""
+    users, token = [], None
+    try:
+        while True:
+            page = cfn.list_imports(ExportName=export, **({"NextToken": token} if token else {}))
+            users += page.get("Imports", [])
+            if not (token := page.get("NextToken")):
+                return sorted(users)
+    except AWS_ERRORS as err:
+        if "is not imported by any stack" not in str(err):
+            raise
+        return []

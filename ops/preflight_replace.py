@@ -85,7 +85,7 @@ from manifests.outputs import describe_stack_outputs
 from ops import artifacts, chart_crds
 from ops.aws import AWS_ERRORS, AwsClients, describe_error
 from ops.check_result import Check
-from ops.deployed import deployed_template, read_stack, tag_changes
+from ops.deployed import deployed_template, read_stack, stacks_importing, tag_changes
 from ops.preflight_nodegroups import check_system_nodes_kept, gpu_group_checks
 
 FSX_KEPT = "shared file system kept"
@@ -283,21 +283,34 @@ def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
             f"keep availability_zones starting with {deployed}, and add zones at the end")
     local = _numbered_in(template, "AWS::EC2::Subnet", _LOCAL_ZONE_SUBNET_ID, "AvailabilityZone")
     deployed_local = [local[n] for n in sorted(local)]
-    if list(cfg.local_zones)[:len(deployed_local)] != deployed_local:
+    wanted_local = list(cfg.local_zones)
+    dropped = deployed_local[len(wanted_local):]
+    if deployed_local[:len(wanted_local)] == wanted_local and dropped:
+        # Zones dropped from the end only: their subnets go, which works once no stack imports
+        # them (the GPU stacks of groups placed there destroyed first).
+        users = _local_zone_importers(clients, template, sorted(local)[len(wanted_local):])
+        if isinstance(users, Check):
+            return users
+        if users:
+            return Check(
+                ZONE_ORDER, f"local_zones ({stack})", FAIL,
+                f"this config drops {', '.join(dropped)} from local_zones, but {', '.join(users)} "
+                "still imports its subnet (\"Export ... cannot be deleted as it is in use\"), so "
+                "the network stack update fails",
+                f"destroy {', '.join(users)} first (cdk destroy {' '.join(users)} -c config=<your "
+                "config file>, with the groups in that zone still in it), then deploy this config")
+    elif wanted_local[:len(deployed_local)] != deployed_local:
         # A Local Zone subnet's CIDR follows its position, so one moved to another zone keeps its
         # CIDR, which CloudFormation refuses ("CIDR Block must change if Availability Zone is
-        # changed and VPC ID is not changed"); one removed is still imported by the GPU stack of
-        # the group placed in it ("Export ... cannot be deleted as it is in use").
+        # changed and VPC ID is not changed").
         return Check(
             ZONE_ORDER, f"local_zones ({stack})", FAIL,
             f"the deployed Local Zone subnets are numbered for {deployed_local}, this config lists "
-            f"{list(cfg.local_zones)}: a deploy would move a subnet to another zone under the same "
-            "CIDR block (refused) or remove one a GPU stack imports, so the network stack update "
-            "fails",
+            f"{wanted_local}: a deploy would move a subnet to another zone under the same CIDR "
+            "block, which CloudFormation refuses, so the network stack update fails",
             f"keep local_zones starting with {deployed_local} and add zones at the end; to drop "
-            "or replace a Local Zone, first destroy the GPU stacks of the groups in it (`cdk "
-            "destroy <stack>`), deploy with that zone removed from the end of the list, then add "
-            "the new one")
+            "or replace a Local Zone, drop the zones from the end of the list (destroying the GPU "
+            "stacks of the groups in them first), deploy, then add the new one at the end")
     if len(wanted) > len(deployed):
         return Check(
             ZONE_ORDER, subject, WARN,
@@ -305,7 +318,28 @@ def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
             "system node group's subnets change, which replaces that group (the job submitter, "
             "the KubeRay operator and CoreDNS move to new nodes)",
             "deploy it when no job runs")
-    return Check(ZONE_ORDER, subject, PASS, f"the subnets stay in {deployed + deployed_local}")
+    return Check(ZONE_ORDER, subject, PASS,
+                 f"the subnets stay in {deployed + deployed_local[:len(wanted_local)]}"
+                 + (f"; the subnets of {', '.join(dropped)} go (no stack imports them)"
+                    if dropped else ""))
+
+
+def _local_zone_importers(clients: AwsClients, template: dict, numbers: list[int]
+                          ) -> list[str] | Check:
+    """The stacks importing the subnets of the Local Zones numbered ``numbers`` (the exports the
+    deployed network template gives them, then ListImports)."""
+    ids = {name for name, r in template.get("Resources", {}).items()
+           if (m := _LOCAL_ZONE_SUBNET_ID.search(name)) and int(m.group(1)) in numbers}
+    exports = [o["Export"]["Name"] for o in template.get("Outputs", {}).values()
+               if isinstance(o.get("Export", {}).get("Name"), str)
+               and o.get("Value") in [{"Ref": i} for i in ids]]
+    try:
+        return sorted({s for e in exports for s in stacks_importing(clients.cloudformation, e)})
+    except AWS_ERRORS as err:
+        return Check(ZONE_ORDER, "local_zones", WARN,
+                     f"cannot tell which stacks still import the dropped Local Zones' subnets: "
+                     f"{describe_error(err)}", "allow cloudformation:ListImports, then run "
+                     "preflight again before deploying the network stack")
 
 
 def check_node_taints(clients: AwsClients, cfg: KitConfig, group_name: str) -> Check:

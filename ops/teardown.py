@@ -35,6 +35,7 @@ from typing import Any, Callable
 from infra import names
 from infra.config import KitConfig, config_cost
 from ops.aws import AWS_ERRORS
+from ops.deployed import stacks_importing
 
 _GONE = {"DELETE_COMPLETE"}
 _FAILED = {"DELETE_FAILED"}
@@ -275,18 +276,9 @@ def outside_importers(cfn: Any, stack: str, deleting: list[str] = ()) -> dict[st
                if o.get("ExportName")]
     importers = {}
     for export in exports:
-        users, token = [], None
-        try:
-            while True:
-                page = cfn.list_imports(ExportName=export, **({"NextToken": token} if token else {}))
-                users += [s for s in page.get("Imports", []) if s not in deleting]
-                if not (token := page.get("NextToken")):
-                    break
-        except AWS_ERRORS as err:
-            if "is not imported by any stack" not in str(err):  # ListImports' answer for none
-                raise
+        users = [s for s in stacks_importing(cfn, export) if s not in deleting]
         if users:
-            importers[export] = sorted(users)
+            importers[export] = users
     return importers
 
 

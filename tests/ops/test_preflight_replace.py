@@ -271,18 +271,34 @@ def test_admin_entries_are_keyed_by_position_under_the_ids_the_check_reads(synth
 # --- the order of availability_zones -------------------------------------------------------------
 
 
-def network_stack(zones: list[str], local_zones: tuple[str, ...] = ()) -> AwsClients:
+def lz_export(n: int) -> str:
+    return f"pf-network:ExportsOutputRefNetworkLocalZone{n}Subnet{0xABC000 + n:08X}0A1B2C3D"
+
+
+def network_stack(zones: list[str], local_zones: tuple[str, ...] = (),
+                  imports: dict[int, list[str]] | None = None) -> AwsClients:
     """AwsClients whose GetTemplate returns a network stack with one public and one private
-    subnet per zone and one subnet per Local Zone, numbered as CDK numbers them."""
+    subnet per zone and one exported subnet per Local Zone, numbered as CDK numbers them; then
+    ListImports answers for the Local Zones numbered in ``imports`` (an empty list: CloudFormation's
+    "not imported by any stack")."""
     cfn, stub = stubbed("cloudformation")
     subnets = {f"NetworkVpc{kind}Subnet{n}Subnet{1234567 + n:08X}": {
         "Type": "AWS::EC2::Subnet", "Properties": {"AvailabilityZone": zone}}
         for kind in ("public", "private") for n, zone in enumerate(zones, start=1)}
-    subnets |= {f"NetworkLocalZone{n}Subnet{0xABC000 + n:08X}": {
+    local = {f"NetworkLocalZone{n}Subnet{0xABC000 + n:08X}": {
         "Type": "AWS::EC2::Subnet", "Properties": {"AvailabilityZone": zone}}
         for n, zone in enumerate(local_zones, start=1)}
-    stack_answer(stub, "get_template", "pf-network",
-                 {"TemplateBody": json.dumps({"Resources": subnets})}, None)
+    outputs = {f"ExportsOutputRef{lid}0A1B2C3D": {"Value": {"Ref": lid},
+                                                   "Export": {"Name": lz_export(n)}}
+               for n, lid in enumerate(local, start=1)}
+    stack_answer(stub, "get_template", "pf-network", {"TemplateBody": json.dumps(
+        {"Resources": subnets | local, "Outputs": outputs})}, None)
+    for n, users in (imports or {}).items():
+        if users:
+            stub.add_response("list_imports", {"Imports": users}, {"ExportName": lz_export(n)})
+        else:
+            stub.add_client_error("list_imports", "ValidationError", f"Export '{lz_export(n)}' is "
+                                  "not imported by any stack.", expected_params={"ExportName": lz_export(n)})
     stub.activate()
     return AwsClients(cloudformation=cfn)
 
@@ -328,9 +344,8 @@ DFW, MIA = "us-east-1-dfw-2a", "us-east-1-mia-1a"
 @pytest.mark.parametrize("deployed, wanted", [
     ((DFW,), [MIA]),        # replaced: LocalZone1 would move to MIA under DFW's CIDR block
     ((DFW, MIA), [MIA]),    # the first removed: LocalZone1 moves, LocalZone2 goes
-    ((DFW,), []),           # removed while the GPU stack of the group in it imports it
 ])
-def test_a_local_zone_moved_or_removed_fails(deployed, wanted):
+def test_a_local_zone_moved_fails(deployed, wanted):
     """Before: only the private subnets were compared, so swapping the Local Zone of a deployed
     UltraServer environment (as the reservation check's fix suggested) passed, and the network
     stack update failed."""
@@ -341,7 +356,26 @@ def test_a_local_zone_moved_or_removed_fails(deployed, wanted):
         f"the deployed Local Zone subnets are numbered for {list(deployed)}, this config lists "
         f"{wanted}: a deploy would move a subnet to another zone under the same CIDR block")
     assert check.fix.startswith(f"keep local_zones starting with {list(deployed)} and add zones "
-                                "at the end; to drop or replace a Local Zone, first destroy")
+                                "at the end; to drop or replace a Local Zone, drop the zones from "
+                                "the end of the list")
+
+
+@pytest.mark.parametrize("deployed, wanted, dropped", [((DFW,), [], 1), ((DFW, MIA), [DFW], 2)])
+def test_a_local_zone_dropped_from_the_end_fails_only_while_a_stack_imports_its_subnet(
+        deployed, wanted, dropped):
+    """The fix of a moved zone is to drop zones from the end once their GPU stacks are gone: a
+    drop fails only while a stack still imports the subnet (ListImports), else it passes."""
+    cfg = config(availability_zones=ZONES, local_zones=wanted)
+    check = preflight_replace.check_zone_order(
+        network_stack(ZONES, deployed, {dropped: ["pf-gpu-gb200"]}), cfg)
+    assert (check.status, check.subject) == (FAIL, "local_zones (pf-network)")
+    assert check.detail == (
+        f"this config drops {deployed[-1]} from local_zones, but pf-gpu-gb200 still imports its "
+        "subnet (\"Export ... cannot be deleted as it is in use\"), so the network stack update fails")
+    assert check.fix.startswith("destroy pf-gpu-gb200 first (cdk destroy pf-gpu-gb200 -c config=")
+    gone = preflight_replace.check_zone_order(network_stack(ZONES, deployed, {dropped: []}), cfg)
+    assert (gone.status, gone.detail) == (PASS, f"the subnets stay in {ZONES + wanted}; the subnets "
+                                          f"of {deployed[-1]} go (no stack imports them)")
 
 
 def test_a_local_zone_added_at_the_end_passes():
@@ -362,6 +396,12 @@ def test_local_zone_subnets_are_numbered_by_position_with_a_cidr_by_position(syn
     assert [found[n]["AvailabilityZone"] for n in sorted(found)] == s.config.local_zones != []
     cidr = ipaddress.ip_network(s.config.vpc.cidr)
     assert found[1]["CidrBlock"] == str(list(cidr.subnets(prefixlen_diff=PRIVATE_SUBNET_BITS))[-1])
+    # the GPU stack imports the subnet through an export of the shape the drop check reads
+    network = s.template("network")
+    [lid] = [k for k in resources(network, "AWS::EC2::Subnet")
+             if preflight_replace._LOCAL_ZONE_SUBNET_ID.search(k)]
+    assert [o["Export"]["Name"] for o in network["Outputs"].values()
+            if o.get("Value") == {"Ref": lid}] != []
 
 
 # --- a GPU group's taints ------------------------------------------------------------------------
