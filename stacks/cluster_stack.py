@@ -49,6 +49,7 @@ class ClusterStack(Stack):
             ami_release_version=config.node_ami_release_version,
             cluster_name=cluster_name,
             control_plane_logs=log_groups is not None,
+            log_retention_days=observability.log_retention_days,
             vpc_cni_env=config.vpc.pod_addresses.cni_env() if config.vpc.pod_addresses else None,
         )
         self.cluster = kit_cluster.cluster

@@ -16,6 +16,7 @@ class NetworkStack(Stack):
         network = KitVpc(self, "Network", cidr=config.vpc.cidr,
                          availability_zones=config.availability_zones,
                          nat_gateways=config.vpc.nat_gateways,
+                         log_retention_days=config.observability.log_retention_days,
                          local_zones=tuple(config.local_zones))
         self.vpc = network.vpc
         self.local_zone_subnets = network.local_zone_subnets

@@ -290,7 +290,9 @@ class ObservabilityConfig(_Model):
     )
     log_retention_days: int = Field(
         30, description="Days the control-plane, container and training-metric log groups keep "
-        "their events (a CloudWatch Logs retention period: 1, 3, 5, 7, 14, 30, 60, 90, ...)."
+        "their events, and so do the VPC's flow-log group and the kubectl provider's Lambda log "
+        "groups, also with observability off (a CloudWatch Logs retention period: 1, 3, 5, 7, 14, "
+        "30, 60, 90, ...)."
     )
     application_signals: bool = Field(
         False, description="Let the add-on run CloudWatch Application Signals (auto-instrumented "

@@ -35,7 +35,8 @@ class KitCluster(Construct):
                  endpoint_access: EndpointAccessConfig, admin_role_arns: list[str],
                  system_nodes: SystemNodesConfig, managed_addons: dict[str, str | None],
                  node_monitoring_agent: bool, gpu_tolerations: list[dict[str, str]],
-                 kubectl_layer_factory, ami_release_version: str | None = None,
+                 kubectl_layer_factory, log_retention_days: int,
+                 ami_release_version: str | None = None,
                  cluster_name: str | None = None,
                  control_plane_logs: bool = True,
                  vpc_cni_env: dict[str, str] | None = None) -> None:
@@ -88,6 +89,9 @@ class KitCluster(Construct):
         for group in provider.node.find_all():
             if isinstance(group, logs.CfnLogGroup):
                 barrier.node.add_dependency(group)
+                # observability.log_retention_days, not CDK's 731 days (an in-place update: only
+                # LogGroupName is create-only, and it stays the function's).
+                group.retention_in_days = log_retention_days
         # Only an imported VPC (vpc.existing) triggers this: its owner tags its subnets. The kit
         # creates no load balancers; README "Existing VPC" lists the tags the AWS Load Balancer
         # Controller needs.

@@ -22,7 +22,8 @@ class KitVpc(Construct):
     """
 
     def __init__(self, scope: Construct, id: str, *, cidr: str, availability_zones: list[str],
-                 nat_gateways: int, local_zones: tuple[str, ...] = ()) -> None:
+                 nat_gateways: int, log_retention_days: int,
+                 local_zones: tuple[str, ...] = ()) -> None:
         super().__init__(scope, id)
         prefix = ipaddress.ip_network(cidr).prefixlen
         self.vpc = ec2.Vpc(
@@ -53,6 +54,11 @@ class KitVpc(Construct):
         # Deleted with the VPC it records, like the cluster's log groups: CDK's default (retain)
         # left one tagged group per environment behind, which teardown then reports as a leftover.
         flow_log_group.apply_removal_policy(RemovalPolicy.DESTROY)
+        # observability.log_retention_days, like every other kit log group, not CDK's default of
+        # 731 days: the network stack (and so this group) stays while a retained file system
+        # lives in the VPC. Only LogGroupName is create-only (this group has none), so a change
+        # updates the group in place.
+        flow_log_group.node.default_child.retention_in_days = log_retention_days
         # Subnet tags the AWS Load Balancer Controller uses to pick subnets.
         for subnet in self.vpc.public_subnets:
             Tags.of(subnet).add("kubernetes.io/role/elb", "1")

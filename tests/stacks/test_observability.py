@@ -222,6 +222,31 @@ def test_control_plane_logs_go_only_to_the_group_the_kit_creates(synth):
     assert names.control_plane_log_group(cluster["Properties"]["Name"]) in log_groups(t)
 
 
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_every_log_group_of_the_kit_keeps_the_configured_retention(synth_config, enabled):
+    """Every CloudWatch log group in the kit's stacks expires its events after
+    observability.log_retention_days; the one exception is the trainer image build's group (in the
+    data stack), which has a setting of its own (image_build.log_retention_days). Before: the VPC
+    flow-log group and the kubectl provider's two Lambda groups kept CDK's default, 731 days, and
+    the flow-log group lives on with a network stack kept for a retained file system. With the
+    add-on off the groups that remain (flow logs, kubectl provider) follow the setting too."""
+    cfg = load_config(REPO_ROOT / "examples" / "default.yaml")
+    cfg = cfg.model_copy(update={
+        "observability": cfg.observability.model_copy(update={"enabled": enabled,
+                                                              "log_retention_days": 14}),
+        "image_build": cfg.image_build.model_copy(update={"log_retention_days": 7})})
+    s = synth_config(cfg)
+    data = cfg.stack_names["data"]
+    found = {(stack, lid): (r["Properties"].get("RetentionInDays"), 7 if stack == data else 14)
+             for stack, t in s.templates.items()
+             for lid, r in resources(t, "AWS::Logs::LogGroup").items()}
+    wrong = {k: v for k, v in found.items() if v[0] != v[1]}
+    assert not wrong, f"(stack, log group): (retention, expected): {wrong}"
+    stacks = {stack for stack, _ in found}
+    # The groups this test was written for are among those it checked.
+    assert {cfg.stack_names["network"], cfg.stack_names["cluster"], data} <= stacks
+    assert len([lid for stack, lid in found if "KubectlProvider" in lid]) == 2
 def test_retention_must_be_a_cloudwatch_period():
     raw = yaml.safe_load((REPO_ROOT / "examples" / "default.yaml").read_text())
     raw["observability"] = {"log_retention_days": 45}
