@@ -22,7 +22,7 @@ def subnets(**moved) -> list[dict]:
             for sid, zone in sorted(listed.items())]
 
 
-def ec2_answering(dns=(True, True), found=None, tables=None):
+def ec2_answering(dns=(True, True), found=None, tables=None, endpoints=()):
     ec2, stub = stubbed("ec2", "eu-north-1")
     for attribute, key, value in (("enableDnsSupport", "EnableDnsSupport", dns[0]),
                                   ("enableDnsHostnames", "EnableDnsHostnames", dns[1])):
@@ -38,6 +38,8 @@ def ec2_answering(dns=(True, True), found=None, tables=None):
     if tables is not None:
         stub.add_response("describe_route_tables", {"RouteTables": tables},
                           {"Filters": [{"Name": "vpc-id", "Values": [VPC]}]})
+        stub.add_response("describe_vpc_endpoints", {"VpcEndpoints": list(endpoints)},
+                          {"Filters": [{"Name": "vpc-id", "Values": [VPC]}]})
     stub.activate()
     return ec2
 
@@ -48,6 +50,13 @@ def table(routes, *, main=False, subnet_ids=()):
             + [{"Main": False, "SubnetId": s} for s in subnet_ids],
             "Routes": [{"DestinationCidrBlock": "10.0.0.0/16", "GatewayId": "local", "State": "active"},
                        *routes]}
+
+
+def s3_endpoint(*route_table_ids, service="com.amazonaws.eu-north-1.s3", type_="Gateway",
+                state="available"):
+    """A VPC endpoint as EC2 describes it (the state in the lower case EC2 answers)."""
+    return {"VpcEndpointId": "vpce-0123456789abcdef0", "VpcEndpointType": type_, "VpcId": VPC,
+            "ServiceName": service, "State": state, "RouteTableIds": list(route_table_ids)}
 
 
 NAT = {"DestinationCidrBlock": "0.0.0.0/0", "NatGatewayId": "nat-0123456789abcdef0", "State": "active"}
@@ -63,10 +72,12 @@ def test_a_vpc_the_kit_creates_is_not_checked():
 
 
 def test_a_sound_imported_vpc_passes_every_check():
-    checks = by_name(preflight_vpc.vpc_checks(
-        ec2_answering(found=subnets(), tables=[table([NAT], subnet_ids=list(PRIVATE.values()))]), CFG))
+    private = table([NAT], subnet_ids=list(PRIVATE.values()))
+    checks = by_name(preflight_vpc.vpc_checks(ec2_answering(
+        found=subnets(), tables=[private], endpoints=[s3_endpoint(private["RouteTableId"])]), CFG))
     assert {n: c.status for n, c in checks.items()} == {
-        preflight_vpc.VPC_DNS: PASS, preflight_vpc.VPC_SUBNETS: PASS, preflight_vpc.VPC_EGRESS: PASS}
+        preflight_vpc.VPC_DNS: PASS, preflight_vpc.VPC_SUBNETS: PASS, preflight_vpc.VPC_EGRESS: PASS,
+        preflight_vpc.VPC_S3_ENDPOINT: PASS}
 
 
 def test_dns_hostnames_off_fails_naming_the_attribute_and_the_command():
@@ -145,3 +156,150 @@ def test_chart_hosts_follow_the_enabled_add_ons():
     assert preflight_vpc.chart_hosts(CFG) == ["aws.github.io", "nvidia.github.io",
                                               "ray-project.github.io"]
     assert preflight_vpc.chart_hosts(gb200)[-1] == "registry.k8s.io"
+
+
+def s3_check(tables, endpoints=(), cfg=CFG):
+    return by_name(preflight_vpc.vpc_checks(ec2_answering(
+        found=subnets(), tables=tables, endpoints=endpoints), cfg))[preflight_vpc.VPC_S3_ENDPOINT]
+
+
+def test_node_subnets_without_an_s3_gateway_endpoint_warn_naming_the_cost_and_the_command():
+    """A NAT route and no S3 gateway endpoint: every checkpoint save and restore and every image
+    layer (ECR serves them from S3) goes through the NAT gateway, billed per GB. Before: this
+    passed preflight. The example's GPU group and file system are in eu-north-1a, so only that
+    subnet's route table is named (eu-north-1b holds system nodes only)."""
+    a, b = PRIVATE["eu-north-1a"], PRIVATE["eu-north-1b"]
+    rtb_a, rtb_b = table([NAT], subnet_ids=[a]), table([NAT], main=True)
+    check = s3_check([rtb_a, rtb_b])
+    assert check.status == WARN
+    assert check.detail == (
+        f"route table {rtb_a['RouteTableId']} ({a}: GPU group p5 and the file system): no route "
+        f"to S3 through a gateway endpoint of {VPC}, so S3 traffic from there takes the default "
+        "route, and a NAT gateway bills each GB it processes (the rate is not verified here): "
+        "every checkpoint save and restore (hundreds of GB each for a large model) and every "
+        "image layer the nodes pull from ECR (ECR serves the layers from S3)")
+    assert check.fix == (
+        f"create an S3 gateway endpoint for these route tables (aws ec2 create-vpc-endpoint "
+        f"--vpc-id {VPC} --vpc-endpoint-type Gateway --service-name com.amazonaws.eu-north-1.s3 "
+        f"--route-table-ids {rtb_a['RouteTableId']}), or ask the VPC's owner to")
+    # An interface endpoint for S3, a gateway endpoint of another service or region, or one being
+    # deleted does not route these tables: still a warning.
+    for other in (s3_endpoint(rtb_a["RouteTableId"], type_="Interface"),
+                  s3_endpoint(rtb_a["RouteTableId"], service="com.amazonaws.eu-north-1.dynamodb"),
+                  s3_endpoint(rtb_a["RouteTableId"], service="com.amazonaws.eu-west-1.s3"),
+                  s3_endpoint(rtb_a["RouteTableId"], state="deleting")):
+        assert s3_check([rtb_a, rtb_b], [other]).status == WARN, other
+    assert s3_check([rtb_a, rtb_b], [s3_endpoint(rtb_a["RouteTableId"])]).status == PASS
+    assert b not in check.detail
+
+
+def test_each_node_route_table_without_the_endpoint_is_named_and_added_to_the_existing_one():
+    """A GPU group in each zone: the route table the existing S3 endpoint leaves out is named, and
+    the fix adds it to that endpoint; a subnet on the VPC's main table is checked by that table."""
+    a, b = PRIVATE["eu-north-1a"], PRIVATE["eu-north-1b"]
+    groups = dict(CFG.gpu_node_groups)
+    groups["p5b"] = groups["p5"].model_copy(update={"availability_zone": "eu-north-1b"})
+    cfg = CFG.model_copy(update={"gpu_node_groups": groups})
+    rtb_a, main = table([NAT], subnet_ids=[a]), table([NAT], main=True)
+    check = s3_check([rtb_a, main], [s3_endpoint(rtb_a["RouteTableId"])], cfg)
+    assert check.status == WARN
+    assert check.detail.startswith(
+        f"route table {main['RouteTableId']} ({b}: GPU group p5b): no route to S3 through a "
+        f"gateway endpoint of {VPC}")
+    assert check.fix == (
+        "add these route tables to the VPC's S3 gateway endpoint (aws ec2 modify-vpc-endpoint "
+        f"--vpc-endpoint-id vpce-0123456789abcdef0 --add-route-table-ids {main['RouteTableId']}), "
+        "or ask the VPC's owner to")
+    assert s3_check([rtb_a, main], [s3_endpoint(rtb_a["RouteTableId"], main["RouteTableId"])],
+                    cfg).status == PASS
+
+
+def test_the_file_systems_subnet_is_checked_in_its_own_zone():
+    """The file system (and the pods that mount it) may sit in another zone than the GPU group."""
+    a, b = PRIVATE["eu-north-1a"], PRIVATE["eu-north-1b"]
+    storage = CFG.storage.model_copy(update={"shared_filesystem": CFG.storage.shared_filesystem
+                                             .model_copy(update={"availability_zone": "eu-north-1b"})})
+    cfg = CFG.model_copy(update={"storage": storage})
+    rtb_a, rtb_b = table([NAT], subnet_ids=[a]), table([NAT], main=True)
+    check = s3_check([rtb_a, rtb_b], [s3_endpoint(rtb_a["RouteTableId"])], cfg)
+    assert check.status == WARN and check.detail.startswith(
+        f"route table {rtb_b['RouteTableId']} ({b}: the file system): no route to S3")
+
+
+def test_unreadable_vpc_endpoints_warn_naming_the_permission():
+    ec2, stub = stubbed("ec2", "eu-north-1")
+    stub.add_client_error("describe_vpc_endpoints", "UnauthorizedOperation",
+                          "You are not authorized to perform this operation.",
+                          expected_params={"Filters": [{"Name": "vpc-id", "Values": [VPC]}]})
+    stub.activate()
+    check = preflight_vpc.check_s3_endpoint(ec2, [table([NAT], main=True)], CFG)
+    assert (check.status, check.detail, check.fix) == (
+        WARN, "cannot read the VPC endpoints: DescribeVpcEndpoints failed: UnauthorizedOperation: "
+              "You are not authorized to perform this operation.",
+        "allow ec2:DescribeVpcEndpoints, then run preflight again")
+
+
+def test_the_check_reads_moto_s3_gateway_endpoint_as_ec2_answers(monkeypatch):
+    """The requests and answers through moto's EC2 (lower-case state, RouteTableIds): a VPC with
+    a NAT route warns until a gateway endpoint for the region's S3 lists its route table."""
+    import boto3
+    from moto import mock_aws
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "testing")
+    with mock_aws():
+        _moto_vpc_warns_until_its_route_table_has_the_endpoint(boto3.client("ec2", "eu-north-1"))
+
+
+def _moto_vpc_warns_until_its_route_table_has_the_endpoint(ec2):
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    for attribute in ("EnableDnsSupport", "EnableDnsHostnames"):
+        ec2.modify_vpc_attribute(VpcId=vpc, **{attribute: {"Value": True}})
+    ids = {zone: ec2.create_subnet(VpcId=vpc, CidrBlock=cidr,
+                                   AvailabilityZone=zone)["Subnet"]["SubnetId"]
+           for zone, cidr in (("eu-north-1a", "10.0.0.0/19"), ("eu-north-1b", "10.0.32.0/19"))}
+    rtb = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+    for sid in ids.values():
+        ec2.associate_route_table(RouteTableId=rtb, SubnetId=sid)
+    public = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.255.0/24",
+                               AvailabilityZone="eu-north-1a")["Subnet"]["SubnetId"]
+    nat = ec2.create_nat_gateway(SubnetId=public, AllocationId=ec2.allocate_address(
+        Domain="vpc")["AllocationId"])["NatGateway"]["NatGatewayId"]
+    ec2.create_route(RouteTableId=rtb, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=nat)
+    cfg = CFG.model_copy(update={"vpc": CFG.vpc.model_copy(update={"existing": CFG.vpc.existing
+                         .model_copy(update={"vpc_id": vpc, "private_subnet_ids": ids,
+                                             "public_subnet_ids": {}})})})
+    checks = by_name(preflight_vpc.vpc_checks(ec2, cfg))
+    assert checks[preflight_vpc.VPC_EGRESS].status == PASS
+    assert checks[preflight_vpc.VPC_S3_ENDPOINT].status == WARN
+    assert f"route table {rtb} ({ids['eu-north-1a']}: GPU group p5 and the file system)" in \
+        checks[preflight_vpc.VPC_S3_ENDPOINT].detail
+    endpoint = ec2.create_vpc_endpoint(
+        VpcId=vpc, VpcEndpointType="Gateway", ServiceName="com.amazonaws.eu-north-1.s3",
+        RouteTableIds=[rtb])["VpcEndpoint"]["VpcEndpointId"]
+    # EC2 (here moto) adds a route to S3's prefix list through the endpoint to the table.
+    assert [r["GatewayId"] for r in ec2.describe_route_tables(RouteTableIds=[rtb])[
+        "RouteTables"][0]["Routes"] if r.get("DestinationPrefixListId")] == [endpoint]
+    checks = by_name(preflight_vpc.vpc_checks(ec2, cfg))
+    assert {n: c.status for n, c in checks.items()} == dict.fromkeys(checks, PASS)
+
+
+def test_unreadable_route_tables_warn_once_naming_the_permission():
+    """Neither egress nor the S3 endpoint can be judged without the route tables: one warning."""
+    ec2, stub = stubbed("ec2", "eu-north-1")
+    for attribute, key in (("enableDnsSupport", "EnableDnsSupport"),
+                           ("enableDnsHostnames", "EnableDnsHostnames")):
+        stub.add_response("describe_vpc_attribute", {"VpcId": VPC, key: {"Value": True}},
+                          {"VpcId": VPC, "Attribute": attribute})
+    stub.add_response("describe_subnets", {"Subnets": subnets()},
+                      {"SubnetIds": sorted({*PRIVATE.values(), *PUBLIC.values()})})
+    stub.add_client_error("describe_route_tables", "UnauthorizedOperation", "not authorized",
+                          expected_params={"Filters": [{"Name": "vpc-id", "Values": [VPC]}]})
+    stub.activate()
+    checks = by_name(preflight_vpc.vpc_checks(ec2, CFG))
+    assert preflight_vpc.VPC_S3_ENDPOINT not in checks
+    egress = checks[preflight_vpc.VPC_EGRESS]
+    assert (egress.status, egress.fix) == (WARN, "allow ec2:DescribeRouteTables, then run "
+                                                 "preflight again")
+    assert egress.detail.startswith("cannot read the route tables: DescribeRouteTables failed: "
+                                    "UnauthorizedOperation")
