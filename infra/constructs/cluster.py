@@ -89,8 +89,9 @@ class KitCluster(Construct):
         for group in provider.node.find_all():
             if isinstance(group, logs.CfnLogGroup):
                 barrier.node.add_dependency(group)
-                # observability.log_retention_days, not CDK's 731 days (an in-place update: only
-                # LogGroupName is create-only, and it stays the function's).
+                # observability.log_retention_days, not CDK's 731 days: an in-place update (only
+                # LogGroupName is create-only, in cfn-lint 1.58.0's AWS::Logs::LogGroup schema,
+                # and it stays the function's).
                 group.retention_in_days = log_retention_days
         # Only an imported VPC (vpc.existing) triggers this: its owner tags its subnets. The kit
         # creates no load balancers; README "Existing VPC" lists the tags the AWS Load Balancer
