@@ -690,6 +690,146 @@ def test_staged_model_files_the_prefix_no_longer_holds_are_removed(tmp_path: Pat
             f"{hf}/model-00001-of-00002.safetensors") in log.getvalue()
 
 
+def config_staging(tmp_path: Path, hf: str, data: str, local: Path | None = None):
+    doc = yaml.safe_load(QWEN.read_text())
+    doc["checkpoint"]["local_dir"] = str(local or tmp_path / "checkpoints" / "run-b")
+    doc["model"]["hf_checkpoint"] = hf
+    doc["data"]["prompt_data"] = data
+    return parse_run_config(doc)
+
+
+def put_two_sources(s3) -> None:
+    for name in ("A", "B"):
+        s3.put_object(Bucket="my-bucket", Key=f"datasets/models/{name}/config.json", Body=name.encode())
+        s3.put_object(Bucket="my-bucket", Key=f"datasets/models/{name}/model.safetensors", Body=name.encode() * 2000)
+        s3.put_object(Bucket="my-bucket", Key=f"datasets/{name.lower()}.jsonl", Body=b"{}\n" * 100)
+
+
+def test_a_run_whose_model_and_data_changed_removes_its_earlier_staged_copies(tmp_path: Path, aws):
+    """Before: the same run_name with hf_checkpoint moved from .../models/A/ to .../models/B/
+    staged B beside A, and A's copy (1.2 TiB for DeepSeek-V3) stayed on the shared file system
+    for good; the file system is sized for one set of weights, so the run's saves later failed
+    with ENOSPC. The earlier prompt file stayed the same way."""
+    from rltrainer.launch import stage_inputs
+
+    s3 = aws
+    put_two_sources(s3)
+    run = tmp_path / "checkpoints" / "run-b"
+    stage_inputs(config_staging(tmp_path, "s3://my-bucket/datasets/models/A/", "s3://my-bucket/datasets/a.jsonl"),
+                 client=s3, log=io.StringIO())
+    # Not this run's inputs, or not inputs at all: never touched.
+    other_run = tmp_path / "checkpoints" / "run-a" / "_inputs" / "model" / "A"
+    other_run.mkdir(parents=True)
+    (other_run / "model.safetensors").write_bytes(b"other run")
+    (run / "iter_0000020").mkdir()
+    (run / "iter_0000020" / "__0_0.distcp").write_bytes(b"save")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "weights").write_bytes(b"not staged")
+    (run / "_inputs" / "model" / "linked").symlink_to(outside)
+    (run / "_inputs" / "data" / ".b.jsonl.partial").write_bytes(b"{}")  # the new file's download, cut short
+    before = staged_files(tmp_path)
+
+    log = io.StringIO()
+    hf, data = stage_inputs(config_staging(tmp_path, "s3://my-bucket/datasets/models/B/",
+                                           "s3://my-bucket/datasets/b.jsonl"), client=s3, log=log)
+    inputs = run / "_inputs"
+    assert sorted(p.name for p in (inputs / "model").iterdir()) == ["B"]
+    assert sorted(p.name for p in (inputs / "data").iterdir()) == ["b.jsonl"]
+    assert staged_files(Path(hf)) == {"config.json": b"B", "model.safetensors": b"B" * 2000}
+    assert Path(data).read_bytes() == b"{}\n" * 100
+    assert log.getvalue().startswith(
+        f"rltrainer: removing {inputs}/model/A (2,001 bytes), staged from s3://my-bucket/datasets/models/A/: "
+        "model.hf_checkpoint is now s3://my-bucket/datasets/models/B/, and only the launcher of this run "
+        "(one RayJob per run name) stages here\n"
+        f"rltrainer: removing {inputs}/model/linked (a link; what it points to is kept), its source not recorded: "
+        "model.hf_checkpoint is now s3://my-bucket/datasets/models/B/, and only the launcher of this run "
+        "(one RayJob per run name) stages here\n"
+        f"rltrainer: removing {inputs}/data/a.jsonl (300 bytes), staged from s3://my-bucket/datasets/a.jsonl: "
+        "data.prompt_data is now s3://my-bucket/datasets/b.jsonl, and only the launcher of this run "
+        "(one RayJob per run name) stages here\n"
+        "rltrainer: removed 3 input(s) this run staged from earlier sources: 2,301 bytes freed\n")
+    index = json.loads((inputs / ".staged.json").read_text())["files"]
+    assert sorted(index) == ["data/b.jsonl", "model/B/config.json", "model/B/model.safetensors"]
+    after = staged_files(tmp_path)
+    kept = {rel: content for rel, content in before.items() if "/_inputs/" not in rel or "run-a" in rel}
+    assert {rel: after[rel] for rel in kept} == kept  # the other run's, the save, the link's target
+    assert (outside / "weights").read_bytes() == b"not staged"
+
+    quiet = io.StringIO()
+    stage_inputs(config_staging(tmp_path, "s3://my-bucket/datasets/models/B/", "s3://my-bucket/datasets/b.jsonl"),
+                 client=s3, log=quiet)
+    assert "removing" not in quiet.getvalue() and "removed" not in quiet.getvalue()
+
+
+def test_inputs_staged_before_are_removed_when_the_run_reads_local_paths_now(tmp_path: Path, aws):
+    """hf_checkpoint moved from s3:// to a path on the file system (/fsx/models/...): nothing is
+    staged any more, and the earlier copy goes; a local path that is inside _inputs keeps it."""
+    from rltrainer.launch import stage_inputs
+
+    s3 = aws
+    put_two_sources(s3)
+    run = tmp_path / "checkpoints" / "run-b"
+    stage_inputs(config_staging(tmp_path, "s3://my-bucket/datasets/models/A/", "s3://my-bucket/datasets/a.jsonl"),
+                 client=s3, log=io.StringIO())
+    inputs = run / "_inputs"
+    kept_by_path = str(inputs / "data" / "a.jsonl")
+    log = io.StringIO()
+
+    class NoS3:
+        def __getattr__(self, name):
+            raise AssertionError(f"no S3 call expected, got {name}")
+
+    assert stage_inputs(config_staging(tmp_path, "/fsx/models/B", kept_by_path), client=NoS3(), log=log) == (
+        "/fsx/models/B", kept_by_path)
+    assert not (inputs / "model" / "A").exists()
+    assert Path(kept_by_path).read_bytes() == b"{}\n" * 100
+    assert log.getvalue() == (
+        f"rltrainer: removing {inputs}/model/A (2,001 bytes), staged from s3://my-bucket/datasets/models/A/: "
+        "model.hf_checkpoint is now /fsx/models/B, and only the launcher of this run (one RayJob per run name) "
+        "stages here\n"
+        "rltrainer: removed 1 input(s) this run staged from earlier sources: 2,001 bytes freed\n")
+    assert sorted(json.loads((inputs / ".staged.json").read_text())["files"]) == ["data/a.jsonl"]
+
+
+def test_a_changed_model_source_leaves_room_for_the_saves(tmp_path: Path, aws, monkeypatch):
+    """The room check of a run that changed model.hf_checkpoint under the same run_name, on a
+    file system sized for one set of weights plus keep_local + 1 saves (here in bytes). Before:
+    the earlier weights stayed, the check found too little room with no other run's directory
+    to list, warned and trained, and the save would fail with ENOSPC on every retry."""
+    import rltrainer.checkpoints.retention as retention_module
+
+    s3 = aws
+    put_two_sources(s3)
+    root = tmp_path / "checkpoints"
+    capacity = 2001 + 2 * 4295 + 1000  # one staged model (2,001 bytes), 2 saves of 0.000004 GiB, slack
+    monkeypatch.setattr(retention_module, "disk_free_bytes",
+                        lambda path: capacity - retention_module.tree_bytes(root))
+    monkeypatch.setenv("RLTRAINER_SAVE_GIB", "0.000004")  # ceil(0.000004 GiB) = 4295 bytes
+    miles = tmp_path / "miles"
+    miles.mkdir()
+    (miles / "train.py").write_text(f"open({str(tmp_path / 'trained')!r}, 'w').close()\n")
+    (tmp_path / "prompts.jsonl").write_text("{}\n")
+
+    def launch(model: str) -> str:
+        doc = yaml.safe_load(QWEN.read_text())
+        doc["checkpoint"].update(local_dir=str(root / "run-b"), s3_uri="s3://my-bucket/checkpoints/run-b/")
+        doc["model"]["hf_checkpoint"] = f"s3://my-bucket/datasets/models/{model}/"
+        doc["data"]["prompt_data"] = str(tmp_path / "prompts.jsonl")
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(yaml.safe_dump(doc))
+        err = io.StringIO()
+        assert launch_main(["--config", str(cfg), "--miles-dir", str(miles), "--python", sys.executable],
+                           out=io.StringIO(), err=err, mounts_file=lustre_mounts(tmp_path)) == 0, err.getvalue()
+        return err.getvalue()
+
+    assert "rltrainer: room for the next saves:" in launch("A")
+    err = launch("B")
+    assert "WARNING" not in err, err
+    assert f"rltrainer: removing {root}/run-b/_inputs/model/A (2,001 bytes)" in err
+    assert "rltrainer: room for the next saves:" in err
+
+
 def test_a_missing_bucket_stops_before_training(tmp_path: Path, aws):
     data = yaml.safe_load(QWEN.read_text())
     data["checkpoint"]["local_dir"] = str(tmp_path / "ckpt")

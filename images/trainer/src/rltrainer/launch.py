@@ -9,7 +9,8 @@ Steps, in order:
    built for, and a multi-node run whose ``checkpoint.local_dir`` is not on a shared
    filesystem (every node must see the saves the watcher uploads);
 2. stage inputs given as s3:// URIs (Hugging Face weights, the prompt file) under
-   ``<checkpoint.local_dir>/_inputs/`` -- on a multi-node run that directory must be on
+   ``<checkpoint.local_dir>/_inputs/``, after deleting what this run staged there for earlier
+   sources (``staging.remove_earlier_inputs``) -- on a multi-node run that directory must be on
    storage every node mounts, like the checkpoint directory itself (Miles' multi-node
    notes: model, data and checkpoints on a path all nodes can read);
 3. stripe the checkpoint directory across Lustre's storage targets (``checkpoints.stripe``),
