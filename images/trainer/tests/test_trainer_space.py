@@ -192,3 +192,28 @@ def test_other_directories_are_siblings_biggest_first_and_never_a_file_systems_r
     assert [(p.name, n) for p, n in other_directories(fsx / "run-b")] == [("run-a", SAVE + 4), ("run-c", 10)]
     # a pod's own /checkpoints: its parent is a file system's root, whose directories are not runs
     assert other_directories("/checkpoints") == []
+
+
+@pytest.mark.parametrize("other_run", [False, True])
+def test_a_short_message_names_this_runs_staged_inputs(fsx: Path, other_run):
+    """This run's staged weights take room the free space already leaves out, and are not another
+    run's to delete: the message says how much of the used room they are and that they hold only
+    the current sources. Before: it named only other runs' directories, and a warning with none
+    of them left the user no idea where the room went."""
+    run = fsx / "run-b"
+    weights = run / "_inputs" / "model" / "DeepSeek-V3"
+    weights.mkdir(parents=True)
+    with open(weights / "model-00001-of-00002.safetensors", "wb") as f:
+        f.truncate(600 * GIB)  # sparse
+    (run / "_inputs" / "data").mkdir()
+    (run / "_inputs" / "data" / "prompts.jsonl").write_bytes(b"p" * (GIB // 10))
+    if not other_run:
+        import shutil
+
+        shutil.rmtree(fsx / "run-a")
+    log = io.StringIO()
+    assert check_room(checkpoint(run), log, env=KIT_ESTIMATE, free_bytes=lambda p: 10 * GIB) is (not other_run)
+    assert (f"\nCounted as used: this run's staged inputs, 600.1 GiB in {run}/_inputs (the current "
+            "model.hf_checkpoint and data.prompt_data only: copies staged for earlier ones are deleted "
+            "before staging).\n") in log.getvalue()
+    assert (f"  {fsx}/run-a  398.1 GiB\n" in log.getvalue()) is other_run

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import TextIO
 
+from .checkpoints.layout import INPUTS_DIR
 from .contract import RunConfig, parse_s3_uri
 
 
@@ -33,7 +34,7 @@ def staged_path(cfg: RunConfig, uri: str, kind: str) -> str:
         return uri
     _bucket, key = parse_s3_uri(uri)
     name = PurePosixPath(key.rstrip("/")).name or "input"
-    return str(PurePosixPath(cfg.checkpoint.local_dir) / "_inputs" / kind / name)
+    return str(PurePosixPath(cfg.checkpoint.local_dir) / INPUTS_DIR / kind / name)
 
 
 STAGED_INDEX = ".staged.json"  # in _inputs/: the S3 object (key, ETag, size) each staged file is a copy of
@@ -148,7 +149,7 @@ def stage_inputs(cfg: RunConfig, client=None, log: TextIO | None = None) -> tupl
     out = log or sys.stderr
     hf = staged_path(cfg, cfg.model.hf_checkpoint, "model")
     data = staged_path(cfg, cfg.data.prompt_data, "data")
-    inputs = Path(cfg.checkpoint.local_dir) / "_inputs"
+    inputs = Path(cfg.checkpoint.local_dir) / INPUTS_DIR
     index = _read_staged_index(inputs)
     if remove_earlier_inputs(cfg, inputs, index, out):
         _write_staged_index(inputs, index)

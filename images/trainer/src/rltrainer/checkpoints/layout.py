@@ -20,6 +20,7 @@ ITER_DIR = re.compile(r"^iter_(\d{7})$")
 MARKER_KEY = re.compile(r"iter_(\d{7})/(" + re.escape(MANIFEST_NAME) + "|" + re.escape(QUARANTINE_MARKER) + r")$")
 STAGING_DIR = "_restore_staging"
 PRUNING_DIR = "_pruning"  # saves being deleted (retention): renamed here first, then removed
+INPUTS_DIR = "_inputs"  # s3:// inputs staged for the run (rltrainer.staging); never a save
 
 
 def iter_dirname(iteration: int) -> str:

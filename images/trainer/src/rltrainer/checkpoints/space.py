@@ -23,6 +23,12 @@ saves with little to spare (deepseek-v3: about 148 GiB of 19200), so file-system
 staged inputs or logs can make a valid config look short on a fresh file system, and there is
 nothing for the user to delete. A save that does not fit then fails with ENOSPC, as it did
 before this check. Nothing here deletes anything.
+
+The check runs after staging, so this run's staged inputs (``<local_dir>/_inputs``: the
+reference weights the file system is sized for) are already out of the free space, and only
+those of the current sources: staging deletes copies of earlier ``hf_checkpoint`` or
+``prompt_data`` values first (``rltrainer.staging``). They are neither a save nor another run's
+directory; a short message gives their size, so the numbers add up.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Callable, Mapping, TextIO
 
 from ..contract import SAVE_SIZE_ESTIMATE_ENV
 from . import retention
-from .layout import iter_dirname
+from .layout import INPUTS_DIR, iter_dirname
 from .local import local_iterations, read_tracker
 
 GIB = 1 << 30
@@ -129,10 +135,11 @@ def _gib(n: int) -> str:
     return f"{n / GIB:,.1f} GiB"
 
 
-def shortage_message(room: Room, s3_uri: str, others: list[tuple[Path, int]]) -> str:
+def shortage_message(room: Room, s3_uri: str, others: list[tuple[Path, int]], staged_bytes: int = 0) -> str:
     """The launcher's one message for a file system short of room (several lines): the numbers,
-    where the save size comes from, the other directories and the fixes. With ``others`` it
-    refuses the run; without, it is a warning and the run starts (module docstring)."""
+    where the save size comes from, this run's staged inputs (``staged_bytes`` in its
+    ``_inputs``, when any), the other directories and the fixes. With ``others`` it refuses the
+    run; without, it is a warning and the run starts (module docstring)."""
     n, kept = room.saves_to_write, room.keep_local
     held = ("none of this run's saves is here yet" if not room.finished else
             f"{room.finished} finished save(s) of this run already here")
@@ -148,6 +155,10 @@ def shortage_message(room: Room, s3_uri: str, others: list[tuple[Path, int]]) ->
                  f"run's next saves: {numbers}. No other run's directory is beside it to delete, so training "
                  "starts anyway: if a save does not fit, training stops with ENOSPC at that save, as it did "
                  "before this check, and so would every retry."]
+    if staged_bytes:
+        lines.append(f"Counted as used: this run's staged inputs, {_gib(staged_bytes)} in "
+                     f"{room.local_dir / INPUTS_DIR} (the current model.hf_checkpoint and data.prompt_data only: "
+                     "copies staged for earlier ones are deleted before staging).")
     if others:
         lines.append(f"Other directories under {room.local_dir.parent}, biggest first:")
         lines += [f"  {path}  {_gib(size)}" for path, size in others]
@@ -206,7 +217,8 @@ def check_room(checkpoint, log: TextIO, *, env: Mapping[str, str] | None = None,
             print(describe(room), file=log, flush=True)
             return True
         others = other_directories(checkpoint.local_dir)
-        message = shortage_message(room, checkpoint.s3_uri, others)
+        staged = retention.tree_bytes(Path(checkpoint.local_dir) / INPUTS_DIR)
+        message = shortage_message(room, checkpoint.s3_uri, others, staged)
     except OSError as exc:
         print(f"rltrainer: could not check the room for this run's saves ({exc}); starting anyway",
               file=log, flush=True)
