@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import TextIO
 
 from .checkpoints.layout import INPUTS_DIR
+from .checkpoints.retention import tree_bytes
 from .contract import RunConfig, parse_s3_uri
 
 
@@ -106,7 +107,7 @@ def remove_earlier_inputs(cfg: RunConfig, inputs: Path, index: dict[str, dict], 
                 continue
             rel = f"{kind}/{child.name}"
             link = child.is_symlink()
-            size = 0 if link else _tree_bytes(child)
+            size = 0 if link else tree_bytes(child)
             source = _recorded_source(index, rel)
             what = "a link; what it points to is kept" if link else _size(size)
             print(f"rltrainer: removing {child} ({what}), "
@@ -126,12 +127,6 @@ def remove_earlier_inputs(cfg: RunConfig, inputs: Path, index: dict[str, dict], 
         print(f"rltrainer: removed {removed} input(s) this run staged from earlier sources: {_size(freed)} freed",
               file=out, flush=True)
     return changed
-
-
-def _tree_bytes(path: Path) -> int:
-    from .checkpoints.retention import tree_bytes
-
-    return tree_bytes(path)
 
 
 def stage_inputs(cfg: RunConfig, client=None, log: TextIO | None = None) -> tuple[str, str]:
