@@ -18,7 +18,8 @@ leaves gate.json as it was.
 
 Ctrl-C, SIGTERM and SIGHUP delete the job it applied, or print exactly what is left and how to
 delete it; a gate first deletes the fabric jobs an earlier one of this environment left (saying
-which). A kubectl call that fails is tried again a few times; a pod log that still cannot be read
+which), and stops (exit 2) while one of them still runs (another gate's, or one killed before it
+cleaned up). A kubectl call that fails is tried again a few times; a pod log that still cannot be read
 ends the gate (exit 2), never a fabric verdict. The jobs' own deadline follows --timeout. Before
 the first job, gate.json is set to "under way, not passed" (in_progress), so a gate cut short
 (Ctrl-C, a kubectl error, the process killed) leaves that, and `rlkit launch` refuses, saying the
@@ -301,6 +302,19 @@ def _run(args: argparse.Namespace) -> int:
         if holders:
             print(busy_message(t.node_group, holders, fixes, args.timeout, sdir / "gate.json",
                                options.config_flag(args)), file=sys.stderr)
+            return 2
+        try:
+            running, fabric = runner.running_fabric_jobs()
+        except KubectlError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        if running:
+            print(f"error: a fabric gate of this environment is running: {', '.join(running)}; "
+                  "another `rlkit gate` (a second terminal, a CI job), or one killed before it "
+                  f"could delete its jobs. Nothing was applied, and {sdir / 'gate.json'} is "
+                  "unchanged. Fix: wait for that gate to finish; if none runs, delete its jobs "
+                  f"(kubectl delete jobs,services -n {ctx.namespace} -l '{fabric}') and run the "
+                  "gate again", file=sys.stderr)
             return 2
         # Until this run's verdict replaces it, gate.json says a gate is under way (not passed):
         # one cut short must not leave an earlier PASS for `rlkit launch` to trust.

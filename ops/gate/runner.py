@@ -180,10 +180,30 @@ class GateRunner:
                 and labels.get("app.kubernetes.io/instance") == instance
                 and labels.get("app.kubernetes.io/component") in components)
 
+    def running_fabric_jobs(self) -> tuple[list[str], str | None]:
+        """(the fabric Jobs of this environment still running, the label selector that finds
+        them): another gate's (a second terminal, a CI job) or one killed before it cleaned up.
+        The cluster cannot tell which, so the gate stops rather than delete them."""
+        selector = self._fabric_selector()
+        if selector is None:
+            return [], None
+        doc = self.retry("list the fabric jobs of this environment", lambda: self.k.get_json(
+            ["jobs", "-n", self.ns, "-l", selector])) or {}
+        running = []
+        for job in doc.get("items", []):
+            st = job.get("status") or {}
+            ended = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                        for c in st.get("conditions") or [])
+            if not ended and st.get("active"):
+                running.append(f"job/{(job.get('metadata') or {}).get('name', '?')} (started "
+                               f"{st.get('startTime', '?')}, {st['active']} pod(s) active)")
+        return running, selector
+
     def delete_leftovers(self) -> None:
         """Delete the fabric Jobs (and their Services) an earlier run of this environment left:
         one stopped by SIGKILL or a lost machine, and bisection's subset jobs, which a new run
-        would not otherwise know of. Says which first; nothing when there are none."""
+        would not otherwise know of. Says which first; nothing when there are none. A running one
+        stops the gate before it starts (``running_fabric_jobs``), so these have finished."""
         selector = self._fabric_selector()
         if selector is None:
             return

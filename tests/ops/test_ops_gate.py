@@ -996,6 +996,29 @@ def test_sigterm_and_sighup_delete_what_the_gate_applied(tmp_path, kubectl, sig,
         signal.signal(number, previous)
 
 
+def test_a_gate_stops_while_another_gate_of_the_environment_runs(tmp_path, kubectl, capsys):
+    """Before: a second `rlkit gate` (another terminal, a CI job) took the first one's running
+    jobs for leftovers, deleted them and applied its own under the same names. A running fabric
+    Job stops the gate before gate.json or the cluster is touched; finished ones are still
+    deleted as leftovers."""
+    from tests.support.fakes import write_state
+
+    write_state(tmp_path, ok=True)
+    before = (tmp_path / ".rlkit/gt/gate.json").read_text()
+    script_cluster(kubectl, "pass-p5-2node")
+    running = {"items": [{"kind": "Job", "metadata": {"name": "fabric-p5-allreduce"},
+                          "status": {"active": 2, "startTime": "2026-12-02T10:00:00Z"}}]}
+    kubectl.rules.insert(1, {"match": ["get", "jobs", "-l"], "stdout": json.dumps(running)})
+    kubectl.rules_path.write_text(json.dumps(kubectl.rules))
+    assert run_gate(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert ("error: a fabric gate of this environment is running: job/fabric-p5-allreduce (started "
+            "2026-12-02T10:00:00Z, 2 pod(s) active); another `rlkit gate`") in err
+    assert "kubectl delete jobs,services -n rl-training -l 'app.kubernetes.io/instance=gt," in err
+    assert not [c for c in kubectl.calls if c[0] in ("apply", "delete")]
+    assert (tmp_path / ".rlkit/gt/gate.json").read_text() == before
+
+
 def test_a_gate_first_deletes_the_fabric_jobs_an_earlier_run_left(tmp_path, kubectl, capsys):
     """An earlier gate stopped part way through bisection left a subset job on the nodes; a new
     run knows it by the environment's fabric labels, says so and deletes it before anything else."""
