@@ -341,13 +341,18 @@ def failure_advice(doc: dict[str, Any], flag: str, namespace: str) -> str:
     if st.get("reason") == "PreRunningDeadlineExceeded":
         # rayjob_controller.go:1247-1261: not Running within spec.preRunningDeadlineSeconds of the
         # attempt's start; KubeRay retried it like any failure until backoffLimit ran out.
+        # The reason is the last attempt's: an earlier one may have trained (and saved) first.
         deadline = doc.get("spec", {}).get("preRunningDeadlineSeconds", "?")
-        return (f"The job never started: KubeRay failed it after {deadline} s without reaching "
-                f"Running (PreRunningDeadlineExceeded; training.start_deadline_minutes), "
-                f"{st.get('failed', '?')} attempt(s) in all. Its pods go with its Ray cluster; "
-                f"while it waited, status named the ones not running and why (`kubectl get events "
-                f"-n {namespace}` keeps them for about an hour). Fix that, then launch again: "
-                f"{replace}")
+        attempts = st.get("failed")
+        earlier = (f"; of its {attempts} failed attempts, earlier ones may have trained and "
+                   "saved, and a launch resumes from the newest save"
+                   if isinstance(attempts, int) and attempts > 1 else "")
+        return (f"The job's last attempt never started: KubeRay failed it after {deadline} s "
+                f"without reaching Running (PreRunningDeadlineExceeded; "
+                f"training.start_deadline_minutes){earlier}. Its pods go with its Ray cluster; "
+                f"`rlkit status` names the pods not running and why while a start waits, and "
+                f"`kubectl get events -n {namespace}` keeps the scheduler's reasons for about an "
+                f"hour. Fix that, then launch again: {replace}")
     why = NOT_RETRIED_REASONS.get(st.get("reason", ""))
     if why:
         return (f"The job failed and KubeRay will not retry it ({st['reason']}: {why}; KubeRay "
