@@ -16,7 +16,7 @@ import json
 import pytest
 
 from infra import names
-from infra.constructs.pod_identity import CLUSTER_TAG, NAMESPACE_TAG, SERVICE_ACCOUNT_TAG
+from infra.constructs.pod_identity import CLUSTER_ARN_TAG, CLUSTER_TAG, NAMESPACE_TAG, SERVICE_ACCOUNT_TAG
 from tests.support.cdk import EXAMPLES, resources
 
 # The namespace EKS installs each add-on into (infra/names.py KUBE_SYSTEM_NAMESPACE,
@@ -51,6 +51,11 @@ def bindings(templates: dict[str, dict]) -> list[tuple[str, str, str]]:
     return found
 
 
+def _cluster_parts(name) -> list:
+    """The end of the ARN as CDK joins it: ":cluster/NAME" for a literal name, a Ref after it."""
+    return [f":cluster/{name}"] if isinstance(name, str) else [":cluster/", name]
+
+
 def cluster_names(s) -> list:
     """What a condition may say for the cluster: its name, or a Ref to the cluster resource."""
     cluster = s.template("cluster")
@@ -74,5 +79,10 @@ def test_each_pod_identity_role_trusts_only_its_binding(synth, example):
         assert cond.get(NAMESPACE_TAG) == namespace, (lid, cond)
         assert cond.get(SERVICE_ACCOUNT_TAG) == service_account, (lid, cond)
         assert cond.get(CLUSTER_TAG) in cluster_names(s), (lid, cond)
+        # ... and by ARN: this stack's partition, region and account, and the same cluster name
+        # (a name alone matched the environment of that name in every region of the account)
+        assert cond.get(CLUSTER_ARN_TAG) == {"Fn::Join": ["", [
+            "arn:", {"Ref": "AWS::Partition"}, ":eks:", {"Ref": "AWS::Region"}, ":",
+            {"Ref": "AWS::AccountId"}, *_cluster_parts(cond.get(CLUSTER_TAG))]]}, (lid, cond)
     # Every binding's role is one of these (none trusts Pod Identity without conditions).
     assert all(any(lid in ref for lid in roles) for ref, _, _ in bound)
