@@ -46,9 +46,10 @@ def config_warnings(cfg: KitConfig) -> list[str]:
             "to the internet (authentication still applies). Fix: list only your egress CIDRs.")
     if not cfg.admin_role_arns:
         warnings.append(
-            "admin_role_arns is empty: NO IAM principal will have Kubernetes access to this "
-            "cluster (API authentication mode; the creator gets no admin access entry, and the "
-            "creator is CloudFormation's role anyway). kubectl, rlkit gate and rlkit launch will "
+            "admin_role_arns is empty: NO IAM principal you use will have Kubernetes access to "
+            "this cluster (API authentication mode; the creator gets no admin access entry, and "
+            "the creator is CloudFormation's role anyway; only CDK's kubectl handler, which applies "
+            "the kit's charts at deploy time, has one). kubectl, rlkit gate and rlkit launch will "
             "get Unauthorized. Fix: list the IAM role ARN you (or your CI) deploy and operate with "
             "under admin_role_arns, e.g. arn:aws:iam::123456789012:role/ml-platform-admin.")
     if (cfg.observability.enabled and cfg.addons.enabled("dcgm_exporter")

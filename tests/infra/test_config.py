@@ -781,8 +781,10 @@ def test_s3_inputs_outside_the_trainer_roles_scope_are_refused():
 def test_no_admin_roles_is_a_loud_warning_and_roles_silence_it():
     from infra.config import config_warnings
     warning = config_warnings(parse_config({}))[-1]
-    assert warning.startswith("admin_role_arns is empty: NO IAM principal will have Kubernetes "
-                              "access to this cluster")
+    assert warning.startswith("admin_role_arns is empty: NO IAM principal you use will have "
+                              "Kubernetes access to this cluster")
+    assert "only CDK's kubectl handler, which applies the kit's charts at deploy time, has one" \
+        in warning
     assert "Fix: list the IAM role ARN" in warning
     assert not any(w.startswith("admin_role_arns") for w in config_warnings(parse_config(
         {"admin_role_arns": ["arn:aws:iam::123456789012:role/Admin"]})))

@@ -344,7 +344,7 @@ def test_kubernetes_version_warns_within_60_days_of_end_of_standard_support():
 def test_no_admin_role_warns_loudly():
     from ops.preflight import check_admin_access
     c = check_admin_access(config())
-    assert c.status == WARN and "NO IAM principal will have Kubernetes access" in c.detail
+    assert c.status == WARN and "NO IAM principal you use will have Kubernetes access" in c.detail
     assert c.fix.startswith("list the IAM role ARN you (or your CI) deploy and operate with")
     ok = check_admin_access(config(admin_role_arns=["arn:aws:iam::123456789012:role/Admin"]))
     assert ok.status == PASS

@@ -255,6 +255,23 @@ def test_cluster_settings(synth):
         entry["Properties"]["AccessPolicies"][0]["PolicyArn"])
 
 
+@pytest.mark.parametrize("example", ["default", "p5-2node"])
+def test_kubernetes_access_is_admin_role_arns_and_the_kubectl_handler_only(synth, example):
+    """What docs/operations.md ("Security: the defaults") says: an access entry for each of
+    admin_role_arns, and one more, cluster admin, for the role of CDK's kubectl handler Lambda
+    (it applies the charts and manifests at every deploy); no other principal."""
+    s = synth(example)
+    t = s.template("cluster")
+    entries = [e["Properties"] for e in resources(t, "AWS::EKS::AccessEntry").values()]
+    literal = sorted(e["PrincipalArn"] for e in entries if isinstance(e["PrincipalArn"], str))
+    assert literal == sorted(s.config.admin_role_arns)
+    others = [e for e in entries if not isinstance(e["PrincipalArn"], str)]
+    assert len(others) == 1
+    (role,) = [v for v in json.dumps(others[0]["PrincipalArn"]).split('"') if "Role" in v]
+    assert "KubectlProviderHandlerServiceRole" in role
+    assert "AmazonEKSClusterAdminPolicy" in json.dumps(others[0]["AccessPolicies"])
+
+
 def test_private_endpoint(synth):
     c = only(synth("existing-vpc").template("cluster"), "AWS::EKS::Cluster")["Properties"]
     assert c["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
