@@ -76,11 +76,11 @@ class TrainerRole(Construct):
                         f"Objects under {prefix} are the trainer's; the wildcard stays inside that "
                         "prefix of the kit's own bucket.")
         if bucket_key is not None:
-            bucket_key.grant_encrypt_decrypt(self.role)
-            for action in ("kms:ReEncrypt*", "kms:GenerateDataKey*"):
-                acknowledge(self.role, f"AwsSolutions-IAM5[Action::{action}]",
-                            "Emitted by Key.grant_encrypt_decrypt on the bucket's own key: SSE-KMS "
-                            "uploads need data keys from that key and nothing else.")
+            # What SSE-KMS needs to upload (multipart included) and download: "kms:GenerateDataKey
+            # and kms:Decrypt permissions on the key" [Amazon S3 user guide, SSE-KMS
+            # "Permissions"]; not Encrypt, ReEncrypt* or the other GenerateDataKey* variants that
+            # Key.grant_encrypt_decrypt adds.
+            bucket_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")
 
 
 def bind_trainer_role(scope: Construct, id: str, *, cluster: eks.ICluster,

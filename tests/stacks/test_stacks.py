@@ -394,6 +394,9 @@ def test_pod_identity_role_names_only_its_bucket_prefixes(synth):
         "checkpoints/*", "datasets/*"]}}
     kms = [st for st in statements if any(a.startswith("kms:") for a in _list(st["Action"]))]
     assert kms, "a KMS-encrypted bucket needs key access"
+    # what SSE-KMS needs and nothing else (was Encrypt, ReEncrypt* and GenerateDataKey* too)
+    assert sorted(a for st in kms for a in _list(st["Action"])) == ["kms:Decrypt",
+                                                                   "kms:GenerateDataKey"]
 
 
 def _list(x):
