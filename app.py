@@ -17,11 +17,12 @@ from pathlib import Path
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
+from infra.cdk_cli import CDK_CLI  # noqa: E402
 from infra.config import ConfigError, config_warnings, load_config, shorten  # noqa: E402
 
 
-# The CDK CLI version the README pins.
-CDK_SYNTH = "npx aws-cdk@2.1148.1 synth"
+# The CDK CLI version the README pins (infra.cdk_cli).
+CDK_SYNTH = f"{CDK_CLI} synth"
 
 # The context keys the kit reads. Any other key is CDK's own or is refused (see below): `-c
 # conifg=FILE` used to build the built-in default without a word.

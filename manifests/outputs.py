@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from infra import names
+from infra.cdk_cli import deploy_all_command
 from infra.config import KitConfig, has_shared_fs
 from infra.names import OutputKeys
 from manifests.errors import RenderError, RenderProblem
@@ -103,8 +104,8 @@ def _needed_fields(cfg: KitConfig) -> list[tuple[str, str, str]]:
 
 
 def _fix(stack: str, how: str, verb: str = "deploy") -> str:
-    return (f"{verb} it with `cdk deploy {stack} --outputs-file cdk-outputs.json` (or `cdk deploy "
-            f"--all --outputs-file cdk-outputs.json`), then {how}")
+    # --all: an --outputs-file deploy of some stacks writes a file with only theirs (cdk_cli)
+    return f"{verb} it with every stack of the config (`{deploy_all_command()}`), then {how}"
 
 
 def outputs_from_mapping(cfg: KitConfig, data: Any, source: OutputsSource,
@@ -208,8 +209,8 @@ def read_outputs_json(path: str | Path) -> Any:
     if not path.is_file():
         raise RenderError([RenderProblem(
             subject, "does not exist" if not path.exists() else "is not a file",
-            "run `cdk deploy --all --outputs-file cdk-outputs.json` and pass that file, or "
-            "render with --from-stacks")], "stack outputs")
+            f"run `{deploy_all_command()}` and pass that file, or render with --from-stacks")],
+            "stack outputs")
     try:
         raw = path.read_bytes()
     except OSError as err:
@@ -341,9 +342,9 @@ def load_outputs_json(path: str | Path) -> Any:
 def image_build_outputs(cfg: KitConfig, data: Any, origin: str) -> ImageBuildOutputs:
     """Pick the data stack's image-build outputs from ``{stack: {key: value}}``."""
     stack = names.stack_names(cfg.name)["data"]
-    fix = (f"deploy it with `cdk deploy {stack} -c config=<your config> --outputs-file "
-           "cdk-outputs.json` and pass --outputs cdk-outputs.json, or leave --outputs out to read "
-           "the deployed stack from CloudFormation")
+    fix = (f"deploy it with every stack of the config (`{deploy_all_command()}`) and pass "
+           "--outputs cdk-outputs.json, or leave --outputs out to read the deployed stack from "
+           "CloudFormation")
     found = data.get(stack) if isinstance(data, dict) else None
     if (other := other_environments(cfg, data)) is not None:
         raise StackOutputsError(f"{origin} {other[0]}. Fix: {other[1]}")

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from infra.cdk_cli import cdk_command
 from infra.config import KitConfig
 from infra.trainer_contract import EP_BACKENDS
 from ops import aws, options
@@ -103,8 +104,9 @@ def _build(args: argparse.Namespace) -> int:
         return 2
     except aws.AWS_ERRORS as err:
         print(f"error: could not read stack {cfg.stack_names['data']}'s outputs: "
-              f"{aws.describe_error(err)}. Fix: deploy the data stack (`cdk deploy "
-              f"{cfg.stack_names['data']}`) and {aws.CREDENTIALS_FIX}", file=sys.stderr)
+              f"{aws.describe_error(err)}. Fix: deploy the data stack (`"
+              f"{cdk_command('deploy', cfg.stack_names['data'], config=args.config)}`) and "
+              f"{aws.CREDENTIALS_FIX}", file=sys.stderr)
         return 2
 
     result_doc.update(image_uri=plan.image_uri, backend=plan.backend)

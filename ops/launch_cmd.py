@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Callable
 
 from infra import names
+from infra.cdk_cli import cdk_command
 from infra.config import ConfigError, KitConfig, training_ep_backend_problems
 from manifests import RenderError
 from manifests.render import LEGACY_HEAD_POLICY_SELECTOR, NAMESPACE_FILES, RAYJOB_FILE, plan_files
@@ -342,10 +343,11 @@ def _print_windows(args: argparse.Namespace, cfg: KitConfig) -> None:
 # --- status --------------------------------------------------------------------------------------
 
 
-def idle_nodes_note(cfg: KitConfig) -> str | None:
+def idle_nodes_note(cfg: KitConfig, config: str | Path | None = None) -> str | None:
     """What keeps billing once the run is over: the training group's on-demand GPU nodes, which
     nothing scales down (KubeRay deletes only the Ray cluster). None for reserved capacity, which
-    bills whether nodes run or not, and for a group already at zero."""
+    bills whether nodes run or not, and for a group already at zero. ``config``: the config
+    file, which the deploy command it names passes to CDK."""
     t = cfg.training
     g = cfg.gpu_node_groups[t.node_group]
     if g.capacity.type != "on-demand" or g.desired_size == 0:
@@ -353,7 +355,8 @@ def idle_nodes_note(cfg: KitConfig) -> str | None:
     return (f"The run no longer uses gpu_node_groups.{t.node_group}, but its {g.desired_size} "
             f"{g.instance_type} node(s) keep running, and billing, until the group is scaled "
             f"down: set gpu_node_groups.{t.node_group}.desired_size: 0 and min_size: 0 and deploy "
-            "(cdk deploy), or rlkit teardown when the environment is done")
+            f"({cdk_command('deploy', names.gpu_stack_name(cfg.name, t.node_group), config=config)}"
+            "), or rlkit teardown when the environment is done")
 
 
 
@@ -415,7 +418,7 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
               f"Its output: rlkit logs{flag}", file=sys.stderr)
         return 0
     state = st.get("jobDeploymentStatus") or ""
-    idle = idle_nodes_note(cfg)
+    idle = idle_nodes_note(cfg, args.config)
     if idle and (finished(doc) or DEPLOYMENT_STATES.get(state) == "suspended"):
         print(idle, file=sys.stderr)
     if DEPLOYMENT_STATES.get(state) in ("suspending", "suspended"):

@@ -13,6 +13,7 @@ from datetime import date, datetime
 from typing import Any, Callable
 
 from infra import names
+from infra.cdk_cli import cdk_command
 from infra.catalog import INSTANCE_TYPES, P_ON_DEMAND_QUOTA_CODE, P_ON_DEMAND_QUOTA_NAME
 from infra.config import GpuNodeGroupConfig, KitConfig, config_warnings
 from infra.problems import FAIL, PASS, WARN
@@ -246,8 +247,8 @@ def check_capacity_block_update(cfn: Any, eks: Any, cfg: KitConfig, group_name: 
         f"node group {nodegroup} runs at desired size {desired}; {_UPDATE_RULE}, so a deploy that "
         f"changes its launch template or node group in {stack} rolls nodes the block cannot "
         "replace, under the running job",
-        f"while the block's nodes run, deploy the other stacks only (cdk deploy --exclusively, "
-        f"naming every stack but {stack}); to update this group, stop the run (its last save is "
+        "while the block's nodes run, deploy the other stacks only (`"
+        f"{cdk_command('deploy', '--exclusively', f'<every stack but {stack}>')}`); to update this group, stop the run (its last save is "
         f"in S3), scale to 0 with `{down}`, deploy, and scale back up with `{up}` "
         "(docs/operations.md, \"A reservation's end\")")
 

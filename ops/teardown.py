@@ -30,9 +30,11 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from infra import names
+from infra.cdk_cli import cdk_command
 from infra.config import KitConfig, config_cost
 from ops.aws import AWS_ERRORS
 from ops.deployed import stacks_importing
@@ -127,11 +129,14 @@ def _gpu_group_of(env_name: str, stack: str) -> str | None:
     return group if names.GPU_GROUP_NAME_RE.fullmatch(group) else None
 
 
-def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Plan:
+def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool,
+                  config: str | Path | None = None) -> Plan:
     """Which stacks to delete, in order. A stack is this environment's only when its name is one
     of the environment's stack names AND its ``rlkit:environment`` tag equals the environment
     name: a neighbouring environment (``moe-rl-2``, ``moe-rl-gpu``) or a foreign stack that
-    happens to match ``<name>-gpu-*`` (``moe-rl-gpu-monitoring``) is never touched."""
+    happens to match ``<name>-gpu-*`` (``moe-rl-gpu-monitoring``) is never touched. ``config``:
+    the config file, which the deploy commands a kept stack's reason names pass to CDK (CDK
+    builds the built-in default config without it)."""
     cfg = Target.of(cfg)
     live = live_stacks(cfn)
     stack = names.stack_names(cfg.name)
@@ -176,8 +181,9 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
         plan.blocked[stack["storage"]] = plan.why_kept[stack["storage"]] = (
             "the deployed file system still has DeletionPolicy Retain (the config's "
             "storage.retain: false or ephemeral: true was not deployed yet), so CloudFormation "
-            f"would leave it billing outside any stack. Fix: cdk deploy {stack['storage']} with "
-            "this config, then run teardown again")
+            "would leave it billing outside any stack. Fix: "
+            f"{cdk_command('deploy', '--exclusively', stack['storage'], config=config)}, then "
+            "run teardown again")
     stages = [gpu + access,
               ([stack["cluster"]] if ours(stack["cluster"]) else [])
               + ([stack["storage"]] if storage and storage_deletable else [])]
@@ -200,9 +206,7 @@ def plan_teardown(cfn: Any, cfg: "KitConfig | Target", delete_data: bool) -> Pla
             plan.why_kept[stack["network"]] = "the kept shared file system lives in this VPC"
             nat = nat_gateways(cfn, stack["network"])
             if nat:
-                # CDK builds the default config without -c config=...: name the user's file.
-                deploy = (f"cdk deploy --exclusively {stack['storage']} -c config=<your config "
-                          "file>")
+                deploy = cdk_command("deploy", "--exclusively", stack["storage"], config=config)
                 first = ("" if not fs_retained else
                          f"set storage.retain: false and deploy it ({deploy}); then ")
                 plan.why_kept[stack["network"]] += (

@@ -145,7 +145,8 @@ def _run(args: argparse.Namespace) -> int:
                   f"is {cfg.account}; nothing deleted. Fix: use credentials (--profile) for "
                   f"account {cfg.account}.", file=sys.stderr)
             return 2
-        plan = plan_teardown(c.cloudformation, cfg, args.delete_data)
+        plan = plan_teardown(c.cloudformation, cfg, args.delete_data,
+                             None if args.name is not None else args.config)
     except aws.AWS_ERRORS as err:
         print(f"error: could not list stacks in {region}: {aws.describe_error(err)}. Fix: "
               f"{aws.CREDENTIALS_FIX}", file=sys.stderr)

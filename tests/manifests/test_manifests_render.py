@@ -446,9 +446,9 @@ def test_missing_output_key_names_stack_key_and_fix(tmp_path):
     assert str(err.value) == (
         "stack outputs: 1 problem(s):\n"
         f"  - stack moe-rl-data, output DataBucketName: missing from {path} (the deployed stack "
-        "is older than this kit, or the outputs were edited). Fix: redeploy it with `cdk deploy "
-        "moe-rl-data --outputs-file cdk-outputs.json` (or `cdk deploy --all --outputs-file "
-        "cdk-outputs.json`), then render again with --outputs cdk-outputs.json.")
+        "is older than this kit, or the outputs were edited). Fix: redeploy it with every "
+        "stack of the config (`npx aws-cdk@2.1148.1 deploy --all -c config=<your config file> "
+        "--outputs-file cdk-outputs.json`), then render again with --outputs cdk-outputs.json.")
 
 
 def test_missing_stack_names_the_outputs_it_should_provide():
@@ -459,9 +459,9 @@ def test_missing_stack_names_the_outputs_it_should_provide():
         outputs_from_mapping(cfg, data, "file", "cdk-outputs.json")
     assert [str(p) for p in err.value.problems] == [
         "stack moe-rl-gpu-p5: not found in cdk-outputs.json (its outputs are needed: "
-        "NodegroupName). Fix: deploy it with `cdk deploy moe-rl-gpu-p5 --outputs-file "
-        "cdk-outputs.json` (or `cdk deploy --all --outputs-file cdk-outputs.json`), then render "
-        "again with --outputs cdk-outputs.json."]
+        "NodegroupName). Fix: deploy it with every stack of the "
+        "config (`npx aws-cdk@2.1148.1 deploy --all -c config=<your config file> --outputs-file "
+        "cdk-outputs.json`), then render again with --outputs cdk-outputs.json."]
 
 
 def test_outputs_of_another_environment_or_kit_version_are_refused():
@@ -479,8 +479,13 @@ def test_outputs_of_another_environment_or_kit_version_are_refused():
 
 def test_missing_or_broken_outputs_file(tmp_path):
     cfg = example("default")
-    with pytest.raises(RenderError, match="does not exist"):
+    with pytest.raises(RenderError, match="does not exist") as err:
         outputs_from_file(cfg, tmp_path / "nope.json")
+    # the deploy it names builds this config, not app.py's built-in default, and every stack
+    # (an --outputs-file deploy of some stacks writes a file with only theirs)
+    assert err.value.problems[0].fix == (
+        "run `npx aws-cdk@2.1148.1 deploy --all -c config=<your config file> --outputs-file "
+        "cdk-outputs.json` and pass that file, or render with --from-stacks")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     with pytest.raises(RenderError, match="not valid JSON"):
@@ -867,8 +872,9 @@ def test_missing_storage_stack_outputs_are_named():
     assert [str(p) for p in err.value.problems] == [
         "stack moe-rl-storage: not found in cdk-outputs.json (its outputs are needed: "
         "SharedFileSystemId, SharedFileSystemDnsName, SharedFileSystemMountName). Fix: deploy it "
-        "with `cdk deploy moe-rl-storage --outputs-file cdk-outputs.json` (or `cdk deploy --all "
-        "--outputs-file cdk-outputs.json`), then render again with --outputs cdk-outputs.json."]
+        "with every stack of the config (`npx aws-cdk@2.1148.1 deploy --all -c config=<your "
+        "config file> --outputs-file cdk-outputs.json`), then render again with --outputs "
+        "cdk-outputs.json."]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -77,8 +77,8 @@ def test_a_deploy_while_the_blocks_nodes_run_is_refused_with_the_fix():
         "template or node group in cb-gpu-p5en rolls nodes the block cannot replace, under the "
         "running job")
     assert c.fix == (
-        "while the block's nodes run, deploy the other stacks only (cdk deploy --exclusively, naming "
-        "every stack but cb-gpu-p5en); to update this group, stop the run (its last save is in S3), "
+        "while the block's nodes run, deploy the other stacks only (`npx aws-cdk@2.1148.1 deploy "
+        "--exclusively <every stack but cb-gpu-p5en> -c config=<your config file>`); to update this group, stop the run (its last save is in S3), "
         "scale to 0 with `aws eks update-nodegroup-config --cluster-name cb-cluster --nodegroup-name "
         "p5en-ng --scaling-config desiredSize=0 --region us-east-2`, deploy, and scale back up with "
         "`aws eks update-nodegroup-config --cluster-name cb-cluster --nodegroup-name p5en-ng "

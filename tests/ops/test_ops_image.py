@@ -694,7 +694,8 @@ def test_outputs_without_the_build_keys(tmp_path, capsys):
     assert run([*BASE, "--outputs", str(path)], Stubbed()) == 2
     assert (f"error: {path}: stack moe-rl-data has no output ImageBuildProjectName, "
             "ImageBuildLogGroupName (a data stack deployed before the image build existed). Fix: "
-            "deploy it with `cdk deploy moe-rl-data") in capsys.readouterr().err
+            "deploy it with every stack of the config (`npx aws-cdk@2.1148.1 deploy --all -c "
+            "config=<your config file> --outputs-file cdk-outputs.json`)") in capsys.readouterr().err
 
 
 def test_outputs_of_another_environment_name_it(tmp_path, capsys):
@@ -736,6 +737,18 @@ def test_outputs_from_cloudformation_and_dry_run(capsys):
     assert (doc["dry_run"], doc["ok"], doc["image_uri"]) == (True, True, f"{REPO}:0.1.0-nccl")
     assert any("--metadata-file" in step for step in doc["steps"])
     assert "[dry-run] nothing uploaded or started" in captured.err
+
+
+def test_an_undeployed_data_stack_names_the_deploy_of_this_config(capsys):
+    """Before: the fix said `cdk deploy moe-rl-data`, which without -c config=... builds app.py's
+    built-in default config: a second, billing environment instead of this one's data stack."""
+    config = REPO_ROOT / "examples" / "default.yaml"
+    st = Stubbed()
+    st.cloudformation.add_client_error("describe_stacks", "ValidationError",
+                                       "Stack with id moe-rl-data does not exist")
+    assert run([*BASE, "--config", str(config), "--dry-run"], st) == 2
+    assert ("Fix: deploy the data stack (`npx aws-cdk@2.1148.1 deploy moe-rl-data -c "
+            f"config={config}`)") in capsys.readouterr().err
 
 
 def test_follow_build_times_out():

@@ -654,7 +654,8 @@ def test_status_watch_goes_on_through_an_attempt_kuberay_retries(tmp_path, kubec
 
 IDLE = ("The run no longer uses gpu_node_groups.p5, but its 2 p5.48xlarge node(s) keep running, and "
         "billing, until the group is scaled down: set gpu_node_groups.p5.desired_size: 0 and "
-        "min_size: 0 and deploy (cdk deploy), or rlkit teardown when the environment is done")
+        "min_size: 0 and deploy (npx aws-cdk@2.1148.1 deploy gt-gpu-p5 -c config={config}), or "
+        "rlkit teardown when the environment is done")
 
 
 @pytest.mark.parametrize("job, deployment, code", [
@@ -665,7 +666,7 @@ def test_a_run_that_is_over_names_the_gpu_nodes_still_billing(tmp_path, kubectl,
     the Ray cluster and the on-demand GPU nodes went on billing until someone scaled them down."""
     kubectl.rule(["get", "rayjob"], stdout=rayjob(job, deployment))
     assert run(tmp_path, "status", "--watch") == code
-    assert IDLE in capsys.readouterr().err
+    assert IDLE.format(config=tmp_path / 'gt.yaml') in capsys.readouterr().err
 
 
 def test_a_running_or_retried_run_or_reserved_capacity_gets_no_idle_note(tmp_path, kubectl, capsys):

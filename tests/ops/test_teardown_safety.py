@@ -75,8 +75,9 @@ def test_storage_retain_false_not_yet_deployed_keeps_the_file_system_and_its_net
     assert live_names() == ["tt-data", "tt-network", "tt-storage"]
     assert ("warning: not deleting tt-storage: the deployed file system still has DeletionPolicy "
             "Retain (the config's storage.retain: false or ephemeral: true was not deployed yet), "
-            "so CloudFormation would leave it billing outside any stack. Fix: cdk deploy "
-            "tt-storage with this config, then run teardown again.") in captured.err
+            "so CloudFormation would leave it billing outside any stack. Fix: npx "
+            f"aws-cdk@2.1148.1 deploy --exclusively tt-storage -c config={tmp_path / 'c.yaml'}, "
+            "then run teardown again.") in captured.err
     assert "Not complete" in captured.err and "Teardown complete." not in captured.out
     assert versions(ids["Bucket"]) == 3  # the data the file system links to is untouched
 

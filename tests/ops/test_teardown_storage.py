@@ -158,8 +158,8 @@ def test_a_network_kept_for_the_file_system_says_its_nat_gateways_bill(tmp_path,
     assert code == 0, out
     assert ("Keeping tt-network: the kept shared file system lives in this VPC. Its 2 NAT "
             "gateway(s) bill by the hour (and per GB they process) for as long as it stays. Once "
-            "the file system is no longer wanted: set storage.retain: false and deploy it (cdk "
-            "deploy --exclusively tt-storage -c config=<your config file>); then teardown "
+            "the file system is no longer wanted: set storage.retain: false and deploy it (npx "
+            f"aws-cdk@2.1148.1 deploy --exclusively tt-storage -c config={tmp_path / 'c.yaml'}); then teardown "
             "--delete-data deletes the file system, then the network, and the data; to keep the "
             "data, after that deploy delete only the storage stack (aws cloudformation delete-stack "
             "--stack-name tt-storage) and run teardown again, which then deletes the network.") in out
