@@ -1,16 +1,23 @@
 """`rlkit teardown`: delete an environment's stacks and list anything still tagged with it.
 
 Only this environment's stacks: a stack is deleted when its name is one of the environment's
-exact stack names (<name>-network, -cluster, -data, -gpu-<group>) AND its rlkit:environment tag
-equals the name; anything else is left alone and named. Refuses when the caller's account (STS)
-differs from the config's account; warns when --region differs from the config's region.
+exact stack names (<name>-network, -cluster, -data, -storage, -storage-access, -observability,
+-gpu-<group>) AND its rlkit:environment tag equals the name; anything else is left alone and
+named. Refuses, with exit 2 and nothing deleted, when the caller's account (STS) differs from the
+config's account (or --account's); warns when --region differs from the config's region.
 
-Order: GPU node-group stacks, then the cluster, then the network. The data stack (bucket and
-ECR repository) is kept unless the config is ephemeral or --delete-data is given; it goes last,
-after every other stack is gone: only then are its buckets emptied (every object version and
-delete marker) and its images deleted, since CloudFormation refuses to delete a bucket that holds
-data (and a repository that holds images, unless it has EmptyOnDelete, which the kit sets on the
-repositories it does not retain; a data stack deployed by an older kit lacks it). A failed cluster delete therefore never leaves a running environment without its data.
+Order, one stage after the other: the GPU node-group stacks with the storage-access and
+observability stacks; then the cluster, with the storage stack (the shared file system) when it
+goes; then the network; the data stack last. The storage stack goes only with its file system:
+with an ephemeral config, or with --delete-data when the file system is not retained (otherwise
+it is kept, with the network its file system lives in and, with --delete-data, the data it
+links to). The data stack (bucket and ECR repository) is kept unless the config is ephemeral or
+--delete-data is given; it goes last, after every other stack is gone: only then are its buckets
+emptied (every object version and delete marker) and its images deleted, since CloudFormation
+refuses to delete a bucket that holds data (and a repository that holds images, unless it has
+EmptyOnDelete, which the kit sets on the repositories it does not retain; a data stack deployed
+by an older kit lacks it). A failed cluster delete therefore never leaves a running environment
+without its data.
 
 An On-Demand Capacity Reservation the config names (capacity.reservation_id; by name, the one a
 deployed GPU stack's launch template targets) is not the kit's and is never cancelled; teardown
@@ -31,7 +38,9 @@ Asks you to type the environment name unless --yes. --dry-run prints what it wou
 exits non-zero where the real teardown would refuse or leave a stack. Afterwards it lists what is
 still tagged with the environment, re-reading for up to 3 minutes (the tagging API lags deletes).
 Exit code 0 when everything is gone, 1 when something is left or a deletion failed, 2 for a bad
-config or a missing confirmation, 130 when interrupted (CloudFormation carries on; run again).
+config, --name without --region or --account, credentials for another account, stacks that
+could not be listed, or a missing confirmation (nothing deleted), 130 when interrupted
+(CloudFormation carries on; run again).
 """
 
 from __future__ import annotations
@@ -300,13 +309,13 @@ def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], retained_
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "teardown", help="delete the stacks (GPU, cluster, network; data on request) and list "
+        "teardown", help="delete the environment's stacks (the data on request) and list "
         "leftovers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_config(p)
     options.add_aws(p)
     p.add_argument("--name", default=None, metavar="ENV",
-                   help="tear down the environment of this name (with --region) without a config, "
-                   "found by its stacks' names and rlkit:environment tag")
+                   help="tear down the environment of this name without a config (needs --region "
+                   "and --account), found by its stacks' names and rlkit:environment tag")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation (CI)")
     p.add_argument("--delete-data", action="store_true",
                    help="delete the data stack too: empties the bucket (all versions) and the ECR "

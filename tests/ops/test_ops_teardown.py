@@ -10,6 +10,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from infra import names
 from ops import teardown_cmd
 from ops.teardown import TeardownError, delete_images, delete_stacks, empty_bucket
 from tests.support.teardown import (  # noqa: F401 (aws: autouse fixture)
@@ -532,3 +533,24 @@ def test_the_reservation_is_read_from_the_launch_template_the_kit_synthesizes(
 
     assert odcrs_of(Cfn(), "any") == expected
     assert "cr-0" in json.dumps(template)  # both target their reservation by ID
+
+
+def test_the_help_names_every_stack_the_teardown_deletes_and_what_it_refuses():
+    """Before: the help named only the network, cluster, data and GPU stacks and an order without
+    the storage, storage-access and observability stacks; said --name needs only --region (it
+    needs --account too); and gave no exit code for credentials of another account (2)."""
+    parser = argparse.ArgumentParser(prog="rlkit")
+    teardown_cmd.register(parser.add_subparsers(dest="command"))
+    text = " ".join(parser._subparsers._group_actions[0].choices["teardown"].format_help().split())
+    names_part = text.split("exact stack names (", 1)[1].split(")", 1)[0]
+    order = text.split("Order", 1)[1].split("The data stack (", 1)[0]
+    suffixes = [stack.removeprefix("<name>") for stack in names.stack_names("<name>").values()]
+    assert [s for s in suffixes if s not in names_part] == []
+    # the order paragraph names each one ("storage-access", "observability", "storage" ...)
+    assert [s for s in suffixes if s.lstrip("-") not in order] == []
+    assert "--name ENV tear down the environment of this name without a config (needs --region " \
+           "and --account)" in text
+    assert ("Refuses, with exit 2 and nothing deleted, when the caller's account (STS) differs "
+            "from the config's account") in text
+    assert "2 for a bad config, --name without --region or --account, credentials for another " \
+           "account" in text
