@@ -175,9 +175,11 @@ class TrainingConfig(_Model):
     backoff_limit: int = Field(
         2, description="Times KubeRay retries the RL job after a failed attempt (a crash, a "
         "worker node lost), each on a new Ray cluster that resumes from the last complete "
-        "checkpoint. KubeRay counts every failed attempt, whatever the exit code, but retries none "
+        "checkpoint. KubeRay counts every failed attempt, whatever the exit code, and retries one "
+        "that did not start within start_deadline_minutes (PreRunningDeadlineExceeded), but none "
         "that failed because the Ray head stopped answering for 5 minutes (its node lost) or ran "
-        "past its deadline: rlkit status says so, and rlkit launch --replace resumes the run."
+        "past an activeDeadlineSeconds (which the kit does not set): rlkit status says so, and "
+        "rlkit launch --replace resumes the run."
     )
     start_deadline_minutes: int = Field(
         60, description="How long the RL job may take to start: from KubeRay's first step "

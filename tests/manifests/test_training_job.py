@@ -72,6 +72,23 @@ def rayjob(example: str) -> dict:
     return next(f.obj for f in files if f.kind == "RayJob")
 
 
+def test_backoff_limit_says_which_deadline_kuberay_retries():
+    """Before: backoff_limit said KubeRay retries no attempt that "ran past its deadline", but the
+    one deadline the kit renders, preRunningDeadlineSeconds, is retried (KubeRay v1.7.0 retries
+    every failure but DeadlineExceeded and JobStatusCheckTimeoutExceeded: ops.launching)."""
+    from infra.config.training_model import TrainingConfig
+    from ops.launching import NOT_RETRIED_REASONS
+
+    spec = rayjob("default")["spec"]
+    assert "preRunningDeadlineSeconds" in spec and "activeDeadlineSeconds" not in spec
+    assert "PreRunningDeadlineExceeded" not in NOT_RETRIED_REASONS
+    text = TrainingConfig.model_fields["backoff_limit"].description
+    assert ("retries one that did not start within start_deadline_minutes "
+            "(PreRunningDeadlineExceeded)") in text
+    assert "ran past an activeDeadlineSeconds (which the kit does not set)" in text
+    assert "ran past its deadline" not in text
+
+
 def _env(container: dict) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", [])}
 
