@@ -7,6 +7,7 @@ import pytest
 
 from tests.support.teardown import (  # noqa: F401 (aws: autouse fixture)
     Recording, aws, live_names, make_env, make_stack)
+from tests.support import REPO_ROOT
 from tests.support.teardown import run as teardown_run
 
 
@@ -59,6 +60,13 @@ def test_destroyable_file_system_goes_with_the_cluster_before_the_network(tmp_pa
     assert set(cfn.deleted[2:4]) == {"tt-cluster", "tt-storage"}  # one stage, in parallel
     assert cfn.deleted[4:] == ["tt-network", "tt-data"]
     assert live_names() == []
+    # docs/operations.md's teardown order says the same (it said: the cluster, then the storage)
+    doc = " ".join((REPO_ROOT / "docs" / "operations.md").read_text().split())
+    bullet = doc.split("**Data last, and the network stays while the file system does.**")[1]
+    assert bullet.startswith(" `rlkit teardown` deletes the GPU, storage-access and observability "
+                             "stacks; then the cluster stack and, in the same stage (when the file "
+                             "system goes), the storage stack; then the network; the data stack "
+                             "last.")
 
 
 def test_ephemeral_deletes_the_storage_stacks(tmp_path, capsys):
