@@ -24,8 +24,10 @@ says the check did not run and exits on the other checks (docs/cli.md).
 
 status prints the RayJob's jobStatus and jobDeploymentStatus (KubeRay); --watch polls until the
 job ends, is suspended (exit 1, with the command that resumes it) or fails (exit 1, with the next
-step for KubeRay's reason or the launcher's exit code); a start slower than 5 minutes has its pods
-that are not running named, with why (a read that fails is tried again, up to five in a row); -o json|yaml prints the RayJob's state as one document. For Capacity Block groups it first shows the block's window on stderr (start, end, time
+step for KubeRay's reason or the launcher's exit code); with --watch a failed read of the RayJob
+is a missed poll, tried again at the next one, and 5 failures in a row end the watch (exit 2). A
+start slower than 5 minutes has its pods that are not running named, with why (a failed read of
+the pods is said, and the watch goes on); -o json|yaml prints the RayJob's state as one document. For Capacity Block groups it first shows the block's window on stderr (start, end, time
 left, when EKS drains the nodes). Then, on stderr, the environment's CloudWatch dashboard URL and
 a one-line health summary (GPU use, EFA drops, failed nodes, restarts, reward, step time; a
 RUNNING job whose run reported no training step for a while is a problem; --no-health skips it).

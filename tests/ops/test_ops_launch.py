@@ -908,9 +908,20 @@ def test_status_reads_no_pods_in_a_start_of_a_few_minutes(tmp_path, kubectl, cap
 
 
 def test_status_watch_gives_up_after_five_missed_polls(tmp_path, kubectl, capsys):
+    import ops.launch_cmd as launch_cmd
+    from ops.gate.runner import POLL_FAILURES_TOLERATED
+    from tests.support import REPO_ROOT
+
     kubectl.rule(["get", "rayjob"], rc=1, stderr="Unable to connect to the server\n")
     assert run(tmp_path, "status", "--watch") == 2
     assert "trying again (4 of 4)" in capsys.readouterr().err
+    assert len([c for c in kubectl.calls if "rayjob" in c]) == POLL_FAILURES_TOLERATED == 5
+    # the help and the docs say what the watch does (they said the pod read was tried again, up
+    # to five times in a row: one more failed read than the watch rides out, and not the pods)
+    said = f"{POLL_FAILURES_TOLERATED} failures in a row end the watch"
+    assert said + " (exit 2)" in " ".join(launch_cmd.__doc__.split())
+    assert said + " with exit 2" in (REPO_ROOT / "docs" / "operations.md").read_text()
+    assert "tried again, up to five in a row" not in launch_cmd.__doc__
 
 
 def test_status_without_a_job_says_how_to_launch(tmp_path, kubectl, capsys):
