@@ -6,8 +6,8 @@ verdict), or when none ran, or when the training
 group now has a schedulable node the gate did not measure (by EC2 instance ID) or fewer measured
 nodes than the job needs (cordoned, NotReady and unreachable nodes do not count; it names them), or when the image it would run for the chosen EP backend is not the
 one the gate measured for it (gate.json records it; an image built since is a fabric stack the gate
-never ran), unless --force;
---dry-run always previews and says whether, and why, the real run would refuse. On a Capacity
+never ran), unless --force (which overrides these gate refusals, not the Capacity Block one
+below); --dry-run always previews and says whether, and why, the real run would refuse. On a Capacity
 Block, launch reads the block's end (DescribeCapacityReservations), refuses a run that cannot have
 one complete save in S3 before EKS drains the block's nodes (40 minutes before the end), and
 renders the end into the job so that the launcher saves and stops in time; a dry run that the
@@ -495,7 +495,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     options.add_run_options(p)
     options.add_run_source(p)
     p.add_argument("--force", action="store_true",
-                   help="launch even though the last gate failed, or none ran")
+                   help="launch despite the gate's refusals, each then printed as a WARNING: the "
+                   "last gate failed, did not finish or none ran; the image differs from the one "
+                   "the gate measured; the training group has a node the gate did not measure, or "
+                   "fewer measured nodes than the job needs. It does not override the Capacity "
+                   "Block refusal (a run that cannot save before the block ends)"),
     p.add_argument("--replace", action="store_true",
                    help="delete an existing RayJob of the same name first and wait (up to "
                    f"{REPLACE_TIMEOUT_S // 60} minutes) until its Ray cluster and submitter Job are "

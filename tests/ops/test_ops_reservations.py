@@ -99,6 +99,24 @@ def test_launch_refuses_a_run_that_cannot_save_before_the_block_ends(tmp_path, k
     assert kubectl.calls == []
 
 
+def test_force_does_not_override_the_save_window_and_the_help_says_so(tmp_path, kubectl, capsys):
+    """--force overrides the gate's refusals only. Before, its help said "launch even though the
+    last gate failed, or none ran": nothing of the image and node checks it also overrides, nor
+    of this refusal, which it does not."""
+    ec2, _ = ec2_with_window(NOW + timedelta(minutes=84))
+    assert run(tmp_path, ec2, "launch", "--force") == 1
+    assert capsys.readouterr().err.startswith(f"Not launching: capacity block {RID}")
+    assert kubectl.calls == []
+    parser = argparse.ArgumentParser(prog="rlkit")
+    launch_cmd.register(parser.add_subparsers(dest="command"))
+    text = " ".join(parser._subparsers._group_actions[0].choices["launch"].format_help().split())
+    assert ("--force launch despite the gate's refusals, each then printed as a WARNING: the last "
+            "gate failed, did not finish or none ran; the image differs from the one the gate "
+            "measured; the training group has a node the gate did not measure, or fewer measured "
+            "nodes than the job needs. It does not override the Capacity Block refusal (a run "
+            "that cannot save before the block ends)") in text
+
+
 def test_a_dry_run_previews_and_exits_1_when_the_real_launch_would_refuse(tmp_path, kubectl,
                                                                           capsys):
     ec2, _ = ec2_with_window(NOW + timedelta(minutes=84))
