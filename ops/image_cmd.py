@@ -20,8 +20,10 @@ io.moe-rl-eks-kit.ep-backend label, else the tag's suffix), push time, size and 
 Both print through the shared output helpers (ops/output.py): progress on stdout as text, or on
 stderr with -o json|yaml, where stdout holds one document (docs/cli.md lists its shape).
 
-Exit codes: 0 done, 1 the build failed or timed out, 2 bad input or AWS refused a call, 130
-Ctrl-C while following a build (it keeps running).
+Exit codes: 0 done (without --wait: the build started), 1 the build failed or timed out, or
+--wait lost track of it (an AWS error while following it; the build keeps running), 2 bad input
+or AWS refused a call before the build started, 130 Ctrl-C while following a build (it keeps
+running).
 """
 
 from __future__ import annotations

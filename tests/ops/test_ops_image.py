@@ -375,6 +375,24 @@ def test_json_gets_one_document_when_the_build_is_lost(outputs_file, capsys):
         f"lost track of build {BUILD_ID}: BatchGetBuilds failed: ThrottlingException: slow down; "
         "it keeps running in CodeBuild. Fix: follow it with `aws codebuild batch-get-builds --ids "
         f"{BUILD_ID}`; `rlkit image status` lists the pushed image")
+    # the help's exit codes say so (they said 2 for any call AWS refused)
+    from ops import image_cmd
+    assert ("1 the build failed or timed out, or --wait lost track of it (an AWS error while "
+            "following it; the build keeps running), 2 bad input or AWS refused a call before the "
+            "build started") in " ".join(image_cmd.__doc__.split())
+
+
+def test_without_wait_the_status_is_started_not_codebuilds(outputs_file, capsys):
+    st = Stubbed()
+    _started(st)
+    assert run([*BASE, "--outputs", str(outputs_file), "-o", "json"], st) == 0
+    st.done()  # started, never read back: no CodeBuild status to report
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["ok"], doc["build_id"], doc["status"]) == (True, BUILD_ID, "STARTED")
+    # docs/cli.md's document row says so (it said `status` was CodeBuild's)
+    row = next(line for line in (REPO_ROOT / "docs" / "cli.md").read_text().splitlines()
+               if line.startswith("| `image build` |"))
+    assert "without `--wait`, `STARTED`: the build was started, not followed" in row
 
 
 def test_json_gets_one_document_on_ctrl_c(outputs_file, capsys, monkeypatch):
