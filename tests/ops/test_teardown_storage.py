@@ -208,3 +208,17 @@ def test_a_config_without_retention_keeps_the_file_system_until_delete_data(tmp_
     assert code == 0, out
     assert ("Keeping tt-storage: the shared file system stays with the data; storage.retain is "
             "false, so --delete-data deletes it too.") in out
+
+
+@pytest.mark.filterwarnings("ignore:Tried to parse AWS")  # moto creates no file system
+def test_by_name_the_kept_networks_deploy_command_names_no_config_file(tmp_path, capsys):
+    """--name tears down without a config: the deploy it suggests names `<your config file>`,
+    never the --config file (or RLKIT_CONFIG) that --name overrides."""
+    make_env()
+    make_stack("tt-storage", "tt", fs_stack("Retain"))
+    cfn = NetworkWithNat(boto3.client("cloudformation", region_name="us-east-1"), 1)
+    code, _ = teardown_run(tmp_path, "--yes", *BY_NAME, config_text="name: other\n", cfn=cfn)
+    out = capsys.readouterr().out
+    assert ("set storage.retain: false and deploy it (npx aws-cdk@2.1148.1 deploy --exclusively "
+            "tt-storage -c config=<your config file>); then teardown") in out, out
+    assert str(tmp_path) not in out
