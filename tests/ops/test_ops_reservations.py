@@ -163,12 +163,18 @@ def test_status_before_the_block_starts_says_when(tmp_path, kubectl, capsys):
     assert "; starts in 2 h 00 min" in capsys.readouterr().err
 
 
-def test_an_unreadable_window_is_a_warning_and_the_job_gets_no_end(tmp_path, kubectl, capsys):
+def ec2_refusing_the_window():
+    """EC2 that refuses DescribeCapacityReservations (a role without it)."""
     ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x",
                        aws_secret_access_key="x")
     stub = Stubber(ec2)
     stub.add_client_error("describe_capacity_reservations", "UnauthorizedOperation", "not allowed")
     stub.activate()
+    return ec2
+
+
+def test_an_unreadable_window_is_a_warning_and_the_job_gets_no_end(tmp_path, kubectl, capsys):
+    ec2 = ec2_refusing_the_window()
     assert run(tmp_path, ec2, "launch") == 0
     assert (f"WARNING: could not read the window of capacity block {RID} (DescribeCapacityReservations "
             "failed: UnauthorizedOperation: not allowed)") in capsys.readouterr().err
@@ -196,10 +202,6 @@ def test_a_launch_on_a_running_block_gets_the_start_deadline_alone(tmp_path, kub
 
 
 def test_without_the_blocks_window_the_job_gets_no_start_deadline(tmp_path, kubectl, capsys):
-    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x",
-                       aws_secret_access_key="x")
-    stub = Stubber(ec2)
-    stub.add_client_error("describe_capacity_reservations", "UnauthorizedOperation", "not allowed")
-    stub.activate()
+    ec2 = ec2_refusing_the_window()
     assert run(tmp_path, ec2, "launch") == 0
     assert "preRunningDeadlineSeconds" not in rayjob_spec(tmp_path)
