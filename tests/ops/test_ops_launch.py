@@ -729,24 +729,19 @@ def test_status_of_a_job_being_suspended_is_not_a_success(tmp_path, kubectl, cap
         in capsys.readouterr().err
 
 
-KUBERAY_TYPES = TEST_FIXTURES / "kuberay" / "rayjob_types-v1.7.0-excerpt.go"
-
-
-def _go_enum(go_type: str) -> list[str]:
-    """The values of a Go string enum (``Name Type = "value"``) in the KubeRay excerpt."""
-    import re
-
-    return re.findall(rf'^\s*\w+\s+{go_type}\s+=\s+"([^"]*)"', KUBERAY_TYPES.read_text(),
-                      re.MULTILINE)
+KUBERAY_ENUMS = TEST_FIXTURES / "kuberay" / "rayjob-enums-v1.7.0.json"
 
 
 def test_every_kuberay_deployment_status_is_mapped():
     """A KubeRay state the kit does not know would be watched forever or taken for a success."""
-    states = _go_enum("JobDeploymentStatus")
-    assert len(states) == 10 and "" in states and "Suspended" in states  # the excerpt is read
+    enums = json.loads(KUBERAY_ENUMS.read_text())
+    states = enums["JobDeploymentStatus"]
     assert sorted(launching.DEPLOYMENT_STATES) == sorted(states)
     assert launching.TERMINAL_DEPLOYMENT_STATUS == {"Complete", "Failed", "ValidationFailed",
                                                     "Suspended"}
+    # every failure reason the kit words specially is one KubeRay sets
+    assert set(launching.NOT_RETRIED_REASONS) | {"PreRunningDeadlineExceeded"} <= set(
+        enums["JobFailedReason"])
 
 
 RAY_LOG_TAIL = "last available logs (truncated to 20,000 chars):\n" + "x" * 19_000 + \
