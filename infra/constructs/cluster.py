@@ -69,7 +69,8 @@ class KitCluster(Construct):
             ] if control_plane_logs else None,
             secrets_encryption_key=self.secrets_key,
             # Explicitly off: CloudFormation's role creates the cluster, so an admin entry for the
-            # creator would grant nobody a human can use. Access comes from admin_role_arns only.
+            # creator would grant nobody a human can use. People get access from admin_role_arns
+            # only; the kubectl handler's role gets its own entry from CDK (docs/operations.md).
             bootstrap_cluster_creator_admin_permissions=False,
             removal_policy=RemovalPolicy.DESTROY,
             # The one Lambda-backed provider the kit accepts: Helm charts have no native
