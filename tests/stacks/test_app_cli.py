@@ -149,3 +149,6 @@ def test_the_suggested_cdk_version_is_the_one_the_readme_pins():
 
     pinned = set(re.findall(r"npx aws-cdk@([0-9.]+)", (REPO_ROOT / "README.md").read_text()))
     assert pinned == {app.CDK_SYNTH.split("@")[1].split()[0]}
+    # ... and the one the CI workflow deploys with
+    workflow = (REPO_ROOT / ".github/workflows/ephemeral-cluster.yml").read_text()
+    assert set(re.findall(r"CDK_VERSION: ([0-9.]+)", workflow)) == pinned
