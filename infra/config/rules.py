@@ -25,6 +25,7 @@ from infra.addons.config import AddonsConfig
 from infra.config.derived import VPC_PREFIX_RANGE
 from infra.catalog.models import MODEL_CATALOG
 from infra.config.errors import close_match, problem
+from infra.config.training_model import MAX_START_DEADLINE_MINUTES, MIN_START_DEADLINE_MINUTES
 from infra import addons as addons_registry
 from infra.catalog.regions import botocore_version, regions
 from infra.config.model import (
@@ -54,9 +55,6 @@ from infra.versions import (
 )
 
 MAX_BACKOFF_LIMIT = 10
-# training.start_deadline_minutes: a RayJob's preRunningDeadlineSeconds is an int32 (KubeRay v1.7.0)
-MIN_START_DEADLINE_MINUTES = 15
-MAX_START_DEADLINE_MINUTES = 7 * 24 * 60
 
 _NAME_RE = re.compile(r"[a-z]([a-z0-9-]{0,18}[a-z0-9])?")
 _GROUP_RE = names.GPU_GROUP_NAME_RE

@@ -13,6 +13,10 @@ from infra.catalog.models import MODEL_CATALOG
 from infra.config.base import Number, _Model
 from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_RM_TYPE
 
+# training.start_deadline_minutes: a RayJob's preRunningDeadlineSeconds is an int32 (KubeRay v1.7.0)
+MIN_START_DEADLINE_MINUTES = 15
+MAX_START_DEADLINE_MINUTES = 7 * 24 * 60
+
 
 class ParallelConfig(_Model):
     tp: int = Field(4, description="Tensor parallel size.")
@@ -190,8 +194,8 @@ class TrainingConfig(_Model):
         "RayJob Initializing for ever. Image pulls onto fresh GPU nodes take minutes, so leave "
         "room. On a Capacity Block `rlkit launch` adds the time until the block starts (its pods "
         "wait for its nodes); rendered without the block's window (`rlkit render`, a window "
-        "that could not be read) the job gets no deadline there. 0: no deadline; otherwise 15 to "
-        "10080 (a week)."
+        "that could not be read) the job gets no deadline there. 0: no deadline; otherwise "
+        f"{MIN_START_DEADLINE_MINUTES} to {MAX_START_DEADLINE_MINUTES} (a week)."
     )
     rollout_minutes: Number = Field(
         10.0, description="Estimated wall time of one rollout (generation plus training step). On "
