@@ -44,7 +44,7 @@ NFD = f"{RELEASE}-node-feature-discovery"
 #   worker, gc and topology updater (templates/master.yaml:40, worker.yaml:43, nfd-gc.yaml:36),
 #   plus `worker.priorityClassName` (worker.yaml:207), which with the chart-wide one set would
 #   write the field twice; 0.15.3 has only `worker.priorityClassName` (worker.yaml:159).
-NFD_0_19_VERSIONS = frozenset({"0.20.0"})
+NFD_0_19_VERSIONS = frozenset({V0_20_0.version})
 # The device plugin's and GFD's own pods are system-node-critical (the chart's default); NFD's
 # pods get the same, so a node under pressure evicts training pods before the worker that keeps
 # the GPU clique labels, and the master that writes them (the kubelet ranks pods for eviction by

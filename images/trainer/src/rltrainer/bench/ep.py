@@ -275,7 +275,8 @@ class Span(NamedTuple):
     first: int = 0
     count: int | None = None
     # GPUs each routed expert's tokens go to (Megatron's DeepEP group with expert TP: it hands
-    # DeepEP top-k x tp of experts x tp, megatron/core/transformer/moe/token_dispatcher.py:1356-1361)
+    # DeepEP top-k x tp of experts x tp, megatron-lm 37f9161
+    # megatron/core/transformer/moe/token_dispatcher.py:1356-1361)
     tp: int = 1
 
     def text(self) -> str:
