@@ -207,7 +207,7 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
 
 def _stack_resources(clients: AwsClients, check: str, subject: str, stack: str,
                      creates: str) -> list[dict] | Check:
-    """The deployed resources of ``stack``, or the verdict that ends the check (``_read_stack``)."""
+    """The deployed resources of ``stack``, or the verdict that ends the check (``ops.deployed.read_stack``)."""
     return read_stack(check, subject, stack,
                        lambda: clients.cloudformation.describe_stack_resources(StackName=stack)[
                            "StackResources"],
@@ -218,7 +218,7 @@ def _numbered(clients: AwsClients, check: str, subject: str, stack: str, creates
               resource_type: str, logical_id: re.Pattern, prop: str) -> dict[int, Any] | Check:
     """In the deployed template of ``stack``: number (``logical_id``'s group 1) -> ``prop`` of
     each ``resource_type`` resource whose logical ID matches; or the verdict that ends the check
-    (``_read_stack``)."""
+    (``ops.deployed.read_stack``)."""
     template = deployed_template(clients, check, subject, stack, creates)
     if isinstance(template, Check):
         return template

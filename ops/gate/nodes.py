@@ -22,10 +22,10 @@ from infra import names
 from ops.gate.bisect import find_bad_nodes, isolation_commands, subset_verdict
 from ops.gate.findings import (FAIL, NOT_REPAIRED, PASS, RECORDED, REPLACE_COMMAND, WARN, Finding,
                                GateReport)
-from ops.gate.record import instance_id
+from ops.gate.record import instance_id, instance_ids
 from ops.gate.traffic import pod_nodes
 from ops.kube import Kubectl, KubectlError
-from ops.launching import finished
+from ops.launching import RAY_CLUSTER_LABEL, finished
 from ops.scheduling import quantity
 
 # Failed findings that a node can cause (bandwidth, time, traffic, a job that did not finish); a
@@ -56,16 +56,6 @@ def nodes_of(log: str, nodes_json: str | None) -> list[str]:
     except json.JSONDecodeError:
         items = []
     return [i["metadata"]["name"] for i in items if i.get("metadata", {}).get("name")]
-
-
-def instance_ids(nodes_json: str | None) -> dict[str, str]:
-    """Node name -> EC2 instance ID (from its providerID) in a `kubectl get nodes -o json` text."""
-    try:
-        items = json.loads(nodes_json or "{}").get("items", [])
-    except (json.JSONDecodeError, AttributeError):
-        items = []
-    return {i["metadata"]["name"]: iid for i in items
-            if (i.get("metadata") or {}).get("name") and (iid := instance_id(i))}
 
 
 def replace_command(instance: str, region: str | None = None) -> str:
@@ -203,7 +193,7 @@ def gpu_holders(kubectl: Kubectl, namespace: str, selector: str,
             labels = meta.get("labels") or {}
             node = (pod.get("spec") or {}).get("nodeName")
             gpus = _gpus(pod)
-            if node not in ours or not gpus or labels.get("ray.io/cluster") in clusters:
+            if node not in ours or not gpus or labels.get(RAY_CLUSTER_LABEL) in clusters:
                 continue
             if own(meta.get("namespace", ""), labels):
                 continue

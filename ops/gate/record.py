@@ -82,13 +82,19 @@ def measured_nodes(logs: dict[str, str], bad: dict[str, str] | None = None) -> l
     its EC2 instance ID where the node list (``logs["nodes"]``) gives one. A node name can come
     back on another instance (names are private IP addresses), an instance ID cannot."""
     ran = {n for key in JOB_KEYS for n in pod_nodes(logs.get(key, "")).values() if n != "unscheduled"}
-    try:
-        items = json.loads(logs.get("nodes") or "{}").get("items", [])
-    except (json.JSONDecodeError, AttributeError):
-        items = []
-    instances = {i.get("metadata", {}).get("name"): instance_id(i) for i in items}
+    instances = instance_ids(logs.get("nodes"))
     return [{"name": n, **({"instance": instances[n]} if instances.get(n) else {})}
             for n in sorted(ran - set(bad or {}))]
+
+
+def instance_ids(nodes_json: str | None) -> dict[str, str]:
+    """Node name -> EC2 instance ID (from its providerID) in a `kubectl get nodes -o json` text."""
+    try:
+        items = json.loads(nodes_json or "{}").get("items", [])
+    except (json.JSONDecodeError, AttributeError):
+        items = []
+    return {i["metadata"]["name"]: iid for i in items
+            if (i.get("metadata") or {}).get("name") and (iid := instance_id(i))}
 
 
 def instance_id(node: dict[str, Any]) -> str | None:
