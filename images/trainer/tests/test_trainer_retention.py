@@ -373,6 +373,25 @@ def test_quarantine_keeps_at_most_n_batches_and_never_the_next_saves_room(tmp_pa
     assert "never at the cost of the next save's space" in log.getvalue()
 
 
+def test_quarantine_makes_room_for_the_next_save_after_a_first_save_at_iteration_0(tmp_path: Path):
+    """Before: a tracker at 0 read as "no finished save" (``read_tracker(root) or -1``), so the
+    room kept for the next save was one quarantine batch, not iter_0000000's size: a torn batch
+    stayed while the next save had no room. Iteration 0 is a real save: Miles saves under the
+    0-based rollout id (miles/backends/megatron_utils/actor.py ``save_model`` passes ``rollout_id``
+    as Megatron's iteration; miles/utils/misc.py ``should_run_periodic_action``: "0-based";
+    radixark/miles@78527b9, v0.1.0), and the launcher asks for a save after the first rollout."""
+    root = tmp_path / "ckpt"
+    make_save(root, 0, extra_bytes=4000)
+    torn = root / "_quarantine" / "20260101T000000Z" / "iter_0000001"
+    torn.mkdir(parents=True)
+    (torn / "__0_0.distcp").write_bytes(b"t" * 10)
+    save = retention_module.save_bytes(root, 0)
+    tight = Retention(keep_local=1, keep_quarantined=5, free_bytes=lambda p: save - 1)  # < one save
+    log = io.StringIO()
+    assert tight.bound_quarantine(root, log) == ["_quarantine/20260101T000000Z"]
+    assert "never at the cost of the next save's space" in log.getvalue()
+
+
 def test_torn_saves_moved_aside_at_resume_are_bounded(s3, tmp_path: Path, monkeypatch):
     from rltrainer.checkpoints import local
 

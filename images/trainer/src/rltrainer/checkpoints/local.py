@@ -38,6 +38,13 @@ def write_tracker(local_dir: str | Path, iteration: int) -> None:
     os.replace(tmp, local_dir / TRACKER_FILE)
 
 
+def finished_iterations(local_dir: str | Path) -> list[int]:
+    """Saves Megatron has finished: iteration directories at or below its tracker, ascending
+    (none without a tracker; iteration 0 counts, a first save after rollout 0 is one)."""
+    tracker = read_tracker(local_dir)
+    return [] if tracker is None else [i for i in local_iterations(local_dir) if i <= tracker]
+
+
 def local_iterations(local_dir: str | Path) -> list[int]:
     """Iterations that have an ``iter_XXXXXXX`` directory, ascending."""
     root = Path(local_dir)

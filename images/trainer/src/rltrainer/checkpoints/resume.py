@@ -12,6 +12,7 @@ from typing import TextIO
 from .layout import STAGING_DIR, TRACKER_FILE, iter_dirname
 from .local import (
     check_local_save,
+    finished_iterations,
     local_iterations,
     quarantine_above_tracker,
     quarantine_local,
@@ -163,14 +164,14 @@ class CheckpointWatcher:
     def scan_once(self) -> list[int]:
         """Upload finished saves that S3 does not have yet; returns what it uploaded."""
         with self._scan_lock:
-            tracker = read_tracker(self.local_dir)
-            if tracker is None:
+            finished = finished_iterations(self.local_dir)  # saves above the tracker are being written
+            if not finished:
                 return []
             known = self._known_now()
             done_now = []
-            for iteration in local_iterations(self.local_dir):
-                if iteration > tracker or iteration in known:
-                    continue  # still being written, or already in S3
+            for iteration in finished:
+                if iteration in known:
+                    continue  # already in S3
                 try:
                     result = self.store.upload(self.local_dir, iteration)
                 except IncompleteCheckpoint as exc:
@@ -206,11 +207,11 @@ class CheckpointWatcher:
 
     def pending(self) -> list[int]:
         """Finished saves (at or below the tracker) that are not complete in S3 yet."""
-        tracker = read_tracker(self.local_dir)
-        if tracker is None:
+        finished = finished_iterations(self.local_dir)
+        if not finished:
             return []
         known = self._known_now()
-        return [i for i in local_iterations(self.local_dir) if i <= tracker and i not in known]
+        return [i for i in finished if i not in known]
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, TextIO
 
 from .layout import LOCAL_QUARANTINE_DIR, PRUNING_DIR, iter_dirname, rollout_state_relpath
-from .local import local_iterations, read_tracker
+from .local import finished_iterations, local_iterations
 
 if TYPE_CHECKING:
     from .store import S3CheckpointStore
@@ -96,14 +96,13 @@ class Retention:
                  quarantined_in_s3: Iterable[int] = ()) -> list[int]:
         """The local saves this policy would delete now, ascending: complete in S3, or under a
         number S3 has quarantined and older than the newest save complete in S3."""
-        root = Path(local_dir)
-        tracker = read_tracker(root)
-        if tracker is None:
+        finished = finished_iterations(local_dir)
+        if not finished:
             return []  # no finished save yet, or a restore is under way: nothing is safe to delete
         complete = set(complete_in_s3)
         newest = max(complete, default=None)
-        finished = [i for i in local_iterations(root) if i <= tracker]
-        keep = set(finished[-self.keep_local:]) | {tracker} | set(protect)
+        # the tracker's own save, when on disk, is finished[-1]: keep_local >= 1 keeps it
+        keep = set(finished[-self.keep_local:]) | set(protect)
         if newest is not None:
             keep.add(newest)
         superseded = {i for i in quarantined_in_s3 if newest is not None and i < newest}
@@ -185,7 +184,7 @@ class Retention:
         while batches and len(batches) > self.keep_quarantined:
             removed.append(_remove(root, batches.pop(0)))
         if batches:
-            finished = [i for i in local_iterations(root) if i <= (read_tracker(root) or -1)]
+            finished = finished_iterations(root)
             need = save_bytes(root, finished[-1]) if finished else max(tree_bytes(b) for b in batches)
             while batches and self.free_bytes(root) < need:
                 removed.append(_remove(root, batches.pop(0)))

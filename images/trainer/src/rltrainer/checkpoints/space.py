@@ -42,7 +42,7 @@ from typing import Callable, Mapping, TextIO
 from ..contract import SAVE_SIZE_ESTIMATE_ENV
 from . import retention
 from .layout import INPUTS_DIR, iter_dirname
-from .local import local_iterations, read_tracker
+from .local import finished_iterations
 
 GIB = 1 << 30
 
@@ -90,8 +90,7 @@ def room_for_saves(local_dir: str | Path, keep_local: int, save_gib: float | Non
     against (no finished save of this run there and no ``save_gib``, the kit's estimate).
     ``free_bytes`` defaults to ``retention.disk_free_bytes`` (tests pass their own)."""
     root = Path(local_dir)
-    tracker = read_tracker(root)
-    finished = [i for i in local_iterations(root) if tracker is not None and i <= tracker]
+    finished = finished_iterations(root)
     if finished:
         size = retention.save_bytes(root, finished[-1])
         source = f"{iter_dirname(finished[-1])}, this run's newest finished save, measured"
