@@ -13,7 +13,7 @@ fi
 req=requirements.txt
 [ "${1:-}" = "dev" ] && req=requirements-dev.txt
 echo "setup: installing $req"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req" -c constraints.txt
 if [ "${1:-}" = "dev" ]; then
   # checkov pins a boto3 the kit cannot use, so it gets a virtualenv of its own.
   echo "setup: installing requirements-checkov.txt into .venv/checkov"
