@@ -21,7 +21,8 @@ Steps, in order:
 4. start the checkpoint watcher (which applies the same retention after every upload), run the
    Miles command, forward SIGTERM/SIGINT to it; on a Capacity Block, save, upload and stop
    before EKS drains the block's nodes (``rltrainer.reservation``; a run that cannot reach one
-   save in S3 does not start);
+   save in S3 does not start); log how long the attempt took to reach its first rollout
+   (``rltrainer.startup``, what ``training.startup_minutes`` estimates);
 5. when it exits, upload what finished since the last scan and exit with its code
    (``EXIT_RESERVATION_END`` after a stop for the block's end). A run that finished whose final
    upload fails retries the upload with backoff (``--final-upload-attempts``), not the job: if it
@@ -48,7 +49,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence, TextIO
 
-from . import metrics, reservation
+from . import metrics, reservation, startup
 from .contract import (
     EXIT_CONFIG,
     EXIT_PREPARE,
@@ -154,7 +155,7 @@ def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_sourc
 
 def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None,
                  wait: Callable[[subprocess.Popen], int] | None = None, metrics_ledger: str | None = None,
-                 log: TextIO | None = None) -> int:
+                 log: TextIO | None = None, on_metric: Callable | None = None) -> int:
     """Run the command in its own process group, forwarding SIGTERM/SIGINT to it. A command with a
     ``stop_argv`` (a submitted Ray job, which the signal does not reach) is also stopped with it, and
     this returns once that stop has finished (or ``STOP_GRACE_S`` passed).
@@ -162,7 +163,8 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
     ``wait`` replaces ``proc.wait()`` (the reservation guard's supervising loop).
 
     With ``metrics_run``, its stdout and stderr are relayed line by line and Miles' metric lines
-    are also written as CloudWatch EMF lines for that run name (``rltrainer.metrics``)."""
+    are also written as CloudWatch EMF lines for that run name (``rltrainer.metrics``), and each
+    is shown to ``on_metric`` (``rltrainer.startup``)."""
     env = dict(os.environ)
     for key, value in cmd.env.items():
         if key == "PYTHONPATH" and env.get("PYTHONPATH"):
@@ -171,7 +173,8 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
     pipe = subprocess.PIPE if metrics_run else None
     proc = subprocess.Popen(cmd.argv, env=env, cwd=cmd.cwd if Path(cmd.cwd).is_dir() else None, start_new_session=True,
                             stdout=pipe, stderr=pipe)
-    relays = [] if not metrics_run else metrics.start_relays(proc, run=metrics_run, ledger_path=metrics_ledger)
+    relays = [] if not metrics_run else metrics.start_relays(proc, run=metrics_run, ledger_path=metrics_ledger,
+                                                             on_metric=on_metric)
     stopping: list[subprocess.Popen | None] = []
 
     def forward(signum, _frame):
@@ -327,6 +330,7 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         print(f"rltrainer launch: {storage}.", file=err)
         return EXIT_CONFIG
 
+    started = startup.StartupClock.begin(err, clock)  # what training.startup_minutes estimates
     guard = None
     window = reservation.learn_window(os.environ, log=err)
     if window is not None:
@@ -406,7 +410,8 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
                 stop=lambda: _stop_group(proc, stop_argv=cmd.stop_argv, log=err), sleep=lambda s: sleep(s),
                 poll_s=args.upload_interval)
     code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait,
-                        metrics_ledger=str(Path(cfg.checkpoint.local_dir) / metrics.LEDGER_FILE), log=err)
+                        metrics_ledger=str(Path(cfg.checkpoint.local_dir) / metrics.LEDGER_FILE), log=err,
+                        on_metric=started.on_metric)
     code = _finish_uploads(watcher, cfg, code, args, err, sleep, mounts_file=mounts_file)
     if guard is not None and guard.state == reservation.STOP:
         reservation.clear_trigger(local)

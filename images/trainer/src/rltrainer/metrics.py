@@ -199,12 +199,19 @@ def emf_sink(env: dict[str, str] | None = None, container_stdout: str = CONTAINE
 
 def emf_lines(lines: Iterable[str], *, environment: str, run: str,
               clock: Callable[[], float] = time.time,
-              ledger: EmittedLedger | None = None) -> Iterable[tuple[str, str | None]]:
+              ledger: EmittedLedger | None = None,
+              on_metric: Callable[[MetricLine], None] | None = None) -> Iterable[tuple[str, str | None]]:
     """For each input line: (the line, its EMF line or None). With ``ledger``, a line already
-    sent (same kind, an index at or below the ledger's) gets None."""
+    sent (same kind, an index at or below the ledger's) gets None. ``on_metric`` sees every
+    metric line parsed (``rltrainer.startup``); its failures are ignored."""
     for line in lines:
         try:
             metric = parse_line(line)
+            if metric is not None and on_metric is not None:
+                try:
+                    on_metric(metric)
+                except Exception:  # noqa: BLE001 - the relay must go on (a full pipe stops training)
+                    pass
             record = None if metric is None else emf_record(
                 metric, environment=environment, run=run, timestamp_ms=int(clock() * 1000))
             if record is not None and ledger is not None:
@@ -220,7 +227,8 @@ def emf_lines(lines: Iterable[str], *, environment: str, run: str,
 
 def relay(source: IO[bytes], sink: TextIO, *, environment: str, run: str,
           emf_sink: TextIO | None = None, lock: threading.Lock | None = None,
-          ledger: EmittedLedger | None = None) -> None:
+          ledger: EmittedLedger | None = None,
+          on_metric: Callable[[MetricLine], None] | None = None) -> None:
     """Copy ``source`` (a child's pipe) to ``sink`` line by line, writing each Miles metric line's
     EMF line to ``emf_sink`` (default ``sink``) right after it. Undecodable bytes pass through
     as replacement characters; a failure to build an EMF line never stops the copy, and neither
@@ -231,7 +239,8 @@ def relay(source: IO[bytes], sink: TextIO, *, environment: str, run: str,
     lock = lock or threading.Lock()
     text = (raw.decode("utf-8", errors="replace") for raw in iter(source.readline, b""))
     lost = 0
-    for line, emf in emf_lines(text, environment=environment, run=run, ledger=ledger):
+    for line, emf in emf_lines(text, environment=environment, run=run, ledger=ledger,
+                               on_metric=on_metric):
         with lock:
             try:
                 sink.write(line)
@@ -258,10 +267,12 @@ def _say_once(message: str) -> None:
 
 def start_relays(proc, *, run: str, environment: str | None = None,
                  ledger_path: str | Path | None = None,
-                 emf_out: TextIO | None = None) -> list[threading.Thread]:
+                 emf_out: TextIO | None = None,
+                 on_metric: Callable[[MetricLine], None] | None = None) -> list[threading.Thread]:
     """Relay ``proc``'s piped stdout and stderr to this process's; EMF lines go to ``emf_out``
     (default: ``emf_sink()``, else stdout), each (kind, rollout id) once per ``ledger_path``,
-    for ``environment`` (default: ``environment_name()``) and ``run``."""
+    for ``environment`` (default: ``environment_name()``) and ``run``; ``on_metric`` sees each
+    metric line."""
     import sys
 
     environment = environment or environment_name()
@@ -270,7 +281,7 @@ def start_relays(proc, *, run: str, environment: str | None = None,
     out = emf_out or emf_sink() or sys.stdout
     threads = [threading.Thread(target=relay, args=(pipe, sink),
                                 kwargs={"environment": environment, "run": run, "emf_sink": out,
-                                        "lock": lock, "ledger": ledger},
+                                        "lock": lock, "ledger": ledger, "on_metric": on_metric},
                                 name=f"metrics-relay-{name}", daemon=True)
                for name, pipe, sink in (("stdout", proc.stdout, sys.stdout),
                                         ("stderr", proc.stderr, sys.stderr))]

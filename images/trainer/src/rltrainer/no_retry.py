@@ -13,7 +13,8 @@ the same switch: a retry would wait for, or land on, capacity that is gone.
 
 The kit's manifests name the RayJob in ``RLTRAINER_RAYJOB`` (the RayJob's runtime env) and let
 the trainer ServiceAccount get and patch that one RayJob (``rl-job/02-rayjob-retry-role.yaml``).
-Outside such a RayJob this does nothing. The launcher also stops the retries of a run that
+Outside such a RayJob this does nothing. ``rltrainer.startup`` reads the same RayJob (its
+``status.startTime``) through ``rayjob_request``. The launcher also stops the retries of a run that
 trained to the end but could not upload its last save (``rltrainer.launch``): a retry would
 start a whole GPU cluster only to upload.
 """
@@ -33,6 +34,34 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TIMEOUT_S = 10.0
 
 
+# What rayjob_request raises: no service account, no API server, a refusal, a timeout.
+REQUEST_ERRORS = (OSError, KeyError, ValueError, urllib.error.URLError, ssl.SSLError)
+
+
+def rayjob_request(rayjob: str, *, patch: dict | None = None, api_url: str | None = None,
+                   service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+                   timeout_s: float = TIMEOUT_S) -> dict:
+    """GET this run's RayJob, or merge-``patch`` it, with the pod's service account (the role
+    allows both on this one RayJob); the API's answer. Raises ``REQUEST_ERRORS``."""
+    token = (service_account_dir / "token").read_text().strip()
+    namespace = (service_account_dir / "namespace").read_text().strip()
+    context = None
+    if api_url is None:
+        host = os.environ["KUBERNETES_SERVICE_HOST"]
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        api_url = f"https://{host}:{port}"
+        context = ssl.create_default_context(cafile=str(service_account_dir / "ca.crt"))
+    headers = {"Authorization": f"Bearer {token}"}
+    if patch is not None:
+        headers["Content-Type"] = "application/merge-patch+json"
+    request = urllib.request.Request(
+        f"{api_url}/apis/ray.io/v1/namespaces/{namespace}/rayjobs/{rayjob}",
+        data=None if patch is None else json.dumps(patch).encode(),
+        method="GET" if patch is None else "PATCH", headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
+        return json.loads(response.read() or b"{}")
+
+
 def stop_retries(log: TextIO, *, rayjob: str | None = None, api_url: str | None = None,
                  service_account_dir: Path = SERVICE_ACCOUNT_DIR,
                  timeout_s: float = TIMEOUT_S,
@@ -47,22 +76,9 @@ def stop_retries(log: TextIO, *, rayjob: str | None = None, api_url: str | None 
     if not rayjob:
         return False  # not launched by the kit's RayJob: nothing to stop
     try:
-        token = (service_account_dir / "token").read_text().strip()
-        namespace = (service_account_dir / "namespace").read_text().strip()
-        context = None
-        if api_url is None:
-            host = os.environ["KUBERNETES_SERVICE_HOST"]
-            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-            api_url = f"https://{host}:{port}"
-            context = ssl.create_default_context(cafile=str(service_account_dir / "ca.crt"))
-        request = urllib.request.Request(
-            f"{api_url}/apis/ray.io/v1/namespaces/{namespace}/rayjobs/{rayjob}",
-            data=json.dumps({"spec": {"backoffLimit": 0}}).encode(), method="PATCH",
-            headers={"Authorization": f"Bearer {token}",
-                     "Content-Type": "application/merge-patch+json"})
-        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
-            response.read()
-    except (OSError, KeyError, urllib.error.URLError, ssl.SSLError) as exc:
+        rayjob_request(rayjob, patch={"spec": {"backoffLimit": 0}}, api_url=api_url,
+                       service_account_dir=service_account_dir, timeout_s=timeout_s)
+    except REQUEST_ERRORS as exc:
         print(f"rltrainer: could not stop KubeRay's retries of RayJob {rayjob} ({exc}); it may run "
               f"this run again up to its backoffLimit ({reason})", file=log, flush=True)
         return False
