@@ -4,7 +4,8 @@ EKS scales a Capacity Block node group to 0 about 40 minutes before the block en
 shutting the instances down 30 minutes before the end) [EKS user guide, "capacity-blocks-mng"].
 A run must have a complete save in S3 by then: the launcher asks Miles for a save at the latest
 one rollout plus one save and upload before that moment (rltrainer.reservation), so launch
-refuses a run for which even that does not fit. The window is read with
+refuses a run for which its start (image pull, Ray, loading the newest save:
+``infra.config.derived.startup_estimate``) plus even that does not fit. The window is read with
 DescribeCapacityReservations (moto has no Capacity Blocks: tests use botocore's Stubber).
 """
 
@@ -15,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from infra.config import KitConfig
+from infra.config.derived import startup_estimate
 from infra.trainer_contract import EKS_SCALE_DOWN_MARGIN_S
 
 MARGIN = timedelta(seconds=EKS_SCALE_DOWN_MARGIN_S)
@@ -79,21 +81,24 @@ def describe(window: Window, now: datetime) -> str:
 
 def first_save_problem(cfg: KitConfig, window: Window, now: datetime) -> str | None:
     """Why a run launched now cannot have one complete save in S3 before EKS drains the block's
-    nodes (None: it can, or the block has not started, which the pods wait for)."""
+    nodes (None: it can). A block that has not started counts from its start, which the pods
+    wait for; the run's start (``startup_estimate``) counts before its first rollout."""
     t = cfg.training
     if window.end is None:
         return None
     start = max(now, window.start) if window.start is not None else now
     left = window.end - start
     usable = left - MARGIN
-    need = timedelta(minutes=t.rollout_minutes + t.save_upload_minutes)
+    startup = startup_estimate(cfg)
+    need = timedelta(minutes=startup.minutes + t.rollout_minutes + t.save_upload_minutes)
     if usable >= need:
         return None
     return (f"capacity block {window.reservation_id} (gpu_node_groups.{window.group}) ends "
             f"{fmt(window.end)}: {_duration(left)} left minus the {_duration(MARGIN)} before EKS "
-            f"drains its nodes = {_duration(usable)}, but one complete save needs one rollout "
+            f"drains its nodes = {_duration(usable)}, but one complete save needs the run's start "
+            f"({startup.how}: {_duration(timedelta(minutes=startup.minutes))}) plus one rollout "
             f"(training.rollout_minutes = {t.rollout_minutes:g}) plus one save and its upload "
             f"(training.save_upload_minutes = {t.save_upload_minutes:g}) = {_duration(need)} (the "
-            "launcher asks for a save after the first rollout at the latest; image pull and "
-            "restore come on top). Launch on a block with more time left, or lower the estimates "
+            "launcher asks for a save after the first rollout at the latest). Launch on a block "
+            "with more time left, or set training.startup_minutes or lower the other estimates "
             "if earlier runs measured less (the launcher logs what it measures)")

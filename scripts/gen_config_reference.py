@@ -30,6 +30,8 @@ REFERENCE_PATH = ROOT / "docs" / "config-reference.md"
 def _type_name(annotation) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # Number | None: the Annotated float inside the union
+        return _type_name(args[0])
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_name(a) for a in args)
     if origin is typing.Literal:

@@ -5,13 +5,17 @@ them with what is deployed)."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from infra import addons as registry
 from infra import names
 from infra.addons import AddonContext
 from infra.catalog.fsx import SharedFsCost, checkpoints_phrase, cost_for, shared_fs_required_gib
+from infra.catalog.models import GIB, MODEL_CATALOG, checkpoint_bytes, reference_weights_bytes
 from infra.config.model import KitConfig
+from infra.config.training_model import STARTUP_FIXED_MINUTES
 
 CHECKPOINT_LOCAL_DIR = "/checkpoints"  # single-node runs without a shared file system
 # A new VPC's private subnets, one per AZ or Local Zone, each take 1/2**PRIVATE_SUBNET_BITS of
@@ -102,3 +106,36 @@ def chart_values(name: str, config: KitConfig, version: str | None = None) -> di
         gpu_tolerations=config.gpu_tolerations(),
         gpu_instance_types=config.gpu_instance_types(),
         settings=settings))
+
+
+@dataclass(frozen=True)
+class StartupEstimate:
+    """How long a run takes from `rlkit launch` (or its Capacity Block's start) to its first
+    rollout, and how that was reached, in the words of the config's fields."""
+    minutes: float
+    how: str
+
+
+def startup_estimate(cfg: KitConfig) -> StartupEstimate:
+    """``training.startup_minutes`` when set; else the fixed part (nodes, image pull, Ray) plus
+    the reads a resume makes of the shared file system at its baseline throughput: Megatron's
+    ``--load`` of the newest save (weights and FP32 optimizer state, as the file system is
+    sized) and the BF16 reference weights (``--ref-load`` and the SGLang engines), counted once.
+    The same bound makes a save's write take about 24 minutes on the default file system
+    (docs/operations.md, "Uploads where the bandwidth is"). Without a file system or a catalog
+    model the reads cannot be sized, and only the fixed part counts."""
+    t = cfg.training
+    if t.startup_minutes is not None:
+        return StartupEstimate(t.startup_minutes, f"training.startup_minutes = {t.startup_minutes:g}")
+    fixed = (f"training.startup_minutes unset: {STARTUP_FIXED_MINUTES} min for the nodes, the "
+             "image pull and Ray")
+    model, cost = MODEL_CATALOG.get(t.model), config_cost(cfg)
+    if model is None or cost is None:
+        why = "no shared file system" if cost is None else f"{t.model} is not in the kit's catalog"
+        return StartupEstimate(STARTUP_FIXED_MINUTES, f"{fixed}; the restore is not counted ({why})")
+    read = checkpoint_bytes(model) + reference_weights_bytes(model)
+    read_minutes = math.ceil(read / (cost.throughput_mb_s * 1e6) / 60)  # whole minutes, up
+    return StartupEstimate(
+        STARTUP_FIXED_MINUTES + read_minutes,
+        f"{fixed}, plus {read_minutes} min reading the newest save and the reference weights "
+        f"({read / GIB:.0f} GiB) at the file system's {cost.throughput_mb_s:.0f} MB/s baseline")

@@ -532,9 +532,10 @@ def _validate_training(cfg: KitConfig, add) -> None:
                     f"must be 0 (no deadline) or {MIN_START_DEADLINE_MINUTES} to "
                     f"{MAX_START_DEADLINE_MINUTES} minutes (pulling the trainer image onto fresh GPU "
                     "nodes takes minutes)", "use the default, 60, or 0 for no deadline"))
-    for name in ("rollout_minutes", "save_upload_minutes"):
-        if not getattr(t, name) > 0:
-            add(problem(f"training.{name}", getattr(t, name), "must be more than 0 minutes",
+    for name in ("startup_minutes", "rollout_minutes", "save_upload_minutes"):
+        value = getattr(t, name)
+        if value is not None and not value > 0:  # startup_minutes unset: the kit's estimate
+            add(problem(f"training.{name}", value, "must be more than 0 minutes",
                         "set an estimate from an earlier run (the launcher logs what it measures)"))
 
 

@@ -16,6 +16,11 @@ from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_
 # training.start_deadline_minutes: a RayJob's preRunningDeadlineSeconds is an int32 (KubeRay v1.7.0)
 MIN_START_DEADLINE_MINUTES = 15
 MAX_START_DEADLINE_MINUTES = 7 * 24 * 60
+# training.startup_minutes unset: the part of a run's start the kit cannot size from the config
+# (the block's nodes joining, pulling the trainer image's ~20 GB of compressed layers
+# (infra/constructs/trainer_image_build.py), starting Ray). An estimate, not a measurement; the
+# reads from the file system it adds are sized (infra.config.derived.startup_estimate).
+STARTUP_FIXED_MINUTES = 15
 
 
 class ParallelConfig(_Model):
@@ -203,6 +208,17 @@ class TrainingConfig(_Model):
         "the block ends, and the launcher asks for its last save this long plus "
         "save_upload_minutes before EKS drains the nodes; the launcher replaces both estimates "
         "with what it measures from the run's own saves."
+    )
+    startup_minutes: Number | None = Field(
+        None, description="Estimated time from `rlkit launch` (or the Capacity Block's start, if "
+        "later) to the run's first rollout: nodes joining, the image pull, Ray, staging, and "
+        "Megatron and SGLang loading the newest save and the reference weights. On a Capacity "
+        "Block `rlkit launch` counts it before the first save. Unset: "
+        f"{STARTUP_FIXED_MINUTES} minutes (nodes, image pull and Ray) plus the newest save and "
+        "the reference weights of a catalog model read at the shared file system's baseline "
+        "throughput (about 28 minutes more for the default config); a save that must first come "
+        "back from S3 takes longer. Set it from an earlier run: the launcher logs the minutes "
+        "from KubeRay's start of the attempt to its first rollout."
     )
     save_upload_minutes: Number = Field(
         35.0, description="Estimated time of one save plus its upload to S3 (a 400 GiB save "

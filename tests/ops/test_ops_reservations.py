@@ -3,7 +3,8 @@ before it ends and renders the end into the job.
 
 Upstream failure this prevents: EKS scales a Capacity Block node group to 0 about 40 minutes
 before the block ends [EKS user guide, "capacity-blocks-mng"]; a run launched with less time left
-than one rollout plus one save and upload loses all its work, and nothing told the operator.
+than its start (image pull, Ray, loading the newest save) plus one rollout plus one save and
+upload loses all its work, and nothing told the operator.
 DescribeCapacityReservations is stubbed with botocore's Stubber (moto has no Capacity Blocks).
 """
 
@@ -58,9 +59,9 @@ def ec2_with_window(end: datetime, start: datetime | None = None, calls: int = 1
     return ec2, stub
 
 
-def run(tmp_path, ec2, command, *flags):
+def run(tmp_path, ec2, command, *flags, config: str = CB_CONFIG):
     cfg = tmp_path / "gt.yaml"
-    cfg.write_text(CB_CONFIG)
+    cfg.write_text(config)
     d = tmp_path / ".rlkit" / "gt"
     d.mkdir(parents=True, exist_ok=True)
     (d / "gate.json").write_text(json.dumps({
@@ -84,19 +85,70 @@ def head_env(tmp_path) -> dict[str, str]:
     return {e["name"]: e["value"] for e in head["env"]}
 
 
+# The default config's run start, unset training.startup_minutes: 15 min (nodes, image pull, Ray)
+# plus 28 min reading the 399 GiB save and the 57 GiB reference weights of Qwen3-30B-A3B at the
+# 1200 GiB file system's 293 MB/s baseline; with 10 + 35 min of rollout and save: 88 min.
+NEED_MIN = 88
+
+
 def test_launch_refuses_a_run_that_cannot_save_before_the_block_ends(tmp_path, kubectl, capsys):
-    ec2, _ = ec2_with_window(NOW + timedelta(minutes=84))
+    ec2, _ = ec2_with_window(NOW + timedelta(minutes=40 + NEED_MIN - 1))
     assert run(tmp_path, ec2, "launch") == 1
     err = capsys.readouterr().err
     assert err == (
-        f"Not launching: capacity block {RID} (gpu_node_groups.p5) ends 2026-12-01 13:24 UTC: "
-        "1 h 24 min left minus the 40 min before EKS drains its nodes = 44 min, but one complete "
-        "save needs one rollout (training.rollout_minutes = 10) plus one save and its upload "
-        "(training.save_upload_minutes = 35) = 45 min (the launcher asks for a save after the "
-        "first rollout at the latest; image pull and restore come on top). Launch on a block "
-        "with more time left, or lower the estimates if earlier runs measured less (the launcher "
-        "logs what it measures).\n")
+        f"Not launching: capacity block {RID} (gpu_node_groups.p5) ends 2026-12-01 14:07 UTC: "
+        "2 h 07 min left minus the 40 min before EKS drains its nodes = 1 h 27 min, but one "
+        "complete save needs the run's start (training.startup_minutes unset: 15 min for the "
+        "nodes, the image pull and Ray, plus 28 min reading the newest save and the reference "
+        "weights (455 GiB) at the file system's 293 MB/s baseline: 43 min) plus one rollout "
+        "(training.rollout_minutes = 10) plus one save and its upload "
+        "(training.save_upload_minutes = 35) = 1 h 28 min (the launcher asks for a save after "
+        "the first rollout at the latest). Launch on a block with more time left, or set "
+        "training.startup_minutes or lower the other estimates if earlier runs measured less "
+        "(the launcher logs what it measures).\n")
     assert kubectl.calls == []
+
+
+def test_the_runs_start_counts_before_its_first_save(tmp_path, kubectl, capsys):
+    """Before: the budget was one rollout plus one save and upload (45 min here), so a block with
+    1 h 40 min left (1 h after the 40-minute margin) passed, and the 20 minutes of pulling the
+    image and loading the save ate into it: the block ended before the first save reached S3."""
+    config = CB_CONFIG.replace("save_upload_minutes: 35}", "save_upload_minutes: 35, "
+                               "startup_minutes: 20}")
+    ec2, _ = ec2_with_window(NOW + timedelta(minutes=100))
+    assert run(tmp_path, ec2, "launch", config=config) == 1
+    err = capsys.readouterr().err
+    assert ("= 1 h 00 min, but one complete save needs the run's start (training.startup_minutes "
+            "= 20: 20 min) plus one rollout (training.rollout_minutes = 10) plus one save and its "
+            "upload (training.save_upload_minutes = 35) = 1 h 05 min") in err
+    assert kubectl.calls == []
+    ec2, _ = ec2_with_window(NOW + timedelta(minutes=105))
+    assert run(tmp_path, ec2, "launch", config=config) == 0
+
+
+@pytest.mark.parametrize("fs, how", [
+    ("{type: none}", "the restore is not counted (no shared file system)"),
+    ("{capacity_gib: 2400, throughput_mb_s_per_tib: 1000}",
+     "plus 4 min reading the newest save and the reference weights (455 GiB) at the file "
+     "system's 2344 MB/s baseline"),
+])
+def test_the_start_scales_with_the_file_systems_throughput(fs, how):
+    from infra.config import parse_config
+    from infra.config.derived import startup_estimate
+
+    cfg = parse_config({"storage": {"shared_filesystem": yaml.safe_load(fs)},
+                        "training": {"nodes": 1, "hf_checkpoint": "/models/Qwen3-30B-A3B"}})
+    assert how in startup_estimate(cfg).how
+
+
+@pytest.mark.parametrize("value", [0, -5])
+def test_the_start_estimate_must_be_positive(value):
+    from infra.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as err:
+        parse_config({"training": {"startup_minutes": value}})
+    assert (f"training.startup_minutes = {float(value)}: must be more than 0 minutes. Fix: set an "
+            "estimate from an earlier run (the launcher logs what it measures)") in str(err.value)
 
 
 def test_force_does_not_override_the_save_window_and_the_help_says_so(tmp_path, kubectl, capsys):
@@ -129,16 +181,16 @@ def test_a_dry_run_previews_and_exits_1_when_the_real_launch_would_refuse(tmp_pa
 
 
 def test_launch_renders_the_blocks_end_into_the_job(tmp_path, kubectl, capsys):
-    ec2, stub = ec2_with_window(NOW + timedelta(minutes=86))
+    ec2, stub = ec2_with_window(NOW + timedelta(minutes=40 + NEED_MIN))
     assert run(tmp_path, ec2, "launch") == 0
     stub.assert_no_pending_responses()
     out = capsys.readouterr().out
-    assert (f"capacity block {RID} (gpu_node_groups.p5): active, 2026-11-30 13:26 UTC to "
-            "2026-12-01 13:26 UTC; 1 h 26 min left; EKS drains the nodes at 2026-12-01 12:46 UTC "
-            "(46 min from now)") in out
+    assert (f"capacity block {RID} (gpu_node_groups.p5): active, 2026-11-30 14:08 UTC to "
+            "2026-12-01 14:08 UTC; 2 h 08 min left; EKS drains the nodes at 2026-12-01 13:28 UTC "
+            "(1 h 28 min from now)") in out
     env = head_env(tmp_path)
     assert env["RLTRAINER_RESERVATION_ID"] == RID
-    assert env["RLTRAINER_RESERVATION_END"] == "2026-12-01T13:26:00Z"
+    assert env["RLTRAINER_RESERVATION_END"] == "2026-12-01T14:08:00Z"
     assert env["RLTRAINER_ROLLOUT_S"] == "600"
     assert env["RLTRAINER_SAVE_UPLOAD_S"] == "2100"
 
@@ -205,3 +257,14 @@ def test_without_the_blocks_window_the_job_gets_no_start_deadline(tmp_path, kube
     ec2 = ec2_refusing_the_window()
     assert run(tmp_path, ec2, "launch") == 0
     assert "preRunningDeadlineSeconds" not in rayjob_spec(tmp_path)
+
+
+def test_the_fields_description_states_the_default_configs_read_time():
+    """The description's "about 28 minutes more for the default config" is the derivation's."""
+    from infra.config import parse_config
+    from infra.config.derived import startup_estimate
+    from infra.config.training_model import STARTUP_FIXED_MINUTES, TrainingConfig
+
+    read = startup_estimate(parse_config({})).minutes - STARTUP_FIXED_MINUTES
+    assert f"about {read:g} minutes more for the default config" in \
+        TrainingConfig.model_fields["startup_minutes"].description
