@@ -48,6 +48,10 @@ FSX_AGENT_NOT_READY_TAINT = Taint(key="fsx.csi.aws.com/agent-not-ready", value="
 # every other pod wait it out instead of tolerating it.
 SELF_REMOVING_TAINTS = {FSX_AGENT_NOT_READY_TAINT.key: "fsx-csi-node"}
 
+# The root device of the EKS-optimized AL2023 AMIs: the launch templates size and encrypt it
+# (infra/constructs/node_hardening.py); preflight and the scheduling check read its size there.
+ROOT_DEVICE_NAME = "/dev/xvda"
+
 # Labels the kit puts on its nodes (managed node group labels) and selects on in manifests/charts.
 LABEL_PREFIX = "rlkit.aws"
 NODE_ROLE_LABEL = f"{LABEL_PREFIX}/node-role"  # "gpu" | "system"

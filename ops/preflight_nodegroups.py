@@ -18,9 +18,12 @@ runs them):
   moves its zone while its cluster placement group stays fails to launch: the old group's nodes
   still hold that placement group in the old zone, and a cluster placement group lies in one
   AZ [botocore 1.44.8 autoscaling model, CreateAutoScalingGroup PlacementGroup].
-- **The system node group** (CloudFormation GetTemplate): its instance types and disk size are
-  create-only too; changing ``system_nodes.instance_type`` or ``root_volume_gib`` replaces the
-  group, and the KubeRay operator, the job submitter and CoreDNS move to new nodes.
+- **The system node group** (CloudFormation GetTemplate): its instance types are create-only
+  too; changing ``system_nodes.instance_type`` replaces the group, and the KubeRay operator, the
+  job submitter and CoreDNS move to new nodes. Its root volume is its launch template's, so
+  changing ``root_volume_gib`` rolls its nodes instead. A group deployed by a kit before the
+  system launch template has none and is replaced once (docs/operations.md, "IMDS on the system
+  nodes").
 
 The create-only properties are those of the AWS::EKS::Nodegroup resource schema (its
 ``createOnlyProperties``). Capacity Block groups are not checked here: `check_capacity_block_update`
@@ -41,6 +44,7 @@ from infra.problems import FAIL, PASS, WARN
 from ops.aws import AWS_ERRORS, AwsClients, describe_error
 from ops.check_result import Check
 from ops.deployed import deployed_template, tag_changes
+from ops.node_templates import launch_template_data, node_root_volume_gib, root_volume_gib
 
 NODE_ROLL = "GPU node roll"
 NODEGROUP_KEPT = "node group kept"
@@ -128,11 +132,10 @@ def check_launch_template_roll(cfg: KitConfig, group_name: str, group: GpuNodeGr
         if deployed != wanted:
             changes.append(f"instance tags {tag_changes(deployed, wanted)}")
             keep.append("tags and cost_guard.ttl_hours")
-    volumes = [m.get("Ebs", {}).get("VolumeSize") for m in data.get("BlockDeviceMappings") or []
-               if m.get("DeviceName") == "/dev/xvda"]
-    if volumes and volumes[0] != group.root_volume_gib:
-        changes.append(f"root volume {volumes[0]} -> {group.root_volume_gib} GiB")
-        keep.append(f"gpu_node_groups.{group_name}.root_volume_gib: {volumes[0]}")
+    volume = root_volume_gib(data)
+    if volume is not None and volume != group.root_volume_gib:
+        changes.append(f"root volume {volume} -> {group.root_volume_gib} GiB")
+        keep.append(f"gpu_node_groups.{group_name}.root_volume_gib: {volume}")
     if not changes:
         return Check(NODE_ROLL, subject, PASS,
                      "the deploy changes neither the instance tags nor the root volume of the "
@@ -217,8 +220,9 @@ def check_nodegroup_kept(cfg: KitConfig, group_name: str, group: GpuNodeGroupCon
 
 
 def check_system_nodes_kept(clients: AwsClients, cfg: KitConfig) -> Check:
-    """Would a deploy replace the system node group (its instance type or disk size changed:
-    create-only)?"""
+    """Would a deploy replace the system node group (its instance type changed: create-only; or
+    it was created without the launch template the kit now gives it), or roll its nodes (its
+    root volume changed: a new launch template version)?"""
     stack = names.stack_names(cfg.name)["cluster"]
     subject = f"system_nodes ({stack})"
     template = deployed_template(clients, NODEGROUP_KEPT, subject, stack, "the node group")
@@ -228,21 +232,46 @@ def check_system_nodes_kept(clients: AwsClients, cfg: KitConfig) -> Check:
     if not groups:
         return Check(NODEGROUP_KEPT, subject, PASS, f"{stack} has no node group yet: this deploy creates it")
     deployed, wanted = groups[0], cfg.system_nodes
-    changes, keep = [], []
+    moved = ("the job submitter, the KubeRay operator and CoreDNS move to new nodes, mid-run if "
+             "one runs")
     types = deployed.get("InstanceTypes") or []
-    if types and types != [wanted.instance_type]:
-        changes.append(f"its instance type {', '.join(types)} -> {wanted.instance_type}")
-        keep.append(f"system_nodes.instance_type: {types[0]}")
-    disk = deployed.get("DiskSize")
+    new_type = (f"its instance type {', '.join(types)} -> {wanted.instance_type}"
+                if types and types != [wanted.instance_type] else None)
+    if launch_template_data(template, deployed) is None:
+        return _system_group_without_launch_template(subject, new_type, moved)
+    if new_type:
+        return Check(
+            NODEGROUP_KEPT, subject, WARN,
+            f"a deploy would replace the system node group: this config changes {new_type}, "
+            f"which a node group cannot change in place; {moved}",
+            f"deploy it when no job runs (rlkit status), or keep system_nodes.instance_type: "
+            f"{types[0]}")
+    disk = node_root_volume_gib(template, deployed)
     if disk is not None and disk != wanted.root_volume_gib:
-        changes.append(f"its disk size {disk} -> {wanted.root_volume_gib} GiB")
-        keep.append(f"system_nodes.root_volume_gib: {disk}")
-    if not changes:
-        return Check(NODEGROUP_KEPT, subject, PASS,
-                     f"the system node group stays: {wanted.instance_type}, {wanted.root_volume_gib} GiB")
+        return Check(
+            NODEGROUP_KEPT, subject, WARN,
+            f"a deploy would replace every system node in a rolling update: this config changes "
+            f"their root volume {disk} -> {wanted.root_volume_gib} GiB, a new version of their "
+            f"launch template; {moved}",
+            f"deploy it when no job runs (rlkit status), or keep system_nodes.root_volume_gib: {disk}")
+    return Check(NODEGROUP_KEPT, subject, PASS,
+                 f"the system node group stays: {wanted.instance_type}, {wanted.root_volume_gib} GiB")
+
+
+def _system_group_without_launch_template(subject: str, new_type: str | None, moved: str) -> Check:
+    """The system group a kit before the system launch template deployed: EKS gives a launch
+    template only to a group created with one (botocore 1.44.8 EKS model,
+    UpdateNodegroupVersionRequest.launchTemplate), and its DiskSize, which the new template
+    leaves out (EKS refuses both together: CreateNodegroupRequest.diskSize), is create-only, so
+    CloudFormation replaces it. The group has no fixed name, so the new one is created first."""
+    also = f"; this config also changes {new_type}" if new_type else ""
     return Check(
         NODEGROUP_KEPT, subject, WARN,
-        f"a deploy would replace the system node group: this config changes {' and '.join(changes)}, "
-        "which a node group cannot change in place; the job submitter, the KubeRay operator and "
-        "CoreDNS move to new nodes, mid-run if one runs",
-        f"deploy it when no job runs (rlkit status), or keep {' and '.join(keep)}")
+        "a deploy would replace the system node group once: system nodes now come from a launch "
+        "template (IMDSv2 with one hop, so pods cannot take the node role; an encrypted gp3 root "
+        "volume), which a node group created without one cannot be given in place" + also + ". "
+        "CloudFormation creates the new group and waits for its nodes to join, then deletes this "
+        "one: EKS drains its nodes for at most 5 minutes each and terminates them. The deploy "
+        "takes some 10-20 minutes longer, both groups' nodes run meanwhile, and " + moved,
+        "deploy it when no job runs (rlkit status); it happens once, on the first deploy of a kit "
+        "with the system launch template (docs/operations.md, \"IMDS on the system nodes\")")

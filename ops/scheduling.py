@@ -25,6 +25,7 @@ from infra import names
 from infra.catalog import INSTANCE_TYPES
 from infra.config import KitConfig
 from infra.versions import TRAINER_IMAGE_DISK_GIB, kubernetes_minor
+from ops.node_templates import node_root_volume_gib
 
 GPU_RESOURCE = names.GPU_RESOURCE
 EFA_RESOURCE = names.EFA_RESOURCE
@@ -157,7 +158,8 @@ def node_groups(config: KitConfig, templates: dict[str, dict]) -> list[NodeGroup
     """One model per node group, read from the synthesized templates (stack name -> template)."""
     stack_names = names.stack_names(config.name)
     models = []
-    ng = _one(templates[stack_names["cluster"]], NODEGROUP_TYPE)
+    cluster = templates[stack_names["cluster"]]
+    ng = _one(cluster, NODEGROUP_TYPE)
     itype = ng["InstanceTypes"][0]
     allocatable, note = _system_capacity(itype)
     # The system nodes span every AZ of the VPC (the Auto Scaling group balances them); no kit
@@ -170,7 +172,8 @@ def node_groups(config: KitConfig, templates: dict[str, dict]) -> list[NodeGroup
     models.append(NodeGroupModel(
         name=SYSTEM_GROUP, instance_type=itype, labels=labels,
         taints=[_taint(t) for t in ng.get("Taints", [])], allocatable=allocatable,
-        disk_gib=float(ng.get("DiskSize", 20)), notes=[note] if note else []))
+        # EKS's default root volume (20 GiB) when the template sizes none.
+        disk_gib=float(node_root_volume_gib(cluster, ng) or 20), notes=[note] if note else []))
 
     for group_name, group in config.gpu_node_groups.items():
         template = templates[names.gpu_stack_name(config.name, group_name)]

@@ -107,7 +107,8 @@ class SystemNodesConfig(_Model):
         DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
         description="Root volume of each system node in GiB. KubeRay's job "
         f"submitter pulls the trainer image here, which needs about {TRAINER_IMAGE_DISK_GIB} GiB. "
-        "Like instance_type, changing it on a deployed cluster replaces the system node group.",
+        "It is the system nodes' launch template's (encrypted gp3), so changing it on a deployed "
+        "cluster replaces every system node in a rolling update (rlkit preflight warns).",
     )
 
 

@@ -11,7 +11,7 @@ from constructs import Construct
 
 from infra import names, versions
 from infra.config import EndpointAccessConfig, SystemNodesConfig
-from infra.constructs import node_roles
+from infra.constructs import node_hardening, node_roles
 from infra.constructs.node_roles import restrict_node_role
 from infra.constructs.nag import (
     acknowledge,
@@ -113,6 +113,23 @@ class KitCluster(Construct):
                     "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)],
             )
 
+        # The GPU groups' IMDS and root-volume settings (node_hardening). Nothing on a system node
+        # needs IMDS from a pod's network namespace: the add-ons there use Pod Identity, and the
+        # node daemons run on the host network. One pod tries: the FSx CSI controller, whose
+        # region comes from IMDS unless AWS_REGION is set [kubernetes-sigs/aws-fsx-csi-driver
+        # v1.9.0 pkg/driver/controller.go newControllerService]; without IMDS it reads its node
+        # from the Kubernetes API (pkg/cloud/metadata.go), which gives no region. Its only AWS
+        # call then is the file-system cache poll, which its role (no permissions,
+        # shared_filesystem.py) already denies: the kit's volume is static.
+        # Replacing a group created without a launch template: docs/operations.md, "IMDS on
+        # the system nodes". No NodegroupName, so CloudFormation names the new group itself.
+        self.system_launch_template = ec2.CfnLaunchTemplate(
+            self, "SystemNodesLaunchTemplate",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                metadata_options=node_hardening.metadata_options(),
+                block_device_mappings=[node_hardening.root_volume(system_nodes.root_volume_gib)],
+            ),
+        )
         self.system_nodegroup = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
             instance_types=[ec2.InstanceType(system_nodes.instance_type)],
@@ -121,7 +138,10 @@ class KitCluster(Construct):
             min_size=system_nodes.min_size,
             desired_size=system_nodes.desired_size,
             max_size=system_nodes.max_size,
-            disk_size=system_nodes.root_volume_gib,
+            # The root volume is the launch template's: EKS refuses a disk size beside one.
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.system_launch_template.ref,
+                version=self.system_launch_template.attr_latest_version_number),
             labels={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )

@@ -18,6 +18,7 @@ from constructs import Construct
 from infra import names
 from infra.catalog import InstanceType
 from infra.config import GpuNodeGroupConfig
+from infra.constructs import node_hardening
 from infra.constructs.nag import acknowledge_eks_node_role
 from infra.constructs.node_roles import restrict_node_role
 
@@ -138,21 +139,9 @@ class EfaNodeGroup(Construct):
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
                 instance_type=instance.name,
                 network_interfaces=interfaces,
-                metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                    http_tokens="required",  # IMDSv2 only
-                    http_endpoint="enabled",
-                    # One hop: pods (one hop further, behind the pod network) cannot reach IMDS
-                    # and take the node role. They use Pod Identity; the device plugins and the
-                    # other node daemons run on the host network and are unaffected.
-                    http_put_response_hop_limit=1,
-                ),
-                block_device_mappings=[ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                    device_name="/dev/xvda",
-                    ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                        volume_size=group.root_volume_gib, volume_type="gp3",
-                        encrypted=True, delete_on_termination=True,
-                    ),
-                )],
+                # IMDSv2, one hop; encrypted gp3 root: as on the system nodes (node_hardening).
+                metadata_options=node_hardening.metadata_options(),
+                block_device_mappings=[node_hardening.root_volume(group.root_volume_gib)],
                 user_data=Fn.base64(_USER_DATA),
                 placement=(ec2.CfnLaunchTemplate.PlacementProperty(
                     group_name=placement_group_name) if placement_group_name else None),

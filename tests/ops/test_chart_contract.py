@@ -505,9 +505,10 @@ def test_small_system_disk_fails_the_submitter(rendered, chart_dir, helm_cache):
     (docs/manifests.md, "Where the driver runs"), so the system disk does not concern it."""
     s, templates, _ = rendered("default")
     broken = copy.deepcopy(templates)
+    # The system root volume is its launch template's (the cluster stack's only one).
     for r in broken[s.config.stack_names["cluster"]]["Resources"].values():
-        if r["Type"] == scheduling.NODEGROUP_TYPE:
-            r["Properties"]["DiskSize"] = 20
+        if r["Type"] == scheduling.LAUNCH_TEMPLATE_TYPE:
+            r["Properties"]["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] = 20
     report = run(rendered, "default", templates=broken, chart_dir=chart_dir,
                  helm_cache=helm_cache)
     failing = {f.pod for f in report.findings}

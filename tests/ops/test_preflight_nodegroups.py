@@ -83,13 +83,23 @@ def checks_of(clients: AwsClients, raw: dict, group: str) -> dict[str, object]:
 
 def test_what_the_checks_compare_is_create_only_and_a_launch_template_change_an_update():
     """The real AWS::EKS::Nodegroup schema: subnets, capacity type, AMI type, and (the system
-    group's) instance types and disk size are create-only, so changing one replaces the group;
+    group's) instance types and disk size are create-only, so changing one replaces the group
+    (dropping the DiskSize of a system group deployed before its launch template too);
     the launch template's data and the group's launch template reference are not, so a changed
     template is a new version the group is updated (rolled) to."""
     assert {"/properties/Subnets", "/properties/CapacityType", "/properties/AmiType",
             "/properties/InstanceTypes", "/properties/DiskSize"} <= create_only("AWS::EKS::Nodegroup")
     assert "/properties/LaunchTemplate" not in create_only("AWS::EKS::Nodegroup")
     assert "/properties/LaunchTemplateData" not in create_only("AWS::EC2::LaunchTemplate")
+    # What the system group check's replacement message rests on, in EKS's own model.
+    import botocore.session
+    shapes = botocore.session.get_session().get_service_model("eks")
+    update = shapes.shape_for("UpdateNodegroupVersionRequest").members["launchTemplate"]
+    assert "only update a node group using a launch template if the node group was originally " \
+           "deployed with a launch template" in update.documentation
+    create = shapes.shape_for("CreateNodegroupRequest").members["diskSize"]
+    assert "If you specify <code>launchTemplate</code>, then don't specify <code>diskSize</code>" \
+        in create.documentation
 
 
 def test_the_templates_carry_the_config_values_the_checks_compare(synth):
@@ -110,8 +120,11 @@ def test_the_templates_carry_the_config_values_the_checks_compare(synth):
         assert ng["CapacityType"] == png.CAPACITY_TYPES[g.capacity.type]
         assert ng["AmiType"] == INSTANCE_TYPES[g.instance_type].ami_type
         system = only(s.template("cluster"), "AWS::EKS::Nodegroup")["Properties"]
-        assert (system["InstanceTypes"], system["DiskSize"]) == (
-            [s.config.system_nodes.instance_type], s.config.system_nodes.root_volume_gib)
+        system_lt = only(s.template("cluster"), "AWS::EC2::LaunchTemplate")["Properties"][
+            "LaunchTemplateData"]
+        assert system["InstanceTypes"] == [s.config.system_nodes.instance_type]
+        assert system_lt["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == \
+            s.config.system_nodes.root_volume_gib
 
 
 # --- a GPU group's launch template ---------------------------------------------------------------
@@ -279,9 +292,24 @@ def deployed_cluster(stack: str, template: dict | None) -> AwsClients:
     return AwsClients(cloudformation=cfn)
 
 
-def test_a_new_system_instance_type_or_disk_size_replaces_the_system_group(synth):
-    """Before: the deploy replaced the system node group (InstanceTypes and DiskSize are
-    create-only), moving the KubeRay operator, the job submitter and CoreDNS mid-run, unwarned."""
+def before_the_system_launch_template(template: dict) -> dict:
+    """``template`` (the cluster stack's) as a kit before the system launch template deployed
+    it: the system group sized its root volume itself (DiskSize) and named no launch template."""
+    old = json.loads(json.dumps(template))
+    [(lt_id, lt)] = [(k, r) for k, r in old["Resources"].items()
+                     if r["Type"] == "AWS::EC2::LaunchTemplate"]
+    group = only(old, "AWS::EKS::Nodegroup")["Properties"]
+    assert group.pop("LaunchTemplate")["Id"] == {"Ref": lt_id}
+    group["DiskSize"] = lt["Properties"]["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"][
+        "VolumeSize"]
+    del old["Resources"][lt_id]
+    return old
+
+
+def test_a_new_system_instance_type_replaces_the_group_and_a_new_root_volume_rolls_it(synth):
+    """Before: the deploy replaced the system node group (InstanceTypes is create-only), moving
+    the KubeRay operator, the job submitter and CoreDNS mid-run, unwarned. The root volume is the
+    launch template's now: a new size is a new template version, which EKS rolls the group to."""
     s = synth("default")
     same = png.check_system_nodes_kept(deployed_cluster("moe-rl-cluster", s.template("cluster")),
                                        s.config)
@@ -292,11 +320,45 @@ def test_a_new_system_instance_type_or_disk_size_replaces_the_system_group(synth
     assert (check.status, check.subject) == (WARN, "system_nodes (moe-rl-cluster)")
     assert check.detail == (
         "a deploy would replace the system node group: this config changes its instance type "
-        "m7i.xlarge -> m7i.2xlarge and its disk size 200 -> 300 GiB, which a node group cannot "
-        "change in place; the job submitter, the KubeRay operator and CoreDNS move to new nodes, "
-        "mid-run if one runs")
+        "m7i.xlarge -> m7i.2xlarge, which a node group cannot change in place; the job submitter, "
+        "the KubeRay operator and CoreDNS move to new nodes, mid-run if one runs")
     assert check.fix == ("deploy it when no job runs (rlkit status), or keep system_nodes."
-                         "instance_type: m7i.xlarge and system_nodes.root_volume_gib: 200")
+                         "instance_type: m7i.xlarge")
+    disk = parse_config(example("default", system_nodes={"root_volume_gib": 300}))
+    roll = png.check_system_nodes_kept(deployed_cluster("moe-rl-cluster", s.template("cluster")), disk)
+    assert (roll.status, roll.detail, roll.fix) == (
+        WARN, "a deploy would replace every system node in a rolling update: this config changes "
+        "their root volume 200 -> 300 GiB, a new version of their launch template; the job "
+        "submitter, the KubeRay operator and CoreDNS move to new nodes, mid-run if one runs",
+        "deploy it when no job runs (rlkit status), or keep system_nodes.root_volume_gib: 200")
     new = png.check_system_nodes_kept(deployed_cluster("moe-rl-cluster", None), cfg)
     assert (new.status, new.detail) == (
         PASS, "moe-rl-cluster is not deployed: the first deploy creates the node group")
+
+
+def test_a_system_group_deployed_without_a_launch_template_is_replaced_once(synth):
+    """Before: the first deploy of the hardened system nodes replaced the running system group
+    (EKS cannot give a launch template to a group created without one, and the dropped DiskSize
+    is create-only) with nothing saying so; preflight passed ("stays")."""
+    s = synth("default")
+    old = before_the_system_launch_template(s.template("cluster"))
+    assert "DiskSize" not in only(s.template("cluster"), "AWS::EKS::Nodegroup")["Properties"]
+    check = png.check_system_nodes_kept(deployed_cluster("moe-rl-cluster", old), s.config)
+    assert (check.status, check.subject) == (WARN, "system_nodes (moe-rl-cluster)")
+    assert check.detail == (
+        "a deploy would replace the system node group once: system nodes now come from a launch "
+        "template (IMDSv2 with one hop, so pods cannot take the node role; an encrypted gp3 root "
+        "volume), which a node group created without one cannot be given in place. "
+        "CloudFormation creates the new group and waits for its nodes to join, then deletes this "
+        "one: EKS drains its nodes for at most 5 minutes each and terminates them. The deploy "
+        "takes some 10-20 minutes longer, both groups' nodes run meanwhile, and the job "
+        "submitter, the KubeRay operator and CoreDNS move to new nodes, mid-run if one runs")
+    assert check.fix == (
+        "deploy it when no job runs (rlkit status); it happens once, on the first deploy of a kit "
+        "with the system launch template (docs/operations.md, \"IMDS on the system nodes\")")
+    assert "### IMDS on the system nodes" in (REPO_ROOT / "docs" / "operations.md").read_text()
+    bigger = parse_config(example("default", system_nodes={"instance_type": "m7i.2xlarge"}))
+    both = png.check_system_nodes_kept(deployed_cluster("moe-rl-cluster", old), bigger)
+    assert both.status == WARN and (
+        "cannot be given in place; this config also changes its instance type m7i.xlarge -> "
+        "m7i.2xlarge. CloudFormation creates") in both.detail

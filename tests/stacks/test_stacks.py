@@ -468,8 +468,8 @@ def test_node_health_can_be_turned_off(synth_config):
 
 
 def test_system_nodes_disk_holds_the_trainer_image(synth):
-    ng = only(synth("default").template("cluster"), "AWS::EKS::Nodegroup")["Properties"]
-    assert ng["DiskSize"] == 200
+    lt = only(synth("default").template("cluster"), "AWS::EC2::LaunchTemplate")["Properties"]
+    assert lt["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 200
 
 
 def test_default_api_endpoint_is_private_and_public_access_only_for_listed_cidrs(synth):
@@ -491,6 +491,41 @@ def test_pods_cannot_reach_imds_on_gpu_nodes(synth):
             assert lt["MetadataOptions"] == {"HttpEndpoint": "enabled",
                                              "HttpPutResponseHopLimit": 1,
                                              "HttpTokens": "required"}
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_pods_cannot_reach_imds_on_system_nodes_and_their_root_volume_is_encrypted(synth, example):
+    """Before: the system group had no launch template, so its nodes got EKS's defaults: hop
+    limit 2 (a pod could take the node role through IMDS) and a root volume encrypted only where
+    the account's EBS default encryption is on. Now the GPU groups' settings, through a launch
+    template the group names; no DiskSize beside it (EKS refuses both) and no fixed group name
+    (CloudFormation could not create the replacement of a deployed group under the same name)."""
+    from aws_cdk.assertions import Match, Template
+
+    s = synth(example)
+    template = Template.from_json(s.template("cluster"))
+    template.has_resource_properties("AWS::EC2::LaunchTemplate", {"LaunchTemplateData": {
+        "MetadataOptions": {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1,
+                            "HttpTokens": "required"},
+        "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {
+            "VolumeSize": s.config.system_nodes.root_volume_gib, "VolumeType": "gp3",
+            "Encrypted": True, "DeleteOnTermination": True}}],
+    }})
+    [(lt_id, _)] = template.find_resources("AWS::EC2::LaunchTemplate").items()
+    template.has_resource_properties("AWS::EKS::Nodegroup", {
+        "LaunchTemplate": {"Id": {"Ref": lt_id},
+                           "Version": {"Fn::GetAtt": [lt_id, "LatestVersionNumber"]}},
+        "DiskSize": Match.absent(),
+        "NodegroupName": Match.absent(),
+    })
+    # The same settings as every GPU group's (one source: infra/constructs/node_hardening.py).
+    system = only(s.template("cluster"), "AWS::EC2::LaunchTemplate")["Properties"][
+        "LaunchTemplateData"]
+    for group in s.config.gpu_node_groups:
+        gpu = launch_template(synth, example, group)
+        assert gpu["MetadataOptions"] == system["MetadataOptions"]
+        assert {k: v for k, v in gpu["BlockDeviceMappings"][0]["Ebs"].items() if k != "VolumeSize"} \
+            == {k: v for k, v in system["BlockDeviceMappings"][0]["Ebs"].items() if k != "VolumeSize"}
 
 
 def test_vpc_cni_enforces_network_policies_and_takes_the_pod_address_targets(synth):
