@@ -138,7 +138,9 @@ class KitCluster(Construct):
             min_size=system_nodes.min_size,
             desired_size=system_nodes.desired_size,
             max_size=system_nodes.max_size,
-            # The root volume is the launch template's: EKS refuses a disk size beside one.
+            # The root volume is the launch template's: EKS refuses a disk size beside one, and
+            # so does CDK (aws-cdk-lib 2.275.0 aws-eks-v2/lib/managed-nodegroup.js,
+            # DiskSizeMustBeSpecifiedInLaunchTemplate).
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.system_launch_template.ref,
                 version=self.system_launch_template.attr_latest_version_number),
