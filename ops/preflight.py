@@ -1,7 +1,9 @@
 """Read-only checks that catch expensive mistakes before `cdk deploy` asks for GPU nodes.
 
 Each check is a plain function taking the boto3 clients it needs (so tests pass moto-backed or
-Stubber-wrapped ones) and returning ``Check`` results: pass, warn or fail, with the fix for
+Stubber-wrapped ones), or, where other checks need the same answer, the run's
+``ops.preflight_reads.PreflightReads`` (its clients, and each stack, node group and reservation
+read once for every check), and returning ``Check`` results: pass, warn or fail, with the fix for
 anything that is not a pass. ``run_preflight`` runs them all for one config. Nothing here
 creates, changes or deletes an AWS resource.
 """
@@ -24,10 +26,10 @@ from infra.versions import (
     TRAINER_IMAGE_MIN_DRIVER_BRANCH,
     standard_support_warning,
 )
-from manifests.outputs import describe_stack_outputs
 from ops import ultraserver_preflight
 from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, AwsClients, describe_error
 from ops.check_result import Check
+from ops.preflight_reads import PreflightReads, not_deployed
 from ops.preflight_replace import replacement_checks
 from ops.preflight_reservation import check_reservation, group_subject as _group_subject
 from ops.preflight_services import offline_service_checks, service_checks
@@ -62,21 +64,14 @@ def check_identity(sts: Any, cfg: KitConfig, region: str) -> Check:
 # --- instance type offered in the AZ -------------------------------------------------------------
 
 
-def _offered_zones(ec2: Any, instance_type: str) -> list[str]:
-    zones: list[str] = []
-    paginator = ec2.get_paginator("describe_instance_type_offerings")
-    for page in paginator.paginate(LocationType="availability-zone", Filters=[
-            {"Name": "instance-type", "Values": [instance_type]}]):
-        zones += [o["Location"] for o in page.get("InstanceTypeOfferings", [])]
-    return sorted(set(zones))
-
-
-def check_offering(ec2: Any, group_name: str, group: GpuNodeGroupConfig, region: str) -> Check:
-    """The group's instance type is offered in its AZ (DescribeInstanceTypeOfferings)."""
+def check_offering(reads: PreflightReads, group_name: str, group: GpuNodeGroupConfig,
+                   region: str) -> Check:
+    """The group's instance type is offered in its AZ (DescribeInstanceTypeOfferings, read once
+    per instance type for all the groups)."""
     subject, itype, az = _group_subject(group_name), group.instance_type, group.availability_zone
     name = "instance type offered"
     try:
-        zones = _offered_zones(ec2, itype)
+        zones = reads.offered_zones(itype)
     except AWS_ERRORS as err:
         return Check(name, subject, FAIL, describe_error(err),
                      "allow ec2:DescribeInstanceTypeOfferings for your credentials")
@@ -198,17 +193,17 @@ def check_capacity_block_update_offline(group_name: str, group: GpuNodeGroupConf
                  "while its nodes run")
 
 
-def _stack_outputs(cfn: Any, stack: str) -> dict[str, str] | None:
+def _stack_outputs(reads: PreflightReads, stack: str) -> dict[str, str] | None:
     """A stack's outputs (None: no such stack)."""
     try:
-        return describe_stack_outputs(cfn, stack)
+        return reads.stack_outputs(stack)
     except AWS_ERRORS as err:
-        if "does not exist" in describe_error(err):
+        if not_deployed(err):
             return None
         raise
 
 
-def check_capacity_block_update(cfn: Any, eks: Any, cfg: KitConfig, group_name: str,
+def check_capacity_block_update(reads: PreflightReads, cfg: KitConfig, group_name: str,
                                 group: GpuNodeGroupConfig) -> Check | None:
     """A deploy must not roll a Capacity Block group while its nodes run: the deployed group's
     desired size (EKS DescribeNodegroup) must be 0. None for other capacity types."""
@@ -216,11 +211,11 @@ def check_capacity_block_update(cfn: Any, eks: Any, cfg: KitConfig, group_name: 
         return None
     subject, stack = _group_subject(group_name), names.gpu_stack_name(cfg.name, group_name)
     try:
-        gpu = _stack_outputs(cfn, stack)
+        gpu = _stack_outputs(reads, stack)
         if gpu is None:
             return Check(CAPACITY_BLOCK_UPDATE, subject, PASS,
                          f"{stack} is not deployed: the first deploy creates the group")
-        cluster_outputs = _stack_outputs(cfn, names.stack_names(cfg.name)["cluster"]) or {}
+        cluster_outputs = _stack_outputs(reads, names.stack_names(cfg.name)["cluster"]) or {}
         nodegroup = gpu.get(names.OutputKeys.NODEGROUP_NAME)
         cluster = cluster_outputs.get(names.OutputKeys.CLUSTER_NAME)
         if not nodegroup or not cluster:
@@ -228,8 +223,7 @@ def check_capacity_block_update(cfn: Any, eks: Any, cfg: KitConfig, group_name: 
                          f"cannot tell whether the block's nodes run: {stack} or the cluster stack "
                          "has no node group or cluster name output",
                          "deploy the cluster stack first; then run preflight again")
-        scaling = eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)[
-            "nodegroup"].get("scalingConfig", {})
+        scaling = reads.nodegroup(cluster, nodegroup).get("scalingConfig", {})
     except AWS_ERRORS as err:
         return Check(CAPACITY_BLOCK_UPDATE, subject, WARN,
                      f"cannot tell whether the block's nodes run: {describe_error(err)}",
@@ -395,18 +389,19 @@ def check_existing_stacks(cfn: Any, cfg: KitConfig) -> Check:
 # --- all together --------------------------------------------------------------------------------
 
 
-def check_ultraserver_block(ec2: Any, cfg: KitConfig, group_name: str,
+def check_ultraserver_block(reads: PreflightReads, cfg: KitConfig, group_name: str,
                             group: GpuNodeGroupConfig) -> list[Check]:
     """UltraServer Capacity Block checks: type, Local Zone, opt-in (ops.ultraserver_preflight)."""
     return [Check(c.name, c.subject, c.status, c.detail, c.fix)
-            for c in ultraserver_preflight.check_ultraserver_block(ec2, cfg, group_name, group)]
+            for c in ultraserver_preflight.check_ultraserver_block(reads, cfg, group_name, group)]
 
 
 def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None,
                   now: datetime | None = None,
                   installed: Callable[[str], bool] | None = None) -> list[Check]:
     """Every check for one config; AWS checks are skipped (one failure) without credentials. A
-    Capacity Block group's offline note is replaced by the live check."""
+    Capacity Block group's offline note is replaced by the live check. The checks share one
+    ``PreflightReads``: each stack, node group, reservation and offering is read once."""
     region = region or cfg.region
     checks = offline_checks(cfg, installed)
     identity = check_identity(clients.sts, cfg, region)
@@ -417,17 +412,17 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
         return [Check(identity.name, identity.subject, identity.status,
                       identity.detail + skipped, identity.fix)] + checks
     checks.insert(0, identity)
+    reads = PreflightReads(clients)
     for n, g in cfg.gpu_node_groups.items():
-        checks.append(check_offering(clients.ec2, n, g, region))
-        checks += check_reservation(clients.ec2, n, g, region, now, environment=cfg.name)
-        checks += check_ultraserver_block(clients.ec2, cfg, n, g)
-        if g.capacity.type == "capacity-block":  # the EKS client is made only for these
-            update = check_capacity_block_update(clients.cloudformation, clients.eks, cfg, n, g)
-            checks += [update] if update is not None else []
+        checks.append(check_offering(reads, n, g, region))
+        checks += check_reservation(reads, n, g, region, now, environment=cfg.name)
+        checks += check_ultraserver_block(reads, cfg, n, g)
+        update = check_capacity_block_update(reads, cfg, n, g)
+        checks += [update] if update is not None else []
     checks.append(check_quota(clients.quotas, cfg, region))
     checks += service_checks(clients.ec2, clients.quotas, cfg, region)  # FSx AZ, CodeBuild
     checks += vpc_checks(clients.ec2, cfg)  # an imported VPC: DNS, subnets, egress
-    checks += replacement_checks(clients, cfg)
+    checks += replacement_checks(reads, cfg)
     checks.append(check_existing_stacks(clients.cloudformation, cfg))
     return checks
 

@@ -41,10 +41,11 @@ from infra.catalog import INSTANCE_TYPES
 from infra.config import GpuNodeGroupConfig, KitConfig
 from infra.config.derived import resource_tags
 from infra.problems import FAIL, PASS, WARN
-from ops.aws import AWS_ERRORS, AwsClients, describe_error
+from ops.aws import AWS_ERRORS, describe_error
 from ops.check_result import Check
-from ops.deployed import deployed_template, tag_changes
+from ops.deployed import deployed_template, nodegroup_id, tag_changes
 from ops.node_templates import launch_template_data, node_root_volume_gib, root_volume_gib
+from ops.preflight_reads import PreflightReads
 
 NODE_ROLL = "GPU node roll"
 NODEGROUP_KEPT = "node group kept"
@@ -72,21 +73,18 @@ class RunningGroup:
     zones: list[str]
 
 
-def _running_group(clients: AwsClients, check: str, subject: str, stack: str) -> RunningGroup | Check:
-    """The node group of ``stack`` (its physical ID is <cluster>/<node group>), its desired size
-    and its subnets' zones; or the verdict that ends the check."""
+def _running_group(reads: PreflightReads, check: str, subject: str, stack: str) -> RunningGroup | Check:
+    """The node group of ``stack``, its desired size and its subnets' zones; or the verdict that
+    ends the check."""
     try:
-        found = clients.cloudformation.describe_stack_resources(StackName=stack)["StackResources"]
-        ids = [r["PhysicalResourceId"] for r in found if r["ResourceType"] == "AWS::EKS::Nodegroup"
-               and "/" in r.get("PhysicalResourceId", "")]
-        if not ids:
+        found = nodegroup_id(reads.stack_resources(stack))
+        if found is None:
             return Check(check, subject, PASS, f"{stack} has no node group yet: this deploy creates it")
-        cluster, nodegroup = ids[0].split("/", 1)
-        described = clients.eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)[
-            "nodegroup"]
+        cluster, nodegroup = found
+        described = reads.nodegroup(cluster, nodegroup)
         desired = int((described.get("scalingConfig") or {}).get("desiredSize") or 0)
         subnets = described.get("subnets") or []
-        zones = sorted({s["AvailabilityZone"] for s in clients.ec2.describe_subnets(
+        zones = sorted({s["AvailabilityZone"] for s in reads.clients.ec2.describe_subnets(
             SubnetIds=subnets)["Subnets"]}) if desired and subnets else []
     except AWS_ERRORS as err:
         return Check(check, subject, WARN,
@@ -95,7 +93,7 @@ def _running_group(clients: AwsClients, check: str, subject: str, stack: str) ->
     return RunningGroup(nodegroup, desired, zones)
 
 
-def gpu_group_checks(clients: AwsClients, cfg: KitConfig, group_name: str,
+def gpu_group_checks(reads: PreflightReads, cfg: KitConfig, group_name: str,
                      group: GpuNodeGroupConfig) -> list[Check]:
     """Would a deploy roll (launch template) or replace (node group) the running nodes of GPU
     group ``group_name``? Nothing for a Capacity Block group (see the module docstring)."""
@@ -103,10 +101,10 @@ def gpu_group_checks(clients: AwsClients, cfg: KitConfig, group_name: str,
         return []
     stack = names.gpu_stack_name(cfg.name, group_name)
     subject = f"gpu_node_groups.{group_name} ({stack})"
-    template = deployed_template(clients, NODE_ROLL, subject, stack, "the node group")
+    template = deployed_template(reads, NODE_ROLL, subject, stack, "the node group")
     if isinstance(template, Check):
         return [template]
-    running = _running_group(clients, NODE_ROLL, subject, stack)
+    running = _running_group(reads, NODE_ROLL, subject, stack)
     if isinstance(running, Check):
         return [running]
     if running.desired == 0:
@@ -219,13 +217,13 @@ def check_nodegroup_kept(cfg: KitConfig, group_name: str, group: GpuNodeGroupCon
         f"move the run to it, then delete {stack}")
 
 
-def check_system_nodes_kept(clients: AwsClients, cfg: KitConfig) -> Check:
+def check_system_nodes_kept(reads: PreflightReads, cfg: KitConfig) -> Check:
     """Would a deploy replace the system node group (its instance type changed: create-only; or
     it was created without the launch template the kit now gives it), or roll its nodes (its
     root volume changed: a new launch template version)?"""
     stack = names.stack_names(cfg.name)["cluster"]
     subject = f"system_nodes ({stack})"
-    template = deployed_template(clients, NODEGROUP_KEPT, subject, stack, "the node group")
+    template = deployed_template(reads, NODEGROUP_KEPT, subject, stack, "the node group")
     if isinstance(template, Check):
         return template
     groups = _properties(template, "AWS::EKS::Nodegroup")  # the cluster stack's one: the system group

@@ -81,12 +81,19 @@ from infra.config.derived import (
 )
 from infra.problems import FAIL, PASS, WARN
 from infra.versions import AMI_RELEASE_RE
-from manifests.outputs import describe_stack_outputs
 from ops import artifacts, chart_crds
-from ops.aws import AWS_ERRORS, AwsClients, describe_error
+from ops.aws import AWS_ERRORS, describe_error
 from ops.check_result import Check
-from ops.deployed import deployed_template, read_stack, stacks_importing, tag_changes
+from ops.deployed import (
+    deployed_resources,
+    deployed_template,
+    nodegroup_id,
+    read_stack,
+    stacks_importing,
+    tag_changes,
+)
 from ops.preflight_nodegroups import check_system_nodes_kept, gpu_group_checks
+from ops.preflight_reads import PreflightReads
 
 FSX_KEPT = "shared file system kept"
 PLACEMENT_GROUP_KEPT = "placement group kept"
@@ -107,21 +114,21 @@ _EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
             "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 
 
-def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
+def check_fsx_kept(reads: PreflightReads, cfg: KitConfig) -> Check:
     """Would a deploy of this config replace the deployed shared file system (its AZ or its KMS
     key changed)? PASS when the storage stack is not deployed yet."""
     stack = names.stack_names(cfg.name)["storage"]
     zone = shared_fs_availability_zone(cfg)
     subject = f"{stack} (storage.shared_filesystem)"
-    outputs = read_stack(FSX_KEPT, subject, stack,
-                          lambda: describe_stack_outputs(clients.cloudformation, stack),
-                          f"the file system in {zone}", "cloudformation:DescribeStacks")
+    outputs = read_stack(FSX_KEPT, subject, stack, lambda: reads.stack_outputs(stack),
+                         f"the file system in {zone}", "cloudformation:DescribeStacks")
     if isinstance(outputs, Check):
         return outputs
     fs_id = (outputs or {}).get(names.OutputKeys.SHARED_FS_ID)
     if not fs_id:
         return Check(FSX_KEPT, subject, PASS,
                      f"{stack} has no file system yet: the next deploy creates it in {zone}")
+    clients = reads.clients
     try:
         fs = clients.fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
         deployed_zone = clients.ec2.describe_subnets(SubnetIds=fs["SubnetIds"][:1])[
@@ -169,7 +176,7 @@ def check_fsx_kept(clients: AwsClients, cfg: KitConfig) -> Check:
         f"keep {' and '.join(keep)}; to move it on purpose, {on_purpose}")
 
 
-def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: str,
+def check_placement_group_kept(reads: PreflightReads, cfg: KitConfig, group_name: str,
                                group: GpuNodeGroupConfig) -> Check | None:
     """Would a deploy replace the placement group the kit made for this GPU group (its tags
     changed)? None when the kit makes none for it."""
@@ -177,7 +184,7 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
         return None
     stack = names.gpu_stack_name(cfg.name, group_name)
     subject = f"gpu_node_groups.{group_name} ({stack})"
-    found = _stack_resources(clients, PLACEMENT_GROUP_KEPT, subject, stack, "the placement group")
+    found = deployed_resources(reads, PLACEMENT_GROUP_KEPT, subject, stack, "the placement group")
     if isinstance(found, Check):
         return found
     pg = next((r["PhysicalResourceId"] for r in found
@@ -186,7 +193,7 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
         return Check(PLACEMENT_GROUP_KEPT, subject, PASS,
                      f"{stack} has no placement group yet: this deploy creates it")
     try:
-        [described] = clients.ec2.describe_placement_groups(GroupNames=[pg])["PlacementGroups"]
+        [described] = reads.clients.ec2.describe_placement_groups(GroupNames=[pg])["PlacementGroups"]
     except (AWS_ERRORS, ValueError) as err:
         return Check(PLACEMENT_GROUP_KEPT, subject, WARN,
                      f"cannot tell whether a deploy would replace placement group {pg}: "
@@ -205,21 +212,12 @@ def check_placement_group_kept(clients: AwsClients, cfg: KitConfig, group_name: 
         "cost_guard.ttl_hours as they were")
 
 
-def _stack_resources(clients: AwsClients, check: str, subject: str, stack: str,
-                     creates: str) -> list[dict] | Check:
-    """The deployed resources of ``stack``, or the verdict that ends the check (``ops.deployed.read_stack``)."""
-    return read_stack(check, subject, stack,
-                       lambda: clients.cloudformation.describe_stack_resources(StackName=stack)[
-                           "StackResources"],
-                       creates, "cloudformation:DescribeStackResources")
-
-
-def _numbered(clients: AwsClients, check: str, subject: str, stack: str, creates: str,
+def _numbered(reads: PreflightReads, check: str, subject: str, stack: str, creates: str,
               resource_type: str, logical_id: re.Pattern, prop: str) -> dict[int, Any] | Check:
     """In the deployed template of ``stack``: number (``logical_id``'s group 1) -> ``prop`` of
     each ``resource_type`` resource whose logical ID matches; or the verdict that ends the check
     (``ops.deployed.read_stack``)."""
-    template = deployed_template(clients, check, subject, stack, creates)
+    template = deployed_template(reads, check, subject, stack, creates)
     if isinstance(template, Check):
         return template
     return _numbered_in(template, resource_type, logical_id, prop)
@@ -232,12 +230,12 @@ def _numbered_in(template: dict, resource_type: str, logical_id: re.Pattern,
             if resource.get("Type") == resource_type and (m := logical_id.search(name))}
 
 
-def check_admin_entries(clients: AwsClients, cfg: KitConfig) -> Check:
+def check_admin_entries(reads: PreflightReads, cfg: KitConfig) -> Check:
     """Would a deploy create an admin access entry for a role whose deployed entry sits at
     another position of admin_role_arns (a failed deploy and a rollback)?"""
     stack = names.stack_names(cfg.name)["cluster"]
     subject = f"admin_role_arns ({stack})"
-    found = _numbered(clients, ADMIN_ENTRIES, subject, stack, "the entries",
+    found = _numbered(reads, ADMIN_ENTRIES, subject, stack, "the entries",
                       "AWS::EKS::AccessEntry", _ADMIN_ENTRY_ID, "PrincipalArn")
     if isinstance(found, Check):
         return found
@@ -259,7 +257,7 @@ def check_admin_entries(clients: AwsClients, cfg: KitConfig) -> Check:
         "list you want")
 
 
-def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
+def check_zone_order(reads: PreflightReads, cfg: KitConfig) -> Check | None:
     """Would a deploy move the VPC's numbered subnets to other zones (availability_zones or
     local_zones changed other than at their end)? None for an existing VPC (the kit owns no
     subnets then)."""
@@ -267,7 +265,7 @@ def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
         return None
     stack = names.stack_names(cfg.name)["network"]
     subject = f"availability_zones ({stack})"
-    template = deployed_template(clients, ZONE_ORDER, subject, stack, "the subnets")
+    template = deployed_template(reads, ZONE_ORDER, subject, stack, "the subnets")
     if isinstance(template, Check):
         return template
     numbered = _numbered_in(template, "AWS::EC2::Subnet", _PRIVATE_SUBNET_ID, "AvailabilityZone")
@@ -288,7 +286,7 @@ def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
     if deployed_local[:len(wanted_local)] == wanted_local and dropped:
         # Zones dropped from the end only: their subnets go, which works once no stack imports
         # them (the GPU stacks of groups placed there destroyed first).
-        users = _local_zone_importers(clients, template, sorted(local)[len(wanted_local):])
+        users = _local_zone_importers(reads, template, sorted(local)[len(wanted_local):])
         if isinstance(users, Check):
             return users
         if users:
@@ -324,7 +322,7 @@ def check_zone_order(clients: AwsClients, cfg: KitConfig) -> Check | None:
                     if dropped else ""))
 
 
-def _local_zone_importers(clients: AwsClients, template: dict, numbers: list[int]
+def _local_zone_importers(reads: PreflightReads, template: dict, numbers: list[int]
                           ) -> list[str] | Check:
     """The stacks importing the subnets of the Local Zones numbered ``numbers`` (the exports the
     deployed network template gives them, then ListImports)."""
@@ -334,7 +332,7 @@ def _local_zone_importers(clients: AwsClients, template: dict, numbers: list[int
                if isinstance(o.get("Export", {}).get("Name"), str)
                and o.get("Value") in [{"Ref": i} for i in ids]]
     try:
-        return sorted({s for e in exports for s in stacks_importing(clients.cloudformation, e)})
+        return sorted({s for e in exports for s in stacks_importing(reads.clients.cloudformation, e)})
     except AWS_ERRORS as err:
         return Check(ZONE_ORDER, "local_zones", WARN,
                      f"cannot tell which stacks still import the dropped Local Zones' subnets: "
@@ -342,11 +340,11 @@ def _local_zone_importers(clients: AwsClients, template: dict, numbers: list[int
                      "preflight again before deploying the network stack")
 
 
-def check_node_taints(clients: AwsClients, cfg: KitConfig, group_name: str) -> Check:
+def check_node_taints(reads: PreflightReads, cfg: KitConfig, group_name: str) -> Check:
     """Would a deploy add a taint to the running nodes of GPU group ``group_name``?"""
     stack = names.gpu_stack_name(cfg.name, group_name)
     subject = f"gpu_node_groups.{group_name} ({stack})"
-    template = deployed_template(clients, NODE_TAINTS, subject, stack, "the node group")
+    template = deployed_template(reads, NODE_TAINTS, subject, stack, "the node group")
     if isinstance(template, Check):
         return template
     deployed = {(t.get("Key"), _EFFECTS.get(t.get("Effect"), t.get("Effect")))
@@ -373,7 +371,7 @@ def _release_order(release: str) -> tuple | None:
     return (tuple(map(int, m.group(1).split("."))), m.group(3), int(m.group(2))) if m else None
 
 
-def check_ami_release(clients: AwsClients, cfg: KitConfig, stack: str, nodes: str,
+def check_ami_release(reads: PreflightReads, cfg: KitConfig, stack: str, nodes: str,
                       harm: str) -> Check | None:
     """Would a deploy move the node group of ``stack`` to another AMI release: every node
     replaced, or, to an earlier release, a failed update? None when the config names no release.
@@ -382,18 +380,14 @@ def check_ami_release(clients: AwsClients, cfg: KitConfig, stack: str, nodes: st
     if wanted is None:
         return None
     subject = f"node_ami_release_version ({stack})"
-    found = _stack_resources(clients, AMI_RELEASE, subject, stack, "the node group")
+    found = deployed_resources(reads, AMI_RELEASE, subject, stack, "the node group")
     if isinstance(found, Check):
         return found
-    # A node group's physical ID is <cluster>/<node group> (CDK's Nodegroup splits its Ref so)
-    ids = [r["PhysicalResourceId"] for r in found
-           if r["ResourceType"] == "AWS::EKS::Nodegroup" and "/" in r.get("PhysicalResourceId", "")]
-    if not ids:
+    if (ids := nodegroup_id(found)) is None:
         return Check(AMI_RELEASE, subject, PASS, f"{stack} has no node group yet: it starts on {wanted}")
-    cluster, nodegroup = ids[0].split("/", 1)
+    cluster, nodegroup = ids
     try:
-        running = clients.eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)[
-            "nodegroup"].get("releaseVersion", "")
+        running = reads.nodegroup(cluster, nodegroup).get("releaseVersion", "")
     except AWS_ERRORS as err:
         return Check(AMI_RELEASE, subject, WARN,
                      f"cannot read the AMI release node group {nodegroup} runs: {describe_error(err)}",
@@ -417,7 +411,7 @@ def check_ami_release(clients: AwsClients, cfg: KitConfig, stack: str, nodes: st
         "same deploy (sizes, taints, labels, capacity)")
 
 
-def check_nfd_crds(clients: AwsClients, cfg: KitConfig) -> Check | None:
+def check_nfd_crds(reads: PreflightReads, cfg: KitConfig) -> Check | None:
     """Would a deploy turn on the device plugin release's NFD subchart, whose CRDs Helm installs
     only with a release's first install? None when this config has no UltraServer group."""
     if not dra_driver.ultraservers_configured(cfg.gpu_instance_types()):
@@ -425,7 +419,7 @@ def check_nfd_crds(clients: AwsClients, cfg: KitConfig) -> Check | None:
     addon = nvidia_device_plugin.ADDON
     stack = names.stack_names(cfg.name)["cluster"]
     subject = f"{addon.key} ({stack})"
-    template = deployed_template(clients, CHART_CRDS, subject, stack, "the release with its CRDs")
+    template = deployed_template(reads, CHART_CRDS, subject, stack, "the release with its CRDs")
     if isinstance(template, Check):
         return template
     values = [r.get("Properties", {}).get("Values") for r in template.get("Resources", {}).values()
@@ -456,7 +450,7 @@ def _helm_releases(template: dict) -> dict[str, dict]:
             and isinstance(r.get("Properties", {}).get("Release"), str)}
 
 
-def check_chart_version_crds(clients: AwsClients, cfg: KitConfig,
+def check_chart_version_crds(reads: PreflightReads, cfg: KitConfig,
                              locate: Callable[[str], Path | None] = chart_crds.locked_chart,
                              ) -> list[Check]:
     """For each enabled add-on: would a deploy move its release to a chart version whose CRDs
@@ -466,7 +460,7 @@ def check_chart_version_crds(clients: AwsClients, cfg: KitConfig,
     stack = names.stack_names(cfg.name)["cluster"]
     if not addons:
         return []
-    template = deployed_template(clients, CHART_CRDS, f"addons ({stack})", stack,
+    template = deployed_template(reads, CHART_CRDS, f"addons ({stack})", stack,
                                   "the releases with their CRDs")
     if isinstance(template, Check):
         return [template]
@@ -527,20 +521,21 @@ def _version_crds(cfg: KitConfig, addon: HelmAddon, deployed: dict | None, stack
         + " ".join(f"-f {untar}/{folder}" for folder in change.wanted.folders))
 
 
-def replacement_checks(clients: AwsClients, cfg: KitConfig) -> list[Check]:
-    """Every check here for one config (read-only), and those of ops.preflight_nodegroups."""
-    checks = [check_admin_entries(clients, cfg), check_nfd_crds(clients, cfg),
-              *check_chart_version_crds(clients, cfg),
-              check_zone_order(clients, cfg),
-              check_fsx_kept(clients, cfg) if has_shared_fs(cfg) else None,
-              check_ami_release(clients, cfg, names.stack_names(cfg.name)["cluster"],
+def replacement_checks(reads: PreflightReads, cfg: KitConfig) -> list[Check]:
+    """Every check here for one config (read-only), and those of ops.preflight_nodegroups. They
+    share ``reads``: each stack's template, resources and outputs are read once for all of them."""
+    checks = [check_admin_entries(reads, cfg), check_nfd_crds(reads, cfg),
+              *check_chart_version_crds(reads, cfg),
+              check_zone_order(reads, cfg),
+              check_fsx_kept(reads, cfg) if has_shared_fs(cfg) else None,
+              check_ami_release(reads, cfg, names.stack_names(cfg.name)["cluster"],
                                 "the system nodes",
                                 "moving the job submitter, the KubeRay operator and CoreDNS"),
-              check_system_nodes_kept(clients, cfg)]
+              check_system_nodes_kept(reads, cfg)]
     for name, group in cfg.gpu_node_groups.items():
-        checks += [check_placement_group_kept(clients, cfg, name, group),
-                   check_node_taints(clients, cfg, name),
-                   check_ami_release(clients, cfg, names.gpu_stack_name(cfg.name, name),
+        checks += [check_placement_group_kept(reads, cfg, name, group),
+                   check_node_taints(reads, cfg, name),
+                   check_ami_release(reads, cfg, names.gpu_stack_name(cfg.name, name),
                                      f"GPU group {name}'s nodes", "under a running job"),
-                   *gpu_group_checks(clients, cfg, name, group)]
+                   *gpu_group_checks(reads, cfg, name, group)]
     return [c for c in checks if c is not None]

@@ -14,6 +14,7 @@ from infra.problems import FAIL, PASS, WARN
 from infra.trainer_contract import EKS_SCALE_DOWN_MARGIN_S
 from ops.aws import AWS_ERRORS, describe_error, error_code
 from ops.check_result import Check
+from ops.preflight_reads import PreflightReads
 
 # Capacity reservation states [EC2 API, CapacityReservation.State; EC2 User Guide, "View Capacity
 # Blocks"]. A Capacity Block is scheduled until its start date, then active.
@@ -43,11 +44,12 @@ def _hours_until(t: datetime, now: datetime) -> str:
     return f"in {hours:.1f} h" if hours >= 0 else f"{-hours:.1f} h ago"
 
 
-def check_reservation(ec2: Any, group_name: str, group: GpuNodeGroupConfig, region: str,
+def check_reservation(reads: PreflightReads, group_name: str, group: GpuNodeGroupConfig, region: str,
                       now: datetime | None = None, environment: str | None = None) -> list[Check]:
     """The group's reservation exists, matches type/AZ/platform/tenancy, holds `desired_size`, and
     is usable for long enough. ``environment`` (the config's name) tells the group's own running
-    nodes apart from other instances in the reservation."""
+    nodes apart from other instances in the reservation. The reservation is read once per run
+    (``reads``): an UltraServer group's block checks read it too."""
     cap = group.capacity
     subject = f"{group_subject(group_name)}.capacity"
     if cap.type == "on-demand" or cap.reservation_id is None:
@@ -56,8 +58,7 @@ def check_reservation(ec2: Any, group_name: str, group: GpuNodeGroupConfig, regi
     rid = cap.reservation_id
     kind = "capacity block" if cap.type == "capacity-block" else "capacity reservation"
     try:
-        found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid]).get(
-            "CapacityReservations", [])
+        found = reads.capacity_reservations(rid)
     except AWS_ERRORS as err:
         if "NotFound" in error_code(err) or "Malformed" in error_code(err):
             found = []
@@ -159,7 +160,7 @@ def check_reservation(ec2: Any, group_name: str, group: GpuNodeGroupConfig, regi
     if state != "active" and total == 0 and _CB_REQUESTED_TAG in tags:
         total = int(tags[_CB_REQUESTED_TAG])
     want = group.desired_size
-    own = (_own_instances(ec2, rid, environment, group_name)
+    own = (_own_instances(reads.clients.ec2, rid, environment, group_name)
            if state == "active" and available < want and environment else 0)
     if total < want:
         checks.append(Check("reservation size", subject, FAIL,

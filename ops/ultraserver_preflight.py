@@ -16,6 +16,7 @@ from infra.catalog import INSTANCE_TYPES
 from infra.config import GpuNodeGroupConfig, KitConfig
 from infra.problems import FAIL, PASS, WARN
 from ops.aws import AWS_ERRORS, describe_error, error_code
+from ops.preflight_reads import PreflightReads
 
 
 @dataclass(frozen=True)
@@ -29,18 +30,19 @@ class Check:
     fix: str = ""
 
 
-def check_ultraserver_block(ec2: Any, cfg: KitConfig, group_name: str,
+def check_ultraserver_block(reads: PreflightReads, cfg: KitConfig, group_name: str,
                             group: GpuNodeGroupConfig) -> list[Check]:
     """UltraServer type, Local Zone and opt-in of the group's Capacity Block (none for other
-    groups; a missing reservation is reported by the reservation checks)."""
+    groups; a missing reservation is reported by the reservation checks). The reservation and
+    its zone come from ``reads``: read once per run, shared with the reservation checks and
+    with other groups in the same zone."""
     itype = INSTANCE_TYPES.get(group.instance_type)
     rid = group.capacity.reservation_id
     if itype is None or not itype.ultraservers or rid is None:
         return []
     subject = f"gpu_node_groups.{group_name}.capacity"
     try:
-        found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid]).get(
-            "CapacityReservations", [])
+        found = reads.capacity_reservations(rid)
     except AWS_ERRORS as err:
         # An ID EC2 does not know (NotFound, Malformed) is check_reservation's "not found", with
         # the ID's fix; only other errors are this call's to report.
@@ -50,8 +52,8 @@ def check_ultraserver_block(ec2: Any, cfg: KitConfig, group_name: str,
                       "allow ec2:DescribeCapacityReservations for your credentials")]
     if not found:
         return []  # the reservation checks already fail on it
-    return [_check_type(ec2, subject, group, found[0]),
-            *_check_zone(ec2, cfg, subject, group, found[0].get("AvailabilityZone"))]
+    return [_check_type(reads.clients.ec2, subject, group, found[0]),
+            *_check_zone(reads, cfg, subject, group, found[0].get("AvailabilityZone"))]
 
 
 def _check_type(ec2: Any, subject: str, group: GpuNodeGroupConfig, r: dict) -> Check:
@@ -80,13 +82,12 @@ def _check_type(ec2: Any, subject: str, group: GpuNodeGroupConfig, r: dict) -> C
     return Check(name, subject, PASS, f"Capacity Block {block_id}: {got}")
 
 
-def _check_zone(ec2: Any, cfg: KitConfig, subject: str, group: GpuNodeGroupConfig,
+def _check_zone(reads: PreflightReads, cfg: KitConfig, subject: str, group: GpuNodeGroupConfig,
                 zone: str | None) -> list[Check]:
     if zone is None:
         return []
     try:
-        zones = ec2.describe_availability_zones(ZoneNames=[zone], AllAvailabilityZones=True).get(
-            "AvailabilityZones", [])
+        zones = reads.availability_zone(zone)
     except AWS_ERRORS as err:
         return [Check("ultraserver zone", subject, FAIL, describe_error(err),
                       "allow ec2:DescribeAvailabilityZones for your credentials")]

@@ -14,7 +14,9 @@ import pytest
 from botocore.stub import Stubber
 
 from infra.config import parse_config
+from ops.aws import AwsClients
 from ops.preflight import FAIL, PASS, WARN, check_capacity_block_update, offline_checks
+from ops.preflight_reads import PreflightReads
 from tests.support import REPO_ROOT
 
 RID = "cr-0123456789abcdef0"
@@ -62,7 +64,8 @@ def check(desired=None, deployed=True, deployed_min=0, config_min=0):
                 "scalingConfig": {"maxSize": 2, "desiredSize": desired,
                                   **({} if deployed_min is None else {"minSize": deployed_min})}}},
                 {"clusterName": "cb-cluster", "nodegroupName": "p5en-ng"})
-        result = check_capacity_block_update(cfn, eks, cfg, "p5en", cfg.gpu_node_groups["p5en"])
+        reads = PreflightReads(AwsClients(cloudformation=cfn, eks=eks))
+        result = check_capacity_block_update(reads, cfg, "p5en", cfg.gpu_node_groups["p5en"])
         cfn_stub.assert_no_pending_responses()
         eks_stub.assert_no_pending_responses()
     return result
@@ -115,13 +118,15 @@ def test_unreadable_node_group_is_a_warning_that_says_which_permissions():
     cfn = boto3.client("cloudformation", region_name="us-east-2")
     with Stubber(cfn) as stub:
         stub.add_client_error("describe_stacks", "AccessDenied", "not allowed")
-        c = check_capacity_block_update(cfn, None, cfg, "p5en", cfg.gpu_node_groups["p5en"])
+        c = check_capacity_block_update(PreflightReads(AwsClients(cloudformation=cfn)), cfg, "p5en",
+                                        cfg.gpu_node_groups["p5en"])
     assert c.status == WARN and "eks:DescribeNodegroup" in c.fix
 
 
 def test_other_capacity_types_are_not_checked_and_rlkit_check_names_the_rule():
     odcr = cb_config("odcr")
-    assert check_capacity_block_update(None, None, odcr, "p5en", odcr.gpu_node_groups["p5en"]) is None
+    assert check_capacity_block_update(PreflightReads(AwsClients()), odcr, "p5en",
+                                       odcr.gpu_node_groups["p5en"]) is None
     notes = [c for c in offline_checks(cb_config(), installed=lambda p: True)
              if c.name == "capacity block update"]
     assert [(c.status, c.subject) for c in notes] == [(PASS, "gpu_node_groups.p5en")]

@@ -12,6 +12,7 @@ from datetime import date, datetime, timedelta, timezone
 import boto3
 from infra.config import parse_config
 from ops.aws import AwsClients
+from ops.preflight_reads import PreflightReads
 from ops.preflight import (
     FAIL,
     PASS,
@@ -76,7 +77,8 @@ def run_reservation(cfg, response=None, error=None, own: int | None = None):
                 {"Name": "tag:rlkit:node-group", "Values": ["p5en"]},
                 {"Name": "instance-state-name", "Values": ["pending", "running"]}]})
     with stub:
-        checks = check_reservation(ec2, "p5en", cfg.gpu_node_groups["p5en"], "us-east-2", NOW,
+        checks = check_reservation(PreflightReads(AwsClients(ec2=ec2)), "p5en",
+                                   cfg.gpu_node_groups["p5en"], "us-east-2", NOW,
                                    environment=cfg.name if own is not None else None)
     stub.assert_no_pending_responses()
     return {c.name: c for c in checks}
@@ -116,7 +118,7 @@ def test_identity_fails_without_credentials(monkeypatch, tmp_path):
 
 def test_offering_passes_where_moto_lists_p5(aws):
     cfg = config()
-    check = check_offering(boto3.client("ec2", region_name="us-east-1"), "p5",
+    check = check_offering(PreflightReads(AwsClients("us-east-1")), "p5",
                            cfg.gpu_node_groups["p5"], "us-east-1")
     assert check.status == PASS and check.detail == "p5.48xlarge is offered in us-east-1a"
 
@@ -125,7 +127,7 @@ def test_offering_fails_and_names_the_zones_that_offer_it(aws):
     cfg = config(gpu_node_groups={"b200": {"instance_type": "p6-b200.48xlarge",
                                            "availability_zone": "us-east-1a"}},
                  training={"node_group": "b200"})
-    check = check_offering(boto3.client("ec2", region_name="us-east-1"), "b200",
+    check = check_offering(PreflightReads(AwsClients("us-east-1")), "b200",
                            cfg.gpu_node_groups["b200"], "us-east-1")
     assert check.status == FAIL
     assert check.detail == "p6-b200.48xlarge is not offered in us-east-1a; offered in: us-east-1c"
@@ -136,7 +138,7 @@ def test_offering_only_warns_for_reserved_capacity(aws):
     cfg = cb_config(az="us-east-2b")
     ec2 = boto3.client("ec2", region_name="us-east-2")
     group = cfg.gpu_node_groups["p5en"].model_copy(update={"availability_zone": "us-east-2z"})
-    check = check_offering(ec2, "p5en", group, "us-east-2")
+    check = check_offering(PreflightReads(AwsClients(ec2=ec2)), "p5en", group, "us-east-2")
     assert check.status == WARN and "reservation is what counts" in check.detail
 
 

@@ -17,10 +17,10 @@ from infra.config import parse_config
 from infra.config.derived import resource_tags
 from infra.problems import FAIL, PASS, WARN
 from ops import preflight_nodegroups as png
-from ops.aws import AwsClients
+from ops.preflight_reads import PreflightReads
 from tests.support import REPO_ROOT
 from tests.support.cdk import only
-from tests.support.preflight import stubbed
+from tests.support.preflight import reads, stubbed
 
 
 def create_only(resource_type: str) -> set[str]:
@@ -45,8 +45,8 @@ SUBNET = "subnet-0123456789abcdef0"
 
 
 def deployed_gpu(stack: str, template: dict, desired: int = 2, zone: str = "us-east-1a",
-                 eks_error: str | None = None) -> AwsClients:
-    """AwsClients answering for the deployed GPU stack ``stack``: GetTemplate returns
+                 eks_error: str | None = None) -> PreflightReads:
+    """Reads answering for the deployed GPU stack ``stack``: GetTemplate returns
     ``template``, its node group (physical ID <cluster>/<node group>) runs at ``desired`` nodes
     in one subnet of ``zone``."""
     cfn, cfn_stub = stubbed("cloudformation")
@@ -70,10 +70,10 @@ def deployed_gpu(stack: str, template: dict, desired: int = 2, zone: str = "us-e
             {"SubnetId": SUBNET, "AvailabilityZone": zone}]}, {"SubnetIds": [SUBNET]})
     for stub in (cfn_stub, eks_stub, ec2_stub):
         stub.activate()
-    return AwsClients(cloudformation=cfn, eks=eks, ec2=ec2)
+    return reads(cloudformation=cfn, eks=eks, ec2=ec2)
 
 
-def checks_of(clients: AwsClients, raw: dict, group: str) -> dict[str, object]:
+def checks_of(clients: PreflightReads, raw: dict, group: str) -> dict[str, object]:
     cfg = parse_config(raw)
     return {c.name: c for c in png.gpu_group_checks(clients, cfg, group, cfg.gpu_node_groups[group])}
 
@@ -182,7 +182,7 @@ def test_a_group_without_nodes_passes_and_a_capacity_block_group_is_left_to_its_
         "stops no job")]
     cb = parse_config(example("p5en-capacity-block"))
     [(name, group)] = cb.gpu_node_groups.items()
-    assert png.gpu_group_checks(AwsClients(), cb, name, group) == []  # no AWS call made
+    assert png.gpu_group_checks(reads(), cb, name, group) == []  # no AWS call made
 
 
 def test_a_gpu_stack_not_deployed_passes_and_an_unreadable_group_warns(synth):
@@ -190,7 +190,7 @@ def test_a_gpu_stack_not_deployed_passes_and_an_unreadable_group_warns(synth):
     stub.add_client_error("get_template", "ValidationError", "Stack with id moe-rl-gpu-p5 does not exist",
                           expected_params={"StackName": "moe-rl-gpu-p5"})
     stub.activate()
-    [check] = png.gpu_group_checks(AwsClients(cloudformation=cfn), parse_config(example("default")),
+    [check] = png.gpu_group_checks(reads(cloudformation=cfn), parse_config(example("default")),
                                    "p5", parse_config(example("default")).gpu_node_groups["p5"])
     assert (check.status, check.detail) == (
         PASS, "moe-rl-gpu-p5 is not deployed: the first deploy creates the node group")
@@ -281,7 +281,7 @@ def test_an_instance_type_of_another_architecture_replaces_the_group(synth):
 # --- the system node group -----------------------------------------------------------------------
 
 
-def deployed_cluster(stack: str, template: dict | None) -> AwsClients:
+def deployed_cluster(stack: str, template: dict | None) -> PreflightReads:
     cfn, stub = stubbed("cloudformation")
     if template is None:
         stub.add_client_error("get_template", "ValidationError", f"Stack with id {stack} does not exist",
@@ -289,7 +289,7 @@ def deployed_cluster(stack: str, template: dict | None) -> AwsClients:
     else:
         stub.add_response("get_template", {"TemplateBody": json.dumps(template)}, {"StackName": stack})
     stub.activate()
-    return AwsClients(cloudformation=cfn)
+    return reads(cloudformation=cfn)
 
 
 def before_the_system_launch_template(template: dict) -> dict:

@@ -15,9 +15,9 @@ from infra.config import parse_config
 from infra.config.derived import PRIVATE_SUBNET_BITS, chart_values, resource_tags
 from infra.problems import FAIL, PASS, WARN
 from ops import preflight_nodegroups, preflight_replace
-from ops.aws import AwsClients
+from ops.preflight_reads import PreflightReads
 from tests.support.cdk import resources
-from tests.support.preflight import stubbed
+from tests.support.preflight import reads, stubbed
 
 
 def config(**over):
@@ -51,7 +51,7 @@ KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-123456
 
 
 def deployed(zone="us-east-1a", key_manager="AWS", stack_error=None):
-    """AwsClients whose CloudFormation, FSx, EC2 and KMS answer for a deployed storage stack
+    """Reads whose CloudFormation, FSx, EC2 and KMS answer for a deployed storage stack
     (botocore's Stubber: the requests and answers are checked against the services' models)."""
     cfn, cfn_stub = stubbed("cloudformation")
     fsx, fsx_stub = stubbed("fsx")
@@ -71,7 +71,7 @@ def deployed(zone="us-east-1a", key_manager="AWS", stack_error=None):
             "KeyId": KEY_ARN.rsplit("/", 1)[1], "KeyManager": key_manager}}, {"KeyId": KEY_ARN})
     for stub in (cfn_stub, fsx_stub, ec2_stub, kms_stub):
         stub.activate()
-    return AwsClients(cloudformation=cfn, fsx=fsx, ec2=ec2, kms=kms)
+    return reads(cloudformation=cfn, fsx=fsx, ec2=ec2, kms=kms)
 
 
 def test_a_storage_stack_not_deployed_yet_passes():
@@ -130,7 +130,7 @@ def test_an_unreadable_file_system_warns_with_the_permissions():
     fsx, stub = stubbed("fsx")
     stub.add_client_error("describe_file_systems", "AccessDeniedException", "no")
     stub.activate()
-    clients = AwsClients(cloudformation=clients.cloudformation, fsx=fsx)
+    clients = reads(cloudformation=clients.clients.cloudformation, fsx=fsx)
     check = preflight_replace.check_fsx_kept(clients, config())
     assert check.status == WARN and check.detail.startswith(f"cannot tell whether a deploy would replace {FS_ID}")
     assert "fsx:DescribeFileSystems, ec2:DescribeSubnets and kms:DescribeKey" in check.fix
@@ -156,7 +156,7 @@ PG = "pf-gpu-p5-EfaNodeGroupPlacementGroup1A2B3C4D-0123ABCD"
 
 
 def gpu_stack(tags: dict[str, str] | None, stack_error: str | None = None):
-    """AwsClients answering for the deployed GPU stack pf-gpu-p5 and its placement group's tags."""
+    """Reads answering for the deployed GPU stack pf-gpu-p5 and its placement group's tags."""
     cfn, cfn_stub = stubbed("cloudformation")
     ec2, ec2_stub = stubbed("ec2")
     stack_answer(cfn_stub, "describe_stack_resources", "pf-gpu-p5", {"StackResources": [
@@ -171,7 +171,7 @@ def gpu_stack(tags: dict[str, str] | None, stack_error: str | None = None):
             {"GroupNames": [PG]})
     for stub in (cfn_stub, ec2_stub):
         stub.activate()
-    return AwsClients(cloudformation=cfn, ec2=ec2)
+    return reads(cloudformation=cfn, ec2=ec2)
 
 
 def pg_check(clients, cfg):
@@ -203,7 +203,7 @@ def test_a_tag_change_would_replace_the_placement_group_and_roll_the_nodes():
 def test_a_group_in_an_existing_placement_group_is_not_checked():
     cfg = config(gpu_node_groups={"p5": {"instance_type": "p5.48xlarge", "availability_zone":
                                          "us-east-1a", "placement_group_name": "odcr-pg"}})
-    assert pg_check(AwsClients(), cfg) is None
+    assert pg_check(reads(), cfg) is None
 
 
 def test_the_placement_groups_tags_are_create_only_and_carry_the_configs(synth):
@@ -221,8 +221,8 @@ ADMIN_A = "arn:aws:iam::123456789012:role/PlatformAdmin"
 ADMIN_B = "arn:aws:iam::123456789012:role/OnCall"
 
 
-def cluster_stack(admins: list[str] | None, error: str | None = None) -> AwsClients:
-    """AwsClients whose GetTemplate returns a cluster stack with one entry per admin, under the
+def cluster_stack(admins: list[str] | None, error: str | None = None) -> PreflightReads:
+    """Reads whose GetTemplate returns a cluster stack with one entry per admin, under the
     logical IDs CDK gives them (EksAdmin<i> and a hash)."""
     cfn, stub = stubbed("cloudformation")
     entries = {f"EksAdmin{i}{1234567 + i:08X}": {"Type": "AWS::EKS::AccessEntry", "Properties": {
@@ -231,7 +231,7 @@ def cluster_stack(admins: list[str] | None, error: str | None = None) -> AwsClie
     stack_answer(stub, "get_template", "pf-cluster",
                  {"TemplateBody": json.dumps({"Resources": entries})}, error)
     stub.activate()
-    return AwsClients(cloudformation=cfn)
+    return reads(cloudformation=cfn)
 
 
 def test_adding_an_admin_at_the_end_passes_and_a_new_cluster_too():
@@ -276,8 +276,8 @@ def lz_export(n: int) -> str:
 
 
 def network_stack(zones: list[str], local_zones: tuple[str, ...] = (),
-                  imports: dict[int, list[str]] | None = None) -> AwsClients:
-    """AwsClients whose GetTemplate returns a network stack with one public and one private
+                  imports: dict[int, list[str]] | None = None) -> PreflightReads:
+    """Reads whose GetTemplate returns a network stack with one public and one private
     subnet per zone and one exported subnet per Local Zone, numbered as CDK numbers them; then
     ListImports answers for the Local Zones numbered in ``imports`` (an empty list: CloudFormation's
     "not imported by any stack")."""
@@ -300,7 +300,7 @@ def network_stack(zones: list[str], local_zones: tuple[str, ...] = (),
             stub.add_client_error("list_imports", "ValidationError", f"Export '{lz_export(n)}' is "
                                   "not imported by any stack.", expected_params={"ExportName": lz_export(n)})
     stub.activate()
-    return AwsClients(cloudformation=cfn)
+    return reads(cloudformation=cfn)
 
 
 ZONES = ["us-east-1a", "us-east-1b"]
@@ -410,13 +410,13 @@ GPU_TAINT = {"Key": "nvidia.com/gpu", "Value": "true", "Effect": "NO_SCHEDULE"}
 FSX_TAINT = {"Key": "fsx.csi.aws.com/agent-not-ready", "Effect": "NO_EXECUTE"}
 
 
-def gpu_template(taints: list[dict]) -> AwsClients:
+def gpu_template(taints: list[dict]) -> PreflightReads:
     cfn, stub = stubbed("cloudformation")
     stack_answer(stub, "get_template", "pf-gpu-p5", {"TemplateBody": json.dumps({"Resources": {
         "EfaNodeGroupNodegroup3B02DA54": {"Type": "AWS::EKS::Nodegroup",
                                           "Properties": {"Taints": taints}}}})}, None)
     stub.activate()
-    return AwsClients(cloudformation=cfn)
+    return reads(cloudformation=cfn)
 
 
 def test_a_deploy_that_adds_the_fsx_startup_taint_to_running_nodes_warns():
@@ -453,8 +453,8 @@ RELEASE = "1.35.6-20260714"
 
 
 def nodegroup_stack(running: str | None, stack_error: str | None = None,
-                    eks_error: str | None = None) -> AwsClients:
-    """AwsClients answering for pf-gpu-p5 (its node group's physical ID is cluster/node group) and
+                    eks_error: str | None = None) -> PreflightReads:
+    """Reads answering for pf-gpu-p5 (its node group's physical ID is cluster/node group) and
     for EKS's description of that group, which runs release ``running``."""
     cfn, cfn_stub = stubbed("cloudformation")
     eks, eks_stub = stubbed("eks")
@@ -471,7 +471,7 @@ def nodegroup_stack(running: str | None, stack_error: str | None = None,
             "nodegroupName": "ng-p5", "clusterName": "pf", "releaseVersion": running}}, params)
     for stub in (cfn_stub, eks_stub):
         stub.activate()
-    return AwsClients(cloudformation=cfn, eks=eks)
+    return reads(cloudformation=cfn, eks=eks)
 
 
 def ami_check(clients, release=RELEASE):
@@ -481,7 +481,7 @@ def ami_check(clients, release=RELEASE):
 
 
 def test_without_a_release_in_the_config_nothing_is_read():
-    assert preflight_replace.check_ami_release(AwsClients(), config(), "pf-gpu-p5", "x", "y") is None
+    assert preflight_replace.check_ami_release(reads(), config(), "pf-gpu-p5", "x", "y") is None
 
 
 def test_the_group_staying_on_its_release_or_not_deployed_passes():
@@ -523,21 +523,19 @@ def test_an_unreadable_node_group_warns_naming_the_permission():
 
 
 def test_every_node_group_is_checked_when_a_release_is_named():
-    """The system group (cluster stack) and each GPU group: each stack not deployed here."""
+    """The system group (cluster stack) and each GPU group: each stack not deployed here, and
+    asked about once (before: the cluster stack four times, the GPU stack four)."""
     cfn, stub = stubbed("cloudformation")
     cfg = config(node_ami_release_version=RELEASE)
-    # the cluster template three times: admin entries, the add-ons' chart versions, the system
-    # node group (ops.preflight_nodegroups); the GPU stack's last for its node group's checks
-    for operation, stack in (("get_template", "pf-cluster"), ("get_template", "pf-cluster"),
-                             ("get_template", "pf-network"), ("describe_stacks", "pf-storage"),
-                             ("describe_stack_resources", "pf-cluster"),
-                             ("get_template", "pf-cluster"),
-                             ("describe_stack_resources", "pf-gpu-p5"),
-                             ("get_template", "pf-gpu-p5"), ("describe_stack_resources", "pf-gpu-p5"),
-                             ("get_template", "pf-gpu-p5")):
+    # the first read of each stack says it does not exist; every other check of it (admin
+    # entries, chart versions, AMI release, system nodes; placement group, taints, AMI release,
+    # node roll) reads that answer again, without a call
+    for operation, stack in (("get_template", "pf-cluster"), ("get_template", "pf-network"),
+                             ("describe_stacks", "pf-storage"),
+                             ("describe_stack_resources", "pf-gpu-p5")):
         stack_answer(stub, operation, stack, {}, f"Stack with id {stack} does not exist")
     stub.activate()
-    checks = preflight_replace.replacement_checks(AwsClients(cloudformation=cfn), cfg)
+    checks = preflight_replace.replacement_checks(reads(cloudformation=cfn), cfg)
     stub.assert_no_pending_responses()
     assert [c.subject for c in checks if c.name == preflight_replace.AMI_RELEASE] == [
         "node_ami_release_version (pf-cluster)", "node_ami_release_version (pf-gpu-p5)"]
@@ -559,8 +557,8 @@ def ultraserver_config():
     return load_config(REPO_ROOT / "examples" / "p6e-gb200-ultraserver.yaml")
 
 
-def cluster_with_device_plugin(cfg, nfd_enabled: bool) -> AwsClients:
-    """AwsClients whose GetTemplate returns the cluster stack with the device plugin's release,
+def cluster_with_device_plugin(cfg, nfd_enabled: bool) -> PreflightReads:
+    """Reads whose GetTemplate returns the cluster stack with the device plugin's release,
     its values as CDK writes them (a JSON string)."""
     cfn, stub = stubbed("cloudformation")
     stack = f"{cfg.name}-cluster"
@@ -569,7 +567,7 @@ def cluster_with_device_plugin(cfg, nfd_enabled: bool) -> AwsClients:
         "AddonsnvidiadevicepluginFAF552E3": {"Type": "Custom::AWSCDK-EKS-HelmChart", "Properties": {
             "Release": "nvidia-device-plugin", "Values": values}}}})}, None)
     stub.activate()
-    return AwsClients(cloudformation=cfn)
+    return reads(cloudformation=cfn)
 
 
 def test_adding_an_ultraserver_group_to_a_deployed_cluster_needs_the_nfd_crds_first():
@@ -585,7 +583,7 @@ def test_adding_an_ultraserver_group_to_a_deployed_cluster_needs_the_nfd_crds_fi
         "/tmp/nfd-crds && kubectl apply --server-side -f "
         "/tmp/nfd-crds/nvidia-device-plugin/charts/node-feature-discovery/crds/")
     assert preflight_replace.check_nfd_crds(cluster_with_device_plugin(cfg, True), cfg).status == PASS
-    assert preflight_replace.check_nfd_crds(AwsClients(), config()) is None  # no UltraServer
+    assert preflight_replace.check_nfd_crds(reads(), config()) is None  # no UltraServer
 
 
 @pytest.mark.external
@@ -618,8 +616,8 @@ def test_the_nfd_crds_are_where_the_fix_says_and_the_release_values_are_what_the
 # --- CRDs a chart version change would leave behind ----------------------------------------------
 
 
-def cluster_with_releases(cfg, versions: dict[str, str]) -> AwsClients:
-    """AwsClients whose GetTemplate returns the cluster stack with every enabled add-on's release
+def cluster_with_releases(cfg, versions: dict[str, str]) -> PreflightReads:
+    """Reads whose GetTemplate returns the cluster stack with every enabled add-on's release
     at the config's chart version, except those ``versions`` moves (add-on key -> version)."""
     from infra.addons import ADDONS
 
@@ -632,7 +630,7 @@ def cluster_with_releases(cfg, versions: dict[str, str]) -> AwsClients:
     stack_answer(stub, "get_template", f"{cfg.name}-cluster",
                  {"TemplateBody": json.dumps({"Resources": charts})}, None)
     stub.activate()
-    return AwsClients(cloudformation=cfn)
+    return reads(cloudformation=cfn)
 
 
 def in_folder(folder):
@@ -685,7 +683,7 @@ def test_a_new_cluster_or_release_passes_and_a_missing_or_broken_archive_warns(t
     cfn, stub = stubbed("cloudformation")
     stack_answer(stub, "get_template", "pf-cluster", {}, "Stack with id pf-cluster does not exist")
     stub.activate()
-    [check] = preflight_replace.check_chart_version_crds(AwsClients(cloudformation=cfn), config(),
+    [check] = preflight_replace.check_chart_version_crds(reads(cloudformation=cfn), config(),
                                                          never)
     assert (check.status, check.detail) == (
         PASS, "pf-cluster is not deployed: the first deploy creates the releases with their CRDs")
@@ -693,7 +691,7 @@ def test_a_new_cluster_or_release_passes_and_a_missing_or_broken_archive_warns(t
     cfn, stub = stubbed("cloudformation")
     stack_answer(stub, "get_template", "pf-cluster", {"TemplateBody": "{\"Resources\": {}}"}, None)
     stub.activate()
-    checks = preflight_replace.check_chart_version_crds(AwsClients(cloudformation=cfn), cfg, never)
+    checks = preflight_replace.check_chart_version_crds(reads(cloudformation=cfn), cfg, never)
     assert checks[0].detail == ("pf-cluster has no aws-efa-k8s-device-plugin release yet: its "
                                 "first install applies the CRDs of chart v0.5.30")
     check = version_checks(cfg, {"kuberay_operator": "1.6.0"}, lambda name: None)["kuberay_operator"]

@@ -12,11 +12,17 @@ import yaml
 from botocore.stub import Stubber
 
 from infra.config import parse_config
+from ops.aws import AwsClients
 from ops.preflight import check_ultraserver_block
+from ops.preflight_reads import PreflightReads
 from tests.support import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "p6e-gb200-ultraserver.yaml"
 RID, BLOCK, ZONE = "cr-0abcdef0123456789", "cb-0123456789abcdef0", "us-east-1-dfw-2a"
+
+
+def reads(ec2):
+    return PreflightReads(AwsClients(ec2=ec2))
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +60,7 @@ def run(*, block_type="u-p6e-gb200x72", block_id=BLOCK, zone_type="local-zone",
                 {"ZoneName": ZONE, "ZoneType": zone_type, "OptInStatus": opt_in,
                  "GroupName": "us-east-1-dfw-2", "ParentZoneName": "us-east-1a"}]},
                 {"ZoneNames": [ZONE], "AllAvailabilityZones": True})
-        checks = check_ultraserver_block(ec2, cfg, "gb200", cfg.gpu_node_groups["gb200"])
+        checks = check_ultraserver_block(reads(ec2), cfg, "gb200", cfg.gpu_node_groups["gb200"])
     return [(c.name, c.status, c.detail, c.fix) for c in checks]
 
 
@@ -100,7 +106,7 @@ def test_non_ultraserver_groups_get_no_such_check():
     cfg = parse_config({})
     ec2 = boto3.client("ec2", region_name="us-east-1")
     with Stubber(ec2):  # any call would fail: none is made
-        assert check_ultraserver_block(ec2, cfg, "p5", cfg.gpu_node_groups["p5"]) == []
+        assert check_ultraserver_block(reads(ec2), cfg, "p5", cfg.gpu_node_groups["p5"]) == []
 
 
 def _after_error(code, message):
@@ -109,7 +115,7 @@ def _after_error(code, message):
     with Stubber(ec2) as stub:
         stub.add_client_error("describe_capacity_reservations", code, message,
                               expected_params={"CapacityReservationIds": [RID]})
-        checks = check_ultraserver_block(ec2, cfg, "gb200", cfg.gpu_node_groups["gb200"])
+        checks = check_ultraserver_block(reads(ec2), cfg, "gb200", cfg.gpu_node_groups["gb200"])
         stub.assert_no_pending_responses()
     return [(c.name, c.status, c.detail, c.fix) for c in checks]
 

@@ -34,7 +34,7 @@ ROWS = {
     "preflight": ["ops/preflight.py", "ops/preflight_cmd.py", "ops/preflight_replace.py",
                   "ops/preflight_services.py", "ops/ultraserver_preflight.py",
                   "ops/reservations.py", "ops/preflight_vpc.py", "ops/preflight_reservation.py",
-                  "ops/preflight_nodegroups.py", "ops/deployed.py"],
+                  "ops/preflight_nodegroups.py", "ops/deployed.py", "ops/preflight_reads.py"],
 }
 
 

@@ -11,6 +11,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from ops.aws import AwsClients
+from ops.preflight_reads import PreflightReads
 
 
 @pytest.fixture(autouse=True)
@@ -30,6 +31,11 @@ def aws():
 def stubbed(service, region="us-east-1"):
     client = boto3.client(service, region_name=region)
     return client, Stubber(client)
+
+
+def reads(**clients) -> PreflightReads:
+    """A preflight run's reads over the given clients (``AwsClients(**clients)``)."""
+    return PreflightReads(AwsClients(**clients))
 
 
 def _quota(value):

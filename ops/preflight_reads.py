@@ -1,0 +1,116 @@
+"""What one `rlkit preflight` run reads from AWS, each answer read once.
+
+Several checks need the same answer: the GPU stack's template (node taints, the GPU node roll),
+its resources (placement group kept, node AMI release, the node roll), the cluster stack's
+outputs (the capacity block update of each Capacity Block group), a node group's description,
+a reservation (its own checks and the UltraServer block's). ``run_preflight`` makes one
+``PreflightReads`` and passes it down, so each of those is one AWS call per run, not one per
+check: on a workstation with several GPU groups every call is latency and a throttling risk.
+It is a record of one run, never global: the next run reads afresh.
+
+An answer that is an AWS error is kept too and raised again for each later reader, so every
+check that needs it still gives its own verdict (a warning naming its permission) from one call.
+A stack CloudFormation says does not exist (before its first deploy) is asked about once: its
+other reads raise the same error without a call, and each check reads it as "not deployed".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, TypeVar
+
+from manifests.outputs import describe_stack_outputs
+from ops.aws import AWS_ERRORS, AwsClients, describe_error
+
+T = TypeVar("T")
+
+
+def not_deployed(err: BaseException) -> bool:
+    """Does ``err`` say the stack does not exist? CloudFormation answers DescribeStacks,
+    GetTemplate and DescribeStackResources for an unknown stack with a ValidationError "Stack
+    with id <name> does not exist"."""
+    return "does not exist" in describe_error(err)
+
+
+class PreflightReads:
+    """One preflight run's reads: the clients, and every answer read so far."""
+
+    def __init__(self, clients: AwsClients) -> None:
+        self.clients = clients
+        self._answers: dict[tuple, Any] = {}  # (operation, resource) -> value or the AWS error
+        self._missing: dict[str, BaseException] = {}  # stack -> the error that said so
+
+    def _once(self, key: tuple, read: Callable[[], T]) -> T:
+        if key not in self._answers:
+            try:
+                self._answers[key] = read()
+            except AWS_ERRORS as err:
+                self._answers[key] = err
+        answer = self._answers[key]
+        if isinstance(answer, BaseException):
+            raise answer.with_traceback(None)  # each reader's own traceback, not a growing one
+        return answer
+
+    def _stack(self, operation: str, stack: str, read: Callable[[], T]) -> T:
+        if stack in self._missing:
+            raise self._missing[stack]
+        try:
+            return self._once((operation, stack), read)
+        except AWS_ERRORS as err:
+            if not_deployed(err):
+                self._missing[stack] = err
+            raise
+
+    # --- CloudFormation (the kit's stacks) ----------------------------------------------------
+
+    def stack_outputs(self, stack: str) -> dict[str, str] | None:
+        """``{OutputKey: OutputValue}`` of ``stack`` (DescribeStacks); None when none is listed."""
+        return self._stack("DescribeStacks", stack,
+                           lambda: describe_stack_outputs(self.clients.cloudformation, stack))
+
+    def stack_resources(self, stack: str) -> list[dict]:
+        """The resources of ``stack`` (DescribeStackResources)."""
+        return self._stack("DescribeStackResources", stack,
+                           lambda: self.clients.cloudformation.describe_stack_resources(
+                               StackName=stack)["StackResources"])
+
+    def stack_template(self, stack: str) -> dict:
+        """The deployed template of ``stack`` (GetTemplate), parsed."""
+        def read() -> dict:
+            body = self.clients.cloudformation.get_template(StackName=stack)["TemplateBody"]
+            # botocore parses a JSON template body itself; a stubbed answer may be the string
+            return body if isinstance(body, dict) else json.loads(body)
+        return self._stack("GetTemplate", stack, read)
+
+    # --- EKS and EC2 --------------------------------------------------------------------------
+
+    def nodegroup(self, cluster: str, nodegroup: str) -> dict:
+        """EKS DescribeNodegroup's ``nodegroup`` of ``cluster``/``nodegroup``."""
+        return self._once(("DescribeNodegroup", cluster, nodegroup),
+                          lambda: self.clients.eks.describe_nodegroup(
+                              clusterName=cluster, nodegroupName=nodegroup)["nodegroup"])
+
+    def capacity_reservations(self, reservation_id: str) -> list[dict]:
+        """EC2 DescribeCapacityReservations of ``reservation_id`` (an empty list: none listed)."""
+        return self._once(("DescribeCapacityReservations", reservation_id),
+                          lambda: self.clients.ec2.describe_capacity_reservations(
+                              CapacityReservationIds=[reservation_id]).get(
+                                  "CapacityReservations", []))
+
+    def offered_zones(self, instance_type: str) -> list[str]:
+        """The zones that offer ``instance_type`` (DescribeInstanceTypeOfferings, every page)."""
+        def read() -> list[str]:
+            zones: list[str] = []
+            paginator = self.clients.ec2.get_paginator("describe_instance_type_offerings")
+            for page in paginator.paginate(LocationType="availability-zone", Filters=[
+                    {"Name": "instance-type", "Values": [instance_type]}]):
+                zones += [o["Location"] for o in page.get("InstanceTypeOfferings", [])]
+            return sorted(set(zones))
+        return self._once(("DescribeInstanceTypeOfferings", instance_type), read)
+
+    def availability_zone(self, zone: str) -> list[dict]:
+        """EC2 DescribeAvailabilityZones of ``zone`` (all zones, opted in or not)."""
+        return self._once(("DescribeAvailabilityZones", zone),
+                          lambda: self.clients.ec2.describe_availability_zones(
+                              ZoneNames=[zone], AllAvailabilityZones=True).get(
+                                  "AvailabilityZones", []))
