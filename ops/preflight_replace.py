@@ -194,7 +194,7 @@ def check_placement_group_kept(reads: PreflightReads, cfg: KitConfig, group_name
                      f"{stack} has no placement group yet: this deploy creates it")
     try:
         [described] = reads.clients.ec2.describe_placement_groups(GroupNames=[pg])["PlacementGroups"]
-    except (AWS_ERRORS, ValueError) as err:
+    except (*AWS_ERRORS, ValueError) as err:
         return Check(PLACEMENT_GROUP_KEPT, subject, WARN,
                      f"cannot tell whether a deploy would replace placement group {pg}: "
                      f"{describe_error(err) if isinstance(err, AWS_ERRORS) else err}",

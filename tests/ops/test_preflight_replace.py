@@ -200,6 +200,29 @@ def test_a_tag_change_would_replace_the_placement_group_and_roll_the_nodes():
     assert check.fix.startswith("deploy when no job runs on the group (rlkit status)")
 
 
+def test_an_unreadable_placement_group_warns_naming_the_permission():
+    """Before: ``except (AWS_ERRORS, ValueError)`` nested a tuple, which Python refuses when an
+    exception is matched against it: a refused DescribePlacementGroups ended preflight with a
+    TypeError traceback instead of this warning."""
+    cfg = config()
+    cfn, cfn_stub = stubbed("cloudformation")
+    ec2, ec2_stub = stubbed("ec2")
+    stack_answer(cfn_stub, "describe_stack_resources", "pf-gpu-p5", {"StackResources": [
+        {"LogicalResourceId": "EfaNodeGroupPlacementGroup1A2B3C4D", "PhysicalResourceId": PG,
+         "ResourceType": "AWS::EC2::PlacementGroup", "Timestamp": "2026-11-01T00:00:00Z",
+         "ResourceStatus": "CREATE_COMPLETE"}]}, None)
+    ec2_stub.add_client_error("describe_placement_groups", "UnauthorizedOperation", "not allowed",
+                              expected_params={"GroupNames": [PG]})
+    for stub in (cfn_stub, ec2_stub):
+        stub.activate()
+    check = pg_check(reads(cloudformation=cfn, ec2=ec2), cfg)
+    assert (check.status, check.fix) == (
+        WARN, "allow ec2:DescribePlacementGroups, then run preflight again")
+    assert check.detail == (
+        f"cannot tell whether a deploy would replace placement group {PG}: DescribePlacementGroups "
+        "failed: UnauthorizedOperation: not allowed")
+
+
 def test_a_group_in_an_existing_placement_group_is_not_checked():
     cfg = config(gpu_node_groups={"p5": {"instance_type": "p5.48xlarge", "availability_zone":
                                          "us-east-1a", "placement_group_name": "odcr-pg"}})
