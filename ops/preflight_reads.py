@@ -3,7 +3,8 @@
 Several checks need the same answer: the GPU stack's template (node taints, the GPU node roll),
 its resources (placement group kept, node AMI release, the node roll), the cluster stack's
 outputs (the capacity block update of each Capacity Block group), a node group's description,
-a reservation (its own checks and the UltraServer block's). ``run_preflight`` makes one
+a reservation (its own checks and the UltraServer block's), an instance type's offerings (each
+group of that type) and a Local Zone (each UltraServer group in it). ``run_preflight`` makes one
 ``PreflightReads`` and passes it down, so each of those is one AWS call per run, not one per
 check: on a workstation with several GPU groups every call is latency and a throttling risk.
 It is a record of one run, never global: the next run reads afresh.
@@ -53,7 +54,7 @@ class PreflightReads:
 
     def _stack(self, operation: str, stack: str, read: Callable[[], T]) -> T:
         if stack in self._missing:
-            raise self._missing[stack]
+            raise self._missing[stack].with_traceback(None)
         try:
             return self._once((operation, stack), read)
         except AWS_ERRORS as err:
