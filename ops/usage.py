@@ -10,18 +10,15 @@ known spelling when there is one. Exit status 2, as argparse.
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 from typing import NoReturn, Sequence
 
+# The one did-you-mean measure of the kit (config keys, model and instance names, and here
+# commands, flags and choices); ops.cli loads infra.config at start anyway.
+from infra.config.errors import close_match
+
 EXIT_USAGE = 2
-
-
-def did_you_mean(word: str, known: Sequence[str]) -> str | None:
-    """The closest spelling of ``word`` among ``known`` (None when nothing is close)."""
-    match = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
-    return match[0] if match else None
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -57,14 +54,14 @@ class Parser(argparse.ArgumentParser):
         if choice:
             known = re.findall(r"'([^']*)'", choice.group(2)) or [
                 c.strip() for c in choice.group(2).split(",")]
-            close = did_you_mean(choice.group(1), known)
+            close = close_match(choice.group(1), known)
             return f"did you mean {close!r}?" if close else None
         unknown = re.search(r"unrecognized arguments: (.*)", message)
         if unknown:
             hints = []
             for word in unknown.group(1).split():
                 if word.startswith("-"):
-                    close = did_you_mean(word.split("=")[0], option_strings(self))
+                    close = close_match(word.split("=")[0], option_strings(self))
                     if close:
                         hints.append(f"{word.split('=')[0]} -> {close}")
             return f"did you mean: {'; '.join(hints)}?" if hints else None

@@ -32,7 +32,8 @@ _MISSING = "<missing>"
 
 def close_match(word: str, known) -> str | None:  # noqa: ANN001 - any iterable of str
     """The entry of ``known`` closest to ``word``, for a did-you-mean (None when nothing is
-    close): the one measure every config suggestion uses."""
+    close): the one measure every suggestion of the kit uses (config keys and values, app.py's
+    context keys, rlkit's commands, flags and choices in ops/usage.py)."""
     import difflib
 
     match = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
