@@ -7,17 +7,17 @@ it), its description names the chart, its default and its pinned version. ``infr
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, Field, create_model
 
 from infra import addons as registry
 from infra.addons.record import AddonConfig, HelmAddon
+from infra.strict import CONFIG_SETTINGS
 
 
 class AddonsBase(BaseModel):
     """Behaviour of the ``addons`` section; its fields come from the registry."""
 
-    # the settings of infra.config.base.CONFIG_SETTINGS (strict types: no true for 1, no "2" for 2)
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = CONFIG_SETTINGS  # as every config section (strict: no true for 1, no "2" for 2)
 
     def enabled(self, name: str, gpu_instance_types: tuple[str, ...] = ()) -> bool:
         """Whether add-on ``name`` is installed: the config's choice, else the kit default for

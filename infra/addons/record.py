@@ -6,8 +6,9 @@ its own config section, its Helm values as a function of the kit's context, wher
 land and what its install waits for. Config, the cluster construct, the scheduling contract and
 the chart contract tests read these records; none of them names an add-on.
 
-This module is part of the ground layer: it imports pydantic and ``infra.names`` only (never
-``infra.config``, which builds its ``addons`` section from these records).
+This module is part of the ground layer: it imports pydantic, ``infra.names`` and
+``infra.strict`` only (never ``infra.config``, which builds its ``addons`` section from these
+records).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from infra import names
+from infra.strict import CONFIG_SETTINGS
 
 # Node selectors the charts' values use; the node groups set these labels (infra.names).
 EFA_NODES = {names.EFA_LABEL: "true"}
@@ -29,9 +31,7 @@ SYSTEM_NODES = {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
 # The config section every add-on has (``addons.<key>``); a record may extend it. No docstring:
 # pydantic would publish it in config.schema.json.
 class AddonConfig(BaseModel):
-    # Same settings as every other config section (infra.config.base.CONFIG_SETTINGS: strict
-    # types, so no true for 1 and no "2" for 2).
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = CONFIG_SETTINGS  # as every config section (strict: no true for 1, no "2" for 2)
 
     enabled: bool | None = Field(
         None, description="Install this Helm chart. Default: the add-on's own default (see "

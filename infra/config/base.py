@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
-# The settings every config section shares (infra/addons' sections repeat them: that package
-# cannot import infra.config).
-CONFIG_SETTINGS = ConfigDict(frozen=True, extra="forbid", strict=True)
+# The settings every config section shares, infra/addons' too (that package cannot import
+# infra.config, so they live in the ground layer).
+from infra.strict import CONFIG_SETTINGS
 
 
 def _not_a_boolean(value: Any) -> Any:

@@ -11,7 +11,7 @@ from tests.support import REPO_ROOT
 
 REPO = REPO_ROOT
 CATALOG = sorted((REPO / "infra" / "catalog").glob("*.py"))
-BOTTOM = CATALOG + [REPO / "infra" / f for f in ("names.py", "versions.py", "problems.py")]
+BOTTOM = CATALOG + [REPO / "infra" / f for f in ("names.py", "versions.py", "problems.py", "strict.py")]
 CONFIG = sorted((REPO / "infra" / "config").glob("*.py"))
 ABOVE = ("infra.planner", "infra.constructs", "manifests", "ops", "stacks", "app", "aws_cdk",
          "constructs")
