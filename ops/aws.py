@@ -117,6 +117,12 @@ class AwsClients:
         return self._clients[name]
 
 
+def tag_dict(tags: Any) -> dict[str, str]:
+    """An AWS tag list (``[{"Key": ..., "Value": ...}]``, as the APIs return it and CloudFormation
+    templates write it) as a mapping; None or no list: {}. An entry without a key is no tag."""
+    return {t["Key"]: t.get("Value", "") for t in tags or [] if isinstance(t, dict) and "Key" in t}
+
+
 def error_code(err: BaseException) -> str:
     if isinstance(err, ClientError):
         return str(err.response.get("Error", {}).get("Code", ""))

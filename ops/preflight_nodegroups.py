@@ -34,14 +34,13 @@ passes before its stack is deployed and warns when what it needs cannot be read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES
 from infra.config import GpuNodeGroupConfig, KitConfig
 from infra.config.derived import resource_tags
 from infra.problems import FAIL, PASS, WARN
-from ops.aws import AWS_ERRORS, describe_error
+from ops.aws import AWS_ERRORS, describe_error, tag_dict
 from ops.check_result import Check
 from ops.deployed import deployed_template, nodegroup_id, tag_changes
 from ops.node_templates import launch_template_data, node_root_volume_gib, root_volume_gib
@@ -59,10 +58,6 @@ _ROLL_PERMISSIONS = ("cloudformation:GetTemplate, cloudformation:DescribeStackRe
 def _properties(template: dict, resource_type: str) -> list[dict]:
     return [r.get("Properties") or {} for r in template.get("Resources", {}).values()
             if r.get("Type") == resource_type]
-
-
-def _tag_dict(tags: Any) -> dict[str, str]:
-    return {t.get("Key"): t.get("Value") for t in tags or [] if isinstance(t, dict)}
 
 
 @dataclass(frozen=True)
@@ -125,7 +120,7 @@ def check_launch_template_roll(cfg: KitConfig, group_name: str, group: GpuNodeGr
     changes, keep = [], []
     if not group.uses_placement_group:  # else "placement group kept" warns of this same roll
         specs = [s for s in data.get("TagSpecifications") or [] if s.get("ResourceType") == "instance"]
-        deployed = _tag_dict(specs[0].get("Tags")) if specs else {}
+        deployed = tag_dict(specs[0].get("Tags")) if specs else {}
         wanted = {**resource_tags(cfg), names.NODE_GROUP_TAG: group_name}
         if deployed != wanted:
             changes.append(f"instance tags {tag_changes(deployed, wanted)}")
@@ -163,7 +158,7 @@ def _keeps_placement_group(cfg: KitConfig, group: GpuNodeGroupConfig, template: 
         return f"placement group {deployed}" if deployed == group.placement_group_name else None
     if group.uses_placement_group and isinstance(deployed, dict):  # {"Ref": the kit's group}
         groups = _properties(template, "AWS::EC2::PlacementGroup")
-        if groups and _tag_dict(groups[0].get("Tags")) == resource_tags(cfg):
+        if groups and tag_dict(groups[0].get("Tags")) == resource_tags(cfg):
             return "the placement group the kit made for it"
     return None
 

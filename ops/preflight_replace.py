@@ -82,7 +82,7 @@ from infra.config.derived import (
 from infra.problems import FAIL, PASS, WARN
 from infra.versions import AMI_RELEASE_RE
 from ops import artifacts, chart_crds
-from ops.aws import AWS_ERRORS, describe_error
+from ops.aws import AWS_ERRORS, describe_error, tag_dict
 from ops.check_result import Check
 from ops.deployed import (
     deployed_resources,
@@ -200,7 +200,7 @@ def check_placement_group_kept(reads: PreflightReads, cfg: KitConfig, group_name
                      f"{describe_error(err) if isinstance(err, AWS_ERRORS) else err}",
                      "allow ec2:DescribePlacementGroups, then run preflight again")
     # aws:cloudformation:* tags are CloudFormation's own, not in the template
-    deployed = {t["Key"]: t["Value"] for t in described.get("Tags", []) if not t["Key"].startswith("aws:")}
+    deployed = {k: v for k, v in tag_dict(described.get("Tags")).items() if not k.startswith("aws:")}
     wanted = resource_tags(cfg)
     if deployed == wanted:
         return Check(PLACEMENT_GROUP_KEPT, subject, PASS, f"placement group {pg} keeps its tags")

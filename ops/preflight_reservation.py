@@ -12,7 +12,7 @@ from infra import names
 from infra.config import GpuNodeGroupConfig
 from infra.problems import FAIL, PASS, WARN
 from infra.trainer_contract import EKS_SCALE_DOWN_MARGIN_S
-from ops.aws import AWS_ERRORS, describe_error, error_code
+from ops.aws import AWS_ERRORS, describe_error, error_code, tag_dict
 from ops.check_result import Check
 from ops.preflight_reads import PreflightReads
 
@@ -156,7 +156,7 @@ def check_reservation(reads: PreflightReads, group_name: str, group: GpuNodeGrou
         return checks  # its size says nothing more: it delivers no instance
     total = int(r.get("TotalInstanceCount", 0) or 0)
     available = int(r.get("AvailableInstanceCount", 0) or 0)
-    tags = {t["Key"]: t["Value"] for t in r.get("Tags", [])}
+    tags = tag_dict(r.get("Tags"))
     if state != "active" and total == 0 and _CB_REQUESTED_TAG in tags:
         total = int(tags[_CB_REQUESTED_TAG])
     want = group.desired_size

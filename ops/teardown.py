@@ -36,7 +36,7 @@ from typing import Any, Callable
 from infra import names
 from infra.cdk_cli import cdk_command
 from infra.config import KitConfig, config_cost
-from ops.aws import AWS_ERRORS
+from ops.aws import AWS_ERRORS, tag_dict
 from ops.deployed import stacks_importing
 
 _GONE = {"DELETE_COMPLETE"}
@@ -115,8 +115,7 @@ def live_stacks(cfn: Any) -> dict[str, tuple[str, dict[str, str]]]:
     for page in cfn.get_paginator("describe_stacks").paginate():
         for s in page.get("Stacks", []):
             if s["StackStatus"] not in _GONE:
-                tags = {t["Key"]: t["Value"] for t in s.get("Tags", [])}
-                found[s["StackName"]] = (s["StackStatus"], tags)
+                found[s["StackName"]] = (s["StackStatus"], tag_dict(s.get("Tags")))
     return found
 
 

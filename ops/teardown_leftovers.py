@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra import names
+from ops.aws import tag_dict
 from ops.teardown import _GONE, _RETAIN, _gpu_group_of, _template, stack_resources, stack_status
 
 
@@ -19,7 +20,7 @@ def tagged_resources(tagging: Any, env_name: str) -> dict[str, dict[str, str]]:
     for page in tagging.get_paginator("get_resources").paginate(
             TagFilters=[{"Key": names.ENVIRONMENT_TAG, "Values": [env_name]}]):
         for r in page.get("ResourceTagMappingList", []):
-            found[r["ResourceARN"]] = {t["Key"]: t["Value"] for t in r.get("Tags", [])}
+            found[r["ResourceARN"]] = tag_dict(r.get("Tags"))
     return dict(sorted(found.items()))
 
 

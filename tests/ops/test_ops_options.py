@@ -59,6 +59,14 @@ def test_bundle_takes_given_clients_and_refuses_unknown_ones():
         aws.AwsClients(lambda_=object())
 
 
+def test_one_reader_of_aws_tag_lists():
+    """describe_stacks, GetResources, DescribeCapacityReservations and templates all write tags
+    as Key/Value lists; an absent list is no tags, not an error."""
+    assert aws.tag_dict([{"Key": "rlkit:environment", "Value": "dev"}, {"Key": "team", "Value": ""}]) \
+        == {"rlkit:environment": "dev", "team": ""}
+    assert aws.tag_dict(None) == aws.tag_dict([]) == {}
+
+
 def test_an_opened_bundle_reports_a_mistyped_profile_at_once(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
