@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from infra import names
 from infra.catalog import INSTANCE_TYPES
 from infra.config import GpuNodeGroupConfig, KitConfig
-from infra.config.derived import resource_tags
+from infra.config.derived import node_group_tags, resource_tags
 from infra.problems import FAIL, PASS, WARN
 from ops.aws import AWS_ERRORS, describe_error, tag_dict
 from ops.check_result import Check
@@ -121,7 +121,7 @@ def check_launch_template_roll(cfg: KitConfig, group_name: str, group: GpuNodeGr
     if not group.uses_placement_group:  # else "placement group kept" warns of this same roll
         specs = [s for s in data.get("TagSpecifications") or [] if s.get("ResourceType") == "instance"]
         deployed = tag_dict(specs[0].get("Tags")) if specs else {}
-        wanted = {**resource_tags(cfg), names.NODE_GROUP_TAG: group_name}
+        wanted = node_group_tags(cfg, group_name)
         if deployed != wanted:
             changes.append(f"instance tags {tag_changes(deployed, wanted)}")
             keep.append("tags and cost_guard.ttl_hours")

@@ -9,14 +9,14 @@ from constructs import Construct
 
 from infra.catalog import INSTANCE_TYPES
 from infra.config import KitConfig
-from infra.config.derived import gpu_group_taints
+from infra.config.derived import gpu_group_taints, node_group_tags
 from infra.constructs.efa_node_group import EfaNodeGroup
 from infra.names import OutputKeys
 
 
 class GpuStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: KitConfig, group_name: str,
-                 cluster: eks.Cluster, vpc: ec2.IVpc, instance_tags: dict[str, str],
+                 cluster: eks.Cluster, vpc: ec2.IVpc,
                  local_zone_subnets: dict[str, ec2.ISubnet] | None = None, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         group = config.gpu_node_groups[group_name]
@@ -36,7 +36,8 @@ class GpuStack(Stack):
             subnet=subnet,
             instance=INSTANCE_TYPES[group.instance_type],
             cluster_security_group_id=cluster.cluster_security_group_id,
-            auto_repair=config.node_health.auto_repair, instance_tags=instance_tags,
+            auto_repair=config.node_health.auto_repair,
+            instance_tags=node_group_tags(config, group_name),
             taints=gpu_group_taints(config, group_name),
             kubernetes_version=config.kubernetes_version,
             ami_release_version=config.node_ami_release_version,

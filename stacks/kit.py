@@ -84,7 +84,6 @@ def build_stacks(app: App, config: KitConfig) -> KitStacks:
             app, names.gpu_stack_name(config.name, group_name), config=config,
             group_name=group_name, cluster=cluster.cluster, vpc=cluster.vpc, env=env,
             local_zone_subnets=network.local_zone_subnets if network else None,
-            instance_tags=resource_tags(config),
             description=f"MoE RL kit: EFA GPU node group {group_name}",
         )
 

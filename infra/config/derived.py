@@ -1,7 +1,7 @@
 """Values the rest of the kit derives from a valid config, each defined once: whether there is a
 shared file system, where checkpoints are written, what the file system costs, the tags on every
-resource, and the Helm values of each add-on (the cluster stack installs them, preflight compares
-them with what is deployed)."""
+resource (and on a GPU group's instances), and the Helm values of each add-on (the cluster stack
+installs them, preflight compares them with what is deployed)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,13 @@ def resource_tags(config: KitConfig) -> dict[str, str]:
     if config.cost_guard.ttl_hours is not None:
         tags[names.TTL_TAG] = str(config.cost_guard.ttl_hours)
     return tags
+
+
+def node_group_tags(config: KitConfig, group_name: str) -> dict[str, str]:
+    """Tags on what GPU group ``group_name``'s launch template launches (instances, their volumes
+    and interfaces): the environment's and the group's name. The launch template writes them;
+    preflight compares the deployed template's with them."""
+    return {**resource_tags(config), names.NODE_GROUP_TAG: group_name}
 
 
 def gpu_group_taints(cfg: KitConfig, group_name: str) -> list[names.Taint]:

@@ -158,12 +158,12 @@ class EfaNodeGroup(Construct):
                 # Tags on the node group (and on this template) do not reach what EC2 launches
                 # from it: the instances, their interfaces and volumes carry the environment's tags
                 # only through the template's own tag specifications. Teardown's check for
-                # leftovers and the cost trail both find GPU nodes by these tags.
+                # leftovers and the cost trail both find GPU nodes by these tags
+                # (infra.config.derived.node_group_tags: the environment's and the group's name).
                 tag_specifications=[
                     ec2.CfnLaunchTemplate.TagSpecificationProperty(
                         resource_type=kind,
-                        tags=[CfnTag(key=k, value=v) for k, v in
-                              {**instance_tags, names.NODE_GROUP_TAG: group_name}.items()])
+                        tags=[CfnTag(key=k, value=v) for k, v in instance_tags.items()])
                     for kind in ("instance", "volume", "network-interface")],
             ),
         )
