@@ -3,12 +3,14 @@
 The trainer package (images/trainer, ``rltrainer``) owns the run config: its schema and validator,
 the expert-parallel backend names (and which of them can train), the environment variables the
 kit's RayJob sets for the trainer, where the run config is mounted, the CloudWatch namespace
-of the training metrics, the launcher's exit codes (which `rlkit status` reads from a failed RayJob), and the YAML dumper that writes a run.yaml its loader reads back as
-written. ``rltrainer.contract`` needs PyYAML only, so the ground layer can import
+of the training metrics, the launcher's exit codes (which `rlkit status` reads from a failed
+RayJob), the ``bench ep --span`` format the fabric gate writes, and the YAML dumper that writes a
+run.yaml its loader reads back as written. ``rltrainer.contract`` needs PyYAML only, so the ground layer can import
 it at module level; the kit declares the dependency (pyproject.toml, requirements.txt).
 
-Names the kit would confuse with its own are renamed here: the trainer's ``ConfigError`` and
-``Problem`` are ``RunConfigError`` and ``RunConfigProblem``.
+Names the kit would confuse with its own are renamed here: the trainer's ``ConfigError``,
+``Problem`` and ``Span`` (a ``bench ep --span``) are ``RunConfigError``, ``RunConfigProblem`` and
+``BenchSpan``.
 """
 
 from __future__ import annotations
@@ -49,9 +51,11 @@ try:
         parse_run_config,
         pipeline_split,
         pipeline_split_problem,
+        span_groups,
     )
     from rltrainer.contract import ConfigError as RunConfigError
     from rltrainer.contract import Problem as RunConfigProblem
+    from rltrainer.contract import Span as BenchSpan
 except ImportError as exc:  # pragma: no cover - the kit's requirements install it
     raise ImportError(
         "the kit needs the trainer package's run-config contract (rltrainer.contract): "
@@ -65,5 +69,5 @@ __all__ = [
     "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "TRAINER_RUNTIME_ENV",
     "TRAINING_EP_BACKENDS", "RunConfigDumper", "RunConfigError", "RunConfigProblem", "engine_heads_fit", "engine_heads_problem",
     "engine_sizes_for_heads", "parse_run_config",
-    "pipeline_split", "pipeline_split_problem",
+    "pipeline_split", "pipeline_split_problem", "BenchSpan", "span_groups",
 ]

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from infra.catalog.instances import InstanceType
 from infra.config.model import KitConfig
+from infra.trainer_contract import BenchSpan, span_groups
 
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"  # initialize_model_parallel's default order at 37f9161
 
@@ -53,11 +54,9 @@ class EpSpan:
     tp: int = 1
 
     def groups(self) -> list[list[int]]:
-        """Every group, as global ranks (= the GPU's index in node order)."""
-        block = self.size * self.stride
-        return [[start + offset + k * self.stride for k in range(self.size)]
-                for start in range(self.first, self.first + self.world, block)
-                for offset in range(self.stride)]
+        """Every group, as global ranks (= the GPU's index in node order): the groups the bench
+        forms for the same span (the trainer's contract defines both)."""
+        return span_groups(self.world, self.size, self.stride, self.first)
 
     @property
     def nodes(self) -> int:
@@ -76,12 +75,13 @@ class EpSpan:
         return f"across EFA ({self.nodes} nodes)"
 
     def bench_arg(self, total: int) -> str:
-        """``rltrainer bench ep --span`` value in a world of ``total`` GPUs: NAME:SIZE:STRIDE, plus
-        :FIRST:COUNT when the groups tile only part of it (either pool of a disaggregated run), so
-        the bench forms exactly :meth:`groups` (tests/infra/test_ep_spans.py checks it does)."""
+        """``rltrainer bench ep --span`` value in a world of ``total`` GPUs, written by the trainer's
+        contract (``rltrainer.contract.spans``): NAME:SIZE:STRIDE, plus :FIRST:COUNT when the groups
+        tile only part of it (either pool of a disaggregated run) or carry a TP, so the bench forms
+        exactly :meth:`groups` (tests/infra/test_ep_spans.py checks it does)."""
         whole = self.first == 0 and self.world == total and self.tp == 1
-        return (f"{self.name}:{self.size}:{self.stride}" + ("" if whole else f":{self.first}:{self.world}")
-                + (f":{self.tp}" if self.tp > 1 else ""))
+        return BenchSpan(self.name, self.size, self.stride, self.first,
+                         None if whole else self.world, self.tp).text()
 
 
 def ep_spans(cfg: KitConfig, itype: InstanceType) -> list[EpSpan]:

@@ -144,7 +144,8 @@ LAYOUTS = [
 def test_the_bench_forms_exactly_the_groups_of_each_span(training):
     """The contract between the kit and ``rltrainer bench ep``: the --span the ep job passes makes
     the bench build exactly EpSpan.groups() (a disaggregated pool included), and the bench accepts it."""
-    from rltrainer.bench.ep import parse_span, span_groups, span_problems
+    from rltrainer.bench.ep import span_problems
+    from rltrainer.contract import parse_span, span_groups
 
     cfg = parse_config({"gpu_node_groups": P5_GROUP, "training": training})
     itype = INSTANCE_TYPES["p5.48xlarge"]

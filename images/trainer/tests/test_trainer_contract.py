@@ -86,3 +86,22 @@ def test_the_old_import_path_is_the_contract():
     assert rltrainer.config.parse_run_config is contract.parse_run_config
     assert rltrainer.config.ConfigError is contract.ConfigError
     assert set(rltrainer.config.__all__) == set(contract.__all__)
+
+
+def test_a_span_reads_back_as_written_and_the_bench_reads_the_contracts_span():
+    """The ``bench ep --span`` format has one writer (Span.text) and one reader (parse_span), both
+    in the contract: every span written reads back equal, every text read writes back equal."""
+    import itertools
+
+    from rltrainer.bench import ep
+
+    spans = [contract.Span(name, size, stride, first, count, tp) for name, size, stride, first, count, tp in
+             itertools.product(("training", "rollout"), (2, 16), (1, 4), (0, 8), (None, 1, 24), (1, 2))]
+    for span in spans:
+        assert contract.parse_span(span.text()) == span, span.text()
+    for text in ("training:8:1", "rollout:16:1:8", "training:8:1:0:8", "t:16:1:0::2", "training:16:1:0:16:2"):
+        assert contract.parse_span(text).text() == text
+    assert contract.parse_span("training:8").text() == "training:8:1"  # STRIDE's default, written
+    assert ep.parse_span("rollout:16:1:8:16") == contract.parse_span("rollout:16:1:8:16")
+    assert contract.span_groups(16, 4, 2, 8) == [[8, 10, 12, 14], [9, 11, 13, 15], [16, 18, 20, 22],
+                                                 [17, 19, 21, 23]]

@@ -62,9 +62,11 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence, TextIO
+from typing import Any, Sequence, TextIO
 
 from ..contract.names import DEEPEP_RANK_COUNTS, DEEPEP_RANK_COUNTS_SOURCE
+from ..contract.spans import SPAN_FORMAT, Span, span_groups
+from ..contract.spans import parse_span as read_span
 from .common import DistContext, emit, import_torch, init_distributed, shutdown, sig, timed, torch_dtype
 from .efa_counters import TrafficProbe
 from .ep_check import check_combine, check_dispatch
@@ -264,73 +266,17 @@ def result_rows(result: EPResult, shape: EPShape, backend: str, world_size: int,
 # --- the run's own EP groups ---------------------------------------------------------------------
 
 
-class Span(NamedTuple):
-    """One of the run's EP group layouts (``--span``): ``size`` ranks ``stride`` apart, in blocks of
-    size x stride consecutive ranks tiling the ``count`` ranks from ``first`` (None: to the end of
-    the world), as infra/config/ep_spans.py's ``EpSpan``."""
-
-    name: str
-    size: int
-    stride: int = 1
-    first: int = 0
-    count: int | None = None
-    # GPUs each routed expert's tokens go to (Megatron's DeepEP group with expert TP: it hands
-    # DeepEP top-k x tp of experts x tp, megatron-lm 37f9161
-    # megatron/core/transformer/moe/token_dispatcher.py:1356-1361)
-    tp: int = 1
-
-    def text(self) -> str:
-        fields: list = [self.name, self.size, self.stride]
-        if self.first or self.count is not None or self.tp > 1:
-            fields.append(self.first)
-        if self.count is not None or self.tp > 1:
-            fields.append("" if self.count is None else self.count)
-        if self.tp > 1:
-            fields.append(self.tp)
-        return ":".join(map(str, fields))
-
-    def shape(self, model: EPShape) -> EPShape:
-        """The shape DeepEP sees in these groups: every routed expert's tp shards are destinations."""
-        return EPShape(model.tokens_per_rank, model.hidden, model.topk * self.tp, model.experts * self.tp)
-
-    def pool(self, world: int) -> tuple[int, int]:
-        """(first, count): the ranks this layout's groups tile in a world of ``world`` ranks."""
-        return self.first, world - self.first if self.count is None else self.count
-
-
-SPAN_FORMAT = "NAME:SIZE[:STRIDE[:FIRST[:COUNT[:TP]]]]"
-
-
 def parse_span(text: str) -> Span:
-    """``NAME:SIZE[:STRIDE[:FIRST[:COUNT[:TP]]]]`` -> :class:`Span`: one EP group layout of the
-    run's (an empty COUNT: to the end of the world)."""
-    parts = text.split(":")
+    """``--span``'s type: the contract's reader (``rltrainer.contract.spans``), its error as argparse's."""
     try:
-        if not 2 <= len(parts) <= 6 or not parts[0]:
-            raise ValueError
-        numbers: list[int | None] = [int(p) for p in parts[1:4]]
-        if len(parts) > 4:
-            numbers.append(int(parts[4]) if parts[4] else None)
-        numbers += [int(p) for p in parts[5:]]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--span {text!r}: use {SPAN_FORMAT}, e.g. training:8:1 or rollout:16:1:8 (a pool that starts "
-            "at rank 8)") from None
-    span = Span(parts[0], *numbers)
-    if (span.size < 2 or span.stride < 1 or span.first < 0 or (span.count is not None and span.count < 1)
-            or span.tp < 1):
-        raise argparse.ArgumentTypeError(
-            f"--span {text!r}: SIZE must be >= 2, STRIDE, COUNT and TP >= 1, FIRST >= 0")
-    return span
+        return read_span(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def span_groups(world: int, size: int, stride: int, first: int = 0) -> list[list[int]]:
-    """The EP groups: ``size`` ranks ``stride`` apart, in blocks of size x stride consecutive ranks
-    tiling the ``world`` ranks from ``first`` (Megatron's expert groups, SGLang's inside an engine,
-    a disaggregated rollout pool after the training ranks; the kit's infra/config/ep_spans.py)."""
-    block = size * stride
-    return [[start + offset + k * stride for k in range(size)]
-            for start in range(first, first + world, block) for offset in range(stride)]
+def span_shape(span: Span, model: EPShape) -> EPShape:
+    """The shape DeepEP sees in ``span``'s groups: every routed expert's tp shards are destinations."""
+    return EPShape(model.tokens_per_rank, model.hidden, model.topk * span.tp, model.experts * span.tp)
 
 
 def span_problems(span: Span, world: int) -> list[str]:
@@ -404,7 +350,7 @@ def run(args: argparse.Namespace, ctx: DistContext, out: TextIO, err: TextIO, di
     # With --span the model's shape is measured in each of the run's EP groups (what picks the
     # backend); without, over every rank. The published shape always spans every rank.
     plan: list[tuple[str, EPShape, Span | None]] = (
-        [(s.name, s.shape(model), s) for s in spans] if spans else [("model", model, None)])
+        [(s.name, span_shape(s, model), s) for s in spans] if spans else [("model", model, None)])
     if args.acceptance:
         plan.append(("acceptance", PUBLISHED_SHAPE, None))
     rpn = _ranks_per_node(args, ctx)

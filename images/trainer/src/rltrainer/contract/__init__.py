@@ -18,7 +18,8 @@ test_trainer_contract.py checks): the kit imports it at ``cdk synth`` and ``rlki
 - ``schema``    the sections of run.yaml as frozen dataclasses, defaults, launcher-owned flags;
 - ``reader``    the problem-collecting reader the validator uses;
 - ``pipeline``  how the layers split over the pipeline stages (``pipeline_split``), its problems;
-- ``rules``     ``parse_run_config`` / ``load_run_config`` and the cross-field rules.
+- ``rules``     ``parse_run_config`` / ``load_run_config`` and the cross-field rules;
+- ``spans``     the ``bench ep --span`` format (the run's EP group layouts): writer, reader, groups.
 """
 
 from .names import (
@@ -62,6 +63,7 @@ from .pipeline import (
     pipeline_split_problem, pipeline_split_problems,
 )
 from .rules import RunConfigDumper, expert_count_problems, load_run_config, parse_run_config, parse_s3_uri
+from .spans import SPAN_FORMAT, Span, parse_span, span_groups
 from .schema import (
     DEFAULT_KEEP_LOCAL,
     DEFAULT_KEEP_S3,
@@ -100,4 +102,5 @@ __all__ = [
     "HEADS_RULE_SOURCE", "engine_heads_fit", "engine_heads_problem", "engine_heads_problems",
     "engine_sizes_for_heads", "heads_rule",
     "render_value",
+    "SPAN_FORMAT", "Span", "parse_span", "span_groups",
 ]
