@@ -27,6 +27,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from infra.catalog.instances import INSTANCE_TYPES
 from infra.catalog.releases import RELEASES
@@ -302,19 +303,8 @@ def run(args: argparse.Namespace) -> int:
             _say_created(args, start, notes)
     except PlannerError as err:
         return _error(err)
-    shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments,
-                               keep_local=args.keep_local)
-    if wants_json(args):
-        emit(args, {**result.to_dict(), "shared_filesystem": shared_fs.to_dict()})
-    else:
-        print_plan_table(result)
-        make_console().print(shared_fs.describe(), markup=False, highlight=False)
-    if args.write_config:
-        print(f"wrote training.{{model,node_group,nodes,parallel,expert_parallel.backend}} "
-              f"to {args.write_config}", file=sys.stderr)
-    if args.plot:
-        print(f"wrote plot to {args.plot}", file=sys.stderr)
-    return 0
+    return _report(args, result, print_plan_table,
+                   "model,node_group,nodes,parallel,expert_parallel.backend")
 
 
 def _config_defaults(args: argparse.Namespace) -> bool:
@@ -429,16 +419,23 @@ def _run_rl(args: argparse.Namespace) -> int:
             _write_rl_config(args, result)
     except PlannerError as err:
         return _error(err)
+    return _report(args, result, print_rl_plan_table,
+                   "model,node_group,nodes,parallel,expert_parallel.backend,rollout,grpo")
+
+
+def _report(args: argparse.Namespace, result, print_table: Callable[[Any], None],
+            written: str) -> int:
+    """Print a plan (training or RL) with the shared file system it needs, as a table or JSON,
+    then what --write-config (the training fields ``written``) and --plot wrote."""
     shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments,
                                keep_local=args.keep_local)
     if wants_json(args):
         emit(args, {**result.to_dict(), "shared_filesystem": shared_fs.to_dict()})
     else:
-        print_rl_plan_table(result)
+        print_table(result)
         make_console().print(shared_fs.describe(), markup=False, highlight=False)
     if args.write_config:
-        print(f"wrote training.{{model,node_group,nodes,parallel,expert_parallel.backend,rollout,"
-              f"grpo}} to {args.write_config}", file=sys.stderr)
+        print(f"wrote training.{{{written}}} to {args.write_config}", file=sys.stderr)
     if args.plot:
         print(f"wrote plot to {args.plot}", file=sys.stderr)
     return 0
