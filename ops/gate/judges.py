@@ -272,14 +272,19 @@ def judge_allreduce(text: str, instance_type: str, nodes: int, world: int) -> tu
                                     f"run the all-reduce benchmark up to at least "
                                     f"{size_text(ref.size_bytes)} (--max-bytes)"))
             continue
-        got = by_size[ref.size_bytes]
-        if got >= ref.required_GBps:
-            findings.append(Finding(check, PASS, gbps(got), expected, f"{ref.tool}; {ref.source}"))
-        else:
-            findings.append(Finding(check, FAIL if ref.strict else WARN, gbps(got), expected,
-                                    f"degraded fabric: {got / ref.published_GBps:.0%} of the "
-                                    f"published figure ({ref.tool}; {ref.source})", DEGRADED_FIX))
+        findings.append(_against(check, by_size[ref.size_bytes], expected, ref, "degraded fabric: "))
     return findings, by_size
+
+
+def _against(check: str, got: float, expected: str, ref: acceptance.Reference,
+             degraded: str = "") -> Finding:
+    """A measured figure against its published reference: a pass at or above the required share
+    of it, else a failure (a warning where the reference is not strict)."""
+    if got >= ref.required_GBps:
+        return Finding(check, PASS, gbps(got), expected, f"{ref.tool}; {ref.source}")
+    return Finding(check, FAIL if ref.strict else WARN, gbps(got), expected,
+                   f"{degraded}{got / ref.published_GBps:.0%} of the published figure "
+                   f"({ref.tool}; {ref.source})", DEGRADED_FIX)
 
 
 # --- expert parallel -----------------------------------------------------------------------------
@@ -417,12 +422,8 @@ def judge_ep(text: str, instance_type: str, nodes: int, world: int, configured_b
                                     "timed with wall clock, not DeepEP's kernel timer: not "
                                     "comparable with the published figure (recorded only)",
                                     "run the ep job on GPUs with the DeepEP image"))
-        elif got >= ref.required_GBps:
-            findings.append(Finding(check, PASS, gbps(got), expected, f"{ref.tool}; {ref.source}"))
         else:
-            findings.append(Finding(check, FAIL if ref.strict else WARN, gbps(got), expected,
-                                    f"{got / ref.published_GBps:.0%} of the published figure "
-                                    f"({ref.tool}; {ref.source})", DEGRADED_FIX))
+            findings.append(_against(check, got, expected, ref))
     return findings, measurement
 
 
