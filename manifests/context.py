@@ -63,18 +63,21 @@ SHM_SHARE_DEN = 4  # /dev/shm (memory-backed emptyDir) may grow to 1/4 of node m
 # the driver runs"): Ray runs a job's entrypoint on the head, and Miles' driver imports the Megatron
 # actor module (miles/ray/train/actor_factory.py), which needs a GPU node's NVIDIA stack.
 # KubeRay's job submitter only runs `ray job submit` and follows the logs; these are the requests
-# and limits KubeRay v1.7.0 gives its default submitter (common/job.go, GetDefaultSubmitterContainer).
+# and limits KubeRay v1.7.0 gives its default submitter (ray-project/kuberay@59d663aeec13
+# ray-operator/controllers/ray/common/job.go:230-241, GetDefaultSubmitterContainer).
 SUBMITTER_CPU = "500m"
 SUBMITTER_MEMORY = "1Gi"
 
+# preRunningDeadlineSeconds is a *int32 (ray-project/kuberay@59d663aeec13
+# ray-operator/apis/ray/v1/rayjob_types.go:290; CRD format int32, ray.io_rayjobs.yaml:154-157).
 INT32_MAX = 2**31 - 1
 
 
 def pre_running_deadline_seconds(cfg: KitConfig, block_start_wait_s: float | None) -> int | None:
     """The RL RayJob's preRunningDeadlineSeconds (None: rendered without one): KubeRay v1.7.0 fails
-    an attempt not Running this long after it entered Initializing (rayjob_controller.go:1247-1261,
-    StartTime reset for each retry at :915-916), which it then retries like any failure
-    (:543-556). ``training.start_deadline_minutes``; on a Capacity Block plus
+    an attempt not Running this long after it entered Initializing (ray-project/kuberay@59d663aeec13
+    ray-operator/controllers/ray/rayjob_controller.go:1247-1261, StartTime reset for each retry at
+    :915-916), which it then retries like any failure (:543-556). ``training.start_deadline_minutes``; on a Capacity Block plus
     ``block_start_wait_s``, the time until the block starts (its pods wait for its nodes), and no
     deadline when that is unknown (rendered without the block's window)."""
     minutes = cfg.training.start_deadline_minutes
@@ -92,7 +95,8 @@ RAYJOB_TTL_SECONDS = 600  # keep the finished Ray cluster 10 minutes for logs, t
 # Pod failures of KubeRay's submitter Job before KubeRay fails the whole RayJob (its own default
 # is 2). The submitter follows the driver's log for the whole run from a system node, so a node
 # drained for an update, an eviction or a dropped log stream each fail one pod; a new pod only
-# reattaches (KubeRay v1.7.0 common/job.go: `ray job status` first, submit only if no job).
+# reattaches (ray-project/kuberay@59d663aeec13 ray-operator/controllers/ray/common/job.go:121-124:
+# `ray job status` first, submit only if no job).
 SUBMITTER_BACKOFF_LIMIT = 10
 
 
@@ -145,10 +149,10 @@ class SharedFs(_Frozen):
 
 # NVLink across instances (UltraServers): each GPU workload claims the IMEX channel of its own
 # ComputeDomain ("a ComputeDomain per workload job", EKS P6e-GB200 page) and its pods share one
-# NVLink clique. The clique label is GPU feature discovery's [NVIDIA/k8s-device-plugin v0.20.0
+# NVLink clique. The clique label is GPU feature discovery's [NVIDIA/k8s-device-plugin@1b826acc6af3
 # internal/lm/imex.go:39]; the claim shape follows the EKS page's nvbandwidth example and the
-# driver's demo/specs/imex/channel-injection.yaml at v0.4.1 (../shared/upstream/ultraservers.md
-# 1.9, 2.2).
+# driver's [kubernetes-sigs/dra-driver-nvidia-gpu@764900e78337 (v0.4.1)
+# demo/specs/imex/channel-injection.yaml] (../shared/upstream/ultraservers.md 1.9, 2.2).
 GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
 COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"  # the pod-level claim name

@@ -13,7 +13,10 @@ from infra.catalog.models import MODEL_CATALOG
 from infra.config.base import Number, _Model
 from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_RM_TYPE
 
-# training.start_deadline_minutes: a RayJob's preRunningDeadlineSeconds is an int32 (KubeRay v1.7.0)
+# training.start_deadline_minutes: a RayJob's preRunningDeadlineSeconds is an int32, minimum 1
+# (ray-project/kuberay@59d663aeec13 ray-operator/apis/ray/v1/rayjob_types.go:290;
+# helm-chart/kuberay-operator/crds/ray.io_rayjobs.yaml:154-157, KubeRay v1.7.0); a week in
+# seconds is far below its limit (manifests/context.py clamps to it anyway).
 MIN_START_DEADLINE_MINUTES = 15
 MAX_START_DEADLINE_MINUTES = 7 * 24 * 60
 # training.startup_minutes unset: the part of a run's start the kit cannot size from the config
