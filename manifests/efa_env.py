@@ -205,9 +205,11 @@ def extra_env_problems(profile: EfaEnvProfile, extra: Mapping[str, str]) -> list
                                           "use a name without '=' such as MY_SETTING"))
         elif "$" in value or "`" in value:
             # KubeRay v1.7.0 passes the run's env to `ray job submit --runtime-env-json` inside a
-            # double-quoted string (common/job.go:177, strconv.Quote) of a `bash -ce` command
-            # (utils/util.go:1005-1012): the submitter's shell would expand it (an empty ${VAR}, a
-            # `command` run on the system node) while the GPU pods keep the literal value.
+            # double-quoted string (ray-project/kuberay@59d663aeec13
+            # ray-operator/controllers/ray/common/job.go:177, strconv.Quote) of a `bash -ce`
+            # command (same commit, ray-operator/controllers/ray/utils/util.go:1005-1012): the
+            # submitter's shell would expand it (an empty ${VAR}, a `command` run on the system
+            # node) while the GPU pods keep the literal value.
             problems.append(RenderProblem(
                 subject,
                 "contains $ or `, which the job submitter's shell would expand before Ray sees "

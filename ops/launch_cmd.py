@@ -176,9 +176,10 @@ def _launch(args: argparse.Namespace) -> int:
                       "start again, or set a new training.run_name.", file=sys.stderr)
                 return 1
             # Foreground: KubeRay names the submitter Job like the RayJob and adopts one that
-            # still exists (rayjob_controller.go createK8sJobIfNeed, v1.7.0), so the new RayJob
-            # would read the old run's Job (and its failure) if the old one were deleted behind
-            # the call's back. The old Ray cluster's GPU pods take a while to stop.
+            # still exists (KubeRay v1.7.0, ray-project/kuberay@59d663aeec13
+            # ray-operator/controllers/ray/rayjob_controller.go:560-580, createK8sJobIfNeed), so
+            # the new RayJob would read the old run's Job (and its failure) if the old one were
+            # deleted behind the call's back. The old Ray cluster's GPU pods take a while to stop.
             print(_replace_notice(existing, out, ns))
             try:
                 k.delete([out / "rl-job"], timeout_s=REPLACE_TIMEOUT_S, cascade="foreground")
@@ -424,7 +425,8 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     if idle and (finished(doc) or DEPLOYMENT_STATES.get(state) == "suspended"):
         print(idle, file=sys.stderr)
     if DEPLOYMENT_STATES.get(state) in ("suspending", "suspended"):
-        # KubeRay v1.7.0 deletes the Ray cluster and resets jobStatus to "" (rayjob_controller.go
+        # KubeRay v1.7.0 deletes the Ray cluster and resets jobStatus to ""
+        # (ray-project/kuberay@59d663aeec13 ray-operator/controllers/ray/rayjob_controller.go
         # :366-410), and runs nothing until spec.suspend is false: not a finished run.
         being = "being " if state == "Suspending" else ""
         print(f"The job is {being}suspended (spec.suspend is true; jobDeploymentStatus {state}): "
@@ -436,7 +438,8 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     if state in ("Failed", "ValidationFailed"):
         print(failure_advice(doc, flag, ns), file=sys.stderr)
         return 1
-    # `ray job stop`: KubeRay ends the RayJob Complete with jobStatus STOPPED (rayjob_controller.go
+    # `ray job stop`: KubeRay ends the RayJob Complete with jobStatus STOPPED
+    # (ray-project/kuberay@59d663aeec13 ray-operator/controllers/ray/rayjob_controller.go
     # :333-341); a suspension resets jobStatus to "" instead (above). Not done either way.
     if st.get("jobStatus") == "STOPPED":
         print(f"The job was stopped before it finished (jobStatus STOPPED). Read its output: "

@@ -17,9 +17,12 @@ from infra.config.ep_spans import ep_spans
 from ops.gate.record import instance_id, measurement_passed
 from ops.gate.runner import why_not_started
 
-# Every JobDeploymentStatus of KubeRay v1.7.0 (ray-operator/apis/ray/v1/rayjob_types.go:48-59,
-# ray-project/kuberay@9c13e71) and what `rlkit status` makes of it; a test reads the enum from that
-# file (tests/fixtures/kuberay) and fails on a value missing here. Transitions: rayjob_controller.go.
+# Every JobDeploymentStatus of KubeRay v1.7.0 (ray-project/kuberay@59d663aeec13, the commit tag
+# v1.7.0 points to: ray-operator/apis/ray/v1/rayjob_types.go:48-59) and what `rlkit status` makes
+# of it; a test reads the enum from that file (tests/fixtures/kuberay) and fails on a value missing
+# here. Transitions: rayjob_controller.go. In this module, rayjob_controller.go and utils/ are
+# ray-operator/controllers/ray/rayjob_controller.go and ray-operator/controllers/ray/utils/ at
+# kuberay@59d663aeec13.
 DEPLOYMENT_STATES: dict[str, str] = {
     "": "starting",              # New: just created, a retry or a resumed suspension starting over
     "Initializing": "starting",  # the Ray cluster's pods start; then the submitter Job
@@ -313,9 +316,12 @@ NOT_RETRIED_REASONS = {
 }
 
 # Ray's job supervisor starts a failed entrypoint's message with its exit code ("Job entrypoint
-# command failed with exit code 5, last available logs ..."; newer Ray: "... exit code 5. Last
-# available logs ..."; python/ray/dashboard/modules/job/job_supervisor.py), and KubeRay v1.7.0
-# copies the message to the RayJob's status (rayjob_controller.go:356).
+# command failed with exit code 5, last available logs (truncated to 20,000 chars):", or "... exit
+# code 5. No logs available."), and KubeRay v1.7.0 copies the message to the RayJob's status
+# (rayjob_controller.go:356). The image does not pin Ray (radixark/miles@78527b9102b3, tag
+# v0.1.0, requirements.txt:23 asks for any `ray[default]`), so the wording was read where the code
+# index holds ray-project/ray: python/ray/dashboard/modules/job/job_supervisor.py@06a58f817505
+# (the same at @1cee661a7ab2). The pattern needs only the prefix.
 ENTRYPOINT_EXIT = re.compile(r"Job entrypoint command failed with exit code (-?\d+)")
 
 

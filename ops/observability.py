@@ -110,9 +110,10 @@ def running_since(rayjob: dict | None) -> dt.datetime | None:
     """When the RayJob's current attempt started, while its Ray job is RUNNING; else None. The Ray
     job's own start (``status.rayJobInfo.startTime``, set once the entrypoint runs) or, without
     it, the attempt's (``status.startTime``, when KubeRay began creating its Ray cluster). KubeRay
-    v1.7.0 clears the first and sets the second again for every retry (rayjob_controller.go:
-    Retrying resets ``RayJobStatusInfo``; ``initRayJobStatusIfNeed`` sets ``StartTime``), so both
-    are this attempt's."""
+    v1.7.0 clears the first and sets the second again for every retry
+    (ray-project/kuberay@59d663aeec13 ray-operator/controllers/ray/rayjob_controller.go: Retrying
+    resets ``RayJobStatusInfo`` at :400; ``initRayJobStatusIfNeed`` sets ``StartTime`` at :916),
+    so both are this attempt's."""
     st = (rayjob or {}).get("status") or {}
     if st.get("jobStatus") != "RUNNING":
         return None

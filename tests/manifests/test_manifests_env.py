@@ -159,8 +159,9 @@ def test_extra_env_cannot_pick_another_backends_variables():
 @pytest.mark.parametrize("value", ["/opt/x:${LD_LIBRARY_PATH}", "a`id -u`b", "cost$5"])
 def test_a_value_the_submitters_shell_would_expand_is_refused(value):
     """Before: KubeRay v1.7.0 hands the runtime env to `ray job submit` in a double-quoted string of a
-    `bash -ce` command (common/job.go:177, utils/util.go:1005-1012), so ${VAR} became the submitter's
-    own value, `...` ran on the system node, and $5 vanished, while the GPU pods kept the literal."""
+    `bash -ce` command (kuberay@59d663aeec13 common/job.go:177, utils/util.go:1005-1012), so
+    ${VAR} became the submitter's own value, `...` ran on the system node, and $5 vanished, while
+    the GPU pods kept the literal."""
     assert render_problems({"MY_SETTING": value}) == [
         f"training.extra_env.MY_SETTING = {value!r}: contains $ or `, which the job submitter's shell "
         "would expand before Ray sees the value (KubeRay runs ray job submit through bash), so Ray's "

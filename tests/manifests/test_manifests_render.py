@@ -249,7 +249,8 @@ def test_ray_cluster_shape(name):
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_the_submitter_survives_more_than_kuberays_two_retries(name):
     """KubeRay v1.7.0 fails the whole RayJob when its submitter Job fails, and that Job's
-    backoffLimit is 2 unless spec.submitterConfig sets it (rayjob_controller.go, createNewK8sJob).
+    backoffLimit is 2 unless spec.submitterConfig sets it (ray-project/kuberay@59d663aeec13
+    ray-operator/controllers/ray/rayjob_controller.go:718, createNewK8sJob).
     Before: three drained system nodes in a run of days ended a run that was training fine."""
     from manifests.context import SUBMITTER_BACKOFF_LIMIT
 

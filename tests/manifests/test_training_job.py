@@ -154,7 +154,9 @@ def test_the_rayjob_retries_as_configured():
 @pytest.mark.external
 def test_the_pinned_crd_takes_a_start_deadline():
     """KubeRay v1.7.0 ends Initializing only at activeDeadlineSeconds or preRunningDeadlineSeconds
-    (rayjob_controller.go:179-190); the CRD types the latter int32, minimum 1."""
+    (ray-project/kuberay@59d663aeec13 ray-operator/controllers/ray/rayjob_controller.go:179-190);
+    the CRD types the latter int32, minimum 1 (helm-chart/kuberay-operator/crds/ray.io_rayjobs.yaml
+    :154-157 at the same commit)."""
     from infra.addons import addon
     from tests.support import artifacts
 

@@ -2,14 +2,15 @@
 
 KubeRay v1.7.0 retries a failed RayJob on a new Ray cluster while ``status.failed <
 spec.backoffLimit + 1``, whatever the exit code, and it reads ``spec.backoffLimit`` when an
-attempt fails (ray-project/kuberay v1.7.0, 9c13e71, ray-operator/controllers/ray/
-rayjob_controller.go ``checkBackoffLimitAndUpdateStatusIfNeeded``). A configuration error fails
-the same way on every attempt, so before the launcher exits 2 it sets its own RayJob's
+attempt fails (ray-project/kuberay@59d663aeec13, tag v1.7.0, ray-operator/controllers/ray/
+rayjob_controller.go:518-557, ``checkBackoffLimitAndUpdateStatusIfNeeded``). A configuration
+error fails the same way on every attempt, so before the launcher exits 2 it sets its own RayJob's
 ``spec.backoffLimit`` to 0 through the Kubernetes API. Other failures keep the configured
 retries, except those KubeRay itself never retries (a Ray head unreachable for 5 minutes, as when
 its node is lost, or a deadline passed: ``JobStatusCheckTimeoutExceeded`` / ``DeadlineExceeded``,
-rayjob_controller.go:543-552; ``rlkit status`` names them). A run stopped before its Capacity Block ends (``rltrainer.reservation``) uses
-the same switch: a retry would wait for, or land on, capacity that is gone.
+same file :543-552; ``rlkit status`` names them). A run stopped before its Capacity Block ends
+(``rltrainer.reservation``) uses the same switch: a retry would wait for, or land on, capacity
+that is gone.
 
 The kit's manifests name the RayJob in ``RLTRAINER_RAYJOB`` (the RayJob's runtime env) and let
 the trainer ServiceAccount get and patch that one RayJob (``rl-job/02-rayjob-retry-role.yaml``).
