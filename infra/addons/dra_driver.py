@@ -58,10 +58,16 @@ def values(ctx: AddonContext) -> dict:
     # nvidia.com/gpu.present=true (every kit GPU group sets the label, because nodeadm does so
     # only from Kubernetes 1.35) tolerating every GPU group taint. The page's
     # `controller.affinity: null` (it clears v25.8.0's *required* control-plane affinity) is not
-    # sent: CDK drops null values from a HelmChart's values (jsii passes None as undefined), so it
-    # never reached the template. v0.4.1's default affinity is only preferred (control plane,
-    # spread: values.yaml:227-242), which system nodes meet or ignore; the chart contract test
-    # checks where the controller lands and that synth writes exactly these values.
+    # sent: CDK drops null values from a HelmChart's values, so it never reached the template. A
+    # Python None reaches aws-cdk-lib as undefined through jsii, and aws-cdk-lib==2.275.0 (the
+    # pinned package; aws/aws-cdk tag v2.275.0, whose commit no snapshot here holds) writes Values
+    # with stack.toJsonString (aws-eks-v2/lib/helm-chart.js), whose resolve skips undefined keys
+    # and list items (core/lib/private/resolve.js, resolveObject/resolveArray). Checked by synth:
+    # {"a": None, "b": 1, "f": [None, 3]} renders {"b":1,"f":[3]}. v0.4.1's default affinity is
+    # only preferred (control plane, spread: dra-driver-nvidia-gpu@764900e78337
+    # deployments/helm/dra-driver-nvidia-gpu/values.yaml:227-242), which system nodes meet or
+    # ignore; the chart contract test checks where the controller lands and that synth writes
+    # exactly these values.
     return {
         "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
         "controller": {"nodeSelector": SYSTEM_NODES, "tolerations": []},

@@ -628,7 +628,8 @@ def test_a_head_claim_naming_no_compute_domain_template_is_found():
 
 
 def test_the_dra_chart_refuses_gpu_allocation_beside_the_device_plugin(chart_dir, helm_cache):
-    """The real chart's own guard (templates/validation.yaml at v0.4.1): with resources.gpus on
+    """The real chart's own guard (kubernetes-sigs/dra-driver-nvidia-gpu@764900e78337, tag v0.4.1,
+    deployments/helm/dra-driver-nvidia-gpu/templates/validation.yaml:42): with resources.gpus on
     and no override it fails; the kit's values keep GPUs off."""
     from infra.addons import addon
     from infra.config import load_config
