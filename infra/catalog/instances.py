@@ -33,7 +33,8 @@ Sources, referred to below by tag:
 - [botocore] botocore 1.44.8 EC2 model (``botocore/data/ec2/2016-11-15/service-2.json.gz``): its
            ``InstanceType`` enum lists ``p6e-gb200.36xlarge`` (moto 5.2.5 has no p6e type and
            botocore ships no per-type specs); ``tests/infra/test_catalog.py`` checks the name.
-- [cni]    aws/amazon-vpc-cni-k8s v1.23.0 (0c65d58) README.md, read 2026-12-02: "The CNI plugin by
+- [cni]    aws/amazon-vpc-cni-k8s@0c65d58cf2b4 (tag v1.23.0) README.md:767 and :283-285, read
+           2026-12-02 (the kit pins no vpc-cni build: EKS's default runs): "The CNI plugin by
            default only manages network card 0"; `WARM_ENI_TARGET` default 1 keeps one whole
            interface "and all of its IP addresses" free for pods.
 - [us]     ../shared/upstream/ultraservers.md (read 2026-12-01): the P6e-GB200 facts with their

@@ -15,15 +15,17 @@ VPC_CNI_INTERFACES_HELD = 2
 
 # Pods a GPU node runs that take a VPC address, as the kit assumes them: about 10, the count the
 # VPC CNI docs' advice (MINIMUM_IP_TARGET 12, WARM_IP_TARGET 2: the kit's defaults) is for
-# (amazon-vpc-cni-k8s v1.23.0 docs/eni-and-ip-target.md; docs/operations.md).
+# (aws/amazon-vpc-cni-k8s@0c65d58cf2b4, tag v1.23.0, docs/eni-and-ip-target.md:15;
+# docs/operations.md).
 GPU_NODE_PODS = 10
 
 
 def pod_addresses_held(warm_ip_target: int, minimum_ip_target: int) -> int:
     """Addresses a GPU node holds under vpc.pod_addresses (an upper bound for its few pods): the
     floor, or its pods' addresses where the floor is lower (0 is no floor), the warm pool above
-    them, and the network interface's own address (amazon-vpc-cni-k8s v1.23.0
-    docs/eni-and-ip-target.md: the secondary addresses held are the floor or pods + warm)."""
+    them, and the network interface's own address (aws/amazon-vpc-cni-k8s@0c65d58cf2b4
+    docs/eni-and-ip-target.md:38-41: the secondary addresses held are the floor or pods +
+    warm)."""
     return max(minimum_ip_target, GPU_NODE_PODS) + warm_ip_target + 1
 
 

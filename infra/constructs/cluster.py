@@ -157,7 +157,8 @@ class KitCluster(Construct):
         # manifests/templates/networkpolicy.yaml.j2) only when asked to [EKS user guide, "Limit
         # Pod traffic with Kubernetes network policies"].
         # ``vpc_cni_env``: the aws-node environment (vpc.pod_addresses), which the add-on's
-        # configuration takes under "env" (chart values.yaml `env`, amazon-vpc-cni-k8s v1.23.0).
+        # configuration takes under "env" (aws/amazon-vpc-cni-k8s@0c65d58cf2b4, tag v1.23.0,
+        # charts/aws-vpc-cni/values.yaml:74 `env`; the kit pins no add-on build, EKS picks it).
         addon_config = {"vpc-cni": {"enableNetworkPolicy": "true",
                                     **({"env": vpc_cni_env} if vpc_cni_env else {})}}
         self.addons = {

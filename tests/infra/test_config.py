@@ -75,9 +75,9 @@ def test_all_problems_reported_at_once_with_exact_text():
 
 
 def test_pod_addresses_need_a_warm_pool_and_a_floor_of_0_or_more():
-    # WARM_IP_TARGET 0 with a floor set adds no address past it (amazon-vpc-cni-k8s v1.23.0
-    # README, MINIMUM_IP_TARGET note 2); MINIMUM_IP_TARGET 0 is no floor, as if unset (README;
-    # pkg/ipamd/ipamd.go getMinimumIPTarget, noMinimumIPTarget = 0)
+    # WARM_IP_TARGET 0 with a floor set adds no address past it (aws/amazon-vpc-cni-k8s@0c65d58cf2b4
+    # README.md:346, MINIMUM_IP_TARGET note 2); MINIMUM_IP_TARGET 0 is no floor, as if unset
+    # (same commit, pkg/ipamd/ipamd.go:2043-2056 getMinimumIPTarget, noMinimumIPTarget = 0)
     assert problems_of({"vpc": {"pod_addresses": {"warm_ip_target": 0, "minimum_ip_target": -1}},
                         "gpu_node_groups": {"p5": group()}}) == [
         "vpc.pod_addresses.warm_ip_target = 0: must be at least 1: with 0 the VPC CNI adds no "

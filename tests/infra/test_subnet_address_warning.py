@@ -74,8 +74,9 @@ def test_a_16_has_no_larger_cidr_to_offer_and_an_imported_vpc_is_not_judged():
 
 def test_pod_addresses_hold_a_floor_and_a_warm_pool_per_node():
     """vpc.pod_addresses: the VPC CNI keeps MINIMUM_IP_TARGET addresses, WARM_IP_TARGET more once
-    pods fill them, plus the interface's own (amazon-vpc-cni-k8s v1.23.0
-    docs/eni-and-ip-target.md: a p3dn with 5/10 holds 10 secondary addresses at 0 pods, not 49)."""
+    pods fill them, plus the interface's own (aws/amazon-vpc-cni-k8s@0c65d58cf2b4, tag v1.23.0,
+    docs/eni-and-ip-target.md:34,38: a p3dn with 5/10 holds 10 secondary addresses at 0 pods, not
+    49)."""
     few = {"cidr": "10.0.0.0/16", "pod_addresses": {}}
     fleet = {name: group(max_size=200) for name in ("p5", "p5-b", "p5-c")}  # at most 256 a group
     assert address_warnings(vpc=few, gpu_node_groups=dict(list(fleet.items())[:2])) == []
