@@ -26,9 +26,12 @@ runs them):
   nodes").
 
 The create-only properties are those of the AWS::EKS::Nodegroup resource schema (its
-``createOnlyProperties``). Capacity Block groups are not checked here: `check_capacity_block_update`
-refuses any deploy of one while its nodes run, and with none running nothing is lost. Each check
-passes before its stack is deployed and warns when what it needs cannot be read.
+``createOnlyProperties``; cfn-lint==1.58.0
+``cfnlint/data/schemas/resources/e703fb10b42108ae.json``, which ``providers/us-east-1.json`` maps
+the type to, and which the tests read). Capacity Block groups are not checked here:
+`check_capacity_block_update` refuses any deploy of one while its nodes run, and with none running
+nothing is lost. Each check passes before its stack is deployed and warns when what it needs
+cannot be read.
 """
 
 from __future__ import annotations

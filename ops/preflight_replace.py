@@ -1,6 +1,9 @@
 """Preflight checks that read what is deployed and say what the next `cdk deploy` of this config
 would replace. CloudFormation replaces a resource when a create-only property changes (the
-``createOnlyProperties`` of its resource schema); two of the kit's resources hold something that
+``createOnlyProperties`` of its resource schema, as cfn-lint==1.58.0 ships it:
+``cfnlint/data/schemas/resources/<hash>.json``, the hash from ``providers/us-east-1.json``;
+AWS::FSx::FileSystem is ``eac496c3918e66ed.json``, AWS::EC2::PlacementGroup
+``0d14fade154ad02f.json``; the tests read them); two of the kit's resources hold something that
 a replacement loses:
 
 - **The shared file system** (CloudFormation DescribeStacks, FSx DescribeFileSystems, EC2

@@ -91,8 +91,9 @@ class KitCluster(Construct):
             if isinstance(group, logs.CfnLogGroup):
                 barrier.node.add_dependency(group)
                 # observability.log_retention_days, not CDK's 731 days: an in-place update (only
-                # LogGroupName is create-only, in cfn-lint 1.58.0's AWS::Logs::LogGroup schema,
-                # and it stays the function's).
+                # LogGroupName is create-only in AWS::Logs::LogGroup's schema, cfn-lint==1.58.0
+                # cfnlint/data/schemas/resources/8614d83fb64a3f33.json createOnlyProperties, and
+                # it stays the function's).
                 group.retention_in_days = log_retention_days
         # Only an imported VPC (vpc.existing) triggers this: its owner tags its subnets. The kit
         # creates no load balancers; README "Existing VPC" lists the tags the AWS Load Balancer

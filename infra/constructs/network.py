@@ -56,8 +56,9 @@ class KitVpc(Construct):
         flow_log_group.apply_removal_policy(RemovalPolicy.DESTROY)
         # observability.log_retention_days, like every other kit log group, not CDK's default of
         # 731 days: the network stack (and so this group) stays while a retained file system
-        # lives in the VPC. Only LogGroupName is create-only (cfn-lint 1.58.0's AWS::Logs::LogGroup
-        # schema, createOnlyProperties) and this group has none, so a change updates it in place.
+        # lives in the VPC. Only LogGroupName is create-only (AWS::Logs::LogGroup's schema,
+        # cfn-lint==1.58.0 cfnlint/data/schemas/resources/8614d83fb64a3f33.json,
+        # createOnlyProperties) and this group has none, so a change updates it in place.
         flow_log_group.node.default_child.retention_in_days = log_retention_days
         # Subnet tags the AWS Load Balancer Controller uses to pick subnets.
         for subnet in self.vpc.public_subnets:

@@ -28,8 +28,9 @@ class TrainerRepository(Construct):
             # Deleted with its stack, the repository is emptied by CloudFormation itself (ECR's
             # native EmptyOnDelete, no custom resource): an image pushed after teardown deleted
             # the images no longer fails the stack's delete. A retained one keeps its images.
-            # EmptyOnDelete is not a create-only property of AWS::ECR::Repository (cfn-lint
-            # 1.58.0's schema, createOnlyProperties), so setting it updates in place.
+            # EmptyOnDelete is not a create-only property of AWS::ECR::Repository (its schema,
+            # cfn-lint==1.58.0 cfnlint/data/schemas/resources/3feaf06a6adf4eab.json,
+            # createOnlyProperties), so setting it updates in place.
             empty_on_delete=removal_policy == RemovalPolicy.DESTROY,
         )
         skip_checkov(self.repository, "CKV_AWS_136",
