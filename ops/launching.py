@@ -75,8 +75,10 @@ def gate_verdict(state: dict[str, Any] | None, cfg: KitConfig, state_path: Path,
 
 
 # The taints the node lifecycle controller puts on a node whose Ready condition is False
-# (not-ready) or Unknown (unreachable: its kubelet stopped posting status) [k8s.io/api
-# core/v1/well_known_taints.go, TaintNodeNotReady and TaintNodeUnreachable].
+# (not-ready) or Unknown (unreachable: its kubelet stopped posting status)
+# [kubernetes/api@3f662f327b94 core/v1/well_known_taints.go:22,27, TaintNodeNotReady and
+# TaintNodeUnreachable; tag v0.35.6 = Kubernetes 1.35.6, the default version's AMI release in
+# infra/versions.py].
 DOWN_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
