@@ -51,13 +51,14 @@ EXIT_RESERVATION_END = 5
 
 # --- reward models ---------------------------------------------------------------------------------
 
-# The rule-based reward functions Miles v0.1.0 dispatches on ``--rm-type`` (miles/rollout/rm_hub/
-# __init__.py ``async_rm``; a ``boxed_`` prefix first extracts the boxed answer), minus
-# remote_rm, which needs a reward service the kit does not deploy, and the random ones.
+# The rule-based reward functions Miles v0.1.0 dispatches on ``--rm-type``
+# (radixark/miles@78527b9102b3 miles/rollout/rm_hub/__init__.py ``async_rm``; a ``boxed_``
+# prefix first extracts the boxed answer), minus remote_rm, which needs a reward service the kit
+# does not deploy, and the random ones.
 RM_TYPES = ("deepscaler", "dapo", "math", "gemma_math", "f1", "gpqa", "ifbench")
-# Miles' DAPO-math recipe (scripts/run_qwen3_30b_a3b.py at v0.1.0: --prompt-data
-# dapo-math-17k.jsonl --input-key prompt --label-key label --rm-type deepscaler) scores with
-# deepscaler; the kit's default data set is that recipe's.
+# Miles' DAPO-math recipe (radixark/miles@78527b9102b3 scripts/run_qwen3_30b_a3b.py:142-147:
+# --prompt-data dapo-math-17k.jsonl --input-key prompt --label-key label --rm-type deepscaler)
+# scores with deepscaler; the kit's default data set is that recipe's.
 DEFAULT_RM_TYPE = "deepscaler"
 
 # --- the run config file -------------------------------------------------------------------------
