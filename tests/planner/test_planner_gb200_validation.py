@@ -19,15 +19,15 @@ mb-26.06) Qwen3-30B-A3B MXFP8 MBS4 40,706.
 
 GRPO: NeMo-RL performance summary "NeMo RL v0.6", "GB200 BF16 Benchmarks" (GB200-NVL72), on-policy
 rows (colocated; the recipes examples/configs/recipes/llm/performance/grpo-*-{16,32,64}n4g.yaml @
-v0.6.0 give vLLM gpu_memory_utilization 0.3 / 0.4 / 0.6, used as the engines' memory share) and
-1-step-off rows (tests/planner/test_planner_rl_validation.py holds those, as held-out async rows).
-Same assumptions as the H100 rows (256-token prompts, two log-prob passes, engines without EP).
-Recompute is each recipe's ``policy.megatron_cfg.activation_checkpointing`` @ v0.6.0 through its
-``defaults:`` chain: true (Megatron full, uniform, one layer: the planner's "full") for
-DeepSeek-V3 (-> grpo-deepseek-v3-32n8g.yaml, line 28) and Qwen3-235B-A22B (->
-grpo-qwen3-235b-16n8g.yaml, line 31), grpo_math_1B.yaml's false ("none") for Qwen3-30B-A3B.
-Calibration: DeepSeek-V3 on 128 GPUs; held out: DeepSeek-V3 on 256, Qwen3-235B-A22B on 64 and
-128, Qwen3-30B-A3B on 16.
+NVIDIA-NeMo/RL@5fb588932bf8 (tag v0.6.0) give vLLM gpu_memory_utilization 0.3 / 0.4 / 0.6, used as
+the engines' memory share) and 1-step-off rows (tests/planner/test_planner_rl_validation.py holds
+those, as held-out async rows). Same assumptions as the H100 rows (256-token prompts, two log-prob
+passes, engines without EP). Recompute is each recipe's
+``policy.megatron_cfg.activation_checkpointing`` @ 5fb588932bf8 through its ``defaults:`` chain:
+true (Megatron full, uniform, one layer: the planner's "full") for DeepSeek-V3 (->
+grpo-deepseek-v3-32n8g.yaml, line 28) and Qwen3-235B-A22B (-> grpo-qwen3-235b-16n8g.yaml, line 31),
+grpo_math_1B.yaml's false ("none") for Qwen3-30B-A3B. Calibration: DeepSeek-V3 on 128 GPUs; held
+out: DeepSeek-V3 on 256, Qwen3-235B-A22B on 64 and 128, Qwen3-30B-A3B on 16.
 
 Goals (ours, the same as the DGX points' and the RL issue's): training median |error| <= 15%,
 max <= 30% over all GB200 points; GRPO held-out median <= 25%, max <= 40%.
@@ -36,7 +36,7 @@ Token dispatchers (read 2026-12-01): every Megatron-Bridge GB200 recipe above ru
 HybridEP (``moe_flex_dispatcher_backend="hybridep"`` in the ``*_PRETRAIN_CONFIG_GB200_*``
 presets @ 0ec1df7 and 63b08b3), so the planner's ``nccl`` EP backend on an NVL72 domain is
 calibrated on HybridEP; every NeMo-RL row ran NCCL AlltoAll (``moe_token_dispatcher_type:
-"alltoall"``, grpo_math_1B.yaml's default at v0.6.0, overridden by none of these recipes).
+"alltoall"``, grpo_math_1B.yaml:156's default at 5fb588932bf8, overridden by none of these recipes).
 """
 
 from __future__ import annotations

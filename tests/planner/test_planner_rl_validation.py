@@ -44,18 +44,18 @@ concurrency 1: 6.70 ms.
 Goal: median |step-time error| <= 25% over all RL runs (and, our guard, none above 35%; since the
 asynchronous model, none above 25%); decode within 15%.
 
-Asynchronous runs: NeMo-RL performance summary "NeMo RL v0.6", "H100 BF16 Benchmarks", the
-"1-step Off" and "8-step Off" GRPO rows, read from NVIDIA-NeMo/RL docs/about/performance-summary.md
-at tag v0.6.0 (5fb5889) and their recipes examples/configs/recipes/llm/performance/
+Asynchronous runs: NeMo-RL performance summary "NeMo RL v0.6", "H100 BF16 Benchmarks", the "1-step
+Off" and "8-step Off" GRPO rows, read from NVIDIA-NeMo/RL docs/about/performance-summary.md at tag
+v0.6.0 (5fb588932bf8) and their recipes examples/configs/recipes/llm/performance/
 grpo-*-async-*off.yaml at the same tag, which give what the table does not: separate training and
 generation pools (colocated.enabled: false, generation num_nodes), async_grpo with
-max_trajectory_age_steps K and in_flight_weight_updates: true (the planner's "stream" mode),
-vLLM gpu_memory_utilization 0.8 (used as the engines' memory share). Same assumptions as above
-(256-token prompts, engines without expert parallelism), with two log-prob passes: no
-performance recipe at v0.6.0 sets force_on_policy_ratio, and the base keeps the KL term.
-Recompute as above, read at v0.6.0 through each recipe's ``defaults:`` chain: full for the
-DeepSeek-V3 and Qwen3-235B rows (they inherit grpo-deepseek-v3-32n8g.yaml line 28 and
-grpo-qwen3-235b-16n8g.yaml line 31), none for the Qwen3-30B-A3B rows.
+max_trajectory_age_steps K and in_flight_weight_updates: true (the planner's "stream" mode), vLLM
+gpu_memory_utilization 0.8 (used as the engines' memory share). Same assumptions as above (256-token
+prompts, engines without expert parallelism), with two log-prob passes: no performance recipe at
+that commit sets force_on_policy_ratio, and the base keeps the KL term. Recompute as above, read at
+that commit through each recipe's ``defaults:`` chain: full for the DeepSeek-V3 and Qwen3-235B rows
+(they inherit grpo-deepseek-v3-32n8g.yaml line 28 and grpo-qwen3-235b-16n8g.yaml line 31), none for
+the Qwen3-30B-A3B rows.
 
 Calibration (they chose the one new modelling decision, that the longest response is spread over
 K steps: the 1-step DeepSeek-V3 row is bounded by its tail, the 8-step Qwen3-30B row by
