@@ -27,9 +27,10 @@ from infra.catalog.instances import INSTANCE_TYPES
 # ../shared/charts/dra-driver-nvidia-gpu-0.4.1.tgz (its README). The chart was renamed from
 # nvidia-dra-driver-gpu at v0.4.0; EKS's "NVIDIA DRA driver or device plugin" page pins 0.4.1.
 # Its floor is Kubernetes 1.34, not the chart's `kubeVersion: ">=1.32.0-0"`: the project's
-# docs/prerequisites.md:10 at v0.4.1 asks for "v1.34.2 or later" (DRA is a feature gate that EKS
-# does not let one turn on in 1.32-1.33), and the EKS DRA page's table says "Minimum Kubernetes
-# version | 1.34" (../shared/upstream/ultraservers.md 1.10). EKS picks the patch release itself.
+# docs/prerequisites.md:10 at v0.4.1 (764900e78337) asks for "v1.34.2 or later" (DRA is a feature
+# gate that EKS does not let one turn on in 1.32-1.33), and the EKS DRA page's table says "Minimum
+# Kubernetes version | 1.34" (../shared/upstream/ultraservers.md 1.10). EKS picks the patch
+# release itself.
 V0_4_1 = ChartVersion("0.4.1", read="kubernetes-sigs/dra-driver-nvidia-gpu "
                       "deployments/helm/dra-driver-nvidia-gpu, tag v0.4.1 (764900e), read "
                       "2026-12-01",

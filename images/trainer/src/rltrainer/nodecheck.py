@@ -39,11 +39,12 @@ whole check runs anywhere. What it checks, and why:
                        CUDA profiler, as DeepEP's own ``bench_kineto`` does. When the driver
                        restricts profiling to administrators (``RmProfilingAdminOnly: 1`` in
                        /proc/driver/nvidia/params), the pod needs CAP_PERFMON, which R580 drivers
-                       accept for device and context profiling (open-gpu-kernel-modules
-                       580.65.06, kern_profiler_v2.c ``_isNonAdminProfilingPermitted`` and
-                       os-interface.c ``os_check_access(RS_ACCESS_PERFMON)``), or CAP_SYS_ADMIN,
-                       which awsome-distributed-ai's deepep-benchmark manifests grant. The kit's
-                       manifests add PERFMON, the narrower one, to the DeepEP benchmark pods;
+                       accept for device and context profiling
+                       (NVIDIA/open-gpu-kernel-modules@307159f2623d, tag 580.65.06,
+                       kern_profiler_v2.c:32-35 ``_isNonAdminProfilingPermitted`` and
+                       os-interface.c:383-390 ``os_check_access(RS_ACCESS_PERFMON)``), or
+                       CAP_SYS_ADMIN, which awsome-distributed-ai's deepep-benchmark manifests
+                       grant. The kit's manifests add PERFMON, the narrower one, to the DeepEP benchmark pods;
 - ``shared_fs``:       with ``--shared-fs DIR``: DIR is a mounted file system (a Lustre mount
                        when ``--shared-fs-type lustre``) and a file written there reads back, so
                        a broken FSx mount fails the gate instead of the first checkpoint;
