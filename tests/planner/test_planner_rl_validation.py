@@ -72,8 +72,10 @@ grpo-*-{64,32,4}n4g-async-1off.yaml recipes, computed only after every modelling
 fixed (blind).
 
 Engine scheduler cap (read, not fitted): NeMo-RL's async engines are vLLM ``AsyncLLM``s built by
-``AsyncLLM.from_engine_args`` with no ``max_num_seqs`` (nemo_rl/models/generation/vllm/
-vllm_worker_async.py @ v0.6.0; no recipe sets it; v0.6.0 pins vllm==0.17.1). That entry point
+``AsyncLLM.from_engine_args`` with no ``max_num_seqs`` (NVIDIA-NeMo/RL@5fb588932bf8, tag v0.6.0,
+nemo_rl/models/generation/vllm/vllm_worker_async.py:184; no recipe of these rows sets it: the one
+that does, grpo-deepseek-v3-64n8g-fp8-async-1off.yaml:24 ``vllm_kwargs.max_num_seqs: 32``, is the
+FP8 row left out above; pyproject.toml:81 pins vllm==0.17.1). That entry point
 passes ``UsageContext.ENGINE_CONTEXT`` (vllm/v1/engine/async_llm.py, vllm-project/vllm @ 00080ee,
 a v0.17-era commit), which is not a key of ``EngineArgs.get_batch_defaults``, so
 ``_set_default_max_num_seqs_and_batched_tokens_args`` falls back to
