@@ -6,10 +6,13 @@ default one. Every command here names the config: the file when the caller knows
 ``<your config file>``.
 
 ``--outputs-file`` writes only the outputs of the stacks that command deployed: the CLI collects
-them in an object that starts empty and writes it over the file [aws/aws-cdk-cli
-packages/aws-cdk/lib/cli/cdk-toolkit.ts (stored 0059d1b5): ``const stackOutputs = {}``, then
-``fs.writeJson(outputsFile, stackOutputs)``; every stored version of the file and of
-toolkit-lib's toolkit.ts does the same]. A deploy of some stacks with the kit's outputs file would
+them in an object that starts empty and writes it over the file
+[aws/aws-cdk-cli@a4c0282cccb8 (tag aws-cdk@v2.1138.0, the newest release in the snapshot read;
+the pinned 2.1148.1 is later and could not be read here) packages/aws-cdk/lib/cli/cdk-toolkit.ts:
+a new ``WorkGraphDeploymentActions`` per deploy (:577) whose ``stackOutputs`` starts as ``{}``
+(:2257), then ``fs.writeJson(outputsFile, this.stackOutputs)`` (:2618-2620); the same at the
+snapshot's head 7ff50e77f314 (2026-08-21) and, as ``const stackOutputs = {}``, at 0059d1b5bedc
+(2025-07-08)]. A deploy of some stacks with the kit's outputs file would
 leave a file without the others, so the command that writes it deploys ``--all``.
 """
 
