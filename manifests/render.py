@@ -50,8 +50,13 @@ from manifests.context import (
 )
 from manifests.errors import RenderError, RenderProblem
 
-# KubeRay's name for the submitter container (ray-operator/controllers/ray/utils/constant.go,
-# SubmitterContainerName, v1.7.0): KubeRay sets the command of the container by this name.
+# KubeRay's name for the submitter container (ray-project/kuberay@59d663aeec13, tag v1.7.0,
+# ray-operator/controllers/ray/utils/constant.go:356, SubmitterContainerName; its default submitter
+# container has it, common/job.go:232). In K8sJobMode KubeRay fills in the command of the
+# submitter template's first container, whatever its name, when that command is empty
+# (rayjob_controller.go:591, Containers[RayContainerIndex = 0]; :643-647); the name matters to
+# KubeRay only in SidecarMode (:1203, :1218, :1398). The kit renders one container, named as
+# KubeRay's default one.
 SUBMITTER_CONTAINER = "ray-job-submitter"
 # Files every job of the environment needs before its own directory is applied (in this order).
 SHARED_FS_FILES = ("02-shared-fs-pv.yaml", "03-shared-fs-pvc.yaml")

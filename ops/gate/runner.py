@@ -94,7 +94,8 @@ def why_not_started(pod: dict[str, Any]) -> str:
     if status.get("reason") or status.get("message"):
         why += ": " + " ".join(x for x in (status.get("reason"), status.get("message")) if x)
     # An init container that waits (KubeRay v1.7.0 gives a worker a wait-gcs-ready init container
-    # with the worker's image, ray-operator/controllers/ray/common/pod.go:610-611)
+    # with the worker's image: ray-project/kuberay@59d663aeec13
+    # ray-operator/controllers/ray/common/pod.go:610-611)
     # holds the others at PodInitializing: its reason is the one that says why.
     for key, who in (("initContainerStatuses", "init container "), ("containerStatuses", "")):
         for c in status.get(key) or []:

@@ -847,7 +847,8 @@ def test_submitter_runs_on_a_system_node_as_kuberay_names_it():
     assert submitter["nodeSelector"] == {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
     assert submitter["restartPolicy"] == "Never"  # a Job's pod template allows Never/OnFailure
     (container,) = submitter["containers"]
-    # KubeRay v1.7.0 fills in the command of the container named SubmitterContainerName.
+    # KubeRay v1.7.0 fills in the command of the template's first container when it has none
+    # (kuberay@59d663aeec13 rayjob_controller.go:591, :643-647): one container, no command.
     assert container["name"] == "ray-job-submitter" and "command" not in container
 
 
