@@ -37,10 +37,11 @@ GPU_TAINT = Taint(key=GPU_RESOURCE, value="true", effect="NoSchedule")
 # Startup taint of GPU nodes in a config with the FSx file system: pods that need /fsx must not
 # start before the FSx CSI node plugin runs on the node. The plugin removes this key from its own
 # node once ready, whatever the effect; NoExecute is the one its docs recommend
-# [kubernetes-sigs/aws-fsx-csi-driver helm-chart-aws-fsx-csi-driver-1.17.0 (5b22712)
-# docs/install.md "Configure node startup taint"; pkg/driver/constants.go AgentNotReadyNodeTaintKey;
-# pkg/driver/node.go removeNotReadyTaint]. Its node DaemonSet tolerates it (all taints by default,
-# else this key explicitly: charts/aws-fsx-csi-driver/templates/node-daemonset.yaml).
+# [kubernetes-sigs/aws-fsx-csi-driver@5b227125add7 (tag helm-chart-aws-fsx-csi-driver-1.17.0)
+# docs/install.md:79 "Configure node startup taint"; pkg/driver/constants.go:11
+# AgentNotReadyNodeTaintKey; pkg/driver/node.go:335 removeNotReadyTaint]. Its node DaemonSet
+# tolerates it (all taints by default, else this key explicitly: same commit,
+# charts/aws-fsx-csi-driver/templates/node-daemonset.yaml:47-54).
 FSX_AGENT_NOT_READY_TAINT = Taint(key="fsx.csi.aws.com/agent-not-ready", value="",
                                   effect="NoExecute")
 # Taints that an agent on the node removes by itself once it is ready -> that agent's DaemonSet.

@@ -51,8 +51,8 @@ LINKED_PREFIXES = (names.DATASETS_PREFIX, names.MODELS_PREFIX)
 AUTO_IMPORT_EVENTS = ["NEW", "CHANGED", "DELETED"]
 
 # The EKS managed add-on and the service account its controller runs as
-# (kubernetes-sigs/aws-fsx-csi-driver, charts/aws-fsx-csi-driver/values.yaml at 5b227125:
-# controller.serviceAccount.name).
+# (kubernetes-sigs/aws-fsx-csi-driver@5b227125add7, tag helm-chart-aws-fsx-csi-driver-1.17.0,
+# charts/aws-fsx-csi-driver/values.yaml:86-91: controller.serviceAccount.name).
 FSX_CSI_ADDON_NAME = versions.FSX_CSI_ADDON_NAME
 FSX_CSI_CONTROLLER_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 
@@ -208,7 +208,9 @@ class FsxCsiDriver(Construct):
             # No permissions. The driver's install guide attaches AmazonFSxFullAccess for
             # dynamic provisioning; the controller calls the FSx API only in CreateVolume,
             # DeleteVolume, ValidateVolumeCapabilities and ControllerExpandVolume
-            # [kubernetes-sigs/aws-fsx-csi-driver v1.9.0 (chart 1.17.0) pkg/driver/controller.go].
+            # [kubernetes-sigs/aws-fsx-csi-driver@0267bab6c628 (tag v1.9.0, the driver chart 1.17.0
+            # runs; pkg/ is the same at the chart's tag, 5b227125add7) pkg/driver/controller.go:
+            # d.cloud calls at :143-322, :344, :404, :471-504].
             # The kit's volume is a static PersistentVolume with reclaim policy Retain whose claim
             # is never expanded, so none of those runs. The role stays so that the add-on's
             # Pod Identity association (and the SDK's credential chain) has something to bind.
