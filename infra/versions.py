@@ -167,9 +167,9 @@ IMAGE_BUILD_HOST_IMAGE = "aws/codebuild/standard:7.0"
 # than 0 builds in queue for the account" (rebuy-de/aws-nuke#1209, a 2xlarge project): preflight
 # reads the quota (ops/preflight_services.py).
 IMAGE_BUILD_COMPUTE_TYPE = "BUILD_GENERAL1_2XLARGE"
-# BuildKit daemon the build runs in (buildx docker-container driver): v0.32.2 (991535e). Its
+# BuildKit daemon the build runs in (buildx docker-container driver): v0.32.2 (991535e09734). Its
 # registry cache exporter writes an OCI image manifest (image-manifest=true, default since v0.21),
-# the form Amazon ECR stores as a cache [moby/buildkit v0.32.2 README.md "Registry (push image
-# and cache separately)"; AWS Containers blog "Announcing remote cache support in Amazon ECR for
-# BuildKit clients", BuildKit >= 0.12]. Read 2026-11-30.
+# the form Amazon ECR stores as a cache [moby/buildkit@991535e09734 README.md:476 "Registry (push
+# image and cache separately)"; AWS Containers blog "Announcing remote cache support in Amazon ECR
+# for BuildKit clients", BuildKit >= 0.12]. Read 2026-11-30.
 IMAGE_BUILD_BUILDKIT_IMAGE = "moby/buildkit:v0.32.2"

@@ -221,9 +221,10 @@ def test_dockerfile_args_reads_defaults():
 
 
 def syntax_directive(dockerfile: str) -> str | None:
-    """The image a `# syntax=` directive names, read the way BuildKit does (moby/buildkit v0.32.2
-    frontend/dockerfile/parser/directives.go: only the leading `# key=value` comment lines, a
-    shebang skipped, the first word of the value)."""
+    """The image a `# syntax=` directive names, read the way BuildKit does
+    (moby/buildkit@991535e09734, tag v0.32.2, frontend/dockerfile/parser/directives.go:122-192:
+    only the leading `# key=value` comment lines, a shebang skipped, the first word of the
+    value)."""
     lines = dockerfile.lstrip("\ufeff").splitlines()
     if lines and lines[0].startswith("#!"):
         lines = lines[1:]
