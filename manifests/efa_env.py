@@ -47,8 +47,9 @@ measures the fabric the trainer will use. The profile has two parts:
      MNNVL without it [src/mnnvl.cc:15-16]. NCCL's own default is on, but the programs of the job
      turn it off when the variable is unset: SGLang sets 0 [sglang 0.5.16 wheel,
      sglang/srt/entrypoints/engine.py:1260-1261, unless --enable-symm-mem], and Miles gives its
-     training actors 0 to match ("because sglang will always set NCCL_CUMEM_ENABLE to 0") [Miles
-     v0.1.0 miles/ray/train/actor_factory.py:29-31]. Set, both keep 1, so they still agree.
+     training actors 0 to match ("because sglang will always set NCCL_CUMEM_ENABLE to 0")
+     [radixark/miles@78527b9102b3 (v0.1.0) miles/ray/train/actor_factory.py:29-31]. Set, both
+     keep 1, so they still agree.
      ``NCCL_CUMEM_ENABLE=0`` is refused in ``training.extra_env``; the same repository as above
      sets it for NeMo-RL on P5en, which must not carry over.
    - No EFA-GDA variables: aws-ofi-nccl v1.21.1 does not opt p6e-gb200 into GDAKI

@@ -256,7 +256,8 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         primary_interface_type=InterfaceType.ENA, efa_card_indexes=(1, 5, 9, 13),
         nvme_count=3, nvme_size_gb=7500, architecture="arm64", ami_type=_ARM_NVIDIA_AMI,
         vcpus=144, memory_gib=960,
-        # aws-ofi-nccl v1.21.1 tests/unit/aws_platform_mapper.cpp:86: no GDAKI on p6e-gb200 [us 5].
+        # aws/aws-ofi-nccl@2475c4c73690 (v1.21.1) tests/unit/aws_platform_mapper.cpp:86: no GDAKI
+        # on p6e-gb200 [us 5].
         gin_gpu=False, **_P_QUOTA, on_demand_usd_per_hour=None,
         price_source="sold only as UltraServer Capacity Blocks [us 1.3]: no on-demand price; "
                      "pass --price-per-hour with the block's price",

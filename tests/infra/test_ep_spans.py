@@ -113,7 +113,8 @@ def test_rollout_group_is_strided_inside_its_engine():
 
 
 def test_a_disaggregated_rollout_pool_starts_after_the_training_gpus():
-    # Miles v0.1.0 miles/ray/placement_group.py:105: the rollout GPUs follow the actor's
+    # radixark/miles@78527b9102b3 (v0.1.0) miles/ray/placement_group.py:105: the rollout GPUs
+    # follow the actor's
     cfg = parse_config({"training": {"nodes": 2, "rollout": {"placement": "disaggregated",
                                                              "nodes": 1}}})
     spans = {s.name: s for s in ep_spans(cfg, INSTANCE_TYPES["p5.48xlarge"])}

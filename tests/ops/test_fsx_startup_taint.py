@@ -1,9 +1,8 @@
 """The FSx CSI startup taint on GPU nodes: pods that mount /fsx wait for the FSx CSI node plugin,
-which removes the taint from its node once it runs [kubernetes-sigs/aws-fsx-csi-driver
-helm-chart-aws-fsx-csi-driver-1.17.0 docs/install.md "Configure node startup taint"]. Without it a
-worker can start on a fresh node before the node plugin and fail its /fsx mount
+which removes the taint from its node once it runs [kubernetes-sigs/aws-fsx-csi-driver@5b227125add7,
+tag helm-chart-aws-fsx-csi-driver-1.17.0, docs/install.md:79 "Configure node startup taint"].
+Without it a worker can start on a fresh node before the node plugin and fail its /fsx mount
 (kubernetes/kubernetes#95911, which the driver's taint removal cites).
-
 The scheduling contract treats the taint as self-removing: the FSx node DaemonSet must tolerate
 it and land on every GPU group (checked against the real chart 1.17.0, rendered with the add-on's
 configuration from the template), and no kit pod may tolerate it.

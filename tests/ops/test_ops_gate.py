@@ -197,8 +197,8 @@ def test_transport_markers():
 
 @pytest.mark.parametrize("name", ["Libfabric", "AWS Libfabric", "OFI"])
 def test_a_healthy_run_passes_whichever_name_nccl_logs_for_aws_ofi_nccl(name):
-    """aws-ofi-nccl v1.21.1 src/nccl_ofi_interface_nvidia.cpp:830-858 renames the plugin after
-    NCCL_NET; every name is the same healthy fabric."""
+    """aws-ofi-nccl v1.21.1 (aws/aws-ofi-nccl@2475c4c73690) src/nccl_ofi_interface_nvidia.cpp
+    :830-858 renames the plugin after NCCL_NET; every name is the same healthy fabric."""
     meta, logs = scenario("pass-p5-2node")
     for key in ("allreduce", "ep"):
         logs[key] = logs[key].replace("Using network Libfabric", f"Using network {name}")

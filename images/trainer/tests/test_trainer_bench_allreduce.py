@@ -31,8 +31,9 @@ def test_bus_bandwidth_is_nccl_tests_formula():
 
 
 def test_time_is_the_rank_average_as_nccl_tests_reports_it():
-    """nccl-tests v2.19.6 src/common.cu: `static int average = 1` (0=RANK0, 1=AVG, 2=MIN, 3=MAX);
-    Allreduce() sums the ranks' times and divides by the rank count. Not the slowest rank."""
+    """nccl-tests v2.19.6 (NVIDIA/nccl-tests@a0b82b2260cf) src/common.cu:120:
+    `static int average = 1` (0=RANK0, 1=AVG, 2=MIN, 3=MAX); Allreduce() sums the ranks' times and
+    divides by the rank count. Not the slowest rank."""
 
     class Ctx:
         world_size = 4

@@ -5,9 +5,10 @@ group's NVLink spans instances):
 
 - ``imex_channel``: the pod sees an IMEX channel under ``/dev/nvidia-caps-imex-channels``. The
   NVIDIA DRA driver injects it when the pod's ComputeDomain claim is prepared on the node, which
-  happens once that domain's IMEX daemon runs there (kubernetes-sigs/dra-driver-nvidia-gpu
-  v0.4.1 demo/specs/imex/channel-injection.yaml lists this directory). NCCL names the same path
-  when MNNVL "is available but not working" (NVIDIA/nccl v2.30.7-1 src/mnnvl.cc:74-77).
+  happens once that domain's IMEX daemon runs there (kubernetes-sigs/dra-driver-nvidia-gpu@
+  764900e78337, v0.4.1, demo/specs/imex/channel-injection.yaml lists this directory). NCCL names
+  the same path when MNNVL "is available but not working" (NVIDIA/nccl@73cf112295c3, tag
+  v2.30.7-1, src/mnnvl.cc:74-77).
 - ``gpu_fabric``: ``nvidia-smi -q`` reports each GPU's fabric registration finished with success,
   and all GPUs of the pod in one clique (ClusterUUID and CliqueId), the domain NCCL's MNNVL uses.
   The exact ``nvidia-smi -q`` wording ("Fabric", "State", "Status", "CliqueId", "ClusterUUID") was

@@ -264,9 +264,9 @@ def miles_train_args(
 
     # Cluster. Colocated (the Miles recipe): training and rollout share every GPU (--colocate).
     # Disaggregated: the first training_nodes x gpus_per_node GPUs of Miles' placement group
-    # train and the next --rollout-num-gpus generate (Miles v0.1.0 miles/ray/placement_group.py:
-    # 92-105, _get_placement_group_layout); without --colocate nothing is offloaded between
-    # phases (miles/utils/arguments.py:3296-3331).
+    # train and the next --rollout-num-gpus generate (radixark/miles@78527b9102b3, tag v0.1.0,
+    # miles/ray/placement_group.py:92-105, _get_placement_group_layout); without --colocate
+    # nothing is offloaded between phases (same commit, miles/utils/arguments.py:3296-3331).
     a.add("--actor-num-nodes", par.training_nodes)
     a.add("--actor-num-gpus-per-node", par.gpus_per_node)
     a.add("--num-gpus-per-node", par.gpus_per_node)
@@ -432,8 +432,9 @@ def selective_recompute_modules(model_args: tuple[str, ...] | list[str]) -> list
 def saves_data_cursor(model_args: tuple[str, ...] | list[str]) -> bool:
     """Whether Miles writes its data cursor (``rollout/global_dataset_state_dict_<N>.pt``) with every
     save, so that a save without one is not whole yet: unless the model arguments turn the global
-    dataset off (Miles v0.1.0 miles/rollout/data_source.py:124-126 returns without saving; the flag
-    is miles/utils/arguments.py:1005-1008). The launcher and ``rltrainer checkpoint`` both ask this."""
+    dataset off (radixark/miles@78527b9102b3, tag v0.1.0, miles/rollout/data_source.py:124-126
+    returns without saving; the flag is miles/utils/arguments.py:1005-1008). The launcher and
+    ``rltrainer checkpoint`` both ask this."""
     return "--disable-rollout-global-dataset" not in model_args
 
 

@@ -126,7 +126,8 @@ TRAINING_KEYS = TRAINING_SIZE_KEYS + ("optimizer_cpu_offload", "recompute")
 # time). The launcher renders it unless model.megatron_args choose their own granularity.
 RECOMPUTES = ("none", "selective", "full")
 ROLLOUT_KEYS = ("gpus_per_engine", "ep", "placement", "nodes", "overlap", "off_policy_steps")
-# Where the SGLang engines run (Miles v0.1.0 miles/ray/placement_group.py:92-105): on the training
+# Where the SGLang engines run (Miles v0.1.0: radixark/miles@78527b9102b3
+# miles/ray/placement_group.py:92-105): on the training
 # GPUs (--colocate) or on a pool of their own after the training GPUs (--rollout-num-gpus).
 PLACEMENTS = ("colocated", "disaggregated")
 # How generation overlaps training: none (train.py, phases in turn), batch (train_async.py: the
