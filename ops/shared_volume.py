@@ -5,19 +5,22 @@ A blind `kubectl apply` of both, each time, breaks over a deployment's life:
 
 - ``capacity_gib`` grows: the claim's request would grow with it, and the API server refuses to
   grow a claim without a StorageClass ("only dynamically provisioned pvc can be resized",
-  admission plugin PersistentVolumeClaimResize, kubernetes/kubernetes 76434bd
+  admission plugin PersistentVolumeClaimResize, kubernetes/kubernetes@76434bd62ab6
   ``plugin/pkg/admission/storage/persistentvolume/resize/admission.go``). A request cannot
   shrink either, so the claim is created once and never applied again; binding needs only the
   volume's capacity to cover the request. The volume's capacity may change (only its source
-  and volume mode are immutable, ``ValidatePersistentVolumeUpdate``, kubernetes/kubernetes
-  a7264f9 ``pkg/apis/core/validation/validation.go``), so the volume is applied each time.
+  and volume mode are immutable, ``ValidatePersistentVolumeUpdate``, kubernetes/kubernetes@
+  a7264f95ffc8 ``pkg/apis/core/validation/validation.go``), so the volume is applied each time.
 - the file system is replaced (new ID): a volume's source cannot change (same function). The
   volume still names the old file system; that is a refusal naming the two objects to delete.
 - the claim was deleted (with its namespace, say): the volume, policy Retain, is Released and
   keeps the deleted claim's UID, so a new claim of the same name stays Pending for good ("volume
-  already bound to different claim", ``syncUnboundClaim``/``syncVolume``, kubernetes/kubernetes
-  0097adc ``pkg/controller/volume/persistentvolume/pv_controller.go``). Clearing that UID makes
+  already bound to different claim", ``syncUnboundClaim``/``syncVolume``, kubernetes/kubernetes@
+  0097adc1c512 ``pkg/controller/volume/persistentvolume/pv_controller.go``). Clearing that UID makes
   the volume bindable again, which touches no data; rlkit says so and does it.
+
+Those three commits are the code index's copies, not the release the kit targets (Kubernetes
+1.35): the kubernetes/kubernetes snapshot is over the fetch limit here, so v1.35.x was not read.
 """
 
 from __future__ import annotations
