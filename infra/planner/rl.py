@@ -69,6 +69,7 @@ SYNC_FABRIC_EFF = 0.5  # share of the line rate an NCCL broadcast of weights rea
 OFFLOAD_FIXED_S = 10.0  # colocated: release/resume of engine and trainer memory; calibrated (RL)
 ENGINE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_RL_MAX_NODES = 16  # search range without --nodes / --max-nodes
+EVERY_POOL_UP_TO = 16  # disaggregated: every training pool size up to this (train_pool_sizes)
 
 
 @dataclass(frozen=True)
@@ -334,19 +335,39 @@ def evaluate_rl(model: MoEModel, system: System, *, rl: RLSetup, placement: Plac
                        rl.samples / step, per_step, per_m)
 
 
+def train_pool_sizes(top_n: int) -> list[int]:
+    """Training pool sizes the disaggregated search tries for jobs of up to ``top_n`` nodes:
+    every size up to ``EVERY_POOL_UP_TO``, then 4 per doubling (20, 24, 28, 32, 40, 48, ...; at
+    most 25% apart; quarters of a power-of-two job among them). The set never depends on
+    ``top_n`` beyond cutting it at ``top_n - 1``, so a bigger quota only adds sizes: its best
+    plan is never worse (a set taken from the maximum, such as its quarters, would drop the
+    small pools a smaller quota keeps). One training search per size beyond the first run,
+    which keeps the search under a second at 1,024 GPUs (benchmarks/plan_search.py)."""
+    sizes = list(range(1, min(top_n, EVERY_POOL_UP_TO + 1)))
+    step = EVERY_POOL_UP_TO // 4
+    size = EVERY_POOL_UP_TO + step
+    while size < top_n:
+        sizes.append(size)
+        if size % (4 * step) == 0:  # a doubling reached: coarser steps
+            step *= 2
+        size += step
+    return sizes
+
+
 def _seq_len(rl: RLSetup) -> int:
     return int(math.ceil(rl.mean_sequence / 256) * 256)
 
 
 def _best_training(model, system, rl, precision, counts, colocate, pins, ep_backend,
                    price_per_hour, release="baseline") -> dict[int, Candidate]:
-    """Best training layout per node count in ``counts`` (one search per count, or one search
-    over 1..max when ``counts`` is that whole range)."""
+    """Best training layout per node count in ``counts``: one search over 1..k for a leading
+    run of counts 1..k, one search per count beyond it."""
     counts = sorted(set(counts))
-    if counts == list(range(1, counts[-1] + 1)):
-        groups = [dict(max_nodes=counts[-1])]
-    else:
-        groups = [dict(nodes=n) for n in counts]
+    run = 0  # the leading run 1..run is one search over a range, the rest one search each
+    while run < len(counts) and counts[run] == run + 1:
+        run += 1
+    head = run if run > 1 else 0
+    groups = ([dict(max_nodes=head)] if head else []) + [dict(nodes=n) for n in counts[head:]]
     best: dict[int, Candidate] = {}
     for where in groups:
         best.update(_search_training(model, system, rl, precision, where, colocate, pins,
@@ -479,11 +500,8 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
                                          rollout_nodes=n, engine=eng,
                                          price_per_hour=price_per_hour))
     if "disaggregated" in placements and top_n > 1:
-        # training pools: every size up to 16 nodes, else quarters of the job (one training
-        # search per pool size, so the search stays well under a second at 1,024 GPUs)
-        splits = (range(1, top_n) if top_n <= 16 else
-                  sorted({max(1, top_n * f // 4) for f in range(1, 4)}))
-        best = _best_training(m, system, rl, precision, splits, False, pins, ep_backend,
+        best = _best_training(m, system, rl, precision, train_pool_sizes(top_n), False, pins,
+                              ep_backend,
                               price_per_hour, req.release)
         for n in counts:
             for t, tc in best.items():

@@ -232,3 +232,28 @@ def test_a_log_prob_pass_is_one_forward_whatever_the_recompute():
     # the log-prob passes cost about the same under both: only the optimizer steps recompute
     assert (train_time(full, rl=rl) - full.time.step
             == pytest.approx(train_time(plain, rl=rl) - plain.time.step, rel=0.1))
+
+
+@pytest.mark.parametrize("model,rl,placements", [
+    ("qwen3-235b-a22b", RLSetup(), ("disaggregated",)),
+    ("qwen3-30b-a3b", RLSetup(off_policy_steps=1), ("colocated", "disaggregated")),
+])
+def test_a_bigger_node_quota_never_gives_a_worse_best(model, rl, placements):
+    # above 16 nodes the disaggregated search once tried only quarters of the maximum, so a
+    # quota of 64 nodes lost the 4 + 1 split a quota of 16 found (3-4x the cost per step)
+    def best(max_nodes):
+        return plan_rl(RLPlanRequest(model, "p5en.48xlarge", rl, max_nodes=max_nodes,
+                                     placements=placements)).best.dollars_per_step
+    at16 = best(16)
+    assert best(32) <= at16
+    assert best(64) <= at16
+
+
+def test_train_pool_sizes_grow_with_the_quota_only_by_adding_sizes():
+    from infra.planner.rl import train_pool_sizes
+    assert train_pool_sizes(16) == list(range(1, 16))
+    assert train_pool_sizes(129)[15:] == [16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128]
+    for top in range(2, 300):
+        smaller = set(train_pool_sizes(top))
+        assert smaller <= set(train_pool_sizes(top + 1))
+        assert max(smaller) < top
