@@ -41,7 +41,7 @@ from infra.planner import (
     load_model_file,
     plan,
 )
-from infra.planner.config_writer import write_config
+from infra.planner.config_writer import launcher_problem, write_config
 from infra.planner.request import COLOCATED_MEM_FRACTION
 from infra.planner.rl_modes import engine_mem_fraction
 from infra.trainer_contract import DEFAULT_KEEP_LOCAL, EP_BACKENDS
@@ -74,6 +74,10 @@ FLAGS = {
     "off_policy_steps": "--off-policy-steps",
     "engine_gpus": "--engine-gpus",
     "engine_ep": "--engine-ep",
+    "optimizer_bf16_moments": "--bf16-moments",
+    "schedule": "--schedule",
+    "release": "--release",
+    "write_config": "--write-config",
     **{size: f"--{size}" for size in ("tp", "pp", "ep", "etp", "cp", "vpp", "mbs", "recompute")},
 }
 OVERLAP_CHOICES = ("none", "batch", "stream")
@@ -126,7 +130,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what.add_argument("--precision", choices=PRECISIONS, default="bf16",
                       help="training precision; mxfp8 needs Blackwell (p6) (bf16)")
     what.add_argument("--bf16-moments", action="store_true",
-                      help="Adam moments in BF16 (Megatron --use-precision-aware-optimizer)")
+                      help="Adam moments in BF16 (Megatron --exp-avg-dtype bf16); not with "
+                           "--write-config: the launcher keeps them in FP32")
     what.add_argument("--keep-local", type=positive_int, default=DEFAULT_KEEP_LOCAL, metavar="K",
                       help="finished saves kept on the shared file system (training.checkpoint."
                            f"keep_local); it is sized for the weights plus K + 1 saves "
@@ -212,7 +217,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--top", type=positive_int, default=5, help="layouts to show (5)")
     add_output_option(out)
     out.add_argument("--write-config", metavar="PATH",
-                     help="write the best layout into this kit config file")
+                     help="write the best layout into this kit config file (refused with "
+                          "--precision other than bf16, --bf16-moments, --schedule other than "
+                          "1f1b or --release other than baseline: the launcher runs none of them)")
     out.add_argument("--node-group", metavar="NAME",
                      help="with --write-config: the gpu_node_groups entry to run on")
     out.add_argument("--plot", metavar="FILE",
@@ -286,6 +293,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not _config_defaults(args):
         return 2
+    if args.write_config:  # before the search: a plan the launcher cannot run is not written
+        problem = launcher_problem(args.write_config, precision=args.precision,
+                                   optimizer_bf16_moments=args.bf16_moments,
+                                   schedule=args.schedule, release=args.release)
+        if problem:
+            return _error(PlannerError(problem))
     if args.rl:
         return _run_rl(args)
     try:

@@ -25,7 +25,7 @@ from infra.config import (
 )
 from infra.catalog.models import MODEL_CATALOG
 from infra.config.training_model import TrainingConfig, model_hf_checkpoint
-from infra.planner.errors import PlannerError
+from infra.planner.errors import PlannerError, field as named
 from infra.planner.layout import INTERLEAVING_RULE
 from infra.planner.search import Candidate
 
@@ -117,6 +117,42 @@ def _checkpoint_for(training: dict, model_key: str, path: Path, new_file: bool) 
     if old_name and stem.endswith("/" + old_name):
         return stem[:-len(old_name)] + default.rsplit("/", 1)[1] + old[len(stem):]
     return default
+
+
+# What the kit's launcher (images/trainer/src/rltrainer/miles.py) runs, for the plan options it
+# has no config field for: BF16 training (it passes Megatron no FP8 flag), FP32 Adam moments (it
+# never passes --exp-avg-dtype, default fp32: megatron-lm 37f9161
+# megatron/training/arguments.py:2960), plain 1F1B with the expert all-to-all exposed (no overlap
+# or DualPipe flag) and the baseline software release (infra/catalog/releases.py). A plan made
+# under another value sizes memory and time for a run the launcher does not make.
+_LAUNCHER_RUNS = (
+    ("precision", "bf16", "trains in BF16 (it passes Megatron no FP8 flag)"),
+    ("optimizer_bf16_moments", False, "keeps Adam moments in FP32 (it never passes "
+                                      "--exp-avg-dtype, whose default is fp32: megatron-lm "
+                                      "37f9161 megatron/training/arguments.py:2960)"),
+    ("schedule", "1f1b", "runs Megatron's 1F1B schedule with the expert all-to-all exposed (it "
+                         "passes no all-to-all overlap or DualPipe flag)"),
+    ("release", "baseline", "runs the baseline release (mb-26.06 is Megatron-Bridge's 26.06 "
+                            "recipe, whose switches it does not set)"),
+)
+
+
+def launcher_problem(path: str | Path, **options) -> str | None:
+    """Why the launcher cannot run a plan made with ``options`` (``precision``,
+    ``optimizer_bf16_moments``, ``schedule``, ``release``; one sentence naming all that differ),
+    or None. Writing such a plan is refused rather than re-planned as the launcher runs it: the
+    plan printed would not be the one written."""
+    wrong = [(named(k) if isinstance(v, bool) else f"{named(k)} {v}", why)
+             for k, runs, why in _LAUNCHER_RUNS
+             if k in options and (v := options[k]) != runs]
+    if not wrong:
+        return None
+    said = "; ".join(f"{opt}, but the launcher {why}" for opt, why in wrong)
+    opts = ", ".join(opt for opt, _ in wrong)
+    return (f"not writing {path}: {said}. The layout planned with "
+            f"{'it' if len(wrong) == 1 else 'them'} would not run as predicted (memory and step "
+            f"time); re-plan without {opts} to write the config, or drop "
+            f"{named('write_config')} to see this plan")
 
 
 # training.rollout keys that say how rollout runs (placement, pool, overlap); an on-policy
