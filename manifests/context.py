@@ -348,7 +348,7 @@ def save_size_env(cfg: KitConfig) -> list[dict[str, str]]:
     model = MODEL_CATALOG.get(cfg.training.model)
     if model is None:
         return []
-    gib = -(-checkpoint_bytes(model, optimizer_bf16_moments=False) // GIB)
+    gib = -(-checkpoint_bytes(model) // GIB)
     return [{"name": SAVE_SIZE_ESTIMATE_ENV, "value": str(gib)}]
 
 

@@ -440,8 +440,7 @@ def _report(args: argparse.Namespace, result, print_table: Callable[[Any], None]
             written: str) -> int:
     """Print a plan (training or RL) with the shared file system it needs, as a table or JSON,
     then what --write-config (the training fields ``written``) and --plot wrote."""
-    shared_fs = plan_for_model(result.model, optimizer_bf16_moments=args.bf16_moments,
-                               keep_local=args.keep_local)
+    shared_fs = plan_for_model(result.model, keep_local=args.keep_local)
     if wants_json(args):
         emit(args, {**result.to_dict(), "shared_filesystem": shared_fs.to_dict()})
     else:
@@ -500,8 +499,7 @@ def _new_config_text(args: argparse.Namespace, instance_type: str, nodes: int,
     if not path.parent.is_dir():
         raise PlannerError(f"--write-config {path}: the directory {path.parent} does not exist; "
                            "create it or write the config elsewhere")
-    fs = plan_for_model(model, optimizer_bf16_moments=args.bf16_moments,
-                        keep_local=args.keep_local).cost.capacity_gib
+    fs = plan_for_model(model, keep_local=args.keep_local).cost.capacity_gib
     return starter_config(path, instance_type, args.node_group, nodes,
                           fs if fs > SHARED_FS_MIN_CAPACITY_GIB else None)
 

@@ -33,14 +33,19 @@ def valid_shared_fs_capacity_gib(gib: int) -> int:
     return -(-gib // SHARED_FS_CAPACITY_STEP_GIB) * SHARED_FS_CAPACITY_STEP_GIB
 
 
-def shared_fs_required_gib(model_key: str, keep_local: int = DEFAULT_KEEP_LOCAL) -> int | None:
-    """GiB the shared file system needs for ``model_key``: the BF16 reference weights plus
+def shared_fs_need_gib(model: MoEModel, keep_local: int = DEFAULT_KEEP_LOCAL) -> int:
+    """GiB the shared file system needs for a run of ``model``: the BF16 reference weights plus
     ``keep_local + 1`` checkpoints (weights + optimizer state: the kept saves and the one being
-    written). None for a model the catalog does not know (the renderer reports that)."""
-    model = MODEL_CATALOG.get(model_key)
-    if model is None:
-        return None
+    written). The one sizing rule: config validation checks it (``shared_fs_required_gib``) and
+    `rlkit plan` proposes it (``plan_for_model``)."""
     return -(-shared_fs_bytes(model, keep_local=keep_local) // GIB)
+
+
+def shared_fs_required_gib(model_key: str, keep_local: int = DEFAULT_KEEP_LOCAL) -> int | None:
+    """``shared_fs_need_gib`` of catalog model ``model_key``; None for a model the catalog does
+    not know (the renderer reports that)."""
+    model = MODEL_CATALOG.get(model_key)
+    return None if model is None else shared_fs_need_gib(model, keep_local)
 
 
 _COUNT_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
@@ -111,9 +116,10 @@ class PlannedSharedFs:
                 "checkpoints_on_disk": saves_on_disk(self.keep_local), **self.cost.to_dict()}
 
 
-def plan_for_model(model: MoEModel, *, optimizer_bf16_moments: bool = False,
+def plan_for_model(model: MoEModel, *,
                    keep_local: int = DEFAULT_KEEP_LOCAL) -> PlannedSharedFs:
     """The file system a run of ``model`` needs (what `rlkit plan` proposes) and its cost: the
-    same ``keep_local`` the launcher's retention keeps and config validation checks."""
-    need = -(-shared_fs_bytes(model, optimizer_bf16_moments=optimizer_bf16_moments, keep_local=keep_local) // GIB)
+    rule and the ``keep_local`` config validation checks (``shared_fs_need_gib``), as the
+    launcher runs (FP32 Adam moments, whatever the plan assumed on the GPUs)."""
+    need = shared_fs_need_gib(model, keep_local)
     return PlannedSharedFs(need, cost_for(valid_shared_fs_capacity_gib(need), DEFAULT_THROUGHPUT), keep_local)

@@ -315,10 +315,11 @@ MODEL_CATALOG: dict[str, MoEModel] = {
 
 BF16_BYTES = 2
 FP32_BYTES = 4
-# BF16 weight + FP32 master weight + two FP32 Adam moments; with BF16 moments
-# (--use-precision-aware-optimizer) the moments take 2 x 2 bytes instead.
+# BF16 weight + FP32 master weight + two FP32 Adam moments. The moments are FP32 in every run the
+# kit's launcher makes (it never passes --exp-avg-dtype, default fp32: megatron-lm 37f9161
+# megatron/training/arguments.py:2960), so the file system is sized for them even when a plan
+# assumed BF16 moments (`rlkit plan --bf16-moments`, which --write-config refuses).
 CHECKPOINT_BYTES_PER_PARAM = BF16_BYTES + FP32_BYTES + 2 * FP32_BYTES
-CHECKPOINT_BYTES_PER_PARAM_BF16_MOMENTS = BF16_BYTES + FP32_BYTES + 2 * BF16_BYTES
 
 GIB = 1 << 30
 
@@ -328,11 +329,9 @@ def trained_params(model: MoEModel) -> int:
     return model.total_params + model.mtp_params
 
 
-def checkpoint_bytes(model: MoEModel, *, optimizer_bf16_moments: bool = False) -> int:
+def checkpoint_bytes(model: MoEModel) -> int:
     """Bytes of one complete checkpoint (weights + optimizer state) of ``model``."""
-    per_param = (CHECKPOINT_BYTES_PER_PARAM_BF16_MOMENTS if optimizer_bf16_moments
-                 else CHECKPOINT_BYTES_PER_PARAM)
-    return trained_params(model) * per_param
+    return trained_params(model) * CHECKPOINT_BYTES_PER_PARAM
 
 
 def reference_weights_bytes(model: MoEModel) -> int:
@@ -351,10 +350,7 @@ def saves_on_disk(keep_local: int = DEFAULT_KEEP_LOCAL) -> int:
     return keep_local + 1
 
 
-def shared_fs_bytes(model: MoEModel, *, optimizer_bf16_moments: bool = False,
-                    keep_local: int = DEFAULT_KEEP_LOCAL) -> int:
+def shared_fs_bytes(model: MoEModel, *, keep_local: int = DEFAULT_KEEP_LOCAL) -> int:
     """Bytes the shared file system must hold for a run of ``model``: the reference weights plus
     ``saves_on_disk(keep_local)`` checkpoints."""
-    return (reference_weights_bytes(model)
-            + saves_on_disk(keep_local) * checkpoint_bytes(model,
-                                                           optimizer_bf16_moments=optimizer_bf16_moments))
+    return reference_weights_bytes(model) + saves_on_disk(keep_local) * checkpoint_bytes(model)

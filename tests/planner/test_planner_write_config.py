@@ -63,3 +63,49 @@ def test_the_options_the_launcher_runs_are_still_written(capsys, config):
                      "2", "--precision", "bf16", "--schedule", "1f1b", "--release", "baseline",
                      "--write-config", str(config), "--node-group", "p5")
     assert rc == 0, err
+
+
+# a node count each catalog model's training plan fits on p5en.48xlarge
+FITS_ON_P5EN = {"qwen3-30b-a3b": 1, "qwen3-235b-a22b": 6, "deepseek-v3": 16,
+                "mixtral-8x7b": 2, "mixtral-8x22b": 4, "kimi-k2": 21}
+
+
+def test_every_catalog_model_has_a_node_count_here():
+    from infra.catalog.models import MODEL_CATALOG
+    assert set(FITS_ON_P5EN) == set(MODEL_CATALOG)
+
+
+@pytest.mark.parametrize("model", sorted(FITS_ON_P5EN))
+def test_a_created_config_validates_and_the_printed_capacity_is_what_validation_needs(
+        capsys, tmp_path, model):
+    import json
+
+    from infra.config import load_config, shared_fs_required_gib
+    target = tmp_path / "new.yaml"
+    rc, out, err = run(capsys, "--model", model, "--instance", "p5en.48xlarge", "--nodes",
+                       str(FITS_ON_P5EN[model]), "--write-config", str(target), "--node-group",
+                       "p5en", "--json")
+    assert rc == 0, err
+    cfg = load_config(target)  # validates, the shared file system's size included
+    need = shared_fs_required_gib(model, cfg.training.checkpoint.keep_local)
+    printed = json.loads(out)["shared_filesystem"]
+    assert printed["required_gib"] == need
+    assert printed["capacity_gib"] >= need
+    assert cfg.storage.shared_filesystem.capacity_gib == printed["capacity_gib"]
+
+
+@pytest.mark.parametrize("model,shape", [
+    ("mixtral-8x7b", ("--nodes", "2")),
+    ("deepseek-v3", ("--nodes", "16")),
+    ("qwen3-30b-a3b", ("--rl", "--max-nodes", "2")),
+])
+def test_bf16_moments_do_not_shrink_the_proposed_file_system(capsys, model, shape):
+    # the advice was sized with BF16 moments, below what validation (FP32 moments, as the
+    # launcher saves them) requires: a config following it was refused
+    import json
+
+    from infra.config import shared_fs_required_gib
+    rc, out, err = run(capsys, "--model", model, "--instance", "p5en.48xlarge", *shape,
+                       "--bf16-moments", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["shared_filesystem"]["required_gib"] == shared_fs_required_gib(model)
