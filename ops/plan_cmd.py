@@ -18,14 +18,15 @@ Every number is checked as it is parsed (``--seq-len 0`` or a negative price is 
 error naming the flag). The table fits the terminal, dropping its least important columns first;
 in a pipe it prints plain aligned columns; -o json|yaml prints one document. --write-config
 creates the file when it does not exist yet; with --rl it writes the plan's placement, rollout
-pool and overlap (training.rollout), which `rlkit launch` runs and `--config` reads back.
+pool and overlap (training.rollout), which `rlkit launch` runs and `--config` reads back; a
+training plan for a config with colocated rollout is planned beside its engines (ops.plan_write).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,16 +42,16 @@ from infra.planner import (
     load_model_file,
     plan,
 )
-from infra.planner.config_writer import launcher_problem, write_config
+from infra.planner.config_writer import launcher_problem
+from infra.planner.errors import field as named
 from infra.planner.request import COLOCATED_MEM_FRACTION
-from infra.planner.rl_modes import engine_mem_fraction
 from infra.trainer_contract import DEFAULT_KEEP_LOCAL, EP_BACKENDS
-from infra.catalog.fsx import SHARED_FS_MIN_CAPACITY_GIB, plan_for_model
+from infra.catalog.fsx import plan_for_model
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
-from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLPlan, RLSetup, plan_rl
+from infra.planner.rl import DEFAULT_RL_MAX_NODES, RLSetup, plan_rl
 from infra.planner.search import DEFAULT_MAX_NODES, PlanResult
-from ops.config_source import starter_config
+from ops.plan_write import training_engine, write_rl_config, write_training_config
 from infra.config.values import MAX_GPU_NODES_PER_GROUP
 from ops.options import (
     add_config,
@@ -227,7 +228,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "chosen layout's step-time breakdown (PNG)")
     # not a flag: the NVLink domain of the config's node group (its UltraServer type), read
     # with the instance type from the config
-    p.set_defaults(func=run, ultraserver_type=None)
+    p.set_defaults(func=run, ultraserver_type=None, run_rollout=None, rollout_engine_gpus=0)
 
 
 # flags that shape a GRPO step: only --rl plans one (checked before the config fills its GRPO
@@ -301,23 +302,17 @@ def run(args: argparse.Namespace) -> int:
             return _error(PlannerError(problem))
     if args.rl:
         return _run_rl(args)
+    written = ""
     try:
+        engine_note = training_engine(args)  # the config's colocated engine, planned beside
         result = _plan(args)
         if args.plot:
             draw(from_training_plan(result, _best_per_nodes(args)), args.plot)
         if args.write_config:
-            if not args.node_group:
-                raise PlannerError("--write-config needs --node-group NAME (a gpu_node_groups "
-                                   "entry of the config file)")
-            start = _new_config_text(args, result.system.name, result.best.nodes, result.model)
-            notes: list[str] = []
-            write_config(args.write_config, result.best, result.model.key, result.system.name,
-                         args.node_group, new_file_text=start, notes=notes)
-            _say_created(args, start, notes)
+            written = write_training_config(args, result, engine_note)
     except PlannerError as err:
         return _error(err)
-    return _report(args, result, print_plan_table,
-                   "model,node_group,nodes,parallel,expert_parallel.backend")
+    return _report(args, result, print_plan_table, written)
 
 
 def _config_defaults(args: argparse.Namespace) -> bool:
@@ -347,6 +342,8 @@ def _config_defaults(args: argparse.Namespace) -> bool:
         if args.nodes is None and args.max_nodes is None:
             args.nodes = t.nodes
             whole_run = True
+            # a training plan of the config's run shares its GPUs with the config's engine
+            args.run_rollout = t.rollout.model_dump(exclude_unset=True)
             if not args.rl and t.rollout.placement == "disaggregated" and t.rollout.nodes:
                 # A training plan trains on the training pool; the rollout engines have theirs.
                 args.nodes = t.nodes - t.rollout.nodes
@@ -429,17 +426,17 @@ def _run_rl(args: argparse.Namespace) -> int:
         if args.plot:
             draw(from_rl_plan(result), args.plot)
         if args.write_config:
-            _write_rl_config(args, result)
+            write_rl_config(args, result)
     except PlannerError as err:
         return _error(err)
     return _report(args, result, print_rl_plan_table,
-                   "model,node_group,nodes,parallel,expert_parallel.backend,rollout,grpo")
+                   "training.{model,node_group,nodes,parallel,expert_parallel.backend,rollout,grpo}")
 
 
 def _report(args: argparse.Namespace, result, print_table: Callable[[Any], None],
             written: str) -> int:
     """Print a plan (training or RL) with the shared file system it needs, as a table or JSON,
-    then what --write-config (the training fields ``written``) and --plot wrote."""
+    then what --write-config (the fields ``written``) and --plot wrote."""
     shared_fs = plan_for_model(result.model, keep_local=args.keep_local)
     if wants_json(args):
         emit(args, {**result.to_dict(), "shared_filesystem": shared_fs.to_dict()})
@@ -447,88 +444,43 @@ def _report(args: argparse.Namespace, result, print_table: Callable[[Any], None]
         print_table(result)
         make_console().print(shared_fs.describe(), markup=False, highlight=False)
     if args.write_config:
-        print(f"wrote training.{{{written}}} to {args.write_config}", file=sys.stderr)
+        print(f"wrote {written} to {args.write_config}", file=sys.stderr)
     if args.plot:
         print(f"wrote plot to {args.plot}", file=sys.stderr)
     return 0
-
-
-def _write_rl_config(args: argparse.Namespace, result: RLPlan) -> None:
-    """Write the best GRPO plan: training layout, engines, batch shape and the mode (placement,
-    rollout pool, overlap, off-policy steps: training.rollout), which the launcher turns into the
-    Miles flags ``best.miles_args`` prints."""
-    if not args.node_group:
-        raise PlannerError("--write-config needs --node-group NAME (a gpu_node_groups entry of "
-                           "the config file)")
-    best, rl = result.best, result.rl
-    launcher = engine_mem_fraction(RLSetup(), result.system, best.placement, best.engine.gpus)
-    if rl.mem_fraction is not None and abs(rl.mem_fraction - launcher) > 1e-9:
-        # the launcher sets 0.7 colocated and leaves SGLang's own default on a pool of its own;
-        # the config has no field for another share
-        raise PlannerError(
-            f"--rollout-mem-fraction {rl.mem_fraction:g}: the config has no field for the "
-            f"engines' memory share, and the launcher runs {best.placement} engines with "
-            f"{launcher:g}; drop --rollout-mem-fraction to plan what the launcher runs")
-    start = _new_config_text(args, result.system.name, best.nodes, result.model)
-    notes: list[str] = []
-    rollout = {"gpus_per_engine": best.engine.gpus, "ep": best.engine.ep}
-    if best.placement != "colocated":
-        rollout.update(placement=best.placement, nodes=best.rollout_nodes)
-    if rl.mode != "on-policy":
-        rollout.update(overlap=rl.mode, off_policy_steps=rl.staleness)
-    write_config(args.write_config, best.training, result.model.key, result.system.name,
-                 args.node_group, rollout=rollout, nodes=best.nodes,
-                 grpo={"rollout_batch_size": rl.prompts,
-                       "n_samples_per_prompt": rl.samples_per_prompt,
-                       "global_batch_size": rl.train_batch,
-                       "num_steps_per_rollout": rl.steps_per_rollout,
-                       "rollout_max_response_len": rl.max_response_len},
-                 new_file_text=start, notes=notes)
-    _say_created(args, start, notes)
-
-
-def _new_config_text(args: argparse.Namespace, instance_type: str, nodes: int,
-                     model) -> str | None:
-    """--write-config names a file that does not exist yet: the text that starts it (the README's
-    first command), with the node group the plan runs on and the shared file system the plan
-    sizes for ``model``; write_config merges the plan into it and creates the file only when the
-    result validates. None when the file exists."""
-    path = Path(args.write_config)
-    if os.path.lexists(path):
-        return None
-    if not path.parent.is_dir():
-        raise PlannerError(f"--write-config {path}: the directory {path.parent} does not exist; "
-                           "create it or write the config elsewhere")
-    fs = plan_for_model(model, keep_local=args.keep_local).cost.capacity_gib
-    return starter_config(path, instance_type, args.node_group, nodes,
-                          fs if fs > SHARED_FS_MIN_CAPACITY_GIB else None)
-
-
-def _say_created(args: argparse.Namespace, start: str | None, notes: list[str]) -> None:
-    if start is not None:
-        path = Path(args.write_config)
-        print(f"created {path}: a new config for environment {path.stem!r} (edit name, region "
-              "and account before deploying)", file=sys.stderr)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
 
 
 def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:
     model = load_model_file(args.model_file) if args.model_file else args.model
     pins = Pins(tp=args.tp, pp=args.pp, ep=args.ep, etp=args.etp, cp=args.cp, vpp=args.vpp,
                 mbs=args.mbs, recompute=args.recompute)
+    engine = args.rollout_engine_gpus  # the config's colocated engine (training_engine)
+    colocate = args.colocate or bool(engine)
     setup = TrainingSetup(
         seq_len=args.seq_len or 4096, global_batch=args.global_batch or 256,
         precision=args.precision, schedule=args.schedule, release=args.release,
         optimizer_bf16_moments=args.bf16_moments,
-        colocate_rollout=args.colocate, rollout_offload=not args.no_rollout_offload,
+        colocate_rollout=colocate, rollout_offload=not args.no_rollout_offload,
         rollout_mem_fraction=(COLOCATED_MEM_FRACTION if args.rollout_mem_fraction is None
-                              else args.rollout_mem_fraction) if args.colocate else 0.0,
-        rollout_tokens_per_gpu=(args.rollout_kv_tokens or 0) if args.colocate else 0,
+                              else args.rollout_mem_fraction) if colocate else 0.0,
+        rollout_tokens_per_gpu=(args.rollout_kv_tokens or 0) if colocate else 0,
+        rollout_engine_gpus=engine,
     )
-    return plan(PlanRequest(
+    result = plan(PlanRequest(
         model, args.instance, nodes=args.nodes, max_nodes=args.max_nodes, setup=setup,
-        pins=pins, ep_backend=args.ep_backend, objective=args.objective, top=top or args.top,
+        pins=pins, ep_backend=args.ep_backend, objective=args.objective,
+        top=10**9 if engine else top or args.top,
         price_per_hour=args.price_per_hour, memory_headroom_gib=args.headroom_gib,
         ultraserver_type=args.ultraserver_type,
     ))
+    if not engine:
+        return result
+    # the engines tile the run's GPUs (the trainer's rule): keep the node counts they tile
+    gpn = result.system.gpus_per_node
+    tiled = [c for c in result.candidates if c.nodes * gpn % engine == 0]
+    if not tiled:
+        raise PlannerError(
+            f"no layout fits on a node count whose GPUs the colocated engines of {engine} GPUs "
+            f"(training.rollout.gpus_per_engine) tile: {engine} must divide nodes x {gpn}; plan "
+            f"a multiple of {max(1, engine // gpn)} nodes ({named('nodes')}, {named('max_nodes')})")
+    return replace(result, candidates=tuple(tiled[:top or args.top]))

@@ -280,6 +280,14 @@ def engine_fits_heads(model: MoEModel, gpus: int) -> bool:
     return engine_heads_fit(gpus, model.num_heads, _kv_heads(model))
 
 
+def engine_weights_fit(model: MoEModel, system: System, rl: RLSetup, placement: Placement,
+                       gpus: int) -> bool:
+    """Whether an engine of ``gpus`` GPUs leaves at least a tenth of its memory share for KV
+    cache after its BF16 weights (the engine rule of ``engine_layouts``)."""
+    share = engine_mem_fraction(rl, system, placement, gpus) * system.gpu_memory_gib * GIB
+    return _weights_bytes(model) / gpus <= 0.9 * share
+
+
 def engine_layouts(model: MoEModel, system: System, *, rl: RLSetup, gpus: int, backend: str,
                    pinned: tuple[int, int] | None = None,
                    placement: Placement = "colocated") -> list[EngineLayout]:
@@ -291,9 +299,7 @@ def engine_layouts(model: MoEModel, system: System, *, rl: RLSetup, gpus: int, b
     for g in sizes:
         if gpus % g or not engine_fits_heads(model, g):
             continue
-        weights = _weights_bytes(model) / g
-        frac = engine_mem_fraction(rl, system, placement, g)
-        if weights > 0.9 * frac * system.gpu_memory_gib * GIB:
+        if not engine_weights_fit(model, system, rl, placement, g):
             continue
         if pinned:
             eps = [pinned[1]]

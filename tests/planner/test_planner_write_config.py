@@ -65,9 +65,10 @@ def test_the_options_the_launcher_runs_are_still_written(capsys, config):
     assert rc == 0, err
 
 
-# a node count each catalog model's training plan fits on p5en.48xlarge
+# a node count each catalog model's training plan fits on p5en.48xlarge, beside the colocated
+# engines of a new config (Kimi-K2's take 32 GPUs: a multiple of 4 nodes)
 FITS_ON_P5EN = {"qwen3-30b-a3b": 1, "qwen3-235b-a22b": 6, "deepseek-v3": 16,
-                "mixtral-8x7b": 2, "mixtral-8x22b": 4, "kimi-k2": 21}
+                "mixtral-8x7b": 2, "mixtral-8x22b": 4, "kimi-k2": 24}
 
 
 def test_every_catalog_model_has_a_node_count_here():
@@ -109,3 +110,91 @@ def test_bf16_moments_do_not_shrink_the_proposed_file_system(capsys, model, shap
                        "--bf16-moments", "--json")
     assert rc == 0, err
     assert json.loads(out)["shared_filesystem"]["required_gib"] == shared_fs_required_gib(model)
+
+
+def _big_group(config: Path) -> None:
+    import yaml
+    data = yaml.safe_load(config.read_text())
+    data["gpu_node_groups"]["p5"]["max_size"] = 32
+    data["storage"]["shared_filesystem"] = {"capacity_gib": 7200}
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_a_training_plan_written_into_a_colocated_config_runs_beside_its_engine(capsys, config):
+    # the example runs rollout colocated with engines of 8 GPUs; Qwen3-235B-A22B's weights over
+    # 8 p5 GPUs (55 GiB each) do not fit the engines' 0.7 share of 80 GiB, which the GRPO
+    # planner's own engine rule rejects, yet the training plan was written beside them unchecked
+    import json
+
+    import yaml
+
+    from infra.config import load_config
+    from infra.planner import get_model, get_system
+    from infra.planner.colocated import engine_problem
+    _big_group(config)
+    rc, out, err = run(capsys, "--model", "qwen3-235b-a22b", "--instance", "p5.48xlarge",
+                       "--write-config", str(config), "--node-group", "p5", "--json")
+    assert rc == 0, err
+    assert "note: training.rollout.gpus_per_engine 8 in" in err
+    assert "more than 90% of its colocated memory share" in err
+    assert "planned beside engines of 16 GPUs and wrote that" in err
+    rollout = yaml.safe_load(config.read_text())["training"]["rollout"]
+    assert rollout == {"gpus_per_engine": 16, "ep": 16}
+    plan = json.loads(out)
+    assert plan["setup"]["colocate_rollout"] and plan["setup"]["rollout_engine_gpus"] == 16
+    assert plan["candidates"][0]["nodes"] % 2 == 0  # engines of 16 GPUs tile 2-node multiples
+    cfg = load_config(config)
+    assert engine_problem(get_model("qwen3-235b-a22b"), get_system("p5.48xlarge"),
+                          cfg.training.rollout.gpus_per_engine) is None
+
+
+def test_a_config_s_engine_that_fits_is_kept_and_planned_beside(capsys, config):
+    import json
+
+    import yaml
+    rc, out, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                       "--nodes", "2", "--write-config", str(config), "--node-group", "p5",
+                       "--json")
+    assert rc == 0, err
+    assert "rollout" not in yaml.safe_load(config.read_text())["training"]
+    assert "rollout" not in err.split("wrote ")[-1]
+    setup = json.loads(out)["setup"]
+    assert setup["colocate_rollout"] and setup["rollout_engine_gpus"] == 8
+    # and the plan of the config's own run is the same plan (the round trip)
+    rc, again, err = run(capsys, "--config", str(config), "--json")
+    assert rc == 0, err
+    assert json.loads(again)["candidates"][0] == json.loads(out)["candidates"][0]
+
+
+def test_engines_that_do_not_tile_the_node_count_are_refused(capsys, tmp_path):
+    rc, _, err = run(capsys, "--model", "kimi-k2", "--instance", "p5en.48xlarge", "--nodes", "21",
+                     "--write-config", str(tmp_path / "new.yaml"), "--node-group", "p5en")
+    assert rc == 2
+    assert ("the colocated engines of 32 GPUs (training.rollout.gpus_per_engine) tile: 32 must "
+            "divide nodes x 8; plan a multiple of 4 nodes (--nodes, --max-nodes)") in err
+
+
+@pytest.mark.parametrize("flags,named", [
+    (("--rollout-mem-fraction", "0.5"), "--rollout-mem-fraction 0.5, but the launcher"),
+    (("--rollout-kv-tokens", "100000"), "--rollout-kv-tokens, but the launcher"),
+])
+def test_an_engine_share_the_launcher_does_not_run_is_not_written(capsys, config, flags, named):
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes",
+                     "2", "--colocate", *flags, "--write-config", str(config), "--node-group",
+                     "p5")
+    assert rc == 2
+    assert named in err and "re-plan without" in err
+    assert config.read_text() == P5_EXAMPLE.read_text()
+
+
+def test_no_engine_size_that_fits_is_refused():
+    import dataclasses
+
+    from infra.planner import PlannerError, get_model, get_system
+    from infra.planner.colocated import colocated_engine
+    huge = dataclasses.replace(get_model("qwen3-30b-a3b"), key="huge")
+    system = dataclasses.replace(get_system("p5.48xlarge"), gpu_memory_gib=1.0)
+    with pytest.raises(PlannerError, match=r"training.rollout.gpus_per_engine 8 in c.yaml: an "
+                                           r"engine of 8 GPU\(s\) holds .* and no engine of "
+                                           r"1, 2, 4, 8, 16, 32, 64 GPUs fits either"):
+        colocated_engine(huge, system, {}, "c.yaml")
