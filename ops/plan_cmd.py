@@ -79,6 +79,8 @@ FLAGS = {
     "schedule": "--schedule",
     "release": "--release",
     "write_config": "--write-config",
+    "memory_headroom_gib": "--headroom-gib",
+    "seq_len": "--seq-len",
     **{size: f"--{size}" for size in ("tp", "pp", "ep", "etp", "cp", "vpp", "mbs", "recompute")},
 }
 OVERLAP_CHOICES = ("none", "batch", "stream")

@@ -365,9 +365,11 @@ def _seq_len(rl: RLSetup) -> int:
 
 
 def _best_training(model, system, rl, precision, counts, colocate, pins, ep_backend,
-                   price_per_hour, release="baseline") -> dict[int, Candidate]:
+                   price_per_hour, release="baseline",
+                   errors: dict[int, PlannerError] | None = None) -> dict[int, Candidate]:
     """Best training layout per node count in ``counts``: one search over 1..k for a leading
-    run of counts 1..k, one search per count beyond it."""
+    run of counts 1..k, one search per count beyond it. A search that finds nothing leaves its
+    error in ``errors``, under the most nodes it searched."""
     counts = sorted(set(counts))
     run = 0  # the leading run 1..run is one search over a range, the rest one search each
     while run < len(counts) and counts[run] == run + 1:
@@ -376,25 +378,26 @@ def _best_training(model, system, rl, precision, counts, colocate, pins, ep_back
     groups = ([dict(max_nodes=head)] if head else []) + [dict(nodes=n) for n in counts[head:]]
     best: dict[int, Candidate] = {}
     for where in groups:
-        best.update(_search_training(model, system, rl, precision, where, colocate, pins,
-                                     ep_backend, price_per_hour, release))
+        try:
+            best.update(_search_training(model, system, rl, precision, where, colocate, pins,
+                                         ep_backend, price_per_hour, release))
+        except PlannerError as err:  # nothing fits this pool; the others may
+            if errors is not None:
+                errors[where.get("nodes") or where["max_nodes"]] = err
     return best
 
 
 def _search_training(model, system, rl, precision, where, colocate, pins, ep_backend,
                      price_per_hour, release="baseline") -> dict[int, Candidate]:
-    try:
-        setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch,
-                              precision=precision, release=release,
-                              colocate_rollout=colocate, rollout_offload=True,
-                              rollout_mem_fraction=(engine_mem_fraction(rl, system, "colocated", 8)
-                                                    if colocate else 0.0))
-        result = plan(PlanRequest(model, system.name, **where, setup=setup,
-                                  pins=pins or Pins(), ep_backend=ep_backend, top=10**9,
-                                  price_per_hour=price_per_hour,
-                                  ultraserver_type=system.ultraserver or None))
-    except PlannerError:
-        return {}
+    setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch,
+                          precision=precision, release=release,
+                          colocate_rollout=colocate, rollout_offload=True,
+                          rollout_mem_fraction=(engine_mem_fraction(rl, system, "colocated", 8)
+                                                if colocate else 0.0))
+    result = plan(PlanRequest(model, system.name, **where, setup=setup,
+                              pins=pins or Pins(), ep_backend=ep_backend, top=10**9,
+                              price_per_hour=price_per_hour,
+                              ultraserver_type=system.ultraserver or None))
     best: dict[int, Candidate] = {}
     for c in result.candidates:  # ranked best first
         best.setdefault(c.nodes, c)
@@ -440,6 +443,27 @@ def _check_engine(model: MoEModel, system: System, rl: RLSetup, engine: tuple[in
                            f"weights per GPU, more than 90% of its memory share ({best:.0f} GiB "
                            f"of {system.name}'s {system.gpu_memory_gib:g}), so no KV cache fits; "
                            "pin more GPUs per engine")
+
+
+def _nothing_fits(m: MoEModel, system: System, nodes: int | None, max_nodes: int, pins: Pins,
+                  engine: tuple[int, int] | None, trained: bool,
+                  train_errors: dict[int, PlannerError]) -> None:
+    """Raise the reason no GRPO layout was found: the training search's own error (that of the
+    biggest pool searched) when no training layout fits anywhere, else the engines; the fix
+    names what the request left free (a fixed node count is not a quota)."""
+    where = f"{nodes} node(s)" if nodes else f"1 to {max_nodes} nodes"
+    pinned = [f"{named(k)} {v}" for k, v in pins.fixed().items()]
+    if engine is not None:
+        pinned += [f"{named('engine_gpus')} {engine[0]}", f"{named('engine_ep')} {engine[1]}"]
+    more = (f"plan more nodes ({named('nodes')})" if nodes else
+            f"allow more nodes ({named('max_nodes')})")
+    also = f", or change the pinned {', '.join(pinned)}" if pinned else ""
+    head = f"no GRPO layout for {m.key} fits on {where} of {system.name}"
+    if not trained and train_errors:
+        why = train_errors[max(train_errors)].template
+        raise PlannerError(f"{head}: no training layout fits ({why}); {more}{also}")
+    raise PlannerError(f"{head}: training fits, but no SGLang engine size that divides the rollout "
+                       f"GPUs leaves room for KV cache beside the model's weights; {more}{also}")
 
 
 def plan_rl(request: RLPlanRequest) -> RLPlan:
@@ -492,9 +516,12 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
         _check_engine(m, system, rl, engine, placements, counts)
     gpn = system.gpus_per_node
     cands: list[RLCandidate] = []
+    train_errors: dict[int, PlannerError] = {}  # why no training layout fits, by pool searched
+    trained = False  # some training layout fits some pool
     if "colocated" in placements:
         best = _best_training(m, system, rl, precision, counts, True, pins, ep_backend,
-                              price_per_hour, req.release)
+                              price_per_hour, req.release, train_errors)
+        trained |= bool(best)
         for n in counts:
             tc = best.get(n)
             if tc is None:
@@ -507,8 +534,8 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
                                          price_per_hour=price_per_hour))
     if "disaggregated" in placements and top_n > 1:
         best = _best_training(m, system, rl, precision, train_pool_sizes(top_n), False, pins,
-                              ep_backend,
-                              price_per_hour, req.release)
+                              ep_backend, price_per_hour, req.release, train_errors)
+        trained |= bool(best)
         for n in counts:
             for t, tc in best.items():
                 r = n - t
@@ -521,15 +548,7 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
                                              training=tc, rollout_nodes=r, engine=eng,
                                              price_per_hour=price_per_hour))
     if not cands:
-        where = f"{nodes} node(s)" if nodes else f"1 to {max_nodes} nodes"
-        pinned = [f"{named(k)} {v}" for k, v in pins.fixed().items()]
-        if engine is not None:
-            pinned += [f"{named('engine_gpus')} {engine[0]}", f"{named('engine_ep')} {engine[1]}"]
-        also = f", or change the pinned {', '.join(pinned)}" if pinned else ""
-        raise PlannerError(f"no GRPO layout for {m.key} fits on {where} of {system.name}: no "
-                           "training layout fits, or no engine size leaves room for KV cache; "
-                           f"allow more nodes ({named('max_nodes')}) or lower "
-                           f"{named('max_response_len')}{also}")
+        _nothing_fits(m, system, nodes, max_nodes, pins, engine, trained, train_errors)
 
     def key(c: RLCandidate):
         if objective == "cost" and c.dollars_per_step is not None:

@@ -73,6 +73,9 @@ class Rejection:
     layout: Layout
     reason: str
     needed_gib: float | None = None  # memory it would need, when memory is the reason
+    # True when needed_gib is weights, gradients and optimizer only (a lower bound: activations
+    # were never estimated), False when it is the whole estimate
+    static_only: bool = False
 
     def to_dict(self) -> dict:
         return {"nodes": self.nodes, "label": self.layout.label(), "layout": self.layout.to_dict(),
@@ -289,7 +292,8 @@ def plan(request: PlanRequest) -> PlanResult:
             if static + memory_headroom_gib > system.gpu_memory_gib:
                 rejected.append(Rejection(
                     n, L, f"weights, gradients and optimizer alone need {static:.0f} GiB per GPU, "
-                          f"{system.name} has {system.gpu_memory_gib:g}", static))
+                          f"{system.name} has {system.gpu_memory_gib:g}"
+                          + _headroom_clause(memory_headroom_gib), static, static_only=True))
                 continue
             fitted = None
             tries = [pins.recompute] if pins.recompute else list(RECOMPUTE_ORDER)
@@ -307,6 +311,7 @@ def plan(request: PlanRequest) -> PlanResult:
                 else:
                     why = (f"needs {mem.peak:.0f} GiB per GPU even with {tries[-1]} recompute, "
                            f"{system.name} has {system.gpu_memory_gib:g}")
+                why += _headroom_clause(memory_headroom_gib)
                 rejected.append(Rejection(n, replace(L, recompute=tries[-1]), why, mem.peak))
                 continue
             Lf, mem = fitted
@@ -315,14 +320,15 @@ def plan(request: PlanRequest) -> PlanResult:
                                         _cost(system, n, t, r.price_per_hour)))
 
     if not candidates:
-        closest = min((r for r in rejected if r.needed_gib is not None),
-                      key=lambda r: r.needed_gib, default=None)
         where = f"{counts[0]} node(s)" if len(counts) == 1 else f"1 to {counts[-1]} nodes"
         also = f" ({capped})" if capped else ""
+        closest = _closest(m, system, setup, rejected, ep_backend, pins.recompute or "full")
         if closest is not None:
+            rej, mem = closest
             raise PlannerError(
                 f"{m.key} does not fit on {where} of {system.name}: the closest layout "
-                f"({closest.layout.label()}, {closest.nodes} node(s)) {closest.reason}{also}")
+                f"({rej.layout.label()}, {rej.nodes} node(s)) "
+                f"{_too_big(mem, system, setup, memory_headroom_gib, rej.layout.recompute)}{also}")
         reason = rejected[0].reason if rejected else "no layout could be formed"
         raise PlannerError(f"no valid layout for {m.key} on {where} of {system.name}: "
                            f"{reason}{also}")
@@ -354,6 +360,65 @@ def plan(request: PlanRequest) -> PlanResult:
         evaluated=evaluated, search_seconds=time.perf_counter() - started,
         node_counts=counts, warnings=tuple(warnings),
     )
+
+
+_RECHECKED = 16  # weights-only rejections estimated in full when nothing fits (the lowest first)
+
+
+def _headroom_clause(headroom_gib: float, error: bool = False) -> str:
+    """The headroom a memory verdict subtracts (in an error, naming the field that sets it)."""
+    if not headroom_gib:
+        return ""
+    return (f" less the {headroom_gib:g} GiB {named('memory_headroom_gib')} keeps free" if error
+            else f" less {headroom_gib:g} GiB of headroom")
+
+
+def _closest(m: MoEModel, system: System, setup: TrainingSetup, rejected: list[Rejection],
+             ep_backend: str | None, recompute: Recompute
+             ) -> tuple[Rejection, MemoryBreakdown] | None:
+    """The memory rejection nearest to fitting, by whole estimates: a weights-only rejection
+    is a lower bound (activations never estimated), so the lowest of them are estimated in full
+    before they are compared with the layouts estimated in full."""
+    by_memory = [r for r in rejected if r.needed_gib is not None]
+    if not by_memory:
+        return None
+    static = sorted((r for r in by_memory if r.static_only), key=lambda r: r.needed_gib)
+    scored = [r for r in by_memory if not r.static_only] + static[:_RECHECKED]
+    best = None
+    for r in scored:
+        L = r.layout if not r.static_only else replace(r.layout, recompute=recompute)
+        rej = replace(r, layout=L)
+        mem = _full_memory(m, system, r.nodes, L, setup, ep_backend)
+        if best is None or mem.peak < best[1].peak:
+            best = (rej, mem)
+    return best
+
+
+def _full_memory(m: MoEModel, system: System, nodes: int, L: Layout, setup: TrainingSetup,
+                 ep_backend: str | None) -> MemoryBreakdown:
+    _, span = ep_span(L, system.nvlink_gpus)
+    choice = recommend_backend(system.name, nodes, span, ep_backend, system.nvlink_gpus,
+                               system.describe_domain())
+    return estimate_memory(m, system, L, setup, choice.backend)
+
+
+def _too_big(mem: MemoryBreakdown, system: System, setup: TrainingSetup, headroom_gib: float,
+             recompute: str) -> str:
+    """Why ``mem`` does not fit, naming its largest part and the fix for that part."""
+    has = f"{system.name} has {system.gpu_memory_gib:g}{_headroom_clause(headroom_gib, True)}"
+    if mem.rollout_peak > mem.training_peak:
+        return (f"the colocated rollout phase needs {mem.rollout_peak:.0f} GiB per GPU (engine "
+                f"weights {mem.rollout_weights:.0f} + KV cache {mem.rollout_kv_cache:.0f}), {has}")
+    static = mem.weights + mem.gradients + mem.optimizer + mem.fp8_weight_cache
+    if headroom_gib and mem.peak <= mem.capacity:
+        fix = f"keep less free ({named('memory_headroom_gib')})"
+    elif mem.activations > static:
+        fix = (f"activations ({mem.activations:.0f} GiB) are the largest part: train shorter "
+               f"sequences ({named('seq_len')} {setup.seq_len}) or spread them over more GPUs")
+    else:
+        fix = (f"weights, gradients and optimizer ({static:.0f} GiB) are the largest part: "
+               "spread them over more nodes")
+    return (f"needs {mem.peak:.0f} GiB per GPU even with {recompute} recompute, {has}; {fix}")
 
 
 def evaluate(model: str | MoEModel, instance_type: str, nodes: int, layout: Layout,

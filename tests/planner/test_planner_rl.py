@@ -100,8 +100,12 @@ def test_mxfp8_rl_plan_is_refused_on_hopper():
 
 
 def test_nothing_fits_is_one_error_with_the_fix():
-    with pytest.raises(PlannerError, match="allow more nodes"):
+    # a fixed node count: the fix is more nodes, not a bigger quota
+    with pytest.raises(PlannerError, match=r"no training layout fits \(kimi-k2 does not fit on 1 "
+                                           r"node\(s\) .*\); plan more nodes \(nodes\)$"):
         plan_rl(RLPlanRequest("kimi-k2", "p5.48xlarge", SHORT, nodes=1))
+    with pytest.raises(PlannerError, match=r"allow more nodes \(max_nodes\)$"):
+        plan_rl(RLPlanRequest("kimi-k2", "p5.48xlarge", SHORT, max_nodes=2))
 
 
 # --- asynchronous modes and the engines' memory share (issue #23) -----------------------------

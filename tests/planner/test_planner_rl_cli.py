@@ -62,8 +62,8 @@ def test_rl_option_errors_are_one_clear_line(capsys, extra, message):
      "--max-nodes 1; plan 2 or more nodes"),
     (("--tp", "8", "--pp", "8", "--nodes", "1"),
      "no GRPO layout for qwen3-30b-a3b fits on 1 node(s) of p5.48xlarge: no training layout "
-     "fits, or no engine size leaves room for KV cache; allow more nodes (--max-nodes) or lower "
-     "--max-response-len, or change the pinned --tp 8, --pp 8"),
+     "fits (requested layout does not divide: tp x cp x pp = 64 does not divide the 8 GPUs of "
+     "1 x p5.48xlarge); plan more nodes (--nodes), or change the pinned --tp 8, --pp 8"),
 ])
 def test_a_pinned_flag_s_problem_names_that_flag(capsys, extra, message):
     rc = main([*BASE, "--max-response-len", "1024", *extra])

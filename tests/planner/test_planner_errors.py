@@ -1,0 +1,58 @@
+"""`rlkit plan` errors blame the cause: the part of memory that does not fit, the rule a pinned
+layout breaks, and a fix the request can make."""
+
+from __future__ import annotations
+
+from ops.cli import main
+
+
+def error(capsys, *argv: str) -> str:
+    rc = main(["plan", *argv])
+    _, err = capsys.readouterr()
+    assert rc == 2, err
+    assert err.count("\n") == 1, err  # one line
+    return err
+
+
+QWEN_P5 = ("--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes", "2")
+
+
+def test_headroom_that_leaves_no_room_is_named_as_the_cause(capsys):
+    # was: "the closest layout ... weights, gradients and optimizer alone need 32 GiB per GPU,
+    # p5.48xlarge has 80": 32 < 80, and the headroom that made it not fit was not mentioned
+    err = error(capsys, *QWEN_P5, "--headroom-gib", "79")
+    assert "p5.48xlarge has 80 less the 79 GiB --headroom-gib keeps free; keep less free " \
+           "(--headroom-gib)" in err
+    assert "alone need" not in err
+
+
+def test_a_sequence_too_long_blames_activations_not_weights(capsys):
+    # was: "weights, gradients and optimizer alone need 103 GiB": a weights-only lower bound
+    # ranked closer than layouts estimated in full
+    err = error(capsys, *QWEN_P5, "--seq-len", "100000000")
+    assert "are the largest part: train shorter sequences (--seq-len 100000000)" in err
+    assert "activations (" in err and "weights, gradients and optimizer" not in err
+
+
+def test_a_model_too_big_blames_its_weights_and_optimizer(capsys):
+    err = error(capsys, "--model", "deepseek-v3", "--instance", "p5.48xlarge", "--nodes", "2")
+    assert "weights, gradients and optimizer (" in err
+    assert "GiB) are the largest part: spread them over more nodes" in err
+
+
+def test_a_grpo_plan_with_a_pinned_layout_that_does_not_divide_says_so(capsys):
+    # was: "no training layout fits, or no engine size leaves room for KV cache; allow more
+    # nodes (--max-nodes) ...", though --nodes was fixed and 32 does not divide 24 GPUs
+    err = error(capsys, "--rl", "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                "--nodes", "3", "--tp", "8", "--pp", "4")
+    assert ("no training layout fits (requested layout does not divide: tp x cp x pp = 32 does "
+            "not divide the 24 GPUs of 3 x p5.48xlarge); plan more nodes (--nodes), or change "
+            "the pinned --tp 8, --pp 4") in err
+    assert "--max-nodes" not in err and "KV cache" not in err
+
+
+def test_a_grpo_plan_too_big_for_its_quota_gives_the_training_search_s_reason(capsys):
+    err = error(capsys, "--rl", "--model", "deepseek-v3", "--instance", "p5.48xlarge",
+                "--max-nodes", "3")
+    assert "no training layout fits (deepseek-v3 does not fit on 1 to 3 nodes" in err
+    assert err.rstrip().endswith("allow more nodes (--max-nodes)")
