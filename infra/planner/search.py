@@ -128,7 +128,9 @@ class PlanResult:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of ``n``, ascending, in O(sqrt n) (expert counts come from user model files)."""
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup,
