@@ -81,6 +81,7 @@ FLAGS = {
     "write_config": "--write-config",
     "memory_headroom_gib": "--headroom-gib",
     "seq_len": "--seq-len",
+    "ep_backend": "--ep-backend",
     **{size: f"--{size}" for size in ("tp", "pp", "ep", "etp", "cp", "vpp", "mbs", "recompute")},
 }
 OVERLAP_CHOICES = ("none", "batch", "stream")

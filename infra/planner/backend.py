@@ -32,6 +32,17 @@ DEEPEP_MAX_NVL_PEERS = 8
 NCCL_MAX_MEASURED_NODES = 8  # NCCL measured at least as fast up to here
 
 
+def flex_dispatcher_problem(backend: str, etp: int, ep: int) -> str | None:
+    """DeepEP runs under Megatron's flex token dispatcher, which asserts expert-TP x EP > 1
+    (megatron-lm 37f9161 megatron/core/transformer/moe/token_dispatcher.py:1354; its tp is the
+    expert tensor-parallel group, line 75); the kit's trainer refuses such a config too."""
+    if not backend.startswith("deepep") or etp * ep > 1:
+        return None
+    return (f"expert-parallel backend {backend} runs Megatron's flex token dispatcher, which needs "
+            f"expert-TP x EP > 1 (megatron-lm 37f9161 megatron/core/transformer/moe/"
+            f"token_dispatcher.py:1354), but etp {etp} x ep {ep} = {etp * ep}")
+
+
 @dataclass(frozen=True)
 class BackendChoice:
     backend: str

@@ -511,7 +511,8 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
     # its problem is reported naming it (the search below drops what does not fit silently)
     check_pins(m, system, pins, (), TrainingSetup(seq_len=_seq_len(rl),
                                                   global_batch=rl.train_batch,
-                                                  precision=precision, release=req.release))
+                                                  precision=precision, release=req.release),
+               ep_backend=ep_backend)
     if engine is not None:
         _check_engine(m, system, rl, engine, placements, counts)
     gpn = system.gpus_per_node

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable
 
-from infra.planner.backend import BackendChoice, recommend_backend
+from infra.planner.backend import BackendChoice, flex_dispatcher_problem, recommend_backend
 from infra.planner.errors import PlannerError, field as named
 from infra.planner.hardware import PRICE_DATE, System, get_system
 from infra.planner.layout import (
@@ -170,12 +170,19 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
 
 def check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...],
                 setup: TrainingSetup, even_pipeline: bool = False,
-                interleaving: bool = False) -> None:
+                interleaving: bool = False, ep_backend: str | None = None) -> None:
     """Fail fast, with the rule broken, when the caller pinned sizes that cannot divide (the
-    GPU count too when ``counts`` is one node count)."""
+    GPU count too when ``counts`` is one node count) or that the pinned backend cannot run."""
     fixed = pins.fixed()
     if not fixed:
         return
+    # etp is searched over {1, tp}: pinned ep 1 with etp (or tp) 1 leaves DeepEP nothing to run
+    etp_max = pins.etp or pins.tp
+    if ep_backend and pins.ep == 1 and etp_max == 1:
+        problem = flex_dispatcher_problem(ep_backend, 1, 1)
+        if problem:
+            raise PlannerError(f"requested layout: {problem}; raise {named('ep')} (or "
+                               f"{named('etp')}), or use {named('ep_backend')} nccl")
     split = pipeline_split_problem(m, pins.pp) if even_pipeline and pins.pp else None
     if split:
         raise PlannerError(f"requested layout does not divide: {split}")
@@ -278,7 +285,7 @@ def plan(request: PlanRequest) -> PlanResult:
     warnings: list[str] = [capped] if capped else []
     if objective not in ("cost", "throughput"):
         raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
-    check_pins(m, system, pins, counts, setup, r.even_pipeline, r.interleaving)
+    check_pins(m, system, pins, counts, setup, r.even_pipeline, r.interleaving, ep_backend)
 
     for n in counts:
         for L in _enumerate(m, system, n, setup, pins, r.even_pipeline, r.interleaving):
@@ -290,6 +297,10 @@ def plan(request: PlanRequest) -> PlanResult:
             _, span = ep_span(L, system.nvlink_gpus)
             choice = recommend_backend(system.name, n, span, ep_backend, system.nvlink_gpus,
                                        system.describe_domain())
+            problem = flex_dispatcher_problem(choice.backend, L.etp, L.ep)
+            if problem:
+                rejected.append(Rejection(n, L, problem))
+                continue
             static = static_memory_gib(m, L, setup)
             if static + memory_headroom_gib > system.gpu_memory_gib:
                 rejected.append(Rejection(
@@ -440,6 +451,10 @@ def evaluate(model: str | MoEModel, instance_type: str, nodes: int, layout: Layo
     _, span = ep_span(layout, system.nvlink_gpus)
     choice = recommend_backend(system.name, nodes, span, ep_backend, system.nvlink_gpus,
                                system.describe_domain())
+    problem = flex_dispatcher_problem(choice.backend, layout.etp, layout.ep)
+    if problem:
+        raise PlannerError(f"layout {layout.label()}: {problem}; use ep or etp above 1, or "
+                           "ep_backend nccl")
     mem = estimate_memory(m, system, layout, setup, choice.backend)
     t = step_time(m, system, layout, setup, choice.backend)
     return Candidate(nodes, layout, mem, t, choice, _cost(system, nodes, t, None))

@@ -3,6 +3,8 @@ layout breaks, and a fix the request can make."""
 
 from __future__ import annotations
 
+import pytest
+
 from ops.cli import main
 
 
@@ -56,3 +58,32 @@ def test_a_grpo_plan_too_big_for_its_quota_gives_the_training_search_s_reason(ca
                 "--max-nodes", "3")
     assert "no training layout fits (deepseek-v3 does not fit on 1 to 3 nodes" in err
     assert err.rstrip().endswith("allow more nodes (--max-nodes)")
+
+
+FLEX = ("expert-parallel backend deepep-nvshmem runs Megatron's flex token dispatcher, which "
+        "needs expert-TP x EP > 1 (megatron-lm 37f9161 megatron/core/transformer/moe/"
+        "token_dispatcher.py:1354), but etp 1 x ep 1 = 1")
+
+
+def test_deepep_with_neither_expert_tp_nor_ep_is_refused(capsys):
+    # was: planned, though Megatron's flex dispatcher asserts tp x ep > 1 at start-up
+    for rl in ((), ("--rl",)):
+        err = error(capsys, *rl, *QWEN_P5, "--ep-backend", "deepep-nvshmem", "--ep", "1",
+                    "--tp", "1")
+        assert f"requested layout: {FLEX}; raise --ep (or --etp), or use --ep-backend nccl" in err
+
+
+def test_a_deepep_search_keeps_only_layouts_the_flex_dispatcher_runs():
+    from infra.planner import Pins, PlanRequest, plan
+    result = plan(PlanRequest("qwen3-30b-a3b", "p5.48xlarge", nodes=1, pins=Pins(ep=1),
+                              ep_backend="deepep-nvshmem", top=10**9))
+    assert result.candidates
+    assert all(c.layout.etp * c.layout.ep > 1 for c in result.candidates)
+    assert any(r.reason == FLEX for r in result.rejected)
+
+
+def test_evaluating_a_deepep_layout_without_expert_parallelism_is_refused():
+    from infra.planner import Layout, PlannerError, TrainingSetup, evaluate
+    with pytest.raises(PlannerError, match="flex token dispatcher, which needs expert-TP x EP > 1"):
+        evaluate("qwen3-30b-a3b", "p5.48xlarge", 1, Layout(tp=1, pp=8, ep=1, dp=1),
+                 TrainingSetup(), ep_backend="deepep-nvshmem")
