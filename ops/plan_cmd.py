@@ -45,7 +45,7 @@ from infra.planner import (
 from infra.planner.config_writer import launcher_problem
 from infra.planner.errors import field as named
 from infra.planner.request import COLOCATED_MEM_FRACTION
-from infra.trainer_contract import DEFAULT_KEEP_LOCAL, EP_BACKENDS
+from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_MAX_TOKENS_PER_GPU, EP_BACKENDS
 from infra.catalog.fsx import plan_for_model
 from infra.planner.layout import PRECISIONS
 from infra.planner.plot import draw, from_rl_plan, from_training_plan
@@ -82,6 +82,7 @@ FLAGS = {
     "memory_headroom_gib": "--headroom-gib",
     "seq_len": "--seq-len",
     "ep_backend": "--ep-backend",
+    "max_tokens_per_gpu": "--max-tokens-per-gpu",
     **{size: f"--{size}" for size in ("tp", "pp", "ep", "etp", "cp", "vpp", "mbs", "recompute")},
 }
 OVERLAP_CHOICES = ("none", "batch", "stream")
@@ -131,6 +132,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what.add_argument("--global-batch", type=positive_int,
                       help="sequences per optimizer step (default: the config's "
                            "training.grpo.global_batch_size, 256 without one)")
+    what.add_argument("--max-tokens-per-gpu", type=positive_int, metavar="N",
+                      help="tokens per GPU in one training micro-batch: the launcher runs Miles' "
+                           "dynamic batching with this cap, which sizes activation memory "
+                           "(default: the config's training.parallel.max_tokens_per_gpu, "
+                           f"{DEFAULT_MAX_TOKENS_PER_GPU} without one); --write-config writes it")
     what.add_argument("--precision", choices=PRECISIONS, default="bf16",
                       help="training precision; mxfp8 needs Blackwell (p6) (bf16)")
     what.add_argument("--bf16-moments", action="store_true",
@@ -335,6 +341,8 @@ def _config_defaults(args: argparse.Namespace) -> bool:
     if cfg is None:
         return False
     t, g = cfg.training, cfg.training.grpo
+    if args.max_tokens_per_gpu is None:  # the cap the config's run launches with
+        args.max_tokens_per_gpu = t.parallel.max_tokens_per_gpu
     if args.model is None and args.model_file is None:
         args.model = t.model
     whole_run = False  # the config's run as it is: its instance type and node count
@@ -423,6 +431,7 @@ def _run_rl(args: argparse.Namespace) -> int:
             model, args.instance, _rl_setup(args), nodes=args.nodes,
             max_nodes=args.max_nodes, precision=args.precision,
             placements=placements, objective=args.objective, top=args.top, pins=pins,
+            max_tokens_per_gpu=args.max_tokens_per_gpu or DEFAULT_MAX_TOKENS_PER_GPU,
             engine=(args.engine_gpus, args.engine_ep) if args.engine_gpus else None,
             ep_backend=args.ep_backend, price_per_hour=args.price_per_hour,
             release=args.release, ultraserver_type=args.ultraserver_type))
@@ -459,8 +468,14 @@ def _plan(args: argparse.Namespace, top: int | None = None) -> PlanResult:
                 mbs=args.mbs, recompute=args.recompute)
     engine = args.rollout_engine_gpus  # the config's colocated engine (training_engine)
     colocate = args.colocate or bool(engine)
+    seq_len = args.seq_len or 4096
+    # what the launcher runs: micro-batches of up to the cap per GPU; a GRPO sample (the config's
+    # longest response after a prompt) longer than the cap x cp runs alone
+    longest = RLSetup.prompt_len + (args.max_response_len or RLSetup.max_response_len)
     setup = TrainingSetup(
-        seq_len=args.seq_len or 4096, global_batch=args.global_batch or 256,
+        seq_len=seq_len, global_batch=args.global_batch or 256,
+        max_tokens_per_gpu=args.max_tokens_per_gpu or DEFAULT_MAX_TOKENS_PER_GPU,
+        longest_sample=max(seq_len, longest),
         precision=args.precision, schedule=args.schedule, release=args.release,
         optimizer_bf16_moments=args.bf16_moments,
         colocate_rollout=colocate, rollout_offload=not args.no_rollout_offload,

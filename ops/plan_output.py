@@ -33,13 +33,14 @@ def print_plan_table(result: PlanResult) -> None:
     console.print(
         f"[bold]{m.name}[/bold] ({m.total_params / 1e9:.0f}B total, {m.active_params / 1e9:.1f}B "
         f"active) on [bold]{s.name}[/bold] ({s.gpus_per_node}x {s.gpu.name} "
-        f"{s.gpu_memory_gib:g} GiB): seq {setup.seq_len}, global batch {setup.global_batch}, "
+        f"{s.nominal_memory_gib:g} GiB, {s.gpu_memory_gib:.1f} usable): seq {setup.seq_len}, "
+        f"global batch {setup.global_batch}, "
         f"{setup.precision}; searched {searched}, {result.evaluated} layouts in "
         f"{result.search_seconds:.2f} s, ranked by {result.objective}")
     columns = ("#", "nodes", "layout", "recompute", "mem GiB", "step s", "tok/s/GPU", "MFU",
                "EP backend", "$/h", "$/M tok")
     rows = [[str(i), str(c.nodes), c.layout.label(), c.layout.recompute,
-             f"{c.memory.peak:.1f}/{c.memory.capacity:g}", f"{c.time.step:.2f}",
+             f"{c.memory.peak:.1f}/{c.memory.capacity:.1f}", f"{c.time.step:.2f}",
              f"{c.time.tokens_per_s_per_gpu:,.0f}", f"{c.time.mfu * 100:.0f}%",
              c.backend.backend, _money(c.cost.dollars_per_hour, "{:,.0f}"),
              _money(c.cost.dollars_per_million_tokens)]
@@ -61,7 +62,9 @@ def print_plan_table(result: PlanResult) -> None:
            if mem.rollout_weights and not setup.rollout_offload else "")
         + f" = {mem.training_peak:.1f} GiB"
         + (f"; rollout phase {mem.rollout_peak:.1f} GiB" if mem.rollout_peak else "")
-        + f" of {mem.capacity:g}")
+        + f" of {mem.capacity:.1f} usable"
+        + (f"; activations for micro-batches of {mem.micro_batch_tokens:,.0f} tokens per GPU "
+           f"(dynamic batching, cap {mem.max_tokens_per_gpu:,})" if mem.max_tokens_per_gpu else ""))
     console.print(
         f"  step {t.step:.2f} s: compute {t.compute:.2f}, tensor-parallel {t.tp_comm:.2f}, "
         f"all-to-all {t.ep_comm_exposed:.2f} exposed of {t.ep_comm:.2f}, bubble "

@@ -31,6 +31,29 @@ Two kinds of numbers live here, kept apart on purpose:
              ``nvlink_domain_instances`` carries, not this record.
    - [cuda]  CUDA compute capability per GPU (NVIDIA "CUDA GPUs" table): Hopper 9.0, B200 10.0,
              B300 10.3.
+   - [mem]   Usable memory (``usable_memory_gib``): what CUDA reports as the device's total
+             (cudaMemGetInfo / totalGlobalMem). It is below nvidia-smi's total, which is itself
+             about the nominal size EC2 and the datasheets give or below it (the driver keeps part
+             of the HBM). The planner fits layouts against it; the CUDA context and workspaces
+             come out of it as the planner's runtime reserve. Read 2026-12-02; every source
+             below is a public printout, none a datasheet (NVIDIA publishes only the nominal
+             size):
+             H100: CUDA total 85,045,477,376 B = 79.21 GiB, nvidia-smi 81,559 MiB on the same
+               8x H100 SXM node, driver 565.57.01 (thamada/nvidia-smi@c4c8a463a61e,
+               gls/H100SXMx8_deviceQuery.py and gls/H100SXMx8_smi.py, 2024-11-15); nvidia-smi
+               81,559 MiB also in NVIDIA/nccl#1264 (driver 550.54.15). H800 has the same 80 GB
+               HBM3 and takes the H100 value (no printout read).
+             B200: CUDA "Total Global Memory" 178.35 (printed as GB; read as GiB, since 178.35e9
+               bytes would be 14 GiB under nvidia-smi's total) in pytorch/ao#4002 (2026-03-05);
+               nvidia-smi 183,359 MiB in NVIDIA/TensorRT-LLM#10278 (driver 580.95.05,
+               2025-12-24), the same figure as EC2's GpuInfo.
+             H200, B300, GB200: no public CUDA total was found, so nvidia-smi's total less 0.75
+               GiB, the larger of the two gaps measured above (H100 0.44 GiB, B200 0.71 GiB): an
+               estimate. nvidia-smi totals: B300 275,040 MiB and GB200 189,471 MiB, both "reported
+               by nvidia-smi" in NVIDIA's ai-dynamo/aiconfigurator@095f58a51c4c (2026-08-21,
+               aic-core/src/aiconfigurator_core/systems/b300_sxm.yaml, gb200.yaml; B300 also
+               EC2's GpuInfo); H200 143,771 MiB from public nvidia-smi printouts only (the weakest
+               source here: no first-party or attributable page was found).
 
 2. Achievable fractions (``Efficiency``): one small set of calibrated constants per GPU family,
    documented below and in docs/planner.md. They are not fitted per data point: Hopper
@@ -141,16 +164,29 @@ class GpuSpec:
     sms: int
     efficiency: Efficiency
     cuda_arch: str  # compute capability as TORCH_CUDA_ARCH_LIST writes it [cuda]
+    # GiB per GPU that CUDA can hand out [mem]: what the planner fits layouts against. The
+    # instance catalog's gpu_memory_gib is the nominal size EC2 gives, for display only.
+    usable_memory_gib: float
+
+
+_MIB = 1 / 1024  # GiB per MiB
+_NVSMI_TO_CUDA_GIB = 0.75  # nvidia-smi total less this, where no CUDA total was read [mem]
 
 
 # One record per GPU model. H800 is no EC2 GPU: the DeepSeek-V3 report's reference system uses it.
 GPUS: dict[str, GpuSpec] = {
-    "H100": GpuSpec("H100", 989.4, 1978.9, 3.35, 900, 132, _HOPPER, "9.0"),  # [h100]
-    "H800": GpuSpec("H800", 989.4, 1978.9, 3.35, 400, 132, _HOPPER, "9.0"),  # [h800]
-    "H200": GpuSpec("H200", 989.4, 1978.9, 4.8, 900, 132, _HOPPER, "9.0"),  # [h200]
-    "B200": GpuSpec("B200", 2250.0, 4500.0, 8.0, 1800, 148, _BLACKWELL, "10.0"),  # [b200]
-    "B300": GpuSpec("B300", 2250.0, 4500.0, 8.0, 1800, 160, _BLACKWELL, "10.3"),  # [b300]
+    "H100": GpuSpec("H100", 989.4, 1978.9, 3.35, 900, 132, _HOPPER, "9.0",  # [h100]
+                    usable_memory_gib=85_045_477_376 / 2**30),  # [mem] CUDA total
+    "H800": GpuSpec("H800", 989.4, 1978.9, 3.35, 400, 132, _HOPPER, "9.0",  # [h800]
+                    usable_memory_gib=85_045_477_376 / 2**30),  # [mem] as H100
+    "H200": GpuSpec("H200", 989.4, 1978.9, 4.8, 900, 132, _HOPPER, "9.0",  # [h200]
+                    usable_memory_gib=143_771 * _MIB - _NVSMI_TO_CUDA_GIB),  # [mem] estimate
+    "B200": GpuSpec("B200", 2250.0, 4500.0, 8.0, 1800, 148, _BLACKWELL, "10.0",  # [b200]
+                    usable_memory_gib=178.35),  # [mem] CUDA total
+    "B300": GpuSpec("B300", 2250.0, 4500.0, 8.0, 1800, 160, _BLACKWELL, "10.3",  # [b300]
+                    usable_memory_gib=275_040 * _MIB - _NVSMI_TO_CUDA_GIB),  # [mem] estimate
     # own GEMM fractions, calibrated on published DGX-GB200 runs (_GB200 above)
-    "GB200": GpuSpec("GB200", 2500.0, 5000.0, 8.0, 1800, 148, _GB200, "10.0"),  # [gb200]
+    "GB200": GpuSpec("GB200", 2500.0, 5000.0, 8.0, 1800, 148, _GB200, "10.0",  # [gb200]
+                     usable_memory_gib=189_471 * _MIB - _NVSMI_TO_CUDA_GIB),  # [mem] estimate
 }
 GPU_SPECS = GPUS  # the planner's name for the same table

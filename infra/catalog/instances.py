@@ -83,7 +83,10 @@ class InstanceType:
     name: str
     gpu_model: str
     gpu_count: int
-    gpu_memory_gib: float  # per GPU
+    # Per GPU, the nominal size EC2 gives (GpuInfo), for display. The planner fits layouts
+    # against the GPU record's usable_memory_gib (infra/catalog/gpus.py [mem]), which CUDA can
+    # actually allocate: less than this on every type read so far.
+    gpu_memory_gib: float
     network_cards: int
     efa_devices: int  # what a pod requests as vpc.amazonaws.com/efa to own the node's fabric
     # Aggregate EFA bandwidth of the layout below (EC2's NetworkPerformance for every type but

@@ -14,6 +14,7 @@ from infra import names
 from infra.catalog.instances import InstanceType
 from infra.config.derived import checkpoint_local_dir
 from infra.config.model import KitConfig
+from infra.trainer_contract import DEFAULT_MAX_TOKENS_PER_GPU
 
 CHECKPOINT_SAVE_INTERVAL = 20
 
@@ -58,7 +59,9 @@ def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
                          "optimizer_cpu_offload": p.optimizer_cpu_offload,
                          # only when not the trainer's default (full): a default config renders
                          # the run.yaml it always did
-                         **({"recompute": p.recompute} if p.recompute != "full" else {})},
+                         **({"recompute": p.recompute} if p.recompute != "full" else {}),
+                         **({"max_tokens_per_gpu": p.max_tokens_per_gpu}
+                            if p.max_tokens_per_gpu != DEFAULT_MAX_TOKENS_PER_GPU else {})},
             "rollout": _rollout(t.rollout),
         },
         "expert_parallel": {"backend": t.expert_parallel.backend},

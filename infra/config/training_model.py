@@ -11,7 +11,9 @@ from pydantic import Field
 from infra import names
 from infra.catalog.models import MODEL_CATALOG
 from infra.config.base import Number, _Model
-from infra.trainer_contract import DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_RM_TYPE
+from infra.trainer_contract import (
+    DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_MAX_TOKENS_PER_GPU, DEFAULT_RM_TYPE,
+)
 
 # training.start_deadline_minutes: a RayJob's preRunningDeadlineSeconds is an int32, minimum 1
 # (ray-project/kuberay@59d663aeec13 ray-operator/apis/ray/v1/rayjob_types.go:290;
@@ -46,6 +48,12 @@ class ParallelConfig(_Model):
         "(layer norms, the MoE activation and, with multi-latent attention, its up-projections); "
         "full (every layer, one at a time). rlkit plan --write-config writes the one its memory and "
         "step-time estimates assumed. model.megatron_args choosing a granularity take precedence.")
+    max_tokens_per_gpu: int = Field(
+        DEFAULT_MAX_TOKENS_PER_GPU, description="Tokens one training micro-batch holds per GPU "
+        "(Miles --max-tokens-per-gpu; at least 1). The launcher always runs Miles' dynamic "
+        "batching, which packs samples into micro-batches of up to this many tokens per GPU (times "
+        "cp over a context-parallel group), so this sizes the activation memory; rlkit plan "
+        "--write-config writes the value it planned with.")
 
 
 class RolloutConfig(_Model):

@@ -1,8 +1,10 @@
 """Write a chosen layout into a kit config YAML file so the rendered manifests use it.
 
 Only the planner's keys under ``training`` are set (``model``, ``node_group``, ``nodes``,
-``parallel`` and ``expert_parallel.backend``; from an RL plan also ``rollout``, with its placement,
-pool and overlap, and ``grpo``); every other key of the file is kept as it was.
+``parallel``, with every memory-relevant knob the plan assumed: ``recompute`` and the micro-batch
+token cap ``max_tokens_per_gpu``, and ``expert_parallel.backend``; from an RL plan also
+``rollout``, with its placement, pool and overlap, and ``grpo``); every other key of the file is
+kept as it was.
 Only the top-level ``training:`` block is rewritten, so the rest of the file keeps its text and
 comments (comments inside that block are lost: PyYAML does not keep them).
 """
@@ -74,8 +76,10 @@ def training_section(candidate: Candidate, model_key: str, node_group: str) -> d
                      # the kit config spells "no interleaving" as null (write_config refuses
                      # vpp > 1, which the launcher does not run)
                      "vpp": L.vpp if L.vpp > 1 else None,
-                     # what the plan's memory and step time assumed (the launcher renders it)
-                     "recompute": L.recompute},
+                     # what the plan's memory and step time assumed (the launcher renders
+                     # both): what is launched is what was planned
+                     "recompute": L.recompute,
+                     "max_tokens_per_gpu": candidate.memory.max_tokens_per_gpu},
         "expert_parallel": {"backend": candidate.backend.backend},
     }
 
@@ -222,6 +226,12 @@ def write_config(path: str | Path, candidate: Candidate, model_key: str, instanc
             f"of {kept.get('nodes')} node(s)), but a training plan sizes the layout for every node; "
             "plan with --rl to write the GRPO step, or set training.rollout.placement: colocated "
             "(and remove training.rollout.nodes) first")
+    if not candidate.memory.max_tokens_per_gpu:
+        raise PlannerError(
+            f"not writing {path}: the plan sized fixed micro-batches (TrainingSetup."
+            "max_tokens_per_gpu 0), but the launcher runs Miles' dynamic batching, whose "
+            "micro-batches hold up to parallel.training.max_tokens_per_gpu tokens per GPU; plan "
+            "with TrainingSetup(max_tokens_per_gpu=...) (rlkit plan does)")
     if candidate.layout.vpp > 1:
         raise PlannerError(f"not writing {path}: the layout interleaves its pipeline (vpp "
                            f"{candidate.layout.vpp}) and {INTERLEAVING_RULE}; plan without "

@@ -69,7 +69,7 @@ class System:
     name: str
     gpu: GpuSpec
     gpus_per_node: int
-    gpu_memory_gib: float
+    gpu_memory_gib: float  # usable per GPU: what layouts must fit (GpuSpec.usable_memory_gib)
     fabric: Fabric
     price_per_hour: float | None  # on-demand USD per node-hour; None = no public on-demand price
     price_source: str
@@ -78,6 +78,13 @@ class System:
     nvlink_domain_gpus: int = 0
     # the UltraServer type that NVLink domain is (catalog InstanceType.ultraservers); "" for none
     ultraserver: str = ""
+    # the nominal size per GPU (EC2's GpuInfo, or the reference system's datasheet), for display;
+    # 0 = gpu_memory_gib
+    gpu_nominal_memory_gib: float = 0.0
+
+    @property
+    def nominal_memory_gib(self) -> float:
+        return self.gpu_nominal_memory_gib or self.gpu_memory_gib
 
     @property
     def efficiency(self) -> Efficiency:
@@ -144,7 +151,8 @@ def _ec2_system(name: str, ultraserver_type: str | None = None) -> System:
     ultraserver = ultraserver_type or next((k for k, n in it.ultraservers if n == instances), "")
     return System(
         name=name, gpu=gpu, gpus_per_node=it.gpu_count,
-        gpu_memory_gib=it.gpu_memory_gib, fabric=_efa_fabric(it.efa_bandwidth_gbps, it.gpu_count),
+        gpu_memory_gib=gpu.usable_memory_gib, gpu_nominal_memory_gib=it.gpu_memory_gib,
+        fabric=_efa_fabric(it.efa_bandwidth_gbps, it.gpu_count),
         price_per_hour=it.on_demand_usd_per_hour, price_source=it.price_source,
         nvlink_domain_gpus=it.gpu_count * instances, ultraserver=ultraserver,
     )
@@ -175,20 +183,26 @@ _IB_800 = Fabric("infiniband", 100.0, 90.0, 0.08, 0.013,
 #   catalog's p6e-gb200 (same GPU). Between racks the IB rates of DGX H100/B200 (50 GB/s per GPU):
 #   an assumption, no source for the rack's scale-out network was read; runs of <= 72 GPUs never
 #   use it.
-_GB200_MEMORY_GIB = INSTANCE_TYPES["p6e-gb200.36xlarge"].gpu_memory_gib
+# GPU memory: the GPU record's usable size, as for the EC2 types; the nominal size, for display,
+# is the EC2 catalog's for the same GPU (p5 80, p6-b200 179, p6-b300 268, p6e-gb200 185 GiB; H800
+# has the H100's 80 GB).
+def _reference(name: str, gpu: str, gpus: int, nominal: float, fabric: Fabric,
+               nvlink_domain_gpus: int = 0) -> System:
+    return System(name, GPUS[gpu], gpus, GPUS[gpu].usable_memory_gib, fabric, None,
+                  "reference system, no price", plannable=False,
+                  nvlink_domain_gpus=nvlink_domain_gpus, gpu_nominal_memory_gib=nominal)
+
+
 REFERENCE_SYSTEMS: dict[str, System] = {
-    "dgx-h100-ib": System("dgx-h100-ib", GPUS["H100"], 8, 80, _IB, None,
-                          "reference system, no price", plannable=False),
-    "h800-ib": System("h800-ib", GPUS["H800"], 8, 80, _IB, None,
-                      "reference system, no price", plannable=False),
-    "dgx-b200-ib": System("dgx-b200-ib", GPUS["B200"], 8, 179, _IB, None,
-                          "reference system, no price", plannable=False),
-    "dgx-b300-ib": System("dgx-b300-ib", GPUS["B300"], 8, 268, _IB_800, None,
-                          "reference system, no price", plannable=False),
-    "dgx-gb200-nvl72": System("dgx-gb200-nvl72", GPUS["GB200"], 4, _GB200_MEMORY_GIB, _IB, None,
-                              "reference system, no price", plannable=False,
-                              nvlink_domain_gpus=72),
+    "dgx-h100-ib": _reference("dgx-h100-ib", "H100", 8, 80, _IB),
+    "h800-ib": _reference("h800-ib", "H800", 8, 80, _IB),
+    "dgx-b200-ib": _reference("dgx-b200-ib", "B200", 8, 179, _IB),
+    "dgx-b300-ib": _reference("dgx-b300-ib", "B300", 8, 268, _IB_800),
+    "dgx-gb200-nvl72": _reference("dgx-gb200-nvl72", "GB200", 4,
+                                  INSTANCE_TYPES["p6e-gb200.36xlarge"].gpu_memory_gib, _IB,
+                                  nvlink_domain_gpus=72),
 }
+
 
 def plannable_systems() -> dict[str, System]:
     """A system for every catalog instance type whose GPU model has a record, built now (the

@@ -7,7 +7,9 @@ Terms follow Megatron-Core (``megatron/core/parallel_state.py``):
   expert layers regroup the tp*cp*dp GPUs of one pipeline stage as etp*ep*edp, so etp*ep must
   divide tp*cp*dp; edp (expert data parallel) = tp*cp*dp / (etp*ep).
 - vpp: virtual pipeline (interleaved) chunks per pipeline rank.
-- mbs: micro-batch size (sequences); a step runs gbs / (dp*mbs) micro-batches per pipeline.
+- mbs: micro-batch size (sequences); a step runs gbs / (dp*mbs) micro-batches per pipeline. Under
+  Miles' dynamic batching (``TrainingSetup.max_tokens_per_gpu``, what the kit's launcher runs) the
+  memory model sizes micro-batches by that token cap instead; the step-time model keeps mbs.
 """
 
 from __future__ import annotations
@@ -96,6 +98,15 @@ class TrainingSetup:
     rollout_engine_gpus: int = 0  # GPUs one rollout engine spans (0: smallest whole-node count
     #                               whose weights take at most half the engine's memory)
     release: str = "baseline"  # software release the step model assumes (infra/catalog/releases.py)
+    # 0: fixed micro-batches of mbs sequences of seq_len (Megatron's own batching, as the
+    # published runs the step model is validated on). N: Miles' dynamic batching, which the kit's
+    # launcher always runs (rltrainer.contract DEFAULT_MAX_TOKENS_PER_GPU says how it packs):
+    # every micro-batch holds up to N tokens per GPU whatever mbs is, and the memory model sizes
+    # activations for that (memory.micro_batch_tokens).
+    max_tokens_per_gpu: int = 0
+    # with max_tokens_per_gpu: the longest single sample (prompt + response), which runs alone in
+    # a micro-batch when it exceeds the cap x cp; 0 = seq_len
+    longest_sample: int = 0
 
     def __post_init__(self) -> None:
         problems = setup_problems(self)
@@ -121,6 +132,8 @@ def setup_problems(s: TrainingSetup) -> list[str]:
     whole("global_batch", s.global_batch, 1)
     whole("rollout_tokens_per_gpu", s.rollout_tokens_per_gpu, 0)
     whole("rollout_engine_gpus", s.rollout_engine_gpus, 0)
+    whole("max_tokens_per_gpu", s.max_tokens_per_gpu, 0)
+    whole("longest_sample", s.longest_sample, 0)
     for field, allowed in (("precision", PRECISIONS), ("schedule", SCHEDULES),
                            ("release", tuple(RELEASES))):
         problem = _choice(field, getattr(s, field), allowed)

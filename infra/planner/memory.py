@@ -22,6 +22,11 @@ Formulas and where they come from:
   activation output, and the expert output before un-permutation). Recompute: ``selective``
   drops what Megatron's ``--recompute-modules layernorm moe_act`` (and ``mla_up_proj``) discard;
   ``full`` keeps only each layer's input (2*s*b*h/tp bytes) plus one layer's working set.
+- Tokens per micro-batch: ``mbs * seq_len / cp`` per GPU with fixed micro-batches; under Miles'
+  dynamic batching (``TrainingSetup.max_tokens_per_gpu``, what the kit's launcher runs) the cap per
+  GPU whatever mbs is (Miles v0.1.0 packs up to cap x cp tokens over a CP group,
+  radixark/miles@78527b9102b3 miles/backends/training_utils/data.py:490-498), or one longer sample
+  alone (``micro_batch_tokens``).
 - Pipeline in flight: with 1F1B the first stage holds pp micro-batches of its layers; the
   interleaved schedule multiplies this by (1 + (pp-1)/(pp*vpp)) (Korthikanti et al., section 4.2.3;
   Megatron ``theoretical_memory_usage.py``). DualPipe holds pp+1 and keeps two copies of the
@@ -67,8 +72,10 @@ class MemoryBreakdown:
     rollout_kv_cache: float
     training_peak: float  # what must fit while training
     rollout_peak: float  # what must fit while generating (colocated only; else 0)
-    capacity: float
+    capacity: float  # usable GiB per GPU (catalog GpuSpec.usable_memory_gib)
     stage: str  # "first" or "last"
+    micro_batch_tokens: float = 0.0  # tokens one micro-batch puts on one GPU (activations)
+    max_tokens_per_gpu: int = 0  # the dynamic-batching cap they were sized for (0: fixed mbs)
 
     @property
     def peak(self) -> float:
@@ -127,6 +134,23 @@ def stage_params(model: MoEModel, L: Layout, which: str) -> StageParams:
     return StageParams(dense, expert)
 
 
+def micro_batch_tokens(L: Layout, setup: TrainingSetup) -> float:
+    """Tokens one micro-batch puts on one GPU: mbs sequences of seq_len split over cp, or under
+    dynamic batching the cap, unless one sample is longer than the cap x cp (it then runs alone:
+    Miles' first fit opens a micro-batch for it, radixark/miles@78527b9102b3
+    miles/utils/data.py:277-288)."""
+    if setup.max_tokens_per_gpu:
+        longest = setup.longest_sample or setup.seq_len
+        return float(max(setup.max_tokens_per_gpu, math.ceil(longest / L.cp)))
+    return L.mbs * setup.seq_len / L.cp
+
+
+def _micro_batches(L: Layout, setup: TrainingSetup) -> int:
+    """Micro-batches per step per pipeline, as far as memory cares (how many can be in flight):
+    gbs / (dp*mbs) fixed; with dynamic batching at most one per sample, gbs / dp."""
+    return setup.global_batch // (L.dp * (1 if setup.max_tokens_per_gpu else L.mbs))
+
+
 @lru_cache(maxsize=65536)
 def activation_bytes_per_layer(model: MoEModel, L: Layout, setup: TrainingSetup,
                                moe: bool) -> float:
@@ -136,10 +160,10 @@ def activation_bytes_per_layer(model: MoEModel, L: Layout, setup: TrainingSetup,
     (sequence-parallel tensors are split too), whether it is only a GEMM input (then FP8 training
     saves it in 1 byte, as Transformer Engine does), and whether selective recompute discards it.
     """
+    tokens = micro_batch_tokens(L, setup)  # tokens of this CP shard
     if L.recompute == "full":
-        return 2.0 * model.hidden * L.mbs * setup.seq_len / L.cp / L.tp  # the layer input only
+        return 2.0 * model.hidden * tokens / L.tp  # the layer input only
     h = model.hidden
-    tokens = L.mbs * setup.seq_len / L.cp  # tokens of this CP shard
     sel = L.recompute == "selective"
     fp8 = is_fp8(setup.precision)
     # (width per token, split by tp, GEMM-input only, dropped by selective recompute)
@@ -192,7 +216,7 @@ def activation_bytes_per_layer(model: MoEModel, L: Layout, setup: TrainingSetup,
 
 
 def _in_flight(L: Layout, setup: TrainingSetup, which: str) -> float:
-    micro = setup.global_batch // (L.dp * L.mbs)
+    micro = _micro_batches(L, setup)
     if L.pp == 1:
         return 1.0
     if which == "last":
@@ -266,7 +290,7 @@ def _stage_memory(model: MoEModel, system: System, L: Layout, setup: TrainingSet
     if L.recompute == "full":  # working set of the layer being recomputed
         full = replace(L, recompute="none")
         acts += activation_bytes_per_layer(model, full, setup, moe=n_moe > 0)
-    tokens = L.mbs * setup.seq_len / L.cp
+    tokens = micro_batch_tokens(L, setup)
     if which == "last" or L.pp == 1:
         # logits in FP32 for the loss, per head (main + MTP), vocabulary split over tp
         acts += (1 + model.mtp_layers) * tokens * model.vocab * 4 / L.tp
@@ -295,4 +319,5 @@ def _stage_memory(model: MoEModel, system: System, L: Layout, setup: TrainingSet
         fp8_weight_cache=fp8_cache / GIB, activations=acts / GIB, comm_buffers=comm,
         runtime_reserve=RUNTIME_RESERVE_GIB, rollout_weights=ro_w, rollout_kv_cache=ro_kv,
         training_peak=train_peak, rollout_peak=rollout_peak, capacity=cap, stage=which,
+        micro_batch_tokens=tokens, max_tokens_per_gpu=setup.max_tokens_per_gpu,
     )

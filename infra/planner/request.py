@@ -14,6 +14,7 @@ from typing import Literal
 from infra.catalog.models import MoEModel
 from infra.planner.errors import PlannerError
 from infra.planner.layout import Recompute, TrainingSetup
+from infra.trainer_contract import DEFAULT_MAX_TOKENS_PER_GPU
 
 Objective = Literal["cost", "throughput"]
 Placement = Literal["colocated", "disaggregated"]
@@ -178,7 +179,8 @@ class RLPlanRequest:
 
     ``nodes`` fixes the job's node count (training and rollout pools together); otherwise
     1..``max_nodes`` (default 16) are searched. ``engine`` pins (GPUs, expert-parallel size) of
-    one SGLang engine; ``pins`` parts of the training layout.
+    one SGLang engine; ``pins`` parts of the training layout. ``max_tokens_per_gpu`` is the
+    launcher's micro-batch token cap the training memory is sized for (Miles' dynamic batching).
     """
 
     model: str | MoEModel
@@ -196,3 +198,6 @@ class RLPlanRequest:
     price_per_hour: float | None = None
     release: str = "baseline"  # software release of the training step (infra/catalog/releases.py)
     ultraserver_type: str | None = None  # the NVLink domain of an UltraServer type (catalog)
+    # tokens per GPU in one training micro-batch: the launcher's dynamic-batching cap
+    # (parallel.training.max_tokens_per_gpu), which sizes the training activations
+    max_tokens_per_gpu: int = DEFAULT_MAX_TOKENS_PER_GPU

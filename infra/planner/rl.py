@@ -44,7 +44,9 @@ from infra.planner.hardware import GB, GIB, System, get_system
 from infra.planner.models import MoEModel, get_model
 from infra.planner.layout import TrainingSetup
 from infra.planner.request import Pins, Placement, PlanRequest, RLPlanRequest, RLSetup
-from infra.trainer_contract import engine_heads_fit, engine_sizes_for_heads
+from infra.trainer_contract import (
+    DEFAULT_MAX_TOKENS_PER_GPU, engine_heads_fit, engine_sizes_for_heads,
+)
 from infra.planner.rl_modes import (
     compose_step, engine_mem_fraction, iterations_for, miles_mode_args, stream_batch,
 )
@@ -366,6 +368,7 @@ def _seq_len(rl: RLSetup) -> int:
 
 def _best_training(model, system, rl, precision, counts, colocate, pins, ep_backend,
                    price_per_hour, release="baseline",
+                   max_tokens_per_gpu=DEFAULT_MAX_TOKENS_PER_GPU,
                    errors: dict[int, PlannerError] | None = None) -> dict[int, Candidate]:
     """Best training layout per node count in ``counts``: one search over 1..k for a leading
     run of counts 1..k, one search per count beyond it. A search that finds nothing leaves its
@@ -380,7 +383,7 @@ def _best_training(model, system, rl, precision, counts, colocate, pins, ep_back
     for where in groups:
         try:
             best.update(_search_training(model, system, rl, precision, where, colocate, pins,
-                                         ep_backend, price_per_hour, release))
+                                         ep_backend, price_per_hour, release, max_tokens_per_gpu))
         except PlannerError as err:  # nothing fits this pool; the others may
             if errors is not None:
                 errors[where.get("nodes") or where["max_nodes"]] = err
@@ -388,9 +391,14 @@ def _best_training(model, system, rl, precision, counts, colocate, pins, ep_back
 
 
 def _search_training(model, system, rl, precision, where, colocate, pins, ep_backend,
-                     price_per_hour, release="baseline") -> dict[int, Candidate]:
+                     price_per_hour, release="baseline",
+                     max_tokens_per_gpu=DEFAULT_MAX_TOKENS_PER_GPU) -> dict[int, Candidate]:
+    # the step time trains mean-length sequences; the memory, the launcher's micro-batches
+    # (its token cap, or the longest sample alone)
     setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch,
                           precision=precision, release=release,
+                          max_tokens_per_gpu=max_tokens_per_gpu,
+                          longest_sample=rl.prompt_len + rl.max_response_len,
                           colocate_rollout=colocate, rollout_offload=True,
                           rollout_mem_fraction=(engine_mem_fraction(rl, system, "colocated", 8)
                                                 if colocate else 0.0))
@@ -441,8 +449,8 @@ def _check_engine(model: MoEModel, system: System, rl: RLSetup, engine: tuple[in
         best = max(shares.values())
         raise PlannerError(f"{ge} {g}: an engine of {g} GPU(s) holds {weights:.0f} GiB of BF16 "
                            f"weights per GPU, more than 90% of its memory share ({best:.0f} GiB "
-                           f"of {system.name}'s {system.gpu_memory_gib:g}), so no KV cache fits; "
-                           "pin more GPUs per engine")
+                           f"of {system.name}'s {system.gpu_memory_gib:.1f} usable), so no KV "
+                           "cache fits; pin more GPUs per engine")
 
 
 def _nothing_fits(m: MoEModel, system: System, nodes: int | None, max_nodes: int, pins: Pins,
@@ -478,6 +486,10 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
     rl, nodes, precision, placements = req.rl, req.nodes, req.precision, req.placements
     objective, pins, engine, ep_backend = req.objective, req.pins, req.engine, req.ep_backend
     price_per_hour = req.price_per_hour
+    cap = req.max_tokens_per_gpu
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise PlannerError(f"{named('max_tokens_per_gpu')} {cap!r} must be a whole number >= 1 "
+                           "(tokens per GPU in one training micro-batch, as the launcher runs it)")
     check_precision(system, precision)
     if nodes is not None and nodes < 1:
         check_node_counts(nodes, None)
@@ -521,7 +533,7 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
     trained = False  # some training layout fits some pool
     if "colocated" in placements:
         best = _best_training(m, system, rl, precision, counts, True, pins, ep_backend,
-                              price_per_hour, req.release, train_errors)
+                              price_per_hour, req.release, cap, train_errors)
         trained |= bool(best)
         for n in counts:
             tc = best.get(n)
@@ -535,7 +547,7 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
                                          price_per_hour=price_per_hour))
     if "disaggregated" in placements and top_n > 1:
         best = _best_training(m, system, rl, precision, train_pool_sizes(top_n), False, pins,
-                              ep_backend, price_per_hour, req.release, train_errors)
+                              ep_backend, price_per_hour, req.release, cap, train_errors)
         trained |= bool(best)
         for n in counts:
             for t, tc in best.items():

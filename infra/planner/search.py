@@ -305,7 +305,7 @@ def plan(request: PlanRequest) -> PlanResult:
             if static + memory_headroom_gib > system.gpu_memory_gib:
                 rejected.append(Rejection(
                     n, L, f"weights, gradients and optimizer alone need {static:.0f} GiB per GPU, "
-                          f"{system.name} has {system.gpu_memory_gib:g}"
+                          f"{system.name} has {system.gpu_memory_gib:.1f} usable"
                           + _headroom_clause(memory_headroom_gib), static, static_only=True))
                 continue
             fitted = None
@@ -320,10 +320,10 @@ def plan(request: PlanRequest) -> PlanResult:
                     why = (f"the colocated rollout phase needs {mem.rollout_peak:.0f} GiB per GPU "
                            f"(engine weights {mem.rollout_weights:.0f} + KV cache "
                            f"{mem.rollout_kv_cache:.0f}), {system.name} has "
-                           f"{system.gpu_memory_gib:g}")
+                           f"{system.gpu_memory_gib:.1f} usable")
                 else:
                     why = (f"needs {mem.peak:.0f} GiB per GPU even with {tries[-1]} recompute, "
-                           f"{system.name} has {system.gpu_memory_gib:g}")
+                           f"{system.name} has {system.gpu_memory_gib:.1f} usable")
                 why += _headroom_clause(memory_headroom_gib)
                 rejected.append(Rejection(n, replace(L, recompute=tries[-1]), why, mem.peak))
                 continue

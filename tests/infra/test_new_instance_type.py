@@ -29,7 +29,7 @@ from infra.planner.hardware import plannable_systems
 NEW_TYPE = "p7-r100.48xlarge"  # a made-up instance type with a made-up GPU model
 R100 = GpuSpec("R100", bf16_tflops=4000.0, fp8_tflops=8000.0, hbm_tbps=13.0,
                nvlink_gbps_bidir=3600, sms=200, efficiency=GPUS["B300"].efficiency,
-               cuda_arch="11.0")
+               cuda_arch="11.0", usable_memory_gib=287.0)
 P7_R100 = InstanceType(
     name=NEW_TYPE, gpu_model="R100", gpu_count=8, gpu_memory_gib=288,
     network_cards=16, efa_devices=16, efa_bandwidth_gbps=6400,

@@ -618,8 +618,9 @@ def test_run_config_follows_the_trainer_schema(name):
     itype = INSTANCE_TYPES[cfg.gpu_node_groups[t.node_group].instance_type]
     assert run["parallel"] == {
         "nodes": t.nodes, "gpus_per_node": itype.gpu_count,
-        # recompute only when not the trainer's default, full (every example keeps it)
-        "training": t.parallel.model_dump(exclude={"vpp", "recompute"}),
+        # recompute and the micro-batch token cap only when not the trainer's defaults (full,
+        # 20480: every example keeps them)
+        "training": t.parallel.model_dump(exclude={"vpp", "recompute", "max_tokens_per_gpu"}),
         # the mode keys (placement, nodes, overlap, off_policy_steps) only when not the default
         "rollout": t.rollout.model_dump(include={"gpus_per_engine", "ep"})}
     assert run["expert_parallel"] == {"backend": t.expert_parallel.backend}

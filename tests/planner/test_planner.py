@@ -14,7 +14,7 @@ from infra.planner import (
     get_model, get_system, load_model_file, plan, recommend_backend, step_time,
 )
 from infra.catalog.gpus import GPU_SPECS
-from infra.planner.hardware import GIB, plannable_systems
+from infra.planner.hardware import GIB, REFERENCE_SYSTEMS, plannable_systems
 
 SYSTEMS = plannable_systems()
 from infra.planner.memory import stage_params
@@ -95,9 +95,26 @@ def test_every_catalog_instance_is_plannable_with_its_catalog_facts():
     assert set(SYSTEMS) == set(INSTANCE_TYPES)
     for name, it in INSTANCE_TYPES.items():
         s = SYSTEMS[name]
-        assert (s.gpu.name, s.gpus_per_node, s.gpu_memory_gib) == \
+        assert (s.gpu.name, s.gpus_per_node, s.nominal_memory_gib) == \
             (it.gpu_model, it.gpu_count, it.gpu_memory_gib)
         assert s.fabric.line_rate_gbps == it.efa_bandwidth_gbps / 8 / it.gpu_count
+
+
+def test_layouts_fit_the_usable_gpu_memory_not_the_nominal_size():
+    """EC2's GPU memory (80 GiB on p5) is the nominal size; CUDA can allocate less (79.2 GiB on
+    H100). The planner fits against the GPU record's usable size, on every catalog type and
+    reference system, and the usable size belongs to the memory variant the instance has."""
+    for name, it in INSTANCE_TYPES.items():
+        s = SYSTEMS[name]
+        assert s.gpu_memory_gib == GPU_SPECS[it.gpu_model].usable_memory_gib
+        assert 0.97 * it.gpu_memory_gib < s.gpu_memory_gib < it.gpu_memory_gib, name
+    for ref in REFERENCE_SYSTEMS.values():
+        assert ref.gpu_memory_gib == ref.gpu.usable_memory_gib < ref.nominal_memory_gib
+    assert SYSTEMS["p5.48xlarge"].gpu_memory_gib == pytest.approx(79.21, abs=0.01)
+    assert SYSTEMS["p5en.48xlarge"].gpu_memory_gib == pytest.approx(139.65, abs=0.01)
+    # a layout at 79.6 GiB fitted the nominal 80 and does not fit an H100
+    mem = plan(PlanRequest("qwen3-30b-a3b", "p5.48xlarge", nodes=2, top=10**9)).candidates
+    assert mem and all(c.memory.peak <= 79.21 and c.memory.capacity < 80 for c in mem)
 
 
 def test_gpu_peaks_are_dense_datasheet_values():
@@ -360,12 +377,26 @@ def test_kit_plans_do_not_interleave_the_pipeline():
     assert str(err.value) == (
         "requested layout: vpp 2: the kit's launcher runs no interleaved pipeline (the trainer's "
         "run config has no virtual-pipeline size, so Megatron would run vpp 1); drop vpp")
-    best = free.candidates[[c.layout.vpp for c in free.candidates].index(
-        max(c.layout.vpp for c in free.candidates))]
     from infra.planner.config_writer import write_config
     from tests.support import REPO_ROOT
+    kit = plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2, top=10**6, interleaving=True,
+                           setup=TrainingSetup(max_tokens_per_gpu=20480)))
+    best = kit.candidates[[c.layout.vpp for c in kit.candidates].index(
+        max(c.layout.vpp for c in kit.candidates))]
+    assert best.layout.vpp > 1
     with pytest.raises(PlannerError, match=r"interleaves its pipeline \(vpp \d+\)"):
         write_config(REPO_ROOT / "examples" / "p5-2node.yaml", best, "qwen3-30b-a3b", P5, "p5")
+
+
+def test_write_config_refuses_a_plan_for_fixed_micro_batches():
+    """A plan sized for mbs x seq_len sequences is not what the launcher runs (dynamic batching,
+    micro-batches up to the token cap): writing it would launch a layout never planned."""
+    from infra.planner.config_writer import write_config
+    from tests.support import REPO_ROOT
+    fixed = plan(PlanRequest("qwen3-30b-a3b", P5, nodes=2)).best
+    assert fixed.memory.max_tokens_per_gpu == 0
+    with pytest.raises(PlannerError, match="plan sized fixed micro-batches"):
+        write_config(REPO_ROOT / "examples" / "p5-2node.yaml", fixed, "qwen3-30b-a3b", P5, "p5")
 
 
 def test_model_too_big_for_the_quota_says_how_close_it_got():
@@ -373,7 +404,7 @@ def test_model_too_big_for_the_quota_says_how_close_it_got():
         plan(PlanRequest("kimi-k2", P5, max_nodes=2))
     msg = str(err.value)
     assert msg.startswith("kimi-k2 does not fit on 1 to 2 nodes of p5.48xlarge: the closest layout")
-    assert "GiB per GPU" in msg and "p5.48xlarge has 80" in msg
+    assert "GiB per GPU" in msg and "p5.48xlarge has 79.2 usable" in msg
 
 
 def test_search_ranks_fitting_layouts_and_explains_rejections():
@@ -383,7 +414,7 @@ def test_search_ranks_fitting_layouts_and_explains_rejections():
     assert tps == sorted(tps, reverse=True)
     assert all(c.memory.fits and c.nodes == 4 for c in r.candidates)
     memory = [x for x in r.rejected if x.needed_gib is not None]
-    assert memory and all(re_.reason.endswith("p5en.48xlarge has 141") for re_ in memory)
+    assert memory and all(re_.reason.endswith("p5en.48xlarge has 139.7 usable") for re_ in memory)
     assert any("GiB per GPU" in re_.reason for re_ in memory)
     assert all(re_.reason for re_ in r.rejected)
 
@@ -495,3 +526,24 @@ def test_expert_groups_fill_the_nvlink_domain_before_the_fabric():
     on_nvlink = step_time(m, nvl, L, setup, "nccl")
     assert on_nvlink.ep_span_nodes == 1 and over_efa.ep_span_nodes == 4
     assert on_nvlink.ep_comm < over_efa.ep_comm / 3
+
+
+def test_dynamic_batching_sizes_activations_by_the_token_cap_not_mbs():
+    """Miles' dynamic batching (what the launcher runs) packs each micro-batch up to the cap x cp
+    tokens and ignores the micro-batch size: the activations are those of cap tokens per GPU
+    (a fixed micro-batch of one cap x cp sequence), whatever mbs is; a sample longer than the
+    cap x cp runs alone, so it sizes them instead."""
+    m, s = get_model("qwen3-30b-a3b"), get_system(P5)
+    dyn = TrainingSetup(seq_len=4096, global_batch=256, max_tokens_per_gpu=20480)
+    for cp in (1, 2):
+        acts = {mbs: estimate_memory(m, s, Layout(tp=2, pp=2, ep=8, dp=4 // cp, cp=cp, mbs=mbs,
+                                                  recompute="selective"), dyn, "nccl").activations
+                for mbs in (1, 2)}
+        fixed = estimate_memory(m, s, Layout(tp=2, pp=2, ep=8, dp=4 // cp, cp=cp, mbs=1,
+                                             recompute="selective"),
+                                TrainingSetup(seq_len=20480 * cp, global_batch=256), "nccl")
+        assert acts[1] == acts[2] == pytest.approx(fixed.activations)
+    long = TrainingSetup(seq_len=4096, global_batch=256, max_tokens_per_gpu=4096,
+                         longest_sample=8704)
+    got = estimate_memory(m, s, Layout(tp=1, pp=1, ep=8, dp=16, recompute="full"), long, "nccl")
+    assert got.micro_batch_tokens == 8704 and got.max_tokens_per_gpu == 4096

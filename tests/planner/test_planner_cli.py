@@ -125,7 +125,10 @@ def test_write_config_sets_the_training_layout_and_keeps_the_rest(capsys, config
     lay = best["layout"]
     assert t["parallel"] == {"tp": lay["tp"], "pp": lay["pp"], "cp": lay["cp"], "ep": lay["ep"],
                              "etp": lay["etp"], "vpp": lay["vpp"] if lay["vpp"] > 1 else None,
-                             "recompute": lay["recompute"]}
+                             "recompute": lay["recompute"],
+                             # the micro-batch token cap the memory was sized for (launcher default)
+                             "max_tokens_per_gpu": best["memory_gib"]["max_tokens_per_gpu"]}
+    assert t["parallel"]["max_tokens_per_gpu"] == 20480
     assert t["expert_parallel"]["backend"] == best["ep_backend"]["backend"]
     # every other key unchanged, and the text outside the training block byte-identical
     for key in original:

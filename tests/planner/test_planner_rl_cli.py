@@ -79,8 +79,8 @@ def test_a_pinned_engine_too_small_for_the_weights_names_it(capsys):
     assert rc == 2 and out == ""
     assert err.strip() == (
         "rlkit plan: error: --engine-gpus 8: an engine of 8 GPU(s) holds 159 GiB of BF16 weights "
-        "per GPU, more than 90% of its memory share (126 GiB of p5en.48xlarge's 141), so no KV "
-        "cache fits; pin more GPUs per engine")
+        "per GPU, more than 90% of its memory share (125 GiB of p5en.48xlarge's 139.7 usable), so "
+        "no KV cache fits; pin more GPUs per engine")
 
 
 def test_pinned_engine_layout_is_used(capsys):

@@ -216,7 +216,7 @@ def _table(rows) -> str:
              f"{'memory GiB':>12s}  source"]
     for p, c, err in rows:
         lines.append(f"{p.name:32s} {p.published:10,.0f} {c.time.tokens_per_s_per_gpu:10,.0f} "
-                     f"{err * 100:+6.1f}% {c.memory.peak:6.1f}/{c.memory.capacity:<5g} {p.source}")
+                     f"{err * 100:+6.1f}% {c.memory.peak:6.1f}/{c.memory.capacity:<5.1f} {p.source}")
     n_in = len(POINTS) + len(BLACKWELL_POINTS)
     for label, subset in (("Hopper points", rows[:len(POINTS)]),
                           ("Blackwell in-sample", rows[len(POINTS):n_in]),

@@ -325,7 +325,7 @@ def test_wrong_types_and_missing_sections():
     assert problems_of(data) == [
         "grpo.num_rollout = true: must be an integer. Fix: write a whole number >= 1, e.g. `num_rollout: 1`.",
         "parallel.training = [4, 1]: must be a mapping. Fix: write `parallel.training:` as a mapping with keys "
-        "tp, pp, cp, ep, etp, optimizer_cpu_offload, recompute.",
+        "tp, pp, cp, ep, etp, optimizer_cpu_offload, recompute, max_tokens_per_gpu.",
     ]
 
 

@@ -149,14 +149,36 @@ def test_qwen3_30b_a3b_with_deepep_switches_both_sides(backend):
 def test_user_megatron_args_replace_soft_defaults_without_duplicates():
     data = yaml.safe_load(QWEN.read_text())
     # (--rm-type is data.rm_type's now: tests/test_trainer_recipe.py)
-    data["model"]["megatron_args"] += ["--lr-decay-style", "cosine", "--max-tokens-per-gpu", "9216",
+    data["model"]["megatron_args"] += ["--lr-decay-style", "cosine",
                                        "--sglang-mem-fraction-static", "0.5"]
     data["grpo"]["kl_loss_coef"] = 0.01
     argv = miles_train_args(parse_run_config(data), hf_checkpoint="/m", prompt_data="/d.jsonl")
-    for flag, value in (("--lr-decay-style", "cosine"), ("--max-tokens-per-gpu", "9216"),
-                        ("--sglang-mem-fraction-static", "0.5")):
+    for flag, value in (("--lr-decay-style", "cosine"), ("--sglang-mem-fraction-static", "0.5")):
         assert argv.count(flag) == 1 and last_value(argv, flag) == value
     assert "--use-kl-loss" in argv and last_value(argv, "--kl-loss-coef") == "0.01"
+
+
+def test_max_tokens_per_gpu_is_the_config_field():
+    """The micro-batch token cap sizes the activations the kit's planner fitted: the launcher
+    passes parallel.training.max_tokens_per_gpu (default 20480) and refuses it in megatron_args."""
+    data = yaml.safe_load(QWEN.read_text())
+    argv = miles_train_args(parse_run_config(data), hf_checkpoint="/m", prompt_data="/d.jsonl")
+    assert argv.count("--max-tokens-per-gpu") == 1
+    assert last_value(argv, "--max-tokens-per-gpu") == "20480"
+    data["parallel"]["training"]["max_tokens_per_gpu"] = 9216
+    argv = miles_train_args(parse_run_config(data), hf_checkpoint="/m", prompt_data="/d.jsonl")
+    assert argv.count("--max-tokens-per-gpu") == 1
+    assert last_value(argv, "--max-tokens-per-gpu") == "9216"
+    assert "--use-dynamic-batch-size" in argv
+    data["model"]["megatron_args"] += ["--max-tokens-per-gpu", "4096"]
+    with pytest.raises(Exception) as err:
+        parse_run_config(data)
+    assert "parallel.training.max_tokens_per_gpu" in str(err.value)
+    data["model"]["megatron_args"] = data["model"]["megatron_args"][:-2]
+    data["parallel"]["training"]["max_tokens_per_gpu"] = 0
+    with pytest.raises(Exception) as err:
+        parse_run_config(data)
+    assert "parallel.training.max_tokens_per_gpu" in str(err.value) and ">= 1" in str(err.value)
 
 
 def test_direct_and_ray_submit_forms():

@@ -48,7 +48,6 @@ MILES_DIR = "/root/miles"  # where the Miles image clones Miles (docker/Dockerfi
 # Same values as the Miles Qwen3-30B-A3B recipe unless noted; every one of them can be
 # overridden by giving the flag in model.megatron_args (the launcher then leaves it out).
 _SGLANG_MEM_FRACTION = "0.7"
-_MAX_TOKENS_PER_GPU = "20480"
 
 
 @dataclass(frozen=True)
@@ -373,8 +372,10 @@ def miles_train_args(
     elif granularity == "selective" and chosen is None:
         a.add("--recompute-granularity", "selective")
         a.soft("--recompute-modules", *selective_recompute_modules(model_args))
+    # Micro-batches of up to max_tokens_per_gpu tokens per GPU (contract DEFAULT_MAX_TOKENS_PER_GPU
+    # says how Miles packs them): the value the kit's planner sized activation memory for.
     a.soft("--use-dynamic-batch-size")
-    a.soft("--max-tokens-per-gpu", _MAX_TOKENS_PER_GPU)
+    a.add("--max-tokens-per-gpu", t.max_tokens_per_gpu)
 
     # SGLang rollout engines (SGLANG_ARGS).
     a.add("--rollout-num-gpus-per-engine", ro.gpus_per_engine)

@@ -51,6 +51,7 @@ from .schema import (
     DEFAULT_KEEP_LOCAL,
     DEFAULT_KEEP_S3,
     DEFAULT_LOCAL_DIR,
+    DEFAULT_MAX_TOKENS_PER_GPU,
     DEFAULT_SAVE_INTERVAL,
     EXPERT_PARALLEL_KEYS,
     GRPO_KEYS,
@@ -217,6 +218,8 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
             tv: dict = {k: r.integer(t, k, "parallel.training", default=1) for k in TRAINING_SIZE_KEYS}
             tv["optimizer_cpu_offload"] = r.boolean(t, "optimizer_cpu_offload", "parallel.training")
             tv["recompute"] = _choice(r, t, "recompute", RECOMPUTES, "full", "parallel.training")
+            tv["max_tokens_per_gpu"] = r.integer(t, "max_tokens_per_gpu", "parallel.training",
+                                                 default=DEFAULT_MAX_TOKENS_PER_GPU)
             if all(v is not None for v in tv.values()):
                 training = TrainingParallel(**tv)  # type: ignore[arg-type]
         rollout = None

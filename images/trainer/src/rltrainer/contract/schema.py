@@ -37,7 +37,8 @@ grpo:
 parallel:
   nodes: 2
   gpus_per_node: 8
-  training: {tp: 4, pp: 1, cp: 1, ep: 8, etp: 1, optimizer_cpu_offload: false, recompute: full}
+  training: {tp: 4, pp: 1, cp: 1, ep: 8, etp: 1, optimizer_cpu_offload: false, recompute: full,
+             max_tokens_per_gpu: 20480}
   rollout: {gpus_per_engine: 8, ep: 8, placement: colocated, nodes: 0, overlap: none, off_policy_steps: 0}
 expert_parallel:
   backend: nccl
@@ -54,6 +55,14 @@ DEFAULT_KEEP_LOCAL = 1
 # deleting finished checkpoints is the user's choice, and S3 costs far less than the GPU hours a
 # save holds (docs/operations.md, "A run that saves for a week").
 DEFAULT_KEEP_S3 = 0
+# Tokens one training micro-batch holds per GPU. The launcher always runs Miles' dynamic batching
+# (--use-dynamic-batch-size): Miles v0.1.0 (radixark/miles@78527b9102b3) packs each micro-batch
+# up to --max-tokens-per-gpu x cp tokens over a context-parallel group and ignores
+# --micro-batch-size (miles/backends/training_utils/data.py:490-498; first fit,
+# miles/utils/data.py:277-288: one sample longer than that runs alone). So this, not a sequence
+# count, sizes the activations the kit's planner must fit. 20480: Miles' Qwen3-30B-A3B recipe's
+# value, the launcher's default.
+DEFAULT_MAX_TOKENS_PER_GPU = 20480
 
 # Flags the launcher derives from the config. Passing one of them again through
 # model.megatron_args would silently fight the config (argparse keeps the last one),
@@ -86,6 +95,7 @@ OWNED_FLAGS: dict[str, str] = {
     "--input-key": "data.input_key",
     "--label-key": "data.label_key",
     "--rm-type": "data.rm_type",
+    "--max-tokens-per-gpu": "parallel.training.max_tokens_per_gpu",
     "--optimizer-cpu-offload": "parallel.training.optimizer_cpu_offload",
     "--overlap-cpu-optimizer-d2h-h2d": "parallel.training.optimizer_cpu_offload",
     "--use-precision-aware-optimizer": "parallel.training.optimizer_cpu_offload",
@@ -120,7 +130,7 @@ GRPO_KEYS = (
 )
 PARALLEL_KEYS = ("nodes", "gpus_per_node", "training", "rollout")
 TRAINING_SIZE_KEYS = ("tp", "pp", "cp", "ep", "etp")
-TRAINING_KEYS = TRAINING_SIZE_KEYS + ("optimizer_cpu_offload", "recompute")
+TRAINING_KEYS = TRAINING_SIZE_KEYS + ("optimizer_cpu_offload", "recompute", "max_tokens_per_gpu")
 # Activation recompute (Megatron --recompute-granularity): none, selective (layer norms, the MoE
 # activation and, with multi-latent attention, its up-projections) or full (every layer, one at a
 # time). The launcher renders it unless model.megatron_args choose their own granularity.
@@ -208,6 +218,7 @@ class TrainingParallel:
     # --overlap-cpu-optimizer-d2h-h2d --use-precision-aware-optimizer), for memory-tight H100 layouts.
     optimizer_cpu_offload: bool = False
     recompute: str = "full"  # RECOMPUTES
+    max_tokens_per_gpu: int = DEFAULT_MAX_TOKENS_PER_GPU  # Miles --max-tokens-per-gpu
 
 
 @dataclass(frozen=True)
