@@ -55,7 +55,7 @@ def engine_problem(model: MoEModel, system: System, gpus: int) -> str | None:
         share = COLOCATED_MEM_FRACTION * system.gpu_memory_gib
         return (f"an engine of {gpus} GPU(s) holds {weights:.0f} GiB of {model.key}'s BF16 weights "
                 f"per GPU, more than 90% of its colocated memory share ({share:.0f} GiB of "
-                f"{system.name}'s {system.gpu_memory_gib:g}), so no KV cache fits")
+                f"{system.name}'s {system.gpu_memory_gib:.1f} usable), so no KV cache fits")
     return None
 
 

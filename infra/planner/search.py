@@ -418,7 +418,7 @@ def _full_memory(m: MoEModel, system: System, nodes: int, L: Layout, setup: Trai
 def _too_big(mem: MemoryBreakdown, system: System, setup: TrainingSetup, headroom_gib: float,
              recompute: str) -> str:
     """Why ``mem`` does not fit, naming its largest part and the fix for that part."""
-    has = f"{system.name} has {system.gpu_memory_gib:g}{_headroom_clause(headroom_gib, True)}"
+    has = f"{system.name} has {system.gpu_memory_gib:.1f} usable{_headroom_clause(headroom_gib, True)}"
     if mem.rollout_peak > mem.training_peak:
         return (f"the colocated rollout phase needs {mem.rollout_peak:.0f} GiB per GPU (engine "
                 f"weights {mem.rollout_weights:.0f} + KV cache {mem.rollout_kv_cache:.0f}), {has}")

@@ -23,7 +23,7 @@ def test_headroom_that_leaves_no_room_is_named_as_the_cause(capsys):
     # was: "the closest layout ... weights, gradients and optimizer alone need 32 GiB per GPU,
     # p5.48xlarge has 80": 32 < 80, and the headroom that made it not fit was not mentioned
     err = error(capsys, *QWEN_P5, "--headroom-gib", "79")
-    assert "p5.48xlarge has 80 less the 79 GiB --headroom-gib keeps free; keep less free " \
+    assert "p5.48xlarge has 79.2 usable less the 79 GiB --headroom-gib keeps free; keep less free " \
            "(--headroom-gib)" in err
     assert "alone need" not in err
 
