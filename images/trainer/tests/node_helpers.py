@@ -84,7 +84,12 @@ def make_node(root: Path, *, gpus=8, efa=32, efa_mounted=None, mlx=0, gdrdrv=Tru
     return root
 
 
+# What the trainer image and the kit's pods set: the image's ENV (Dockerfile) and the pod's NCCL_NET_PLUGIN.
+POD_ENV = {"CUDA_VERSION": "13.0.1", "NCCL_NET_PLUGIN": "ofi",
+           "LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/gdrcopy/lib"}
+
+
 def probe(root: Path, memlock=resource.RLIM_INFINITY, shm=64 * GIB, run=None, env=None) -> NodeProbe:
-    env = {"CUDA_VERSION": "13.0.1"} if env is None else env
+    env = dict(POD_ENV) if env is None else env
     return NodeProbe(root=root, env=env, run=run or (lambda argv: None), memlock_limit=lambda: memlock,
                      statvfs_bytes=lambda path: shm)

@@ -11,7 +11,7 @@ import pytest
 
 from rltrainer.nodecheck import CHECK_NAMES, NodeProbe, main
 
-from node_helpers import fixture, make_node, probe
+from node_helpers import POD_ENV, fixture, make_node, probe
 
 
 def check(argv, node_probe):
@@ -60,7 +60,9 @@ def test_misconfigured_pod_fails_with_fixes(tmp_path: Path):
         "nodecheck: FAIL 6 of 11: efa_devices (expected 32, found 16); "
         "gdrcopy (expected /dev/gdrdrv present (deepep-nvshmem uses GDRCopy), found missing); "
         "hugepages_2Mi (expected >= 5120 MiB, found 0 MiB); memlock (expected unlimited, found 65536 bytes); "
-        "shm (expected >= 8 GiB, found 0.1 GiB); nccl_ofi_plugin (expected libnccl-net*.so findable, found not found)"
+        "shm (expected >= 8 GiB, found 0.1 GiB); nccl_ofi_plugin (expected a net plugin NCCL loads for "
+        "NCCL_NET_PLUGIN=ofi (environment), found none of ofi, libnccl-net-ofi.so on LD_LIBRARY_PATH, in "
+        "/etc/ld.so.cache or the system library directories)"
     )
 
 
@@ -101,7 +103,7 @@ def test_the_full_driver_version_is_checked_against_the_images_floor(tmp_path: P
     """Same branch, older release: an R580 driver below the image's floor fails (a branch-only
     check passed it). The floor comes from the image (RLTRAINER_MIN_NVIDIA_DRIVER), else --min-driver."""
     root = make_node(tmp_path, driver="580.76.05")
-    env = {"CUDA_VERSION": "13.0.2", "RLTRAINER_MIN_NVIDIA_DRIVER": "580.82.07"}
+    env = {**POD_ENV, "CUDA_VERSION": "13.0.2", "RLTRAINER_MIN_NVIDIA_DRIVER": "580.82.07"}
     rc, report, verdict = check(["--expect-gpus", "8", "--expect-efa", "32"], probe(root, env=env))
     assert rc == 1
     assert verdict == "nodecheck: FAIL 1 of 9: nvidia_driver (expected >= 580.82.07 (CUDA 13.0.2), found 580.76.05)"
@@ -166,10 +168,109 @@ def test_plugin_found_through_ld_library_path_or_nccl_net_plugin(tmp_path: Path)
     lib = tmp_path / "usr" / "local" / "custom"
     lib.mkdir(parents=True)
     (lib / "libnccl-net.so").touch()
+    # unset: NCCL opens libnccl-net.so
     assert probe(tmp_path, env={"LD_LIBRARY_PATH": "/usr/local/custom"}).nccl_plugin() == "/usr/local/custom/libnccl-net.so"
     assert probe(tmp_path, env={"NCCL_NET_PLUGIN": "/usr/local/custom/libnccl-net.so"}).nccl_plugin() == \
         "/usr/local/custom/libnccl-net.so"
     assert probe(tmp_path, env={"NCCL_NET_PLUGIN": "/nope/libnccl-net.so"}).nccl_plugin() is None
+
+
+OFI_DIR = "/opt/amazon/ofi-nccl/lib"
+
+
+@pytest.mark.parametrize("env", [
+    {"NCCL_NET_PLUGIN": "aws_ofi", "LD_LIBRARY_PATH": OFI_DIR},  # NCCL opens aws_ofi, libnccl-net-aws_ofi.so
+    {"NCCL_NET_PLUGIN": "none", "LD_LIBRARY_PATH": OFI_DIR},  # internal transports only
+    {"NCCL_NET_PLUGIN": "NONE", "LD_LIBRARY_PATH": OFI_DIR},
+    {"NCCL_NET_PLUGIN": "", "LD_LIBRARY_PATH": OFI_DIR},  # an empty list names nothing
+    {"LD_LIBRARY_PATH": OFI_DIR},  # unset: libnccl-net.so, which this tree lacks
+    {"NCCL_NET_PLUGIN": "ofi", "LD_LIBRARY_PATH": ""},  # the plugin's directory is not searched
+    {"NCCL_NET_PLUGIN": "ofi"},
+    {"NCCL_NET_PLUGIN": "ofi", "LD_LIBRARY_PATH": "/opt/amazon/efa/lib"},
+    {"NCCL_NET_PLUGIN": "libnccl-net-ofi", "LD_LIBRARY_PATH": OFI_DIR},  # lib* without .so: no second name
+    {"NCCL_NET_PLUGIN": "lib.so", "LD_LIBRARY_PATH": OFI_DIR},
+])
+def test_plugin_is_what_nccl_would_open_not_any_file_on_disk(tmp_path: Path, env):
+    # only libnccl-net-ofi.so, in the EFA installer's directory (nccl@86fa684 src/plugin/net.cc
+    # initPluginLibsOnceFunc, src/plugin/plugin_open.cc openPluginLib)
+    root = make_node(tmp_path)
+    assert probe(root, env=env).nccl_plugin() is None
+    rc, report, _ = check(["--expect-gpus", "8", "--expect-efa", "32"], probe(root, env={"CUDA_VERSION": "13.0.1", **env}))
+    assert rc == 1 and [c["name"] for c in report["checks"] if not c["ok"]] == ["nccl_ofi_plugin"]
+
+
+@pytest.mark.parametrize("env", [
+    {"NCCL_NET_PLUGIN": "ofi", "LD_LIBRARY_PATH": OFI_DIR},
+    {"NCCL_NET_PLUGIN": "ofi", "LD_LIBRARY_PATH": "/opt/amazon/efa/lib;" + OFI_DIR},  # ';' separates too
+    {"NCCL_NET_PLUGIN": "aws_ofi,ofi", "LD_LIBRARY_PATH": OFI_DIR},  # a list: the first that opens
+    {"NCCL_NET_PLUGIN": "libnccl-net-ofi.so", "LD_LIBRARY_PATH": OFI_DIR},
+    {"NCCL_NET_PLUGIN": OFI_DIR + "/libnccl-net-ofi.so"},
+])
+def test_plugin_found_where_nccl_opens_it(tmp_path: Path, env):
+    root = make_node(tmp_path)
+    assert probe(root, env=env).nccl_plugin() == OFI_DIR + "/libnccl-net-ofi.so"
+
+
+def test_plugin_name_is_case_sensitive_on_disk(tmp_path: Path):
+    # "OFI" opens libnccl-net-OFI.so: Linux file names are case-sensitive
+    assert probe(make_node(tmp_path), env={"NCCL_NET_PLUGIN": "OFI", "LD_LIBRARY_PATH": OFI_DIR}).nccl_plugin() is None
+
+
+def test_plugin_setting_from_nccl_conf_and_relative_dirs(tmp_path: Path):
+    root = make_node(tmp_path)
+    (root / "etc").mkdir()
+    (root / "etc" / "nccl.conf").write_text("# the image's defaults\nNCCL_NET_PLUGIN=ofi\nNCCL_NET_PLUGIN=none\n")
+    # /etc/nccl.conf fills in what the environment leaves unset (the first line wins) ...
+    res = probe(root, env={"LD_LIBRARY_PATH": OFI_DIR}).nccl_plugin_resolution()
+    assert res.setting == "NCCL_NET_PLUGIN=ofi (/etc/nccl.conf)" and res.path == OFI_DIR + "/libnccl-net-ofi.so"
+    # ... and never overrides it; $NCCL_CONF_FILE is read before /etc/nccl.conf
+    assert probe(root, env={"NCCL_NET_PLUGIN": "none", "LD_LIBRARY_PATH": OFI_DIR}).nccl_plugin() is None
+    (root / "etc" / "mine.conf").write_text("NCCL_NET_PLUGIN=none\n")
+    assert probe(root, env={"NCCL_CONF_FILE": "/etc/mine.conf", "LD_LIBRARY_PATH": OFI_DIR}).nccl_plugin() is None
+    # an empty LD_LIBRARY_PATH item is the working directory
+    from rltrainer.nccl_net_plugin import resolve
+    assert resolve(root, {"NCCL_NET_PLUGIN": "ofi", "LD_LIBRARY_PATH": "/nope:"}, cwd=OFI_DIR).path == \
+        OFI_DIR + "/libnccl-net-ofi.so"
+    assert resolve(root, {"NCCL_NET_PLUGIN": "ofi", "LD_LIBRARY_PATH": "/nope"}, cwd=OFI_DIR).path is None
+
+
+def ld_cache(entries: dict[str, str]) -> bytes:
+    """An /etc/ld.so.cache in glibc's format (sysdeps/generic/dl-cache.h, what ldconfig writes)."""
+    from rltrainer.nccl_net_plugin import CACHE_ENTRY, CACHE_HEADER, CACHE_MAGIC
+    strings, offsets = b"", []
+    base = CACHE_HEADER.size + CACHE_ENTRY.size * len(entries)
+    for key, value in entries.items():
+        offsets.append((base + len(strings), base + len(strings) + len(key) + 1))
+        strings += key.encode() + b"\0" + value.encode() + b"\0"
+    head = CACHE_HEADER.pack(CACHE_MAGIC, len(entries), len(strings), 2, 0)
+    return head + b"".join(CACHE_ENTRY.pack(0x303, k, v, 0, 0) for k, v in offsets) + strings
+
+
+def test_plugin_found_through_the_ld_so_cache_and_system_dirs(tmp_path: Path):
+    root = make_node(tmp_path)
+    (root / "etc").mkdir()
+    (root / "etc" / "ld.so.cache").write_bytes(ld_cache({"libnccl-net-ofi.so": OFI_DIR + "/libnccl-net-ofi.so"}))
+    assert probe(root, env={"NCCL_NET_PLUGIN": "ofi"}).nccl_plugin() == OFI_DIR + "/libnccl-net-ofi.so"
+    assert probe(root, env={}).nccl_plugin() is None  # the cache has no libnccl-net.so
+    (root / "usr" / "lib").mkdir(parents=True)
+    (root / "usr" / "lib" / "libnccl-net.so").touch()
+    assert probe(root, env={}).nccl_plugin() == "/usr/lib/libnccl-net.so"
+
+
+def test_ld_cache_reader_matches_ldconfig_on_this_machine():
+    import shutil
+    import subprocess
+
+    from rltrainer.nccl_net_plugin import read_ld_cache
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    if not Path("/etc/ld.so.cache").is_file() or not Path(ldconfig).exists():
+        pytest.skip("no ld.so cache or ldconfig here")
+    listed: dict[str, str] = {}
+    for line in subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=True).stdout.splitlines()[1:]:
+        key, sep, value = line.strip().partition(" => ")
+        if sep:
+            listed.setdefault(key.split(" (")[0], value)
+    assert read_ld_cache(Path("/etc/ld.so.cache").read_bytes()) == listed
 
 
 def test_skip_and_thresholds(tmp_path: Path):
@@ -185,10 +286,14 @@ def test_module_entry_point_runs_against_a_root(tmp_path: Path):
     import subprocess
     import sys
 
+    import os
+
     root = make_node(tmp_path)
+    # the pod's environment; its LD_LIBRARY_PATH names directories under --root
+    env = {**os.environ, "NCCL_NET_PLUGIN": POD_ENV["NCCL_NET_PLUGIN"], "LD_LIBRARY_PATH": POD_ENV["LD_LIBRARY_PATH"]}
     proc = subprocess.run([sys.executable, "-m", "rltrainer.nodecheck", "--expect-gpus", "8", "--expect-efa", "32",
                            "--root", str(root), "--skip", "memlock", "--skip", "shm", "--cuda-version", "13.0"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ok"] is True
     assert proc.stderr.strip().splitlines()[-1] == "nodecheck: PASS (7 checks)"

@@ -52,8 +52,9 @@ whole check runs anywhere. What it checks, and why:
                        (libfabric's EFA provider uses them for bounce buffers);
 - ``memlock``:         unlimited locked memory, required to register GPU/host buffers;
 - ``shm``:             /dev/shm size (NCCL's intra-node transport and PyTorch workers);
-- ``nccl_ofi_plugin``: a ``libnccl-net*.so`` NCCL can load, without which it silently
-                       uses TCP sockets.
+- ``nccl_ofi_plugin``: the net plugin NCCL would load, found as NCCL names it (NCCL_NET_PLUGIN,
+                       or nccl.conf) and as dlopen searches (rltrainer.nccl_net_plugin); without
+                       one NCCL silently uses TCP sockets.
 
 Output: one JSON object on stdout, ``{"kind": "nodecheck", "ok": ..., "checks": [...],
 "image": {...}}`` (``image``: the fabric stack's versions the image recorded at build time,
@@ -77,6 +78,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
+from . import nccl_net_plugin
 from .contract import EP_BACKENDS  # the run config's expert-parallel backend names
 
 CHECK_NAMES = ("gpus", "efa_devices", "efa_port_state", "nvidia_driver", "gpudirect_rdma", "gdrcopy",
@@ -100,19 +102,6 @@ MIN_DRIVER_ENV = "RLTRAINER_MIN_NVIDIA_DRIVER"  # the Dockerfile sets it from MI
 DMABUF_MIN_KERNEL = (5, 12)  # Linux added dma-buf import for RDMA memory registration in 5.12
 CAP_SYS_ADMIN, CAP_PERFMON = 21, 38  # linux/capability.h
 EFA_GDA_MIN_DRIVER = (3, 3, 0)  # EFA installer 1.50.0 brought EFA driver 3.3.0 with GIN-capable aws-ofi-nccl 1.21.1
-
-# Where aws-ofi-nccl lands: the EFA installer (/opt/amazon/ofi-nccl), older manual
-# builds (/opt/aws-ofi-nccl), and distro library directories.
-PLUGIN_DIRS = (
-    "/opt/amazon/ofi-nccl/lib",
-    "/opt/amazon/ofi-nccl/lib64",
-    "/opt/aws-ofi-nccl/lib",
-    "/usr/local/lib",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-)
-
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -329,16 +318,12 @@ class NodeProbe:
     def shm_bytes(self) -> int | None:
         return self.statvfs_bytes(str(self.p("/dev/shm")))
 
+    def nccl_plugin_resolution(self) -> nccl_net_plugin.PluginResolution:
+        return nccl_net_plugin.resolve(self.root, self.env)
+
     def nccl_plugin(self) -> str | None:
-        configured = self.env.get("NCCL_NET_PLUGIN", "")
-        if configured.startswith("/"):
-            return configured if self.p(configured).is_file() else None
-        dirs = [d for d in self.env.get("LD_LIBRARY_PATH", "").split(":") if d] + list(PLUGIN_DIRS)
-        for d in dirs:
-            hits = sorted(glob.glob(str(self.p(d) / "libnccl-net*.so*")))
-            if hits:
-                return "/" + str(Path(hits[0]).relative_to(self.root)).lstrip("/")
-        return None
+        """The net plugin NCCL would load here (rltrainer.nccl_net_plugin), or None."""
+        return self.nccl_plugin_resolution().path
 
 
 def _version(text: str | None) -> tuple[int, ...] | None:
@@ -501,10 +486,13 @@ def run_checks(
         _gib(shm) if shm is not None else "missing",
         "mount an emptyDir with medium: Memory at /dev/shm (the container default of 64 MiB starves NCCL)")
 
-    plugin = probe.nccl_plugin()
-    add("nccl_ofi_plugin", plugin is not None, "libnccl-net*.so findable", plugin or "not found",
+    plugin = probe.nccl_plugin_resolution()
+    add("nccl_ofi_plugin", plugin.path is not None, f"a net plugin NCCL loads for {plugin.setting}",
+        plugin.path or ("no plugin named: NCCL uses its internal IB and socket transports" if not plugin.tried else
+                        f"none of {', '.join(plugin.tried)} on LD_LIBRARY_PATH, in /etc/ld.so.cache or the system "
+                        "library directories"),
         "use the trainer image (the EFA installer puts aws-ofi-nccl in /opt/amazon/ofi-nccl/lib), keep that directory "
-        "on LD_LIBRARY_PATH and set NCCL_NET_PLUGIN=ofi")
+        "on LD_LIBRARY_PATH and set NCCL_NET_PLUGIN=ofi (NCCL opens ofi, then libnccl-net-ofi.so)")
     return results
 
 
