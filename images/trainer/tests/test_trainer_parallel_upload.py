@@ -12,7 +12,7 @@ import pytest
 
 from ckpt_helpers import make_save, moto_s3
 from rltrainer.checkpoints import RetryPolicy, S3CheckpointStore
-from rltrainer.checkpoints.layout import MANIFEST_NAME
+from rltrainer.checkpoints.layout import MANIFEST_NAME, QUARANTINE_MARKER
 from rltrainer.checkpoints.parallel import partition, run_in_threads
 
 URI = "s3://ckpt-bucket/runs/r/"
@@ -101,3 +101,58 @@ def test_a_caller_may_run_the_parts_elsewhere(s3, tmp_path: Path):
 
     assert store(s3).upload(tmp_path, 10, uploaders=2, run_parts=runner).status == "uploaded"
     assert seen == [2]
+
+
+class ListCounter:
+    """Wraps the S3 client: every ListObjectsV2 call and how many entries (keys and common
+    prefixes) it returned."""
+
+    def __init__(self, client):
+        self._client = client
+        self.lists: list[tuple[dict, int]] = []
+
+    def list_objects_v2(self, **kwargs):
+        page = self._client.list_objects_v2(**kwargs)
+        self.lists.append((kwargs, len(page.get("Contents", [])) + len(page.get("CommonPrefixes", []))))
+        return page
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def test_the_per_file_marker_check_does_not_grow_with_the_save(s3, tmp_path: Path):
+    """Before: the check before each file listed iter_N/_, which also holds every torch_dist shard
+    (__<rank>_<n>.distcp) uploaded so far: 500 LISTs returning ~125,000 keys for a 500-shard save."""
+    shards = 500
+    make_save(tmp_path, 10)
+    for i in range(shards):
+        (tmp_path / "iter_0000010" / f"__{i}_1.distcp").write_bytes(b"x")
+    client = ListCounter(s3)
+    assert store(client).upload(tmp_path, 10).status == "uploaded"
+    marker_lists = [n for kwargs, n in client.lists if kwargs["Prefix"].endswith("iter_0000010/_")]
+    assert len(marker_lists) >= shards  # still checked before every file
+    assert max(marker_lists) <= 3, max(marker_lists)  # the two markers and one common prefix, __
+    assert sum(n for _, n in client.lists) < 3 * len(client.lists) + 2 * shards
+    # the delimiter lists a marker only while its name has no "_" after the first character
+    assert "_" not in MANIFEST_NAME[1:] and "_" not in QUARANTINE_MARKER[1:]
+
+
+@pytest.mark.parametrize("marker", ["complete", "quarantined"])
+def test_a_marker_written_mid_upload_still_stops_the_next_file(s3, tmp_path: Path, marker):
+    """With shards already there, the delimited listing still finds a marker another writer (or a
+    quarantine) put between two files; nothing after it is uploaded and nothing is published."""
+    make_save(tmp_path, 10)
+    for i in range(20):
+        (tmp_path / "iter_0000010" / f"__{i}_1.distcp").write_bytes(b"x")
+    key = "runs/r/iter_0000010/" + (MANIFEST_NAME if marker == "complete" else QUARANTINE_MARKER)
+
+    class Interloper(Recorder):
+        def upload_file(self, path, bucket, key_, **kwargs):
+            if len(self.writes) == 10:
+                self._client.put_object(Bucket=bucket, Key=key, Body=b"{}")
+            return super().upload_file(path, bucket, key_, **kwargs)
+
+    client = Interloper(s3)
+    result = store(client).upload(tmp_path, 10)
+    assert result.status == ("already-complete" if marker == "complete" else "quarantined")
+    assert len(client.writes) == 11  # the file in flight when the marker came, then no more

@@ -277,11 +277,23 @@ class S3CheckpointStore(S3Deletion):
             return False
 
     def _skip_reason(self, iteration: int) -> UploadResult | None:
-        """Skip an iteration S3 already has complete or quarantined (one LIST finds both markers)."""
+        """Skip an iteration S3 already has complete or quarantined: a second, stale writer must
+        not overwrite the objects a published manifest names (checked before every file, since
+        another writer may finish the iteration meanwhile, and before publishing).
+
+        Run once per file, so it must not grow with the save: a plain LIST of ``iter_N/_`` also
+        returned every torch_dist shard uploaded so far (``__<rank>_<n>.distcp``, megatron-lm
+        37f9161 dist_checkpointing/strategies/filesystem_async.py ``_StoragePrefix``), up to
+        1,000 keys per file. With "_" as the delimiter S3 lists the markers (no "_" after the
+        prefix) and rolls all those shards into one CommonPrefix, ``iter_N/__``. Not HeadObject:
+        for a missing key S3 answers 404 only to a caller allowed s3:ListBucket, which the kit
+        grants under an s3:prefix condition (infra/constructs/trainer_identity.py) that only a
+        LIST request carries, so the HEAD of an absent marker would be refused (403)."""
         prefix = self.key(f"{iter_dirname(iteration)}/_")
-        page = self.retry.call(f"list {self.uri}{iter_dirname(iteration)}/",
-                               lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix))
-        names = {obj["Key"][len(prefix) - 1:] for obj in page.get("Contents", [])}
+        names = {obj["Key"][len(prefix) - 1:]
+                 for page in self._list_pages(f"list {self.uri}{iter_dirname(iteration)}/", Prefix=prefix,
+                                              Delimiter="_")
+                 for obj in page.get("Contents", [])}
         if QUARANTINE_MARKER in names:
             self._log(f"{iter_dirname(iteration)} is quarantined in {self.uri}; not uploading it again")
             return UploadResult(iteration, "quarantined")
