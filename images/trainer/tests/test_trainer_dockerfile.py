@@ -258,3 +258,87 @@ def test_deepep_v1_checks_the_clone_is_at_the_full_sha():
     assert check > run_setup  # after the clone, where the setup script put it (--deepep-prefix)
     assert '--deepep-prefix /opt/amazon/deepep' in text
     assert '"${DEEPEP_V1_COMMIT}" "${TORCH_CUDA_ARCH_LIST}" "${DEEPEP_V1_SHA}"' in DOCKERFILE.read_text()
+
+
+# ------------------------------------------------------------------ what pip may resolve in the image
+
+REPO_CONSTRAINTS = IMAGE_DIR.parent.parent / "constraints.txt"
+IMAGE_CONSTRAINTS = IMAGE_DIR / "docker" / "constraints.txt"
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """Normalized project name -> the version an ``==`` line pins."""
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep, f"{path.name}: {line!r} is not an exact pin (name==version)"
+            pins[canonicalize_name(name)] = version.strip()
+    return pins
+
+
+def _runtime_closure(roots) -> set[str]:
+    """Every distribution ``roots`` pull in (no extras), read from the installed metadata."""
+    from importlib.metadata import requires
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo = [canonicalize_name(Requirement(r).name) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for text in requires(name) or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(canonicalize_name(req.name))
+    return seen
+
+
+def _pyproject() -> dict:
+    import tomllib
+
+    return tomllib.loads((IMAGE_DIR / "pyproject.toml").read_text())
+
+
+def test_image_constraints_pin_the_whole_boto3_closure_at_the_kits_tested_versions():
+    """Before: only boto3, botocore and PyYAML were pinned, so s3transfer (whose retry behaviour
+    checkpoints/retry.py relies on), jmespath, urllib3, python-dateutil and six took whatever
+    pip found the day the image was built."""
+    image, repo = _pins(IMAGE_CONSTRAINTS), _pins(REPO_CONSTRAINTS)
+    closure = _runtime_closure(_pyproject()["project"]["dependencies"])
+    assert {"boto3", "botocore", "s3transfer", "jmespath", "urllib3", "python-dateutil", "six", "pyyaml"} <= closure
+    assert sorted(closure - set(image)) == [], "rltrainer's dependencies that the image does not pin"
+    assert {name: image[name] for name in image if name != "setuptools"} == \
+        {name: repo[name] for name in image if name != "setuptools"}
+    assert image["s3transfer"] == "0.19.3"
+
+
+def test_the_rltrainer_install_cannot_float_its_build_backend():
+    """Before: ``pip install --constraint ...`` built rltrainer in an isolated environment, which
+    --constraint does not reach (pypa/pip#8439), with whatever setuptools >= 68 was newest. The
+    file goes there through PIP_BUILD_CONSTRAINT (pip >= 25.3) and PIP_CONSTRAINT (older pips),
+    and pins every build requirement exactly, at the kit's tested version."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    text = DOCKERFILE.read_text()
+    final = text.split("FROM ep-${EP_BACKEND} AS final")[1]
+    run = next(block for block in re.split(r"\n(?=[A-Z]+ )", final)
+               if block.startswith("RUN ") and "/opt/rltrainer/src" in block and "pip install" in block)
+    assert "COPY docker/constraints.txt /opt/rltrainer/constraints.txt" in final
+    if "--no-build-isolation" not in run:
+        for var in ("PIP_BUILD_CONSTRAINT", "PIP_CONSTRAINT"):
+            assert f"{var}=/opt/rltrainer/constraints.txt" in run.split("pip install")[0], var
+    image, repo = _pins(IMAGE_CONSTRAINTS), _pins(REPO_CONSTRAINTS)
+    for spec in _pyproject()["build-system"]["requires"]:
+        req = Requirement(spec)
+        name = canonicalize_name(req.name)
+        assert name in image, f"build requirement {spec} is not pinned in docker/constraints.txt"
+        assert req.specifier.contains(image[name]), (spec, image[name])
+        assert image[name] == repo[name], (name, image[name], repo[name])
