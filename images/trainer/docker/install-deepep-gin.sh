@@ -63,6 +63,10 @@ url="https://raw.githubusercontent.com/awslabs/awsome-distributed-ai/${samples_c
 curl -fsSL --retry 3 -o /tmp/setup_deepep_gin.sh "${url}"
 if [[ -n "${script_sha256}" ]]; then
     echo "${script_sha256}  /tmp/setup_deepep_gin.sh" | sha256sum -c -
+else
+    # No sha256 of this script is known to the kit (the pinned commit is not in any copy it could
+    # read); the URL names a commit, so its bytes are fixed by git, but say what ran.
+    echo "WARNING: setup_deepep_gin.sh at awslabs/awsome-distributed-ai ${samples_commit} is not checked (AWSOME_DEEPEP_V2_SHA256 is empty); its sha256 is $(sha256sum /tmp/setup_deepep_gin.sh | cut -d' ' -f1): read the script, then pin that in the Dockerfile" >&2
 fi
 TORCH_CUDA_ARCH_LIST="${arch_list}" bash /tmp/setup_deepep_gin.sh \
     --deepep-ref "${deepep_ref}" \

@@ -9,7 +9,7 @@
 # script from a pinned commit of the sample repository rather than carry a copy.
 # Runtime (set by the manifests): NVSHMEM_REMOTE_TRANSPORT=libfabric,
 # NVSHMEM_LIBFABRIC_PROVIDER=efa.
-# Usage: install-deepep-nvshmem.sh <awsome-distributed-ai commit> <script sha256 or "">
+# Usage: install-deepep-nvshmem.sh <awsome-distributed-ai commit> <script sha256>
 #        <nvshmem version> <deepep commit, as the setup script takes it> <TORCH_CUDA_ARCH_LIST>
 #        <the same deepep commit, full 40-hex SHA>
 set -euo pipefail
@@ -27,11 +27,14 @@ if [[ ! "${deepep_sha}" =~ ^[0-9a-f]{40}$ || "${deepep_sha}" != "${deepep_commit
     exit 1
 fi
 
+# The script runs as root in the build: its bytes are checked, always (the Dockerfile pins them).
+if [[ ! "${script_sha256}" =~ ^[0-9a-f]{64}$ ]]; then
+    echo "ERROR: AWSOME_DEEPEP_V1_SHA256=${script_sha256:-<empty>} is not a sha256 (64 lowercase hex digits). Fix: set it to the sha256 of micro-benchmarks/expert-parallelism/deepep-benchmark/setup_deepep_efa.sh at awslabs/awsome-distributed-ai ${samples_commit} (\`git show ${samples_commit}:<that path> | sha256sum\`)" >&2
+    exit 1
+fi
 url="https://raw.githubusercontent.com/awslabs/awsome-distributed-ai/${samples_commit}/micro-benchmarks/expert-parallelism/deepep-benchmark/setup_deepep_efa.sh"
 curl -fsSL --retry 3 -o /tmp/setup_deepep_efa.sh "${url}"
-if [[ -n "${script_sha256}" ]]; then
-    echo "${script_sha256}  /tmp/setup_deepep_efa.sh" | sha256sum -c -
-fi
+echo "${script_sha256}  /tmp/setup_deepep_efa.sh" | sha256sum -c -
 
 TORCH_CUDA_ARCH_LIST="${arch_list}" bash /tmp/setup_deepep_efa.sh \
     --nvshmem-version "${nvshmem_version}" \

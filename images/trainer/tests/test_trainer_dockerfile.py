@@ -117,9 +117,13 @@ def test_variants_and_pins_match_the_documented_combinations():
     assert shared["NCCL_REF"] == "v2.31.2-1"
     after_first_from = _args(text.split("FROM ${MILES_IMAGE}", 1)[1])
     for pin in ("EFA_INSTALLER_VERSION", "AWS_OFI_NCCL_VERSION", "NVSHMEM_VERSION", "NCCL_REF", "DEEPEP_V1_COMMIT",
-                "DEEPEP_V1_SHA"):
+                "DEEPEP_V1_SHA", "GDRCOPY_COMMIT", "AWSOME_DEEPEP_V1_SHA256"):
         assert pin not in after_first_from, f"{pin} gets a second default inside a stage"
     assert shared["GDRCOPY_VERSION"] == "v2.5.2"
+    # the commit tag v2.5.2 names (NVIDIA/gdrcopy `git rev-parse v2.5.2^{commit}`)
+    assert shared["GDRCOPY_COMMIT"] == "c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9"
+    # setup_deepep_efa.sh at that commit (`git show <commit>:<path> | sha256sum`)
+    assert shared["AWSOME_DEEPEP_V1_SHA256"] == "b31a107eef71125eb01014b13e44011cc6460c8baa7a89951854484e57c08869"
     assert shared["TORCH_CUDA_ARCH_LIST"] == '"9.0;10.0"'
     assert re.fullmatch(r"[0-9a-f]{40}", shared["AWSOME_DEEPEP_V1_COMMIT"])
     assert re.fullmatch(r"[0-9a-f]{40}", shared["AWSOME_DEEPEP_V2_COMMIT"])
@@ -342,3 +346,45 @@ def test_the_rltrainer_install_cannot_float_its_build_backend():
         assert name in image, f"build requirement {spec} is not pinned in docker/constraints.txt"
         assert req.specifier.contains(image[name]), (spec, image[name])
         assert image[name] == repo[name], (name, image[name], repo[name])
+
+
+# ------------------------------------------------------------------ downloads pinned by content
+
+@pytest.mark.parametrize("commit", ["", "v2.5.2", "c91ad9f", "C91AD9F178E5FB729FC5B6DC62A77C3BB364D6C9"])
+def test_gdrcopy_refuses_to_build_without_the_tags_full_commit(tmp_path: Path, commit: str):
+    """Before: the tag alone was cloned, so a tag moved upstream built other code."""
+    proc = subprocess.run(["bash", str(IMAGE_DIR / "docker" / "install-gdrcopy.sh"), "v2.5.2", str(tmp_path / "p"),
+                           commit], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"ERROR: GDRCOPY_COMMIT={commit or '<empty>'} is not a full 40-hex commit.")
+
+
+def test_gdrcopy_checks_the_clone_is_at_the_pinned_commit():
+    text = (IMAGE_DIR / "docker" / "install-gdrcopy.sh").read_text()
+    clone = text.index("git clone --depth 1 --branch")
+    check = text.index('if [[ "${head}" != "${commit}" ]]; then')
+    assert clone < check < text.index("make -C")
+    assert 'bash /tmp/install-gdrcopy.sh "${GDRCOPY_VERSION}" /opt/gdrcopy "${GDRCOPY_COMMIT}"' in DOCKERFILE.read_text()
+
+
+@pytest.mark.parametrize("sha", ["", "abc", "B" * 64])
+def test_deepep_v1_refuses_an_unchecked_setup_script(tmp_path: Path, sha: str):
+    """Before: an empty AWSOME_DEEPEP_V1_SHA256 (the default) ran the downloaded script unchecked."""
+    proc = subprocess.run(["bash", str(IMAGE_DIR / "docker" / "install-deepep-nvshmem.sh"), "abc", sha, "3.7.0",
+                           "567632d", "9.0", "567632dd59810d77b3cc05553df953cc0f779799"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"ERROR: AWSOME_DEEPEP_V1_SHA256={sha or '<empty>'} is not a sha256")
+    text = (IMAGE_DIR / "docker" / "install-deepep-nvshmem.sh").read_text()
+    assert text.index("is not a sha256") < text.index("curl ") < text.index("sha256sum -c -")
+
+
+@pytest.mark.parametrize("script, var", [("install-efa.sh", "EFA_INSTALLER_SHA256"),
+                                         ("install-deepep-gin.sh", "AWSOME_DEEPEP_V2_SHA256")])
+def test_downloads_without_a_known_sha256_say_so_and_print_it(script: str, var: str):
+    """No sha256 of these is known offline (see the Dockerfile): checked when given, otherwise the
+    build log names the download as unchecked and gives its sha256 to pin."""
+    text = (IMAGE_DIR / "docker" / script).read_text()
+    assert "sha256sum -c -" in text
+    assert f"is not checked ({var} is empty); its sha256 is $(sha256sum " in text
+    assert _args(DOCKERFILE.read_text())[var] == '""'
