@@ -4,8 +4,9 @@ The trainer package (images/trainer, ``rltrainer``) owns the run config: its sch
 the expert-parallel backend names (and which of them can train), the environment variables the
 kit's RayJob sets for the trainer, where the run config is mounted, the CloudWatch namespace
 of the training metrics, the launcher's exit codes (which `rlkit status` reads from a failed
-RayJob), the ``bench ep --span`` format the fabric gate writes, and the YAML dumper that writes a
-run.yaml its loader reads back as written. ``rltrainer.contract`` needs PyYAML only, so the ground layer can import
+RayJob), the time its final upload gets after a stop signal, the ``bench ep --span`` format the
+fabric gate writes, and the YAML dumper that writes a run.yaml its loader reads back as written.
+``rltrainer.contract`` needs PyYAML only, so the ground layer can import
 it at module level; the kit declares the dependency (pyproject.toml, requirements.txt).
 
 Names the kit would confuse with its own are renamed here: the trainer's ``ConfigError``,
@@ -30,6 +31,7 @@ try:
         EXIT_PREPARE,
         EXIT_RESERVATION_END,
         EXIT_UPLOAD,
+        FINAL_UPLOAD_BUDGET_S,
         GIN_TRAINING_RULE,
         METRICS_ENVIRONMENT_DIMENSION,
         METRICS_NAMESPACE,
@@ -65,7 +67,7 @@ except ImportError as exc:  # pragma: no cover - the kit's requirements install 
 __all__ = [
     "DEEPEP_RANK_COUNTS", "DEEPEP_RANK_COUNTS_SOURCE", "DEFAULT_KEEP_LOCAL", "DEFAULT_KEEP_S3", "DEFAULT_MAX_TOKENS_PER_GPU", "DEFAULT_RM_TYPE", "EKS_SCALE_DOWN_MARGIN_S", "ENVIRONMENT_ENV", "RESERVATION_END_ENV", "RESERVATION_ID_ENV",
     "ROLLOUT_ESTIMATE_ENV", "SAVE_SIZE_ESTIMATE_ENV", "SAVE_UPLOAD_ESTIMATE_ENV", "EP_BACKENDS",
-    "EXIT_CONFIG", "EXIT_PREPARE", "EXIT_RESERVATION_END", "EXIT_UPLOAD", "GIN_TRAINING_RULE",
+    "EXIT_CONFIG", "EXIT_PREPARE", "EXIT_RESERVATION_END", "EXIT_UPLOAD", "FINAL_UPLOAD_BUDGET_S", "GIN_TRAINING_RULE",
     "METRICS_ENVIRONMENT_DIMENSION", "METRICS_NAMESPACE", "METRICS_RUN_DIMENSION", "RAYJOB_ENV",
     "RUN_CONFIG_DIR", "RUN_CONFIG_FILE", "RUN_CONFIG_PATH", "TRAINER_RUNTIME_ENV",
     "TRAINING_EP_BACKENDS", "RunConfigDumper", "RunConfigError", "RunConfigProblem", "engine_heads_fit", "engine_heads_problem",

@@ -21,6 +21,7 @@ from infra.config.run_config import run_config_document
 from infra.catalog.models import GIB, MODEL_CATALOG, checkpoint_bytes
 from infra.trainer_contract import (
     ENVIRONMENT_ENV,
+    FINAL_UPLOAD_BUDGET_S,
     RAYJOB_ENV,
     RESERVATION_END_ENV,
     RESERVATION_ID_ENV,
@@ -99,6 +100,45 @@ RAYJOB_TTL_SECONDS = 600  # keep the finished Ray cluster 10 minutes for logs, t
 # `ray job status` first, submit only if no job).
 SUBMITTER_BACKOFF_LIMIT = 10
 
+
+# --- stopping the run: the launcher's final upload gets FINAL_UPLOAD_BUDGET_S -------------------
+# Ray's job supervisor stops a job (KubeRay's StopJob when the RayJob is deleted, v1.7.0
+# rayjob_controller.go:112-137; `ray job stop`) with SIGTERM to the entrypoint and every descendant,
+# then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S, 3 s unless set, read from the supervisor actor's
+# environment, which carries the job's runtime env [ray-project/ray 06a58f8
+# dashboard/modules/job/job_supervisor.py DEFAULT_RAY_JOB_STOP_WAIT_TIME_S, run(); 007c8cd
+# job_manager.py _get_supervisor_runtime_env]. The trainer image does not pin Ray: it is Miles
+# v0.1.0's unpinned `ray[default]` (requirements.txt), so this is Ray's current code.
+RAY_JOB_STOP_WAIT_ENV = "RAY_JOB_STOP_WAIT_TIME_S"
+# The kubelet's SIGTERM never reaches the launcher. The head container runs KubeRay's
+# `/bin/bash -c -- "ulimit -n ...; ray start --head ... --block"` (v1.7.0 common/pod.go:878-910,
+# utils/util.go:1005-1013); bash (5.1 and later) execs the last command, so PID 1 is `ray start`, whose
+# SIGTERM handler stops the raylet and the other Ray processes within seconds and exits (ray 0036699
+# python/ray/_private/node.py _register_shutdown_hooks, _kill_process_impl: 1 s each), and the
+# container's processes go with PID 1; the job supervisor's watchdog SIGKILLs the entrypoint's
+# process group when the supervisor dies (job_supervisor.py _exec_entrypoint) even sooner. A larger
+# terminationGracePeriodSeconds alone buys nothing, so the head's preStop (which the kubelet runs
+# before that SIGTERM, within the grace) stops the Ray job like KubeRay's StopJob and waits for it to
+# end: KubeRay itself leaves a graceful stop on pod deletion to a preStop hook (rayjob_controller.go
+# :372-374). The job then ends STOPPED, which `rlkit status` reports. Workers need no grace: the
+# launcher and its uploads run on the head, from the shared file system.
+RAY_DASHBOARD_URL = "http://127.0.0.1:8265"  # KubeRay's default port (v1.7.0 utils/constant.go:107)
+PRE_STOP_WAIT_S = FINAL_UPLOAD_BUDGET_S + 30  # the supervisor's SIGKILL comes at the budget
+# The preStop's wait, then `ray start`'s own teardown after the kubelet's SIGTERM (seconds).
+HEAD_GRACE_SECONDS = FINAL_UPLOAD_BUDGET_S + 60
+HEAD_PRE_STOP_SCRIPT = f"""\
+import time
+from ray.job_submission import JobSubmissionClient
+client = JobSubmissionClient("{RAY_DASHBOARD_URL}")
+live = [j.submission_id for j in client.list_jobs() if j.submission_id and not j.status.is_terminal()]
+for job in live:
+    client.stop_job(job)
+deadline = time.monotonic() + {PRE_STOP_WAIT_S}
+while live and time.monotonic() < deadline:
+    time.sleep(2)
+    live = [job for job in live if not client.get_job_status(job).is_terminal()]
+"""
+HEAD_PRE_STOP = ["python3", "-c", HEAD_PRE_STOP_SCRIPT]
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -202,6 +242,9 @@ class RenderContext(_Frozen):
     # The Ray head: the first GPU node of the run, where Ray runs the entrypoint (the launcher, the
     # Miles driver and the checkpoint uploader) besides its share of Miles' actors.
     head: GpuPod
+    # The head's grace and preStop: a stop signal leaves the launcher FINAL_UPLOAD_BUDGET_S.
+    head_grace_seconds: int
+    head_pre_stop: list[str]
     worker: GpuPod
     worker_replicas: int  # the other nodes of the run (training.nodes - 1)
     fabric: list[FabricJob]
@@ -238,8 +281,10 @@ REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
 def runtime_env_yaml(env: list[dict[str, str]]) -> str:
     """The RayJob's runtimeEnvYAML: the trainer variables, then the pods' EFA/NCCL/NVSHMEM
-    profile and the user's extra_env (the same list the GPU pods carry)."""
-    env_vars = {**TRAINER_RUNTIME_ENV, **{e["name"]: e["value"] for e in env}}
+    profile and the user's extra_env (the same list the GPU pods carry), and last (so no
+    extra_env hides it) how long Ray's job stop waits before its SIGKILL."""
+    env_vars = {**TRAINER_RUNTIME_ENV, **{e["name"]: e["value"] for e in env},
+                RAY_JOB_STOP_WAIT_ENV: str(FINAL_UPLOAD_BUDGET_S)}
     return yaml.safe_dump({"env_vars": env_vars}, sort_keys=False, default_flow_style=False)
 
 
@@ -469,6 +514,8 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         backoff_limit=t.backoff_limit,
         runtime_env_yaml=runtime_env_yaml(env),
         head=head,
+        head_grace_seconds=HEAD_GRACE_SECONDS,
+        head_pre_stop=HEAD_PRE_STOP,
         worker=worker,
         worker_replicas=t.nodes - 1,
         fabric=jobs,

@@ -92,6 +92,15 @@ class _IndentedDumper(yaml.SafeDumper):
         super().increase_indent(flow, False)
 
 
+def _multiline_literal(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    """A string of several lines (the Ray head's preStop script) as a literal block, read as written."""
+    style = "|" if "\n" in value.rstrip("\n") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_IndentedDumper.add_representer(str, _multiline_literal)
+
+
 # A render formats the same few values thousands of times (labels, tolerations, env lists: in
 # the tests' renders, 9,000 scalars of 93 distinct values and 4,500 collections of 201), and
 # PyYAML's emitter is pure Python. Values made only of dict, list, str, int, float, bool and None

@@ -62,6 +62,7 @@ import yaml  # noqa: E402
 from infra.config import load_config  # noqa: E402
 from infra.trainer_contract import ENVIRONMENT_ENV, RAYJOB_ENV, TRAINER_RUNTIME_ENV  # noqa: E402
 from manifests import build_context, placeholder_outputs, render  # noqa: E402
+from manifests.context import RAY_JOB_STOP_WAIT_ENV  # noqa: E402
 from tests.support import REPO_ROOT
 
 
@@ -119,7 +120,9 @@ def test_every_ray_actor_gets_the_trainer_and_efa_environment(example, backend_v
     assert {k: env_vars.get(k) for k in expected} == expected
     # the GPU pods carry the same EFA profile (Ray workers inherit the raylet's environment)...
     worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
-    assert {k: v for k, v in env_vars.items() if k not in TRAINER_RUNTIME_ENV} == _env(worker)
+    # (but not how long Ray's job stop waits, which only its job supervisor reads: test_head_grace)
+    assert {k: v for k, v in env_vars.items()
+            if k not in TRAINER_RUNTIME_ENV and k != RAY_JOB_STOP_WAIT_ENV} == _env(worker)
     # ...and the head, a GPU node too, where the driver imports Megatron: the same profile, then the
     # trainer variables and what the launcher needs
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]

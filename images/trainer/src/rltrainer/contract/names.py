@@ -114,6 +114,21 @@ SAVE_SIZE_ESTIMATE_ENV = "RLTRAINER_SAVE_GIB"
 # guide, "capacity-blocks-mng"]. Work not in S3 by then is lost.
 EKS_SCALE_DOWN_MARGIN_S = 40 * 60
 
+# --- stopping -------------------------------------------------------------------------------------
+
+# How long the launcher has, after a stop signal, for Miles to exit and for the saves that finished
+# to reach S3 (its final scan; a partly uploaded save publishes nothing and is uploaded again by the
+# next attempt's resume, from the shared file system). The kit's RL job gives this much to Ray's job
+# stop before its SIGKILL (RAY_JOB_STOP_WAIT_TIME_S) and to the Ray head's pod before the kubelet's
+# (terminationGracePeriodSeconds, with a preStop that stops the Ray job): manifests/context.py.
+# 8 minutes, so that the head's grace (this plus a minute) fits the 10 minutes between EKS's
+# scale-down of a Capacity Block group (40 minutes before its end) and EC2's shutdown of its
+# instances (30 minutes before) [EKS user guide, "capacity-blocks-mng"]; EKS terminates a node
+# 15 minutes after a scale-down starts evicting, whatever its pods [EKS user guide,
+# "managed-node-groups"]. At the default file system's read bound (about 293 MB/s) that is about
+# 131 GiB, a third of a Qwen3-30B-A3B save (399 GiB): an upload that far from done gets out.
+FINAL_UPLOAD_BUDGET_S = 480
+
 # --- training metrics ----------------------------------------------------------------------------
 
 # CloudWatch namespace and dimensions of the launcher's embedded-metric-format lines
