@@ -36,6 +36,7 @@ from infra.config.model import (
     KitConfig,
     default_zones_elsewhere,
 )
+from infra.config.save_period import save_period_check
 from infra.config.trainer import EP_BACKENDS, trainer_problems
 from infra.config.ultraserver import (
     local_zone_problems,
@@ -286,6 +287,8 @@ def _validate_shared_filesystem(cfg: KitConfig, add) -> None:
                     f"too small for {t.model}: its reference weights plus {checkpoints_phrase(keep)} "
                     f"(weights + optimizer state; {kept} while the next is written) take {need} GiB",
                     fix))
+    elif isinstance(lag := save_period_check(cfg), Problem):  # saves made faster than uploaded
+        add(lag)
 
 
 

@@ -15,8 +15,9 @@ from infra.catalog.instances import InstanceType
 from infra.config.derived import checkpoint_local_dir
 from infra.config.model import KitConfig
 from infra.trainer_contract import DEFAULT_MAX_TOKENS_PER_GPU
+from infra.trainer_contract import DEFAULT_SAVE_INTERVAL
 
-CHECKPOINT_SAVE_INTERVAL = 20
+CHECKPOINT_SAVE_INTERVAL = DEFAULT_SAVE_INTERVAL  # training.checkpoint.save_interval's default
 
 
 def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
@@ -32,7 +33,7 @@ def run_config_document(cfg: KitConfig, itype: InstanceType, *, bucket: str,
             "s3_uri": f"s3://{bucket}/{names.CHECKPOINTS_PREFIX}{t.run_name}/",
             # On the shared file system every pod mounts (the head uploads what workers save).
             "local_dir": checkpoint_local_dir(cfg),
-            "save_interval": CHECKPOINT_SAVE_INTERVAL,
+            "save_interval": t.checkpoint.save_interval,
             # retention on the shared file system, the same K its size is checked against
             "keep_local": t.checkpoint.keep_local,
             # only when set: a default config renders the run.yaml it always did

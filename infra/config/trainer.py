@@ -52,6 +52,7 @@ _RUN_CONFIG_PATHS = (
     ("data.prompt_data", "training.prompt_data"),
     ("data.rm_type", "training.reward_model"),
     ("run_name", "training.run_name"),
+    ("checkpoint.save_interval", "training.checkpoint.save_interval"),
     ("checkpoint.keep_local", "training.checkpoint.keep_local"),
     ("checkpoint.keep_s3", "training.checkpoint.keep_s3"),
     ("grpo", "training.grpo"),

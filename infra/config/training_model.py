@@ -13,6 +13,7 @@ from infra.catalog.models import MODEL_CATALOG
 from infra.config.base import Number, _Model
 from infra.trainer_contract import (
     DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_MAX_TOKENS_PER_GPU, DEFAULT_RM_TYPE,
+    DEFAULT_SAVE_INTERVAL,
 )
 
 # training.start_deadline_minutes: a RayJob's preRunningDeadlineSeconds is an int32, minimum 1
@@ -117,6 +118,13 @@ class GrpoConfig(_Model):
 
 
 class CheckpointConfig(_Model):
+    save_interval: int = Field(
+        DEFAULT_SAVE_INTERVAL,
+        description="Rollouts between two saves (Miles' --save-interval); at least 1. Each save "
+        "should be in S3 before the next one starts (save_interval x training.rollout_minutes at "
+        "least training.save_upload_minutes): until then the one before it stays on the shared "
+        "file system too, and config validation refuses a file system without room for it.",
+    )
     keep_local: int = Field(
         DEFAULT_KEEP_LOCAL,
         description="Finished saves the launcher keeps on the shared file system; older ones are "
@@ -234,5 +242,8 @@ class TrainingConfig(_Model):
     save_upload_minutes: Number = Field(
         35.0, description="Estimated time of one save plus its upload to S3 (a 400 GiB save "
         "through a Ray head with 1.56 Gbps takes about 35 minutes). Used with rollout_minutes "
-        "on a Capacity Block."
+        "on a Capacity Block, and against a save period (checkpoint.save_interval x "
+        "rollout_minutes): a shorter period starts each save while the one before it uploads, "
+        "which keeps one more save on the shared file system (a warning, or refused when the "
+        "file system has no room for it)."
     )

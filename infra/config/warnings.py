@@ -7,6 +7,7 @@ import ipaddress
 from infra.catalog.instances import INSTANCE_TYPES
 from infra.config.derived import PRIVATE_SUBNET_BITS, VPC_PREFIX_RANGE
 from infra.config.model import KitConfig
+from infra.config.save_period import save_period_check
 
 # Interfaces, with all their addresses, the VPC CNI holds on a node with a few pods: the one its
 # pods use and WARM_ENI_TARGET (default 1) spare ones [cni, infra/catalog/instances.py].
@@ -76,6 +77,8 @@ def config_warnings(cfg: KitConfig) -> list[str]:
                     f"{cfg.availability_zones.index(g.availability_zone) + 1}, or, before the "
                     f"first deploy, list {g.availability_zone} first in availability_zones.")
     warnings += _subnet_address_warnings(cfg)
+    if isinstance(lag := save_period_check(cfg), str):  # a refusal is a problem (rules)
+        warnings.append(lag)
     return warnings
 
 
