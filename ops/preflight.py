@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any, Callable
 
 from infra import names
@@ -29,10 +30,12 @@ from infra.versions import (
 from ops import ultraserver_preflight
 from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, AwsClients, describe_error
 from ops.check_result import Check
-from ops.preflight_reads import PreflightReads, not_deployed
+from ops.preflight_reads import PreflightReads, list_prefixed_stacks, not_deployed
 from ops.preflight_replace import replacement_checks
 from ops.preflight_reservation import check_reservation, group_subject as _group_subject
 from ops.preflight_services import offline_service_checks, service_checks
+from ops.preflight_stacks import (LEFT_OUT, app_stack_names, check_log_groups_outside_stack,
+                                  check_stacks_left_out)
 from ops.preflight_vpc import vpc_checks
 
 # Stack states CloudFormation cannot update: deleted first, except UPDATE_ROLLBACK_FAILED, whose
@@ -329,16 +332,6 @@ def kit_stack_names(cfg: KitConfig) -> list[str]:
     return stacks + [names.gpu_stack_name(cfg.name, g) for g in cfg.gpu_node_groups]
 
 
-def list_prefixed_stacks(cfn: Any, prefix: str) -> list[dict[str, str]]:
-    """Live (not DELETE_COMPLETE) stacks whose names start with ``<prefix>-``."""
-    out = []
-    for page in cfn.get_paginator("list_stacks").paginate():
-        for s in page.get("StackSummaries", []):
-            if s["StackStatus"] != "DELETE_COMPLETE" and s["StackName"].startswith(prefix + "-"):
-                out.append({"name": s["StackName"], "status": s["StackStatus"]})
-    return sorted(out, key=lambda s: s["name"])
-
-
 # Of _STUCK_STACK_STATES, this one is not deleted: ContinueUpdateRollback returns such a stack "to
 # a working state (the UPDATE_ROLLBACK_COMPLETE state)" [CloudFormation API reference,
 # ContinueUpdateRollback, botocore's cloudformation model], with its resources; deleting the
@@ -356,11 +349,14 @@ def _unstick(stack: dict[str, str]) -> str:
     return f"delete {name} (aws cloudformation delete-stack --stack-name {name})"
 
 
-def check_existing_stacks(cfn: Any, cfg: KitConfig) -> Check:
-    """Stacks that already use this name prefix: a deploy updates them (or cannot)."""
+def check_existing_stacks(cfn: Any, cfg: KitConfig,
+                          reads: PreflightReads | None = None) -> Check:
+    """Stacks that already use this name prefix: a deploy updates them (or cannot). With
+    ``reads``, the run's one listing (the stacks left out check reads it too)."""
     subject = f"name = {cfg.name!r}"
     try:
-        stacks = list_prefixed_stacks(cfn, cfg.name)
+        stacks = (reads.prefixed_stacks(cfg.name) if reads is not None
+                  else list_prefixed_stacks(cfn, cfg.name))
     except AWS_ERRORS as err:
         return Check("existing stacks", subject, WARN, describe_error(err),
                      "allow cloudformation:ListStacks for your credentials")
@@ -371,6 +367,12 @@ def check_existing_stacks(cfn: Any, cfg: KitConfig) -> Check:
     foreign = [s["name"] for s in stacks if s["name"] not in ours]
     extra = (f"; {', '.join(foreign)} share the prefix but are not stacks of this config"
              if foreign else "")
+    # The environment's stacks this config no longer builds: a deploy leaves them as they are.
+    left_out = [s["name"] for s in stacks if s["name"] not in set(app_stack_names(cfg))
+                and names.environment_of_stack(s["name"]) == cfg.name]
+    if left_out:
+        extra += (f"; {', '.join(left_out)} this config no longer builds: a deploy leaves them "
+                  f"(the {LEFT_OUT} check)")
     # Only this config's own stacks block its deploy, and only they are its to fix: `rl-prod-*`
     # starts with `rl-` but is another environment's.
     stuck = [s for s in stacks if s["name"] in ours and s["status"] in _STUCK_STACK_STATES]
@@ -398,10 +400,12 @@ def check_ultraserver_block(reads: PreflightReads, cfg: KitConfig, group_name: s
 
 def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None,
                   now: datetime | None = None,
-                  installed: Callable[[str], bool] | None = None) -> list[Check]:
+                  installed: Callable[[str], bool] | None = None,
+                  config: str | Path | None = None) -> list[Check]:
     """Every check for one config; AWS checks are skipped (one failure) without credentials. A
     Capacity Block group's offline note is replaced by the live check. The checks share one
-    ``PreflightReads``: each stack, node group, reservation and offering is read once."""
+    ``PreflightReads``: each stack, node group, reservation and offering is read once.
+    ``config``: the config file, which the printed CDK commands name."""
     region = region or cfg.region
     checks = offline_checks(cfg, installed)
     identity = check_identity(clients.sts, cfg, region)
@@ -423,7 +427,9 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
     checks += service_checks(clients.ec2, clients.quotas, cfg, region)  # FSx AZ, CodeBuild
     checks += vpc_checks(clients.ec2, cfg)  # an imported VPC: DNS, subnets, egress
     checks += replacement_checks(reads, cfg)
-    checks.append(check_existing_stacks(clients.cloudformation, cfg))
+    checks.append(check_stacks_left_out(reads, cfg, region, config))
+    checks.append(check_log_groups_outside_stack(reads, cfg, region))
+    checks.append(check_existing_stacks(clients.cloudformation, cfg, reads))
     return checks
 
 

@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
     except aws.AWS_ERRORS as err:  # e.g. a mistyped --profile
         print(f"error: {aws.describe_error(err)}. Fix: {aws.CREDENTIALS_FIX}", file=sys.stderr)
         return 2
-    checks = run_preflight(cfg, clients, region)
+    checks = run_preflight(cfg, clients, region, config=args.config)
     counts = summary(checks)
     shared_fs = config_cost(cfg)
     if wants_json(args):

@@ -4,7 +4,8 @@ Several checks need the same answer: the GPU stack's template (node taints, the 
 its resources (placement group kept, node AMI release, the node roll), the cluster stack's
 outputs (the capacity block update of each Capacity Block group), a node group's description,
 a reservation (its own checks and the UltraServer block's), an instance type's offerings (each
-group of that type) and a Local Zone (each UltraServer group in it). ``run_preflight`` makes one
+group of that type), a Local Zone (each UltraServer group in it) and the environment's stack
+listing (the existing stacks and the stacks left out checks). ``run_preflight`` makes one
 ``PreflightReads`` and passes it down, so each of those is one AWS call per run, not one per
 check: on a workstation with several GPU groups every call is latency and a throttling risk.
 It is a record of one run, never global: the next run reads afresh.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, TypeVar
 
-from manifests.outputs import describe_stack_outputs
 from ops.aws import AWS_ERRORS, AwsClients, describe_error
 
 T = TypeVar("T")
@@ -64,10 +64,26 @@ class PreflightReads:
 
     # --- CloudFormation (the kit's stacks) ----------------------------------------------------
 
+    def stack_description(self, stack: str) -> dict | None:
+        """DescribeStacks' description of ``stack`` (its outputs, tags, status); None when none
+        is listed."""
+        def read() -> dict | None:
+            described = self.clients.cloudformation.describe_stacks(StackName=stack)
+            return next(iter(described.get("Stacks", [])), None)
+        return self._stack("DescribeStacks", stack, read)
+
     def stack_outputs(self, stack: str) -> dict[str, str] | None:
         """``{OutputKey: OutputValue}`` of ``stack`` (DescribeStacks); None when none is listed."""
-        return self._stack("DescribeStacks", stack,
-                           lambda: describe_stack_outputs(self.clients.cloudformation, stack))
+        described = self.stack_description(stack)
+        if described is None:
+            return None
+        return {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+
+    def prefixed_stacks(self, prefix: str) -> list[dict[str, str]]:
+        """``{"name", "status"}`` of every live (not DELETE_COMPLETE) stack named ``<prefix>-*``
+        (ListStacks, every page), sorted by name."""
+        return self._once(("ListStacks", prefix),
+                          lambda: list_prefixed_stacks(self.clients.cloudformation, prefix))
 
     def stack_resources(self, stack: str) -> list[dict]:
         """The resources of ``stack`` (DescribeStackResources)."""
@@ -115,3 +131,13 @@ class PreflightReads:
                           lambda: self.clients.ec2.describe_availability_zones(
                               ZoneNames=[zone], AllAvailabilityZones=True).get(
                                   "AvailabilityZones", []))
+
+
+def list_prefixed_stacks(cfn: Any, prefix: str) -> list[dict[str, str]]:
+    """Live (not DELETE_COMPLETE) stacks whose names start with ``<prefix>-``."""
+    out = []
+    for page in cfn.get_paginator("list_stacks").paginate():
+        for s in page.get("StackSummaries", []):
+            if s["StackStatus"] != "DELETE_COMPLETE" and s["StackName"].startswith(prefix + "-"):
+                out.append({"name": s["StackName"], "status": s["StackStatus"]})
+    return sorted(out, key=lambda s: s["name"])

@@ -169,7 +169,7 @@ def run(stacks: dict[str, dict], cfg=None):
     """The checks of one run, and the calls it made: CloudFormation's, then EKS's and EC2's."""
     cfn, eks, ec2 = CloudFormation(stacks), Eks(), Ec2()
     clients = AwsClients(sts=Sts(), cloudformation=cfn, eks=eks, ec2=ec2,
-                         quotas=Refusing(), fsx=Refusing(), kms=Refusing())
+                         quotas=Refusing(), fsx=Refusing(), kms=Refusing(), logs=Refusing())
     checks = run_preflight(cfg or config(), clients, installed=lambda package: True)
     return checks, cfn.calls, eks.calls + ec2.calls
 

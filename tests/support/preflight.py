@@ -60,5 +60,6 @@ def _factory(quotas):
     def make(region, profile):
         return AwsClients(sts=boto3.client("sts", region_name=region),
                        ec2=boto3.client("ec2", region_name=region), quotas=quotas,
-                       cloudformation=boto3.client("cloudformation", region_name=region))
+                       cloudformation=boto3.client("cloudformation", region_name=region),
+                       logs=boto3.client("logs", region_name=region))
     return make
