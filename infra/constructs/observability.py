@@ -11,7 +11,8 @@
   send the launcher's EMF lines to their own group in the ``json/emf`` format, which is what
   makes CloudWatch extract metrics from them.
 - ``RunDashboard``: GPU utilisation, memory and power per node; EFA bytes and drops per node;
-  node failures and replacements; pod restarts; training progress.
+  node failures and replacements (a metric filter on the audit log, not a query that scans it);
+  pod restarts; training progress.
 
 Synth stays offline: names come from the config, nothing is looked up.
 """
@@ -184,6 +185,36 @@ def own_log_groups_only(scope: Construct, cluster_name: str) -> iam.PolicyStatem
             resource_name=names.container_insights_log_group(cluster_name, "*"))])
 
 
+# Node deletions in the API audit log, counted as they arrive by a metric filter on the
+# control-plane group. A dashboard panel that queried the group instead (Logs Insights) would scan
+# all five log types over the dashboard's range on every load and refresh, billed per GB scanned;
+# a metric filter costs nothing to run, and its metric bills only for the hours it has data.
+# JSON filter fields are the audit event's (audit.k8s.io/v1 Event: objectRef, verb, stage,
+# responseStatus.code); the final stage only, so one delete counts once.
+NODE_DELETE_PATTERN = ('{ ($.objectRef.resource = "nodes") && ($.verb = "delete") && '
+                       '($.stage = "ResponseComplete") && ($.responseStatus.code < 300) }')
+NODE_DELETES_METRIC = "NodeObjectsDeleted"
+
+
+def control_plane_namespace(cluster_name: str) -> str:
+    """The metric namespace of a cluster's control-plane counts. A metric filter's dimensions
+    can only be fields of the event, so the cluster is in the namespace: two environments in one
+    account and region keep their own counts."""
+    return f"RLKit/ControlPlane/{cluster_name}"
+
+
+def node_deletes_metric(scope: Construct, control_plane: logs.LogGroup,
+                        cluster_name: str) -> cw.Metric:
+    """A metric filter on the control-plane group (the kit creates it before the cluster, so the
+    filter's create never waits on EKS) and its count, summed per 5 minutes."""
+    metric_filter = logs.MetricFilter(
+        scope, "NodeDeletes", log_group=control_plane,
+        filter_pattern=logs.FilterPattern.literal(NODE_DELETE_PATTERN),
+        metric_namespace=control_plane_namespace(cluster_name),
+        metric_name=NODE_DELETES_METRIC, metric_value="1")
+    return metric_filter.metric(statistic="Sum", period=Duration.minutes(5), label="deleted")
+
+
 def _search(namespace_dims: str, metric: str, filters: dict[str, str], stat: str) -> str:
     terms = " ".join(f'{k}="{v}"' for k, v in filters.items())
     return f"SEARCH('{{{namespace_dims}}} MetricName=\"{metric}\" {terms}', '{stat}', 60)"
@@ -220,7 +251,7 @@ class RunDashboard(Construct):
                     label=label, period=Duration.minutes(1)) for metric, label in metrics])
 
         training_group = log_groups.names[names.TRAINING_METRICS_LOG_KIND]
-        audit_group = log_groups.names["control-plane"]
+        node_deletes = node_deletes_metric(self, log_groups.control_plane, cluster_name)
         self.dashboard = cw.Dashboard(
             self, "Dashboard", dashboard_name=dashboard_name,
             default_interval=Duration.hours(6),
@@ -245,14 +276,9 @@ class RunDashboard(Construct):
                                     metric_name="cluster_failed_node_count",
                                     dimensions_map={"ClusterName": cluster_name},
                                     statistic="Maximum", period=Duration.minutes(1))]),
-                 cw.LogQueryWidget(
+                 cw.GraphWidget(
                     title="Node replacements (Node objects deleted, from the API audit log)",
-                    width=8, height=6, log_group_names=[audit_group],
-                    view=cw.LogQueryVisualizationType.TABLE,
-                    query_lines=["fields @timestamp, objectRef.name as node, user.username as by",
-                                 'filter @logStream like /audit/ and objectRef.resource = "nodes" '
-                                 'and verb = "delete" and responseStatus.code < 300',
-                                 "sort @timestamp desc", "limit 50"]),
+                    width=8, height=6, left=[node_deletes]),
                  cw.GraphWidget(
                     title=f"Container restarts per pod ({trainer_namespace})", width=8, height=6,
                     left=[cw.MathExpression(expression=_search(

@@ -111,6 +111,33 @@ def dashboard_widgets(template: dict) -> list[dict]:
     return json.loads(text)["widgets"]
 
 
+def test_node_replacements_are_counted_by_a_metric_filter_not_a_query(synth):
+    """The panel used to be a Logs Insights query over the whole control-plane group (all five
+    log types, the dashboard's range), billed per GB scanned on every load and refresh. Now a
+    metric filter counts Node deletes in the audit events as they arrive."""
+    s = synth("p5-2node")
+    t = s.template("cluster")
+    cluster_name = names.eks_cluster_name(s.config.name)
+    control_plane = names.control_plane_log_group(cluster_name)
+    widgets = dashboard_widgets(t)
+    assert not [w for w in widgets if w["type"] == "log"
+                and control_plane in w["properties"]["query"]]
+    [panel] = [w for w in widgets if "Node replacements" in w["properties"].get("title", "")]
+    assert panel["type"] == "metric"
+    [metric_filter] = resources(t, "AWS::Logs::MetricFilter").values()
+    props = metric_filter["Properties"]
+    # on the kit's own control-plane group, which exists before the cluster (and the filter)
+    group = t["Resources"][props["LogGroupName"]["Ref"]]
+    assert group["Properties"]["LogGroupName"] == control_plane
+    assert props["FilterPattern"] == obs_construct.NODE_DELETE_PATTERN
+    [transform] = props["MetricTransformations"]
+    assert transform["MetricNamespace"] == f"RLKit/ControlPlane/{cluster_name}"
+    assert transform["MetricName"] == obs_construct.NODE_DELETES_METRIC
+    assert transform["MetricValue"] == "1" and "DefaultValue" not in transform
+    assert [transform["MetricNamespace"], transform["MetricName"]] == \
+        panel["properties"]["metrics"][0][:2]
+
+
 def test_dashboard_answers_is_my_run_healthy(synth):
     s = synth("p5-2node")
     cluster_name = names.eks_cluster_name(s.config.name)
