@@ -30,6 +30,7 @@ from infra.versions import (
 from ops import ultraserver_preflight
 from ops.aws import AWS_ERRORS, CREDENTIALS_FIX, AwsClients, describe_error
 from ops.check_result import Check
+from ops.preflight_observability import check_gpu_metrics
 from ops.preflight_reads import PreflightReads, list_prefixed_stacks, not_deployed
 from ops.preflight_replace import replacement_checks
 from ops.preflight_reservation import check_reservation, group_subject as _group_subject
@@ -253,7 +254,8 @@ def check_capacity_block_update(reads: PreflightReads, cfg: KitConfig, group_nam
 def offline_checks(cfg: KitConfig, installed: Callable[[str], bool] | None = None,
                    today: date | None = None) -> list[Check]:
     """The checks that need no AWS call: Kubernetes version and support window, cluster access,
-    placement and instance facts per GPU node group (`rlkit check` runs these too)."""
+    placement, instance facts and GPU metrics per GPU node group (`rlkit check` runs these
+    too)."""
     checks = [check_kubernetes_version(cfg, installed, today), check_gpu_driver(cfg),
               check_admin_access(cfg)]
     for n, g in cfg.gpu_node_groups.items():
@@ -261,7 +263,7 @@ def offline_checks(cfg: KitConfig, installed: Callable[[str], bool] | None = Non
         update = check_capacity_block_update_offline(n, g)
         if update is not None:
             checks.append(update)
-    return checks + offline_service_checks(cfg)
+    return checks + check_gpu_metrics(cfg) + offline_service_checks(cfg)
 
 
 def check_kubernetes_version(cfg: KitConfig,

@@ -500,7 +500,7 @@ def test_run_preflight_stops_at_credentials():
     assert "ExpiredToken" in checks[0].detail
     assert [c.name for c in checks] == ["credentials", "kubernetes version", "gpu driver",
                                         "cluster access",
-                                        "placement group", "instance facts",
+                                        "placement group", "instance facts", "gpu metrics",
                                         "FSx for Lustre in the region"]
 
 

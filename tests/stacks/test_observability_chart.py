@@ -23,10 +23,11 @@ import re
 import pytest
 
 from infra import names
+from infra.catalog import INSTANCE_TYPES
 from infra.config import load_config
 from infra.constructs import fluent_bit
 from infra.constructs import observability as obs_construct
-from ops import helm, observability, scheduling
+from ops import helm, observability, preflight_observability, scheduling
 from tests.support import artifacts
 from tests.support.cdk import REPO_ROOT, resources
 
@@ -269,3 +270,39 @@ def test_application_signals_stay_off_unless_asked(render, synth, synth_config):
         update={"application_signals": True})})
     asked = observability.addon_configuration(synth_config(cfg).template("observability"))
     assert application_signals(render(asked)) == on_by_default
+
+
+# --- GPU metrics: the DCGM exporter's instance types ----------------------------------------------
+
+
+def dcgm_exporter_types(objects: list[dict]) -> set[str]:
+    """The instance types the rendered DcgmExporter's required node affinity admits (the add-on's
+    operator gives the exporter's DaemonSet this affinity: ops/preflight_observability.py)."""
+    [exporter] = [o for o in objects if o["kind"] == "DcgmExporter"]
+    terms = exporter["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    [term] = terms  # one term: every expression of it must hold
+    admitted = [set(e["values"]) for e in term["matchExpressions"]
+                if e["key"] == preflight_observability.INSTANCE_TYPE_LABEL and e["operator"] == "In"]
+    assert len(admitted) == 1, term
+    return admitted[0]
+
+
+def test_the_dcgm_exporter_runs_on_every_catalog_gpu_type(render, synth):
+    """Without it a group's nodes get no GPU metrics and the dashboard's GPU panels stay empty,
+    with nothing failing. The check's list (`rlkit check`) is the rendered one."""
+    admitted = dcgm_exporter_types(render(kit_values(synth)))
+    assert not set(INSTANCE_TYPES) - admitted, "catalog GPU types the exporter would skip"
+    assert {t for t in admitted if not t.startswith("ml.")} == \
+        preflight_observability.DCGM_EXPORTER_INSTANCE_TYPES
+
+
+def test_the_printed_override_admits_a_missing_type(render, synth):
+    """The fix `rlkit check` prints: the add-on's values replace the affinity, keeping the rest."""
+    values = {**kit_values(synth),
+              **preflight_observability.dcgm_exporter_affinity(["p7-r100.48xlarge"])}
+    objects = render(values)
+    assert dcgm_exporter_types(objects) == (
+        preflight_observability.DCGM_EXPORTER_INSTANCE_TYPES | {"p7-r100.48xlarge"})
+    [exporter] = [o for o in objects if o["kind"] == "DcgmExporter"]
+    assert "fargate" in json.dumps(exporter["spec"]["affinity"])
