@@ -125,8 +125,8 @@ def check_stacks_left_out(reads: PreflightReads, cfg: KitConfig, region: str,
                      f"every deployed stack of {cfg.name} is one this config builds{note}")
     why = "; ".join(f"{s}: {_left_out_because(cfg, s)}" for s in ours)
     detail = (f"deployed, but this config no longer builds them: {why}. `cdk deploy --all` never "
-              f"deletes a stack that left the app ({_CDK_787}), and `cdk destroy` can no longer "
-              f"select it{note}")
+              f"deletes a stack that left the app ({_CDK_787}), and `cdk destroy` selects only "
+              f"the stacks the app builds{note}")
     network = names.stack_names(cfg.name)["network"]
     if network in ours:
         return Check(LEFT_OUT, subject, FAIL, detail,
@@ -141,8 +141,9 @@ def check_stacks_left_out(reads: PreflightReads, cfg: KitConfig, region: str,
            + "; then ".join(_delete(s, region) for s in order)
            + f". Or, with the config as it was when they were deployed: {restore}. Then deploy")
     if any(_role(cfg, s) == "storage" for s in order):
-        fix += (". A file system its deployed stack retains (storage.retain) stays after the "
-                "stack is deleted, billed, outside any stack: delete it with aws fsx "
+        fix += (". Deleting the storage stack deletes its file system, with every file not yet "
+                "in the data bucket, unless the deployed stack retains it (storage.retain): a "
+                "retained one stays, billed, outside any stack; delete it with aws fsx "
                 "delete-file-system once its data is in the bucket")
     return Check(LEFT_OUT, subject, FAIL, detail, fix)
 

@@ -1,28 +1,23 @@
 """`rlkit check` names a GPU group whose instance type the add-on's DCGM exporter skips
 (ops/preflight_observability.py): such a group's nodes get no GPU metrics, with nothing failing.
-A fork that adds an instance type (tests/infra/test_new_instance_type.py) is the case: the
+A fork that adds an instance type (tests/support/new_instance_type.py) is the case: the
 exporter's list is the add-on chart's, not the kit's catalog."""
 
 from __future__ import annotations
 
-import pytest
 import yaml
 
-from infra.catalog import GPUS, INSTANCE_TYPES
+from infra.catalog import INSTANCE_TYPES
 from infra.config import parse_config
 from infra.problems import PASS, WARN
 from ops.preflight import offline_checks
 from ops.preflight_observability import DCGM_EXPORTER_INSTANCE_TYPES, GPU_METRICS
-from tests.infra.test_new_instance_type import NEW_TYPE, P7_R100, R100, _config
+from tests.support import new_instance_type as fork
 from tests.support.cdk import REPO_ROOT
+from tests.support.new_instance_type import NEW_TYPE
+from tests.support.new_instance_type import fork_config as _config
 
-
-@pytest.fixture
-def fork_type(monkeypatch):
-    """The made-up type a fork would add, registered as tests/infra/test_new_instance_type.py
-    registers it."""
-    monkeypatch.setitem(GPUS, R100.name, R100)
-    monkeypatch.setitem(INSTANCE_TYPES, P7_R100.name, P7_R100)
+fork_type = fork.new_instance_type  # the fixture: the made-up type a fork would add
 
 
 def _gpu_metrics(cfg) -> list:
