@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from tests.support import REPO_ROOT
 
 EXAMPLES = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.yaml"))
@@ -32,3 +34,12 @@ def only(template: dict, type_: str) -> dict:
     found = resources(template, type_)
     assert len(found) == 1, f"expected one {type_}, found {len(found)}"
     return next(iter(found.values()))
+
+
+def dashboard_widgets(template: dict) -> list[dict]:
+    """The widgets of the template's CloudWatch dashboard, its body parsed."""
+    body = next(iter(resources(template, "AWS::CloudWatch::Dashboard").values()))["Properties"][
+        "DashboardBody"]
+    # Fn::Join of literal strings and {"Ref": "AWS::Region"}: put a region in for the check.
+    text = "".join(p if isinstance(p, str) else "us-east-1" for p in body["Fn::Join"][1])
+    return json.loads(text)["widgets"]
