@@ -372,10 +372,50 @@ def test_watcher_keeps_going_when_an_upload_fails(s3, tmp_path: Path):
     log = io.StringIO()
     watcher = CheckpointWatcher(store_for(flaky), local, interval_s=3600, log=log)
     assert watcher.scan_once() == []
-    assert watcher.failures and "AccessDenied" in watcher.failures[0][1]
+    assert "AccessDenied" in watcher.failures[10]
     assert watcher.pending() == [10]
     assert watcher.scan_once() == [10], "the next scan retries the save"
     assert "upload of iter_0000010 failed, will retry" in log.getvalue()
+    assert watcher.failures == {}, "an uploaded save's failure is not kept"
+
+
+class DownStore:
+    """S3 refusing every upload, as for a week of an expired role."""
+
+    uri = "s3://ckpt-bucket/runs/down/"
+    require_data_cursor = True
+
+    def _markers(self):
+        return set(), set()
+
+    def upload(self, root, iteration):
+        raise RuntimeError("An error occurred (AccessDenied) when calling the PutObject operation: Access Denied")
+
+
+def test_a_save_that_fails_every_scan_is_kept_once_and_said_now_and_then(tmp_path: Path):
+    """Before: every 30 s scan appended its failure and printed it: a week of one failing save
+    was 20,160 entries in memory and as many log lines."""
+    local = tmp_path / "ckpt"
+    make_save(local, 10)
+    log = io.StringIO()
+    watcher = CheckpointWatcher(DownStore(), local, interval_s=30, log=log)
+    now = [0.0]
+    watcher.monotonic = lambda: now[0]
+    for _ in range(10_000):  # 83 hours of 30 s scans
+        assert watcher.scan_once() == []
+        now[0] += 30
+    assert list(watcher.failures) == [10] and "AccessDenied" in watcher.failures[10]
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 10_000 * 30 // CheckpointWatcher.REMIND_S + 1  # the first, then one per 30 min
+    assert lines[1] == ("rltrainer: upload of iter_0000010 failed, will retry: An error occurred (AccessDenied) "
+                        "when calling the PutObject operation: Access Denied (the same failure 59 more time(s) "
+                        "since it was last said)")
+    # A save set aside meanwhile (torn, quarantined) is not kept either.
+    import shutil
+
+    shutil.rmtree(local)
+    watcher.scan_once()
+    assert watcher.failures == {}
 
 
 def test_unsafe_manifest_paths_are_rejected():

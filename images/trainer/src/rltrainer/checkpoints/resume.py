@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -137,7 +138,13 @@ class CheckpointWatcher:
     data cursor is written). A failed upload is logged and retried on the next scan; it
     never stops training. With a ``retention`` policy, each scan then deletes the local saves
     the policy allows (``checkpoints.retention``): only ones S3 holds complete.
+
+    A failure that repeats every scan (one save failing for days) is kept once (``failures``:
+    the last error of each save still pending) and said when it first happens, when its text
+    changes, and every ``REMIND_S`` while it lasts, with how many scans it has failed.
     """
+
+    REMIND_S = 1800.0
 
     def __init__(self, store: S3CheckpointStore, local_dir: str | Path, interval_s: float = 30.0,
                  log: TextIO | None = None, retention: Retention | None = None):
@@ -146,7 +153,9 @@ class CheckpointWatcher:
         self.interval_s = interval_s
         self.log = log or sys.stderr
         self.uploaded: list[int] = []
-        self.failures: list[tuple[int, str]] = []
+        self.failures: dict[int, str] = {}  # the last error of each finished save not in S3 yet
+        self.monotonic = time.monotonic  # the reminders' clock (tests replace it)
+        self._said: dict[object, tuple[str, float, int]] = {}  # what: (message, said at, failures since)
         self.retention = retention
         self._known: set[int] | None = None  # complete (or quarantined) in S3: never uploaded again
         self._complete: set[int] = set()  # complete in S3 (manifest, no quarantine marker): may be pruned
@@ -165,6 +174,9 @@ class CheckpointWatcher:
         """Upload finished saves that S3 does not have yet; returns what it uploaded."""
         with self._scan_lock:
             finished = finished_iterations(self.local_dir)  # saves above the tracker are being written
+            for gone in [i for i in self.failures if i not in finished]:  # set aside or deleted meanwhile
+                self.failures.pop(gone)
+                self._said.pop(gone, None)
             if not finished:
                 return []
             known = self._known_now()
@@ -175,15 +187,15 @@ class CheckpointWatcher:
                 try:
                     result = self.store.upload(self.local_dir, iteration)
                 except IncompleteCheckpoint as exc:
-                    self.failures.append((iteration, str(exc)))
-                    print(f"rltrainer: {iter_dirname(iteration)} is not ready to upload, will look again: {exc}",
-                          file=self.log, flush=True)
+                    self.failures[iteration] = str(exc)
+                    self._say(iteration, f"{iter_dirname(iteration)} is not ready to upload, will look again: {exc}")
                     continue
                 except Exception as exc:  # noqa: BLE001 - keep training; retry next scan
-                    self.failures.append((iteration, str(exc)))
-                    print(f"rltrainer: upload of {iter_dirname(iteration)} failed, will retry: {exc}",
-                          file=self.log, flush=True)
+                    self.failures[iteration] = str(exc)
+                    self._say(iteration, f"upload of {iter_dirname(iteration)} failed, will retry: {exc}")
                     continue
+                self.failures.pop(iteration, None)
+                self._said.pop(iteration, None)
                 known.add(iteration)
                 if result.status != "quarantined":
                     self._complete.add(iteration)
@@ -196,14 +208,28 @@ class CheckpointWatcher:
                 try:
                     self.retention.prune(self.local_dir, self._complete, log=self.log,
                                          quarantined_in_s3=known - self._complete)
+                    self._said.pop("prune", None)
                 except OSError as exc:  # a failed delete must not stop uploads; the next scan tries again
-                    print(f"rltrainer: pruning local saves failed, will retry: {exc}", file=self.log, flush=True)
+                    self._say("prune", f"pruning local saves failed, will retry: {exc}")
                 try:
                     self._complete -= set(self.retention.prune_s3(self.store, self._complete, self.local_dir,
                                                                   log=self.log))
+                    self._said.pop("prune_s3", None)
                 except Exception as exc:  # noqa: BLE001 - as above: training and uploads go on
-                    print(f"rltrainer: pruning saves in S3 failed, will retry: {exc}", file=self.log, flush=True)
+                    self._say("prune_s3", f"pruning saves in S3 failed, will retry: {exc}")
             return done_now
+
+    def _say(self, what: object, message: str) -> None:
+        """Log ``message`` unless it repeats what was said about ``what`` less than ``REMIND_S``
+        ago: a failure that lasts is said again as a reminder, counting the scans it failed."""
+        now = self.monotonic()
+        said, at, since = self._said.get(what, (None, 0.0, 0))
+        if said == message and now - at < self.REMIND_S:
+            self._said[what] = (said, at, since + 1)
+            return
+        again = f" (the same failure {since} more time(s) since it was last said)" if said == message else ""
+        self._said[what] = (message, now, 0)
+        print(f"rltrainer: {message}{again}", file=self.log, flush=True)
 
     def pending(self) -> list[int]:
         """Finished saves (at or below the tracker) that are not complete in S3 yet."""
@@ -217,8 +243,9 @@ class CheckpointWatcher:
         while not self._stop.wait(self.interval_s):
             try:
                 self.scan_once()
+                self._said.pop("scan", None)
             except Exception as exc:  # noqa: BLE001 - e.g. listing failed after retries
-                print(f"rltrainer: checkpoint scan failed, will retry: {exc}", file=self.log, flush=True)
+                self._say("scan", f"checkpoint scan failed, will retry: {exc}")
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="rltrainer-checkpoint-watcher", daemon=True)
