@@ -55,7 +55,9 @@ def test_backoff_limit_defaults_to_retrying():
 # --- the rendered RayJob ------------------------------------------------------------------------
 
 import functools  # noqa: E402
+import io  # noqa: E402
 import os  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
 
 import yaml  # noqa: E402
 
@@ -64,6 +66,8 @@ from infra.trainer_contract import ENVIRONMENT_ENV, RAYJOB_ENV, TRAINER_RUNTIME_
 from manifests import build_context, placeholder_outputs, render  # noqa: E402
 from manifests.context import RAY_JOB_STOP_WAIT_ENV  # noqa: E402
 from tests.support import REPO_ROOT
+
+END = datetime(2026, 12, 1, 18, 0, tzinfo=timezone.utc)
 
 
 @functools.cache
@@ -98,7 +102,7 @@ def _env(container: dict) -> dict[str, str]:
 # needs to save and stop before the block ends (rltrainer.reservation); the end itself is rendered
 # by `rlkit launch`, which reads it.
 CAPACITY_BLOCK_HEAD_ENV = {"RLTRAINER_RESERVATION_ID": "cr-0123456789abcdef0", "RLTRAINER_ROLLOUT_S": "600",
-                           "RLTRAINER_SAVE_UPLOAD_S": "2100"}
+                           "RLTRAINER_SAVE_UPLOAD_S": "2100", "RLTRAINER_LOAD_S": "1680"}
 # Every run's head gets the catalog's GiB of one save, for the launcher's room check before its
 # first save (rltrainer.checkpoints.space); Qwen3-30B-A3B in both examples.
 SAVE_ESTIMATE_HEAD_ENV = {"RLTRAINER_SAVE_GIB": "399"}
@@ -193,6 +197,28 @@ def test_a_capacity_block_run_rendered_without_its_window_gets_no_start_deadline
     assert "preRunningDeadlineSeconds" not in job["spec"]
     ctx = build_context(cfg, placeholder_outputs(cfg), block_start_wait_s=7200.5)
     assert ctx.pre_running_deadline_seconds == 3600 + 7201
+
+
+@pytest.mark.parametrize("startup, load_s", [(None, "1680"), (60, "2700"), (10, "0")])
+def test_the_launcher_learns_the_part_of_the_start_still_ahead_once_it_has_restored(startup, load_s):
+    """Miles' reads of the save and the reference weights (28 min on the example's file system):
+    the launcher counts them before its first save once the restore is done. A startup_minutes
+    set by hand counts less the fixed part (nodes, image pull, Ray), which is behind it by then.
+    Before: the launcher counted only one rollout and one save plus upload at that point."""
+    from infra.config.derived import startup_estimate
+    from infra.config.training_model import STARTUP_FIXED_MINUTES
+    from infra.trainer_contract import LOAD_ESTIMATE_ENV
+
+    cfg = load_config(REPO_ROOT / "examples" / "p5en-capacity-block.yaml")
+    if startup is not None:
+        cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"startup_minutes": startup})})
+    else:
+        assert startup_estimate(cfg).minutes == STARTUP_FIXED_MINUTES + 28
+    env = _env({"env": build_context(cfg, placeholder_outputs(cfg)).head.env})
+    assert env[LOAD_ESTIMATE_ENV] == load_s
+    from rltrainer.reservation import EndGuard, Window
+
+    assert EndGuard.from_env(Window(END, "test"), env, io.StringIO()).load_s == float(load_s)
 
 
 @pytest.mark.parametrize("value", [5, 7 * 24 * 60 + 1, -1])

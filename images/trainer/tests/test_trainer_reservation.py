@@ -21,6 +21,7 @@ import yaml
 from trainer_helpers import FIXTURES
 from rltrainer import launch, no_retry, reservation
 from rltrainer.contract import (
+    LOAD_ESTIMATE_ENV,
     RESERVATION_END_ENV,
     RESERVATION_ID_ENV,
     ROLLOUT_ESTIMATE_ENV,
@@ -235,6 +236,7 @@ def run(tmp_path: Path, monkeypatch):
         monkeypatch.setenv(RESERVATION_END_ENV, "2026-12-01T18:00:00Z")
         monkeypatch.setenv(ROLLOUT_ESTIMATE_ENV, "600")
         monkeypatch.setenv(SAVE_UPLOAD_ESTIMATE_ENV, "1200")
+        monkeypatch.setenv(LOAD_ESTIMATE_ENV, "0")  # the stand-in trainer loads nothing
         monkeypatch.delenv(RESERVATION_ID_ENV, raising=False)
         stops = []
         monkeypatch.setattr(no_retry, "stop_retries", lambda log, **kw: stops.append(kw) or True)
@@ -313,6 +315,66 @@ def test_a_start_that_staging_and_restoring_made_too_late_does_not_train(run, mo
     assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == launch.EXIT_RESERVATION_END
     assert "rltrainer launch: after staging and restoring, too late to start:" in err.getvalue()
     assert not (tmp_path / "started").exists() and len(stops) == 1
+
+
+def test_a_window_that_fits_a_rollout_and_a_save_but_not_the_load_before_them_refuses_after_the_restore(
+        run, monkeypatch):
+    """Miles loads the save and the reference weights before its first rollout (28 min on the
+    kit's default file system). Before: after the restore only one rollout and one save plus
+    upload were counted, and a run started whose first save could not reach S3 in time."""
+    from rltrainer.checkpoints import resume as resume_module
+
+    s3, argv, mounts, stops, tmp_path = run
+    monkeypatch.setenv(LOAD_ESTIMATE_ENV, "1200")  # 20 min of reads ahead once restored
+    fake = FakeClock(END - 100 * MIN)  # the save is due at END - 70 min: 30 min ahead, the load fits
+    monkeypatch.setattr(launch, "clock", fake)
+    real_prepare = resume_module.prepare_resume
+
+    def slow_restore(*args, **kwargs):
+        fake.advance(15 * 60)  # restored at END - 85 min: rollout and save fit, the load no longer
+        return real_prepare(*args, **kwargs)
+
+    monkeypatch.setattr("rltrainer.checkpoints.prepare_resume", slow_restore)
+    # Were training to start, each poll is five minutes of the block: it ends at the scale-down.
+    monkeypatch.setattr(launch, "sleep", lambda _s: (time.sleep(0.02), fake.advance(300)))
+    err = io.StringIO()
+    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == launch.EXIT_RESERVATION_END
+    assert ("rltrainer launch: after staging and restoring, too late to start: block ends 2026-12-01 18:00:00 UTC "
+            "(RLTRAINER_RESERVATION_END (rendered by rlkit launch)); 85 min left minus 40 min EKS scale-down margin "
+            "= 45 min; Miles loading the save and the reference weights 20 min + one rollout 10 min + save and "
+            "upload 20 min = 50 min, which does not fit.") in err.getvalue()
+    assert not (tmp_path / "started").exists() and len(stops) == 1
+
+
+def test_the_load_estimate_comes_from_the_kit_or_the_default():
+    window = reservation.Window(END, "test")
+    assert reservation.EndGuard.from_env(window, {LOAD_ESTIMATE_ENV: "1680"}, io.StringIO()).load_s == 1680
+    # No shared file system, or nothing to read: the kit renders 0, which stands.
+    assert reservation.EndGuard.from_env(window, {LOAD_ESTIMATE_ENV: "0"}, io.StringIO()).load_s == 0
+    for env in ({}, {LOAD_ESTIMATE_ENV: "soon"}, {LOAD_ESTIMATE_ENV: "-5"}):
+        assert reservation.EndGuard.from_env(window, env, io.StringIO()).load_s == reservation.DEFAULT_LOAD_S
+    g = guard(rollout_s=600, save_upload_s=1200, load_s=1200)
+    assert g.too_late_to_start(END - 91 * MIN) is None and g.too_late_to_start(END - 90 * MIN) is not None
+    assert g.save_by == END - 70 * MIN  # once training, the load is behind it: the plan is unchanged
+
+
+@pytest.mark.parametrize("body, on_block, expected", [
+    ("import sys; sys.exit(5)", True, 1),  # 5 without the guard having acted is not the block's end
+    ("import sys; sys.exit(5)", False, 1),
+    ("import sys; sys.exit(2)", False, 1),  # nor is a 2 a refused run config
+    ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", True, 128 + 15),  # not sys.exit(-15) = 241
+])
+def test_the_trainers_exit_code_never_passes_for_the_launchers_own(run, monkeypatch, body, on_block, expected):
+    """main stops KubeRay's retries on 2 (a config error) and 5 (the block's end). Before: Miles'
+    own exit 5 or 2 passed through and switched the retries off, as if the launcher had decided."""
+    s3, argv, mounts, stops, tmp_path = run
+    (tmp_path / "miles" / "train.py").write_text(body)
+    if not on_block:
+        monkeypatch.delenv(RESERVATION_END_ENV)
+    monkeypatch.setattr(launch, "clock", FakeClock(END - 10 * 60 * MIN))
+    err = io.StringIO()
+    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == expected, err.getvalue()
+    assert stops == []
 
 
 def test_a_trainer_that_ignores_sigterm_is_killed_after_the_grace_period():

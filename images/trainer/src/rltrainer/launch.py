@@ -24,7 +24,10 @@ Steps, in order:
    save in S3 does not start); log how long the attempt took to reach its first rollout
    (``rltrainer.startup``, what ``training.startup_minutes`` estimates);
 5. when it exits, upload what finished since the last scan and exit with its code
-   (``EXIT_RESERVATION_END`` after a stop for the block's end). A run that finished whose final
+   (``EXIT_RESERVATION_END`` after a stop for the block's end), as a shell would for a signal
+   (128 + N) and 1 for a code the launcher gives its own meaning (``trainer_exit_code``: a
+   trainer's 5 is not the block's end). A launcher that fails while the trainer runs stops the
+   trainer's process group before it exits, so nothing trains on unwatched. A run that finished whose final
    upload fails retries the upload with backoff (``--final-upload-attempts``), not the job: if it
    still fails, KubeRay's retries are stopped (each would start a fresh GPU cluster only to
    upload), and the exact command that uploads the save is printed.
@@ -188,9 +191,17 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        if watcher is not None:
-            watcher.start()
-        code = proc.wait() if wait is None else wait(proc)
+        try:
+            if watcher is not None:
+                watcher.start()
+            code = proc.wait() if wait is None else wait(proc)
+        except BaseException:
+            # The group has its own session: nothing else stops it when the launcher fails, and
+            # it would train on with no uploads and no reservation guard.
+            print("rltrainer: the launcher failed while the trainer ran; stopping the trainer first",
+                  file=log or sys.stderr, flush=True)
+            _stop_group(proc, STOP_GRACE_S, stop_argv=cmd.stop_argv if not stopping else (), log=log)
+            raise
         for thread in relays:
             thread.join()
         return code
@@ -403,22 +414,45 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
     if guard is not None:
         reservation.clear_trigger(local)  # a request left by an earlier attempt is not this run's
 
-        def wait(proc: subprocess.Popen) -> int:
+        def supervised(proc: subprocess.Popen) -> int:
             return reservation.supervise(
                 proc, guard, clock=clock, saves=lambda: local_iterations(local),
                 uploaded=lambda: list(watcher.uploaded), request_save=lambda: reservation.write_trigger(local),
                 stop=lambda: _stop_group(proc, stop_argv=cmd.stop_argv, log=err), sleep=lambda s: sleep(s),
                 poll_s=args.upload_interval)
+        wait = supervised
     code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait,
                         metrics_ledger=str(Path(cfg.checkpoint.local_dir) / metrics.LEDGER_FILE), log=err,
                         on_metric=started.on_metric)
+    code = trainer_exit_code(code, err)
     code = _finish_uploads(watcher, cfg, code, args, err, sleep, mounts_file=mounts_file)
     if guard is not None and guard.state == reservation.STOP:
-        reservation.clear_trigger(local)
+        try:
+            reservation.clear_trigger(local)
+        except OSError as exc:  # the exit code must still say the block's end: no retries onto drained nodes
+            print(f"rltrainer: could not remove the save request {reservation.save_trigger_path(local)}: {exc}; "
+                  "the next attempt removes it before it trains", file=err, flush=True)
         print(f"rltrainer: stopped before the Capacity Block ends; newest save in S3: "
               f"{guard.stopped_with if guard.stopped_with is not None and guard.stopped_with >= 0 else 'none'}",
               file=err, flush=True)
         return EXIT_RESERVATION_END
+    return code
+
+
+LAUNCHER_CODES = (EXIT_CONFIG, EXIT_UPLOAD, EXIT_PREPARE, EXIT_RESERVATION_END)
+
+
+def trainer_exit_code(code: int, err: TextIO) -> int:
+    """The launcher's exit code for the trainer's: 128 + N for a death by signal N, as a shell
+    says it (``sys.exit(-15)`` would exit 241); 1 for a code the launcher gives its own meaning
+    (``LAUNCHER_CODES``: ``main`` stops KubeRay's retries on 2 and 5, `rlkit status` reads each),
+    which only the launcher's own decision may carry."""
+    if code < 0:
+        return 128 - code
+    if code in LAUNCHER_CODES:
+        print(f"rltrainer: the trainer exited {code}, a code the launcher keeps for its own decisions "
+              "(rltrainer.contract); exiting 1 instead", file=err, flush=True)
+        return 1
     return code
 
 

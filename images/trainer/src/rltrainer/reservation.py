@@ -22,6 +22,22 @@ gone. So on a Capacity Block the launcher:
    itself) stops training and exits ``EXIT_RESERVATION_END`` (5, ``rltrainer.contract``), with
    KubeRay's retries of the RayJob switched off (``rltrainer.no_retry``).
 
+A run does not start (the same exit) when, before staging and again after the restore, one
+rollout and one save plus upload no longer fit, counting the part of the start still ahead:
+Miles' load of the save and the reference weights (``RLTRAINER_LOAD_S``, the read minutes of the
+kit's ``startup_estimate``).
+
+The supervising loop survives the file system it watches: a poll whose listing of the checkpoint
+directory or write of the save request fails (EIO, ESTALE, a Lustre eviction, ENOSPC) is said
+(once, then every ``REMIND_S``) and the guard steps on the clock with the saves it saw last; the
+request is written again at the next poll. The clock alone asks for the save and stops at the
+scale-down, so a failure never makes the stop later. A failure that lasts ``BLIND_LIMIT_S`` stops
+training sooner ("safely": the group is stopped as at the block's end, before the scale-down):
+blind, the guard can neither see a save nor ask for one, and the watcher cannot upload from a
+directory that cannot be listed. Before the last save is due that exit lets KubeRay retry (a fresh
+pod mounts the file system anew and resumes from S3); once it is due, a retry could not reach a
+save either, so it exits as for the block's end.
+
 Everything here takes its clock and its sleep as arguments, so tests run a block's end in
 microseconds (images/trainer/tests/test_trainer_reservation.py).
 """
@@ -36,6 +52,7 @@ from typing import Any, Callable, Iterable, Mapping, TextIO
 
 from .contract import (
     EKS_SCALE_DOWN_MARGIN_S,
+    LOAD_ESTIMATE_ENV,
     RESERVATION_END_ENV,
     RESERVATION_ID_ENV,
     ROLLOUT_ESTIMATE_ENV,
@@ -47,11 +64,19 @@ SAVE_TRIGGER_FILE = "_rltrainer_save_now"
 # Without an estimate from the kit: one rollout and one save plus upload of a 30B MoE model.
 DEFAULT_ROLLOUT_S = 600.0
 DEFAULT_SAVE_UPLOAD_S = 2400.0
+# ... and Miles' load of the save and the reference weights before its first rollout: the kit's
+# read estimate for it on the default file system (infra.config.derived.startup_estimate).
+DEFAULT_LOAD_S = 28 * 60.0
 
 RUN, SAVE, STOP = "run", "save", "stop"
 # How often a running guard re-reads the block's end (and always before it asks for the last save
 # or stops): a few calls an hour, against EC2's request limits per account.
 REREAD_S = 900.0
+# How long the supervising loop trains on while every poll fails to read the checkpoint directory
+# or write the save request, before it stops training (module docstring); and how often, meanwhile,
+# it says the failure goes on (the first failure and the recovery are always said).
+BLIND_LIMIT_S = 1800.0
+REMIND_S = 600.0
 
 
 def save_trigger_path(local_dir: str) -> str:
@@ -137,12 +162,13 @@ def _describe_end(ec2: Any, rid: str) -> datetime | None:
     return end if end.tzinfo else end.replace(tzinfo=timezone.utc)
 
 
-def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
+def _seconds(env: Mapping[str, str], key: str, default: float, *, zero_ok: bool = False) -> float:
+    raw = env.get(key)
     try:
-        value = float(env.get(key) or default)
+        value = float(default if raw is None or raw == "" else raw)
     except ValueError:
         return default
-    return value if value > 0 else default
+    return value if value > 0 or (zero_ok and value == 0) else default
 
 
 def _fmt(t: datetime) -> str:
@@ -157,6 +183,7 @@ class EndGuard:
     rollout_s: float = DEFAULT_ROLLOUT_S
     save_upload_s: float = DEFAULT_SAVE_UPLOAD_S
     margin_s: float = EKS_SCALE_DOWN_MARGIN_S
+    load_s: float = 0.0  # Miles' load before its first rollout: counted by too_late_to_start only
     log: TextIO = field(default_factory=lambda: sys.stderr)
     state: str = RUN
     triggered_after: int | None = None  # newest save in S3 when the save was asked for
@@ -173,7 +200,7 @@ class EndGuard:
                  reread: Callable[[], Window | None] | None = None) -> "EndGuard":
         return cls(window, rollout_s=_seconds(env, ROLLOUT_ESTIMATE_ENV, DEFAULT_ROLLOUT_S),
                    save_upload_s=_seconds(env, SAVE_UPLOAD_ESTIMATE_ENV, DEFAULT_SAVE_UPLOAD_S), log=log,
-                   reread=reread)
+                   load_s=_seconds(env, LOAD_ESTIMATE_ENV, DEFAULT_LOAD_S, zero_ok=True), reread=reread)
 
     # --- durations -------------------------------------------------------------------------------
 
@@ -197,12 +224,13 @@ class EndGuard:
         running) plus one save and its upload before the scale-down."""
         return self.scale_down - timedelta(seconds=self.rollout + self.save_upload)
 
-    def arithmetic(self, now: datetime) -> str:
+    def arithmetic(self, now: datetime, load_s: float = 0.0) -> str:
         left = (self.window.end - now).total_seconds()
+        load = f"Miles loading the save and the reference weights {load_s / 60:.0f} min + " if load_s else ""
         return (f"block ends {_fmt(self.window.end)} ({self.window.source}); {left / 60:.0f} min left minus "
                 f"{self.margin_s / 60:.0f} min EKS scale-down margin = {(left - self.margin_s) / 60:.0f} min; "
-                f"one rollout {self.rollout / 60:.0f} min + save and upload {self.save_upload / 60:.0f} min "
-                f"= {(self.rollout + self.save_upload) / 60:.0f} min")
+                f"{load}one rollout {self.rollout / 60:.0f} min + save and upload {self.save_upload / 60:.0f} min "
+                f"= {(load_s + self.rollout + self.save_upload) / 60:.0f} min")
 
     def observe(self, now: datetime, saves: Iterable[int], uploaded: Iterable[int]) -> None:
         """Measure this run's saves: when each save directory first appears, the rollout time
@@ -224,11 +252,12 @@ class EndGuard:
                 self.measured_save_upload[iteration] = max((now - seen).total_seconds(), 0.0)
 
     def too_late_to_start(self, now: datetime) -> str | None:
-        """Why a run starting now cannot reach one save in S3 before the scale-down (None: it can)."""
-        if now < self.save_by:
+        """Why a run starting now cannot reach one save in S3 before the scale-down (None: it can).
+        Miles loads the save and the reference weights before its first rollout (``load_s``)."""
+        if now + timedelta(seconds=self.load_s) < self.save_by:
             return None
-        return (f"too late to start: {self.arithmetic(now)}, which does not fit. The block's nodes "
-                "are drained before a save could reach S3; launch on the next reservation")
+        return (f"too late to start: {self.arithmetic(now, self.load_s)}, which does not fit. The block's "
+                "nodes are drained before a save could reach S3; launch on the next reservation")
 
     def _refresh(self, now: datetime) -> None:
         """Re-read the end when it is due, or when this step would ask for the save or stop; a
@@ -283,19 +312,78 @@ class EndGuard:
 
 def supervise(proc: Any, guard: EndGuard, *, clock: Callable[[], datetime], saves: Callable[[], Iterable[int]],
               uploaded: Callable[[], Iterable[int]], request_save: Callable[[], None], stop: Callable[[], None],
-              sleep: Callable[[float], None], poll_s: float = 30.0) -> int:
-    """Wait for ``proc`` like ``proc.wait()``, asking for a save and stopping it as ``guard`` says."""
+              sleep: Callable[[float], None], poll_s: float = 30.0, blind_limit_s: float = BLIND_LIMIT_S) -> int:
+    """Wait for ``proc`` like ``proc.wait()``, asking for a save and stopping it as ``guard`` says.
+
+    An OSError from ``saves``, ``uploaded`` or ``request_save`` is a missed poll, not the end of
+    the guard (module docstring: the last saves seen stand, the request is written again); one
+    lasting ``blind_limit_s`` stops ``proc``. Any other error propagates (``launch.run_training``
+    then stops the trainer's group)."""
+    seen: list[int] = []
+    done: list[int] = []
+    asked = False  # the save request is written (in SAVE state)
+    failing_since: datetime | None = None
+    said_at: datetime | None = None
     while True:
         code = proc.poll()
         if code is not None:
             return code
-        action = guard.step(clock(), saves(), uploaded())
-        if action == SAVE:
-            request_save()
-        elif action == STOP:
+        now = clock()
+        error: OSError | None = None
+        for read in (saves, uploaded):
+            try:
+                values = list(read())
+            except OSError as exc:
+                error = error or exc
+                continue
+            seen, done = (values, done) if read is saves else (seen, values)
+        if guard.step(now, seen, done) == STOP:
             stop()
             return proc.wait()
+        asked = asked and guard.state == SAVE  # an extended block went back to RUN: ask again later
+        if guard.state == SAVE and not asked:
+            try:
+                request_save()
+                asked = True
+            except OSError as exc:
+                error = error or exc
+        if error is None:
+            if failing_since is not None:
+                print(f"rltrainer: the Capacity Block guard reads its checkpoint directory again (it had "
+                      f"failed for {(now - failing_since).total_seconds() / 60:.0f} min)", file=guard.log, flush=True)
+            failing_since = None
+        else:
+            failing_since = failing_since or now
+            failed_s = (now - failing_since).total_seconds()
+            if failed_s >= blind_limit_s:
+                return _stop_blind(proc, guard, now, failed_s, error, stop, max(done, default=-1))
+            if said_at is None or failing_since > said_at or (now - said_at).total_seconds() >= REMIND_S:
+                said_at = now
+                print(f"rltrainer: the Capacity Block guard could not read its checkpoint directory or write the "
+                      f"save request ({type(error).__name__}: {error}); failing for {failed_s / 60:.0f} min, it "
+                      f"stops training after {blind_limit_s / 60:.0f}; meanwhile it asks for the save at "
+                      f"{_fmt(guard.save_by)} and stops at {_fmt(guard.scale_down)} by the clock alone",
+                      file=guard.log, flush=True)
         sleep(poll_s)
+
+
+def _stop_blind(proc: Any, guard: EndGuard, now: datetime, failed_s: float, error: OSError,
+                stop: Callable[[], None], newest: int) -> int:
+    """Stop training the guard can no longer watch. Once the last save is due, as at the block's
+    end (exit 5, no retries: a retry could not reach a save either); before, with a failure code
+    so that KubeRay retries on a fresh pod."""
+    late = now >= guard.save_by
+    if late:
+        guard.state, guard.stopped_with = STOP, newest
+    print(f"rltrainer: the Capacity Block guard has failed to read its checkpoint directory or write the save "
+          f"request for {failed_s / 60:.0f} min ({type(error).__name__}: {error}); stopping training, which "
+          "it can no longer watch and whose saves cannot be uploaded from there. "
+          + ("The last save before the block's end was due; exiting as for the block's end"
+             if late else "KubeRay's retry mounts the file system anew and resumes from the newest save in S3")
+          + f" (newest save uploaded: {newest if newest >= 0 else 'none'})", file=guard.log, flush=True)
+    stop()
+    code = proc.wait()
+    return code if code else 1  # a trainer that exits 0 on SIGTERM did not finish: never report success
 
 
 def write_trigger(local_dir: str) -> None:

@@ -104,6 +104,11 @@ RESERVATION_ID_ENV = "RLTRAINER_RESERVATION_ID"
 RESERVATION_END_ENV = "RLTRAINER_RESERVATION_END"
 ROLLOUT_ESTIMATE_ENV = "RLTRAINER_ROLLOUT_S"
 SAVE_UPLOAD_ESTIMATE_ENV = "RLTRAINER_SAVE_UPLOAD_S"
+# ... and its estimate, in seconds, of what is still ahead of the launcher once it has restored
+# the start point: Miles' load of that save and of the reference weights before its first rollout
+# (the read part of the kit's startup estimate). The launcher does not start a run whose load,
+# first rollout and save plus upload no longer fit before the scale-down.
+LOAD_ESTIMATE_ENV = "RLTRAINER_LOAD_S"
 # The kit's catalog estimate of one save in GiB (weights + FP32 optimizer state, as it sizes the
 # file system), on every run's Ray head: the launcher checks the free space against it before the
 # run's first save, then against what it measures (rltrainer.checkpoints.space). An environment
