@@ -83,8 +83,8 @@ def test_a_failing_poll_is_said_and_the_guard_still_saves_then_stops():
     log = g.log.getvalue()
     assert log.count("could not read its checkpoint directory or write the save request") == 1, log
     assert ("(OSError: [Errno 5] Input/output error: '/fsx/ckpt'); failing for 0 min, it stops training after "
-            "30; meanwhile it asks for the save at 2026-12-01 16:50:00 UTC and stops at 2026-12-01 17:20:00 UTC "
-            "by the clock alone") in log
+            "30 min of failures; meanwhile it asks for the save at 2026-12-01 16:50:00 UTC and stops at "
+            "2026-12-01 17:20:00 UTC by the clock alone") in log
     assert "reads its checkpoint directory again (it had failed for 5 min)" in log
     assert "save 21 is complete in S3; stopping training" in log
 

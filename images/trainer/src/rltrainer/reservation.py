@@ -361,8 +361,8 @@ def supervise(proc: Any, guard: EndGuard, *, clock: Callable[[], datetime], save
                 said_at = now
                 print(f"rltrainer: the Capacity Block guard could not read its checkpoint directory or write the "
                       f"save request ({type(error).__name__}: {error}); failing for {failed_s / 60:.0f} min, it "
-                      f"stops training after {blind_limit_s / 60:.0f}; meanwhile it asks for the save at "
-                      f"{_fmt(guard.save_by)} and stops at {_fmt(guard.scale_down)} by the clock alone",
+                      f"stops training after {blind_limit_s / 60:.0f} min of failures; meanwhile it asks for the "
+                      f"save at {_fmt(guard.save_by)} and stops at {_fmt(guard.scale_down)} by the clock alone",
                       file=guard.log, flush=True)
         sleep(poll_s)
 
