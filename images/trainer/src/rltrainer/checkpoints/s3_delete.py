@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .layout import ITER_DIR, iter_dirname, rollout_state_relpath
+from .layout import iter_dirname, rollout_state_relpath
 from .manifest import ManifestError
 
 # DeleteObjects takes at most 1,000 keys (or versions) a request [botocore's S3 model, DeleteObjects:
@@ -157,12 +157,5 @@ class S3Deletion:
         """Iterations with objects in S3 but neither a manifest nor a quarantine marker: uploads
         under way or cut short, and deletes cut short. Which of them are safe to delete is the
         caller's decision (``Retention.prune_s3``)."""
-        manifests, quarantined = self._markers()
-        found: set[int] = set()
-        for page in self._list_pages(f"list the iterations in {self.uri}", Prefix=self.key("iter_"),
-                                     Delimiter="/"):
-            for common in page.get("CommonPrefixes", []):
-                m = ITER_DIR.fullmatch(common["Prefix"][len(self.prefix):].rstrip("/"))
-                if m:
-                    found.add(int(m.group(1)))
-        return sorted(found - manifests - quarantined)
+        present, manifests, quarantined = self._saves()  # one listing, not one per object
+        return sorted(present - manifests - quarantined)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from ..contract import parse_s3_uri
-from .layout import (CHECKSUM_ALGORITHM, MANIFEST_NAME, MARKER_KEY, QUARANTINE_MARKER, STAGING_DIR,
-                     iter_dirname)
+from .layout import (CHECKSUM_ALGORITHM, ITER_DIR, MANIFEST_NAME, MARKER_KEY, QUARANTINE_MARKER, SHARDS_DELIMITER,
+                     STAGING_DIR, iter_dirname)
 from .local import check_local_save, stamp, write_tracker
 from .manifest import (
     CorruptCheckpoint,
@@ -82,6 +82,7 @@ class S3CheckpointStore(S3Deletion):
                                              max_concurrency=16, preferred_transfer_client="classic")
         self.transfer_config = transfer_config
         self.require_data_cursor = require_data_cursor
+        self._fold_shards = True  # False once the store is found not to apply SHARDS_DELIMITER (``_saves``)
 
     @property
     def uri(self) -> str:
@@ -115,15 +116,54 @@ class S3CheckpointStore(S3Deletion):
 
         return self.retry.call(what, _list)
 
-    def _markers(self) -> tuple[set[int], set[int]]:
+    def _saves(self) -> tuple[set[int], set[int], set[int]]:
+        """The iterations under the run prefix: (with any object, with a manifest, with a
+        quarantine marker), from one listing of ``iter_``.
+
+        A plain listing returned every object of every save: a week of saves of hundreds to
+        thousands of torch_dist shards each is tens of thousands of keys, listed in full by each
+        resume and each ``rltrainer checkpoint list``. With ``SHARDS_DELIMITER`` S3 rolls each
+        save's shards into one CommonPrefix, ``iter_N/__``, and returns as keys only the markers
+        and the few other files of a save (``.metadata``, ``common.pt``, ``metadata.json``): the
+        listing grows with the number of saves, not their size. A store that does not apply the
+        delimiter as asked (refuses it, or rolls up at another string) gets the plain listing,
+        once said: markers rolled into a prefix would otherwise read as no save at all."""
+        from botocore.exceptions import ClientError
+
+        prefix = self.key("iter_")
+        pages, folded = None, []
+        if self._fold_shards:
+            try:
+                pages = self._list_pages(f"list {self.uri}", Prefix=prefix, Delimiter=SHARDS_DELIMITER)
+                folded = [c["Prefix"] for page in pages for c in page.get("CommonPrefixes", [])]
+            except ClientError as exc:
+                if _error_code(exc) not in ("InvalidArgument", "NotImplemented", "400", "501"):
+                    raise
+                why = f"refused it ({_error_code(exc)})"
+            else:
+                odd = [p for p in folded if not p.endswith(SHARDS_DELIMITER)]
+                why = f"rolled keys up at {odd[0]!r}" if odd else ""
+            if why:
+                self._log(f"listing {self.uri} with the delimiter {SHARDS_DELIMITER!r}: the store {why}; "
+                          "listing every object instead (slower as the run's saves add up)")
+                self._fold_shards, pages, folded = False, None, []
+        if pages is None:
+            pages = self._list_pages(f"list {self.uri}", Prefix=prefix)
+        present: set[int] = set()
         manifests: set[int] = set()
         quarantined: set[int] = set()
-        for page in self._list_pages(f"list {self.uri}", Prefix=self.key("iter_")):
-            for obj in page.get("Contents", []):
-                m = MARKER_KEY.fullmatch(obj["Key"][len(self.prefix):])
-                if m:
-                    (manifests if m.group(2) == MANIFEST_NAME else quarantined).add(int(m.group(1)))
-        return manifests, quarantined
+        for key in [obj["Key"] for page in pages for obj in page.get("Contents", [])] + folded:
+            rel = key[len(self.prefix):]
+            top, slash, _rest = rel.partition("/")
+            if slash and (m := ITER_DIR.fullmatch(top)):
+                present.add(int(m.group(1)))
+            if m := MARKER_KEY.fullmatch(rel):
+                (manifests if m.group(2) == MANIFEST_NAME else quarantined).add(int(m.group(1)))
+        return present, manifests, quarantined
+
+    def _markers(self) -> tuple[set[int], set[int]]:
+        """(iterations with a manifest, iterations with a quarantine marker)."""
+        return self._saves()[1:]
 
     def list_complete(self) -> list[int]:
         """Iterations with a manifest and no quarantine marker, ascending (manifests not parsed here)."""
@@ -134,7 +174,25 @@ class S3CheckpointStore(S3Deletion):
         return sorted(self._markers()[1])
 
     def is_complete(self, iteration: int) -> bool:
-        return iteration in self.list_complete()
+        names = self._markers_of(iteration)
+        return MANIFEST_NAME in names and QUARANTINE_MARKER not in names
+
+    def _markers_of(self, iteration: int) -> set[str]:
+        """The marker names S3 holds for ``iteration``, from one LIST whatever the save's size.
+
+        A plain LIST of ``iter_N/_`` also returned every torch_dist shard uploaded so far
+        (``__<rank>_<n>.distcp``, megatron-lm 37f9161 dist_checkpointing/strategies/
+        filesystem_async.py ``_StoragePrefix``), up to 1,000 keys. With "_" as the delimiter S3
+        lists the markers (no "_" after the prefix) and rolls all those shards into one
+        CommonPrefix, ``iter_N/__``. Not HeadObject: for a missing key S3 answers 404 only to a
+        caller allowed s3:ListBucket, which the kit grants under an s3:prefix condition
+        (infra/constructs/trainer_identity.py) that only a LIST request carries, so the HEAD of
+        an absent marker would be refused (403)."""
+        prefix = self.key(f"{iter_dirname(iteration)}/_")
+        return {obj["Key"][len(prefix) - 1:]
+                for page in self._list_pages(f"list {self.uri}{iter_dirname(iteration)}/", Prefix=prefix,
+                                             Delimiter="_")
+                for obj in page.get("Contents", [])}
 
     def read_manifest(self, iteration: int) -> Manifest:
         """The manifest of ``iteration``; ``ManifestError`` if it is malformed."""
@@ -281,19 +339,8 @@ class S3CheckpointStore(S3Deletion):
         not overwrite the objects a published manifest names (checked before every file, since
         another writer may finish the iteration meanwhile, and before publishing).
 
-        Run once per file, so it must not grow with the save: a plain LIST of ``iter_N/_`` also
-        returned every torch_dist shard uploaded so far (``__<rank>_<n>.distcp``, megatron-lm
-        37f9161 dist_checkpointing/strategies/filesystem_async.py ``_StoragePrefix``), up to
-        1,000 keys per file. With "_" as the delimiter S3 lists the markers (no "_" after the
-        prefix) and rolls all those shards into one CommonPrefix, ``iter_N/__``. Not HeadObject:
-        for a missing key S3 answers 404 only to a caller allowed s3:ListBucket, which the kit
-        grants under an s3:prefix condition (infra/constructs/trainer_identity.py) that only a
-        LIST request carries, so the HEAD of an absent marker would be refused (403)."""
-        prefix = self.key(f"{iter_dirname(iteration)}/_")
-        names = {obj["Key"][len(prefix) - 1:]
-                 for page in self._list_pages(f"list {self.uri}{iter_dirname(iteration)}/", Prefix=prefix,
-                                              Delimiter="_")
-                 for obj in page.get("Contents", [])}
+        Run once per file, so it must not grow with the save (``_markers_of``)."""
+        names = self._markers_of(iteration)
         if QUARANTINE_MARKER in names:
             self._log(f"{iter_dirname(iteration)} is quarantined in {self.uri}; not uploading it again")
             return UploadResult(iteration, "quarantined")
