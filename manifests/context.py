@@ -19,7 +19,7 @@ from infra.catalog import INSTANCE_TYPES, InstanceType
 from infra.config import KitConfig, checkpoint_local_dir, has_shared_fs
 from infra.config.run_config import run_config_document
 from infra.catalog.models import GIB, MODEL_CATALOG, checkpoint_bytes
-from infra.config.derived import STARTUP_FIXED_MINUTES, startup_estimate
+from infra.config.derived import STARTUP_FIXED_MINUTES, save_upload_estimate, startup_estimate
 from infra.trainer_contract import (
     ENVIRONMENT_ENV,
     FINAL_UPLOAD_BUDGET_S,
@@ -373,7 +373,8 @@ def shared_fs_volume(cfg: KitConfig, outputs: StackOutputs) -> SharedFs | None:
 def reservation_env(cfg: KitConfig, reservation_end: datetime | None) -> list[dict[str, str]]:
     """What the launcher needs to stop before a Capacity Block ends (rltrainer.reservation): the
     block's ID, its end when known (``rlkit launch`` reads it), and the config's estimates of one
-    rollout, of one save plus its upload and of Miles' load before its first rollout. Nothing for
+    rollout, of one save plus its upload (``save_upload_estimate``: the field, or the kit's
+    estimate from the save's size) and of Miles' load before its first rollout. Nothing for
     on-demand or ODCR capacity."""
     t = cfg.training
     cap = cfg.gpu_node_groups[t.node_group].capacity
@@ -384,7 +385,7 @@ def reservation_env(cfg: KitConfig, reservation_end: datetime | None) -> list[di
         end = reservation_end.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         env.append({"name": RESERVATION_END_ENV, "value": end})
     return env + [{"name": ROLLOUT_ESTIMATE_ENV, "value": f"{t.rollout_minutes * 60:g}"},
-                  {"name": SAVE_UPLOAD_ESTIMATE_ENV, "value": f"{t.save_upload_minutes * 60:g}"},
+                  {"name": SAVE_UPLOAD_ESTIMATE_ENV, "value": f"{save_upload_estimate(cfg).minutes * 60:g}"},
                   {"name": LOAD_ESTIMATE_ENV,  # what is left of the start once restored: Miles' reads
                    "value": f"{max(0, startup_estimate(cfg).minutes - STARTUP_FIXED_MINUTES) * 60:g}"}]
 

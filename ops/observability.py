@@ -17,6 +17,7 @@ from typing import Any, Callable, TextIO
 
 from infra import names
 from infra.config import KitConfig
+from infra.config.derived import save_upload_estimate
 from infra.trainer_contract import (
     METRICS_ENVIRONMENT_DIMENSION,
     METRICS_NAMESPACE,
@@ -99,11 +100,12 @@ def quiet_window(config: KitConfig) -> dt.timedelta:
     config's estimate of one rollout with its training step). The longest gap of a healthy run is
     a rollout followed by a save and its upload: the launcher's upload after the last rollout,
     and the save before a Capacity Block ends, keep the job RUNNING with no step
-    (``training.save_upload_minutes`` estimates one save plus its upload). Twice the rollout
+    (``save_upload_estimate``: ``training.save_upload_minutes`` or the kit's). Twice the rollout
     estimate plus that leaves one whole rollout of margin over both estimates; at least the health
     line's own 15 minutes."""
     t = config.training
-    return max(HEALTH_WINDOW, dt.timedelta(minutes=2 * t.rollout_minutes + t.save_upload_minutes))
+    save = save_upload_estimate(config).minutes
+    return max(HEALTH_WINDOW, dt.timedelta(minutes=2 * t.rollout_minutes + save))
 
 
 def running_since(rayjob: dict | None) -> dt.datetime | None:

@@ -5,7 +5,8 @@ shutting the instances down 30 minutes before the end) [EKS user guide, "capacit
 A run must have a complete save in S3 by then: the launcher asks Miles for a save at the latest
 one rollout plus one save and upload before that moment (rltrainer.reservation), so launch
 refuses a run for which its start (image pull, Ray, loading the newest save:
-``infra.config.derived.startup_estimate``) plus even that does not fit. The window is read with
+``infra.config.derived.startup_estimate``) plus even that (one save and its upload:
+``save_upload_estimate``) does not fit. The window is read with
 DescribeCapacityReservations (moto has no Capacity Blocks: tests use botocore's Stubber).
 """
 
@@ -16,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from infra.config import KitConfig
-from infra.config.derived import startup_estimate
+from infra.config.derived import save_upload_estimate, startup_estimate
 from infra.trainer_contract import EKS_SCALE_DOWN_MARGIN_S
 
 MARGIN = timedelta(seconds=EKS_SCALE_DOWN_MARGIN_S)
@@ -82,15 +83,16 @@ def describe(window: Window, now: datetime) -> str:
 def first_save_problem(cfg: KitConfig, window: Window, now: datetime) -> str | None:
     """Why a run launched now cannot have one complete save in S3 before EKS drains the block's
     nodes (None: it can). A block that has not started counts from its start, which the pods
-    wait for; the run's start (``startup_estimate``) counts before its first rollout."""
+    wait for; the run's start (``startup_estimate``) counts before its first rollout, and one
+    save and its upload (``save_upload_estimate``) after it."""
     t = cfg.training
     if window.end is None:
         return None
     start = max(now, window.start) if window.start is not None else now
     left = window.end - start
     usable = left - MARGIN
-    startup = startup_estimate(cfg)
-    need = timedelta(minutes=startup.minutes + t.rollout_minutes + t.save_upload_minutes)
+    startup, save = startup_estimate(cfg), save_upload_estimate(cfg)
+    need = timedelta(minutes=startup.minutes + t.rollout_minutes + save.minutes)
     if usable >= need:
         return None
     return (f"capacity block {window.reservation_id} (gpu_node_groups.{window.group}) ends "
@@ -98,7 +100,8 @@ def first_save_problem(cfg: KitConfig, window: Window, now: datetime) -> str | N
             f"drains its nodes = {_duration(usable)}, but one complete save needs the run's start "
             f"({startup.how}: {_duration(timedelta(minutes=startup.minutes))}) plus one rollout "
             f"(training.rollout_minutes = {t.rollout_minutes:g}) plus one save and its upload "
-            f"(training.save_upload_minutes = {t.save_upload_minutes:g}) = {_duration(need)} (the "
+            f"({save.how}: {_duration(timedelta(minutes=save.minutes))}) = {_duration(need)} (the "
             "launcher asks for a save after the first rollout at the latest). Launch on a block "
-            "with more time left, or set training.startup_minutes or lower the other estimates "
-            "if earlier runs measured less (the launcher logs what it measures)")
+            "with more time left, or set training.startup_minutes, training.rollout_minutes or "
+            "training.save_upload_minutes to what earlier runs measured if that was less (the "
+            "launcher logs what it measures)")

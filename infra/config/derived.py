@@ -12,10 +12,11 @@ from typing import Any
 from infra import addons as registry
 from infra import names
 from infra.addons import AddonContext
+from infra.catalog import INSTANCE_TYPES
 from infra.catalog.fsx import SharedFsCost, checkpoints_phrase, cost_for, shared_fs_required_gib
 from infra.catalog.models import GIB, MODEL_CATALOG, checkpoint_bytes, reference_weights_bytes
 from infra.config.model import KitConfig
-from infra.config.training_model import STARTUP_FIXED_MINUTES
+from infra.config.training_model import SAVE_UPLOAD_UNSIZED_MINUTES, STARTUP_FIXED_MINUTES
 
 CHECKPOINT_LOCAL_DIR = "/checkpoints"  # single-node runs without a shared file system
 # A new VPC's private subnets, one per AZ or Local Zone, each take 1/2**PRIVATE_SUBNET_BITS of
@@ -116,14 +117,14 @@ def chart_values(name: str, config: KitConfig, version: str | None = None) -> di
 
 
 @dataclass(frozen=True)
-class StartupEstimate:
-    """How long a run takes from `rlkit launch` (or its Capacity Block's start) to its first
-    rollout, and how that was reached, in the words of the config's fields."""
+class Estimate:
+    """A duration the config estimates (``startup_estimate``, ``save_upload_estimate``), and how
+    it was reached, in the words of the config's fields."""
     minutes: float
     how: str
 
 
-def startup_estimate(cfg: KitConfig) -> StartupEstimate:
+def startup_estimate(cfg: KitConfig) -> Estimate:
     """``training.startup_minutes`` when set; else the fixed part (nodes, image pull, Ray) plus
     the reads a resume makes of the shared file system at its baseline throughput: Megatron's
     ``--load`` of the newest save (weights and FP32 optimizer state, as the file system is
@@ -133,16 +134,63 @@ def startup_estimate(cfg: KitConfig) -> StartupEstimate:
     model the reads cannot be sized, and only the fixed part counts."""
     t = cfg.training
     if t.startup_minutes is not None:
-        return StartupEstimate(t.startup_minutes, f"training.startup_minutes = {t.startup_minutes:g}")
+        return Estimate(t.startup_minutes, f"training.startup_minutes = {t.startup_minutes:g}")
     fixed = (f"training.startup_minutes unset: {STARTUP_FIXED_MINUTES} min for the nodes, the "
              "image pull and Ray")
     model, cost = MODEL_CATALOG.get(t.model), config_cost(cfg)
     if model is None or cost is None:
         why = "no shared file system" if cost is None else f"{t.model} is not in the kit's catalog"
-        return StartupEstimate(STARTUP_FIXED_MINUTES, f"{fixed}; the restore is not counted ({why})")
+        return Estimate(STARTUP_FIXED_MINUTES, f"{fixed}; the restore is not counted ({why})")
     read = checkpoint_bytes(model) + reference_weights_bytes(model)
     read_minutes = math.ceil(read / (cost.throughput_mb_s * 1e6) / 60)  # whole minutes, up
-    return StartupEstimate(
+    return Estimate(
         STARTUP_FIXED_MINUTES + read_minutes,
         f"{fixed}, plus {read_minutes} min reading the newest save and the reference weights "
         f"({read / GIB:.0f} GiB) at the file system's {cost.throughput_mb_s:.0f} MB/s baseline")
+
+
+def head_s3_gbps(cfg: KitConfig) -> float | None:
+    """The Ray head's share of its node's network towards S3, in Gbps: the training group's
+    instance bandwidth over its network cards (one card's share: the kit's assumption, as in
+    benchmarks/checkpoint_upload.py; EC2 publishes no per-card figure). None for a type the
+    catalog lacks."""
+    itype = INSTANCE_TYPES.get(cfg.gpu_node_groups[cfg.training.node_group].instance_type)
+    return None if itype is None else itype.efa_bandwidth_gbps / itype.network_cards
+
+
+def save_upload_estimate(cfg: KitConfig) -> Estimate:
+    """How long one save and its upload take, from Megatron starting the save to its upload
+    complete in S3: ``training.save_upload_minutes`` when set; else the catalog's size of one save
+    (``checkpoint_bytes``) written to the shared file system and read back for the upload, each at
+    the file system's baseline throughput (the read at the head's network share instead where that
+    is slower). The launcher uploads a save once it is finished (rltrainer.checkpoints.resume), so
+    the two add up. Without a file system or a catalog model the save cannot be sized, and
+    ``SAVE_UPLOAD_UNSIZED_MINUTES`` counts."""
+    t = cfg.training
+    if t.save_upload_minutes is not None:
+        return Estimate(t.save_upload_minutes, f"training.save_upload_minutes = {t.save_upload_minutes:g}")
+    model, cost = MODEL_CATALOG.get(t.model), config_cost(cfg)
+    if model is None or cost is None:
+        why = "no shared file system" if cost is None else f"{t.model} is not in the kit's catalog"
+        return Estimate(
+            SAVE_UPLOAD_UNSIZED_MINUTES,
+            f"training.save_upload_minutes unset: a guess, since the kit cannot size the save ({why})")
+    save, fs_bytes_s = checkpoint_bytes(model), cost.throughput_mb_s * 1e6
+    gbps = head_s3_gbps(cfg)
+    net_bytes_s = gbps * 1e9 / 8 if gbps is not None else None
+    fs = f"the file system's {cost.throughput_mb_s:.0f} MB/s baseline"
+    if net_bytes_s is not None and net_bytes_s < fs_bytes_s:
+        read_bytes_s = net_bytes_s
+        moved = (f"written at {fs} and read back for its upload at the head node's {gbps:g} Gbps "
+                 f"share of the network to S3 ({net_bytes_s / 1e6:.0f} MB/s, slower than the file "
+                 "system)")
+    else:
+        read_bytes_s = fs_bytes_s
+        net = (f"the head node's {gbps:g} Gbps share of the network to S3 is faster"
+               if gbps is not None else "the head node's network is not in the kit's catalog")
+        moved = (f"written to the shared file system and read back for its upload, each at {fs} "
+                 f"({net})")
+    minutes = math.ceil((save / fs_bytes_s + save / read_bytes_s) / 60)  # whole minutes, up
+    return Estimate(
+        minutes,
+        f"training.save_upload_minutes unset: one {t.model} save ({save / GIB:.0f} GiB) {moved}")

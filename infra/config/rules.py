@@ -539,7 +539,7 @@ def _validate_training(cfg: KitConfig, add) -> None:
                     "nodes takes minutes)", "use the default, 60, or 0 for no deadline"))
     for name in ("startup_minutes", "rollout_minutes", "save_upload_minutes"):
         value = getattr(t, name)
-        if value is not None and not value > 0:  # startup_minutes unset: the kit's estimate
+        if value is not None and not value > 0:  # startup/save_upload unset: the kit's estimate
             add(problem(f"training.{name}", value, "must be more than 0 minutes",
                         "set an estimate from an earlier run (the launcher logs what it measures)"))
 

@@ -5,7 +5,8 @@ The launcher deletes a local save only once S3 holds it complete, never the newe
 there, and never one above the newest ``keep_local`` finished ones (``rltrainer.checkpoints.retention``;
 it uploads one save at a time). The file system is sized for the reference weights plus
 ``keep_local + 1`` saves (``infra.catalog.fsx``), which holds while each save is in S3 before the
-next one starts. When one save plus its upload (``training.save_upload_minutes``) outlasts a save
+next one starts. When one save plus its upload (``training.save_upload_minutes``, or the kit's
+estimate from the save's size and the file system's throughput: ``save_upload_estimate``) outlasts a save
 period (``save_interval`` x ``training.rollout_minutes``), a save starts while the one before it
 is still uploading: the newest save complete in S3 stays too, so with ``keep_local: 1`` three saves
 are on disk (saves 19 complete in S3, 39 uploading, 59 being written: nothing is prunable).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 
 from infra.catalog.fsx import shared_fs_required_gib, valid_shared_fs_capacity_gib
+from infra.config.derived import save_upload_estimate
 from infra.config.errors import problem
 from infra.config.model import KitConfig
 from infra.problems import Problem
@@ -36,21 +38,27 @@ def save_period_check(cfg: KitConfig) -> Problem | str | None:
     t = cfg.training
     fs = cfg.storage.shared_filesystem
     interval, keep = t.checkpoint.save_interval, t.checkpoint.keep_local
-    if fs.type == "none" or interval < 1 or keep < 1 or not (t.rollout_minutes > 0 and t.save_upload_minutes > 0):
+    if fs.type == "none" or interval < 1 or keep < 1 or not t.rollout_minutes > 0:
+        return None
+    estimate = save_upload_estimate(cfg)
+    if not estimate.minutes > 0:
         return None
     period = interval * t.rollout_minutes
-    behind = saves_behind(interval, t.rollout_minutes, t.save_upload_minutes)
+    behind = saves_behind(interval, t.rollout_minutes, estimate.minutes)
     if not behind:
         return None
     held = max(keep, behind + 1)  # finished saves that stay while the next one is written
     need = shared_fs_required_gib(t.model, held)
-    enough = math.ceil(t.save_upload_minutes / t.rollout_minutes)
+    enough = math.ceil(estimate.minutes / t.rollout_minutes)
     uploading = "the one before it is" if behind == 1 else f"the {behind} before it are"
     why = (f"a save every {interval} rollouts of training.rollout_minutes {t.rollout_minutes:g} is one "
-           f"every {period:g} minutes, less than training.save_upload_minutes "
-           f"{t.save_upload_minutes:g}: each save starts while {uploading} still uploading, and the "
+           f"every {period:g} minutes, less than one save and its upload ({estimate.how}: "
+           f"{estimate.minutes:g} min): each save starts while {uploading} still uploading, and the "
            "launcher deletes a local save only once a newer one is complete in S3")
-    fix = f"set training.checkpoint.save_interval: {enough} or more (a save per training.save_upload_minutes at most)"
+    fix = (f"set training.checkpoint.save_interval: {enough} or more (a save per save and upload at "
+           "most)")
+    if t.save_upload_minutes is None:  # the kit's estimate: a measured run may know better
+        fix += ", or set training.save_upload_minutes to what an earlier run measured"
     if need is not None and fs.capacity_gib < need:
         return problem(
             "training.checkpoint.save_interval", interval,

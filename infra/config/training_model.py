@@ -27,6 +27,9 @@ MAX_START_DEADLINE_MINUTES = 7 * 24 * 60
 # (infra/constructs/trainer_image_build.py), starting Ray). An estimate, not a measurement; the
 # reads from the file system it adds are sized (infra.config.derived.startup_estimate).
 STARTUP_FIXED_MINUTES = 15
+# training.save_upload_minutes unset, and a save the kit cannot size (no shared file system, or a
+# model the catalog lacks): a guess, not a measurement (the field's old fixed default).
+SAVE_UPLOAD_UNSIZED_MINUTES = 35
 
 
 class ParallelConfig(_Model):
@@ -122,7 +125,8 @@ class CheckpointConfig(_Model):
         DEFAULT_SAVE_INTERVAL,
         description="Rollouts between two saves (Miles' --save-interval); at least 1. Each save "
         "should be in S3 before the next one starts (save_interval x training.rollout_minutes at "
-        "least training.save_upload_minutes): until then the one before it stays on the shared "
+        "least one save and its upload, training.save_upload_minutes or the kit's estimate of "
+        "it): until then the one before it stays on the shared "
         "file system too, and config validation refuses a file system without room for it.",
     )
     keep_local: int = Field(
@@ -239,11 +243,18 @@ class TrainingConfig(_Model):
         "back from S3 takes longer. Set it from an earlier run: the launcher logs the minutes "
         "from KubeRay's start of the attempt to its first rollout."
     )
-    save_upload_minutes: Number = Field(
-        35.0, description="Estimated time of one save plus its upload to S3 (a 400 GiB save "
-        "through a Ray head with 1.56 Gbps takes about 35 minutes). Used with rollout_minutes "
-        "on a Capacity Block, and against a save period (checkpoint.save_interval x "
+    save_upload_minutes: Number | None = Field(
+        None, description="Estimated time of one save plus its upload to S3, from Megatron "
+        "starting the save to the launcher's upload of it being complete. Used with "
+        "rollout_minutes on a Capacity Block, against a save period (checkpoint.save_interval x "
         "rollout_minutes): a shorter period starts each save while the one before it uploads, "
         "which keeps one more save on the shared file system (a warning, or refused when the "
-        "file system has no room for it)."
+        "file system has no room for it), and in `rlkit status`'s quiet window. Unset: one save "
+        "of a catalog model written to the shared file system and read back for its upload, both "
+        "at the file system's baseline throughput (capacity_gib x throughput_mb_s_per_tib), the "
+        "read at the head node's share of the network to S3 where that is slower: 49 minutes for "
+        "the default config; a save the kit cannot size (no shared file system, a model the "
+        f"catalog lacks) counts {SAVE_UPLOAD_UNSIZED_MINUTES} minutes. Set it from an earlier "
+        "run: the time from a save's directory appearing to its upload finishing (on a Capacity "
+        "Block the launcher logs what it measured)."
     )

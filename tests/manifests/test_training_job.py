@@ -101,8 +101,10 @@ def _env(container: dict) -> dict[str, str]:
 # On a Capacity Block the head (where the launcher runs) also learns the block and the estimates it
 # needs to save and stop before the block ends (rltrainer.reservation); the end itself is rendered
 # by `rlkit launch`, which reads it.
+# The example leaves training.save_upload_minutes unset: the kit's 49 minutes for its save of
+# Qwen3-30B-A3B on the default file system (infra.config.derived.save_upload_estimate).
 CAPACITY_BLOCK_HEAD_ENV = {"RLTRAINER_RESERVATION_ID": "cr-0123456789abcdef0", "RLTRAINER_ROLLOUT_S": "600",
-                           "RLTRAINER_SAVE_UPLOAD_S": "2100", "RLTRAINER_LOAD_S": "1680"}
+                           "RLTRAINER_SAVE_UPLOAD_S": "2940", "RLTRAINER_LOAD_S": "1680"}
 # Every run's head gets the catalog's GiB of one save, for the launcher's room check before its
 # first save (rltrainer.checkpoints.space); Qwen3-30B-A3B in both examples.
 SAVE_ESTIMATE_HEAD_ENV = {"RLTRAINER_SAVE_GIB": "399"}

@@ -102,10 +102,10 @@ def test_launch_refuses_a_run_that_cannot_save_before_the_block_ends(tmp_path, k
         "nodes, the image pull and Ray, plus 28 min reading the newest save and the reference "
         "weights (455 GiB) at the file system's 293 MB/s baseline: 43 min) plus one rollout "
         "(training.rollout_minutes = 10) plus one save and its upload "
-        "(training.save_upload_minutes = 35) = 1 h 28 min (the launcher asks for a save after "
-        "the first rollout at the latest). Launch on a block with more time left, or set "
-        "training.startup_minutes or lower the other estimates if earlier runs measured less "
-        "(the launcher logs what it measures).\n")
+        "(training.save_upload_minutes = 35: 35 min) = 1 h 28 min (the launcher asks for a save "
+        "after the first rollout at the latest). Launch on a block with more time left, or set "
+        "training.startup_minutes, training.rollout_minutes or training.save_upload_minutes to "
+        "what earlier runs measured if that was less (the launcher logs what it measures).\n")
     assert kubectl.calls == []
 
 
@@ -120,10 +120,29 @@ def test_the_runs_start_counts_before_its_first_save(tmp_path, kubectl, capsys):
     err = capsys.readouterr().err
     assert ("= 1 h 00 min, but one complete save needs the run's start (training.startup_minutes "
             "= 20: 20 min) plus one rollout (training.rollout_minutes = 10) plus one save and its "
-            "upload (training.save_upload_minutes = 35) = 1 h 05 min") in err
+            "upload (training.save_upload_minutes = 35: 35 min) = 1 h 05 min") in err
     assert kubectl.calls == []
     ec2, _ = ec2_with_window(NOW + timedelta(minutes=105))
     assert run(tmp_path, ec2, "launch", config=config) == 0
+
+
+def test_unset_the_save_and_its_upload_are_the_kits_estimate(tmp_path, kubectl, capsys):
+    """Before: unset meant a fixed 35 minutes, so a block with 2 h 21 min left (1 h 41 min after
+    the margin) passed for 43 + 10 + 35 = 88 minutes, though the default file system alone bounds
+    one save's write plus its upload's read to 49 minutes: 102 in all. Launch refuses it now, and a
+    launch that goes ahead renders the 49 minutes for the launcher (RLTRAINER_SAVE_UPLOAD_S)."""
+    config = CB_CONFIG.replace(", save_upload_minutes: 35}", "}")
+    ec2, _ = ec2_with_window(NOW + timedelta(minutes=40 + 102 - 1))
+    assert run(tmp_path, ec2, "launch", config=config) == 1
+    err = capsys.readouterr().err
+    assert ("plus one save and its upload (training.save_upload_minutes unset: one qwen3-30b-a3b "
+            "save (398 GiB) written to the shared file system and read back for its upload, each "
+            "at the file system's 293 MB/s baseline (the head node's 100 Gbps share of the network "
+            "to S3 is faster): 49 min) = 1 h 42 min") in err
+    assert kubectl.calls == []
+    ec2, _ = ec2_with_window(NOW + timedelta(minutes=40 + 102))
+    assert run(tmp_path, ec2, "launch", config=config) == 0
+    assert head_env(tmp_path)["RLTRAINER_SAVE_UPLOAD_S"] == "2940"
 
 
 @pytest.mark.parametrize("fs, how", [

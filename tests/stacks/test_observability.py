@@ -360,16 +360,18 @@ GPU_BUSY = {"gpu": [(NOW - MIN, 97.0)], "efadrop": [(NOW - MIN, 0.0)], "failed":
 
 def test_a_running_job_that_reports_no_training_step_is_a_problem():
     """The job has run 3 hours, its GPUs are busy, nothing failed, and no reward or step time
-    arrived within the quiet window (2 x rollout_minutes + save_upload_minutes = 55 min here):
-    before, the line said `ok: ... reward n/a, step time n/a`."""
+    arrived within the quiet window (2 x rollout_minutes + one save and its upload = 69 min here,
+    the save the kit's estimate with training.save_upload_minutes unset: 49 min): before, the line
+    said `ok: ... reward n/a, step time n/a`."""
     window = observability.quiet_window(CFG)
-    assert window == dt.timedelta(minutes=2 * 10 + 35)
+    assert CFG.training.save_upload_minutes is None
+    assert window == dt.timedelta(minutes=2 * 10 + 49)
     job = rayjob_status("RUNNING", started=NOW - 200 * MIN, ray_started=NOW - 180 * MIN)
     since = observability.running_since(job)
     assert since == NOW - 180 * MIN
     line = health_with(GPU_BUSY, lookback=window, running_from=since)
     assert line == (
-        "health, last 15 min: problem (no training step reported in the last 55 min (no reward "
+        "health, last 15 min: problem (no training step reported in the last 69 min (no reward "
         "or step time; the job has run 180 min, about one rollout every 10 min expected)): "
         "GPU util 97%, EFA rx drops 0, failed nodes 0, container restarts in rl-training n/a, "
         "reward n/a, step time n/a")
@@ -391,14 +393,14 @@ def test_a_step_within_the_quiet_window_is_not_a_stall():
 def test_a_job_that_just_started_is_not_called_stalled():
     """No reward yet 90 min after the Ray job started: staging, restoring the newest save and
     loading the engines come first, so a job is judged only after twice the quiet window
-    (110 min here). A retry counts from its own start (KubeRay sets it again)."""
-    for ran in (20 * MIN, 90 * MIN, 109 * MIN):
+    (138 min here). A retry counts from its own start (KubeRay sets it again)."""
+    for ran in (20 * MIN, 90 * MIN, 137 * MIN):
         line = health_with(GPU_BUSY, lookback=observability.quiet_window(CFG),
                            running_from=NOW - ran)
         assert "ok: " in line, (ran, line)
     line = health_with(GPU_BUSY, lookback=observability.quiet_window(CFG),
-                       running_from=NOW - 110 * MIN)
-    assert "problem (no training step reported in the last 55 min" in line
+                       running_from=NOW - 138 * MIN)
+    assert "problem (no training step reported in the last 69 min" in line
 
 
 def test_no_start_time_or_a_job_not_running_is_not_judged():
