@@ -24,7 +24,9 @@ says the check did not run and exits on the other checks (docs/cli.md).
 
 status prints the RayJob's jobStatus and jobDeploymentStatus (KubeRay); --watch polls until the
 job ends, is suspended (exit 1, with the command that resumes it) or fails (exit 1, with the next
-step for KubeRay's reason or the launcher's exit code); with --watch a failed read of the RayJob
+step for KubeRay's reason or the launcher's exit code) or is stopped (exit 1: `ray job stop`, or the
+head's preStop when its pod is deleted; a drain is named when its head pod or node shows one, and
+`rlkit launch --replace` resumes from the newest complete save); with --watch a failed read of the RayJob
 is a missed poll, tried again at the next one, and 5 failures in a row end the watch (exit 2). A
 start slower than 5 minutes has its pods that are not running named, with why (a failed read of
 the pods is said, and the watch goes on); -o json|yaml prints the RayJob's state as one document. For Capacity Block groups it first shows the block's window on stderr (start, end, time
@@ -49,7 +51,7 @@ from infra.cdk_cli import cdk_command
 from infra.config import ConfigError, KitConfig, training_ep_backend_problems
 from manifests import RenderError
 from manifests.render import LEGACY_HEAD_POLICY_SELECTOR, NAMESPACE_FILES, RAYJOB_FILE, plan_files
-from ops import aws, observability, options, reservations
+from ops import aws, observability, options, reservations, stopped_job
 from ops.config_source import announce
 from ops.gate import GateStateError, legacy_results, load_state, results_path
 from ops.gate.runner import POLL_FAILURES_TOLERATED
@@ -442,8 +444,9 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     # (ray-project/kuberay@59d663aeec13 ray-operator/controllers/ray/rayjob_controller.go
     # :333-341); a suspension resets jobStatus to "" instead (above). Not done either way.
     if st.get("jobStatus") == "STOPPED":
-        print(f"The job was stopped before it finished (jobStatus STOPPED). Read its output: "
-              f"rlkit logs{flag}", file=sys.stderr)
+        # A drain or a node's deletion ends it so too (the head's preStop): say how it goes on.
+        heads, nodes = stopped_job.read_heads(k, doc, ns)
+        print(stopped_job.stopped_advice(doc, heads, nodes, utcnow(), flag), file=sys.stderr)
         return 1
     return 0
 
