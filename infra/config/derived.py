@@ -153,8 +153,9 @@ def head_s3_gbps(cfg: KitConfig) -> float | None:
     """The Ray head's share of its node's network towards S3, in Gbps: the training group's
     instance bandwidth over its network cards (one card's share: the kit's assumption, as in
     benchmarks/checkpoint_upload.py; EC2 publishes no per-card figure). None for a type the
-    catalog lacks."""
-    itype = INSTANCE_TYPES.get(cfg.gpu_node_groups[cfg.training.node_group].instance_type)
+    catalog lacks, or a training group the config lacks (validation, which calls this, says so)."""
+    group = cfg.gpu_node_groups.get(cfg.training.node_group)
+    itype = INSTANCE_TYPES.get(group.instance_type) if group is not None else None
     return None if itype is None else itype.efa_bandwidth_gbps / itype.network_cards
 
 
@@ -169,26 +170,31 @@ def save_upload_estimate(cfg: KitConfig) -> Estimate:
     t = cfg.training
     if t.save_upload_minutes is not None:
         return Estimate(t.save_upload_minutes, f"training.save_upload_minutes = {t.save_upload_minutes:g}")
-    model, cost = MODEL_CATALOG.get(t.model), config_cost(cfg)
-    if model is None or cost is None:
-        why = "no shared file system" if cost is None else f"{t.model} is not in the kit's catalog"
+    # The baseline from the fields, not config_cost: validation calls this before it has refused
+    # a throughput tier that has no price (the throughput is still what the config asks for).
+    fs = cfg.storage.shared_filesystem
+    model = MODEL_CATALOG.get(t.model)
+    mb_s = fs.capacity_gib / 1024 * fs.throughput_mb_s_per_tib if has_shared_fs(cfg) else 0
+    if model is None or not mb_s > 0:
+        why = ("no shared file system" if not has_shared_fs(cfg) else "the file system has no throughput"
+               if not mb_s > 0 else f"{t.model} is not in the kit's catalog")
         return Estimate(
             SAVE_UPLOAD_UNSIZED_MINUTES,
             f"training.save_upload_minutes unset: a guess, since the kit cannot size the save ({why})")
-    save, fs_bytes_s = checkpoint_bytes(model), cost.throughput_mb_s * 1e6
+    save, fs_bytes_s = checkpoint_bytes(model), mb_s * 1e6
     gbps = head_s3_gbps(cfg)
     net_bytes_s = gbps * 1e9 / 8 if gbps is not None else None
-    fs = f"the file system's {cost.throughput_mb_s:.0f} MB/s baseline"
+    baseline = f"the file system's {mb_s:.0f} MB/s baseline"
     if net_bytes_s is not None and net_bytes_s < fs_bytes_s:
         read_bytes_s = net_bytes_s
-        moved = (f"written at {fs} and read back for its upload at the head node's {gbps:g} Gbps "
+        moved = (f"written at {baseline} and read back for its upload at the head node's {gbps:g} Gbps "
                  f"share of the network to S3 ({net_bytes_s / 1e6:.0f} MB/s, slower than the file "
                  "system)")
     else:
         read_bytes_s = fs_bytes_s
         net = (f"the head node's {gbps:g} Gbps share of the network to S3 is faster"
                if gbps is not None else "the head node's network is not in the kit's catalog")
-        moved = (f"written to the shared file system and read back for its upload, each at {fs} "
+        moved = (f"written to the shared file system and read back for its upload, each at {baseline} "
                  f"({net})")
     minutes = math.ceil((save / fs_bytes_s + save / read_bytes_s) / 60)  # whole minutes, up
     return Estimate(
