@@ -29,7 +29,10 @@ head's preStop when its pod is deleted; a drain is named when its head pod or no
 `rlkit launch --replace` resumes from the newest complete save); with --watch a failed read of the RayJob
 is a missed poll, tried again at the next one, and 5 failures in a row end the watch (exit 2). A
 start slower than 5 minutes has its pods that are not running named, with why (a failed read of
-the pods is said, and the watch goes on); -o json|yaml prints the RayJob's state as one document. For Capacity Block groups it first shows the block's window on stderr (start, end, time
+the pods is said, and the watch goes on). KubeRay calls a RayJob Running once its submitter Job
+exists, and waits for a submitter pod that never starts for ever: a RayJob Running with no Ray
+job 5 minutes after its attempt began has its submitter pod named, and one stuck (unschedulable,
+an image it cannot pull) for 10 minutes ends the watch with exit 1 and the fix; -o json|yaml prints the RayJob's state as one document. For Capacity Block groups it first shows the block's window on stderr (start, end, time
 left, when EKS drains the nodes). Then, on stderr, the environment's CloudWatch dashboard URL and
 a one-line health summary (GPU use, EFA drops, failed nodes, restarts, reward, step time; a
 RUNNING job whose run reported no training step for a while is a problem; --no-health skips it).
@@ -64,6 +67,7 @@ from ops.launching import (DEPLOYMENT_STATES, RESUME_SUSPENDED, choose_backend, 
 from ops.output import add_output_option, emit, wants_json
 from ops.rendering import cluster_to_check, render_for_run, with_ep_backend
 from ops.shared_volume import SharedVolumeConflict, ensure_shared_volume
+from ops.submitter import SUBMITTER_JOB_LABEL, awaiting_submission, submitter_verdict
 
 
 REPLACE_TIMEOUT_S = 600  # --replace: the old RayJob, its Ray cluster and its submitter Job
@@ -374,6 +378,7 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
     flag = options.config_flag(args)
     last = last_stuck = None
     failures = 0
+    submitter_stuck = False
     try:
         k = pinned_kubectl(args, cfg)
         while True:
@@ -394,19 +399,24 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
                 print(f"No RayJob named {job} in namespace {ns}. Start it with: rlkit launch"
                       f"{flag}", file=sys.stderr)
                 return 1
+            stuck, submitter_stuck = None, False
+            if start_is_slow(doc, utcnow()):
+                stuck = _stuck_pods_line(k, doc, ns)
+            elif awaiting_submission(doc, utcnow()):
+                stuck, submitter_stuck = _submitter_line(k, doc, ns, flag)
             line = describe_rayjob(doc, ns)
             if wants_json(args):
-                if not args.watch or finished(doc):
-                    emit(args, _status_document(cfg, doc))
+                if not args.watch or finished(doc) or submitter_stuck:
+                    emit(args, _status_document(cfg, doc, stuck if submitter_stuck else None))
             elif line != last:
                 print(line)
                 last = line
-            if start_is_slow(doc, utcnow()):
-                stuck = _stuck_pods_line(k, doc, ns)
-                if stuck != last_stuck:
-                    print(stuck, file=sys.stderr)
-                    last_stuck = stuck
-            if not args.watch or finished(doc):
+            if stuck is not None and stuck != last_stuck:
+                print(stuck, file=sys.stderr)
+                last_stuck = stuck
+            # A submitter that cannot start is never failed by KubeRay: the watch ends there,
+            # with exit 1, instead of following a run that holds its GPU nodes for nothing.
+            if not args.watch or finished(doc) or submitter_stuck:
                 break
             sleep(args.poll)
     except KubectlError as err:
@@ -416,6 +426,8 @@ def _status(args: argparse.Namespace, sleep: Callable[[float], None] = time.slee
         print("Stopped watching; the job keeps running.", file=sys.stderr)
         return 130
     _print_health(args, cfg, doc)
+    if submitter_stuck:
+        return 1
     st = doc.get("status", {})
     if retrying(doc):
         print(f"An attempt failed; KubeRay is retrying it (failed attempts so far: "
@@ -464,8 +476,21 @@ def _stuck_pods_line(k: Kubectl, doc: dict, ns: str) -> str:
     return stuck_pods_line(doc, pods.get("items") or [], ns)
 
 
-def _status_document(cfg: KitConfig, doc: dict) -> dict:
-    """`rlkit status -o json|yaml`: the RayJob's state (docs/cli.md lists the shape)."""
+def _submitter_line(k: Kubectl, doc: dict, ns: str, flag: str) -> tuple[str, bool]:
+    """For a RayJob Running with no Ray job status: its submitter pod, and whether it is stuck
+    (``ops.submitter``). A read that fails is said, not fatal, and judges nothing."""
+    job = doc.get("metadata", {}).get("name", "?")
+    try:
+        pods = k.get_json(["pods", "-n", ns, "-l", f"{SUBMITTER_JOB_LABEL}={job}"]) or {}
+    except KubectlError as err:
+        return f"Submitting; could not read the pods of submitter Job {job}: {err.message}", False
+    return submitter_verdict(doc, pods.get("items") or [], ns, utcnow(),
+                             f"rlkit launch --replace{flag}")
+
+
+def _status_document(cfg: KitConfig, doc: dict, stuck: str | None = None) -> dict:
+    """`rlkit status -o json|yaml`: the RayJob's state (docs/cli.md lists the shape);
+    ``stuck``: the line on a submitter that cannot start."""
     st = doc.get("status", {})
     return {"environment": cfg.name, "namespace": names.TRAINER_NAMESPACE,
             "rayjob": doc.get("metadata", {}).get("name", cfg.training.run_name),
@@ -473,7 +498,7 @@ def _status_document(cfg: KitConfig, doc: dict) -> dict:
             "jobDeploymentStatus": st.get("jobDeploymentStatus"),
             "rayCluster": st.get("rayClusterName"), "startTime": st.get("startTime"),
             "endTime": st.get("endTime"), "message": st.get("message"),
-            "finished": finished(doc)}
+            "finished": finished(doc), "stuck": stuck}
 
 
 def _print_health(args: argparse.Namespace, cfg: KitConfig, rayjob: dict | None = None) -> None:
