@@ -47,6 +47,7 @@ class HealthQuery:
     # Dimensions the metric is published with but which the line sums over (the CloudWatch
     # docs list pod_number_of_container_restarts with PodName, Namespace, ClusterName only).
     search_dims: tuple[str, ...] = ()
+    shown_only_with_data: bool = False  # left off the line when it has no datapoint
 
 
 def health_queries(config: KitConfig) -> tuple[list[HealthQuery], dict[str, list[dict]]]:
@@ -70,6 +71,11 @@ def health_queries(config: KitConfig) -> tuple[list[HealthQuery], dict[str, list
                     lambda v: f"{v:.3g}"),
         HealthQuery("steptime", "step time", METRICS_NAMESPACE, "step_time",
                     "Average", lambda v: f"{v:.0f} s"),
+        # After a retry the launcher sends a replayed rollout's id instead of its values
+        # (rltrainer.metrics REPLAY_METRIC): progress, though no reward or step time comes.
+        HealthQuery("replay", "replayed rollout", METRICS_NAMESPACE,
+                    "replayed_rollout", "Maximum", lambda v: f"{v:.0f}",
+                    shown_only_with_data=True),
     ]
     dims = {q.id: [{"Name": k, "Value": v} for k, v in
                    (run if q.namespace == METRICS_NAMESPACE else cluster).items()]
@@ -91,7 +97,7 @@ def _query(q: HealthQuery, dims: list[dict]) -> dict:
 
 
 HEALTH_WINDOW = dt.timedelta(minutes=15)
-_TRAINING_IDS = ("reward", "steptime")
+_TRAINING_IDS = ("reward", "steptime", "replay")
 
 
 def quiet_window(config: KitConfig) -> dt.timedelta:
@@ -102,7 +108,9 @@ def quiet_window(config: KitConfig) -> dt.timedelta:
     and the save before a Capacity Block ends, keep the job RUNNING with no step
     (``save_upload_estimate``: ``training.save_upload_minutes`` or the kit's). Twice the rollout
     estimate plus that leaves one whole rollout of margin over both estimates; at least the health
-    line's own 15 minutes."""
+    line's own 15 minutes. A retry's replayed rollouts (the ones after its newest save, whose
+    values were sent the first time) send ``replayed_rollout`` once per rollout instead, so the
+    same window holds for them."""
     t = config.training
     save = save_upload_estimate(config).minutes
     return max(HEALTH_WINDOW, dt.timedelta(minutes=2 * t.rollout_minutes + save))
@@ -143,7 +151,8 @@ def _stalled(config: KitConfig, latest_training: dt.datetime | None, *, now: dt.
     if ran < 2 * window or (latest_training is not None and now - latest_training <= window):
         return None
     minutes = int(window.total_seconds() // 60)
-    return (f"no training step reported in the last {minutes} min (no reward or step time; "
+    return (f"no training step reported in the last {minutes} min (no reward, step time or "
+            f"replayed rollout; "
             f"the job has run {int(ran.total_seconds() // 60)} min, about one rollout every "
             f"{config.training.rollout_minutes:g} min expected)")
 
@@ -162,7 +171,8 @@ def health_line(cloudwatch: Any, config: KitConfig, *, now: dt.datetime,
     newest = {r["Id"]: (_utc(r["Timestamps"][0]) if r.get("Timestamps") else now, r["Values"][0])
               for r in response.get("MetricDataResults", []) if r.get("Values")}
     latest = {k: v for k, (when, v) in newest.items() if now - when <= HEALTH_WINDOW}
-    parts = [f"{q.label} {q.fmt(latest[q.id]) if q.id in latest else 'n/a'}" for q in queries]
+    parts = [f"{q.label} {q.fmt(latest[q.id]) if q.id in latest else 'n/a'}" for q in queries
+             if q.id in latest or not q.shown_only_with_data]
     problems = [q.label for q in queries
                 if q.id in ("efadrop", "failed", "restarts") and latest.get(q.id, 0) > 0]
     stepped = [newest[k][0] for k in _TRAINING_IDS if k in newest]

@@ -301,9 +301,12 @@ def test_two_environments_with_one_run_name_read_their_own_training_metrics():
                  tuple((d["Name"], d["Value"]) for d in m["Dimensions"])) for m in stats}
 
     def emitted(cfg) -> set[tuple]:
-        lines = ["x - rollout 3: {'rollout/raw_reward': 0.5}\n", "x - perf 3: {'perf/step_time': 90.0}\n"]
+        # the rollout line twice: the second time it is a retry's replay (the ledger has it)
+        lines = ["x - rollout 3: {'rollout/raw_reward': 0.5}\n", "x - perf 3: {'perf/step_time': 90.0}\n",
+                 "x - rollout 3: {'rollout/raw_reward': 0.5}\n"]
         records = [json.loads(emf) for _, emf in trainer_metrics.emf_lines(
-            lines, environment=cfg.name, run=cfg.training.run_name)]
+            lines, environment=cfg.name, run=cfg.training.run_name,
+            ledger=trainer_metrics.EmittedLedger(None))]
         return {(d["Namespace"], m["Name"], tuple((k, r[k]) for k in ks))
                 for r in records for d in r["_aws"]["CloudWatchMetrics"]
                 for ks in d["Dimensions"] for m in d["Metrics"]}
@@ -371,8 +374,9 @@ def test_a_running_job_that_reports_no_training_step_is_a_problem():
     assert since == NOW - 180 * MIN
     line = health_with(GPU_BUSY, lookback=window, running_from=since)
     assert line == (
-        "health, last 15 min: problem (no training step reported in the last 69 min (no reward "
-        "or step time; the job has run 180 min, about one rollout every 10 min expected)): "
+        "health, last 15 min: problem (no training step reported in the last 69 min (no reward, "
+        "step time or replayed rollout; the job has run 180 min, about one rollout every 10 min "
+        "expected)): "
         "GPU util 97%, EFA rx drops 0, failed nodes 0, container restarts in rl-training n/a, "
         "reward n/a, step time n/a")
 
@@ -401,6 +405,25 @@ def test_a_job_that_just_started_is_not_called_stalled():
     line = health_with(GPU_BUSY, lookback=observability.quiet_window(CFG),
                        running_from=NOW - 138 * MIN)
     assert "problem (no training step reported in the last 69 min" in line
+
+
+def test_a_retry_replaying_its_rollouts_is_not_called_stalled_but_a_stall_in_it_is():
+    """After a retry Miles runs the rollouts after the newest save again, up to a save interval of
+    them, and the launcher's ledger keeps their values from being sent twice. Before, nothing
+    reached CloudWatch for them and status said "no training step reported in the last 55 min
+    ... the job has run 150 min" of a healthy retry. The launcher now sends each replayed
+    rollout's id (replayed_rollout), which counts as progress and is shown; a retry that stops
+    replaying is still a stall."""
+    since = NOW - 150 * MIN  # the retry's Ray job started 150 min ago; its last reward is older
+    replaying = {**GPU_BUSY, "replay": [(NOW - 4 * MIN, 37.0), (NOW - 14 * MIN, 36.0)],
+                 "reward": [(NOW - 400 * MIN, 0.5)]}
+    line = health_with(replaying, lookback=observability.quiet_window(CFG), running_from=since)
+    assert line.startswith("health, last 15 min: ok: ") and \
+        line.endswith("reward n/a, step time n/a, replayed rollout 37"), line
+    stopped = {**GPU_BUSY, "replay": [(NOW - 70 * MIN, 20.0)]}
+    line = health_with(stopped, lookback=observability.quiet_window(CFG), running_from=since)
+    assert "problem (no training step reported in the last 55 min" in line
+    assert "replayed rollout" not in line.split("): ", 1)[1]  # older than 15 min: not shown
 
 
 def test_no_start_time_or_a_job_not_running_is_not_judged():

@@ -301,10 +301,47 @@ def test_a_retried_job_does_not_send_a_rollout_twice(tmp_path):
     metrics.relay(io.BytesIO(retry), sink, environment="e", run="r", emf_sink=emf2,
                   ledger=metrics.EmittedLedger(ledger))
     sent = [json.loads(x) for x in emf2.getvalue().splitlines()]
-    assert [(e["miles_line"], e.get("rollout_id", e.get("train_step"))) for e in sent] == [("rollout", 8), ("step", 16)]
+    values = [e for e in sent if metrics.REPLAY_METRIC not in e]
+    assert [(e["miles_line"], e.get("rollout_id", e.get("train_step"))) for e in values] == [("rollout", 8), ("step", 16)]
     assert len(sink.getvalue().splitlines()) == 6  # every log line is still relayed
     assert json.loads(ledger.read_text()) == {"rollout:reward": 8, "perf:rollout_time": 7, "perf:step_time": 7,
                                               "step:loss": 16}
+
+
+def test_a_replayed_rollout_says_it_ran_again_without_its_values(tmp_path):
+    """Before: a retry that resumes from a save 20 rollouts back sent nothing for those 20 rollouts
+    (200 min at the default estimate), and `rlkit status` called the healthy run stalled. Each
+    replayed rollout line now sends `replayed_rollout` (its id), only that, every time it runs
+    again (a second retry too); a replayed training step sends nothing. The record is one AWS's
+    own EMF library writes alike."""
+    import datetime as dt
+
+    from aws_embedded_metrics.logger.metrics_context import MetricsContext
+    from aws_embedded_metrics.serializers.log_serializer import LogSerializer
+
+    ledger = tmp_path / metrics.LEDGER_FILE
+    first = _lines("rollout 6: {'rollout/raw_reward': 0.5}", "perf 6: {'perf/step_time': 90.0}",
+                   "step 12: {'train/loss': 0.1}")
+    metrics.relay(io.BytesIO(first), io.StringIO(), environment="e", run="r", emf_sink=io.StringIO(),
+                  ledger=metrics.EmittedLedger(ledger))
+    for _retry in range(2):
+        emf = io.StringIO()
+        metrics.relay(io.BytesIO(first), io.StringIO(), environment="e", run="r", emf_sink=emf,
+                      ledger=metrics.EmittedLedger(ledger))
+        sent = [json.loads(x) for x in emf.getvalue().splitlines()]
+        assert [(e["miles_line"], e["rollout_id"], e[metrics.REPLAY_METRIC]) for e in sent] == [
+            ("rollout", 6, 6.0), ("perf", 6, 6.0)]
+        assert all("reward" not in e and "step_time" not in e for e in sent)
+    mine = sent[0]
+    ctx = MetricsContext()
+    ctx.namespace = mine["_aws"]["CloudWatchMetrics"][0]["Namespace"]
+    ctx.set_dimensions([{"Environment": "e", "Run": "r"}], use_default=False)
+    ctx.put_metric(metrics.REPLAY_METRIC, mine[metrics.REPLAY_METRIC], "None")
+    ctx.set_property("miles_line", "rollout")
+    ctx.set_property("rollout_id", 6)
+    ctx.set_timestamp(dt.datetime.fromtimestamp(mine["_aws"]["Timestamp"] / 1000, tz=dt.timezone.utc))
+    [theirs] = LogSerializer.serialize(ctx)
+    assert json.loads(theirs) == mine
 
 
 def test_a_broken_ledger_sends_rather_than_drops(tmp_path):

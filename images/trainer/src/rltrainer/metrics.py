@@ -30,6 +30,9 @@ copy is a second datapoint):
   runs the rollouts after that save again. A ledger on the checkpoint directory (the shared file
   system) holds the highest rollout id (and training step) already sent per line kind, and a
   line at or below it is not sent again (``EmittedLedger``): the first run's values stay.
+  Such a replayed rollout sends one metric of its own instead, ``replayed_rollout`` (its rollout
+  id): the replay is progress, and without it a healthy retry published nothing for up to a save
+  interval of rollouts, which `rlkit status` called a stall.
 """
 
 from __future__ import annotations
@@ -144,6 +147,25 @@ def emf_record(metric: MetricLine, *, environment: str, run: str,
     return record
 
 
+# The metric of a rollout the ledger keeps from being sent again (a retry runs the rollouts after
+# its newest save again): its rollout id, a datapoint per replayed line, never deduplicated.
+# `rlkit status` counts it as training progress (ops.observability health_queries).
+REPLAY_METRIC = "replayed_rollout"
+REPLAY_KINDS = ("rollout", "perf")  # the lines whose index is a rollout id
+
+
+def replay_record(metric: MetricLine, *, environment: str, run: str, timestamp_ms: int) -> dict:
+    """The EMF object that says rollout ``metric.index`` ran again (its own values not sent)."""
+    return {
+        "_aws": {"Timestamp": timestamp_ms, "CloudWatchMetrics": [{
+            "Namespace": NAMESPACE, "Dimensions": [DIMENSIONS],
+            "Metrics": [{"Name": REPLAY_METRIC, "Unit": "None"}]}]},
+        ENVIRONMENT_DIMENSION: environment, RUN_DIMENSION: run,
+        "miles_line": metric.kind, "rollout_id": metric.index,
+        REPLAY_METRIC: float(metric.index),
+    }
+
+
 LEDGER_FILE = ".rltrainer-metrics-ledger.json"  # in the checkpoint directory
 CONTAINER_STDOUT = "/proc/1/fd/1"  # the container's own output: what the node's log collector reads
 
@@ -202,8 +224,9 @@ def emf_lines(lines: Iterable[str], *, environment: str, run: str,
               ledger: EmittedLedger | None = None,
               on_metric: Callable[[MetricLine], None] | None = None) -> Iterable[tuple[str, str | None]]:
     """For each input line: (the line, its EMF line or None). With ``ledger``, a line already
-    sent (same kind, an index at or below the ledger's) gets None. ``on_metric`` sees every
-    metric line parsed (``rltrainer.startup``); its failures are ignored."""
+    sent (same kind, an index at or below the ledger's) gets a ``replay_record`` instead when its
+    index is a rollout id (None for a training step). ``on_metric`` sees every metric line parsed
+    (``rltrainer.startup``); its failures are ignored."""
     for line in lines:
         try:
             metric = parse_line(line)
@@ -212,12 +235,14 @@ def emf_lines(lines: Iterable[str], *, environment: str, run: str,
                     on_metric(metric)
                 except Exception:  # noqa: BLE001 - the relay must go on (a full pipe stops training)
                     pass
+            now_ms = int(clock() * 1000)
             record = None if metric is None else emf_record(
-                metric, environment=environment, run=run, timestamp_ms=int(clock() * 1000))
+                metric, environment=environment, run=run, timestamp_ms=now_ms)
             if record is not None and ledger is not None:
                 names = [m["Name"] for m in record["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
                 if not ledger.fresh(f"{metric.kind}:{','.join(sorted(names))}", metric.index):
-                    record = None
+                    record = None if metric.kind not in REPLAY_KINDS else replay_record(
+                        metric, environment=environment, run=run, timestamp_ms=now_ms)
             emf = None if record is None else json.dumps(record, separators=(",", ":"),
                                                          allow_nan=False)
         except (TypeError, ValueError, OverflowError):  # a metric line must not stop the relay
