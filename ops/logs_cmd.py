@@ -4,7 +4,8 @@ logs prints the trainer's output: the KubeRay submitter Job (named like the RayJ
 `ray job submit`, which follows the driver's log; -f keeps following. Once the pods are gone
 (or with --node NODE, or --source cloudwatch) it reads the same output from CloudWatch Logs,
 where the observability add-on's Fluent Bit ships every container's output; it says which
-source it used. --since limits either source to the last 30m, 2h, 3d, ...; --tail N, --timestamps,
+source it used; from CloudWatch, a replaced submitter pod's replay of the job log (it prints the
+log again from its start) is left out. --since limits either source to the last 30m, 2h, 3d, ...; --tail N, --timestamps,
 --previous and -c CONTAINER mean what they mean for kubectl logs.
 
 Like status and launch, it first checks that kubectl points at this environment's EKS cluster (or
@@ -97,7 +98,8 @@ def _logs_from_cloudwatch(args: argparse.Namespace, cfg: KitConfig, since: timed
         logs_client = options.aws_clients(args, cfg.region).logs
         printed = observability.read_logs(logs_client, query, start=start, out=sys.stdout,
                                           follow=args.follow, tail=getattr(args, "tail", None),
-                                          timestamps=getattr(args, "timestamps", False))
+                                          timestamps=getattr(args, "timestamps", False),
+                                          notes=sys.stderr)
     except aws.AWS_ERRORS as err:
         if aws.error_code(err) == "ResourceNotFoundException":
             print(f"error: log group {query.group} does not exist: the cluster stack is not "

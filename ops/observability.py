@@ -7,6 +7,7 @@ definitions the stacks use.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import re
@@ -232,19 +233,85 @@ def log_query(config: KitConfig, *, node: str | None, submitter_container: str) 
                     stream_prefix=None if node is None else f"{node}-", show_source=node is not None)
 
 
-def _line(message: str, show_source: bool) -> str:
-    """The container's own line out of a Fluent Bit record (JSON with `log` and `kubernetes`)."""
+def _record(message: str) -> tuple[str | None, str | None, str]:
+    """(pod, container, the container's own line) out of a Fluent Bit record (JSON with `log`
+    and `kubernetes`); (None, None, the message) for anything else."""
     try:
         record = json.loads(message)
     except ValueError:
-        return message.rstrip("\n")
+        return None, None, message.rstrip("\n")
     if not isinstance(record, dict) or "log" not in record:
-        return message.rstrip("\n")
-    text = str(record["log"]).rstrip("\n")
-    if show_source:
-        k = record.get("kubernetes") or {}
-        text = f"[{k.get('pod_name', '?')}/{k.get('container_name', '?')}] {text}"
+        return None, None, message.rstrip("\n")
+    k = record.get("kubernetes") if isinstance(record.get("kubernetes"), dict) else {}
+    return k.get("pod_name"), k.get("container_name"), str(record["log"]).rstrip("\n")
+
+
+def _line(message: str, show_source: bool) -> str:
+    """The container's own line out of a Fluent Bit record, prefixed with pod/container when
+    ``show_source``."""
+    pod, container, text = _record(message)
+    if show_source and pod is not None:
+        text = f"[{pod}/{container or '?'}] {text}"
     return text
+
+
+# A replay that diverges from the pod before it this many lines in a row is not one.
+REPLAY_DIVERGED_LINES = 5
+
+
+class SubmitterReplays:
+    """Which lines of the submitter's pods are replays. KubeRay's submitter runs `ray job logs
+    --follow` (ray-project/kuberay@59d663a ray-operator/controllers/ray/common/job.go:120-130),
+    which prints the job's log from its start; the Job replaces a failed submitter pod (the
+    kit's backoffLimit allows 10), and the new pod prints again everything the old one printed.
+    A new pod's line is a replay when it comes next, in order, among the lines of the pod before
+    it (a few lines may differ: the CLI's own; lines older than --since that the old pod's read
+    never had are not recognised, and are printed). The replay ends when it reaches the old
+    pod's last line, or when the new pod diverges from it for REPLAY_DIVERGED_LINES lines in a
+    row (a new attempt after a KubeRay retry, a new Ray job: its first lines, when identical to
+    the old attempt's, are still taken for a replay). Holds one hash per line of two pods."""
+
+    def __init__(self) -> None:
+        self.pod: str | None = None
+        self.pods: set[str] = set()
+        self.lines: list[int] = []  # the current pod's lines, in order
+        self.before: dict[int, list[int]] = {}  # the previous pod's: line -> its positions
+        self.before_len = self.at = self.diverged = 0
+        self.matched = False
+
+    def new_pod(self, pod: str | None) -> bool:
+        """Whether ``pod`` is a submitter pod after the first one, not seen before."""
+        return pod is not None and pod != self.pod and pod not in self.pods and bool(self.pods)
+
+    def fresh(self, pod: str | None, text: str) -> bool:
+        """Whether to print ``text``, the next line of ``pod`` (False: a replay)."""
+        if pod is None:
+            return True
+        if pod != self.pod:
+            if pod in self.pods:  # a line of an earlier pod that became searchable late
+                return True
+            index: dict[int, list[int]] = {}
+            for i, h in enumerate(self.lines):
+                index.setdefault(h, []).append(i)
+            self.before, self.before_len = index, len(self.lines)
+            self.at = self.diverged = 0
+            self.matched = False
+            self.pod, self.lines = pod, []
+            self.pods.add(pod)
+        h = hash(text)
+        self.lines.append(h)
+        if self.at >= self.before_len:
+            return True
+        positions = self.before.get(h) or []
+        i = bisect.bisect_left(positions, self.at)
+        if i < len(positions):
+            self.at, self.diverged, self.matched = positions[i] + 1, 0, True
+            return False
+        if self.matched:
+            self.diverged += 1
+            if self.diverged >= REPLAY_DIVERGED_LINES:
+                self.at = self.before_len  # not a replay after all: print the rest
+        return True
 
 
 # How far back each follow poll reads again: CloudWatch Logs makes events searchable some time
@@ -256,15 +323,20 @@ FOLLOW_LOOKBACK_MS = 120_000
 def read_logs(logs_client: Any, query: LogQuery, *, start: dt.datetime, out: TextIO,
               follow: bool = False, poll_s: float = 5.0,
               sleep: Callable[[float], None] = time.sleep, max_polls: int | None = None,
-              tail: int | None = None, timestamps: bool = False) -> int:
+              tail: int | None = None, timestamps: bool = False,
+              notes: TextIO | None = None) -> int:
     """Print the matching events from ``start`` in time order, page by page as CloudWatch returns
     them (FilterLogEvents sorts by event time), so a day of output is neither held in memory nor
     waited for; with ``follow``, keep polling (until interrupted, or ``max_polls`` polls for
     tests), each poll reading again the last ``FOLLOW_LOOKBACK_MS`` so that an event that became
     searchable late is printed, not lost (after the newer lines). ``tail``: of the first poll,
     only the last N lines; ``timestamps``: each line starts with its event time (RFC 3339, as
-    kubectl). Returns the number of lines."""
+    kubectl). The submitter's output (a query without a node) is read once however many pods
+    printed it: a restarted submitter pod's replay of the job log is left out
+    (``SubmitterReplays``), and ``notes`` is told when such a pod begins. Returns the number of
+    lines."""
     start_ms = newest_ms = int(start.timestamp() * 1000)
+    replays = SubmitterReplays() if query.stream_prefix is None else None
     seen: dict[Any, int] = {}  # events printed (or left out by --tail) in the window -> timestamp
     printed = polls = 0
 
@@ -292,6 +364,14 @@ def read_logs(logs_client: Any, query: LogQuery, *, start: dt.datetime, out: Tex
                     continue
                 seen[key] = event["timestamp"]
                 newest_ms = max(newest_ms, event["timestamp"])
+                if replays is not None:
+                    pod, _, text = _record(event["message"])
+                    if replays.new_pod(pod) and notes is not None:
+                        print(f"note: submitter pod {pod} began; it prints the job's log again "
+                              "from its start, and the lines already printed are left out",
+                              file=notes, flush=True)
+                    if not replays.fresh(pod, text):
+                        continue
                 if last is not None:
                     last.append(event)  # lines before the last N are left out for good
                 else:
