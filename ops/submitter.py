@@ -118,8 +118,9 @@ def submitter_verdict(doc: dict[str, Any], pods: list[dict[str, Any]], namespace
                 f"(training.start_deadline_minutes) only until it creates the submitter, and "
                 f"waits for a submitter that never starts for ever, while Ray cluster {cluster} "
                 f"holds the run's GPU nodes, billing. Fix: {_fix(pod, reason, namespace)}; the "
-                f"Job then starts it by itself. Or free the GPU nodes now: kubectl delete rayjob "
-                f"{job} -n {namespace}, and later {replace}"), True
+                f"pod then starts by itself (the scheduler and kubelet keep trying). To free the "
+                f"GPU nodes now: kubectl delete rayjob {job} -n {namespace} (its Ray cluster "
+                f"goes with it); {replace} starts the run over"), True
     if status.get("phase") == "Pending":
         pulling = " (pulling its image onto a system node can take many minutes)" \
             if reason in ("ContainerCreating", None) else ""

@@ -67,7 +67,7 @@ def test_a_submitter_in_image_pull_backoff_is_stuck_and_named(tmp_path, kubectl,
         "pulled).")
     assert f"Fix: check that the image ({IMAGE}) exists" in stuck[0]
     assert f"kubectl describe pod {POD} -n rl-training" in stuck[0]
-    assert f"kubectl delete rayjob {JOB} -n rl-training" in stuck[0]
+    assert f"To free the GPU nodes now: kubectl delete rayjob {JOB} -n rl-training" in stuck[0]
     assert "rlkit launch --replace --config" in stuck[0]
 
 
