@@ -79,7 +79,9 @@ def print_plan_table(result: PlanResult) -> None:
     if rejections:
         console.print(f"[bold]Rejected[/bold] {len(result.rejected)} layouts, for example:")
         for r in rejections:
-            console.print(f"  {r.nodes} node(s) {r.layout.label()}: {r.reason}")
+            whole = (f" ({r.whole_gib:.0f} GiB in all with {r.layout.recompute} recompute)"
+                     if r.static_only and r.whole_gib is not None else "")
+            console.print(f"  {r.nodes} node(s) {r.layout.label()}: {r.reason}{whole}")
     for w in result.warnings:
         console.print(f"[yellow]warning[/yellow]: {w}")
 

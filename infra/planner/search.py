@@ -76,10 +76,14 @@ class Rejection:
     # True when needed_gib is weights, gradients and optimizer only (a lower bound: activations
     # were never estimated), False when it is the whole estimate
     static_only: bool = False
+    # the whole estimate (full recompute, or the pinned one) when known: every memory rejection
+    # estimated in full, and the lowest weights-only ones (``_with_whole_estimates``)
+    whole_gib: float | None = None
 
     def to_dict(self) -> dict:
         return {"nodes": self.nodes, "label": self.layout.label(), "layout": self.layout.to_dict(),
-                "reason": self.reason, "needed_gib": self.needed_gib}
+                "reason": self.reason, "needed_gib": self.needed_gib,
+                "weights_only": self.static_only, "whole_estimate_gib": self.whole_gib}
 
 
 @dataclass(frozen=True)
@@ -100,10 +104,15 @@ class PlanResult:
         return self.candidates[0]
 
     def closest_rejections(self, n: int = 5) -> list[Rejection]:
-        """Memory rejections nearest to fitting, then the others (for display)."""
-        mem = sorted((r for r in self.rejected if r.needed_gib is not None),
-                     key=lambda r: r.needed_gib)
+        """Memory rejections nearest to fitting, then the others (for display). Whole estimates
+        are ranked among themselves: a weights-only figure is a lower bound (activations never
+        estimated), so those without a whole estimate come after them, by their bound."""
+        whole = sorted((r for r in self.rejected if r.whole_gib is not None),
+                       key=lambda r: r.whole_gib)
+        bound = sorted((r for r in self.rejected if r.needed_gib is not None
+                        and r.whole_gib is None), key=lambda r: r.needed_gib)
         other = [r for r in self.rejected if r.needed_gib is None]
+        mem = whole + bound
         seen, out = set(), []
         for r in mem + other:
             if r.reason in seen:
@@ -325,17 +334,20 @@ def plan(request: PlanRequest) -> PlanResult:
                     why = (f"needs {mem.peak:.0f} GiB per GPU even with {tries[-1]} recompute, "
                            f"{system.name} has {system.gpu_memory_gib:.1f} usable")
                 why += _headroom_clause(memory_headroom_gib)
-                rejected.append(Rejection(n, replace(L, recompute=tries[-1]), why, mem.peak))
+                rejected.append(Rejection(n, replace(L, recompute=tries[-1]), why, mem.peak,
+                                          whole_gib=mem.peak))
                 continue
             Lf, mem = fitted
             t = step_time(m, system, Lf, setup, choice.backend)
             candidates.append(Candidate(n, Lf, mem, t, choice,
                                         _cost(system, n, t, r.price_per_hour)))
 
+    rejected = _with_whole_estimates(m, system, setup, rejected, ep_backend,
+                                     pins.recompute or "full")
     if not candidates:
         where = f"{counts[0]} node(s)" if len(counts) == 1 else f"1 to {counts[-1]} nodes"
         also = f" ({capped})" if capped else ""
-        closest = _closest(m, system, setup, rejected, ep_backend, pins.recompute or "full")
+        closest = _closest(m, system, setup, rejected, ep_backend)
         if closest is not None:
             rej, mem = closest
             raise PlannerError(
@@ -375,7 +387,7 @@ def plan(request: PlanRequest) -> PlanResult:
     )
 
 
-_RECHECKED = 16  # weights-only rejections estimated in full when nothing fits (the lowest first)
+_RECHECKED = 16  # weights-only rejections estimated in full after the search (the lowest first)
 
 
 def _headroom_clause(headroom_gib: float, error: bool = False) -> str:
@@ -386,25 +398,31 @@ def _headroom_clause(headroom_gib: float, error: bool = False) -> str:
             else f" less {headroom_gib:g} GiB of headroom")
 
 
+def _with_whole_estimates(m: MoEModel, system: System, setup: TrainingSetup,
+                          rejected: list[Rejection], ep_backend: str | None,
+                          recompute: Recompute) -> list[Rejection]:
+    """``rejected`` with the lowest weights-only rejections estimated in full (with
+    ``recompute``), so that they can be ranked with the layouts estimated in full: their figure
+    is a lower bound (activations never estimated)."""
+    static = sorted((i for i, r in enumerate(rejected) if r.static_only),
+                    key=lambda i: rejected[i].needed_gib)[:_RECHECKED]
+    out = list(rejected)
+    for i in static:
+        r = out[i]
+        L = replace(r.layout, recompute=recompute)
+        out[i] = replace(r, layout=L,
+                         whole_gib=_full_memory(m, system, r.nodes, L, setup, ep_backend).peak)
+    return out
+
+
 def _closest(m: MoEModel, system: System, setup: TrainingSetup, rejected: list[Rejection],
-             ep_backend: str | None, recompute: Recompute
-             ) -> tuple[Rejection, MemoryBreakdown] | None:
-    """The memory rejection nearest to fitting, by whole estimates: a weights-only rejection
-    is a lower bound (activations never estimated), so the lowest of them are estimated in full
-    before they are compared with the layouts estimated in full."""
-    by_memory = [r for r in rejected if r.needed_gib is not None]
-    if not by_memory:
+             ep_backend: str | None) -> tuple[Rejection, MemoryBreakdown] | None:
+    """The memory rejection nearest to fitting, by whole estimates (``_with_whole_estimates``)."""
+    whole = [r for r in rejected if r.whole_gib is not None]
+    if not whole:
         return None
-    static = sorted((r for r in by_memory if r.static_only), key=lambda r: r.needed_gib)
-    scored = [r for r in by_memory if not r.static_only] + static[:_RECHECKED]
-    best = None
-    for r in scored:
-        L = r.layout if not r.static_only else replace(r.layout, recompute=recompute)
-        rej = replace(r, layout=L)
-        mem = _full_memory(m, system, r.nodes, L, setup, ep_backend)
-        if best is None or mem.peak < best[1].peak:
-            best = (rej, mem)
-    return best
+    rej = min(whole, key=lambda r: r.whole_gib)
+    return rej, _full_memory(m, system, rej.nodes, rej.layout, setup, ep_backend)
 
 
 def _full_memory(m: MoEModel, system: System, nodes: int, L: Layout, setup: TrainingSetup,

@@ -87,3 +87,35 @@ def test_evaluating_a_deepep_layout_without_expert_parallelism_is_refused():
     with pytest.raises(PlannerError, match="flex token dispatcher, which needs expert-TP x EP > 1"):
         evaluate("qwen3-30b-a3b", "p5.48xlarge", 1, Layout(tp=1, pp=8, ep=1, dp=1),
                  TrainingSetup(), ep_backend="deepep-nvshmem")
+
+
+def test_rejections_shown_are_ranked_by_whole_estimates_not_weights_only_bounds():
+    # was: the plan table and the JSON's rejected_examples sorted weights-only lower bounds
+    # (140 GiB, activations never estimated) before layouts estimated in full at 142 GiB, though
+    # the former need more in all; only the error message compared like with like
+    from dataclasses import replace
+
+    from infra.planner import PlanRequest, TrainingSetup, plan
+    from infra.planner.backend import recommend_backend
+    from infra.planner.memory import estimate_memory
+    from infra.planner.timing import ep_span
+
+    result = plan(PlanRequest("deepseek-v3", "p5en.48xlarge", nodes=16,
+                              setup=TrainingSetup(seq_len=8192)))
+    s = result.system
+
+    def whole(r) -> float:  # the whole estimate, with full recompute for a weights-only one
+        L = replace(r.layout, recompute="full") if r.static_only else r.layout
+        backend = recommend_backend(s.name, r.nodes, ep_span(L, s.nvlink_gpus)[1], None,
+                                    s.nvlink_gpus, s.describe_domain()).backend
+        return estimate_memory(result.model, s, L, result.setup, backend).peak
+
+    shown = [r for r in result.closest_rejections(10) if r.needed_gib is not None]
+    assert shown
+    figures = [whole(r) for r in shown]
+    assert figures == sorted(figures)
+    estimated = [whole(r) for r in result.rejected if r.needed_gib is not None
+                 and not r.static_only]
+    assert figures[0] == pytest.approx(min(estimated), abs=0.01) or figures[0] < min(estimated)
+    examples = result.to_dict()["rejected_examples"]
+    assert examples[0]["whole_estimate_gib"] == pytest.approx(figures[0])
