@@ -434,7 +434,8 @@ def _run_rl(args: argparse.Namespace) -> int:
             max_tokens_per_gpu=args.max_tokens_per_gpu or DEFAULT_MAX_TOKENS_PER_GPU,
             engine=(args.engine_gpus, args.engine_ep) if args.engine_gpus else None,
             ep_backend=args.ep_backend, price_per_hour=args.price_per_hour,
-            release=args.release, ultraserver_type=args.ultraserver_type))
+            release=args.release, ultraserver_type=args.ultraserver_type,
+            schedule=args.schedule, optimizer_bf16_moments=args.bf16_moments))
         if args.plot:
             draw(from_rl_plan(result), args.plot)
         if args.write_config:

@@ -19,7 +19,8 @@ from infra.planner.errors import PlannerError
 from infra.planner.hardware import GIB, System
 from infra.planner.models import MoEModel
 from infra.planner.request import COLOCATED_MEM_FRACTION, RLSetup
-from infra.planner.rl import ENGINE_SIZES, engine_fits_heads, engine_weights_fit
+from infra.planner.memory import ENGINE_SIZES
+from infra.planner.rl import engine_fits_heads, engine_weights_fit
 
 DEFAULT_ENGINE_GPUS = RolloutConfig.model_fields["gpus_per_engine"].default
 DEFAULT_ENGINE_EP = RolloutConfig.model_fields["ep"].default

@@ -95,8 +95,8 @@ class TrainingSetup:
     rollout_offload: bool = True  # engine weights and KV cache released during training (Miles/slime)
     rollout_tokens_per_gpu: int = 0  # KV-cache tokens the engine keeps resident per GPU
     rollout_mem_fraction: float = 0.0  # or: a static fraction of GPU memory (SGLang mem_fraction_static)
-    rollout_engine_gpus: int = 0  # GPUs one rollout engine spans (0: smallest whole-node count
-    #                               whose weights take at most half the engine's memory)
+    rollout_engine_gpus: int = 0  # GPUs one rollout engine spans (0: the engine rule's choice,
+    #                               memory.rollout_engine_gpus)
     release: str = "baseline"  # software release the step model assumes (infra/catalog/releases.py)
     # 0: fixed micro-batches of mbs sequences of seq_len (Megatron's own batching, as the
     # published runs the step model is validated on). N: Miles' dynamic batching, which the kit's

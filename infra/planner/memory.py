@@ -48,6 +48,8 @@ from functools import lru_cache
 from infra.planner.hardware import GIB, System
 from infra.planner.layout import Layout, TrainingSetup, fullest_stage_layers, is_fp8
 from infra.catalog.models import MoEModel
+from infra.config.training_model import RolloutConfig
+from infra.trainer_contract import engine_heads_fit
 
 NCCL_BUFFERS_GIB = 1.5  # all NCCL communicators of a rank (TP, CP, DP, EP, PP groups); estimate
 DEEPEP_BUFFERS_GIB = 2.0  # DeepEP normal-mode NVLink + RDMA buffers (~1 GB each); estimate
@@ -260,17 +262,40 @@ def _static(p: StageParams, L: Layout, setup: TrainingSetup) -> tuple[float, flo
     return weights, grads, optim, fp8_cache
 
 
-def rollout_engine_gpus(model: MoEModel, system: System, setup: TrainingSetup) -> int:
-    """GPUs one rollout engine spans: as given, else the smallest power-of-two number of whole
-    nodes whose BF16 weights use at most half of what the engine may claim per GPU."""
+# GPUs per SGLang engine the planners consider, and the engine rule both planners apply (the
+# GRPO search, rl.engine_layouts; a training plan beside a colocated engine, colocated.py): the
+# engine's BF16 weights take at most 90% of its memory share, leaving at least a tenth for KV
+ENGINE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+ENGINE_WEIGHTS_SHARE = 0.9
+
+
+def engine_weights_gib(model: MoEModel, gpus: int) -> float:
+    """BF16 engine weights per GPU of an engine of ``gpus`` GPUs."""
+    return 2.0 * (model.total_params + model.mtp_params) / gpus / GIB
+
+
+def engine_weights_fit(model: MoEModel, share_gib: float, gpus: int) -> bool:
+    """The engine rule: weights per GPU at most ``ENGINE_WEIGHTS_SHARE`` of the share."""
+    return engine_weights_gib(model, gpus) <= ENGINE_WEIGHTS_SHARE * share_gib
+
+
+def rollout_engine_gpus(model: MoEModel, system: System, setup: TrainingSetup,
+                        world: int) -> int:
+    """GPUs one colocated rollout engine spans on a run of ``world`` GPUs: as given, else the
+    launcher's default engine (training.rollout.gpus_per_engine) when the engine rule accepts it,
+    else the smallest size that divides the run, splits the attention heads (SGLang) and passes
+    the rule: what a new config runs (colocated.colocated_engine). 0 when no size passes (the
+    search rejects such a run, as the GRPO search has no engine for it)."""
     if setup.rollout_engine_gpus:
         return setup.rollout_engine_gpus
-    budget = max(setup.rollout_mem_fraction, 0.5) * system.gpu_memory_gib * GIB / 2
-    weights = 2 * (model.total_params + model.mtp_params)
-    nodes = 1
-    while weights / (nodes * system.gpus_per_node) > budget and nodes < 1024:
-        nodes *= 2
-    return nodes * system.gpus_per_node
+    share = setup.rollout_mem_fraction * system.gpu_memory_gib
+    kv = model.num_kv_heads if model.attention == "gqa" else None
+    sizes = [g for g in ENGINE_SIZES if world % g == 0 and engine_heads_fit(g, model.num_heads, kv)]
+    default = RolloutConfig.model_fields["gpus_per_engine"].default
+    for g in ([default] if default in sizes else []) + sizes:
+        if engine_weights_fit(model, share, g):
+            return g
+    return 0
 
 
 def _stage_memory(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
@@ -303,12 +328,14 @@ def _stage_memory(model: MoEModel, system: System, L: Layout, setup: TrainingSet
     ro_w = ro_kv = 0.0
     rollout_peak = 0.0
     if setup.colocate_rollout:
-        engine_gpus = rollout_engine_gpus(model, system, setup)
-        ro_w = 2 * (model.total_params + model.mtp_params) / engine_gpus / GIB
+        # no engine passing the rule (evaluate() of such a run): the whole run, KV the rule's tenth
+        engine = rollout_engine_gpus(model, system, setup, L.world) or L.world
+        ro_w = engine_weights_gib(model, engine)
         if setup.rollout_tokens_per_gpu:
             ro_kv = setup.rollout_tokens_per_gpu * model.kv_cache_bytes_per_token / GIB
-        else:
-            ro_kv = max(0.0, setup.rollout_mem_fraction * cap - ro_w)
+        else:  # the share less the weights; at least the tenth the engine rule leaves
+            share = setup.rollout_mem_fraction * cap
+            ro_kv = max(share - ro_w, (1 - ENGINE_WEIGHTS_SHARE) * share)
         if setup.rollout_offload:
             train_peak += ROLLOUT_RESIDUAL_GIB
             rollout_peak = ro_w + ro_kv + TRAIN_RESIDUAL_GIB + RUNTIME_RESERVE_GIB

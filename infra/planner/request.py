@@ -201,3 +201,6 @@ class RLPlanRequest:
     # tokens per GPU in one training micro-batch: the launcher's dynamic-batching cap
     # (parallel.training.max_tokens_per_gpu), which sizes the training activations
     max_tokens_per_gpu: int = DEFAULT_MAX_TOKENS_PER_GPU
+    # the training step's pipeline schedule and BF16 Adam moments (TrainingSetup's fields)
+    schedule: str = "1f1b"
+    optimizer_bf16_moments: bool = False

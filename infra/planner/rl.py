@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from infra.planner.errors import PlannerError, field as named
 from infra.planner.hardware import GB, GIB, System, get_system
@@ -50,6 +50,7 @@ from infra.trainer_contract import (
 from infra.planner.rl_modes import (
     compose_step, engine_mem_fraction, iterations_for, miles_mode_args, stream_batch,
 )
+from infra.planner.memory import ENGINE_SIZES, engine_weights_fit as _weights_fit, estimate_memory
 from infra.planner.search import (
     Candidate, check_domain, check_node_counts, check_pins, check_precision, plan,
 )
@@ -69,7 +70,6 @@ MAX_RUNNING = 1024  # SGLang max running requests per engine (CUDA-graph batch c
 SYNC_COLOCATED_GBPS = 60.0  # GB/s per node, gather + IPC hand-over of BF16 weights; estimate
 SYNC_FABRIC_EFF = 0.5  # share of the line rate an NCCL broadcast of weights reaches; estimate
 OFFLOAD_FIXED_S = 10.0  # colocated: release/resume of engine and trainer memory; calibrated (RL)
-ENGINE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_RL_MAX_NODES = 16  # search range without --nodes / --max-nodes
 EVERY_POOL_UP_TO = 16  # disaggregated: every training pool size up to this (train_pool_sizes)
 
@@ -285,9 +285,9 @@ def engine_fits_heads(model: MoEModel, gpus: int) -> bool:
 def engine_weights_fit(model: MoEModel, system: System, rl: RLSetup, placement: Placement,
                        gpus: int) -> bool:
     """Whether an engine of ``gpus`` GPUs leaves at least a tenth of its memory share for KV
-    cache after its BF16 weights (the engine rule of ``engine_layouts``)."""
-    share = engine_mem_fraction(rl, system, placement, gpus) * system.gpu_memory_gib * GIB
-    return _weights_bytes(model) / gpus <= 0.9 * share
+    cache after its BF16 weights (the engine rule, ``memory.engine_weights_fit``)."""
+    share = engine_mem_fraction(rl, system, placement, gpus) * system.gpu_memory_gib
+    return _weights_fit(model, share, gpus)
 
 
 def engine_layouts(model: MoEModel, system: System, *, rl: RLSetup, gpus: int, backend: str,
@@ -366,9 +366,7 @@ def _seq_len(rl: RLSetup) -> int:
     return int(math.ceil(rl.mean_sequence / 256) * 256)
 
 
-def _best_training(model, system, rl, precision, counts, colocate, pins, ep_backend,
-                   price_per_hour, release="baseline",
-                   max_tokens_per_gpu=DEFAULT_MAX_TOKENS_PER_GPU,
+def _best_training(model, system, base: TrainingSetup, counts, pins, ep_backend, price_per_hour,
                    errors: dict[int, PlannerError] | None = None) -> dict[int, Candidate]:
     """Best training layout per node count in ``counts``: one search over 1..k for a leading
     run of counts 1..k, one search per count beyond it. A search that finds nothing leaves its
@@ -382,26 +380,30 @@ def _best_training(model, system, rl, precision, counts, colocate, pins, ep_back
     best: dict[int, Candidate] = {}
     for where in groups:
         try:
-            best.update(_search_training(model, system, rl, precision, where, colocate, pins,
-                                         ep_backend, price_per_hour, release, max_tokens_per_gpu))
+            best.update(_search_training(model, system, base, where, pins, ep_backend,
+                                         price_per_hour))
         except PlannerError as err:  # nothing fits this pool; the others may
             if errors is not None:
                 errors[where.get("nodes") or where["max_nodes"]] = err
     return best
 
 
-def _search_training(model, system, rl, precision, where, colocate, pins, ep_backend,
-                     price_per_hour, release="baseline",
-                     max_tokens_per_gpu=DEFAULT_MAX_TOKENS_PER_GPU) -> dict[int, Candidate]:
-    # the step time trains mean-length sequences; the memory, the launcher's micro-batches
-    # (its token cap, or the longest sample alone)
-    setup = TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch,
-                          precision=precision, release=release,
-                          max_tokens_per_gpu=max_tokens_per_gpu,
-                          longest_sample=rl.prompt_len + rl.max_response_len,
-                          colocate_rollout=colocate, rollout_offload=True,
-                          rollout_mem_fraction=(engine_mem_fraction(rl, system, "colocated", 8)
-                                                if colocate else 0.0))
+def training_setup(rl: RLSetup, system: System, colocate: bool, *, precision: str = "bf16",
+                   max_tokens_per_gpu: int = DEFAULT_MAX_TOKENS_PER_GPU,
+                   **how) -> TrainingSetup:
+    """What a GRPO step trains: mean-length sequences for the step time; for the memory, the
+    launcher's micro-batches (its token cap, or the longest sample alone) and, colocated, the
+    engine's share. ``how``: release, schedule, optimizer_bf16_moments (the request's)."""
+    return TrainingSetup(seq_len=_seq_len(rl), global_batch=rl.train_batch, precision=precision,
+                         max_tokens_per_gpu=max_tokens_per_gpu,
+                         longest_sample=rl.prompt_len + rl.max_response_len,
+                         colocate_rollout=colocate, rollout_offload=True,
+                         rollout_mem_fraction=(engine_mem_fraction(rl, system, "colocated", 8)
+                                               if colocate else 0.0), **how)
+
+
+def _search_training(model, system, setup: TrainingSetup, where, pins, ep_backend,
+                     price_per_hour) -> dict[int, Candidate]:
     result = plan(PlanRequest(model, system.name, **where, setup=setup,
                               pins=pins or Pins(), ep_backend=ep_backend, top=10**9,
                               price_per_hour=price_per_hour,
@@ -521,9 +523,10 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
                            f"training, one for rollout), got {given}; plan 2 or more nodes")
     # a pinned part of the training layout or of the engines is checked on its own first, so
     # its problem is reported naming it (the search below drops what does not fit silently)
-    check_pins(m, system, pins, (), TrainingSetup(seq_len=_seq_len(rl),
-                                                  global_batch=rl.train_batch,
-                                                  precision=precision, release=req.release),
+    how = dict(precision=precision, max_tokens_per_gpu=cap, release=req.release,
+               schedule=req.schedule, optimizer_bf16_moments=req.optimizer_bf16_moments)
+    colocated_setup = training_setup(rl, system, True, **how)
+    check_pins(m, system, pins, (), training_setup(rl, system, False, **how),
                ep_backend=ep_backend)
     if engine is not None:
         _check_engine(m, system, rl, engine, placements, counts)
@@ -532,8 +535,8 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
     train_errors: dict[int, PlannerError] = {}  # why no training layout fits, by pool searched
     trained = False  # some training layout fits some pool
     if "colocated" in placements:
-        best = _best_training(m, system, rl, precision, counts, True, pins, ep_backend,
-                              price_per_hour, req.release, cap, train_errors)
+        best = _best_training(m, system, colocated_setup, counts, pins, ep_backend,
+                              price_per_hour, train_errors)
         trained |= bool(best)
         for n in counts:
             tc = best.get(n)
@@ -542,12 +545,19 @@ def plan_rl(request: RLPlanRequest) -> RLPlan:
             for eng in engine_layouts(m, system, rl=rl, gpus=n * gpn,
                                       backend=tc.backend.backend, pinned=engine,
                                       placement="colocated"):
-                cands.append(evaluate_rl(m, system, rl=rl, placement="colocated", training=tc,
-                                         rollout_nodes=n, engine=eng,
-                                         price_per_hour=price_per_hour))
+                # the training memory beside this engine (the search sized it for the rule's
+                # default engine; both pass the rule, so the fit is the same)
+                mem = estimate_memory(m, system, tc.layout, replace(
+                    colocated_setup, rollout_engine_gpus=eng.gpus), tc.backend.backend)
+                if mem.peak > mem.capacity:
+                    continue
+                cands.append(evaluate_rl(m, system, rl=rl, placement="colocated",
+                                         training=replace(tc, memory=mem), rollout_nodes=n,
+                                         engine=eng, price_per_hour=price_per_hour))
     if "disaggregated" in placements and top_n > 1:
-        best = _best_training(m, system, rl, precision, train_pool_sizes(top_n), False, pins,
-                              ep_backend, price_per_hour, req.release, cap, train_errors)
+        best = _best_training(m, system, training_setup(rl, system, False, **how),
+                              train_pool_sizes(top_n), pins, ep_backend, price_per_hour,
+                              train_errors)
         trained |= bool(best)
         for n in counts:
             for t, tc in best.items():

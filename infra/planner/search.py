@@ -21,7 +21,9 @@ from infra.planner.layout import (
     INTERLEAVING_RULE, Layout, Recompute, TrainingSetup, layout_problem, pipeline_split_problem,
     uneven_split_note,
 )
-from infra.planner.memory import MemoryBreakdown, estimate_memory, static_memory_gib
+from infra.planner.memory import (
+    ENGINE_SIZES, MemoryBreakdown, estimate_memory, rollout_engine_gpus, static_memory_gib,
+)
 from infra.planner.models import MoEModel, get_model
 from infra.planner.request import Objective, Pins, PlanRequest
 from infra.planner.timing import StepTime, ep_span, step_time
@@ -292,11 +294,13 @@ def plan(request: PlanRequest) -> PlanResult:
     rejected: list[Rejection] = []
     evaluated = 0
     warnings: list[str] = [capped] if capped else []
+    engine_blocked: list[int] = []  # node counts where layouts fit but no colocated engine does
     if objective not in ("cost", "throughput"):
         raise PlannerError(f"objective must be cost or throughput, got {objective!r}")
     check_pins(m, system, pins, counts, setup, r.even_pipeline, r.interleaving, ep_backend)
 
     for n in counts:
+        no_engine = _no_engine(m, system, setup, n * system.gpus_per_node)
         for L in _enumerate(m, system, n, setup, pins, r.even_pipeline, r.interleaving):
             evaluated += 1
             problem = layout_problem(m, L, setup, system.nvlink_gpus)
@@ -338,6 +342,10 @@ def plan(request: PlanRequest) -> PlanResult:
                                           whole_gib=mem.peak))
                 continue
             Lf, mem = fitted
+            if no_engine:  # it fits, but no rollout engine could share its GPUs
+                rejected.append(Rejection(n, Lf, no_engine))
+                engine_blocked.append(n)
+                continue
             t = step_time(m, system, Lf, setup, choice.backend)
             candidates.append(Candidate(n, Lf, mem, t, choice,
                                         _cost(system, n, t, r.price_per_hour)))
@@ -347,6 +355,12 @@ def plan(request: PlanRequest) -> PlanResult:
     if not candidates:
         where = f"{counts[0]} node(s)" if len(counts) == 1 else f"1 to {counts[-1]} nodes"
         also = f" ({capped})" if capped else ""
+        if engine_blocked:  # layouts fit, but without an engine beside them
+            n = engine_blocked[-1]
+            why = _no_engine(m, system, setup, n * system.gpus_per_node)
+            raise PlannerError(f"no valid layout for {m.key} on {where} of {system.name}: "
+                               f"training fits on {n} node(s), but {why}; plan a node count "
+                               f"whose GPUs such an engine tiles{also}")
         closest = _closest(m, system, setup, rejected, ep_backend)
         if closest is not None:
             rej, mem = closest
@@ -385,6 +399,16 @@ def plan(request: PlanRequest) -> PlanResult:
         evaluated=evaluated, search_seconds=time.perf_counter() - started,
         node_counts=counts, warnings=tuple(warnings),
     )
+
+
+def _no_engine(m: MoEModel, system: System, setup: TrainingSetup, gpus: int) -> str | None:
+    """Why no colocated rollout engine can run beside training on ``gpus`` GPUs (the engine
+    rule, ``memory.rollout_engine_gpus``), or None (also when no engine is colocated)."""
+    if not setup.colocate_rollout or rollout_engine_gpus(m, system, setup, gpus):
+        return None
+    return (f"no colocated SGLang engine of {', '.join(map(str, ENGINE_SIZES))} GPUs divides the "
+            f"{gpus} GPUs, splits the {m.num_heads} attention heads and keeps {m.key}'s BF16 "
+            f"weights within 90% of its {setup.rollout_mem_fraction:g} memory share")
 
 
 _RECHECKED = 16  # weights-only rejections estimated in full after the search (the lowest first)

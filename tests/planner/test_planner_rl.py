@@ -261,3 +261,31 @@ def test_train_pool_sizes_grow_with_the_quota_only_by_adding_sizes():
         smaller = set(train_pool_sizes(top))
         assert smaller <= set(train_pool_sizes(top + 1))
         assert max(smaller) < top
+
+
+def test_a_colocated_training_plan_without_an_engine_for_its_gpus_is_refused():
+    # was: planned (13 x p6-b200, 104 GPUs) beside a 32-GPU engine that does not tile them; the
+    # GRPO search has no engine there (16 GPUs needed for deepseek-v3's weights, not dividing 104)
+    from infra.planner import PlannerError, PlanRequest, TrainingSetup, plan
+
+    setup = TrainingSetup(colocate_rollout=True, rollout_mem_fraction=0.7)
+    with pytest.raises(PlannerError, match="training fits on 13 node.s., but no colocated SGLang "
+                                           "engine of 1, 2, 4, 8, 16, 32, 64 GPUs divides the 104"):
+        plan(PlanRequest("deepseek-v3", "p6-b200.48xlarge", nodes=13, setup=setup))
+    fits = plan(PlanRequest("deepseek-v3", "p6-b200.48xlarge", nodes=16, setup=setup))
+    assert fits.best.memory.rollout_weights == pytest.approx(
+        2 * (fits.model.total_params + fits.model.mtp_params) / 16 / 2**30)
+
+
+def test_a_colocated_grpo_plan_sizes_training_memory_beside_its_own_engine():
+    # was: every colocated candidate's training memory was sized for memory.py's own engine
+    # (a whole node for qwen3-30b-a3b), whatever engine the candidate ran (4x TP2, 2x TP4, ...)
+    from infra.planner.request import RLPlanRequest
+    from infra.planner.rl import plan_rl
+
+    r = plan_rl(RLPlanRequest("qwen3-30b-a3b", "p5en.48xlarge", nodes=1,
+                              placements=("colocated",), top=10))
+    assert len({c.engine.gpus for c in r.candidates}) > 1
+    weights = 2 * (r.model.total_params + r.model.mtp_params) / 2**30
+    for c in r.candidates:
+        assert c.training.memory.rollout_weights == pytest.approx(weights / c.engine.gpus)

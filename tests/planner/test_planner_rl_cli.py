@@ -220,3 +220,24 @@ def test_rewriting_the_config_itself_defaults_to_its_node_group(capsys, tmp_path
     _, err = capsys.readouterr()
     assert rc == 0, err
     assert "wrote training." in err
+
+
+def _rl_training(capsys, *extra: str) -> dict:
+    rc = main([*BASE, "--nodes", "2", "--placement", "colocated", "--tp", "2", "--pp", "2",
+               *extra, "-o", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    import json
+    return json.loads(out)["candidates"][0]["training"]
+
+
+def test_schedule_and_bf16_moments_shape_the_grpo_training_step(capsys):
+    # was: silently ignored with --rl (not passed to plan_rl): the same memory and step time
+    base = _rl_training(capsys)
+    moments = _rl_training(capsys, "--bf16-moments")
+    assert moments["memory_gib"]["optimizer"] == pytest.approx(
+        base["memory_gib"]["optimizer"] * 8 / 12, rel=0.01)  # Adam moments 4 -> 2 bytes each
+    dualpipe = _rl_training(capsys, "--schedule", "dualpipe")
+    assert dualpipe["memory_gib"]["weights"] == pytest.approx(2 * base["memory_gib"]["weights"],
+                                                              rel=0.01)  # two weight copies
+    assert dualpipe["time"]["step"] != base["time"]["step"]
