@@ -142,10 +142,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what.add_argument("--bf16-moments", action="store_true",
                       help="Adam moments in BF16 (Megatron --exp-avg-dtype bf16); not with "
                            "--write-config: the launcher keeps them in FP32")
-    what.add_argument("--keep-local", type=positive_int, default=DEFAULT_KEEP_LOCAL, metavar="K",
+    what.add_argument("--keep-local", type=positive_int, metavar="K",
                       help="finished saves kept on the shared file system (training.checkpoint."
-                           f"keep_local); it is sized for the weights plus K + 1 saves "
-                           f"({DEFAULT_KEEP_LOCAL})")
+                           f"keep_local); it is sized for the weights plus K + 1 saves (the "
+                           f"config's, {DEFAULT_KEEP_LOCAL} without one); a new --write-config "
+                           "file keeps K")
     what.add_argument("--colocate", action="store_true",
                       help="RL: the rollout engine shares the training GPUs")
     what.add_argument("--rollout-mem-fraction", type=fraction, default=None,
@@ -303,6 +304,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not _config_defaults(args):
         return 2
+    if args.keep_local is None:  # the config was not read (nothing else was left out)
+        args.keep_local = DEFAULT_KEEP_LOCAL
     if args.write_config:  # before the search: a plan the launcher cannot run is not written
         problem = launcher_problem(args.write_config, precision=args.precision,
                                    optimizer_bf16_moments=args.bf16_moments,
@@ -343,6 +346,8 @@ def _config_defaults(args: argparse.Namespace) -> bool:
     t, g = cfg.training, cfg.training.grpo
     if args.max_tokens_per_gpu is None:  # the cap the config's run launches with
         args.max_tokens_per_gpu = t.parallel.max_tokens_per_gpu
+    if args.keep_local is None:  # the saves the config's run keeps, which its storage holds
+        args.keep_local = t.checkpoint.keep_local
     if args.model is None and args.model_file is None:
         args.model = t.model
     whole_run = False  # the config's run as it is: its instance type and node count

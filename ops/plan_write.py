@@ -23,6 +23,7 @@ from infra.planner.request import COLOCATED_MEM_FRACTION
 from infra.planner.rl import RLPlan, RLSetup
 from infra.planner.rl_modes import engine_mem_fraction
 from infra.planner.search import PlanResult
+from infra.trainer_contract import DEFAULT_KEEP_LOCAL
 from ops.config_source import starter_config
 
 
@@ -121,7 +122,7 @@ def new_config_text(args: argparse.Namespace, instance_type: str, nodes: int,
                     model) -> str | None:
     """--write-config names a file that does not exist yet: the text that starts it (the README's
     first command), with the node group the plan runs on and the shared file system the plan
-    sizes for ``model``; write_config merges the plan into it and creates the file only when the
+    sizes for ``model`` and --keep-local (written as training.checkpoint.keep_local); write_config merges the plan into it and creates the file only when the
     result validates. None when the file exists."""
     path = Path(args.write_config)
     if os.path.lexists(path):
@@ -130,8 +131,13 @@ def new_config_text(args: argparse.Namespace, instance_type: str, nodes: int,
         raise PlannerError(f"--write-config {path}: the directory {path.parent} does not exist; "
                            "create it or write the config elsewhere")
     fs = plan_for_model(model, keep_local=args.keep_local).cost.capacity_gib
-    return starter_config(path, instance_type, args.node_group, nodes,
+    text = starter_config(path, instance_type, args.node_group, nodes,
                           fs if fs > SHARED_FS_MIN_CAPACITY_GIB else None)
+    if args.keep_local != DEFAULT_KEEP_LOCAL:
+        # the file system above is sized for K kept saves: the launcher's retention must keep K
+        text += (f"training:\n  checkpoint:\n    keep_local: {args.keep_local}  # --keep-local: "
+                 "the shared file system is sized for it\n")
+    return text
 
 
 def say_created(args: argparse.Namespace, start: str | None, notes: list[str]) -> None:

@@ -198,3 +198,28 @@ def test_no_engine_size_that_fits_is_refused():
                                            r"engine of 8 GPU\(s\) holds .* and no engine of "
                                            r"1, 2, 4, 8, 16, 32, 64 GPUs fits either"):
         colocated_engine(huge, system, {}, "c.yaml")
+
+
+@pytest.mark.parametrize("rl", [False, True])
+def test_a_new_config_keeps_the_saves_its_file_system_was_sized_for(capsys, tmp_path, rl):
+    # was: --keep-local 3 sized the new file's shared file system for 3 kept saves but left
+    # training.checkpoint.keep_local at its default 1, so the launcher kept 1
+    from infra.catalog.fsx import shared_fs_required_gib
+    from infra.config import load_config
+
+    target = tmp_path / "keep3.yaml"
+    shape = ("--rl", "--nodes", "2") if rl else ("--nodes", "2")
+    rc, _, err = run(capsys, "--model", "qwen3-30b-a3b", "--instance", "p5en.48xlarge", *shape,
+                     "--keep-local", "3", "--write-config", str(target), "--node-group", "p5en")
+    assert rc == 0, err
+    cfg = load_config(str(target))
+    assert cfg.training.checkpoint.keep_local == 3
+    capacity = cfg.storage.shared_filesystem.capacity_gib
+    assert capacity >= shared_fs_required_gib("qwen3-30b-a3b", 3)
+    # read back: --config plans the same run with the saves the file keeps
+    rc, out, err = run(capsys, "--config", str(target), *(("--rl",) if rl else ()), "-o", "json")
+    assert rc == 0, err
+    import json
+    fs = json.loads(out)["shared_filesystem"]
+    assert fs["keep_local"] == 3
+    assert fs["required_gib"] == shared_fs_required_gib("qwen3-30b-a3b", 3)
