@@ -69,7 +69,9 @@ def print_plan_table(result: PlanResult) -> None:
         f"  step {t.step:.2f} s: compute {t.compute:.2f}, tensor-parallel {t.tp_comm:.2f}, "
         f"all-to-all {t.ep_comm_exposed:.2f} exposed of {t.ep_comm:.2f}, bubble "
         f"{t.pp_bubble:.2f}, pipeline p2p {t.pp_comm_exposed:.2f}, data-parallel "
-        f"{t.dp_comm_exposed:.2f}, optimizer {t.optimizer:.2f}; {t.micro_batches} micro-batches; "
+        f"{t.dp_comm_exposed:.2f}, optimizer {t.optimizer:.2f}; {t.micro_batches} micro-batches"
+        + (f" packed up to {mem.max_tokens_per_gpu:,} tokens per GPU (dynamic batching)"
+           if mem.max_tokens_per_gpu else "") + "; "
         f"expert group spans {t.ep_span_nodes} NVLink domain(s) (a node on HGX types)")
     if b.cost.dollars_per_hour is not None:
         console.print(f"  cost ${b.cost.dollars_per_hour:,.2f}/h, "

@@ -8,8 +8,10 @@ Terms follow Megatron-Core (``megatron/core/parallel_state.py``):
   divide tp*cp*dp; edp (expert data parallel) = tp*cp*dp / (etp*ep).
 - vpp: virtual pipeline (interleaved) chunks per pipeline rank.
 - mbs: micro-batch size (sequences); a step runs gbs / (dp*mbs) micro-batches per pipeline. Under
-  Miles' dynamic batching (``TrainingSetup.max_tokens_per_gpu``, what the kit's launcher runs) the
-  memory model sizes micro-batches by that token cap instead; the step-time model keeps mbs.
+  Miles' dynamic batching (``TrainingSetup.max_tokens_per_gpu``, what the kit's launcher runs)
+  micro-batches are packed up to that token cap and mbs is ignored: memory and step time count
+  token-capped micro-batches (``timing.micro_batching``), and the search's layouts are
+  ``token_capped`` (mbs 1, not shown in the label).
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class Layout:
     vpp: int = 1
     mbs: int = 1
     recompute: Recompute = "none"
+    # micro-batches packed up to the setup's token cap (Miles' dynamic batching): mbs means
+    # nothing to the launcher, so the label leaves it out
+    token_capped: bool = False
 
     @property
     def world(self) -> int:
@@ -73,7 +78,7 @@ class Layout:
         parts += [f"EP{self.ep}"]
         if self.etp > 1:
             parts.append(f"ETP{self.etp}")
-        parts += [f"DP{self.dp}", f"MBS{self.mbs}"]
+        parts += [f"DP{self.dp}"] + ([] if self.token_capped else [f"MBS{self.mbs}"])
         return " ".join(parts)
 
     def to_dict(self) -> dict:

@@ -151,7 +151,10 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
     tps = [pins.tp] if pins.tp else [t for t in _TP if t <= system.nvlink_gpus]
     # context parallelism only for long sequences (>= 4096 tokens per CP rank); cp=1 always
     cps = [pins.cp] if pins.cp else [1] + [c for c in (2, 4, 8) if setup.seq_len // c >= 4096]
-    mbss = [pins.mbs] if pins.mbs else ([1, 2, 4] if setup.seq_len <= 2048 else [1, 2])
+    # dynamic batching packs micro-batches up to the token cap whatever mbs is: one layout
+    capped = bool(setup.max_tokens_per_gpu)
+    mbss = [pins.mbs] if pins.mbs else (
+        [1] if capped else [1, 2, 4] if setup.seq_len <= 2048 else [1, 2])
     ep_all = _divisors(model.num_experts)
     for tp in tps:
         for cp in cps:
@@ -176,7 +179,7 @@ def _enumerate(model: MoEModel, system: System, nodes: int, setup: TrainingSetup
                         for vpp in vpps:
                             for mbs in mbss:
                                 yield Layout(tp=tp, pp=pp, ep=ep, dp=dp, cp=cp, etp=etp,
-                                             vpp=vpp, mbs=mbs)
+                                             vpp=vpp, mbs=mbs, token_capped=capped)
 
 
 def check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...],
@@ -187,6 +190,13 @@ def check_pins(m: MoEModel, system: System, pins: Pins, counts: tuple[int, ...],
     fixed = pins.fixed()
     if not fixed:
         return
+    if pins.mbs and setup.max_tokens_per_gpu:
+        raise PlannerError(
+            f"{named('mbs')} {pins.mbs}: the kit's launcher runs Miles' dynamic batching, which "
+            f"packs each micro-batch up to {named('max_tokens_per_gpu')} "
+            f"({setup.max_tokens_per_gpu}) tokens per GPU and ignores the micro-batch size "
+            "(radixark/miles@78527b9102b3 miles/backends/training_utils/data.py:490-498); drop "
+            f"{named('mbs')}, and size micro-batches with {named('max_tokens_per_gpu')}")
     # etp is searched over {1, tp}: pinned ep 1 with etp (or tp) 1 leaves DeepEP nothing to run
     etp_max = pins.etp or pins.tp
     if ep_backend and pins.ep == 1 and etp_max == 1:

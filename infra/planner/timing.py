@@ -27,7 +27,8 @@ The step is built bottom-up for one GPU of the most loaded pipeline stage:
    the last micro-batch's backward / first micro-batch's forward (Megatron --overlap-grad-reduce /
    --overlap-param-gather); only the excess is exposed.
 3. Step = micro-batches * stage time + bubble + exposed data-parallel traffic + optimizer.
-   Bubble (1F1B, Narayanan et al. 2021): (pp-1)/vpp stage times; DualPipe: (pp/2-1).
+   Bubble (1F1B, Narayanan et al. 2021): (pp-1)/vpp stage times; DualPipe: (pp/2-1). The
+   micro-batches are the launcher's (``micro_batching``): token-capped under dynamic batching.
 """
 
 from __future__ import annotations
@@ -242,13 +243,29 @@ def dp_busbw(system: System, group: int, ranks_per_node: int) -> float:
     return system.fabric.a2a_gbps * GB * max(1, ranks_per_node)
 
 
+def micro_batching(L: Layout, setup: TrainingSetup) -> tuple[int, float]:
+    """(sequences per micro-batch, micro-batches per step per pipeline). Fixed micro-batches:
+    mbs, gbs / (dp x mbs). Under Miles' dynamic batching (``setup.max_tokens_per_gpu``, what the
+    launcher runs; mbs is then ignored) each data-parallel rank packs its gbs / dp samples into
+    micro-batches of at most cap x cp tokens (radixark/miles@78527b9102b3
+    miles/backends/training_utils/data.py:490-498): floor(cap x cp / seq_len) sequences of
+    seq_len each, at least one (a longer one runs alone); the last one may be partly filled, so
+    the count is fractional (the compute is the tokens', not a padded micro-batch's)."""
+    if not setup.max_tokens_per_gpu:
+        return L.mbs, float(setup.global_batch // (L.dp * L.mbs))
+    per = max(1, setup.max_tokens_per_gpu * L.cp // setup.seq_len)
+    return per, setup.global_batch / L.dp / per
+
+
 def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
               backend: str) -> StepTime:
     """Predict one optimizer step of ``L`` (see the module docstring for the model)."""
-    micro = setup.global_batch // (L.dp * L.mbs)
+    per, micro_f = micro_batching(L, setup)
+    micro = math.ceil(micro_f)
 
-    # per-layer times depend on tp, cp, ep, etp, mbs and recompute only: cache them for the search
-    key = replace(L, pp=1, dp=1, vpp=1)
+    # per-layer times depend on tp, cp, ep, etp, the sequences in a micro-batch and recompute
+    # only: cache them for the search
+    key = replace(L, pp=1, dp=1, vpp=1, mbs=per)
     c_moe = _layer_times_cached(model, system, key, setup, backend, True) \
         if model.moe_layers else (0, 0, 0)
     c_dense = _layer_times_cached(model, system, key, setup, backend, False) \
@@ -273,7 +290,7 @@ def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
     ep_comm = n_moe_total * c_moe[2] + n_dense_total * c_dense[2]
     # output head(s) + loss, and embedding
     fp8 = setup.precision if is_fp8(setup.precision) else False
-    tokens = L.mbs * setup.seq_len / L.cp
+    tokens = per * setup.seq_len / L.cp
     heads = 1 + model.mtp_layers
     passes = 3.0
     compute += heads * _gemm(system, passes, tokens, model.hidden, model.vocab / L.tp, False)
@@ -335,15 +352,16 @@ def step_time(model: MoEModel, system: System, L: Layout, setup: TrainingSetup,
     shard = p.dense / d_dense + p.expert / L.edp
     opt = _hbm(system, 30 * shard)
 
-    step = micro * t_mb + bubble + dp_exposed + opt
+    step = micro_f * t_mb + bubble + dp_exposed + opt
     tokens_step = setup.global_batch * setup.seq_len
     tps = tokens_step / (step * L.world)
     flops = model.model_flops_per_token(setup.seq_len) * tps
     peak = system.gpu.fp8_tflops if fp8 else system.gpu.bf16_tflops
     _, span = ep_span(L, gpn)
     return StepTime(
-        step=step, compute=micro * c_stage, tp_comm=micro * tp_stage, ep_comm=micro * ep_stage,
-        ep_comm_exposed=micro * ep_exposed, pp_bubble=bubble, pp_comm_exposed=micro * pp_exposed,
+        step=step, compute=micro_f * c_stage, tp_comm=micro_f * tp_stage,
+        ep_comm=micro_f * ep_stage, ep_comm_exposed=micro_f * ep_exposed, pp_bubble=bubble,
+        pp_comm_exposed=micro_f * pp_exposed,
         dp_comm_exposed=dp_exposed, optimizer=opt, tokens_per_s_per_gpu=tps,
         model_tflops_per_gpu=flops / 1e12, mfu=flops / (peak * 1e12), micro_batches=micro,
         ep_span_nodes=span,

@@ -19,7 +19,7 @@ import pytest
 
 from infra.catalog import INSTANCE_TYPES
 from infra.config import ConfigError, parse_config, read_config_file, run_config_document
-from infra.planner import Layout, TrainingSetup, evaluate
+from infra.planner import Layout, TrainingSetup, evaluate, get_model, get_system
 from infra.planner.request import COLOCATED_MEM_FRACTION, RLSetup
 from ops.cli import main
 from rltrainer.contract import parse_run_config
@@ -110,3 +110,46 @@ def test_a_planned_token_cap_reaches_the_launcher(capsys, tmp_path, monkeypatch)
     assert "max_tokens_per_gpu" not in doc["parallel"]["training"]
     with pytest.raises(ConfigError, match=r"training\.parallel\.max_tokens_per_gpu = 0: .*>= 1"):
         parse_config({"training": {"parallel": {"max_tokens_per_gpu": 0}}})
+
+
+def test_step_time_counts_the_launcher_s_token_capped_micro_batches():
+    # was: under dynamic batching the step time still ran gbs / (dp x mbs) micro-batches of mbs
+    # sequences (320 of one 4,096-token sequence here), though the launcher packs 5 sequences
+    # into each 20,480-token micro-batch: 64 micro-batches, as a fixed micro-batch of 5 runs
+    from infra.planner import step_time
+    from infra.planner.memory import micro_batch_tokens
+
+    def run(layout, **setup):
+        s = TrainingSetup(seq_len=4096, global_batch=320, **setup)
+        m = get_model("qwen3-235b-a22b")
+        return step_time(m, get_system("p5en.48xlarge"), layout, s, "nccl"), s
+
+    capped, s = run(Layout(tp=8, pp=8, ep=8, dp=1), max_tokens_per_gpu=20480)
+    fixed, _ = run(Layout(tp=8, pp=8, ep=8, dp=1, mbs=5))
+    assert capped.micro_batches == fixed.micro_batches == 64
+    assert capped.step == pytest.approx(fixed.step)
+    assert capped.pp_bubble == pytest.approx(fixed.pp_bubble)
+    assert micro_batch_tokens(Layout(tp=8, pp=8, ep=8, dp=1), s) == 20480  # what memory sizes
+
+
+def test_a_token_capped_plan_shows_no_micro_batch_size_and_refuses_one(capsys):
+    # was: the search ranked MBS1 against MBS2 (the launcher ignores it under dynamic batching,
+    # and memory no longer told them apart), printed "MBS2", and took --mbs 2 as a pin
+    from infra.planner import PlanRequest, plan
+
+    result = plan(PlanRequest("qwen3-30b-a3b", "p5.48xlarge", nodes=2, top=10**9,
+                              setup=TrainingSetup(max_tokens_per_gpu=20480)))
+    assert all(c.layout.token_capped and c.layout.mbs == 1 for c in result.candidates)
+    assert not any("MBS" in c.layout.label() for c in result.candidates)
+    rc = main(["plan", "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes", "2"])
+    out, _ = capsys.readouterr()
+    assert rc == 0 and "MBS" not in out
+    assert "micro-batches packed up to 20,480 tokens per GPU (dynamic batching)" in out
+    for rl in ((), ("--rl",)):
+        rc = main(["plan", *rl, "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge",
+                   "--nodes", "2", "--mbs", "2"])
+        _, err = capsys.readouterr()
+        assert rc == 2
+        assert ("--mbs 2: the kit's launcher runs Miles' dynamic batching, which packs each "
+                "micro-batch up to --max-tokens-per-gpu (20480) tokens per GPU and ignores the "
+                "micro-batch size") in err
