@@ -78,8 +78,12 @@ def standard_support_warning(kubernetes_version: str, today) -> str | None:
     end = datetime.date.fromisoformat(spec["end_of_standard_support"])
     days = (end - today).days
     newest = max(KUBERNETES_VERSIONS, key=kubernetes_minor)
-    fix = (f"set kubernetes_version: \"{newest}\" (upgrade an existing cluster one minor version "
-           "at a time)")
+    major, minor = kubernetes_minor(kubernetes_version)[:2]
+    # A deployed cluster moves one minor version a deploy: name the next one, not the newest.
+    step = f"{major}.{minor + 1}" if f"{major}.{minor + 1}" in KUBERNETES_VERSIONS else newest
+    fix = (f"set kubernetes_version: \"{step}\" and deploy (a deployed cluster moves one minor "
+           f"version a deploy, up to {newest}; rlkit preflight checks its node groups and add-ons "
+           "first: docs/operations.md, \"Kubernetes upgrades\")")
     if days < 0:
         return (f"Kubernetes {kubernetes_version} left EKS standard support on {end}; the cluster "
                 f"is billed at the extended-support rate. Fix: {fix}.")
@@ -97,8 +101,11 @@ def kubectl_layer_class(kubernetes_version: str):
     return getattr(importlib.import_module(spec["layer_module"]), spec["layer_class"])
 
 # EKS managed add-ons. None = the default version EKS picks for the cluster's Kubernetes version
-# (`aws eks describe-addon-versions --kubernetes-version 1.35 --addon-name vpc-cni`). Pin a build
-# here (e.g. "v1.19.5-eksbuild.1") once it has been verified on a live cluster.
+# (`aws eks describe-addon-versions --kubernetes-version 1.35 --addon-name vpc-cni`) when the
+# add-on is created; neither EKS nor CloudFormation moves it when kubernetes_version changes
+# (ops/preflight_upgrade.py checks each deployed build against the new version and prints the
+# `aws eks update-addon`). Pin a build here (e.g. "v1.19.5-eksbuild.1") once it has been verified
+# on a live cluster.
 # vpc-cni must be >= 1.18.4 for efa-only interfaces [AWS EFA docs, "EFA-only interfaces"]; every
 # EKS default for Kubernetes >= 1.31 already is.
 MANAGED_ADDONS: dict[str, str | None] = {

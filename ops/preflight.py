@@ -37,6 +37,7 @@ from ops.preflight_reservation import check_reservation, group_subject as _group
 from ops.preflight_services import offline_service_checks, service_checks
 from ops.preflight_stacks import (LEFT_OUT, app_stack_names, check_log_groups_outside_stack,
                                   check_stacks_left_out)
+from ops.preflight_upgrade import upgrade_checks
 from ops.preflight_vpc import vpc_checks
 
 # Stack states CloudFormation cannot update: deleted first, except UPDATE_ROLLBACK_FAILED, whose
@@ -429,6 +430,7 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
     checks += service_checks(clients.ec2, clients.quotas, cfg, region)  # FSx AZ, CodeBuild
     checks += vpc_checks(clients.ec2, cfg)  # an imported VPC: DNS, subnets, egress
     checks += replacement_checks(reads, cfg)
+    checks += upgrade_checks(reads, cfg)  # Kubernetes version, node groups, add-on builds
     checks.append(check_stacks_left_out(reads, cfg, region, config))
     checks.append(check_log_groups_outside_stack(reads, cfg, region))
     checks.append(check_existing_stacks(clients.cloudformation, cfg, reads))

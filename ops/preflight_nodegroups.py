@@ -9,6 +9,10 @@ runs them):
   The RL job's disruption budget then stops the drain, the update fails after EKS's drain timeout
   and the deploy rolls back; with ``force_update`` the drain evicts the job instead. A group with
   a kit placement group is left to the "placement group kept" check for its tags (the same roll).
+  A deployed group (EKS DescribeNodegroup) at another Kubernetes version than the config's is
+  rolled the same way: the kit names ``kubernetes_version`` as each group's ``Version``
+  (ops.preflight_upgrade has the rules of an upgrade), and CloudFormation refuses that change
+  together with a new launch template version in one update (aws/containers-roadmap#1258).
 - **A GPU group's node group** (CloudFormation GetTemplate and DescribeStackResources, EKS
   DescribeNodegroup, EC2 DescribeSubnets): its subnets (the group's ``availability_zone``),
   capacity type (on-demand and ODCR vs capacity-block) and AMI type (x86_64 vs arm64 instance
@@ -69,6 +73,7 @@ class RunningGroup:
     nodegroup: str
     desired: int
     zones: list[str]
+    version: str | None = None  # its Kubernetes version
 
 
 def _running_group(reads: PreflightReads, check: str, subject: str, stack: str) -> RunningGroup | Check:
@@ -88,7 +93,7 @@ def _running_group(reads: PreflightReads, check: str, subject: str, stack: str) 
         return Check(check, subject, WARN,
                      f"cannot read the nodes of {stack}'s node group: {describe_error(err)}",
                      f"allow {_ROLL_PERMISSIONS}, then run preflight again")
-    return RunningGroup(nodegroup, desired, zones)
+    return RunningGroup(nodegroup, desired, zones, described.get("version"))
 
 
 def gpu_group_checks(reads: PreflightReads, cfg: KitConfig, group_name: str,
@@ -116,7 +121,9 @@ def gpu_group_checks(reads: PreflightReads, cfg: KitConfig, group_name: str,
 def check_launch_template_roll(cfg: KitConfig, group_name: str, group: GpuNodeGroupConfig,
                                template: dict, running: RunningGroup) -> Check:
     """Would a deploy give the group's launch template a new version (its instance tags or root
-    volume changed), and so roll the group's running nodes?"""
+    volume changed), or move the group to another Kubernetes version (the kit names
+    ``kubernetes_version`` as its Version), and so roll the group's running nodes? Both at once
+    fail: CloudFormation refuses a Version change combined with another change of the group."""
     subject = f"gpu_node_groups.{group_name} ({names.gpu_stack_name(cfg.name, group_name)})"
     data = next((p.get("LaunchTemplateData") or {} for p in
                  _properties(template, "AWS::EC2::LaunchTemplate")), {})
@@ -132,22 +139,46 @@ def check_launch_template_roll(cfg: KitConfig, group_name: str, group: GpuNodeGr
     if volume is not None and volume != group.root_volume_gib:
         changes.append(f"root volume {volume} -> {group.root_volume_gib} GiB")
         keep.append(f"gpu_node_groups.{group_name}.root_volume_gib: {volume}")
+    moves = running.version is not None and running.version != cfg.kubernetes_version
+    if moves and changes:
+        return Check(
+            NODE_ROLL, subject, FAIL,
+            f"the deploy moves node group {running.nodegroup} from Kubernetes {running.version} "
+            f"to {cfg.kubernetes_version} and gives its launch template a new version "
+            f"({'; '.join(changes)}) in one update, which CloudFormation refuses (\"Version and "
+            "ReleaseVersion updates cannot be combined with other updates\", "
+            "aws/containers-roadmap#1258): the stack would roll back",
+            f"keep {' and '.join(keep)} as deployed in this deploy, and make that change in a "
+            "deploy of its own after it")
+    if moves:
+        return Check(
+            NODE_ROLL, subject, WARN,
+            f"the deploy moves node group {running.nodegroup} from Kubernetes {running.version} "
+            f"to {cfg.kubernetes_version} (the kit names kubernetes_version as each group's "
+            f"Version), and EKS replaces each of its {running.desired} nodes in a rolling update: "
+            + _drain(group),
+            "deploy when no job runs on the group (rlkit status), with no other change to it in "
+            "the same deploy (docs/operations.md, \"Kubernetes upgrades\")")
     if not changes:
         return Check(NODE_ROLL, subject, PASS,
                      "the deploy changes neither the instance tags nor the root volume of the "
                      "group's launch template" if not group.uses_placement_group else
                      "the deploy does not change the root volume of the group's launch template "
                      "(its tags: the placement group kept check)")
-    drain = ("force_update is on, so the drain evicts the job's pods" if group.force_update else
-             "the RL job's disruption budget stops the drain, so the update fails after EKS's "
-             "drain timeout and CloudFormation rolls the deploy back (force_update is off)")
     return Check(
         NODE_ROLL, subject, WARN,
         f"the deploy gives the group's launch template a new version ({'; '.join(changes)}), and "
         f"EKS replaces each of the {running.desired} nodes of node group {running.nodegroup} in a "
-        f"rolling update: {drain}",
+        f"rolling update: {_drain(group)}",
         f"deploy when no job runs on the group (rlkit status), or keep {' and '.join(keep)} as "
         "deployed")
+
+
+def _drain(group: GpuNodeGroupConfig) -> str:
+    """What a rolling update of the group's nodes does to the run on them."""
+    return ("force_update is on, so the drain evicts the job's pods" if group.force_update else
+            "the RL job's disruption budget stops the drain, so the update fails after EKS's "
+            "drain timeout and CloudFormation rolls the deploy back (force_update is off)")
 
 
 def _keeps_placement_group(cfg: KitConfig, group: GpuNodeGroupConfig, template: dict) -> str | None:

@@ -4,10 +4,11 @@ Several checks need the same answer: the GPU stack's template (node taints, the 
 its resources (placement group kept, node AMI release, the node roll), the cluster stack's
 outputs (the capacity block update of each Capacity Block group), a node group's description,
 a reservation (its own checks and the UltraServer block's), an instance type's offerings (each
-group of that type), a Local Zone (each UltraServer group in it) and the environment's stack
-listing (the existing stacks and the stacks left out checks). ``run_preflight`` makes one
-``PreflightReads`` and passes it down, so each of those is one AWS call per run, not one per
-check: on a workstation with several GPU groups every call is latency and a throttling risk.
+group of that type), a Local Zone (each UltraServer group in it), the environment's stack
+listing (the existing stacks and the stacks left out checks) and the cluster's version, node
+groups and add-ons (ops.preflight_upgrade). ``run_preflight`` makes one ``PreflightReads`` and
+passes it down, so each of those is one AWS call per run, not one per check: on a workstation
+with several GPU groups every call is latency and a throttling risk.
 It is a record of one run, never global: the next run reads afresh.
 
 An answer that is an AWS error is kept too and raised again for each later reader, so every
@@ -107,6 +108,37 @@ class PreflightReads:
                           lambda: self.clients.eks.describe_nodegroup(
                               clusterName=cluster, nodegroupName=nodegroup)["nodegroup"])
 
+    def cluster(self, cluster: str) -> dict:
+        """EKS DescribeCluster's ``cluster`` (its Kubernetes ``version``)."""
+        return self._once(("DescribeCluster", cluster),
+                          lambda: self.clients.eks.describe_cluster(name=cluster)["cluster"])
+
+    def nodegroup_names(self, cluster: str) -> list[str]:
+        """Every managed node group of ``cluster`` (EKS ListNodegroups, every page), the kit's
+        and any other: EKS's version rules count them all."""
+        return self._once(("ListNodegroups", cluster), lambda: _pages(
+            self.clients.eks.get_paginator("list_nodegroups"), "nodegroups", clusterName=cluster))
+
+    def addon_names(self, cluster: str) -> list[str]:
+        """Every EKS add-on of ``cluster`` (ListAddons, every page)."""
+        return self._once(("ListAddons", cluster), lambda: _pages(
+            self.clients.eks.get_paginator("list_addons"), "addons", clusterName=cluster))
+
+    def addon(self, cluster: str, addon: str) -> dict:
+        """EKS DescribeAddon's ``addon`` (its ``addonVersion``)."""
+        return self._once(("DescribeAddon", cluster, addon),
+                          lambda: self.clients.eks.describe_addon(
+                              clusterName=cluster, addonName=addon)["addon"])
+
+    def addon_versions(self, addon: str, kubernetes_version: str) -> list[dict]:
+        """The builds of ``addon`` EKS offers for ``kubernetes_version`` (DescribeAddonVersions,
+        every page): AddonVersionInfo items, with their ``compatibilities``."""
+        def read() -> list[dict]:
+            infos = _pages(self.clients.eks.get_paginator("describe_addon_versions"), "addons",
+                           addonName=addon, kubernetesVersion=kubernetes_version)
+            return [v for info in infos for v in info.get("addonVersions", [])]
+        return self._once(("DescribeAddonVersions", addon, kubernetes_version), read)
+
     def capacity_reservations(self, reservation_id: str) -> list[dict]:
         """EC2 DescribeCapacityReservations of ``reservation_id`` (an empty list: none listed)."""
         return self._once(("DescribeCapacityReservations", reservation_id),
@@ -131,6 +163,11 @@ class PreflightReads:
                           lambda: self.clients.ec2.describe_availability_zones(
                               ZoneNames=[zone], AllAvailabilityZones=True).get(
                                   "AvailabilityZones", []))
+
+
+def _pages(paginator: Any, key: str, **params: Any) -> list:
+    """``key`` of every page ``paginator`` reads."""
+    return [item for page in paginator.paginate(**params) for item in page.get(key, [])]
 
 
 def list_prefixed_stacks(cfn: Any, prefix: str) -> list[dict[str, str]]:

@@ -148,9 +148,8 @@ class KitCluster(Construct):
             labels={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
-        if ami_release_version:
-            self.system_nodegroup.node.default_child.add_property_override(
-                "Version", kubernetes_version)
+        # The group follows the control plane (node_hardening.node_version_override says why).
+        node_hardening.node_version_override(self.system_nodegroup, kubernetes_version)
         restrict_node_role(self.system_nodegroup.role)
         acknowledge_eks_node_role(self.system_nodegroup.role)
 

@@ -208,10 +208,7 @@ class EfaNodeGroup(Construct):
         # NodegroupUpdateConfig.updateStrategy].
         cfn_nodegroup = self.nodegroup.node.default_child
         cfn_nodegroup.add_property_override("UpdateConfig.UpdateStrategy", "MINIMAL")
-        if ami_release_version:
-            # A release belongs to one Kubernetes version: name it too, so that the deploy which
-            # upgrades the cluster moves the group's version and release in one update.
-            cfn_nodegroup.add_property_override("Version", kubernetes_version)
+        node_hardening.node_version_override(self.nodegroup, kubernetes_version)
         Tags.of(self.nodegroup).add(names.NODE_GROUP_TAG, group_name)
         # No pod-network rights on the node: the VPC CNI has its own role (node_roles.py).
         restrict_node_role(self.nodegroup.role)

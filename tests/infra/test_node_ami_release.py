@@ -83,11 +83,13 @@ def nodegroups(synth) -> list[dict]:
 
 
 def test_without_a_release_the_node_groups_name_none(synth):
-    """The default: EKS chooses (the templates of environments deployed before the field existed
-    do not change)."""
-    found = nodegroups(synth("default"))
+    """The default: EKS chooses the release. The Kubernetes version is named all the same
+    (tests/stacks/test_kubernetes_upgrade.py says why)."""
+    s = synth("default")
+    found = nodegroups(s)
     assert len(found) == 2  # system and p5
-    assert all("ReleaseVersion" not in ng and "Version" not in ng for ng in found)
+    assert all("ReleaseVersion" not in ng for ng in found)
+    assert {ng["Version"] for ng in found} == {s.config.kubernetes_version}
 
 
 def test_a_release_goes_to_every_node_group_with_its_kubernetes_version(synth):

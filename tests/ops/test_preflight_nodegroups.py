@@ -45,10 +45,10 @@ SUBNET = "subnet-0123456789abcdef0"
 
 
 def deployed_gpu(stack: str, template: dict, desired: int = 2, zone: str = "us-east-1a",
-                 eks_error: str | None = None) -> PreflightReads:
+                 eks_error: str | None = None, version: str | None = None) -> PreflightReads:
     """Reads answering for the deployed GPU stack ``stack``: GetTemplate returns
     ``template``, its node group (physical ID <cluster>/<node group>) runs at ``desired`` nodes
-    in one subnet of ``zone``."""
+    in one subnet of ``zone`` (at Kubernetes ``version``, when given)."""
     cfn, cfn_stub = stubbed("cloudformation")
     eks, eks_stub = stubbed("eks")
     ec2, ec2_stub = stubbed("ec2")
@@ -64,7 +64,8 @@ def deployed_gpu(stack: str, template: dict, desired: int = 2, zone: str = "us-e
     else:
         eks_stub.add_response("describe_nodegroup", {"nodegroup": {
             "nodegroupName": "ng-1", "clusterName": "c", "subnets": [SUBNET],
-            "scalingConfig": {"minSize": 0, "maxSize": 4, "desiredSize": desired}}}, params)
+            "scalingConfig": {"minSize": 0, "maxSize": 4, "desiredSize": desired},
+            **({"version": version} if version else {})}}, params)
     if desired and not eks_error:
         ec2_stub.add_response("describe_subnets", {"Subnets": [
             {"SubnetId": SUBNET, "AvailabilityZone": zone}]}, {"SubnetIds": [SUBNET]})
@@ -170,6 +171,30 @@ def test_a_root_volume_change_rolls_the_nodes_and_force_update_evicts_the_job(sy
     assert (tags_only.status, tags_only.detail) == (
         PASS, "the deploy does not change the root volume of the group's launch template (its "
         "tags: the placement group kept check)")
+
+
+def test_a_kubernetes_version_change_rolls_the_nodes_and_with_a_new_launch_template_fails(synth):
+    """Before: nothing said that moving kubernetes_version rolls a running GPU group (the kit now
+    names it as the group's Version), nor that CloudFormation refuses that Version change
+    together with a new launch template version in one update."""
+    s = synth("default")
+    stack = "moe-rl-gpu-p5"
+    moved = checks_of(deployed_gpu(stack, s.template("gpu", "p5"), version="1.34"),
+                      example("default"), "p5")[png.NODE_ROLL]
+    assert moved.status == WARN
+    assert moved.detail.startswith(
+        "the deploy moves node group ng-1 from Kubernetes 1.34 to 1.35 (the kit names "
+        "kubernetes_version as each group's Version), and EKS replaces each of its 2 nodes in a "
+        "rolling update: the RL job's disruption budget stops the drain")
+    both = checks_of(deployed_gpu(stack, s.template("gpu", "p5"), version="1.34"),
+                     with_group(example("default"), "p5", root_volume_gib=400), "p5")[png.NODE_ROLL]
+    assert both.status == FAIL
+    assert "(root volume 200 -> 400 GiB) in one update, which CloudFormation refuses" in both.detail
+    assert both.fix == ("keep gpu_node_groups.p5.root_volume_gib: 200 as deployed in this deploy, "
+                        "and make that change in a deploy of its own after it")
+    same = checks_of(deployed_gpu(stack, s.template("gpu", "p5"), version="1.35"),
+                     example("default"), "p5")[png.NODE_ROLL]
+    assert same.status == PASS
 
 
 def test_a_group_without_nodes_passes_and_a_capacity_block_group_is_left_to_its_own_check(synth):

@@ -138,13 +138,44 @@ class Ec2(Refusing):
 
 
 class Eks(Refusing):
+    """The cluster at 1.35 with the kit's four node groups and one add-on, offered for 1.35;
+    ``calls`` counts (operation, resource)."""
+
     def __init__(self):
         self.calls: Counter = Counter()
 
     def describe_nodegroup(self, clusterName, nodegroupName):
         self.calls["DescribeNodegroup", nodegroupName] += 1
         return {"nodegroup": {"nodegroupName": nodegroupName, "releaseVersion": RELEASE,
+                              "version": "1.35",
                               "scalingConfig": {"minSize": 0, "desiredSize": 0, "maxSize": 2}}}
+
+    def describe_cluster(self, name):
+        self.calls["DescribeCluster", name] += 1
+        return {"cluster": {"name": name, "version": "1.35"}}
+
+    def describe_addon(self, clusterName, addonName):
+        self.calls["DescribeAddon", addonName] += 1
+        return {"addon": {"addonName": addonName, "addonVersion": "v1.20.1-eksbuild.1"}}
+
+    def get_paginator(self, name):
+        return _Counted(self.calls, name, {
+            "list_nodegroups": {"nodegroups": [f"ng-{g}" for g in ("system", "a", "b", "cb")]},
+            "list_addons": {"addons": ["vpc-cni"]},
+            "describe_addon_versions": {"addons": [{"addonName": "vpc-cni", "addonVersions": [
+                {"addonVersion": "v1.20.1-eksbuild.1", "compatibilities": [
+                    {"clusterVersion": "1.35", "defaultVersion": True}]}]}]}}[name])
+
+
+class _Counted:
+    """One paginated operation's single page, each request counted."""
+
+    def __init__(self, calls: Counter, name: str, page: dict):
+        self.calls, self.name, self.page = calls, name, page
+
+    def paginate(self, **params):
+        self.calls[self.name, params.get("clusterName") or params.get("addonName")] += 1
+        return [self.page]
 
 
 def _resources(*resources: tuple[str, str]) -> list[dict]:
@@ -185,11 +216,21 @@ def test_each_deployed_stack_is_read_once_per_run():
         assert calls["GetTemplate", stack] == calls["DescribeStackResources", stack] == 1
     assert calls["DescribeStacks", "pf-gpu-cb"] == calls["DescribeStacks", "pf-cluster"] == 1
     # one description per node group, per reservation, per instance type (groups a and b: p5)
+    # the Kubernetes upgrade and add-on checks read the cluster, its node group list and its
+    # add-ons once, and share the node groups' descriptions with the node group checks
     assert described == Counter({**{("DescribeNodegroup", f"ng-{g}"): 1
                                     for g in ("a", "b", "cb", "system")},
                                  ("DescribeCapacityReservations", RID): 1,
                                  ("DescribeInstanceTypeOfferings", "p5.48xlarge"): 1,
-                                 ("DescribeInstanceTypeOfferings", "p5en.48xlarge"): 1})
+                                 ("DescribeInstanceTypeOfferings", "p5en.48xlarge"): 1,
+                                 ("DescribeCluster", "pf-cluster"): 1,
+                                 ("list_nodegroups", "pf-cluster"): 1,
+                                 ("list_addons", "pf-cluster"): 1,
+                                 ("DescribeAddon", "vpc-cni"): 1,
+                                 ("describe_addon_versions", "vpc-cni"): 1})
+    upgrade = {c.name: c.status for c in checks if c.name in ("kubernetes upgrade",
+                                                               "add-on version")}
+    assert upgrade == {"kubernetes upgrade": PASS, "add-on version": PASS}
     # what was read is what each check judged on: nothing read fails or warns on a stack
     assert not [c for c in checks if c.status == WARN and "could not read pf-" in c.detail]
 
