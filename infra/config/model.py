@@ -362,7 +362,7 @@ class KitConfig(_Model):
     account: str | None = Field(
         None, description="12-digit account ID; absent = environment-agnostic stacks."
     )
-    kubernetes_version: str = Field(DEFAULT_KUBERNETES_VERSION, description="EKS version.")
+    kubernetes_version: str = Field(DEFAULT_KUBERNETES_VERSION, description="EKS version of the control plane and every node group. Raise it one minor version at a time; run `rlkit preflight` first (docs/operations.md, \"Kubernetes upgrades\").")
     node_ami_release_version: str | None = Field(
         None, description="EKS-optimized AMI release every node group runs, as EKS names it "
         "(<Kubernetes x.y.z>-<YYYYMMDD>, e.g. 1.35.6-20260714: NVIDIA driver 580.159.03). Absent = "
