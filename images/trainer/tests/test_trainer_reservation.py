@@ -446,3 +446,23 @@ def test_a_ray_job_stop_that_fails_is_said_and_the_submitter_is_still_stopped(tm
         launch._stop_group(proc, grace_s=30, stop_argv=stop_argv, log=err)
         assert proc.wait(timeout=10) == -signal.SIGTERM
         assert err.getvalue() == said
+
+
+def test_a_save_request_that_cannot_be_removed_is_one_line_and_exit_4(run, monkeypatch):
+    """Before: the OSError of clear_trigger left the launcher as a traceback (exit 1), after staging
+    and restoring. Now one line names the file, the error and the fix, and the start exits 4."""
+    _s3, argv, mounts, stops, tmp_path = run
+    monkeypatch.setattr(launch, "clock", FakeClock(END - 10 * 60 * MIN))
+
+    def refuse(local_dir):
+        raise PermissionError(13, "Permission denied", reservation.save_trigger_path(local_dir))
+
+    monkeypatch.setattr(reservation, "clear_trigger", refuse)
+    err = io.StringIO()
+    assert launch.main(argv, out=io.StringIO(), err=err, mounts_file=mounts) == launch.EXIT_PREPARE
+    trigger = reservation.save_trigger_path(str(tmp_path / "ckpt"))
+    assert (f"rltrainer launch: could not remove the save request {trigger} left by an earlier attempt "
+            f"([Errno 13] Permission denied: '{trigger}'); Miles would save and the guard stop at once. Nothing "
+            "was started; fix the file's permissions or remove it, then launch again\n") in err.getvalue()
+    assert "Traceback" not in err.getvalue() and not (tmp_path / "started").exists()
+    assert stops == []

@@ -31,6 +31,11 @@ Steps, in order:
    upload fails retries the upload with backoff (``--final-upload-attempts``), not the job: if it
    still fails, KubeRay's retries are stopped (each would start a fresh GPU cluster only to
    upload), and the exact command that uploads the save is printed.
+   After a stop signal the trainer gets ``STOP_GRACE_S``, then SIGKILL, and the last uploads fit
+   ``FINAL_UPLOAD_BUDGET_S``: the newest save that can finish first (``rltrainer.final_upload``).
+
+Before step 2, a start past ``MAX_STARTS_PER_ATTEMPT`` within one KubeRay attempt (a Ray head
+whose container restarts, resubmitted by KubeRay's submitter) exits 4 (``rltrainer.attempts``).
 
 ``--dry-run`` does none of 2-5: it prints the command and environment that would run.
 ``--check-args`` (with or without ``--dry-run``) also parses the Miles arguments with
@@ -47,12 +52,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence, TextIO
 
-from . import metrics, reservation, startup
+from . import attempts, final_upload, metrics, reservation, startup
+from .final_upload import finish_stop as _finish_stop, kill_group as _kill_group, start_stop as _start_stop
 from .contract import (
     EXIT_CONFIG,
     EXIT_PREPARE,
@@ -158,10 +165,13 @@ def _print_plan(cfg: RunConfig, cmd: TrainCommand, out: TextIO, model_args_sourc
 
 def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None,
                  wait: Callable[[subprocess.Popen], int] | None = None, metrics_ledger: str | None = None,
-                 log: TextIO | None = None, on_metric: Callable | None = None) -> int:
+                 log: TextIO | None = None, on_metric: Callable | None = None,
+                 stopped: final_upload.StopSignal | None = None) -> int:
     """Run the command in its own process group, forwarding SIGTERM/SIGINT to it. A command with a
     ``stop_argv`` (a submitted Ray job, which the signal does not reach) is also stopped with it, and
-    this returns once that stop has finished (or ``STOP_GRACE_S`` passed).
+    this returns once that stop has finished (or ``STOP_GRACE_S`` passed). A group still there
+    ``STOP_GRACE_S`` after the signal is killed: the final upload's budget runs from the signal
+    (``rltrainer.final_upload``), whose time it is noted in ``stopped``.
 
     ``wait`` replaces ``proc.wait()`` (the reservation guard's supervising loop).
 
@@ -179,11 +189,18 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
     relays = [] if not metrics_run else metrics.start_relays(proc, run=metrics_run, ledger_path=metrics_ledger,
                                                              on_metric=on_metric)
     stopping: list[subprocess.Popen | None] = []
+    killers: list[threading.Timer] = []
 
     def forward(signum, _frame):
+        if stopped is not None:
+            stopped.receive(signum)
         if cmd.stop_argv and not stopping:
             # Started, not waited for: this runs in the main thread, which the wait below is in.
             stopping.append(_start_stop(cmd.stop_argv, log))
+        if not killers:
+            killers.append(threading.Timer(STOP_GRACE_S, _kill_group, (proc, log)))
+            killers[0].daemon = True
+            killers[0].start()
         try:
             os.killpg(proc.pid, signum)
         except ProcessLookupError:
@@ -206,10 +223,15 @@ def run_training(cmd: TrainCommand, watcher=None, metrics_run: str | None = None
             thread.join()
         return code
     finally:
+        for killer in killers:
+            killer.cancel()
         for s, handler in previous.items():
             signal.signal(s, handler)
+        # The stop started with the signal: its STOP_GRACE_S counts from then, not from the trainer's end.
+        grace = STOP_GRACE_S if stopped is None or stopped.received_at is None else max(
+            0.0, STOP_GRACE_S - stopped.used())
         for stopper in stopping:  # the pod may go when this returns: let the stop reach Ray first
-            _finish_stop(stopper, cmd.stop_argv, STOP_GRACE_S, log)
+            _finish_stop(stopper, cmd.stop_argv, grace, log)
 
 
 def build_parser(prog: str = "rltrainer launch") -> argparse.ArgumentParser:
@@ -341,7 +363,12 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
         print(f"rltrainer launch: {storage}.", file=err)
         return EXIT_CONFIG
 
-    started = startup.StartupClock.begin(err, clock)  # what training.startup_minutes estimates
+    check = attempts.count_start(cfg.checkpoint.local_dir, err)  # a head crash loop: attempts.py
+    if check.refusal is not None:
+        print(f"rltrainer launch: {check.refusal}.", file=err, flush=True)
+        return EXIT_PREPARE
+    started = startup.StartupClock.begin(  # what training.startup_minutes estimates
+        err, clock, request=None if check.rayjob is None else (lambda _name: check.rayjob))
     guard = None
     window = reservation.learn_window(os.environ, log=err)
     if window is not None:
@@ -412,7 +439,13 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
     local = cfg.checkpoint.local_dir
     wait = None
     if guard is not None:
-        reservation.clear_trigger(local)  # a request left by an earlier attempt is not this run's
+        try:
+            reservation.clear_trigger(local)  # a request left by an earlier attempt is not this run's
+        except OSError as exc:
+            print(f"rltrainer launch: could not remove the save request {reservation.save_trigger_path(local)} left "
+                  f"by an earlier attempt ({exc}); Miles would save and the guard stop at once. Nothing was "
+                  "started; fix the file's permissions or remove it, then launch again", file=err, flush=True)
+            return EXIT_PREPARE
 
         def supervised(proc: subprocess.Popen) -> int:
             return reservation.supervise(
@@ -421,11 +454,12 @@ def _launch(argv: Sequence[str] | None, out: TextIO, err: TextIO, *,
                 stop=lambda: _stop_group(proc, stop_argv=cmd.stop_argv, log=err), sleep=lambda s: sleep(s),
                 poll_s=args.upload_interval)
         wait = supervised
+    stopped = final_upload.StopSignal()
     code = run_training(cmd, watcher, metrics_run=cfg.run_name or "unnamed", wait=wait,
                         metrics_ledger=str(Path(cfg.checkpoint.local_dir) / metrics.LEDGER_FILE), log=err,
-                        on_metric=started.on_metric)
+                        on_metric=started.on_metric, stopped=stopped)
     code = trainer_exit_code(code, err)
-    code = _finish_uploads(watcher, cfg, code, args, err, sleep, mounts_file=mounts_file)
+    code = _finish_uploads(watcher, cfg, code, args, err, sleep, mounts_file=mounts_file, stopped=stopped)
     if guard is not None and guard.state == reservation.STOP:
         try:
             reservation.clear_trigger(local)
@@ -476,38 +510,33 @@ def _upload_finished_saves(cfg: RunConfig, model_args, args, err: TextIO) -> Non
         print(f"rltrainer: could not upload the saves left on {cfg.checkpoint.local_dir}: {exc}",
               file=err, flush=True)
         return
-    missing = _final_scan(watcher, err, stop=False)
+    missing = final_upload.final_scan(watcher, err, stop=False)
     if missing:
         print(f"rltrainer: saves {missing} are still only in {cfg.checkpoint.local_dir}", file=err, flush=True)
 
 
-def _final_scan(watcher, err: TextIO, *, stop: bool) -> list:
-    """Upload what finished since the last scan; the saves still missing from S3 (["?"] if unknown)."""
-    try:
-        if stop:
-            watcher.stop(final_scan=True)
-        else:
-            watcher.scan_once()
-        return watcher.pending()
-    except Exception as exc:  # noqa: BLE001 - report, but keep the trainer's exit code
-        print(f"rltrainer: final checkpoint scan failed: {exc}", file=err, flush=True)
-        return ["?"]
-
-
 def _finish_uploads(watcher, cfg: RunConfig, code: int, args, err: TextIO, sleep: Callable[[float], None],
-                    scan_first: bool = False, mounts_file: str = MOUNTS_FILE) -> int:
-    """The exit path: upload the last saves; a finished run retries the upload, not the job."""
-    missing = _final_scan(watcher, err, stop=not scan_first)
-    attempt, delay = 1, args.final_upload_delay
+                    scan_first: bool = False, mounts_file: str = MOUNTS_FILE,
+                    stopped: final_upload.StopSignal | None = None) -> int:
+    """The exit path: upload the last saves; a finished run retries the upload, not the job.
+    After a stop signal, only what fits the signal's budget (``rltrainer.final_upload``)."""
     # Saves on the shared file system outlive this pod: after a failed run KubeRay's retry has
     # training left to do anyway, and its resume uploads the local save first, so only a run that
     # trained to the end retries here. Saves on this pod's own disk go with it: always retried.
     kept = on_shared_filesystem(cfg.checkpoint.local_dir, mounts_file)
+    if stopped is not None and stopped.received_at is not None:
+        outcome = final_upload.upload_within_budget(watcher, stopped, err, kept=kept)
+        code = code if not outcome.left else code or EXIT_UPLOAD
+        if outcome.cut_short is not None:
+            final_upload.exit_now(code, err)
+        return code
+    missing = final_upload.final_scan(watcher, err, stop=not scan_first)
+    attempt, delay = 1, args.final_upload_delay
     while missing and (code == 0 or not kept) and attempt < args.final_upload_attempts:
         print(f"rltrainer: the run finished but saves {missing} are not in S3 yet; upload attempt "
               f"{attempt + 1}/{args.final_upload_attempts} in {delay:g}s", file=err, flush=True)
         sleep(delay)
-        missing = _final_scan(watcher, err, stop=False)
+        missing = final_upload.final_scan(watcher, err, stop=False)
         attempt, delay = attempt + 1, min(300.0, delay * 2)
     if not missing:
         return code
@@ -532,33 +561,9 @@ def _finish_uploads(watcher, cfg: RunConfig, code: int, args, err: TextIO, sleep
     return code or EXIT_UPLOAD
 
 
-STOP_GRACE_S = 120.0  # after SIGTERM, before SIGKILL: the save is in S3 already
-
-
-def _start_stop(stop_argv: Sequence[str], log: TextIO | None) -> subprocess.Popen | None:
-    """Start ``stop_argv`` (``ray job stop``: the training is a Ray job that no signal of ours reaches)."""
-    try:
-        return subprocess.Popen(list(stop_argv), start_new_session=True)
-    except OSError as exc:
-        print(f"rltrainer: could not run {' '.join(stop_argv)}: {exc}; the Ray job may still be running",
-              file=log or sys.stderr, flush=True)
-        return None
-
-
-def _finish_stop(stopper: subprocess.Popen | None, stop_argv: Sequence[str], timeout_s: float,
-                 log: TextIO | None) -> None:
-    """Wait up to ``timeout_s`` for a stop started by ``_start_stop``; say so when it failed."""
-    if stopper is None:
-        return
-    try:
-        code = stopper.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        stopper.kill()
-        stopper.wait()
-        code = None
-    if code != 0:
-        print(f"rltrainer: {' '.join(stop_argv)} " + ("did not finish in time" if code is None else f"exited {code}")
-              + "; the Ray job may still be running", file=log or sys.stderr, flush=True)
+# After SIGTERM, before SIGKILL: at a Capacity Block's end the save is in S3 already; after a stop
+# signal, a quarter of FINAL_UPLOAD_BUDGET_S, the rest is the final upload's.
+STOP_GRACE_S = 120.0
 
 
 def _stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S, stop_argv: Sequence[str] = (),

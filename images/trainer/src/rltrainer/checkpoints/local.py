@@ -89,6 +89,12 @@ def checkpoint_files(local_dir: str | Path, iteration: int) -> list[str]:
     return sorted(rels)
 
 
+def save_bytes(local_dir: str | Path, iteration: int) -> int:
+    """The bytes of one save's files (what its upload sends, at most)."""
+    root = Path(local_dir)
+    return sum((root / rel).stat().st_size for rel in checkpoint_files(root, iteration))
+
+
 def _is_torch_dist(iter_dir: Path) -> bool:
     """Megatron writes metadata.json with the sharded backend; .distcp shards are torch_dist's own."""
     try:

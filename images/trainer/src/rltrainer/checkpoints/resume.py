@@ -19,6 +19,7 @@ from .local import (
     quarantine_local,
     read_tracker,
     rebuild_tracker,
+    save_bytes,
     write_tracker,
 )
 from .manifest import CorruptCheckpoint, IncompleteCheckpoint, ManifestError, NewerManifestFormat
@@ -142,6 +143,10 @@ class CheckpointWatcher:
     A failure that repeats every scan (one save failing for days) is kept once (``failures``:
     the last error of each save still pending) and said when it first happens, when its text
     changes, and every ``REMIND_S`` while it lasts, with how many scans it has failed.
+
+    After a stop signal the launcher plans its last uploads itself (``rltrainer.final_upload``):
+    ``halt`` lets the scan under way finish the save it is uploading and start no other,
+    ``upload_one`` uploads the save the plan picks, and ``rate`` is what this run's uploads took.
     """
 
     REMIND_S = 1800.0
@@ -162,6 +167,8 @@ class CheckpointWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._scan_lock = threading.Lock()
+        self._halted = False  # set by halt(): a background scan starts no further upload
+        self.timings: list[tuple[int, float]] = []  # (bytes, seconds) of each upload of this run
 
     def _known_now(self) -> set[int]:
         if self._known is None:
@@ -182,28 +189,10 @@ class CheckpointWatcher:
             known = self._known_now()
             done_now = []
             for iteration in finished:
-                if iteration in known:
-                    continue  # already in S3
-                try:
-                    result = self.store.upload(self.local_dir, iteration)
-                except IncompleteCheckpoint as exc:
-                    self.failures[iteration] = str(exc)
-                    self._say(iteration, f"{iter_dirname(iteration)} is not ready to upload, will look again: {exc}")
-                    continue
-                except Exception as exc:  # noqa: BLE001 - keep training; retry next scan
-                    self.failures[iteration] = str(exc)
-                    self._say(iteration, f"upload of {iter_dirname(iteration)} failed, will retry: {exc}")
-                    continue
-                self.failures.pop(iteration, None)
-                self._said.pop(iteration, None)
-                known.add(iteration)
-                if result.status != "quarantined":
-                    self._complete.add(iteration)
-                if result.status != "uploaded":
-                    continue
-                self.uploaded.append(iteration)
-                done_now.append(iteration)
-                print(f"rltrainer: {iter_dirname(iteration)} is complete in {self.store.uri}", file=self.log, flush=True)
+                if self._halted:
+                    break  # the launcher's final upload plans the rest (halt)
+                if iteration not in known and self._upload_save(iteration, known):
+                    done_now.append(iteration)
             if self.retention is not None:
                 try:
                     self.retention.prune(self.local_dir, self._complete, log=self.log,
@@ -218,6 +207,56 @@ class CheckpointWatcher:
                 except Exception as exc:  # noqa: BLE001 - as above: training and uploads go on
                     self._say("prune_s3", f"pruning saves in S3 failed, will retry: {exc}")
             return done_now
+
+    def _upload_save(self, iteration: int, known: set[int]) -> bool:
+        """Upload one finished save (the scan lock held); True when this call uploaded it."""
+        started = self.monotonic()
+        try:
+            result = self.store.upload(self.local_dir, iteration)
+        except IncompleteCheckpoint as exc:
+            self.failures[iteration] = str(exc)
+            self._say(iteration, f"{iter_dirname(iteration)} is not ready to upload, will look again: {exc}")
+            return False
+        except Exception as exc:  # noqa: BLE001 - keep training; retry next scan
+            self.failures[iteration] = str(exc)
+            self._say(iteration, f"upload of {iter_dirname(iteration)} failed, will retry: {exc}")
+            return False
+        self.failures.pop(iteration, None)
+        self._said.pop(iteration, None)
+        known.add(iteration)
+        if result.status != "quarantined":
+            self._complete.add(iteration)
+        if result.status != "uploaded":
+            return False
+        try:
+            self.timings.append((save_bytes(self.local_dir, iteration), max(self.monotonic() - started, 1e-3)))
+        except OSError:
+            pass  # pruned meanwhile: no timing, the upload stands
+        self.uploaded.append(iteration)
+        print(f"rltrainer: {iter_dirname(iteration)} is complete in {self.store.uri}", file=self.log, flush=True)
+        return True
+
+    def rate(self) -> float | None:
+        """Bytes per second over this run's uploads (None before the first)."""
+        sent = sum(b for b, _ in self.timings)
+        seconds = sum(s for _, s in self.timings)
+        return sent / seconds if sent and seconds else None
+
+    def halt(self, timeout_s: float) -> bool:
+        """Stop the background scans: the one under way finishes the save it is uploading and
+        starts no other. True once the thread has ended, waiting at most ``timeout_s``."""
+        self._halted = True
+        self._stop.set()
+        if self._thread is None:
+            return True
+        self._thread.join(timeout=max(0.0, timeout_s))
+        return not self._thread.is_alive()
+
+    def upload_one(self, iteration: int) -> bool:
+        """Upload one finished save now, unless S3 has it; True when S3 holds it afterwards."""
+        with self._scan_lock:
+            known = self._known_now()
+            return iteration in known or self._upload_save(iteration, known)
 
     def _say(self, what: object, message: str) -> None:
         """Log ``message`` unless it repeats what was said about ``what`` less than ``REMIND_S``
