@@ -386,7 +386,9 @@ def failure_advice(doc: dict[str, Any], flag: str, namespace: str) -> str:
                 "finishes the job")
     if code == EXIT_PREPARE:
         return (f"Training never started (launcher exit {code}): staging the inputs or restoring "
-                "the checkpoint failed, or the file system lacks room for the saves to come. "
+                "the checkpoint failed, the file system lacks room for the saves to come, or the "
+                "Ray head restarted more than once in one attempt (the launcher allows 2 starts "
+                "per attempt: rltrainer/attempts.py). "
                 f"{logs} names the error and its fix; then {replace}")
     exit_code = f" (exit code {code})" if code is not None else ""
     return (f"The job failed{exit_code}. Read its output: {logs}; Ray's view: kubectl describe "

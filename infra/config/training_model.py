@@ -211,7 +211,9 @@ class TrainingConfig(_Model):
         "that did not start within start_deadline_minutes (PreRunningDeadlineExceeded), but none "
         "that failed because the Ray head stopped answering for 5 minutes (its node lost) or ran "
         "past an activeDeadlineSeconds (which the kit does not set): rlkit status says so, and "
-        "rlkit launch --replace resumes the run."
+        "rlkit launch --replace resumes the run. A Ray head that restarts inside an attempt gets "
+        "the job submitted again, which KubeRay does not count; the launcher allows 2 starts per "
+        "attempt and fails the third quickly (exit 4)."
     )
     start_deadline_minutes: int = Field(
         60, description="How long the RL job may take to start: from KubeRay's first step "

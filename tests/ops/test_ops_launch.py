@@ -780,7 +780,8 @@ def test_a_stop_for_the_capacity_blocks_end_says_launch_again_on_the_next_block(
     (3, "Training finished, but a finished save could not be uploaded to S3 (launcher exit 3). "
         "rlkit logs --config"),
     (4, "Training never started (launcher exit 4): staging the inputs or restoring the checkpoint "
-        "failed"),
+        "failed, the file system lacks room for the saves to come, or the Ray head restarted more "
+        "than once in one attempt"),
     (1, "The job failed (exit code 1). Read its output: rlkit logs")])
 def test_a_failure_names_the_launchers_exit_code_and_its_next_step(tmp_path, kubectl, capsys,
                                                                     code, says):
