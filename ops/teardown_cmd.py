@@ -19,6 +19,13 @@ EmptyOnDelete, which the kit sets on the repositories it does not retain; a data
 by an older kit lacks it). A failed cluster delete therefore never leaves a running environment
 without its data.
 
+Before the GPU stacks, the cluster and the network, it deletes the network interfaces the VPC
+CNI left in the environment's VPC (available, tagged cluster.k8s.amazonaws.com/name=<cluster>)
+and detached ones in the environment's security groups, listing each first; once the cluster stack
+is gone, the cluster security group EKS may leave (eks-cluster-sg-<cluster>-*, tagged
+aws:eks:cluster-name=<cluster>). Either would fail a security group's or the VPC's delete.
+Interfaces in use or not provably the environment's are named, never touched.
+
 An On-Demand Capacity Reservation the config names (capacity.reservation_id; by name, the one a
 deployed GPU stack's launch template targets) is not the kit's and is never cancelled; teardown
 names it, since it bills until it ends or is cancelled, with the command that cancels it.
@@ -73,6 +80,7 @@ from ops.teardown_leftovers import (
     split_leftovers,
     tagged_resources,
 )
+from ops.teardown_network import NetworkSweep, announcement
 
 
 
@@ -173,6 +181,8 @@ def _run(args: argparse.Namespace) -> int:
         echo(f"Teardown of {cfg.name!r} in account {account}, {region}, in this order:")
         for i, stage in enumerate(plan.stages, 1):
             echo(f"  {i}. {', '.join(stage)}")
+        if note := announcement(cfg.name, plan.stacks):
+            echo(note)
     else:
         echo(f"No stacks of {cfg.name!r} to delete in {region}.")
     for kept in plan.kept:
@@ -194,8 +204,12 @@ def _run(args: argparse.Namespace) -> int:
 
     kept_ids: list[str] = []
     kept_stacks = list(plan.kept)
+    network = NetworkSweep(c.cloudformation, c.ec2, cfg.name, plan.stacks, plan.kept, echo,
+                           dry_run=args.dry_run, sleep=args.sleep,
+                           warn=lambda line: print(line, file=sys.stderr))
     try:
         for stage in plan.stages:
+            network.before(stage)  # leftover interfaces, EKS's group: they would fail the delete
             if stage == [plan.data_stack]:
                 # Data last: every other stack is gone by now, so emptying the bucket can no
                 # longer leave a running environment without its data, unless a stack outside
@@ -210,8 +224,10 @@ def _run(args: argparse.Namespace) -> int:
                 for s in stage:
                     echo(f"[dry-run] would run: aws cloudformation delete-stack --stack-name {s} "
                          f"--region {region} (and wait)")
+                network.after(stage)
                 continue
             delete_stacks(c.cloudformation, stage, echo, poll_s=args.poll, timeout_s=args.timeout)
+            network.after(stage)
     except TeardownError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

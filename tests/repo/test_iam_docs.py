@@ -30,7 +30,8 @@ IAM_ACTION = {"s3:ListObjectVersions": "s3:ListBucketVersions",
               "s3:DeleteObjects": "s3:DeleteObject"}
 # A row of the table -> the modules whose calls it must cover.
 ROWS = {
-    "teardown": ["ops/teardown.py", "ops/teardown_cmd.py", "ops/teardown_leftovers.py"],
+    "teardown": ["ops/teardown.py", "ops/teardown_cmd.py", "ops/teardown_leftovers.py",
+                 "ops/teardown_network.py"],
     "preflight": ["ops/preflight.py", "ops/preflight_cmd.py", "ops/preflight_replace.py",
                   "ops/preflight_services.py", "ops/ultraserver_preflight.py",
                   "ops/reservations.py", "ops/preflight_vpc.py", "ops/preflight_reservation.py",

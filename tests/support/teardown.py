@@ -115,11 +115,11 @@ def write_config(tmp_path, ephemeral=False, name="tt", account=None):
 
 
 def run(tmp_path, *flags, ephemeral=False, answer=None, name="tt", account=None, cfn=None,
-        config_text=None, ask=None, sleep=None, tagging=None):
+        config_text=None, ask=None, sleep=None, tagging=None, ec2=None):
     """`rlkit teardown --config <config> --poll 0 FLAGS` on moto: (exit code, the CloudFormation
     client). The config is ``config_text``, or one written from ``name``/``ephemeral``/``account``;
     the prompt answers ``answer`` (or calls ``ask``); waits call ``sleep`` (default: none);
-    ``tagging`` replaces the Resource Groups Tagging API client."""
+    ``tagging`` replaces the Resource Groups Tagging API client, ``ec2`` the EC2 client."""
     parser = argparse.ArgumentParser(prog="rlkit")
     teardown_cmd.register(parser.add_subparsers(dest="command"))
     if config_text is None:
@@ -133,7 +133,8 @@ def run(tmp_path, *flags, ephemeral=False, answer=None, name="tt", account=None,
                          ecr=boto3.client("ecr", region_name=REGION),
                          tagging=tagging or boto3.client("resourcegroupstaggingapi",
                                                          region_name=REGION),
-                         sts=boto3.client("sts", region_name=REGION))
+                         sts=boto3.client("sts", region_name=REGION),
+                         ec2=ec2 or boto3.client("ec2", region_name=REGION))
     args.clients_factory = lambda region, profile: clients
     args.sleep = sleep or (lambda seconds: None)  # the leftover re-reads: no real waiting
     if answer is not None:
