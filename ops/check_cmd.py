@@ -22,6 +22,10 @@ charts pulled earlier with --pull. Only --pull reaches the network. When a chart
 these, every other check still runs, and the scheduling check is reported as NOT RUN with the
 flag or script that provides the charts.
 
+It makes no AWS call: the checks that read your account (the instance type offered in its AZ, the
+vCPU quota, reservations and Capacity Blocks, the deployed stacks) are `rlkit preflight`'s, and the
+verdict says they did not run.
+
 Exit code 0 when the check passes (warnings allowed), 1 when a preflight check failed or a pod
 would not land where it should, 2 for a bad config, a missing input, or a check that could not
 run (the scheduling check without charts). -o json|yaml prints one document (docs/cli.md).
@@ -43,6 +47,10 @@ from ops.contract import check_cluster_contract
 from ops.output import emit
 from ops.preflight import FAIL, WARN, offline_checks
 from ops.synth import synth_offline
+
+# What `rlkit check` never does: it makes no AWS call (docs/operations.md lists these checks).
+AWS_CHECKS = ("the AWS-side checks (the instance type offered in its AZ, the vCPU quota, "
+              "reservations and Capacity Blocks, the deployed stacks)")
 
 CHARTS_FIX = (f"pass --chart-dir DIR (a directory of <chart>-<version>.tgz), {artifacts.FETCH_HINT}"
               ", or let the check download them with --pull")
@@ -95,7 +103,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.output != "text":
             emit(args, {"environment": config.name, "config": source, "ok": False,
                         "warnings": warnings, "preflight": [c.to_dict() for c in preflight],
-                        "synth": "not-run", "scheduling": "not-run",
+                        "synth": "not-run", "scheduling": "not-run", "aws_checks": "not-run",
                         "charts": [], "findings": [], "notes": [
                             "synth and the scheduling check did not run"]})
         else:
@@ -115,11 +123,11 @@ def _run(args: argparse.Namespace) -> int:
             "environment": config.name, "config": source, "ok": report.ok,
             "warnings": warnings, "preflight": [c.to_dict() for c in preflight],
             "shared_filesystem": shared_fs_sizing(config), "synth": "pass",
-            "scheduling": "pass" if report.ok else "fail",
+            "scheduling": "pass" if report.ok else "fail", "aws_checks": "not-run",
             "charts": [f"{r.chart} {r.version}" for r in report.releases],
             "findings": [{"pod": f.pod, "node_group": f.node_group, "problem": f.problem}
                          for f in report.findings],
-            "notes": report.notes})
+            "notes": report.notes + [_aws_not_run(args)]})
         return 0 if report.ok else 1
     print("  synth: every stack synthesized offline")
     print("  charts: " + ", ".join(f"{r.chart} {r.version}" for r in report.releases))
@@ -128,12 +136,19 @@ def _run(args: argparse.Namespace) -> int:
     if report.ok:
         print("  scheduling: every pod lands exactly where it should")
         warned = warnings or any(c.status == WARN for c in preflight)
-        print("OK: ready for `cdk deploy`" + (" (read the warnings)" if warned else ""))
+        print(f"  not run: {_aws_not_run(args)}")
+        print("OK: ready for `cdk deploy` once `rlkit preflight` passes"
+              + (" (read the warnings)" if warned else ""))
         return 0
     for finding in report.findings:
         print(f"  FAIL: {finding}")
     print(f"FAILED: {len(report.findings)} scheduling problem(s); fix them before `cdk deploy`")
     return 1
+
+
+def _aws_not_run(args: argparse.Namespace) -> str:
+    return (f"{AWS_CHECKS} are `rlkit preflight`'s and did not run: run "
+            f"`rlkit preflight{options.config_flag(args)}` before `cdk deploy`")
 
 
 def _scheduling_not_run(args: argparse.Namespace, config, source: str, warnings: list[str],
@@ -145,7 +160,7 @@ def _scheduling_not_run(args: argparse.Namespace, config, source: str, warnings:
         emit(args, {"environment": config.name, "config": source, "ok": False,
                     "warnings": warnings, "preflight": [c.to_dict() for c in preflight],
                     "shared_filesystem": shared_fs_sizing(config), "synth": "pass",
-                    "scheduling": "not-run", "charts": [], "findings": [],
+                    "scheduling": "not-run", "aws_checks": "not-run", "charts": [], "findings": [],
                     "notes": [f"scheduling check not run: {why}. Fix: {CHARTS_FIX}"]})
         return 2
     print("  synth: every stack synthesized offline")

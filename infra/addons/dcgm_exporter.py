@@ -26,7 +26,9 @@ class DcgmExporterConfig(AddonConfig):
     service_monitor: bool = Field(
         False, description="Also create the chart's Prometheus ServiceMonitor. Needs the "
         "Prometheus Operator CRDs (monitoring.coreos.com) on the cluster, which the kit does not "
-        "install; without them the chart install fails."
+        "install; without them the chart install fails and the cluster stack rolls back. Install "
+        "them before the deploy that turns this on, so never on a first deploy (`rlkit check` "
+        "warns while it is on)."
     )
 
 

@@ -62,6 +62,18 @@ def config_warnings(cfg: KitConfig) -> list[str]:
             "CloudWatch observability add-on already runs a DCGM exporter on every GPU node, so "
             "each node gets two. Fix: turn addons.dcgm_exporter off unless your own Prometheus "
             "scrapes it.")
+    if cfg.addons.enabled("dcgm_exporter") and cfg.addons.dcgm_exporter.service_monitor:
+        # The chart's templates/service-monitor.yaml is guarded by serviceMonitor.enabled alone
+        # (dcgm-exporter-4.8.2.tgz in ../shared/charts), and no check here can see the cluster.
+        warnings.append(
+            "addons.dcgm_exporter.service_monitor is true: the dcgm-exporter chart then creates a "
+            "ServiceMonitor (monitoring.coreos.com/v1), a kind only the Prometheus Operator's "
+            "CRDs define; the kit does not install them and a cluster this deploy creates has "
+            "none, so the Helm install fails and the cluster stack rolls back (this check cannot "
+            "see the cluster's CRDs). Fix: install the Prometheus Operator CRDs "
+            "(servicemonitors.monitoring.coreos.com) on the cluster before the deploy that turns "
+            "service_monitor on (never on a first deploy), or set "
+            "addons.dcgm_exporter.service_monitor: false.")
     if cfg.vpc.existing is None:
         # CDK puts the NAT gateways in the first vpc.nat_gateways AZs; a private subnet elsewhere
         # routes through one of those.

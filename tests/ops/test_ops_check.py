@@ -71,7 +71,13 @@ def test_check_runs_the_offline_preflight_checks(chart_dir, tmp_path, capsys):
     # the missing admin roles are said once, as the cluster access check
     assert out.count("admin_role_arns is empty") == 1
     assert "  preflight WARN: cluster access (admin_role_arns): admin_role_arns is empty" in out
-    assert lines[-1] == "OK: ready for `cdk deploy` (read the warnings)"
+    # no AWS call was made: the verdict says which checks are preflight's and did not run
+    assert lines[-2] == (
+        "  not run: the AWS-side checks (the instance type offered in its AZ, the vCPU quota, "
+        "reservations and Capacity Blocks, the deployed stacks) are `rlkit preflight`'s and did "
+        f"not run: run `rlkit preflight --config {REPO_ROOT / 'examples/p6-b200-odcr.yaml'}` "
+        "before `cdk deploy`")
+    assert lines[-1] == "OK: ready for `cdk deploy` once `rlkit preflight` passes (read the warnings)"
 
 
 def test_check_json_carries_the_preflight_checks(chart_dir, tmp_path, capsys):
@@ -82,6 +88,30 @@ def test_check_json_carries_the_preflight_checks(chart_dir, tmp_path, capsys):
     assert code == 0
     assert {c["name"] for c in out["preflight"]} >= {"kubernetes version", "cluster access",
                                                       "placement group", "instance facts"}
+    assert out["aws_checks"] == "not-run"
+    assert any(n.startswith("the AWS-side checks (the instance type offered in its AZ") and
+               "`rlkit preflight --config " in n for n in out["notes"])
+
+
+def test_check_warns_that_a_service_monitor_needs_crds_from_outside_the_kit(tmp_path, capsys,
+                                                                            monkeypatch):
+    """A first deploy creates the cluster and installs the chart together: no Prometheus
+    Operator CRDs yet, the ServiceMonitor fails the install. check cannot see the cluster, so it
+    warns, naming the field, the CRD and the fix."""
+    monkeypatch.setattr("ops.preflight._distribution_installed", lambda package: False)
+    cfg = tmp_path / "monitor.yaml"
+    cfg.write_text((REPO_ROOT / "examples/p6-b200-odcr.yaml").read_text()
+                   + "addons:\n  dcgm_exporter: {enabled: true, service_monitor: true}\n")
+    code = cli.main(["check", "--config", str(cfg), "--cache-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1  # the kubectl layer is "missing" here: the warnings print before synth
+    [warning] = [l for l in out.splitlines() if "service_monitor" in l]
+    assert warning.startswith("  WARNING: addons.dcgm_exporter.service_monitor is true: the "
+                              "dcgm-exporter chart then creates a ServiceMonitor "
+                              "(monitoring.coreos.com/v1)")
+    assert "Fix: install the Prometheus Operator CRDs (servicemonitors.monitoring.coreos.com) on " \
+        "the cluster before the deploy that turns service_monitor on (never on a first deploy)" \
+        in warning
 
 
 def test_a_failed_offline_preflight_check_fails_the_verdict(tmp_path, capsys, monkeypatch):
