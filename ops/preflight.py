@@ -437,5 +437,13 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
     return checks
 
 
+def aws_unanswered(checks: list[Check]) -> bool:
+    """AWS could not be asked at all (no or expired credentials, AWS unreachable): the credentials
+    check failed on an AWS error, so no AWS check ran. `rlkit preflight` then exits 2 (nothing
+    was checked), not 1 (a check failed), so CI can tell the two apart."""
+    return any(c.name == "credentials" and c.status == FAIL and c.fix == CREDENTIALS_FIX
+               for c in checks)
+
+
 def summary(checks: list[Check]) -> dict[str, int]:
     return {s: sum(c.status == s for c in checks) for s in (PASS, WARN, FAIL)}

@@ -12,7 +12,9 @@ zone position), an UltraServer group added to a cluster whose device plugin rele
 node-feature-discovery's CRDs, and an add-on moved to a chart version with other CRDs (Helm
 installs CRDs only with a release's first install); an imported VPC's DNS, subnets and egress.
 
-Exit code 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for a bad config.
+Exit code 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for a bad config or
+when AWS could not be asked (no or expired credentials, AWS unreachable: the AWS checks did not
+run; an offline check that failed still makes it 1).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from infra.config import config_cost
 from ops import aws, options
 from ops.output import emit, make_console, wants_json
 from ops.output import print_table as print_rows
-from ops.preflight import FAIL, PASS, WARN, Check, run_preflight, summary
+from ops.preflight import FAIL, PASS, WARN, Check, aws_unanswered, run_preflight, summary
 
 _STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
 
@@ -50,15 +52,20 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     checks = run_preflight(cfg, clients, region, config=args.config)
     counts = summary(checks)
+    not_run = aws_unanswered(checks)  # nothing on the AWS side was checked: 2, unless another
+    code = 1 if counts[FAIL] > not_run else 2 if not_run else 0  # check failed (1)
     shared_fs = config_cost(cfg)
     if wants_json(args):
         emit(args, {"config": cfg.name, "region": region, "ok": counts[FAIL] == 0,
-                    "summary": counts, "checks": [c.to_dict() for c in checks],
+                    "summary": counts, "aws_checks": "not-run" if not_run else "run",
+                    "checks": [c.to_dict() for c in checks],
                     "shared_filesystem": shared_fs.to_dict() if shared_fs else None})
     else:
         console = make_console(args.width)
         print_table(checks, f"preflight: {cfg.name} ({region})", console)
-        verdict = ("FAILED: fix the failures above before `cdk deploy`" if counts[FAIL]
+        verdict = ("FAILED: fix the failures above before `cdk deploy`" if code == 1
+                   else "NOT RUN: AWS could not be asked (the credentials check above), so the "
+                   f"AWS checks did not run. Fix: {aws.CREDENTIALS_FIX}" if code == 2
                    else "OK: nothing blocks `cdk deploy`" + (" (read the warnings)"
                                                              if counts[WARN] else ""))
         if shared_fs is not None:
@@ -69,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
                           markup=False, highlight=False, soft_wrap=True)
         console.print(f"{counts[PASS]} passed, {counts[WARN]} warning(s), {counts[FAIL]} failed. "
                       f"{verdict}", markup=False, highlight=False, soft_wrap=True)
-    return 1 if counts[FAIL] else 0
+    return code
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
