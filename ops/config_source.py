@@ -3,7 +3,10 @@
 The config is ``--config FILE``, else the file named by the RLKIT_CONFIG environment variable
 (as kubectl has KUBECONFIG; only the CLI entry, ops/cli.py, reads it and records the origin in
 ``args.config_origin``), else the built-in default config. Commands that delete or bill say which
-before they act, so nobody tears down or launches into the built-in ``moe-rl`` by accident.
+before they act, so nobody tears down or launches into the built-in ``moe-rl`` by accident; the
+others (render, validate, plan) say ``config: FILE (from RLKIT_CONFIG)`` on stderr when they read a
+config the environment variable chose, a file nobody named on that command line (``say_source``;
+`rlkit check` names its config in its first line).
 """
 
 from __future__ import annotations
@@ -38,6 +41,22 @@ def describe(args: argparse.Namespace) -> str:
     if path is None:
         return DEFAULT_SOURCE
     return f"{path} (from {getattr(args, 'config_origin', None) or '--config'})"
+
+
+def say_source(args: argparse.Namespace) -> None:
+    """``config: FILE (from RLKIT_CONFIG)`` on stderr once a command has read a config that
+    RLKIT_CONFIG chose (a --config file was typed on the command line, so it is not repeated)."""
+    if getattr(args, "config", None) is not None and \
+            getattr(args, "config_origin", None) == CONFIG_ENV:
+        print(f"config: {describe(args)}", file=sys.stderr)
+
+
+def to_be_created(args: argparse.Namespace, target: str | Path | None) -> bool:
+    """The config does not exist yet and is the file ``target`` (`rlkit plan --write-config`)
+    will create: nothing to read, the new file starts from the built-in default config."""
+    path = getattr(args, "config", None)
+    return (path is not None and target is not None and not Path(path).exists()
+            and Path(target).resolve() == Path(path).resolve())
 
 
 def announce(cfg: KitConfig, args: argparse.Namespace, action: str,

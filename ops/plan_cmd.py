@@ -61,6 +61,7 @@ from ops.options import (
     non_negative_int,
     positive_int,
 )
+from ops.config_source import describe, say_source, to_be_created
 from ops.output import add_output_option, emit, make_console, wants_json
 from ops.plan_output import print_plan_table, print_rl_plan_table
 
@@ -334,6 +335,10 @@ def _config_defaults(args: argparse.Namespace) -> bool:
     out. False (problems printed) on a bad config."""
     rl_fields = ("prompts", "samples_per_prompt", "max_response_len", "steps_per_rollout",
                  "logprob_passes")
+    if to_be_created(args, args.write_config):  # e.g. RLKIT_CONFIG names the file being started
+        print(f"config: {describe(args)} does not exist yet: --write-config creates it from the "
+              "built-in default config, whose values the plan uses", file=sys.stderr)
+        args.config = None
     # a training plan trains the config's global batch (the trainer refuses a data-parallel size
     # that does not divide it); a named config is read for it even when nothing else is missing
     batch_from_config = not args.rl and args.global_batch is None and args.config is not None
@@ -343,6 +348,7 @@ def _config_defaults(args: argparse.Namespace) -> bool:
     cfg = load_config(args)  # validated: its node group exists
     if cfg is None:
         return False
+    say_source(args)  # values below may come from a file RLKIT_CONFIG named
     t, g = cfg.training, cfg.training.grpo
     if args.max_tokens_per_gpu is None:  # the cap the config's run launches with
         args.max_tokens_per_gpu = t.parallel.max_tokens_per_gpu

@@ -29,6 +29,7 @@ from pathlib import Path
 from manifests import RenderError, build_context, render, tree, write
 from manifests.render import check_out_dir, comment_line
 from ops import options
+from ops.config_source import say_source
 from ops.output import add_output_option, emit, wants_json
 from ops.preflight import PASS, check_instance_facts
 from ops.rendering import resolve_outputs
@@ -48,6 +49,7 @@ def _render(args: argparse.Namespace) -> tuple[int, dict | None]:
     cfg = options.load_config(args)
     if cfg is None:
         return 2, None
+    say_source(args)
     out = args.out if args.out is not None else Path("out") / cfg.name
     try:
         check_out_dir(out, cfg.name, keep=[args.config] if args.config is not None else [])

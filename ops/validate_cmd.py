@@ -17,6 +17,7 @@ from pathlib import Path
 
 from infra.versions import DEFAULT_KUBERNETES_VERSION
 from ops import options
+from ops.config_source import say_source
 from ops.output import add_output_option, emit, wants_json
 from ops.validation import report_document, run_validation
 
@@ -29,6 +30,7 @@ def _run(args: argparse.Namespace) -> int:
             cfg = options.load_config(args)
             if cfg is None:
                 return 2
+            say_source(args)
             version, origin = cfg.kubernetes_version, f"the config {args.config}"
         if version is None:
             version, origin = DEFAULT_KUBERNETES_VERSION, "the kit default"
