@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from infra import names
-from infra.cdk_cli import deploy_all_command
+from infra.cdk_cli import OUTPUTS_FILE, deploy_all_command
 from infra.config import KitConfig, has_shared_fs
 from infra.names import OutputKeys
 from manifests.errors import RenderError, RenderProblem
@@ -38,6 +38,32 @@ from manifests.errors import RenderError, RenderProblem
 PLACEHOLDER = "placeholder-run-cdk-deploy"
 
 OutputsSource = Literal["placeholder", "file", "cloudformation"]
+
+
+@dataclass(frozen=True)
+class OutputsHints:
+    """How an outputs error's fix names the retry: the calling command (with its ``--config FILE``
+    when one was typed), whether it has render's --from-stacks (gate, launch and image build read
+    CloudFormation whenever --outputs is left out), and the config file the `cdk deploy` hint
+    names (None: ``<your config file>``). The default is `rlkit render`'s."""
+
+    command: str = "rlkit render"
+    from_stacks: bool = True
+    config: str | Path | None = None
+
+    def deploy(self) -> str:
+        return deploy_all_command(self.config)
+
+    def with_file(self) -> str:
+        return f"`{self.command} --outputs {OUTPUTS_FILE}`"
+
+    def with_stacks(self) -> str:
+        if self.from_stacks:
+            return f"`{self.command} --from-stacks`"
+        return f"`{self.command}` without --outputs (it reads the deployed stacks' outputs)"
+
+
+RENDER_HINTS = OutputsHints()
 
 
 class StackOutputs(BaseModel):
@@ -103,16 +129,15 @@ def _needed_fields(cfg: KitConfig) -> list[tuple[str, str, str]]:
     return fields
 
 
-def _fix(stack: str, how: str, verb: str = "deploy") -> str:
+def _fix(stack: str, how: str, hints: OutputsHints, verb: str = "deploy") -> str:
     # --all: an --outputs-file deploy of some stacks writes a file with only theirs (cdk_cli)
-    return f"{verb} it with every stack of the config (`{deploy_all_command()}`), then {how}"
+    return f"{verb} it with every stack of the config (`{hints.deploy()}`), then {how}"
 
 
 def outputs_from_mapping(cfg: KitConfig, data: Any, source: OutputsSource,
-                         origin: str) -> StackOutputs:
+                         origin: str, hints: OutputsHints = RENDER_HINTS) -> StackOutputs:
     """Pick the needed outputs from ``{stack: {key: value}}``; raise RenderError if any lack."""
-    how = ("render again with --outputs cdk-outputs.json" if source == "file"
-           else "render again with --from-stacks")
+    how = "run " + (hints.with_file() if source == "file" else hints.with_stacks()) + " again"
     if not isinstance(data, dict):
         raise RenderError([RenderProblem(
             origin, "not a stack-outputs mapping ({\"<stackName>\": {\"<OutputKey>\": \"value\"}})",
@@ -133,13 +158,13 @@ def outputs_from_mapping(cfg: KitConfig, data: Any, source: OutputsSource,
                 problems.append(RenderProblem(
                     f"stack {stack}", f"not found in {origin} (its outputs are needed: "
                     f"{', '.join(k for _, r, k in _needed_fields(cfg) if r == role)})",
-                    _fix(stack, how)))
+                    _fix(stack, how, hints)))
             continue
         value = outputs.get(key)
         if not isinstance(value, str) or not value:
             problems.append(RenderProblem(
                 f"stack {stack}, output {key}", f"missing from {origin} (the deployed stack is "
-                "older than this kit, or the outputs were edited)", _fix(stack, how, "redeploy")))
+                "older than this kit, or the outputs were edited)", _fix(stack, how, hints, "redeploy")))
             continue
         values[field] = value
     if problems:
@@ -198,7 +223,7 @@ def _check_agreement(cfg: KitConfig, outputs: StackOutputs) -> None:
 _UTF16_BOMS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16 (big-endian)"}
 
 
-def read_outputs_json(path: str | Path) -> Any:
+def read_outputs_json(path: str | Path, hints: OutputsHints = RENDER_HINTS) -> Any:
     """The JSON of a `cdk deploy --outputs-file` file, read as UTF-8 (with or without a
     byte-order mark); a RenderProblem (the file, what is wrong, the fix) raised in a RenderError
     when it is missing, unreadable, not UTF-8 or not JSON. The one reader of such files:
@@ -209,7 +234,7 @@ def read_outputs_json(path: str | Path) -> Any:
     if not path.is_file():
         raise RenderError([RenderProblem(
             subject, "does not exist" if not path.exists() else "is not a file",
-            f"run `{deploy_all_command()}` and pass that file, or render with --from-stacks")],
+            f"run `{hints.deploy()}` and pass that file, or run {hints.with_stacks()}")],
             "stack outputs")
     try:
         raw = path.read_bytes()
@@ -237,9 +262,10 @@ def read_outputs_json(path: str | Path) -> Any:
                           "stack outputs") from None
 
 
-def outputs_from_file(cfg: KitConfig, path: str | Path) -> StackOutputs:
+def outputs_from_file(cfg: KitConfig, path: str | Path,
+                      hints: OutputsHints = RENDER_HINTS) -> StackOutputs:
     """The outputs a render needs, from the file `cdk deploy --outputs-file` wrote."""
-    return outputs_from_mapping(cfg, read_outputs_json(path), "file", str(path))
+    return outputs_from_mapping(cfg, read_outputs_json(path, hints), "file", str(path), hints)
 
 
 def describe_stack_outputs(client: Any, stack: str) -> dict[str, str] | None:
@@ -251,7 +277,8 @@ def describe_stack_outputs(client: Any, stack: str) -> dict[str, str] | None:
     return None
 
 
-def outputs_from_stacks(cfg: KitConfig, client: Any) -> StackOutputs:
+def outputs_from_stacks(cfg: KitConfig, client: Any,
+                        hints: OutputsHints = RENDER_HINTS) -> StackOutputs:
     """Read the outputs with CloudFormation DescribeStacks through ``client`` (a boto3
     CloudFormation client; the CLI passes the one of its ``ops.aws.AwsClients`` bundle, with the
     kit's timeouts and retries). Credentials needed."""
@@ -267,16 +294,17 @@ def outputs_from_stacks(cfg: KitConfig, client: Any) -> StackOutputs:
                 continue  # reported as a missing stack below
             raise RenderError([RenderProblem(
                 f"stack {stack}", f"CloudFormation DescribeStacks failed in {cfg.region}: {message}",
-                "check your AWS credentials and region, or render with --outputs "
-                "cdk-outputs.json")], "stack outputs") from None
+                f"check your AWS credentials and region, or run {hints.with_file()}")],
+                "stack outputs") from None
         except BotoCoreError as err:
             raise RenderError([RenderProblem(
                 f"stack {stack}", f"could not call CloudFormation in {cfg.region}: {err}",
-                "configure AWS credentials, or render with --outputs cdk-outputs.json")],
+                f"configure AWS credentials, or run {hints.with_file()}")],
                 "stack outputs") from None
         if found is not None:
             data[stack] = found
-    return outputs_from_mapping(cfg, data, "cloudformation", f"CloudFormation ({cfg.region})")
+    return outputs_from_mapping(cfg, data, "cloudformation", f"CloudFormation ({cfg.region})",
+                                hints)
 
 
 def placeholder_outputs(cfg: KitConfig) -> StackOutputs:
@@ -329,22 +357,22 @@ _IMAGE_BUILD_KEYS = {"bucket": OutputKeys.BUCKET_NAME,
                      "log_group": OutputKeys.IMAGE_BUILD_LOG_GROUP}
 
 
-def load_outputs_json(path: str | Path) -> Any:
+def load_outputs_json(path: str | Path, hints: OutputsHints = RENDER_HINTS) -> Any:
     """The JSON of a `cdk deploy --outputs-file` file (``read_outputs_json``); StackOutputsError,
     one line naming the file, what is wrong and the fix, when it cannot be read."""
     try:
-        return read_outputs_json(path)
+        return read_outputs_json(path, hints)
     except RenderError as err:
         problem = err.problems[0]
         raise StackOutputsError(f"--outputs {path}: {problem.rule}. Fix: {problem.fix}") from None
 
 
-def image_build_outputs(cfg: KitConfig, data: Any, origin: str) -> ImageBuildOutputs:
+def image_build_outputs(cfg: KitConfig, data: Any, origin: str,
+                        hints: OutputsHints = RENDER_HINTS) -> ImageBuildOutputs:
     """Pick the data stack's image-build outputs from ``{stack: {key: value}}``."""
     stack = names.stack_names(cfg.name)["data"]
-    fix = (f"deploy it with every stack of the config (`{deploy_all_command()}`) and pass "
-           "--outputs cdk-outputs.json, or leave --outputs out to read the deployed stack from "
-           "CloudFormation")
+    fix = (f"deploy it with every stack of the config (`{hints.deploy()}`), then run "
+           f"{hints.with_file()} or {hints.with_stacks()}")
     found = data.get(stack) if isinstance(data, dict) else None
     if (other := other_environments(cfg, data)) is not None:
         raise StackOutputsError(f"{origin} {other[0]}. Fix: {other[1]}")
@@ -358,9 +386,10 @@ def image_build_outputs(cfg: KitConfig, data: Any, origin: str) -> ImageBuildOut
     return ImageBuildOutputs(stack=stack, **{f: found[k] for f, k in _IMAGE_BUILD_KEYS.items()})
 
 
-def image_build_outputs_from_stacks(cfg: KitConfig, client: Any) -> ImageBuildOutputs:
+def image_build_outputs_from_stacks(cfg: KitConfig, client: Any,
+                                    hints: OutputsHints = RENDER_HINTS) -> ImageBuildOutputs:
     """The same, read with CloudFormation DescribeStacks (botocore's errors reach the caller)."""
     stack = names.stack_names(cfg.name)["data"]
     found = describe_stack_outputs(client, stack)
     return image_build_outputs(cfg, {stack: found} if found is not None else {},
-                               f"CloudFormation ({cfg.region})")
+                               f"CloudFormation ({cfg.region})", hints)

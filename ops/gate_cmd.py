@@ -258,7 +258,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         ctx, out, outputs = render_for_run(cfg, args.outputs, args.out, args.dry_run,
                                            options.aws_clients(args, cfg.region), echo,
-                                           config_file=args.config, fabric_timeout_s=args.timeout)
+                                           config_file=args.config, fabric_timeout_s=args.timeout,
+                                           hints=options.outputs_hints(args, "gate"))
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE
 from manifests.context import image_tag_for
 from manifests.outputs import (
     ImageBuildOutputs,
+    OutputsHints,
     StackOutputsError,
     image_build_outputs,
     image_build_outputs_from_stacks,
@@ -109,29 +110,33 @@ def build_args_passed(spec: dict[str, Any]) -> list[str]:
 
 # The data stack's outputs a build needs, read by manifests/outputs.py (the kit's one reader).
 BuildTarget = ImageBuildOutputs
+IMAGE_HINTS = OutputsHints(command="rlkit image build", from_stacks=False)
 
 
-def target_from_outputs(cfg: KitConfig, outputs: dict[str, Any], origin: str) -> BuildTarget:
-    """Pick the data stack's outputs from ``{stack: {key: value}}`` (cdk --outputs-file form)."""
+def target_from_outputs(cfg: KitConfig, outputs: dict[str, Any], origin: str,
+                        hints: OutputsHints = IMAGE_HINTS) -> BuildTarget:
+    """Pick the data stack's outputs from ``{stack: {key: value}}`` (cdk --outputs-file form);
+    ``hints``: how a fix names `rlkit image build` and the config."""
     try:
-        return image_build_outputs(cfg, outputs, origin)
+        return image_build_outputs(cfg, outputs, origin, hints)
     except StackOutputsError as err:
         raise ImageBuildError(str(err)) from None
 
 
-def target_from_file(cfg: KitConfig, path: Path) -> BuildTarget:
+def target_from_file(cfg: KitConfig, path: Path, hints: OutputsHints = IMAGE_HINTS) -> BuildTarget:
     """The same from the file `cdk deploy --outputs-file` wrote."""
     try:
-        data = load_outputs_json(path)
+        data = load_outputs_json(path, hints)
     except StackOutputsError as err:
         raise ImageBuildError(str(err)) from err.__cause__
-    return target_from_outputs(cfg, data, str(path))
+    return target_from_outputs(cfg, data, str(path), hints)
 
 
-def target_from_cloudformation(cfg: KitConfig, cloudformation: Any) -> BuildTarget:
+def target_from_cloudformation(cfg: KitConfig, cloudformation: Any,
+                               hints: OutputsHints = IMAGE_HINTS) -> BuildTarget:
     """The same read from CloudFormation (botocore's errors reach the caller)."""
     try:
-        return image_build_outputs_from_stacks(cfg, cloudformation)
+        return image_build_outputs_from_stacks(cfg, cloudformation, hints)
     except StackOutputsError as err:
         raise ImageBuildError(str(err)) from None
 

@@ -69,9 +69,10 @@ DEFAULT_TIMEOUT_S = 5 * 3600  # the project's 4 h build timeout plus queueing
 
 
 def _target(args: argparse.Namespace, cfg: KitConfig, clients: AwsClients) -> BuildTarget:
+    hints = options.outputs_hints(args, "image build")
     if args.outputs is not None:
-        return target_from_file(cfg, args.outputs)
-    return target_from_cloudformation(cfg, clients.cloudformation)
+        return target_from_file(cfg, args.outputs, hints)
+    return target_from_cloudformation(cfg, clients.cloudformation, hints)
 
 
 def _build(args: argparse.Namespace) -> int:

@@ -132,7 +132,8 @@ def _launch(args: argparse.Namespace) -> int:
                                            options.aws_clients(args, cfg.region), print,
                                            reservation_end=window.end if window else None,
                                            config_file=args.config,
-                                           block_start_wait_s=_block_start_wait_s(window))
+                                           block_start_wait_s=_block_start_wait_s(window),
+                                           hints=options.outputs_hints(args, "launch"))
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2

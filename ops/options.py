@@ -30,6 +30,7 @@ from typing import Callable
 from infra import config as kit_config
 from infra.config import ConfigError, KitConfig
 from infra.trainer_contract import EP_BACKENDS
+from manifests.outputs import OutputsHints
 from ops.aws import AwsClients
 from ops.config_source import describe
 from ops.output import add_output_option
@@ -38,7 +39,7 @@ __all__ = [
     "CONFIG_HELP", "add_aws", "config_flag", "non_negative_float", "positive_float",
     "positive_int", "add_config", "add_dry_run", "add_output_option",
     "add_outputs_source", "add_run_options", "add_run_source", "add_validation_options",
-    "aws_clients", "load_config",
+    "aws_clients", "load_config", "outputs_hints",
 ]
 
 CONFIG_HELP = "kit config YAML (default: the built-in default config)"
@@ -177,6 +178,14 @@ def config_flag(args: argparse.Namespace) -> str:
             getattr(args, "config_origin", "--config") == "--config":
         return f" --config {args.config}"
     return ""
+
+
+def outputs_hints(args: argparse.Namespace, command: str) -> OutputsHints:
+    """How `rlkit <command>`'s stack-outputs errors name a retry: its own flags (only render has
+    --from-stacks), its --config when one was typed, and the config file in the `cdk deploy`
+    hint."""
+    return OutputsHints(command=f"rlkit {command}{config_flag(args)}",
+                        from_stacks=command == "render", config=getattr(args, "config", None))
 
 
 def aws_clients(args: argparse.Namespace, region: str) -> AwsClients:

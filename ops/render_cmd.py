@@ -54,7 +54,8 @@ def _render(args: argparse.Namespace) -> tuple[int, dict | None]:
     try:
         check_out_dir(out, cfg.name, keep=[args.config] if args.config is not None else [])
         outputs = resolve_outputs(cfg, args.outputs, placeholder=not args.from_stacks,
-                                  clients=options.aws_clients(args, cfg.region))
+                                  clients=options.aws_clients(args, cfg.region),
+                                  hints=options.outputs_hints(args, "render"))
         files = render(build_context(cfg, outputs))
     except RenderError as err:
         print(err, file=sys.stderr)

@@ -25,19 +25,21 @@ from manifests import (
 )
 from manifests.fabric import FABRIC_TIMEOUT_SECONDS
 from manifests.efa_env import EfaEnvProfile
+from manifests.outputs import RENDER_HINTS, OutputsHints
 from manifests.render import check_out_dir
 from ops.aws import AwsClients
 
 
 def resolve_outputs(cfg: KitConfig, outputs_file: Path | None, *, placeholder: bool,
-                    clients: AwsClients) -> StackOutputs:
+                    clients: AwsClients, hints: OutputsHints = RENDER_HINTS) -> StackOutputs:
     """From ``outputs_file``, else placeholders when ``placeholder``, else CloudFormation (the
-    bundle's cloudformation client, made only then). Raises RenderError."""
+    bundle's cloudformation client, made only then). Raises RenderError, whose fixes name the
+    calling command's flags (``hints``)."""
     if outputs_file is not None:
-        return outputs_from_file(cfg, outputs_file)
+        return outputs_from_file(cfg, outputs_file, hints)
     if placeholder:
         return placeholder_outputs(cfg)
-    return outputs_from_stacks(cfg, client=clients.cloudformation)
+    return outputs_from_stacks(cfg, client=clients.cloudformation, hints=hints)
 
 
 def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, dry_run: bool,
@@ -45,7 +47,8 @@ def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, 
                    reservation_end: datetime | None = None,
                    config_file: Path | None = None,
                    fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS,
-                   block_start_wait_s: float | None = None) -> tuple[Any, Path, StackOutputs]:
+                   block_start_wait_s: float | None = None,
+                   hints: OutputsHints = RENDER_HINTS) -> tuple[Any, Path, StackOutputs]:
     """Resolve the stack outputs (placeholders only for a dry run) and render the tree to ``out``
     (default out/<name>); returns the render context, the directory and the outputs (whose
     cluster kubectl must point at). ``reservation_end``: the training group's Capacity Block end,
@@ -55,7 +58,8 @@ def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, 
     tree (a file, a link, a directory holding ``config_file``: manifests.render.out_dir_problem)."""
     out = out if out is not None else Path("out") / cfg.name
     check_out_dir(out, cfg.name, keep=[config_file] if config_file is not None else [])
-    outputs = resolve_outputs(cfg, outputs_file, placeholder=dry_run, clients=clients)
+    outputs = resolve_outputs(cfg, outputs_file, placeholder=dry_run, clients=clients,
+                              hints=hints)
     return (render_manifests(cfg, outputs, out, dry_run, echo, reservation_end, fabric_timeout_s,
                              block_start_wait_s=block_start_wait_s), out, outputs)
 

@@ -449,7 +449,8 @@ def test_missing_output_key_names_stack_key_and_fix(tmp_path):
         f"  - stack moe-rl-data, output DataBucketName: missing from {path} (the deployed stack "
         "is older than this kit, or the outputs were edited). Fix: redeploy it with every "
         "stack of the config (`npx aws-cdk@2.1148.1 deploy --all -c config=<your config file> "
-        "--outputs-file cdk-outputs.json`), then render again with --outputs cdk-outputs.json.")
+        "--outputs-file cdk-outputs.json`), then run `rlkit render --outputs cdk-outputs.json` "
+        "again.")
 
 
 def test_missing_stack_names_the_outputs_it_should_provide():
@@ -462,7 +463,7 @@ def test_missing_stack_names_the_outputs_it_should_provide():
         "stack moe-rl-gpu-p5: not found in cdk-outputs.json (its outputs are needed: "
         "NodegroupName). Fix: deploy it with every stack of the "
         "config (`npx aws-cdk@2.1148.1 deploy --all -c config=<your config file> --outputs-file "
-        "cdk-outputs.json`), then render again with --outputs cdk-outputs.json."]
+        "cdk-outputs.json`), then run `rlkit render --outputs cdk-outputs.json` again."]
 
 
 def test_outputs_of_another_environment_or_kit_version_are_refused():
@@ -486,7 +487,7 @@ def test_missing_or_broken_outputs_file(tmp_path):
     # (an --outputs-file deploy of some stacks writes a file with only theirs)
     assert err.value.problems[0].fix == (
         "run `npx aws-cdk@2.1148.1 deploy --all -c config=<your config file> --outputs-file "
-        "cdk-outputs.json` and pass that file, or render with --from-stacks")
+        "cdk-outputs.json` and pass that file, or run `rlkit render --from-stacks`")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     with pytest.raises(RenderError, match="not valid JSON"):
@@ -588,7 +589,7 @@ def test_outputs_from_cloudformation_report_undeployed_stacks():
             outputs_from_stacks(cfg, client)
     assert [p.subject for p in err.value.problems] == [
         "stack moe-rl-cluster", "stack moe-rl-gpu-p5", "stack moe-rl-storage"]
-    assert "then render again with --from-stacks" in str(err.value)
+    assert "then run `rlkit render --from-stacks` again" in str(err.value)
 
 
 # --- the run config -----------------------------------------------------------------------------
@@ -876,8 +877,8 @@ def test_missing_storage_stack_outputs_are_named():
         "stack moe-rl-storage: not found in cdk-outputs.json (its outputs are needed: "
         "SharedFileSystemId, SharedFileSystemDnsName, SharedFileSystemMountName). Fix: deploy it "
         "with every stack of the config (`npx aws-cdk@2.1148.1 deploy --all -c config=<your "
-        "config file> --outputs-file cdk-outputs.json`), then render again with --outputs "
-        "cdk-outputs.json."]
+        "config file> --outputs-file cdk-outputs.json`), then run `rlkit render --outputs "
+        "cdk-outputs.json` again."]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
