@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.support.cdk import EXAMPLES, resources
+from tests.support.cdk import EXAMPLES, REPO_ROOT, resources
 from infra import addons as registry
 from infra import names
 from infra.addons import Wait
@@ -119,14 +119,19 @@ def test_device_plugins_do_not_wait_for_gpu_nodes(synth):
     assert names.gpu_stack_name(s.config.name, "p5") not in json.dumps(s.template("cluster"))
 
 
-def test_overrides_and_optional_dcgm(synth):
+def test_overrides_and_optional_dcgm(synth, synth_config):
+    import yaml
+
     c = charts(synth("p5-2node"))
     assert c["nvidia-device-plugin"]["Version"] == "0.17.1"
-    dcgm = c["dcgm-exporter"]
+    # the example needs no CRDs from outside the kit: no dcgm exporter, so no ServiceMonitor
+    assert "dcgm-exporter" not in c and "dcgm-exporter" not in charts(synth("default"))
+    raw = yaml.safe_load((REPO_ROOT / "examples" / "p5-2node.yaml").read_text())
+    raw["addons"]["dcgm_exporter"] = {"enabled": True, "service_monitor": True}
+    dcgm = charts(synth_config(parse_config(raw)))["dcgm-exporter"]
     assert dcgm["Repository"] == registry.addon("dcgm_exporter").repository
     assert values(dcgm)["tolerations"] == [names.GPU_TAINT.toleration()]
-    assert values(dcgm)["serviceMonitor"] == {"enabled": True}  # the example opts in
-    assert "dcgm-exporter" not in charts(synth("default"))
+    assert values(dcgm)["serviceMonitor"] == {"enabled": True}  # the config opts in
 
 
 def test_pinning_a_version_does_not_enable_an_addon_that_is_off_by_default(tmp_path):
