@@ -306,7 +306,8 @@ def report_leftovers(c: AwsClients, name: str, kept_stacks: list[str], retained_
     if retained:
         echo("CloudFormation left these in place when it deleted their stack (DeletionPolicy "
              "Retain: storage.retain: true keeps the data, and the key that encrypts it, beyond "
-             "the environment); they are not counted as left.")
+             "the environment, and a shared file system with its security group and its links "
+             "to the bucket); they are not counted as left.")
     for a in scheduled:
         echo(f"scheduled for deletion by KMS: {a}")
     if not left:

@@ -136,13 +136,10 @@ class SharedFileSystem(Construct):
         # group only, not after its separate ingress resources: wait for those too
         # [aws/aws-parallelcluster#6181, fixed by #6342 with this dependency; FSx for Lustre User
         # Guide, "You can't create a file system"].
-        for rule in self.security_group.node.find_all():
-            if isinstance(rule, ec2.CfnSecurityGroupIngress):
-                self.file_system.node.add_dependency(rule)
-        self.file_system.apply_removal_policy(removal_policy)
-        # A retained file system keeps using its security group: CloudFormation must not try to
-        # delete the group under it.
-        self.security_group.apply_removal_policy(removal_policy)
+        rules = [r for r in self.security_group.node.find_all()
+                 if isinstance(r, ec2.CfnSecurityGroupIngress)]
+        for rule in rules:
+            self.file_system.node.add_dependency(rule)
 
         self.associations: dict[str, fsx.CfnDataRepositoryAssociation] = {}
         previous: fsx.CfnDataRepositoryAssociation | None = None
@@ -164,6 +161,22 @@ class SharedFileSystem(Construct):
             if previous is not None:
                 self.associations[directory].node.add_dependency(previous)
             previous = self.associations[directory]
+        # One removal policy for the file system and for what it needs to keep working once its
+        # stack is gone, so a retained file system outlives the stack whole: its security group
+        # (CloudFormation would try to delete it under the file system), the group's
+        # self-referencing Lustre rules, separate resources (deleted, the kept file servers can
+        # no longer reach each other), and the links to S3. CloudFormation deletes an
+        # association with DeleteDataInFileSystem false
+        # [aws-cloudformation/aws-cloudformation-resource-providers-fsx@a944547dc6a0
+        # aws-fsx-datarepositoryassociation/src/main/java/software/amazon/fsx/
+        # datarepositoryassociation/Translator.java:127-133]: the files stay, but /datasets and
+        # /models stop following the bucket, and a lazily imported file whose contents were never
+        # read has no link left to load them through. The storage-access stack's rules are not
+        # kept: they name the cluster's security group, which goes with the cluster, and a kept
+        # rule naming it would block that delete.
+        for resource in (self.file_system, self.security_group, *rules,
+                         *self.associations.values()):
+            resource.apply_removal_policy(removal_policy)
 
 
 class SharedFileSystemAccess(Construct):

@@ -222,3 +222,43 @@ def test_by_name_the_kept_networks_deploy_command_names_no_config_file(tmp_path,
     assert ("set storage.retain: false and deploy it (npx aws-cdk@2.1148.1 deploy --exclusively "
             "tt-storage -c config=<your config file>); then teardown") in out, out
     assert str(tmp_path) not in out
+
+
+def test_a_storage_stack_deleted_around_a_kept_file_system_left_it_on_purpose(synth):
+    """A storage stack deleted with the file system retained (`cdk destroy`, the console): the
+    file system, its security group and its two links to the bucket are what the stack's policy
+    kept, and teardown's leftover check calls each of them so (from the deleted stack's template
+    and the resources' aws:cloudformation:* tags). Before: the links kept the default Delete and
+    were gone, so the kept file system no longer followed the bucket."""
+    import json
+    from datetime import datetime, timezone
+
+    from botocore.stub import Stubber
+
+    from ops.teardown_leftovers import retained_by_its_stack
+
+    template = synth("default").template("storage")
+    cfn = boto3.client("cloudformation", region_name="us-east-1")
+    stub = Stubber(cfn)
+    sid = "arn:aws:cloudformation:us-east-1:123456789012:stack/moe-rl-storage/1"
+    when = datetime(2026, 11, 2, tzinfo=timezone.utc)
+    stub.add_response("describe_stacks", {"Stacks": [{
+        "StackName": "moe-rl-storage", "StackId": sid, "CreationTime": when,
+        "StackStatus": "DELETE_COMPLETE"}]}, {"StackName": sid})
+    stub.add_response("get_template", {"TemplateBody": json.dumps(template)}, {"StackName": sid})
+    stub.add_response("list_stack_resources", {"StackResourceSummaries": [
+        {"LogicalResourceId": lid, "PhysicalResourceId": f"id-{lid}", "ResourceType": r["Type"],
+         "LastUpdatedTimestamp": when,
+         "ResourceStatus": ("DELETE_SKIPPED" if r.get("DeletionPolicy") == "Retain"
+                            else "DELETE_COMPLETE")}
+        for lid, r in template["Resources"].items()]}, {"StackName": sid})
+    # What carries tags, so the tagging API lists it once the stack is gone.
+    kept = {lid: r["Type"] for lid, r in template["Resources"].items() if r["Type"] in (
+        "AWS::FSx::FileSystem", "AWS::EC2::SecurityGroup", "AWS::FSx::DataRepositoryAssociation")}
+    assert sorted(kept.values()).count("AWS::FSx::DataRepositoryAssociation") == 2
+    read: dict = {}
+    with stub:
+        verdicts = {lid: retained_by_its_stack(cfn, "moe-rl", {
+            "aws:cloudformation:stack-name": "moe-rl-storage", "aws:cloudformation:stack-id": sid,
+            "aws:cloudformation:logical-id": lid}, read) for lid in kept}
+    assert all(verdicts.values()), verdicts

@@ -113,3 +113,28 @@ def test_a_repository_deleted_with_its_stack_is_emptied_by_cloudformation(synth,
     assert example == "default" or all(_policy(r) == "Delete" for r in repos.values())
     assert not [r for r in template["Resources"].values()
                 if r["Type"].startswith("Custom::") or r["Type"] == "AWS::Lambda::Function"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_a_kept_file_system_keeps_its_lustre_rules_and_its_links_to_s3(synth, example):
+    """Before: the file system and its security group were retained, but the group's
+    self-referencing Lustre rules and the /datasets and /models associations kept the default
+    Delete: a storage stack deleted around a kept file system (cdk destroy, the console) left its
+    servers without the Lustre ports between them and its directories unlinked from the bucket."""
+    s = synth(example)
+    if not s.config.storage.shared_filesystem.type == "fsx-lustre":
+        pytest.skip("no shared file system")
+    template = s.template("storage")
+    ((fs_id, fs),) = resources(template, "AWS::FSx::FileSystem").items()
+    ((sg_id, sg),) = resources(template, "AWS::EC2::SecurityGroup").items()
+    expected = "Delete" if s.config.ephemeral or not s.config.storage.retain else "Retain"
+    assert _policy(fs) == fs.get("UpdateReplacePolicy", "Delete") == expected
+    rules = {rid: r for rid, r in resources(template, "AWS::EC2::SecurityGroupIngress").items()
+             if r["Properties"]["GroupId"] == {"Fn::GetAtt": [sg_id, "GroupId"]}}
+    links = resources(template, "AWS::FSx::DataRepositoryAssociation")
+    assert len(rules) == 2 and len(links) == 2, (sorted(rules), sorted(links))
+    for rid, r in {sg_id: sg, **rules, **links}.items():
+        assert r["Properties"].get("FileSystemId", {"Ref": fs_id}) == {"Ref": fs_id}, rid
+        assert _policy(r) == r.get("UpdateReplacePolicy", "Delete") == expected, (
+            f"{rid} ({r['Type']}) is {_policy(r)}/{r.get('UpdateReplacePolicy')} while the file "
+            f"system {fs_id} is {expected}")
