@@ -163,6 +163,11 @@ class CloudWatchObservability(Construct):
             # The add-on owns the fields it manages; a value changed by hand is put back.
             resolve_conflicts="OVERWRITE",
         )
+        # The role's ARN orders the add-on after the role only, not after its policy, a resource
+        # of its own: the agent could start with the managed policy's log writes on every group
+        # and without the Deny that narrows them. A dependency on the role construct covers its
+        # DefaultPolicy (and any policy added to it later).
+        self.addon.node.add_dependency(self.role)
 
 
 # The log writes CloudWatchAgentServerPolicy allows on every log group of the account

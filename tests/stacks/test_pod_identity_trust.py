@@ -86,3 +86,34 @@ def test_each_pod_identity_role_trusts_only_its_binding(synth, example):
             {"Ref": "AWS::AccountId"}, *_cluster_parts(cond.get(CLUSTER_TAG))]]}, (lid, cond)
     # Every binding's role is one of these (none trusts Pod Identity without conditions).
     assert all(any(lid in ref for lid in roles) for ref, _, _ in bound)
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_a_binding_waits_for_every_policy_of_its_role(synth, example):
+    """A binding's role ARN orders it after the role only; a policy attached to the role is a
+    resource of its own. Before: the CloudWatch add-on did not wait for its role's policy, which
+    holds the Deny that keeps the agent's log writes to this cluster's groups, so the agent could
+    start with the managed policy's writes open on every group of the account. A policy in
+    another stack is created before this one's stack starts."""
+    s = synth(example)
+    checked = 0
+    for stack, t in s.templates.items():
+        policies = {pid: json.dumps(p["Properties"].get("Roles", []))
+                    for pid, p in t["Resources"].items()
+                    if p["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")}
+        binders = {**resources(t, "AWS::EKS::PodIdentityAssociation"),
+                   **{lid: a for lid, a in resources(t, "AWS::EKS::Addon").items()
+                      if a["Properties"].get("PodIdentityAssociations")}}
+        for lid, b in binders.items():
+            p = b["Properties"]
+            for ref in [p["RoleArn"]] if "RoleArn" in p else [
+                    a["RoleArn"] for a in p["PodIdentityAssociations"]]:
+                if "Fn::GetAtt" not in ref:
+                    continue  # another stack's role (an import)
+                role = ref["Fn::GetAtt"][0]
+                needed = {pid for pid, roles in policies.items()
+                          if json.dumps({"Ref": role}) in roles}
+                missing = needed - set(b.get("DependsOn", []))
+                assert not missing, f"{stack}: {lid} does not wait for {sorted(missing)} of {role}"
+                checked += len(needed)
+    assert checked or not s.config.observability.enabled or s.config.observability.application_signals
