@@ -165,9 +165,11 @@ class CloudWatchObservability(Construct):
         )
         # The role's ARN orders the add-on after the role only, not after its policy, a resource
         # of its own: the agent could start with the managed policy's log writes on every group
-        # and without the Deny that narrows them. A dependency on the role construct covers its
-        # DefaultPolicy (and any policy added to it later).
-        self.addon.node.add_dependency(self.role)
+        # and without the Deny that narrows them. (Not on the role itself: the ARN already does
+        # that, and cfn-lint warns of the repeat, W3005.)
+        policy = self.role.node.try_find_child("DefaultPolicy")
+        if policy is not None:
+            self.addon.node.add_dependency(policy)
 
 
 # The log writes CloudWatchAgentServerPolicy allows on every log group of the account
