@@ -67,9 +67,20 @@ SHM_SHARE_DEN = 4  # /dev/shm (memory-backed emptyDir) may grow to 1/4 of node m
 # actor module (miles/ray/train/actor_factory.py), which needs a GPU node's NVIDIA stack.
 # KubeRay's job submitter only runs `ray job submit` and follows the logs; these are the requests
 # and limits KubeRay v1.7.0 gives its default submitter (ray-project/kuberay@59d663aeec13
-# ray-operator/controllers/ray/common/job.go:230-241, GetDefaultSubmitterContainer).
+# ray-operator/controllers/ray/common/job.go:230-241, GetDefaultSubmitterContainer). They fit in
+# the tenth of a GPU node the head leaves (NODE_SHARE_NUM/DEN), where the submitter runs.
 SUBMITTER_CPU = "500m"
 SUBMITTER_MEMORY = "1Gi"
+# The submitter runs on the Ray head's node, the one node certain to hold the trainer image when
+# KubeRay creates the submitter (once the cluster is ready): a system node would first pull ~80
+# GiB while every GPU node waits. Its pod affinity selects the head by labels known at render
+# time: the kit's workload label and KubeRay's node type, which KubeRay v1.7.0 sets on the head
+# and lets no template override (ray-project/kuberay@59d663aeec13
+# ray-operator/controllers/ray/common/pod.go:1167-1190, labelPod; utils/constant.go:20;
+# apis/ray/v1/raycluster_types.go:683). Not ray.io/cluster: KubeRay names each attempt's cluster
+# <rayjob>-<5 random characters> (rayjob_controller.go:904-909, utils/util.go:369-371).
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+RAY_HEAD_NODE_TYPE = "head"
 
 # preRunningDeadlineSeconds is a *int32 (ray-project/kuberay@59d663aeec13
 # ray-operator/apis/ray/v1/rayjob_types.go:290; CRD format int32, ray.io_rayjobs.yaml:154-157).
@@ -96,9 +107,9 @@ def pre_running_deadline_seconds(cfg: KitConfig, block_start_wait_s: float | Non
 
 RAYJOB_TTL_SECONDS = 600  # keep the finished Ray cluster 10 minutes for logs, then delete it
 # Pod failures of KubeRay's submitter Job before KubeRay fails the whole RayJob (its own default
-# is 2). The submitter follows the driver's log for the whole run from a system node, so a node
-# drained for an update, an eviction or a dropped log stream each fail one pod; a new pod only
-# reattaches (ray-project/kuberay@59d663aeec13 ray-operator/controllers/ray/common/job.go:121-124:
+# is 2). The submitter follows the driver's log for the whole run beside the head, so the head's
+# node drained, an eviction or a dropped log stream each fail one pod; a new pod only reattaches
+# (ray-project/kuberay@59d663aeec13 ray-operator/controllers/ray/common/job.go:121-124:
 # `ray job status` first, submit only if no job).
 SUBMITTER_BACKOFF_LIMIT = 10
 
@@ -165,14 +176,15 @@ class GpuPod(_Frozen):
     capabilities: list[str]
 
 
-class HeadPod(_Frozen):
-    """A small pod on a system node: KubeRay's job submitter (the Ray head is a ``GpuPod``)."""
+class SubmitterPod(_Frozen):
+    """KubeRay's job submitter: a small pod on the Ray head's node (SUBMITTER_CPU's comment)."""
 
     image: str
-    node_selector: dict[str, str]
+    node_selector_terms: list[dict[str, Any]]  # the head's nodeAffinity matchExpressions
+    head_selector: dict[str, str]  # labels of the head pod, for the pod affinity
+    tolerations: list[dict[str, str]]  # the head's
     cpu: str
     memory: str
-    env: list[dict[str, str]] = []
 
 
 class SharedFs(_Frozen):
@@ -234,7 +246,7 @@ class RenderContext(_Frozen):
     run_config_file: str
     checkpoint_dir: str
     shared_fs: SharedFs | None  # None: single-node run without a shared file system
-    submitter: HeadPod  # KubeRay's job submitter (a Job on a system node)
+    submitter: SubmitterPod  # KubeRay's job submitter (a Job, on the Ray head's node)
     entrypoint: str
     ttl_seconds_after_finished: int
     backoff_limit: int  # KubeRay retries of the whole job (a new Ray cluster each)
@@ -262,6 +274,11 @@ class RenderContext(_Frozen):
 
 
 # --- building blocks ----------------------------------------------------------------------------
+
+
+def head_workload(rayjob_name: str) -> str:
+    """The Ray head's WORKLOAD_LABEL value (the disruption budget and the submitter select it)."""
+    return f"{rayjob_name}-head"
 
 
 def image_tag_for(cfg: KitConfig) -> str:
@@ -485,8 +502,11 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         # The bucket's datasets/ prefix is linked into the shared file system: read it there.
         prompt_data = f"{names.SHARED_FS_MOUNT_PATH}/{t.prompt_data}"
     rc = run_config(cfg, itype, outputs.bucket_name, prompt_data)
-    submitter = HeadPod(image=image, node_selector={names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM},
-                        cpu=SUBMITTER_CPU, memory=SUBMITTER_MEMORY)
+    submitter = SubmitterPod(
+        image=image, node_selector_terms=head.node_selector_terms,
+        head_selector={WORKLOAD_LABEL: head_workload(t.run_name),
+                       RAY_NODE_TYPE_LABEL: RAY_HEAD_NODE_TYPE},
+        tolerations=head.tolerations, cpu=SUBMITTER_CPU, memory=SUBMITTER_MEMORY)
     annotations = {OUTPUTS_ANNOTATION: outputs.source}
     if outputs.is_placeholder:
         annotations[PLACEHOLDER_ANNOTATION] = (

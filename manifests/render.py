@@ -47,6 +47,7 @@ from manifests.context import (
     SUBMITTER_BACKOFF_LIMIT,
     WORKLOAD_LABEL,
     RenderContext,
+    head_workload,
 )
 from manifests.errors import RenderError, RenderProblem
 
@@ -243,7 +244,7 @@ def plan_files(ctx: RenderContext) -> list[FileSpec]:
         FileSpec(RAYJOB_FILE, "rayjob.yaml.j2", "RayJob", {
             "meta": _meta(ctx, ctx.rayjob_name, "rl-job", annotations={
                 "rlkit.aws/node-group": f"{ctx.worker.node_group} ({ctx.nodegroup_name})"}),
-            "head_labels": _pod_labels(ctx, "ray-head", f"{ctx.rayjob_name}-head"),
+            "head_labels": _pod_labels(ctx, "ray-head", head_workload(ctx.rayjob_name)),
             "worker_labels": _pod_labels(ctx, "ray-worker", worker_workload),
             "worker_workload": worker_workload,
             "submitter_labels": _pod_labels(ctx, "ray-job-submitter", f"{ctx.rayjob_name}-submitter"),

@@ -11,9 +11,9 @@
 3. Synthesizes every stack into a temporary directory (no AWS calls, no credentials).
 4. Renders the Helm charts the cluster stack installs with the exact values in the synthesized
    template, through the real Helm in the kubectl layer package, and checks where every pod would
-   land (device plugins on every GPU group, the job submitter on system nodes with room for the
-   trainer image, the Ray head, workers and fabric jobs on their group with GPUs, EFA devices and
-   huge pages allocatable).
+   land (device plugins on every GPU group; the Ray head, workers and fabric jobs on their group
+   with GPUs, EFA devices and huge pages allocatable; the job submitter bound to the head's node,
+   with room beside it).
 
 Offline means offline: charts come from --chart-dir, else the locked chart archives in
 ../shared/charts beside the repository, else the verified artifact cache that `python

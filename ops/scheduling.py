@@ -7,7 +7,9 @@ launch template (huge pages as provisioned by its user data) and the device plug
 Pods come from the rendered Helm charts and the rendered kit manifests. For each pod and node
 group the check evaluates nodeSelector, required node affinity (In, NotIn, Exists, DoesNotExist,
 Gt, Lt), NoSchedule/NoExecute taints against tolerations, resource requests against
-allocatable, and the disk the pod's image needs against the node's root volume.
+allocatable, and the disk the pod's image needs against the node's root volume. A kit pod that
+must share a node with another (KubeRay's submitter beside the Ray head) lands only where that pod
+lands, fits beside it, and must say so with a required pod affinity on the node's hostname.
 
 Every DaemonSet must land on exactly the node groups it serves, and every kit pod on its intended
 group and nothing else. A finding names the pod, the node group and the unmet term.
@@ -69,6 +71,8 @@ class PodModel:
     daemonset: bool = False
     kit_image: bool = False  # runs the trainer image (needs TRAINER_IMAGE_DISK_GIB of disk)
     advertises: str | None = None  # extended resource a device plugin pod makes allocatable
+    labels: dict[str, str] = field(default_factory=dict)  # the pod's labels, as created
+    beside: str | None = None  # the kit pod whose node it must share (by required pod affinity)
 
 
 @dataclass(frozen=True)
@@ -238,25 +242,40 @@ def chart_pods(objects: Iterable[dict], intended: dict[str, frozenset[str]],
     return pods
 
 
+# The node type label KubeRay v1.7.0 puts on every Ray pod, over any the template sets
+# (ray-project/kuberay@59d663aeec13 ray-operator/controllers/ray/common/pod.go:1167-1190).
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def _ray_pod(name: str, template: dict, node_type: str, train: frozenset[str]) -> PodModel:
+    labels = {**(template.get("metadata") or {}).get("labels", {}), RAY_NODE_TYPE_LABEL: node_type}
+    return PodModel(name, template["spec"], train, kit_image=True, labels=labels)
+
+
 def kit_pods(objects: Iterable[dict], *, training_group: str) -> list[PodModel]:
     """Pods of the rendered kit manifests: RayJob head, workers and submitter; fabric Jobs."""
     pods = []
-    system, train = frozenset({SYSTEM_GROUP}), frozenset({training_group})
+    train = frozenset({training_group})
     for obj in objects:
         kind, name = obj.get("kind"), obj.get("metadata", {}).get("name")
         if kind == "RayJob":
             cluster = obj["spec"]["rayClusterSpec"]
-            head = cluster["headGroupSpec"]["template"]["spec"]
+            head = _ray_pod(f"RayJob {name} head", cluster["headGroupSpec"]["template"], "head",
+                            train)
             # The head is the run's first GPU node (the driver runs there: docs/manifests.md).
-            pods.append(PodModel(f"RayJob {name} head", head, train, kit_image=True))
+            pods.append(head)
             for wg in cluster.get("workerGroupSpecs", []):
-                pods.append(PodModel(f"RayJob {name} worker group {wg['groupName']}",
-                                     wg["template"]["spec"], train, kit_image=True))
+                pods.append(_ray_pod(f"RayJob {name} worker group {wg['groupName']}",
+                                     wg["template"], "worker", train))
             submitter = obj["spec"].get("submitterPodTemplate", {}).get("spec")
             if submitter is None:
                 # KubeRay's default submitter: the head's image, no selector, no tolerations.
-                submitter = {"containers": [{"image": head["containers"][0]["image"]}]}
-            pods.append(PodModel(f"RayJob {name} submitter", submitter, system, kit_image=True))
+                submitter = {"containers": [{"image": head.spec["containers"][0]["image"]}]}
+            # Beside the head: KubeRay creates it once the cluster is ready, and only the head's
+            # node is sure to hold the trainer image by then (docs/manifests.md).
+            pods.append(PodModel(f"RayJob {name} submitter", submitter, train, kit_image=True,
+                                 beside=head.name))
         elif kind == "Job":
             pods.append(PodModel(f"Job {name}", obj["spec"]["template"]["spec"], train,
                                  kit_image=True))
@@ -328,6 +347,37 @@ def placement_problem(spec: dict, node: NodeGroupModel, *,
             return (f"taint {taint['key']}={taint['value']}:{taint['effect']} is not tolerated "
                     f"(tolerations: {spec.get('tolerations') or 'none'})")
     return None
+
+
+def _selects(selector: dict, labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels, matchExpressions) selects ``labels``."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expression_ok(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def pod_affinity_problem(pod: PodModel, target: PodModel, others: Iterable[PodModel]) -> str | None:
+    """Why ``pod`` is not bound to ``target``'s node by a required pod affinity on the node's
+    hostname that selects ``target`` and none of ``others``; None if it is. A term naming
+    namespaces is not read (the kit's pods share the RayJob's namespace)."""
+    terms = ((((pod.spec.get("affinity") or {}).get("podAffinity") or {})
+              .get("requiredDuringSchedulingIgnoredDuringExecution")) or [])
+    for term in terms:
+        if term.get("topologyKey") != HOSTNAME_LABEL or term.get("namespaces") \
+                or "namespaceSelector" in term:
+            continue
+        selector = term.get("labelSelector") or {}
+        if not _selects(selector, target.labels):
+            continue
+        if also := [o.name for o in others if o is not target and o is not pod
+                    and _selects(selector, o.labels)]:
+            return (f"its pod affinity {selector} selects {also} too, so it may start beside "
+                    f"them instead of {target.name}. Fix: select labels only that pod has")
+        return None
+    return (f"no required pod affinity on {HOSTNAME_LABEL} selects {target.name} "
+            f"(labels {target.labels}), so it may start on a node of the group that has not "
+            "pulled the trainer image. Fix: a requiredDuringSchedulingIgnoredDuringExecution "
+            f"podAffinity term, topologyKey {HOSTNAME_LABEL}, selecting that pod's labels")
 
 
 def _tolerates(toleration: dict, taint: dict) -> bool:
@@ -424,12 +474,25 @@ def schedule(nodes: list[NodeGroupModel], chart: list[PodModel],
                     node.allocatable[pod.advertises] = _ADVERTISED_AMOUNT[pod.advertises](itype)
                 for r, amount in _requests(pod.spec).items():
                     used[node.name][r] = used[node.name].get(r, 0.0) + amount
+    by_name = {p.name: p for p in kit}
     for pod in [p for p in chart if not p.daemonset] + kit:
+        target = by_name.get(pod.beside) if pod.beside else None
+        if target is not None:
+            why = pod_affinity_problem(pod, target, kit)
+            findings += [Finding(pod.name, group, why) for group in sorted(pod.intended) if why]
         fits = []
         for node in nodes:
             problem = placement_problem(pod.spec, node)
+            beside = used[node.name]
+            if problem is None and target is not None:
+                if node.name not in lands.get(target.name, []):
+                    problem = f"{target.name}, which it must run beside, does not land here"
+                beside = {r: beside.get(r, 0.0) + _requests(target.spec).get(r, 0.0)
+                          for r in {*beside, *_requests(target.spec)}}
             if problem is None:
-                problem = resource_problem(pod, node, used[node.name])
+                problem = resource_problem(pod, node, beside)
+                if problem is not None and target is not None:
+                    problem += f" beside {target.name}"
             if problem is None:
                 fits.append(node.name)
             elif node.name in pod.intended:

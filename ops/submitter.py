@@ -6,8 +6,8 @@ has created the submitter Job, before that Job's pod has run anything
 start deadline, preRunningDeadlineSeconds, is checked only while Initializing (:188, defined
 :1252); in Running a Ray job not found, with the submitter Job not finished, is only requeued
 (:302-316), and the submitter Job counts as failed only once it has a Failed condition
-(:1138-1172, :1183-1190). A submitter pod that never starts (no system node fits it, its image
-cannot be pulled) fails no Job, so the RayJob stays Running with no jobStatus for ever while its
+(:1138-1172, :1183-1190). A submitter pod that never starts (no room beside the Ray head, its
+image cannot be pulled) fails no Job, so the RayJob stays Running with no jobStatus for ever while its
 Ray cluster holds the GPU nodes. This module names that pod and why.
 """
 
@@ -28,8 +28,8 @@ SUBMITTER_JOB_LABEL = "batch.kubernetes.io/job-name"
 SUBMIT_WAIT_AFTER = timedelta(minutes=5)
 # A submitter pod this old that still waits for a node, an image or a restart is stuck: kubelet
 # retries a failed pull with a back-off of at most 5 minutes, so a pull that fails this long is
-# not a passing hiccup. Pulling the trainer image onto a system node (ContainerCreating) is slow,
-# not stuck, and is said as such.
+# not a passing hiccup. The submitter runs beside the Ray head, whose node already holds the
+# trainer image; a pull still under way there (ContainerCreating) is said as slow, not stuck.
 SUBMITTER_STUCK_AFTER = timedelta(minutes=10)
 # Waiting reasons of a container that does not get better by itself (kubelet's own reasons).
 STUCK_REASONS = {
@@ -81,13 +81,14 @@ def _fix(pod: dict[str, Any], reason: str | None, namespace: str) -> str:
     images = ", ".join(c.get("image", "?") for c in (pod.get("spec") or {}).get("containers") or [])
     describe = f"kubectl describe pod {name} -n {namespace}"
     if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
-        return (f"check that the image ({images or '?'}) exists and that the system nodes may "
+        return (f"check that the image ({images or '?'}) exists and that the GPU nodes may "
                 f"pull it; the pull error: {describe}")
     if reason == "CrashLoopBackOff":
         return f"read why it exits: kubectl logs {name} -n {namespace} --previous"
     if reason is None and _unschedulable(pod):
-        return (f"no system node fits it (nodeSelector, CPU and memory requests): make room on the "
-                f"system node group, or see {describe}")
+        return (f"no node fits it beside the Ray head (its pod affinity to the head, the GPU "
+                f"tolerations, CPU and memory requests): make room on the head's node, or see "
+                f"{describe}")
     return f"see {describe}"
 
 
@@ -122,7 +123,7 @@ def submitter_verdict(doc: dict[str, Any], pods: list[dict[str, Any]], namespace
                 f"GPU nodes now: kubectl delete rayjob {job} -n {namespace} (its Ray cluster "
                 f"goes with it); {replace} starts the run over"), True
     if status.get("phase") == "Pending":
-        pulling = " (pulling its image onto a system node can take many minutes)" \
+        pulling = " (pulling its image can take many minutes)" \
             if reason in ("ContainerCreating", None) else ""
         return (f"Submitting ({since}): submitter pod {name} is still starting: "
                 f"{why_not_started(pod)}{pulling}"), False

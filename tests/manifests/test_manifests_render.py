@@ -273,7 +273,7 @@ def _selects(selector: dict, labels: dict[str, str]) -> bool:
 def test_a_drain_cannot_evict_the_runs_gpu_pods_unless_on_a_capacity_block(name):
     """Before: nothing stopped an EKS node group update (a new launch template) from draining the
     run's nodes one by one, though force_update: false promised to wait for disruption budgets.
-    The budget selects the Ray head and workers (not KubeRay's submitter on a system node), lets
+    The budget selects the Ray head and workers (not KubeRay's submitter, a Job's pod), lets
     none go voluntarily, and lets an unhealthy pod go. A Capacity Block gets none: EKS drains its
     nodes before the block ends."""
     cfg = example(name)
@@ -824,7 +824,7 @@ def test_head_and_workers_share_one_file_system(name, tmp_path):
 
     pods = rayjob_pod_specs(files)
     assert set(pods) == {"head", "worker", "submitter"}
-    del pods["submitter"]  # mounts nothing (test_the_submitter_mounts_nothing_and_may_run_in_any_zone)
+    del pods["submitter"]  # mounts nothing (test_the_submitter_mounts_nothing)
     for kind, pod in pods.items():
         claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
                   for v in pod["volumes"] if "persistentVolumeClaim" in v}
@@ -843,15 +843,46 @@ def test_head_and_workers_share_one_file_system(name, tmp_path):
         assert path.startswith(names.SHARED_FS_MOUNT_PATH + "/"), path
 
 
-def test_submitter_runs_on_a_system_node_as_kuberay_names_it():
+def test_submitter_is_one_container_as_kuberay_names_it():
     files = rendered("default")
     submitter = rayjob_pod_specs(files)["submitter"]
-    assert submitter["nodeSelector"] == {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
     assert submitter["restartPolicy"] == "Never"  # a Job's pod template allows Never/OnFailure
     (container,) = submitter["containers"]
     # KubeRay v1.7.0 fills in the command of the template's first container when it has none
     # (kuberay@59d663aeec13 rayjob_controller.go:591, :643-647): one container, no command.
     assert container["name"] == "ray-job-submitter" and "command" not in container
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_submitter_runs_beside_the_ray_head(name):
+    """Before: KubeRay's submitter, created once the Ray cluster is ready, ran the ~80 GiB
+    trainer image on a system node, so each launch or retry that met an uncached system node
+    pulled it while every GPU node of the run waited. Now it must share the head's node (required
+    pod affinity on the hostname), which holds the image: the head's node affinity and
+    tolerations, and a selector that picks the head as KubeRay creates it (the template's labels
+    plus ray.io/node-type, kuberay@59d663aeec13 common/pod.go:1167-1190) and no worker. Small
+    requests: it fits in the tenth of the node the head leaves."""
+    pods = rayjob_pod_specs(rendered(name))
+    spec = next(f.obj for f in rendered(name) if f.kind == "RayJob")["spec"]
+    head_labels = {**spec["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"],
+                   "ray.io/node-type": "head"}
+    worker_labels = {**spec["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["metadata"][
+        "labels"], "ray.io/node-type": "worker"}
+    submitter, head = pods["submitter"], pods["head"]
+    assert "nodeSelector" not in submitter
+    assert submitter["affinity"]["nodeAffinity"] == head["affinity"]["nodeAffinity"]
+    assert submitter["tolerations"] == head["tolerations"]
+    [term] = submitter["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert set(term) == {"labelSelector", "topologyKey"}  # the pod's own namespace: the head's
+    wanted = term["labelSelector"]["matchLabels"]
+    assert wanted == {"rlkit.aws/workload": head_labels["rlkit.aws/workload"],
+                      "ray.io/node-type": "head"}
+    assert wanted.items() <= head_labels.items() and not wanted.items() <= worker_labels.items()
+    (container,) = submitter["containers"]
+    assert container["image"] == head["containers"][0]["image"]
+    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"},
+                                      "limits": {"memory": "1Gi"}}
 
 
 def test_single_node_without_shared_fs_keeps_node_local_checkpoints():
@@ -981,14 +1012,13 @@ def test_only_the_head_holds_the_trainers_credentials(name):
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_the_submitter_mounts_nothing_and_may_run_in_any_zone(name):
+def test_the_submitter_mounts_nothing(name):
     """KubeRay's submitter runs `ray job submit` against the head and follows the log: no /fsx
-    (the job uploads no working_dir), so no pin to the file system's AZ either. Pinned, it
-    waited for a system node in that one AZ, which the Auto Scaling group does not promise."""
+    (the job uploads no working_dir). Its zone is the head's (it runs beside it)."""
     (_, _, submitter), = (v for k, v in pod_templates(rendered(name)).items()
                           if k.endswith(":submitter"))
     spec = submitter["spec"]
-    assert "volumes" not in spec and "affinity" not in spec
+    assert "volumes" not in spec
     assert all("volumeMounts" not in c for c in spec["containers"])
 
 

@@ -96,6 +96,10 @@ def test_every_pod_lands_exactly_where_it_should(rendered, example, chart_dir, h
     assert report.ok, "\n".join(str(f) for f in report.findings)
     # The check really modelled the things the issue was about.
     s, _, _ = rendered(example)
+    # KubeRay's submitter starts beside the Ray head, where the trainer image already is.
+    run_name = s.config.training.run_name
+    assert report.lands[f"RayJob {run_name} submitter"] == \
+        report.lands[f"RayJob {run_name} head"] == [s.config.training.node_group]
     for node in report.nodes:
         if node.name == scheduling.SYSTEM_GROUP:
             continue
@@ -500,9 +504,10 @@ def test_missing_huge_pages_fail_the_gpu_pods(rendered, chart_dir, helm_cache):
                "has none allocatable" in str(f) for f in report.findings)
 
 
-def test_small_system_disk_fails_the_submitter(rendered, chart_dir, helm_cache):
-    """The job submitter pulls the trainer image onto a system node; the Ray head is a GPU node now
-    (docs/manifests.md, "Where the driver runs"), so the system disk does not concern it."""
+def test_a_small_system_disk_concerns_no_pod_of_the_run(rendered, chart_dir, helm_cache):
+    """The job submitter pulled the trainer image onto a system node; it now runs beside the Ray
+    head on a GPU node (docs/manifests.md, "Where the driver runs"), so no pod of the RayJob
+    needs the system disk."""
     s, templates, _ = rendered("default")
     broken = copy.deepcopy(templates)
     # The system root volume is its launch template's (the cluster stack's only one).
@@ -511,9 +516,74 @@ def test_small_system_disk_fails_the_submitter(rendered, chart_dir, helm_cache):
             r["Properties"]["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] = 20
     report = run(rendered, "default", templates=broken, chart_dir=chart_dir,
                  helm_cache=helm_cache)
-    failing = {f.pod for f in report.findings}
-    assert "RayJob qwen3-30b-a3b-grpo submitter" in failing
-    assert "RayJob qwen3-30b-a3b-grpo head" not in failing
+    assert not [f for f in report.findings if f.pod.startswith("RayJob ")]
+
+
+def _kit_findings(rendered, example: str, edit) -> list[str]:
+    """The scheduling check's findings on the RayJob's pods after ``edit(submitter pod spec)``."""
+    s, templates, objects = rendered(example)
+    kit = copy.deepcopy(contract.kit_objects(s.config))
+    [job] = [o for o in kit if o["kind"] == "RayJob"]
+    edit(job["spec"]["submitterPodTemplate"]["spec"])
+    nodes = scheduling.node_groups(s.config, templates)
+    chart = scheduling.chart_pods(objects, contract.intended_chart_targets(s.config),
+                                  contract.chart_advertised_resources())
+    placed = scheduling.schedule(nodes, chart, scheduling.kit_pods(
+        kit, training_group=s.config.training.node_group))
+    return [str(f) for f in placed.findings if f.pod.startswith("RayJob ")]
+
+
+def test_a_submitter_not_bound_to_the_heads_node_fails(rendered):
+    """KubeRay creates the submitter once the Ray cluster is ready; only the head's node is sure
+    to hold the ~80 GiB trainer image then. Without the pod affinity it may start on any node of
+    the group (one the run does not use pulls the image first); on a system node, as before this
+    change, it pulled the image while every GPU node waited."""
+    head = "RayJob qwen3-30b-a3b-grpo head"
+    assert _kit_findings(rendered, "default", lambda spec: None) == []
+
+    def unbound(spec):
+        del spec["affinity"]["podAffinity"]
+    assert _kit_findings(rendered, "default", unbound) == [
+        f"RayJob qwen3-30b-a3b-grpo submitter on node group 'p5': no required pod affinity on "
+        f"kubernetes.io/hostname selects {head} (labels "
+        "{'app.kubernetes.io/part-of': 'rlkit', 'app.kubernetes.io/managed-by': 'rlkit', "
+        "'app.kubernetes.io/instance': 'moe-rl', 'app.kubernetes.io/component': 'ray-head', "
+        "'rlkit.aws/workload': 'qwen3-30b-a3b-grpo-head', 'ray.io/node-type': 'head'}), so it "
+        "may start on a node of the group that has not pulled the trainer image. Fix: a "
+        "requiredDuringSchedulingIgnoredDuringExecution podAffinity term, topologyKey "
+        "kubernetes.io/hostname, selecting that pod's labels"]
+
+    def any_ray_pod(spec):
+        term = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        term["labelSelector"] = {"matchLabels": {"app.kubernetes.io/instance": "moe-rl"}}
+    [finding] = _kit_findings(rendered, "default", any_ray_pod)
+    assert "selects ['RayJob qwen3-30b-a3b-grpo worker group p5'] too" in finding
+
+    def on_a_system_node(spec):  # the template before this change
+        del spec["affinity"], spec["tolerations"]
+        spec["nodeSelector"] = {names.NODE_ROLE_LABEL: names.NODE_ROLE_SYSTEM}
+    found = _kit_findings(rendered, "default", on_a_system_node)
+    assert found[0].startswith("RayJob qwen3-30b-a3b-grpo submitter on node group 'p5': no "
+                               "required pod affinity")
+    assert found[1:] == ["RayJob qwen3-30b-a3b-grpo submitter on node group 'p5': nodeSelector "
+                         "rlkit.aws/node-role=system unmet (node has rlkit.aws/node-role=gpu)"]
+
+    def without_the_gpu_toleration(spec):
+        spec["tolerations"] = []
+    [finding] = _kit_findings(rendered, "default", without_the_gpu_toleration)
+    assert finding.startswith("RayJob qwen3-30b-a3b-grpo submitter on node group 'p5': taint "
+                              "nvidia.com/gpu")
+
+
+def test_the_submitter_must_fit_beside_the_head(rendered):
+    """The head takes 9/10 of its node's CPUs and memory; the submitter's requests count
+    beside it, not against an empty node."""
+    def greedy(spec):
+        spec["containers"][0]["resources"]["requests"]["cpu"] = "20"
+    [finding] = _kit_findings(rendered, "default", greedy)
+    assert finding.startswith("RayJob qwen3-30b-a3b-grpo submitter on node group 'p5': requests "
+                              "cpu: 20 but only ")
+    assert finding.endswith(" is allocatable beside RayJob qwen3-30b-a3b-grpo head")
 
 
 def test_pod_that_could_land_on_the_wrong_group_is_reported(rendered, chart_dir, helm_cache):

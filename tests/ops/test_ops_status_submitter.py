@@ -83,22 +83,22 @@ def test_the_watch_ends_at_a_stuck_submitter_and_json_carries_the_line(tmp_path,
     assert len([c for c in kubectl.calls if "rayjob" in c]) == 1
 
 
-def test_an_unschedulable_submitter_names_the_scheduler_and_the_system_nodes(tmp_path, kubectl,
-                                                                            capsys):
+def test_an_unschedulable_submitter_names_the_scheduler_and_the_heads_node(tmp_path, kubectl,
+                                                                          capsys):
     why = "0/4 nodes are available: 4 Insufficient memory."
     kubectl.rule(["get", "rayjob"], stdout=rayjob("", "Running", startTime="2026-12-02T12:00:00Z"))
     kubectl.rule(["get", "pods"], stdout=pods(submitter_pod(unschedulable=why)))
     assert run(tmp_path, "status", "--no-health") == 1
     err = capsys.readouterr().err
     assert f"submitter pod {POD} Pending: {why} (no node can take it)" in err
-    assert "Fix: no system node fits it" in err
+    assert "Fix: no node fits it beside the Ray head" in err
 
 
 @pytest.mark.parametrize("case, stdout, said", [
     ("pulling, slow but not stuck", pods(submitter_pod("ContainerCreating")),
      f"Submitting (Running with no Ray job status; attempt started 2026-12-02T12:00:00Z): "
      f"submitter pod {POD} is still starting: Pending: ContainerCreating (Back-off pulling image "
-     f"\"{IMAGE}\") (pulling its image onto a system node can take many minutes)"),
+     f"\"{IMAGE}\") (pulling its image can take many minutes)"),
     ("a pull error on a pod only 5 minutes old",
      pods(submitter_pod("ImagePullBackOff", created="2026-12-02T12:25:00Z")),
      f"submitter pod {POD} is still starting: Pending: ImagePullBackOff"),
