@@ -154,9 +154,13 @@ CLOUDWATCH_OBSERVABILITY_ADDON_VERSION: str | None = None
 
 # System (non-GPU) node group default instance type: general purpose, x86_64, AL2023.
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.xlarge"
-# KubeRay's job submitter runs the trainer image on system nodes, so their root volume
-# must hold it (see TRAINER_IMAGE_DISK_GIB); EKS's own default (20 GiB) does not.
-DEFAULT_SYSTEM_ROOT_VOLUME_GIB = 200
+# System nodes hold the AMI, the add-ons' images (operators, CoreDNS, agents: a few GB) and
+# container logs, with Fluent Bit's spool bounded under 2 GiB (infra/constructs/fluent_bit.py);
+# no pod of a run pulls the trainer image there (KubeRay's submitter runs beside the Ray head:
+# docs/manifests.md). EKS's own default is 20 GiB; the kit's floor leaves room above it, and
+# its default room for images added later.
+SYSTEM_ROOT_VOLUME_MIN_GIB = 30
+DEFAULT_SYSTEM_ROOT_VOLUME_GIB = 60
 
 # Disk a node needs to pull and unpack the trainer image: compressed layers in containerd's content
 # store plus the unpacked snapshot. The image is ~45-50 GB unpacked (images/trainer/README.md, an

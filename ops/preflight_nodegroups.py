@@ -23,8 +23,8 @@ runs them):
   still hold that placement group in the old zone, and a cluster placement group lies in one
   AZ [botocore 1.44.8 autoscaling model, CreateAutoScalingGroup PlacementGroup].
 - **The system node group** (CloudFormation GetTemplate): its instance types are create-only
-  too; changing ``system_nodes.instance_type`` replaces the group, and the KubeRay operator, the
-  job submitter and CoreDNS move to new nodes. Its root volume is its launch template's, so
+  too; changing ``system_nodes.instance_type`` replaces the group, and the KubeRay operator and
+  CoreDNS move to new nodes. Its root volume is its launch template's, so
   changing ``root_volume_gib`` rolls its nodes instead. A group deployed by a kit before the
   system launch template has none and is replaced once (docs/operations.md, "IMDS on the system
   nodes").
@@ -259,8 +259,7 @@ def check_system_nodes_kept(reads: PreflightReads, cfg: KitConfig) -> Check:
     if not groups:
         return Check(NODEGROUP_KEPT, subject, PASS, f"{stack} has no node group yet: this deploy creates it")
     deployed, wanted = groups[0], cfg.system_nodes
-    moved = ("the job submitter, the KubeRay operator and CoreDNS move to new nodes, mid-run if "
-             "one runs")
+    moved = "the KubeRay operator and CoreDNS move to new nodes, mid-run if one runs"
     types = deployed.get("InstanceTypes") or []
     new_type = (f"its instance type {', '.join(types)} -> {wanted.instance_type}"
                 if types and types != [wanted.instance_type] else None)

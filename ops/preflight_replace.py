@@ -28,8 +28,8 @@ a replacement loses:
   removing or reordering zones moves numbered subnets to other zones: they would be replaced,
   while the cluster, storage and GPU stacks import them, so the network stack update fails. Adding
   a zone at the end only adds subnets, but it also changes the system node group's subnets
-  (create-only), which replaces that group: the job submitter, the KubeRay operator and CoreDNS
-  move to new nodes.
+  (create-only), which replaces that group: the KubeRay operator and CoreDNS move to new
+  nodes.
   ``local_zones`` are numbered the same way, each subnet with a CIDR block by position: a zone
   moved to another position keeps the block, which CloudFormation refuses, and a removed one is
   still imported by its group's GPU stack.
@@ -316,8 +316,8 @@ def check_zone_order(reads: PreflightReads, cfg: KitConfig) -> Check | None:
         return Check(
             ZONE_ORDER, subject, WARN,
             f"{', '.join(wanted[len(deployed):])} added at the end: new subnets only, but the "
-            "system node group's subnets change, which replaces that group (the job submitter, "
-            "the KubeRay operator and CoreDNS move to new nodes)",
+            "system node group's subnets change, which replaces that group (the KubeRay operator "
+            "and CoreDNS move to new nodes)",
             "deploy it when no job runs")
     return Check(ZONE_ORDER, subject, PASS,
                  f"the subnets stay in {deployed + deployed_local[:len(wanted_local)]}"
@@ -533,7 +533,7 @@ def replacement_checks(reads: PreflightReads, cfg: KitConfig) -> list[Check]:
               check_fsx_kept(reads, cfg) if has_shared_fs(cfg) else None,
               check_ami_release(reads, cfg, names.stack_names(cfg.name)["cluster"],
                                 "the system nodes",
-                                "moving the job submitter, the KubeRay operator and CoreDNS"),
+                                "moving the KubeRay operator and CoreDNS"),
               check_system_nodes_kept(reads, cfg)]
     for name, group in cfg.gpu_node_groups.items():
         checks += [check_placement_group_kept(reads, cfg, name, group),

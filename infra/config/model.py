@@ -20,7 +20,7 @@ from infra.versions import (
     DEFAULT_KUBERNETES_VERSION,
     DEFAULT_SYSTEM_INSTANCE_TYPE,
     DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
-    TRAINER_IMAGE_DISK_GIB,
+    SYSTEM_ROOT_VOLUME_MIN_GIB,
 )
 
 
@@ -94,10 +94,10 @@ class EndpointAccessConfig(_Model):
 class SystemNodesConfig(_Model):
     instance_type: str = Field(
         DEFAULT_SYSTEM_INSTANCE_TYPE,
-        description="Instance type of the small non-GPU node group (job submitter, operators, "
+        description="Instance type of the small non-GPU node group (operators, "
         "CoreDNS): an x86_64 type without accelerators, one botocore's EC2 service model lists "
         "(checked offline). Changing it on a deployed cluster replaces the system node group (a "
-        "node group's instance types are create-only): the job submitter, the KubeRay operator "
+        "node group's instance types are create-only): the KubeRay operator "
         "and CoreDNS move to new nodes (rlkit preflight warns).",
     )
     min_size: int = 2
@@ -105,9 +105,9 @@ class SystemNodesConfig(_Model):
     max_size: int = 4
     root_volume_gib: int = Field(
         DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
-        description="Root volume of each system node in GiB. KubeRay's job "
-        f"submitter pulls the trainer image here, which needs about {TRAINER_IMAGE_DISK_GIB} GiB. "
-        "It is the system nodes' launch template's (encrypted gp3), so changing it on a deployed "
+        description="Root volume of each system node in GiB: the AMI, the add-ons' images and "
+        f"the container logs (at least {SYSTEM_ROOT_VOLUME_MIN_GIB}); no pod of a run pulls the "
+        "trainer image there (the job submitter runs beside the Ray head). It is the system nodes' launch template's (encrypted gp3), so changing it on a deployed "
         "cluster replaces every system node in a rolling update (rlkit preflight warns).",
     )
 

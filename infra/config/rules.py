@@ -51,7 +51,7 @@ from infra.versions import (
     AMI_RELEASE_RE,
     EKS_AMI_RELEASES_READ,
     KUBERNETES_VERSIONS,
-    TRAINER_IMAGE_DISK_GIB,
+    SYSTEM_ROOT_VOLUME_MIN_GIB,
     kubernetes_minor,
 )
 
@@ -160,17 +160,15 @@ def validate(cfg: KitConfig) -> list[Problem]:
         add(problem("system_nodes", {"min_size": sn.min_size, "desired_size": sn.desired_size,
                                      "max_size": sn.max_size},
                     "sizes must satisfy 1 <= min_size <= desired_size <= max_size",
-                    "the job submitter and operators need at least one system node; e.g. 2/2/4"))
+                    "the operators and CoreDNS need at least one system node; e.g. 2/2/4"))
     if sn.instance_type in INSTANCE_TYPES:
         add(problem("system_nodes.instance_type", sn.instance_type,
                     "the system node group is for CPU work, not a GPU instance type",
                     f"use a general-purpose type such as {DEFAULT_SYSTEM_INSTANCE_TYPE}"))
-    # KubeRay's job submitter pulls the trainer image onto system nodes.
-    if not TRAINER_IMAGE_DISK_GIB + 20 <= sn.root_volume_gib <= 16384:
+    if not SYSTEM_ROOT_VOLUME_MIN_GIB <= sn.root_volume_gib <= 16384:
         add(problem("system_nodes.root_volume_gib", sn.root_volume_gib,
-                    f"must be {TRAINER_IMAGE_DISK_GIB + 20} to 16384 GiB: KubeRay's job "
-                    f"submitter pulls the trainer image (about {TRAINER_IMAGE_DISK_GIB} GiB on disk) "
-                    "onto system nodes, next to the AMI and system images",
+                    f"must be {SYSTEM_ROOT_VOLUME_MIN_GIB} to 16384 GiB: the AMI, the add-ons' "
+                    "images and the container logs share it",
                     f"use e.g. {DEFAULT_SYSTEM_ROOT_VOLUME_GIB}"))
 
     if not cfg.gpu_node_groups:

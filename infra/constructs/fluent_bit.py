@@ -37,11 +37,10 @@ AUTO_CREATE_GROUP = "false"
 # room for new data", default none; the chart 6.4.0 runs aws-for-fluent-bit 3.4.8, which is
 # Fluent Bit v5.0.7 (aws/aws-for-fluent-bit release v3.4.8)]. A slow CloudWatch, or a restarted
 # KubeRay submitter printing a days-long job log again from its start, would otherwise spool onto
-# the disk that holds the trainer image. 1 GB per output, and two outputs are fed by filesystem
-# inputs (application, dataplane): under 2 GiB in all, a tenth of the 20 GiB the kit allows
-# beside the trainer image on the smallest system root volume it accepts (TRAINER_IMAGE_DISK_GIB
-# + 20, infra/config/rules.py; ops/scheduling.py NODE_DISK_RESERVE_GIB), and 1 % of the default
-# 200 GiB. What is dropped past it is the oldest queued lines, which a replayed log has sent before.
+# the node's root volume (on a GPU node, beside the trainer image). 1 GB per output, and two
+# outputs are fed by filesystem inputs (application, dataplane): under 2 GiB in all, a tenth of
+# the 20 GiB kept free beside the trainer image (ops/scheduling.py NODE_DISK_RESERVE_GIB), and
+# under 7 % of the smallest system root volume the kit accepts (SYSTEM_ROOT_VOLUME_MIN_GIB). What is dropped past it is the oldest queued lines, which a replayed log has sent before.
 # Every output sets it, so an input moved to filesystem storage later is bounded too.
 STORAGE_TOTAL_LIMIT_GB = 1
 STORAGE_TOTAL_LIMIT = f"{STORAGE_TOTAL_LIMIT_GB}G"

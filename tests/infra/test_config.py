@@ -812,12 +812,15 @@ def test_reserved_capacity_gets_no_new_placement_group_by_default():
     assert parse_config({}).gpu_node_groups["p5"].uses_placement_group is True
 
 
-def test_system_root_volume_must_hold_the_trainer_image():
+def test_system_root_volume_needs_room_for_images_and_logs_not_the_trainer_image():
+    """Before: at least 100 GiB, for a submitter that pulled the trainer image onto system nodes;
+    it runs beside the Ray head now, so 40 GiB is enough and 20 still too little."""
+    assert parse_config({"system_nodes": {"root_volume_gib": 40}}).system_nodes.root_volume_gib == 40
     with pytest.raises(ConfigError) as err:
         parse_config({"system_nodes": {"root_volume_gib": 20}})
-    assert str(err.value.problems[0]).startswith(
-        "system_nodes.root_volume_gib = 20: must be 100 to 16384 GiB: KubeRay's job "
-        "submitter pulls the trainer image")
+    assert str(err.value.problems[0]) == (
+        "system_nodes.root_volume_gib = 20: must be 30 to 16384 GiB: the AMI, the add-ons' images "
+        "and the container logs share it. Fix: use e.g. 60.")
 
 
 def test_public_endpoint_needs_listed_cidrs_and_public_only_mode_is_gone():

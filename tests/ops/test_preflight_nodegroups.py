@@ -338,24 +338,24 @@ def test_a_new_system_instance_type_replaces_the_group_and_a_new_root_volume_rol
     s = synth("default")
     same = png.check_system_nodes_kept(deployed_cluster("moe-rl-cluster", s.template("cluster")),
                                        s.config)
-    assert (same.status, same.detail) == (PASS, "the system node group stays: m7i.xlarge, 200 GiB")
+    assert (same.status, same.detail) == (PASS, "the system node group stays: m7i.xlarge, 60 GiB")
     cfg = parse_config(example("default", system_nodes={"instance_type": "m7i.2xlarge",
                                                         "root_volume_gib": 300}))
     check = png.check_system_nodes_kept(deployed_cluster("moe-rl-cluster", s.template("cluster")), cfg)
     assert (check.status, check.subject) == (WARN, "system_nodes (moe-rl-cluster)")
     assert check.detail == (
         "a deploy would replace the system node group: this config changes its instance type "
-        "m7i.xlarge -> m7i.2xlarge, which a node group cannot change in place; the job submitter, "
-        "the KubeRay operator and CoreDNS move to new nodes, mid-run if one runs")
+        "m7i.xlarge -> m7i.2xlarge, which a node group cannot change in place; the KubeRay "
+        "operator and CoreDNS move to new nodes, mid-run if one runs")
     assert check.fix == ("deploy it when no job runs (rlkit status), or keep system_nodes."
                          "instance_type: m7i.xlarge")
     disk = parse_config(example("default", system_nodes={"root_volume_gib": 300}))
     roll = png.check_system_nodes_kept(deployed_cluster("moe-rl-cluster", s.template("cluster")), disk)
     assert (roll.status, roll.detail, roll.fix) == (
         WARN, "a deploy would replace every system node in a rolling update: this config changes "
-        "their root volume 200 -> 300 GiB, a new version of their launch template; the job "
-        "submitter, the KubeRay operator and CoreDNS move to new nodes, mid-run if one runs",
-        "deploy it when no job runs (rlkit status), or keep system_nodes.root_volume_gib: 200")
+        "their root volume 60 -> 300 GiB, a new version of their launch template; the KubeRay "
+        "operator and CoreDNS move to new nodes, mid-run if one runs",
+        "deploy it when no job runs (rlkit status), or keep system_nodes.root_volume_gib: 60")
     new = png.check_system_nodes_kept(deployed_cluster("moe-rl-cluster", None), cfg)
     assert (new.status, new.detail) == (
         PASS, "moe-rl-cluster is not deployed: the first deploy creates the node group")

@@ -10,6 +10,7 @@ from tests.support.cdk import EXAMPLES, REPO_ROOT, only, resources
 from infra import names
 from infra.catalog import INSTANCE_TYPES
 from infra.config import parse_config
+from infra.versions import DEFAULT_SYSTEM_ROOT_VOLUME_GIB
 
 
 def launch_template(synth, example, group):
@@ -467,9 +468,10 @@ def test_node_health_can_be_turned_off(synth_config):
     assert repair in (None, {"Enabled": False})  # absent = off (EKS default)
 
 
-def test_system_nodes_disk_holds_the_trainer_image(synth):
+def test_system_nodes_disk_is_the_configured_default(synth):
     lt = only(synth("default").template("cluster"), "AWS::EC2::LaunchTemplate")["Properties"]
-    assert lt["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 200
+    assert lt["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == \
+        DEFAULT_SYSTEM_ROOT_VOLUME_GIB == 60
 
 
 def test_default_api_endpoint_is_private_and_public_access_only_for_listed_cidrs(synth):
