@@ -376,8 +376,8 @@ def test_a_system_group_deployed_without_a_launch_template_is_replaced_once(synt
         "volume), which a node group created without one cannot be given in place. "
         "CloudFormation creates the new group and waits for its nodes to join, then deletes this "
         "one: EKS drains its nodes for at most 5 minutes each and terminates them. The deploy "
-        "takes some 10-20 minutes longer, both groups' nodes run meanwhile, and the job "
-        "submitter, the KubeRay operator and CoreDNS move to new nodes, mid-run if one runs")
+        "takes some 10-20 minutes longer, both groups' nodes run meanwhile, and the KubeRay "
+        "operator and CoreDNS move to new nodes, mid-run if one runs")
     assert check.fix == (
         "deploy it when no job runs (rlkit status); it happens once, on the first deploy of a kit "
         "with the system launch template (docs/operations.md, \"IMDS on the system nodes\")")
