@@ -12,7 +12,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
 
 from infra import names
 from infra.catalog import INSTANCE_TYPES, InstanceType
@@ -38,6 +37,7 @@ from infra.trainer_contract import (
 )
 from manifests.efa_env import EfaEnvProfile, extra_env_problems, merge_extra_env
 from manifests.errors import RenderError, RenderProblem
+from manifests.frozen import FrozenModel
 from manifests.fabric import (
     FABRIC_TIMEOUT_SECONDS,
     FABRIC_TTL_SECONDS,
@@ -153,11 +153,8 @@ while live and time.monotonic() < deadline:
 """
 HEAD_PRE_STOP = ["python3", "-c", HEAD_PRE_STOP_SCRIPT]
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-
-class GpuPod(_Frozen):
+class GpuPod(FrozenModel):
     """The shape shared by Ray workers and fabric jobs: one pod owns one GPU node."""
 
     node_group: str
@@ -176,7 +173,7 @@ class GpuPod(_Frozen):
     capabilities: list[str]
 
 
-class SubmitterPod(_Frozen):
+class SubmitterPod(FrozenModel):
     """KubeRay's job submitter: a small pod on the Ray head's node (SUBMITTER_CPU's comment)."""
 
     image: str
@@ -187,7 +184,7 @@ class SubmitterPod(_Frozen):
     memory: str
 
 
-class SharedFs(_Frozen):
+class SharedFs(FrozenModel):
     """The shared file system as a static PersistentVolume and its claim, mounted at
     ``mount_path`` in the Ray head and every worker."""
 
@@ -215,7 +212,7 @@ COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"  # the pod-level claim name
 COMPUTE_DOMAIN_LABEL = f"{names.LABEL_PREFIX}/compute-domain"
 
 
-class ComputeDomain(_Frozen):
+class ComputeDomain(FrozenModel):
     """One workload's ComputeDomain: its name and the ResourceClaimTemplate the driver makes."""
 
     name: str
@@ -229,7 +226,7 @@ def compute_domain_for(itype: InstanceType, workload: str) -> ComputeDomain | No
     return ComputeDomain(name=workload, claim_template=f"{workload}-channel")
 
 
-class RenderContext(_Frozen):
+class RenderContext(FrozenModel):
     banner: list[str]  # comment lines at the top of every file
     labels: dict[str, str]  # on every object
     annotations: dict[str, str]  # on every object

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict
-
 from infra import names
 from infra.catalog import InstanceType
 from infra.catalog.models import MODEL_CATALOG
@@ -15,6 +13,7 @@ from infra.config import KitConfig, has_shared_fs
 from infra.config.ep_spans import ep_spans
 from infra.trainer_contract import DEEPEP_RANK_COUNTS, DEEPEP_RANK_COUNTS_SOURCE
 from manifests.errors import RenderProblem
+from manifests.frozen import FrozenModel
 
 SHARED_FS_TYPE = "lustre"  # FSx for Lustre, as /proc/mounts names it
 PROFILER_CAPABILITY = "PERFMON"  # CAP_PERFMON: GPU profiling where the driver restricts it to admins
@@ -42,10 +41,8 @@ def fabric_deadline_seconds(timeout_s: float) -> int:
 
 
 
-class FabricJob(BaseModel):
+class FabricJob(FrozenModel):
     """One fabric benchmark Job of `rlkit gate`, as its template prints it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     key: str  # nodecheck | allreduce | ep
     name: str  # Job (and headless Service) name

@@ -26,13 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from infra import names
 from infra.cdk_cli import OUTPUTS_FILE, deploy_all_command
 from infra.config import KitConfig, has_shared_fs
 from infra.names import OutputKeys
 from manifests.errors import RenderError, RenderProblem
+from manifests.frozen import FrozenModel
 
 # Lowercase on purpose: it lands in S3 URIs and image references, which must be lowercase.
 PLACEHOLDER = "placeholder-run-cdk-deploy"
@@ -66,10 +65,8 @@ class OutputsHints:
 RENDER_HINTS = OutputsHints()
 
 
-class StackOutputs(BaseModel):
+class StackOutputs(FrozenModel):
     """The stack outputs one render uses, already checked for presence."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: OutputsSource
     origin: str  # the file path, "CloudFormation (<region>)" or "placeholder"
