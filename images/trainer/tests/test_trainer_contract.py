@@ -105,3 +105,14 @@ def test_a_span_reads_back_as_written_and_the_bench_reads_the_contracts_span():
     assert ep.parse_span("rollout:16:1:8:16") == contract.parse_span("rollout:16:1:8:16")
     assert contract.span_groups(16, 4, 2, 8) == [[8, 10, 12, 14], [9, 11, 13, 15], [16, 18, 20, 22],
                                                  [17, 19, 21, 23]]
+
+
+def test_every_did_you_mean_of_the_contract_goes_through_close_match():
+    """One measure for the validator's suggestions: only problems.close_match calls difflib."""
+    from rltrainer.contract.problems import close_match
+
+    src = Path(contract.__file__).parent
+    callers = sorted(p.name for p in src.glob("*.py") if "get_close_matches" in p.read_text())
+    assert callers == ["problems.py"]
+    assert close_match("colocate", ("colocated", "disaggregated")) == "colocated"
+    assert close_match("zzz", ("colocated", "disaggregated")) is None

@@ -3,7 +3,9 @@ it breaks and how to fix it; ``ConfigError`` reports them all at once."""
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,14 @@ def render_value(value: Any) -> str:
         return json.dumps(value, sort_keys=False)
     except TypeError:
         return repr(value)
+
+
+def close_match(word: str, known: Iterable[str]) -> str | None:
+    """The entry of ``known`` closest to ``word``, for a fix's did-you-mean (None when nothing is
+    close): one measure for every suggestion the run-config validator makes (difflib's default
+    cutoff, 0.6, as the kit's own ``infra.config.errors.close_match``)."""
+    match = difflib.get_close_matches(word, list(known), n=1)
+    return match[0] if match else None
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any
 
-from .problems import MISSING, Problem
+from .problems import MISSING, Problem, close_match
 
 
 class Reader:
@@ -28,8 +27,8 @@ class Reader:
             return None
         for key in value:
             if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"remove it or rename it to `{close[0]}`" if close else "remove it"
+                close = close_match(str(key), allowed)
+                hint = f"remove it or rename it to `{close}`" if close else "remove it"
                 child = f"{path}.{key}" if path else str(key)
                 self.add(child, value[key], f"unknown key (allowed here: {', '.join(allowed)})", hint)
         return value

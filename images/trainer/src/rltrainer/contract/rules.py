@@ -33,7 +33,6 @@ minutes into a multi-node start (or, worse, silently adjust):
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ import yaml
 from .names import DEFAULT_RM_TYPE, EP_BACKENDS, GIN_TRAINING_FIX, GIN_TRAINING_RULE, RM_TYPES, TRAINING_EP_BACKENDS
 from .heads import engine_heads_problems
 from .pipeline import pipeline_split_problems
-from .problems import MISSING, ConfigError, Problem
+from .problems import MISSING, ConfigError, Problem, close_match
 from .reader import Reader
 from .schema import (
     CHECKPOINT_KEYS,
@@ -179,9 +178,9 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
         lk = r.string(d, "label_key", "data", default="label", example="label")
         rm = r.string(d, "rm_type", "data", default=DEFAULT_RM_TYPE, example=DEFAULT_RM_TYPE)
         if rm is not None and rm.removeprefix("boxed_") not in RM_TYPES:
-            close = difflib.get_close_matches(rm, RM_TYPES, n=1)
+            close = close_match(rm, RM_TYPES)
             r.add("data.rm_type", rm, f"Miles v0.1.0 has no such rule-based reward (one of {', '.join(RM_TYPES)}, "
-                  "optionally with a boxed_ prefix)", f"use `{close[0]}`" if close else
+                  "optionally with a boxed_ prefix)", f"use `{close}`" if close else
                   f"use `{DEFAULT_RM_TYPE}` for DAPO-style math data")
             rm = None
         if prompt is not None and ik is not None and lk is not None and rm is not None:
@@ -239,12 +238,12 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
     if e is not None:
         backend = r.string(e, "backend", "expert_parallel", default="nccl", example="nccl")
         if backend is not None and backend not in EP_BACKENDS:
-            close = difflib.get_close_matches(backend, EP_BACKENDS, n=1)
+            close = close_match(backend, EP_BACKENDS)
             r.add(
                 "expert_parallel.backend",
                 backend,
                 f"must be one of {', '.join(EP_BACKENDS)}",
-                f"use `{close[0]}`" if close else "use `nccl` unless the fabric gate measured DeepEP faster",
+                f"use `{close}`" if close else "use `nccl` unless the fabric gate measured DeepEP faster",
             )
         elif backend is not None and backend not in TRAINING_EP_BACKENDS:
             r.add("expert_parallel.backend", backend, GIN_TRAINING_RULE, GIN_TRAINING_FIX)
@@ -271,9 +270,8 @@ def _choice(r: Reader, data: dict, key: str, choices: tuple[str, ...], default: 
             section: str = "parallel.rollout") -> str | None:
     value = data.get(key, default)
     if value not in choices:
-        close = difflib.get_close_matches(str(value), choices, n=1)
         r.add(f"{section}.{key}", value, f"must be one of {', '.join(choices)}",
-              f"use `{close[0] if close else default}`")
+              f"use `{close_match(str(value), choices) or default}`")
         return None
     return value
 
