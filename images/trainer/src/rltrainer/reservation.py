@@ -61,7 +61,15 @@ from .contract import (
 
 # The file Miles' --save-trigger-sentinel watches, in checkpoint.local_dir.
 SAVE_TRIGGER_FILE = "_rltrainer_save_now"
-# Without an estimate from the kit: one rollout and one save plus upload of a 30B MoE model.
+# The estimates when the environment has none (or one that is not a positive number). The kit
+# renders all three whenever it renders a Capacity Block's ID (manifests/context.py,
+# reservation_env), and this guard runs only on a block, so a kit-launched run never uses them:
+# they serve a RayJob written without the kit. Each is a prior the guard replaces with what it
+# measures from the run's own saves (EndGuard.rollout, EndGuard.save_upload). One rollout of a 30B
+# MoE model; one save plus its upload, a guess of 40 minutes: the kit sizes that for its default
+# config at 49 minutes (infra.config.derived.save_upload_estimate, from the save's size and the
+# file system's throughput, which the trainer does not know), so without the kit set the variable:
+# too short an estimate asks for the last save too late for its upload to finish.
 DEFAULT_ROLLOUT_S = 600.0
 DEFAULT_SAVE_UPLOAD_S = 2400.0
 # ... and Miles' load of the save and the reference weights before its first rollout: the kit's
