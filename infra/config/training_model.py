@@ -13,7 +13,8 @@ from infra.catalog.models import MODEL_CATALOG
 from infra.config.base import Number, _Model
 from infra.trainer_contract import (
     DEFAULT_KEEP_LOCAL, DEFAULT_KEEP_S3, DEFAULT_MAX_TOKENS_PER_GPU, DEFAULT_RM_TYPE,
-    DEFAULT_SAVE_INTERVAL,
+    DEFAULT_SAVE_INTERVAL, RunExpertParallelConfig, RunGrpoConfig, RunRolloutParallel,
+    RunTrainingParallel, run_config_default,
 )
 
 # training.start_deadline_minutes: a RayJob's preRunningDeadlineSeconds is an int32, minimum 1
@@ -31,24 +32,30 @@ STARTUP_FIXED_MINUTES = 15
 # model the catalog lacks): a guess, not a measurement (the field's old fixed default).
 SAVE_UPLOAD_UNSIZED_MINUTES = 35
 
+# Where the trainer's run config has a default, the kit's field takes it from there
+# (run_config_default), so the two cannot drift apart. The kit's own defaults are where the trainer
+# has none (it requires the field) or a neutral one (tp, ep and the engines' ep of 1): the kit's
+# fit its default config, 2 p5.48xlarge nodes of Qwen3-30B-A3B, and equal the trainer's
+# SCHEMA_EXAMPLE (tests/infra/test_kit_config_defaults.py compares every field both sides have).
+
 
 class ParallelConfig(_Model):
     tp: int = Field(4, description="Tensor parallel size.")
-    pp: int = Field(1, description="Pipeline parallel size, at most the model's layers. One that "
+    pp: int = Field(run_config_default(RunTrainingParallel, "pp"), description="Pipeline parallel size, at most the model's layers. One that "
                     "does not divide them runs an uneven split: the launcher passes "
                     "--decoder-first/last-pipeline-num-layers (rltrainer.contract.pipeline_split).")
-    cp: int = Field(1, description="Context parallel size.")
+    cp: int = Field(run_config_default(RunTrainingParallel, "cp"), description="Context parallel size.")
     ep: int = Field(8, description="Expert parallel size.")
-    etp: int = Field(1, description="Expert tensor parallel size.")
+    etp: int = Field(run_config_default(RunTrainingParallel, "etp"), description="Expert tensor parallel size.")
     vpp: int | None = Field(None, description="Virtual pipeline stages per rank: null (or 1). "
                             "The launcher runs no interleaved pipeline yet (the trainer's run "
                             "config has no virtual-pipeline size), so more is refused.")
     optimizer_cpu_offload: bool = Field(
-        False, description="Keep Adam's state and step on the CPU (Miles' --optimizer-cpu-offload with "
+        run_config_default(RunTrainingParallel, "optimizer_cpu_offload"), description="Keep Adam's state and step on the CPU (Miles' --optimizer-cpu-offload with "
         "--overlap-cpu-optimizer-d2h-h2d and --use-precision-aware-optimizer), for memory-tight H100 "
         "layouts; Miles' Qwen3 MoE H100 recipes use it, its Blackwell ones do not.")
     recompute: Literal["none", "selective", "full"] = Field(
-        "full", description="Activation recompute the launcher asks Megatron for: none; selective "
+        run_config_default(RunTrainingParallel, "recompute"), description="Activation recompute the launcher asks Megatron for: none; selective "
         "(layer norms, the MoE activation and, with multi-latent attention, its up-projections); "
         "full (every layer, one at a time). rlkit plan --write-config writes the one its memory and "
         "step-time estimates assumed. model.megatron_args choosing a granularity take precedence.")
@@ -67,7 +74,7 @@ class RolloutConfig(_Model):
         "qwen3_moe.py:458-468; rltrainer.contract.heads)."))
     ep: int = Field(8, description="Expert parallel size inside a rollout engine.")
     placement: Literal["colocated", "disaggregated"] = Field(
-        "colocated",
+        run_config_default(RunRolloutParallel, "placement"),
         description="Where the SGLang engines run. colocated: on the training GPUs, taking turns "
         "with training (Miles --colocate). disaggregated: on rollout.nodes of the run's "
         "training.nodes, apart from training (Miles --rollout-num-gpus); `rlkit plan --rl` ranks "
@@ -79,7 +86,7 @@ class RolloutConfig(_Model):
         "(the rollout pool); the other training.nodes - nodes train. Unset when colocated.",
     )
     overlap: Literal["none", "batch", "stream"] = Field(
-        "none",
+        run_config_default(RunRolloutParallel, "overlap"),
         description="How generation overlaps training (disaggregated only). none: rollout, weight "
         "sync and training in turn (Miles train.py). batch: the next rollout generates while this "
         "one trains, weights pushed every off_policy_steps rollouts (train_async.py "
@@ -87,7 +94,7 @@ class RolloutConfig(_Model):
         "updates (train_async.py --fully-async --max-weight-staleness).",
     )
     off_policy_steps: int = Field(
-        0,
+        run_config_default(RunRolloutParallel, "off_policy_steps"),
         description="How many optimizer steps generation may run ahead of training: 0 with "
         "overlap none (on-policy), at least 1 with batch or stream.",
     )
@@ -96,7 +103,7 @@ class RolloutConfig(_Model):
 
 class ExpertParallelConfig(_Model):
     backend: str = Field(
-        "nccl",
+        run_config_default(RunExpertParallelConfig, "backend"),
         description="Expert-parallel all-to-all: nccl (plain NCCL all-to-all), deepep-nvshmem "
         "(DeepEP over NVSHMEM/libfabric) or deepep-gin (DeepEP V2 over NCCL GIN).",
     )
@@ -108,16 +115,17 @@ class ExpertParallelConfig(_Model):
 
 
 class GrpoConfig(_Model):
+    # the trainer requires these four: the kit's defaults (its SCHEMA_EXAMPLE's values)
     num_rollout: int = 1000
     rollout_batch_size: int = 32
     n_samples_per_prompt: int = 8
     global_batch_size: int = 256
-    num_steps_per_rollout: int = 1
-    rollout_max_response_len: int = 8192
-    rollout_temperature: Number = 1.0
-    lr: Number = 1.0e-6
-    kl_loss_coef: Number = 0.0
-    eps_clip: Number = 0.2
+    num_steps_per_rollout: int = run_config_default(RunGrpoConfig, "num_steps_per_rollout")
+    rollout_max_response_len: int = run_config_default(RunGrpoConfig, "rollout_max_response_len")
+    rollout_temperature: Number = run_config_default(RunGrpoConfig, "rollout_temperature")
+    lr: Number = run_config_default(RunGrpoConfig, "lr")
+    kl_loss_coef: Number = run_config_default(RunGrpoConfig, "kl_loss_coef")
+    eps_clip: Number = run_config_default(RunGrpoConfig, "eps_clip")
 
 
 class CheckpointConfig(_Model):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .names import DEFAULT_RM_TYPE
+
 # The whole schema, every key at a typical value (images/trainer/README.md documents each).
 SCHEMA_EXAMPLE = """\
 run_name: qwen3-30b-a3b-grpo
@@ -190,7 +192,7 @@ class DataConfig:
     prompt_data: str
     input_key: str = "prompt"
     label_key: str = "label"
-    rm_type: str = "deepscaler"  # names.DEFAULT_RM_TYPE (the DAPO-math recipe's)
+    rm_type: str = DEFAULT_RM_TYPE  # the DAPO-math recipe's
 
 
 @dataclass(frozen=True)
