@@ -168,3 +168,37 @@ def test_other_list_errors_are_not_taken_for_an_unsupported_delimiter(s3):
 
     with pytest.raises(ClientError, match="AccessDenied"):
         store(ListCounter(s3, rewrite=deny), "r").list_complete()
+
+
+def test_a_pod_start_lists_the_run_once(s3, tmp_path):
+    """prepare_resume listed the run three times: for the start point, again for the pruning, and
+    once more for the orphans (keep_s3). Now the first listing answers all three, and the pruning
+    still counts the marker this start wrote: the newest save in S3 is bad (quarantined during
+    the restore) and the next one is restored; with keep_s3 2 both good saves stay (taken for
+    complete, the bad one would push the oldest out), an older cut-short upload is deleted, and
+    the quarantined save above the start stays."""
+    from ckpt_helpers import make_save
+    from rltrainer.checkpoints import Retention, prepare_resume
+
+    run = "r"
+    client = ListCounter(s3)
+    st = store(client, run)
+    written = tmp_path / "written"
+    for it in (10, 20):
+        make_save(written, it, seed=it)
+        st.upload(written, it)
+    s3.put_object(Bucket=BUCKET, Key=f"{run}/iter_0000030/__0_0.distcp", Body=b"x")
+    s3.put_object(Bucket=BUCKET, Key=f"{run}/iter_0000030/{MANIFEST_NAME}", Body=b"not json")
+    s3.put_object(Bucket=BUCKET, Key=f"{run}/iter_0000005/__0_0.distcp", Body=b"x")  # cut short
+    client.reset()
+    log = io.StringIO()
+    result = prepare_resume(st, tmp_path / "pod", log=log, retention=Retention(keep_local=1, keep_s3=2))
+    assert (result.iteration, result.source, result.skipped) == (20, "s3", [30]), log.getvalue()
+    run_listings = [kw for kw, _ in client.lists if kw["Prefix"] == f"{run}/iter_"]
+    assert len(run_listings) == 1, run_listings
+    keys = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{run}/")
+            for o in page.get("Contents", [])}
+    saves = sorted({k.split("/")[1] for k in keys if k.split("/")[1].startswith("iter_")})
+    assert saves == ["iter_0000010", "iter_0000020", "iter_0000030"], saves
+    assert f"{run}/iter_0000030/{QUARANTINE_MARKER}" in keys
+    assert st.list_complete() == [10, 20]

@@ -76,20 +76,30 @@ def prepare_resume(store: S3CheckpointStore, local_dir: str | Path, log: TextIO 
     quarantine_above_tracker(root, out)
     if retention is not None:
         retention.bound_quarantine(root, out)
-    result = _resume(store, root, out)
+    result, (present, manifests, quarantined) = _resume(store, root, out)
     # A restore that failed left its verified files for the next attempt (store.restore); this
     # one settled its start point without them, so they only take space now.
     shutil.rmtree(root / STAGING_DIR, ignore_errors=True)
     if retention is not None:
-        manifests, quarantined = store._markers()
+        # The run's one listing, taken by _resume, answers for the pruning too. It was taken after
+        # the only upload of a pod start (the tracker's save, before the listing), and since then
+        # this pod changed S3 only by the quarantine markers it wrote (result.skipped, added to the
+        # listing by _resume) and restored nothing there; the previous pod is gone (KubeRay starts
+        # each attempt on a new Ray cluster) and the upload watcher starts after this returns. A
+        # second listing would show the same saves. prune_s3 deletes the saves beyond keep_s3
+        # before it reads the orphans from this listing: a deleted save had a manifest in it, so
+        # it is no orphan either way.
         start = [] if result.iteration is None else [result.iteration]
         retention.prune(root, manifests - quarantined, quarantined_in_s3=quarantined, protect=start, log=out)
         retention.prune_s3(store, manifests - quarantined, root, protect=start, log=out, orphans=True,
-                           quarantined_in_s3=quarantined)
+                           quarantined_in_s3=quarantined, present_in_s3=present)
     return result
 
 
-def _resume(store: S3CheckpointStore, root: Path, out: TextIO) -> ResumeResult:
+def _resume(store: S3CheckpointStore, root: Path,
+            out: TextIO) -> tuple[ResumeResult, tuple[set[int], set[int], set[int]]]:
+    """The start point, and the run's listing as it stands afterwards: (iterations with any
+    object, with a manifest, with a quarantine marker; ``store._saves``), taken once."""
     uploaded: list[int] = []
     skipped: list[int] = []
     local = read_tracker(root)
@@ -109,7 +119,12 @@ def _resume(store: S3CheckpointStore, root: Path, out: TextIO) -> ResumeResult:
         print(f"rltrainer: local {iter_dirname(local)} is complete but not in S3; uploading it before training", file=out)
         if store.upload(root, local).status == "uploaded":
             uploaded.append(local)
-    for iteration in reversed(store.list_complete()):
+    present, manifests, quarantined = store._saves()  # after the upload above: it shows that save
+
+    def listing() -> tuple[set[int], set[int], set[int]]:
+        return present, manifests, quarantined | set(skipped)  # the markers this pod wrote since
+
+    for iteration in reversed(sorted(manifests - quarantined)):
         if local is not None and iteration <= local:
             break
         try:
@@ -124,12 +139,12 @@ def _resume(store: S3CheckpointStore, root: Path, out: TextIO) -> ResumeResult:
                   "complete checkpoint", file=out)
             skipped.append(iteration)
             continue
-        return ResumeResult(iteration, "s3", uploaded, skipped)
+        return ResumeResult(iteration, "s3", uploaded, skipped), listing()
     if local is not None:
         print(f"rltrainer: resuming from local {iter_dirname(local)}", file=out)
-        return ResumeResult(local, "local", uploaded, skipped)
+        return ResumeResult(local, "local", uploaded, skipped), listing()
     print(f"rltrainer: no complete checkpoint in {store.uri}; starting from the reference weights", file=out)
-    return ResumeResult(None, "fresh", uploaded, skipped)
+    return ResumeResult(None, "fresh", uploaded, skipped), listing()
 
 
 class CheckpointWatcher:

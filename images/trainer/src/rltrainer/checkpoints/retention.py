@@ -138,11 +138,13 @@ class Retention:
 
     def prune_s3(self, store: S3CheckpointStore, complete_in_s3: Iterable[int], local_dir: str | Path,
                  protect: Iterable[int] = (), log: TextIO | None = None, orphans: bool = False,
-                 quarantined_in_s3: Iterable[int] = ()) -> list[int]:
+                 quarantined_in_s3: Iterable[int] = (), present_in_s3: Iterable[int] | None = None) -> list[int]:
         """Delete what ``s3_prunable`` names from ``store``; with ``orphans``, also the objects of
         deletes cut short below every save kept, and the quarantined saves below them (one
         would be pruned even with its marker removed: older than every save kept). Returns the
-        complete iterations deleted."""
+        complete iterations deleted. ``present_in_s3``: the iterations with any object in the
+        listing ``complete_in_s3`` and ``quarantined_in_s3`` came from, so the orphans are read
+        from it rather than from a second listing of the run (``store.orphans``)."""
         if self.keep_s3 == 0:
             return []
         out = log or sys.stderr
@@ -157,7 +159,9 @@ class Retention:
         kept = complete - set(doomed)
         if orphans and kept:
             # an upload under way is of a save on the file system, or above every save kept
-            leftovers = [i for i in store.orphans() if i < min(kept) and i not in on_disk]
+            found = (store.orphans() if present_in_s3 is None
+                     else set(present_in_s3) - complete - set(quarantined_in_s3))
+            leftovers = [i for i in sorted(found) if i < min(kept) and i not in on_disk]
             for iteration in leftovers:
                 store.delete_objects(iteration)
             if leftovers:
