@@ -22,7 +22,8 @@ rows (colocated; the recipes examples/configs/recipes/llm/performance/grpo-*-{16
 NVIDIA-NeMo/RL@5fb588932bf8 (tag v0.6.0) give vLLM gpu_memory_utilization 0.3 / 0.4 / 0.6, used as
 the engines' memory share) and 1-step-off rows (tests/planner/test_planner_rl_validation.py holds
 those, as held-out async rows). Same assumptions as the H100 rows (256-token prompts, two log-prob
-passes, engines without EP). Recompute is each recipe's
+passes, engines without EP), and the same sequence packing (grpo_math_1B.yaml:239-244 @ 5fb5889:
+packs of up to the max sequence a data-parallel rank, the planner's token cap max sequence / cp). Recompute is each recipe's
 ``policy.megatron_cfg.activation_checkpointing`` @ 5fb588932bf8 through its ``defaults:`` chain:
 true (Megatron full, uniform, one layer: the planner's "full") for DeepSeek-V3 (->
 grpo-deepseek-v3-32n8g.yaml, line 28) and Qwen3-235B-A22B (-> grpo-qwen3-235b-16n8g.yaml, line 31),
@@ -182,7 +183,7 @@ def predict_rl(p: RLPoint):
                  steps_per_rollout=p.samples // p.train_batch, logprob_passes=2,
                  mem_fraction=p.mem_fraction)
     nodes = p.gpus // 4
-    c = recipe_training(p.model, SYSTEM, nodes, p.layout, p.recompute, rl)
+    c = recipe_training(p.model, SYSTEM, nodes, p.layout, p.recompute, rl, p.max_seq)
     system = get_system(SYSTEM, allow_reference=True)
     r = evaluate_rl(get_model(p.model), system, rl=rl, placement="colocated", training=c,
                     rollout_nodes=nodes, engine=EngineLayout(p.engine_tp, 1,
@@ -208,6 +209,9 @@ def test_gb200_grpo_table(capsys):
     assert statistics.median(held) <= RL_HELD_OUT_MEDIAN, table
     assert max(held) <= RL_HELD_OUT_MAX, table
     assert all(r.training.memory.fits for _, r, _ in rows), table  # with the recipe's recompute
+    # with the recipe's sequence packing: packs of up to max_seq tokens per data-parallel rank
+    assert [r.training.memory.max_tokens_per_gpu for _, r, _ in rows] == \
+        [p.max_seq // p.layout.cp for p in RL_POINTS]
 
 
 def test_gb200_qwen3_30b_on_policy_row_leaves_its_trainer_a_gap_like_the_known_miss():

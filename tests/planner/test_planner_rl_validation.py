@@ -27,6 +27,13 @@ hard-coded) makes that Megatron's full, uniform, one-layer recompute: every laye
 input and reruns its forward, the planner's "full". The Qwen3-30B-A3B recipes set nothing, so
 the base's ``activation_checkpointing: false`` holds: "none". Every row's recipe states it.
 
+Sequence packing, read from the same recipes (and at 5fb5889 for the v0.6.0 rows below): every
+row trains with grpo_math_1B.yaml's ``policy.sequence_packing.enabled: True`` (lines 275-281 @
+81aa43d, 239-244 @ 5fb5889; no recipe turns it off), micro-batches of up to train_mb_tokens =
+max_total_sequence_length x train_micro_batch_size (1 in every recipe) tokens a data-parallel
+rank, split over its CP group: the planner's token cap, max sequence / cp
+(tests/support/planner.py).
+
 Assumptions (not in the source): prompts of 256 tokens (so max response = max sequence - 256 and
 mean response = mean sequence - 256); generation engines without expert parallelism (vLLM TP);
 no overlap (on-policy). NeMo-RL generates with vLLM, not SGLang: the
@@ -237,7 +244,7 @@ def _rl_setup(p, **extra) -> RLSetup:
 
 
 def _training(p, rl: RLSetup, system: str):
-    return recipe_training(p.model, system, p.nodes, p.layout, p.recompute, rl)
+    return recipe_training(p.model, system, p.nodes, p.layout, p.recompute, rl, p.max_seq)
 
 
 def predict(p: RLPoint):
@@ -360,6 +367,7 @@ def test_async_run_is_planned_disaggregated_with_its_training_layout_fitting(
         async_predictions, i):
     p, r, _ = async_predictions[i]
     assert r.training.memory.fits, p.name
+    assert r.training.memory.max_tokens_per_gpu == p.max_seq // p.layout.cp, p.name  # packing
     assert r.placement == "disaggregated" and r.time.mode == "stream"
     assert r.time.step >= max(r.time.train, r.time.rollout), p.name
 
@@ -380,6 +388,8 @@ def test_published_training_layout_fits_beside_the_engine(predictions, i):
     p, r, _ = predictions[i]
     assert r.training.memory.fits, p.name
     assert r.time.rollout > r.time.train, f"{p.name}: generation should dominate a GRPO step"
+    # the recipe's sequence packing: packs of up to max_seq tokens per data-parallel rank
+    assert r.training.memory.max_tokens_per_gpu == p.max_seq // p.layout.cp, p.name
 
 
 def test_decode_matches_sglang_on_b200():
