@@ -883,6 +883,9 @@ def test_the_submitter_runs_beside_the_ray_head(name):
     assert container["image"] == head["containers"][0]["image"]
     assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"},
                                       "limits": {"memory": "1Gi"}}
+    # On a GPU node without a GPU request: the NVIDIA runtime must expose none of the node's GPUs
+    # to it (the trainer image's CUDA base sets NVIDIA_VISIBLE_DEVICES=all).
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in container["env"]
 
 
 def test_single_node_without_shared_fs_keeps_node_local_checkpoints():
