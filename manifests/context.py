@@ -283,10 +283,14 @@ def image_tag_for(cfg: KitConfig) -> str:
     return names.image_tag(cfg.training.image_tag, cfg.training.expert_parallel.backend)
 
 
-def image_for(cfg: KitConfig, outputs: StackOutputs) -> str:
-    if cfg.training.image is not None:
-        return cfg.training.image
-    return f"{outputs.ecr_repository_uri}:{image_tag_for(cfg)}"
+def image_for(cfg: KitConfig, outputs: StackOutputs, digest: str | None = None) -> str:
+    """The run's image; with ``digest`` (what its tag names now, read by `rlkit gate`/`launch`:
+    ops/image_digest.py) pinned to it as ``<name>:<tag>@<digest>``, so every node pulls the same
+    content whatever it cached under the tag (the runtime pulls by the digest; the tag is for
+    people)."""
+    ref = cfg.training.image if cfg.training.image is not None else \
+        f"{outputs.ecr_repository_uri}:{image_tag_for(cfg)}"
+    return f"{ref}@{digest}" if digest is not None and "@" not in ref else ref
 
 
 # What boto3 (AWS_DEFAULT_REGION) and the other AWS SDKs and CLI v2 (AWS_REGION) read the region
@@ -420,7 +424,8 @@ def save_size_env(cfg: KitConfig) -> list[dict[str, str]]:
 def build_context(cfg: KitConfig, outputs: StackOutputs,
                   reservation_end: datetime | None = None,
                   fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS, *,
-                  block_start_wait_s: float | None = None) -> RenderContext:
+                  block_start_wait_s: float | None = None,
+                  image_digest: str | None = None) -> RenderContext:
     """Decide every rendered value; raise RenderError listing every problem found.
 
     ``reservation_end``: the end of the training group's Capacity Block, when the caller read it
@@ -428,7 +433,9 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
     ``fabric_timeout_s``: how long the gate waits for each fabric job (``rlkit gate --timeout``);
     the jobs' deadline follows it (``fabric_deadline_seconds``). ``block_start_wait_s``: the time
     until the training group's Capacity Block starts, when the caller read it (``rlkit launch``);
-    the RL job's start deadline waits for it too (``pre_running_deadline_seconds``)."""
+    the RL job's start deadline waits for it too (``pre_running_deadline_seconds``).
+    ``image_digest``: the digest the image's tag names, when the caller read it (`rlkit gate`,
+    `rlkit launch`): the pods then pull ``<image>@<digest>`` (``image_for``)."""
     t = cfg.training
     problems: list[RenderProblem] = []
     group = cfg.gpu_node_groups.get(t.node_group)
@@ -459,7 +466,7 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
         raise RenderError(problems, "render context")
     assert profile is not None and prompt_data is not None
 
-    image = image_for(cfg, outputs)
+    image = image_for(cfg, outputs, image_digest)
     # The region, for the trainer's AWS clients (S3 saves, the Capacity Block's end): the GPU
     # nodes allow one metadata hop (IMDSv2), so a pod cannot read it from instance metadata, and
     # Pod Identity passes credentials only; without it boto3's EC2 client raises NoRegionError.

@@ -5,8 +5,9 @@ refuses when the last fabric gate of this config failed, did not finish (cut sho
 verdict), or when none ran, or when the training
 group now has a schedulable node the gate did not measure (by EC2 instance ID) or fewer measured
 nodes than the job needs (cordoned, NotReady and unreachable nodes do not count; it names them), or when the image it would run for the chosen EP backend is not the
-one the gate measured for it (gate.json records it; an image built since is a fabric stack the gate
-never ran), unless --force (which overrides these gate refusals, not the Capacity Block one
+one the gate measured for it (gate.json records it with its digest; an image built since, or the same
+tag pushed again with other content, is a fabric stack the gate never ran; the pods pull the image
+by the digest its tag names at launch), unless --force (which overrides these gate refusals, not the Capacity Block one
 below); --dry-run always previews and says whether, and why, the real run would refuse. On a Capacity
 Block, launch reads the block's end (DescribeCapacityReservations), refuses a run that cannot have
 one complete save in S3 before EKS drains the block's nodes (40 minutes before the end), and

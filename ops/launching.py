@@ -16,6 +16,7 @@ from infra.config import KitConfig
 from infra.config.ep_spans import ep_spans
 from ops.gate.record import instance_id, measurement_passed
 from ops.gate.runner import why_not_started
+from ops.image_digest import split_reference
 
 # Every JobDeploymentStatus of KubeRay v1.7.0 (ray-project/kuberay@59d663aeec13, the commit tag
 # v1.7.0 points to: ray-operator/apis/ray/v1/rayjob_types.go:48-59) and what `rlkit status` makes
@@ -162,7 +163,8 @@ def gate_image_verdict(state: dict[str, Any], backend: str, image: str, *, confi
     (another EFA installer, aws-ofi-nccl, NCCL, NVSHMEM): a fabric stack the gate never ran.
     ``configured``: the config's own backend (the gate measures it without --ep-backend);
     ``placeholder``: ``image`` was rendered from placeholder stack outputs (a dry run), so only
-    its tag is compared."""
+    its tag is compared. Pinned references (``<name>:<tag>@<digest>``: ops/image_digest.py)
+    compare by digest: the same tag with another digest is another image."""
     when = state.get("finished_at", "?")
     gate = f"rlkit gate{config_flag} --outputs cdk-outputs.json"
     if backend != configured:
@@ -188,7 +190,24 @@ def gate_image_verdict(state: dict[str, Any], backend: str, image: str, *, confi
         return None, (f"note: the last gate ({when}) judged saved logs (--logs-dir), which do not say "
                       f"which image ran them, so launch cannot tell whether {image} is the one "
                       "measured")
-    same = (then.rsplit(":", 1)[-1] == image.rsplit(":", 1)[-1]) if placeholder else then == image
+    (then_name, then_digest), (name, digest) = split_reference(then), split_reference(image)
+    if placeholder:  # a dry run renders the tag only: compare tags
+        same = then_name.rsplit(":", 1)[-1] == name.rsplit(":", 1)[-1]
+    elif then_digest and digest:  # content: a tag pushed again names other content
+        same = then_digest == digest
+        if not same and then_name == name:
+            return (f"the job would run image {image} (EP backend {backend}), but the last gate "
+                    f"({when}) measured {then}: the same tag, other content (the image was "
+                    "deleted, or the repository emptied by a teardown, and built again since), a "
+                    f"fabric stack the gate never ran. Run `{gate}` to measure this image, or "
+                    "pass --force"), ""
+    elif digest and then_name == name:  # recorded by tag only: the tag may name other content now
+        return (f"the last gate ({when}) recorded the image by its tag only ({then}; an rlkit "
+                "before digests were recorded), so launch cannot tell whether the tag still names "
+                f"the content it measured (now {digest}). Run `{gate}` to measure it, or pass "
+                "--force"), ""
+    else:
+        same = then == image
     if not same:
         return (f"the job would run image {image} (EP backend {backend}), but the last gate "
                 f"({when}) measured {then}: an image built since (another EFA installer, "

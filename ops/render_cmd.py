@@ -56,7 +56,8 @@ def _render(args: argparse.Namespace) -> tuple[int, dict | None]:
         outputs = resolve_outputs(cfg, args.outputs, placeholder=not args.from_stacks,
                                   clients=options.aws_clients(args, cfg.region),
                                   hints=options.outputs_hints(args, "render"))
-        files = render(build_context(cfg, outputs))
+        ctx = build_context(cfg, outputs)
+        files = render(ctx)
     except RenderError as err:
         print(err, file=sys.stderr)
         return 2, None
@@ -96,6 +97,9 @@ def _render(args: argparse.Namespace) -> tuple[int, dict | None]:
     print(f"Rendered {len(files)} object(s) for {cfg.name!r} (stack outputs: "
           f"{comment_line(outputs.origin).removeprefix('# ')}):")
     print(tree(out))
+    # Offline: no ECR read, so the tag, which can name other content later (ops/image_digest.py).
+    print(f"Image: {ctx.worker.image} (by its tag; `rlkit gate` and `rlkit launch` pin it to the "
+          "digest the tag names then)")
     if outputs.is_placeholder:
         print("WARNING: stack outputs are PLACEHOLDERS (placeholder-run-cdk-deploy). Deploy the "
               "stacks and render again with --outputs cdk-outputs.json or --from-stacks before "

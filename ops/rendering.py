@@ -8,6 +8,7 @@ runs, offline renders) placeholders.
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -28,6 +29,7 @@ from manifests.efa_env import EfaEnvProfile
 from manifests.outputs import RENDER_HINTS, OutputsHints
 from manifests.render import check_out_dir
 from ops.aws import AwsClients
+from ops.image_digest import resolve_digest
 
 
 def resolve_outputs(cfg: KitConfig, outputs_file: Path | None, *, placeholder: bool,
@@ -55,13 +57,21 @@ def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, 
     rendered into the job; ``fabric_timeout_s``: the gate's wait for each fabric job, which their
     deadline follows; ``block_start_wait_s``: the time until that block starts, which the RL job's
     start deadline adds. Raises RenderError, first (a dry run too) when ``out`` cannot take the
-    tree (a file, a link, a directory holding ``config_file``: manifests.render.out_dir_problem)."""
+    tree (a file, a link, a directory holding ``config_file``: manifests.render.out_dir_problem).
+    A real run pins the image to the digest its tag names now (ops/image_digest.py; RenderError
+    when ECR cannot say); a dry run renders the tag."""
     out = out if out is not None else Path("out") / cfg.name
     check_out_dir(out, cfg.name, keep=[config_file] if config_file is not None else [])
     outputs = resolve_outputs(cfg, outputs_file, placeholder=dry_run, clients=clients,
                               hints=hints)
+    digest = None
+    if dry_run:
+        echo("[dry-run] the image is rendered by its tag; the real run pins it to the digest the "
+             "tag names then")
+    else:
+        digest = resolve_digest(cfg, outputs, clients.ecr, lambda line: print(line, file=sys.stderr))
     return (render_manifests(cfg, outputs, out, dry_run, echo, reservation_end, fabric_timeout_s,
-                             block_start_wait_s=block_start_wait_s), out, outputs)
+                             block_start_wait_s=block_start_wait_s, image_digest=digest), out, outputs)
 
 
 def cluster_to_check(cfg: KitConfig, outputs: StackOutputs) -> str:
@@ -76,10 +86,11 @@ def cluster_to_check(cfg: KitConfig, outputs: StackOutputs) -> str:
 def render_manifests(cfg: KitConfig, outputs: StackOutputs, out: Path, dry_run: bool,
                      echo: Callable[[str], None], reservation_end: datetime | None = None,
                      fabric_timeout_s: float = FABRIC_TIMEOUT_SECONDS, *,
-                     block_start_wait_s: float | None = None) -> Any:
+                     block_start_wait_s: float | None = None,
+                     image_digest: str | None = None) -> Any:
     """Render (and, unless dry-run, write) the tree; returns the render context."""
     ctx = build_context(cfg, outputs, reservation_end, fabric_timeout_s,
-                        block_start_wait_s=block_start_wait_s)
+                        block_start_wait_s=block_start_wait_s, image_digest=image_digest)
     files = render(ctx)
     if dry_run:
         echo(f"[dry-run] would render {len(files)} object(s) to {out}/ "

@@ -171,6 +171,14 @@ def synth_config(tmp_path_factory):
     return get
 
 
+@pytest.fixture(autouse=True)
+def _fake_ecr_digests(monkeypatch):
+    """No test reads ECR: `rlkit gate`/`launch` read the image's digest from a fake ECR where
+    every tag names tests.support.fakes.digest_of(tag) (a test calls fakes.fake_ecr for other answers)."""
+    from tests.support.fakes import fake_ecr
+    fake_ecr(monkeypatch)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _helm_renders_once_per_input():
     """``helm template`` runs once per distinct input in a test process: the scheduling and chart

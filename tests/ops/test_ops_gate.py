@@ -15,7 +15,7 @@ from manifests.render import NAMESPACE_FILES
 from ops.gate.runner import GateInterrupted, GateRunner
 from ops.kube import Kubectl, KubectlError
 from tests.support import REPO_ROOT
-from tests.support.fakes import (CONFIG, FIXTURES, FakeKubectl, by_check, gate_parse as parse, job_json, judge,
+from tests.support.fakes import (CONFIG, digest_of, FIXTURES, FakeKubectl, by_check, gate_parse as parse, job_json, judge,
                                  pods_json, run_gate, scenario, script_cluster)
 
 
@@ -447,7 +447,8 @@ def test_gate_runs_each_job_in_order_and_records_a_pass(tmp_path, kubectl, capsy
     state = json.loads((tmp_path / ".rlkit/gt/gate.json").read_text())
     assert state["ok"] is True and state["ep"]["faster"] == "nccl"
     # the image its jobs ran (training.image_tag, the EP backend), which launch holds the job to
-    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gt:0.1.0-nccl"
+    # pinned to the digest the tag named when the gate ran (ops/image_digest.py)
+    image = f"123456789012.dkr.ecr.us-east-1.amazonaws.com/gt:0.1.0-nccl@{digest_of('0.1.0-nccl')}"
     assert state["image"] == image and state["ep"]["measurements"]["nccl"]["image"] == image
     # the nodes its pods ran on, with the instances behind them (nodes.json's providerIDs)
     assert state["measured_nodes"] == [

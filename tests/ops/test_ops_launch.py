@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from ops import launching
+from tests.support import fakes
 from tests.support.fakes import CONFIG, FakeKubectl, rayjob, run, write_state
 from tests.support import FIXTURES as TEST_FIXTURES
 
@@ -223,10 +225,15 @@ def test_a_dry_run_previews_the_node_read_and_judges_nothing(tmp_path, kubectl, 
 REPO = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gt"  # the outputs' EcrRepositoryUri
 
 
+def pin(tag: str) -> str:
+    """The kit repository's image of ``tag`` pinned to what the fake ECR says it names."""
+    return f"{REPO}:{tag}@{fakes.digest_of(tag)}"
+
+
 def test_launches_the_image_the_gate_measured_and_says_so(tmp_path, kubectl, capsys):
-    write_state(tmp_path, image=f"{REPO}:0.1.0-nccl")
+    write_state(tmp_path, image=pin('0.1.0-nccl'))
     assert run(tmp_path, "launch") == 0
-    assert f"Image: {REPO}:0.1.0-nccl (the one the last gate measured, 2026-03-01T12:00:00+00:00)" in \
+    assert f"Image: {pin('0.1.0-nccl')} (the one the last gate measured, 2026-03-01T12:00:00+00:00)" in \
         capsys.readouterr().out
 
 
@@ -237,38 +244,38 @@ def test_refuses_an_image_rebuilt_since_the_gate(tmp_path, kubectl, capsys, monk
 
     monkeypatch.setattr(fakes, "CONFIG", CONFIG.replace("training: {node_group: p5, nodes: 2}",
                                                         "training: {node_group: p5, nodes: 2, image_tag: 0.2.0}"))
-    write_state(tmp_path, image=f"{REPO}:0.1.0-nccl")
+    write_state(tmp_path, image=pin('0.1.0-nccl'))
     assert run(tmp_path, "launch") == 1
     err = capsys.readouterr().err
     assert err.splitlines()[-1] == (
-        f"Not launching: the job would run image {REPO}:0.2.0-nccl (EP backend nccl), but the last "
-        f"gate (2026-03-01T12:00:00+00:00) measured {REPO}:0.1.0-nccl: an image built since "
+        f"Not launching: the job would run image {pin('0.2.0-nccl')} (EP backend nccl), but the last "
+        f"gate (2026-03-01T12:00:00+00:00) measured {pin('0.1.0-nccl')}: an image built since "
         "(another EFA installer, aws-ofi-nccl, NCCL or NVSHMEM) is a fabric stack the gate never "
         f"ran. Run `rlkit gate --config {tmp_path / 'gt.yaml'} --outputs cdk-outputs.json` to "
         "measure this image, or pass --force.")
     assert not any(c[0] == "apply" for c in kubectl.calls)
     assert run(tmp_path, "launch", "--force") == 0
-    assert f"WARNING (--force): the job would run image {REPO}:0.2.0-nccl" in capsys.readouterr().err
+    assert f"WARNING (--force): the job would run image {pin('0.2.0-nccl')}" in capsys.readouterr().err
 
 
 def test_each_backend_is_held_to_the_image_it_was_measured_with(tmp_path, kubectl, capsys):
     """Two gates, two backends: deepep-nvshmem (faster) was measured with an older build."""
-    write_state(tmp_path, image=f"{REPO}:0.1.0-nccl", ep={"shape": {}, "measurements": {
-        "nccl": {"time_us": 9000.0, "passed": True, "image": f"{REPO}:0.1.0-nccl"},
-        "deepep-nvshmem": {"time_us": 4000.0, "passed": True, "image": f"{REPO}:0.0.9-deepep-nvshmem"}}})
+    write_state(tmp_path, image=pin('0.1.0-nccl'), ep={"shape": {}, "measurements": {
+        "nccl": {"time_us": 9000.0, "passed": True, "image": pin('0.1.0-nccl')},
+        "deepep-nvshmem": {"time_us": 4000.0, "passed": True, "image": pin('0.0.9-deepep-nvshmem')}}})
     assert run(tmp_path, "launch") == 1
-    assert (f"the job would run image {REPO}:0.1.0-deepep-nvshmem (EP backend deepep-nvshmem), but "
-            f"the last gate (2026-03-01T12:00:00+00:00) measured {REPO}:0.0.9-deepep-nvshmem") in \
+    assert (f"the job would run image {pin('0.1.0-deepep-nvshmem')} (EP backend deepep-nvshmem), but "
+            f"the last gate (2026-03-01T12:00:00+00:00) measured {pin('0.0.9-deepep-nvshmem')}") in \
         capsys.readouterr().err
     assert run(tmp_path, "launch", "--ep-backend", "nccl") == 0
 
 
 def test_refuses_a_backend_whose_image_the_gate_never_ran(tmp_path, kubectl, capsys):
-    write_state(tmp_path, image=f"{REPO}:0.1.0-nccl")
+    write_state(tmp_path, image=pin('0.1.0-nccl'))
     assert run(tmp_path, "launch", "--ep-backend", "deepep-nvshmem") == 1
     err = capsys.readouterr().err
-    assert (f"Not launching: the last gate (2026-03-01T12:00:00+00:00) ran {REPO}:0.1.0-nccl (EP "
-            f"backend nccl), never the image of EP backend deepep-nvshmem ({REPO}:0.1.0-deepep-nvshmem). "
+    assert (f"Not launching: the last gate (2026-03-01T12:00:00+00:00) ran {pin('0.1.0-nccl')} (EP "
+            f"backend nccl), never the image of EP backend deepep-nvshmem ({pin('0.1.0-deepep-nvshmem')}). "
             f"Run `rlkit gate --config {tmp_path / 'gt.yaml'} --outputs cdk-outputs.json --ep-backend "
             "deepep-nvshmem` to measure it, or pass --force.") in err
 
@@ -277,8 +284,79 @@ def test_a_record_without_an_image_launches_with_a_note(tmp_path, kubectl, capsy
     write_state(tmp_path)  # as an rlkit before images were recorded wrote it
     assert run(tmp_path, "launch") == 0
     assert ("note: the last gate (2026-03-01T12:00:00+00:00) recorded no image (an older rlkit "
-            f"wrote it), so launch cannot tell whether {REPO}:0.1.0-nccl is the image it measured") in \
+            f"wrote it), so launch cannot tell whether {pin('0.1.0-nccl')} is the image it measured") in \
         capsys.readouterr().err
+
+
+def test_the_rayjob_pulls_the_image_by_the_digest_its_tag_names(tmp_path, kubectl, monkeypatch):
+    """Every pod (head, workers, submitter) pulls <repo>:<tag>@<digest>: a node that cached other
+    content under the tag (pushed again after the repository was emptied) cannot run it."""
+    ecr = fakes.fake_ecr(monkeypatch, fakes.FakeEcr({"0.1.0-nccl": "sha256:" + "b" * 64}))
+    write_state(tmp_path)
+    assert run(tmp_path, "launch") == 0
+    assert ecr.calls == [{"registryId": "123456789012", "repositoryName": "gt",
+                          "imageIds": [{"imageTag": "0.1.0-nccl"}]}]
+    job = yaml.safe_load((tmp_path / "out/rl-job/04-rayjob.yaml").read_text())
+    images = [c["image"] for c in json_paths(job, "containers")]
+    assert images and set(images) == {f"{REPO}:0.1.0-nccl@sha256:{'b' * 64}"}
+
+
+def json_paths(doc, key):
+    """Every item of every list named ``key`` anywhere in ``doc``."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k == key and isinstance(v, list):
+                yield from v
+            else:
+                yield from json_paths(v, key)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from json_paths(v, key)
+
+
+def test_refuses_the_same_tag_naming_other_content_than_the_gate_measured(tmp_path, kubectl,
+                                                                         capsys, monkeypatch):
+    """The gate measured 0.1.0-nccl; the repository was emptied (teardown) and the tag built
+    again: the same name, other content. Launch refuses as for another image."""
+    other = "sha256:" + "c" * 64
+    fakes.fake_ecr(monkeypatch, fakes.FakeEcr({"0.1.0-nccl": other}))
+    write_state(tmp_path, image=pin("0.1.0-nccl"))
+    assert run(tmp_path, "launch") == 1
+    err = capsys.readouterr().err
+    assert (f"Not launching: the job would run image {REPO}:0.1.0-nccl@{other} (EP backend nccl), "
+            f"but the last gate (2026-03-01T12:00:00+00:00) measured {pin('0.1.0-nccl')}: the same "
+            "tag, other content") in err
+    assert f"Run `rlkit gate --config {tmp_path / 'gt.yaml'} --outputs cdk-outputs.json`" in err
+    assert not any(c[0] == "apply" for c in kubectl.calls)
+
+
+def test_a_gate_record_of_the_tag_only_cannot_vouch_for_the_content(tmp_path, kubectl, capsys):
+    write_state(tmp_path, image=f"{REPO}:0.1.0-nccl")  # an rlkit before digests were recorded
+    assert run(tmp_path, "launch") == 1
+    assert "recorded the image by its tag only" in capsys.readouterr().err
+
+
+def test_refuses_a_tag_not_in_the_repository(tmp_path, kubectl, capsys, monkeypatch):
+    fakes.fake_ecr(monkeypatch, fakes.FakeEcr({}))
+    write_state(tmp_path)
+    assert run(tmp_path, "launch") == 2
+    err = capsys.readouterr().err
+    assert (f"training.image_tag = '{REPO}:0.1.0-nccl': the image is not in ECR (never built, or "
+            "deleted since). Fix: build it: `rlkit image build --config <this config>`") in err
+    assert not any(c[0] == "apply" for c in kubectl.calls)
+
+
+def test_an_image_outside_ecr_is_pulled_by_its_tag_with_a_warning(tmp_path, kubectl, capsys,
+                                                                  monkeypatch):
+    ecr = fakes.fake_ecr(monkeypatch)
+    monkeypatch.setattr(fakes, "CONFIG", CONFIG.replace(
+        "training: {node_group: p5, nodes: 2}",
+        "training: {node_group: p5, nodes: 2, image: ghcr.io/acme/trainer:v1}"))
+    assert run(tmp_path, "launch", "--force") == 0
+    assert ecr.calls == []
+    assert ("WARNING: training.image = 'ghcr.io/acme/trainer:v1' is not in ECR of us-east-1, so "
+            "rlkit cannot read its digest") in capsys.readouterr().err
+    assert "image: ghcr.io/acme/trainer:v1\n" in (tmp_path / "out/rl-job/04-rayjob.yaml").read_text()
 
 
 def test_a_dry_run_with_placeholder_outputs_compares_the_tag():

@@ -200,3 +200,14 @@ def test_gate_and_launch_refuse_an_out_that_is_a_file(tmp_path, capsys, kubectl,
             ) in capsys.readouterr().err
     assert notes.read_bytes() == b"keep me\r\n\x00"
     assert kubectl.calls == []  # refused before anything reached the cluster
+
+
+def test_render_keeps_the_image_tag_and_says_so(tmp_path, capsys):
+    """Offline: no ECR read, so no digest; the tag can name other content later (gate and launch
+    pin it: ops/image_digest.py)."""
+    out = tmp_path / "out"
+    assert rlkit(["render", "--config", str(write_config(tmp_path)), "--out", str(out),
+                  "--no-validate"]) == 0
+    assert ("Image: placeholder-run-cdk-deploy:0.1.0-nccl (by its tag; `rlkit gate` and `rlkit "
+            "launch` pin it to the digest the tag names then)") in capsys.readouterr().out
+    assert "@sha256:" not in (out / "rl-job" / "04-rayjob.yaml").read_text()

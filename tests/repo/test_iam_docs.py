@@ -36,6 +36,7 @@ ROWS = {
                   "ops/preflight_services.py", "ops/ultraserver_preflight.py",
                   "ops/reservations.py", "ops/preflight_vpc.py", "ops/preflight_reservation.py",
                   "ops/preflight_nodegroups.py", "ops/deployed.py", "ops/preflight_reads.py"],
+    "gate / launch (image digest)": ["ops/image_digest.py"],
 }
 
 
