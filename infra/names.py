@@ -103,6 +103,10 @@ MODELS_PREFIX = "models/"
 # Trainer image build contexts (`rlkit image build` uploads, the CodeBuild project reads); no
 # other role touches this prefix.
 IMAGE_BUILDS_PREFIX = "image-builds/"
+# The image build project's limits (infra/constructs/trainer_image_build.py): a build older than
+# their sum has ended, so `rlkit image build` looks no further back for a running one.
+IMAGE_BUILD_TIMEOUT_HOURS = 4
+IMAGE_BUILD_QUEUED_TIMEOUT_HOURS = 1
 
 # The shared file system (FSx for Lustre): mounted at the same path in the Ray head, the workers
 # and KubeRay's submitter. Its datasets/ and models/ directories are linked to the bucket prefixes

@@ -11,12 +11,14 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
+from infra import names
 from infra.config import KitConfig
 from infra.config.values import IMAGE_TAG_RE
 from infra.catalog import INSTANCE_TYPES
@@ -100,9 +102,10 @@ def render_command(command: str, values: dict[str, str]) -> str:
 
 
 def build_args_passed(spec: dict[str, Any]) -> list[str]:
-    """Names of the ``--build-arg`` the buildspec passes to docker buildx build."""
-    return [m.group(1) for _, cmd in buildspec_commands(spec)
-            for m in re.finditer(r"--build-arg\s+([A-Za-z_][A-Za-z0-9_]*)=", cmd)]
+    """Names of the ``--build-arg`` the buildspec passes to docker buildx build (once each: the
+    build and its push are two runs of one command)."""
+    return list(dict.fromkeys(m.group(1) for _, cmd in buildspec_commands(spec)
+                              for m in re.finditer(r"--build-arg\s+([A-Za-z_][A-Za-z0-9_]*)=", cmd)))
 
 
 # --- stack outputs -------------------------------------------------------------------------------
@@ -422,18 +425,44 @@ def _adopt_inputs(plan: BuildPlan, env: dict[str, str | None] | None = None,
     return inputs
 
 
-def running_build(codebuild: Any, plan: BuildPlan, recent: int = 20) -> str | None:
+# BatchGetBuilds takes at most 100 IDs [CodeBuild API reference, BatchGetBuilds, ids].
+BATCH_GET_BUILDS_MAX = 100
+
+
+def running_build(codebuild: Any, plan: BuildPlan, *, now: datetime | None = None) -> str | None:
     """The ID of a still running build of the plan's project that pushes its tag from its
     inputs (one an interrupted `rlkit image build` started: CodeBuild carries on), or None.
-    Among the ``recent`` newest. A running build of the tag from other inputs raises
-    ImageBuildError: it would push its image under the immutable tag first."""
-    ids = codebuild.list_builds_for_project(projectName=plan.target.project,
-                                            sortOrder="DESCENDING").get("ids", [])[:recent]
-    if not ids:  # the listing omits ids for a project with no builds; BatchGetBuilds needs one
+    Every build of the project is looked at, newest first, page by page, until one started
+    before the longest a build can last (queued plus build timeout): that one and older have
+    ended. A running build of the tag from other inputs raises ImageBuildError: it would push
+    its image under the immutable tag first."""
+    now = now or datetime.now(timezone.utc)
+    oldest = now - timedelta(hours=names.IMAGE_BUILD_TIMEOUT_HOURS
+                             + names.IMAGE_BUILD_QUEUED_TIMEOUT_HOURS)
+    builds = []
+    pages = codebuild.get_paginator("list_builds_for_project").paginate(
+        projectName=plan.target.project, sortOrder="DESCENDING")
+    for page in pages:
+        ids = page.get("ids") or []  # none for a project with no builds; BatchGetBuilds needs one
+        ended = False
+        for i in range(0, len(ids), BATCH_GET_BUILDS_MAX):
+            chunk = ids[i:i + BATCH_GET_BUILDS_MAX]
+            found = {b["id"]: b for b in codebuild.batch_get_builds(ids=chunk).get("builds", [])}
+            for build in (found[b] for b in chunk if b in found):  # newest first, as listed
+                started = build.get("startTime")
+                if isinstance(started, datetime) and started < oldest:
+                    ended = True
+                    break
+                builds.append(build)
+            if ended:
+                break
+        if ended:
+            break
+    if not builds:
         return None
     wanted = _adopt_inputs(plan)
     others = []
-    for build in codebuild.batch_get_builds(ids=ids).get("builds", []):
+    for build in builds:
         env = {v["name"]: v.get("value")
                for v in build.get("environment", {}).get("environmentVariables", [])}
         if build.get("buildStatus") != "IN_PROGRESS" or env.get(IMAGE_TAG_VAR) != plan.image_tag:

@@ -32,8 +32,8 @@ from infra.versions import IMAGE_BUILD_BUILDKIT_IMAGE, IMAGE_BUILD_HOST_IMAGE
 COMPUTE_TYPE = codebuild.ComputeType.X2_LARGE
 # A cold deepep build (NVSHMEM + DeepEP + NCCL) plus pulling the base and pushing ~20 GB of layers;
 # a warm cache finishes a launcher-only change in minutes.
-BUILD_TIMEOUT = Duration.hours(4)
-QUEUED_TIMEOUT = Duration.hours(1)
+BUILD_TIMEOUT = Duration.hours(names.IMAGE_BUILD_TIMEOUT_HOURS)
+QUEUED_TIMEOUT = Duration.hours(names.IMAGE_BUILD_QUEUED_TIMEOUT_HOURS)
 # The build's default source; `rlkit image build` uploads a content-addressed zip and points each
 # build at it (StartBuild sourceLocationOverride).
 DEFAULT_CONTEXT_KEY = f"{names.IMAGE_BUILDS_PREFIX}context.zip"

@@ -338,10 +338,11 @@ def _stub(bin_dir: Path, name: str, body: str) -> None:
 
 def run_phases(tmp_path: Path, *, dockerfile_ref: str, resolved: str, existing_tag: bool,
                env: dict[str, str], phases=("pre_build", "build", "post_build"),
-               base_digests: tuple[str, ...] = (DIGEST, OTHER_DIGEST)):
+               base_digests: tuple[str, ...] = (DIGEST, OTHER_DIGEST), metadata: str | None = None):
     """Run the buildspec's commands in one bash, as CodeBuild does, with `aws` and `docker`
     replaced by scripts that log their arguments. The base repository holds ``base_digests``;
-    its tag resolves to ``resolved``."""
+    its tag resolves to ``resolved``; ``metadata``: the digest this build's push recorded
+    (/tmp/build-metadata.json; None: no file)."""
     work = tmp_path / "src"
     work.mkdir()
     (work / "Dockerfile").write_text(f"ARG MILES_IMAGE={dockerfile_ref}\nFROM scratch\n")
@@ -382,6 +383,9 @@ exit 0
     # runs it (tests of this file run side by side without --dist loadfile).
     with open("/tmp/build-metadata.json.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        Path("/tmp/build-metadata.json").unlink(missing_ok=True)
+        if metadata is not None:
+            Path("/tmp/build-metadata.json").write_text(json.dumps({"containerimage.digest": metadata}))
         result = subprocess.run(["bash", "-c", script], cwd=work, env={**base_env, **env},
                                 capture_output=True, text=True, timeout=60)
         Path("/tmp/build-metadata.json").unlink(missing_ok=True)
@@ -395,7 +399,13 @@ def test_buildspec_runs_through_with_a_pinned_base(tmp_path):
                                env={"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl"})
     assert result.returncode == 0, result.stderr
     build = [c for c in calls if c.startswith("docker buildx build")]
-    assert len(build) == 1
+    # built, the tag looked at again, then the same build pushed (from the builder's cache)
+    assert len(build) == 2
+    assert build[1] == build[0].removesuffix(" .") + " --metadata-file /tmp/build-metadata.json --push ."
+    assert calls.index(build[1]) - calls.index(build[0]) == 2  # between them: the tag's look-up
+    assert calls[calls.index(build[0]) + 1].startswith(
+        "aws ecr describe-images --repository-name kit-trainer --image-ids imageTag=0.1.0-nccl")
+    build = build[1:]
     assert f"--build-arg MILES_IMAGE=radixark/miles:v0.1.0@{DIGEST}" in build[0]
     assert "--tag 123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer:0.1.0-nccl" in build[0]
     assert ("--cache-to type=registry,ref=123456789012.dkr.ecr.us-east-1.amazonaws.com/"
@@ -455,7 +465,7 @@ def test_buildspec_builds_on_the_pinned_digest_after_the_tag_was_re_pushed(tmp_p
             f"{DIGEST}: the tag was re-pushed upstream (or the pin was never its digest). This "
             "build uses the pinned digest.") in result.stdout
     build = [c for c in calls if c.startswith("docker buildx build")]
-    assert len(build) == 1 and f"--build-arg MILES_IMAGE=radixark/miles:v0.1.0@{DIGEST}" in build[0]
+    assert len(build) == 2 and f"--build-arg MILES_IMAGE=radixark/miles:v0.1.0@{DIGEST}" in build[1]
 
 
 def test_buildspec_says_nothing_of_the_tag_when_it_still_is_the_pin(tmp_path):
@@ -619,7 +629,7 @@ def test_buildspec_post_build_after_a_failure_past_the_push_says_it_was_pushed(t
                                env={"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl",
                                     "CODEBUILD_BUILD_SUCCEEDING": "0", "TAG_WAS_FREE": "1",
                                     "REPOSITORY_NAME": "kit-trainer"},
-                               phases=("post_build",))
+                               phases=("post_build",), metadata=DIGEST)
     assert result.returncode == 0, result.stderr
     assert "nothing pushed" not in result.stdout
     assert ("build failed, but 123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer:0.1.0-nccl "
@@ -706,3 +716,46 @@ def test_the_dockerfile_records_the_revision_the_reuse_check_reads():
     assert 'org.opencontainers.image.revision="${VCS_REF}"' in text
     assert "--build-arg VCS_REF=${VCS_REF}" in "\n".join(
         cmd for _, cmd in buildspec_commands(load_buildspec()))
+
+
+# --- two builds of one tag ----------------------------------------------------------------------
+
+RACE_ENV = {"EP_BACKEND": "nccl", "IMAGE_TAG": "0.1.0-nccl", "TAG_WAS_FREE": "1",
+            "REPOSITORY_NAME": "kit-trainer", "BASE_NAME": "radixark/miles",
+            "BASE_IMAGE_DIGEST": DIGEST, "BUILD_DATE": "2026-01-01T00:00:00Z"}
+
+
+def test_buildspec_pushes_nothing_when_another_build_pushed_the_tag_meanwhile(tmp_path):
+    """Two builds of one tag both passed pre_build's check; the second to finish failed at the
+    push on the immutable tag after hours. It now looks again before pushing."""
+    result, calls = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                               resolved=DIGEST, existing_tag=True, env=RACE_ENV,
+                               phases=("build",))
+    assert result.returncode != 0
+    builds = [c for c in calls if c.startswith("docker buildx build")]
+    assert len(builds) == 1 and "--push" not in builds[0]  # built, never pushed
+    assert (f"kit-trainer:0.1.0-nccl was pushed by another build while this one built ({DIGEST}); "
+            "this build pushes nothing") in result.stderr
+
+
+def test_buildspec_post_build_without_its_own_digest_does_not_claim_the_push(tmp_path):
+    """The tag holds an image, but this build recorded no digest (its push never ran): it
+    said "was pushed (digest) ... --reuse uses it" of another build's image."""
+    result, _ = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                           resolved=DIGEST, existing_tag=True,
+                           env={**RACE_ENV, "CODEBUILD_BUILD_SUCCEEDING": "0"},
+                           phases=("post_build",))
+    assert result.returncode == 0, result.stderr
+    assert "was pushed (" not in result.stdout
+    assert "this build recorded no digest of its own" in result.stdout
+
+
+def test_buildspec_post_build_names_another_builds_image(tmp_path):
+    result, _ = run_phases(tmp_path, dockerfile_ref=f"radixark/miles:v0.1.0@{DIGEST}",
+                           resolved=DIGEST, existing_tag=True,
+                           env={**RACE_ENV, "CODEBUILD_BUILD_SUCCEEDING": "0"},
+                           phases=("post_build",), metadata=OTHER_DIGEST)
+    assert "was pushed (" not in result.stdout
+    assert (f"build failed and pushed nothing: 123456789012.dkr.ecr.us-east-1.amazonaws.com/"
+            f"kit-trainer:0.1.0-nccl holds {DIGEST}, which another build of the tag pushed (this "
+            f"build's own digest: {OTHER_DIGEST})") in result.stdout

@@ -202,6 +202,36 @@ def test_a_build_an_interrupted_run_left_running_is_followed_not_started_again(o
     assert f"aws codebuild batch-get-builds --ids {BUILD_ID}" in out
 
 
+def test_a_running_build_past_the_newest_twenty_is_found(outputs_file, capsys):
+    """Only the newest 20 builds were looked at: a running build of the tag behind 20 newer
+    ones (other tags, CI retries) was missed, and a second build of the tag raced it to the
+    immutable tag. Every page is read, until builds older than a build can last."""
+    st = Stubbed()
+    expect_new_tag(st)
+    now = dt.datetime.now(dt.timezone.utc)
+    newer = [f"ImageBuildProject-abc:{i:04x}" for i in range(20)]
+    page2 = ["ImageBuildProject-abc:running", "ImageBuildProject-abc:ancient"]
+    st.codebuild.add_response("list_builds_for_project", {"ids": newer, "nextToken": "t2"},
+                              expected_params={"projectName": "ImageBuildProject-abc",
+                                               "sortOrder": "DESCENDING"})
+    st.codebuild.add_response("batch_get_builds", {"builds": [
+        {**running(b, tag="0.0.9-nccl"), "buildStatus": "SUCCEEDED", "startTime": now}
+        for b in newer]}, expected_params={"ids": newer})
+    st.codebuild.add_response("list_builds_for_project", {"ids": page2, "nextToken": "t3"},
+                              expected_params={"projectName": "ImageBuildProject-abc",
+                                               "sortOrder": "DESCENDING", "nextToken": "t2"})
+    st.codebuild.add_response("batch_get_builds", {"builds": [
+        {**running(page2[0], BASE_IMAGE_DIGEST=None), "startTime": now - dt.timedelta(hours=3)},
+        # older than the queued + build timeouts: ended, and no later page is read
+        {**running(page2[1]), "startTime": now - dt.timedelta(hours=6)}]},
+        expected_params={"ids": page2})
+    code = run([*BASE, "--outputs", str(outputs_file)], st)  # no upload, no StartBuild stubbed
+    out = capsys.readouterr().out
+    assert code == 0, out
+    st.done()
+    assert f"is already running ({page2[0]}, started by an earlier `rlkit image build`)" in out
+
+
 def test_a_running_build_of_the_tag_from_other_inputs_is_refused_not_followed(outputs_file,
                                                                               capsys):
     """Ctrl-C, a fix under images/trainer and a rerun with the same image_tag: the rerun followed
