@@ -237,11 +237,15 @@ def _build(args: argparse.Namespace) -> int:
             echo(f"nothing pushed: {plan.image_uri} is not in the repository")
             return failed(1, message, result.status, pushed=False)
         ref = f"{plan.image_uri}@{pushed['imageDigest']}"
-        return failed(1, f"{message} But its image was pushed before the failure: {ref} is in "
-                      "the repository, and tags are immutable, so a rerun with this "
-                      "training.image_tag is refused. Fix: if the log above shows the failure "
-                      "came after the push (the image's own steps passed), `rlkit image build "
-                      "--reuse` uses it; otherwise set a new training.image_tag and build again.",
+        # Whose push: this build's before the failure, or another build's of the tag (a race);
+        # only the build's own log can say (its post_build compares the digests).
+        return failed(1, f"{message} But the tag is in the repository: {ref}, pushed by this "
+                      "build before the failure or by another build of the tag (the log's last "
+                      "lines say which), and tags are immutable, so a rerun with this "
+                      "training.image_tag is refused. Fix: if the log above says this build "
+                      "pushed it after the image's own steps passed, or another build of the same "
+                      "inputs did, `rlkit image build --reuse` uses it; otherwise set a new "
+                      "training.image_tag and build again.",
                       result.status, pushed=True, image=ref)
     if not (result.image_uri and result.image_digest):
         return failed(1, f"build {build_id} succeeded but exported no IMAGE_URI/IMAGE_DIGEST. "

@@ -338,11 +338,12 @@ def test_a_build_that_failed_after_its_push_says_the_image_was_pushed(outputs_fi
     st.done()
     message = (
         f"build {BUILD_ID} FAILED in phase POST_BUILD: exit status 255. The log above says why. "
-        f"But its image was pushed before the failure: {REPO}:0.1.0-nccl@{IMAGE_DIGEST} is in "
-        "the repository, and tags are immutable, so a rerun with this training.image_tag is "
-        "refused. Fix: if the log above shows the failure came after the push (the image's own "
-        "steps passed), `rlkit image build --reuse` uses it; otherwise set a new "
-        "training.image_tag and build again.")
+        f"But the tag is in the repository: {REPO}:0.1.0-nccl@{IMAGE_DIGEST}, pushed by this "
+        "build before the failure or by another build of the tag (the log's last lines say "
+        "which), and tags are immutable, so a rerun with this training.image_tag is refused. "
+        "Fix: if the log above says this build pushed it after the image's own steps passed, or "
+        "another build of the same inputs did, `rlkit image build --reuse` uses it; otherwise "
+        "set a new training.image_tag and build again.")
     assert captured.err.endswith(f"error: {message}\n")
     doc = json.loads(captured.out)
     assert (doc["ok"], doc["build_id"], doc["status"], doc["pushed"], doc["image"],
