@@ -107,6 +107,14 @@ IMAGE_BUILDS_PREFIX = "image-builds/"
 # their sum has ended, so `rlkit image build` looks no further back for a running one.
 IMAGE_BUILD_TIMEOUT_HOURS = 4
 IMAGE_BUILD_QUEUED_TIMEOUT_HOURS = 1
+# A build context is read once, when its build starts (at most the queued timeout after
+# StartBuild); the data bucket expires image-builds/ objects this many days after their upload
+# (each distinct context is a new key, so they would pile up for good). Two weeks lets a rebuild
+# or `aws codebuild retry-build` of a recent context skip the upload; `rlkit image build` puts a
+# key again that is within IMAGE_BUILD_CONTEXT_REFRESH_DAYS of expiry, so no build starts on a
+# context about to go.
+IMAGE_BUILD_CONTEXT_EXPIRY_DAYS = 14
+IMAGE_BUILD_CONTEXT_REFRESH_DAYS = 2
 
 # The shared file system (FSx for Lustre): mounted at the same path in the Ray head, the workers
 # and KubeRay's submitter. Its datasets/ and models/ directories are linked to the bucket prefixes

@@ -387,11 +387,18 @@ def existing_image(ecr: Any, repository: str, tag: str) -> dict[str, Any] | None
     return details[0] if details else None
 
 
-def upload_context(s3: Any, bucket: str, key: str, data: bytes) -> bool:
-    """Put the zip unless the key exists (content-addressed). True when uploaded."""
+def upload_context(s3: Any, bucket: str, key: str, data: bytes, *,
+                   now: datetime | None = None) -> bool:
+    """Put the zip unless the key exists (content-addressed) and is not near the bucket's expiry
+    of build contexts (names.IMAGE_BUILD_CONTEXT_EXPIRY_DAYS: put again, its age starts over, so
+    the build does not start on a key S3 removes meanwhile). True when uploaded."""
+    now = now or datetime.now(timezone.utc)
     try:
-        s3.head_object(Bucket=bucket, Key=key)
-        return False
+        head = s3.head_object(Bucket=bucket, Key=key)
+        modified = head.get("LastModified")
+        if not (isinstance(modified, datetime) and now - modified > timedelta(
+                days=names.IMAGE_BUILD_CONTEXT_EXPIRY_DAYS - names.IMAGE_BUILD_CONTEXT_REFRESH_DAYS)):
+            return False
     except s3.exceptions.ClientError as err:
         # 403 too: without s3:ListBucket, S3 answers a missing key with 403. Putting the same
         # bytes again is harmless, and a caller without s3:PutObject learns it from the put.

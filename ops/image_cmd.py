@@ -272,8 +272,9 @@ def _status(args: argparse.Namespace) -> int:
     except aws.AWS_ERRORS as err:
         print(f"error: {aws.describe_error(err)}. Fix: {aws.CREDENTIALS_FIX}", file=sys.stderr)
         return 2
+    total_mb = sum(r.size_mb for r in rows)
     if wants_json(args):
-        emit(args, {"repository": target.repository_uri,
+        emit(args, {"repository": target.repository_uri, "total_size_mb": total_mb,
                     "images": [dataclasses.asdict(r) for r in rows]})
         return 0
     print(f"{target.repository_uri}: {len(rows)} image(s)")
@@ -286,6 +287,11 @@ def _status(args: argparse.Namespace) -> int:
                           r.pushed[:19], str(r.size_mb), r.scan) for r in rows])
     for line in table.splitlines():
         print("  " + line)
+    # The repository expires nothing (infra/constructs/trainer_repository.py): a lifecycle rule
+    # could delete an image a RayJob's retry pulls by digest, or a multi-arch tag's platform images.
+    print(f"  {total_mb:,} MB in all (ECR's compressed sizes), kept until deleted: delete a tag no "
+          "run, gate record or retry still uses with `aws ecr batch-delete-image --repository-name "
+          f"{target.repository_name} --image-ids imageTag=<tag> --region {region}`")
     return 0
 
 

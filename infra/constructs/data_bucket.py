@@ -7,6 +7,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from infra import names
 from infra.constructs.nag import acknowledge, skip_checkov
 
 
@@ -57,6 +58,14 @@ class DataBucket(Construct):
                 s3.LifecycleRule(
                     id="abort-incomplete-multipart",
                     abort_incomplete_multipart_upload_after=Duration.days(7),
+                ),
+                # Build contexts (content-addressed zips `rlkit image build` uploads): needed
+                # only while their build starts; expiring them makes a noncurrent version, which
+                # the next rule removes. ECR keeps the images; a later build uploads again.
+                s3.LifecycleRule(
+                    id="expire-image-build-contexts",
+                    prefix=names.IMAGE_BUILDS_PREFIX,
+                    expiration=Duration.days(names.IMAGE_BUILD_CONTEXT_EXPIRY_DAYS),
                 ),
                 s3.LifecycleRule(
                     id="expire-noncurrent-versions",

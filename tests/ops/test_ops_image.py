@@ -859,6 +859,11 @@ def test_status_lists_tags_backends_and_scans(outputs_file, capsys):
     assert "(tag)" in lines[2] and lines[2].rstrip().endswith("no findings")
     assert lines[3].split()[:4] == ["0.1.0-nccl", IMAGE_DIGEST[:19], "nccl", "(label)"]
     assert lines[3].rstrip().endswith("1 critical, 2 high")
+    # what the repository holds in all, and how to delete what no run uses (no lifecycle rule)
+    assert lines[4] == (
+        "  42,000 MB in all (ECR's compressed sizes), kept until deleted: delete a tag no run, "
+        "gate record or retry still uses with `aws ecr batch-delete-image --repository-name "
+        "moe-rl-trainer --image-ids imageTag=<tag> --region us-east-1`")
     assert "could not read the labels" in captured.err
 
 
@@ -917,6 +922,27 @@ def test_status_json_parses(outputs_file, capsys):
                st) == 0
     st.done()
     doc = json.loads(capsys.readouterr().out)
-    assert doc["repository"] == REPO
+    assert doc["repository"] == REPO and doc["total_size_mb"] == doc["images"][0]["size_mb"]
     assert [(i["tags"], i["digest"], i["backend"], i["backend_from"]) for i in doc["images"]] == \
         [(["0.1.0-nccl"], IMAGE_DIGEST, "nccl", "tag")]
+
+
+# --- build contexts expire (the data bucket's image-builds/ rule) -------------------------------
+
+
+@pytest.mark.parametrize("age_days, uploaded", [(1, False), (11.9, False), (12.1, True), (30, True)])
+def test_a_context_near_its_expiry_is_put_again(age_days, uploaded):
+    """The bucket expires build contexts 14 days after their upload; a key about to go is put
+    again (its age starts over), so no build starts on a context S3 removes meanwhile."""
+    from ops.image_build import upload_context
+
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    st = Stubbed()
+    st.s3.add_response("head_object", {"LastModified": now - dt.timedelta(days=age_days)},
+                       expected_params={"Bucket": "b", "Key": "image-builds/k.zip"})
+    if uploaded:
+        st.s3.add_response("put_object", {}, expected_params={
+            "Bucket": "b", "Key": "image-builds/k.zip", "Body": b"zip",
+            "ContentType": "application/zip", "ChecksumAlgorithm": "SHA256"})
+    assert upload_context(st.clients.s3, "b", "image-builds/k.zip", b"zip", now=now) is uploaded
+    st.done()

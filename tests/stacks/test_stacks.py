@@ -310,6 +310,10 @@ def test_data_bucket_hardening(synth):
         "DaysAfterInitiation": 7}
     assert rules["expire-noncurrent-versions"]["NoncurrentVersionExpiration"] == {
         "NoncurrentDays": 30}
+    # every distinct build context is a new key under image-builds/: they expire, nothing else
+    assert rules["expire-image-build-contexts"] == {
+        "Id": "expire-image-build-contexts", "Prefix": "image-builds/", "ExpirationInDays": 14,
+        "Status": "Enabled"}
     assert data["DeletionPolicy"] == "Retain"
     policy = [r for r in resources(t, "AWS::S3::BucketPolicy").values()
               if r["Properties"]["Bucket"] == {"Ref": data_id}][0]
