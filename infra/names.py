@@ -107,6 +107,12 @@ IMAGE_BUILDS_PREFIX = "image-builds/"
 # their sum has ended, so `rlkit image build` looks no further back for a running one.
 IMAGE_BUILD_TIMEOUT_HOURS = 4
 IMAGE_BUILD_QUEUED_TIMEOUT_HOURS = 1
+# A multi-arch build (an arm64 GPU group: the arm64 half compiles under QEMU on the x86 host, many
+# times slower) gets this limit per build (StartBuild timeoutInMinutesOverride): a build killed by
+# the timeout exports no layer cache, so every retry started cold. It stays under the 12 hours an
+# ECR login lasts from pre_build's login, which the first buildx run's cache export still uses;
+# the buildspec logs in again before the push.
+IMAGE_BUILD_MULTIARCH_TIMEOUT_HOURS = 10
 # A build context is read once, when its build starts (at most the queued timeout after
 # StartBuild); the data bucket expires image-builds/ objects this many days after their upload
 # (each distinct context is a new key, so they would pile up for good). Two weeks lets a rebuild

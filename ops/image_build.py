@@ -240,6 +240,7 @@ class BuildPlan:
     base_digest_from: str  # "Dockerfile" or "--base-digest"
     deepep_gin_ref: str | None
     overrides: list[dict[str, str]] = field(default_factory=list)
+    timeout_minutes: int | None = None  # StartBuild's override; None: the project's (x86 only)
 
     @property
     def image_uri(self) -> str:
@@ -328,6 +329,8 @@ def plan_build(cfg: KitConfig, target: BuildTarget, *, backend: str | None, vcs_
         base_digest_from="Dockerfile" if pinned else "--base-digest",
         deepep_gin_ref=deepep_gin_ref,
         overrides=[{"name": k, "value": v, "type": "PLAINTEXT"} for k, v in overrides.items()],
+        timeout_minutes=(names.IMAGE_BUILD_MULTIARCH_TIMEOUT_HOURS * 60
+                         if "arm64" in platforms else None),
     )
 
 
@@ -444,7 +447,8 @@ def running_build(codebuild: Any, plan: BuildPlan, *, now: datetime | None = Non
     ended. A running build of the tag from other inputs raises ImageBuildError: it would push
     its image under the immutable tag first."""
     now = now or datetime.now(timezone.utc)
-    oldest = now - timedelta(hours=names.IMAGE_BUILD_TIMEOUT_HOURS
+    oldest = now - timedelta(hours=max(names.IMAGE_BUILD_TIMEOUT_HOURS,
+                                       names.IMAGE_BUILD_MULTIARCH_TIMEOUT_HOURS)
                              + names.IMAGE_BUILD_QUEUED_TIMEOUT_HOURS)
     builds = []
     pages = codebuild.get_paginator("list_builds_for_project").paginate(
@@ -491,10 +495,11 @@ def running_build(codebuild: Any, plan: BuildPlan, *, now: datetime | None = Non
 
 
 def start_build(codebuild: Any, plan: BuildPlan) -> str:
+    timeout = {"timeoutInMinutesOverride": plan.timeout_minutes} if plan.timeout_minutes else {}
     build = codebuild.start_build(
         projectName=plan.target.project, sourceTypeOverride="S3",
         sourceLocationOverride=plan.source_location,
-        environmentVariablesOverride=plan.overrides,
+        environmentVariablesOverride=plan.overrides, **timeout,
     )["build"]
     return build["id"]
 

@@ -402,9 +402,10 @@ def test_buildspec_runs_through_with_a_pinned_base(tmp_path):
     # built, the tag looked at again, then the same build pushed (from the builder's cache)
     assert len(build) == 2
     assert build[1] == build[0].removesuffix(" .") + " --metadata-file /tmp/build-metadata.json --push ."
-    assert calls.index(build[1]) - calls.index(build[0]) == 2  # between them: the tag's look-up
-    assert calls[calls.index(build[0]) + 1].startswith(
-        "aws ecr describe-images --repository-name kit-trainer --image-ids imageTag=0.1.0-nccl")
+    # between them: the tag's look-up, then a fresh ECR login for the push
+    between = calls[calls.index(build[0]) + 1:calls.index(build[1])]
+    assert [c.split(" --")[0] for c in between] == [
+        "aws ecr describe-images", "aws ecr get-login-password", "docker login"]
     build = build[1:]
     assert f"--build-arg MILES_IMAGE=radixark/miles:v0.1.0@{DIGEST}" in build[0]
     assert "--tag 123456789012.dkr.ecr.us-east-1.amazonaws.com/kit-trainer:0.1.0-nccl" in build[0]

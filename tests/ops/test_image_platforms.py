@@ -10,6 +10,7 @@ from ops.image_build import (
     describe_plan,
     image_platforms,
     plan_build,
+    start_build,
 )
 from ops.image_context import context_zip
 from tests.support import REPO_ROOT
@@ -39,3 +40,24 @@ def test_an_arm64_group_makes_one_multi_arch_tag():
             "type": "PLAINTEXT"} in plan.overrides
     lines = describe_plan(plan, "us-east-1")
     assert any("--platform linux/amd64,linux/arm64 " in line for line in lines)
+
+
+def test_a_multi_arch_build_gets_a_longer_timeout():
+    """The arm64 half compiles under QEMU: the project's 4 h killed it, and a build killed by the
+    timeout exports no layer cache, so every retry started cold."""
+    x86 = plan_build(parse_config({}), TARGET, backend="nccl", vcs_ref="deadbeef",
+                     context=context_zip(), files=3, base_digest=DIGEST)
+    assert x86.timeout_minutes is None  # the project's own 4 h
+    cfg = load_config(REPO_ROOT / "examples" / "p6e-gb200-ultraserver.yaml")
+    plan = plan_build(cfg, TARGET, backend="nccl", vcs_ref="deadbeef", context=context_zip(),
+                      files=3, base_digest=DIGEST)
+    assert plan.timeout_minutes == 600  # under the 12 h of the ECR login it pushes with
+
+    class CodeBuild:
+        def start_build(self, **kwargs):
+            self.kwargs = kwargs
+            return {"build": {"id": "b:1"}}
+
+    codebuild = CodeBuild()
+    assert start_build(codebuild, plan) == "b:1"
+    assert codebuild.kwargs["timeoutInMinutesOverride"] == 600

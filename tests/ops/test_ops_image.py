@@ -223,7 +223,7 @@ def test_a_running_build_past_the_newest_twenty_is_found(outputs_file, capsys):
     st.codebuild.add_response("batch_get_builds", {"builds": [
         {**running(page2[0], BASE_IMAGE_DIGEST=None), "startTime": now - dt.timedelta(hours=3)},
         # older than the queued + build timeouts: ended, and no later page is read
-        {**running(page2[1]), "startTime": now - dt.timedelta(hours=6)}]},
+        {**running(page2[1]), "startTime": now - dt.timedelta(hours=12)}]},
         expected_params={"ids": page2})
     code = run([*BASE, "--outputs", str(outputs_file)], st)  # no upload, no StartBuild stubbed
     out = capsys.readouterr().out
