@@ -34,11 +34,12 @@ def split_reference(ref: str) -> tuple[str, str | None]:
     return name, digest or None
 
 
-def resolve_digest(cfg: KitConfig, outputs: StackOutputs, ecr: Any,
+def resolve_digest(cfg: KitConfig, outputs: StackOutputs, clients: Any,
                    warn: Callable[[str], None]) -> str | None:
     """The digest the run's image tag names now, or None where the image is not pinned here
     (a reference that already has a digest, or an image outside ECR of the config's region,
-    with a warning). Raises RenderError when ECR cannot say: the tag is not in the repository
+    with a warning). ``clients``: an ops.aws.AwsClients, whose ECR client is made only when
+    read. Raises RenderError when ECR cannot say: the tag is not in the repository
     (build it), or the call failed (credentials, permissions)."""
     image = image_for(cfg, outputs)
     field = "training.image" if cfg.training.image is not None else "training.image_tag"
@@ -52,6 +53,7 @@ def resolve_digest(cfg: KitConfig, outputs: StackOutputs, ecr: Any,
              "(<repo>:<tag>@sha256:...)")
         return None
     try:
+        ecr = clients.ecr
         found = ecr.describe_images(registryId=m["account"], repositoryName=m["repository"],
                                     imageIds=[{"imageTag": m["tag"]}])
     except ClientError as err:

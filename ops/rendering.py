@@ -69,7 +69,7 @@ def render_for_run(cfg: KitConfig, outputs_file: Path | None, out: Path | None, 
         echo("[dry-run] the image is rendered by its tag; the real run pins it to the digest the "
              "tag names then")
     else:
-        digest = resolve_digest(cfg, outputs, clients.ecr, lambda line: print(line, file=sys.stderr))
+        digest = resolve_digest(cfg, outputs, clients, lambda line: print(line, file=sys.stderr))
     return (render_manifests(cfg, outputs, out, dry_run, echo, reservation_end, fabric_timeout_s,
                              block_start_wait_s=block_start_wait_s, image_digest=digest), out, outputs)
 

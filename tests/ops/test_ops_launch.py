@@ -1099,3 +1099,31 @@ def test_real_kubectl_unreachable_error_once(real_kubectl, tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert err.count("127.0.0.1:9") == 1, err
     assert "no answer from the API server" in err
+
+
+def test_a_digest_ecr_will_not_give_refuses_with_the_permission_to_grant():
+    """No ecr:DescribeImages (or no credentials): the job would pull by a mutable tag, so the
+    render stops, naming the permission; an image in another region's ECR is pulled by tag."""
+    from types import SimpleNamespace
+
+    from botocore.exceptions import ClientError
+
+    from infra.config import parse_config
+    from manifests import placeholder_outputs
+    from manifests.errors import RenderError
+    from ops.image_digest import resolve_digest
+
+    class Denied:
+        def describe_images(self, **kwargs):
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}},
+                              "DescribeImages")
+
+    cfg = parse_config({"training": {"image": f"{REPO}:v1"}})
+    with pytest.raises(RenderError) as err:
+        resolve_digest(cfg, placeholder_outputs(cfg), SimpleNamespace(ecr=Denied()), print)
+    assert "could not read the digest the tag names" in str(err.value)
+    assert "grant ecr:DescribeImages on the repository" in str(err.value)
+    warned = []
+    west = parse_config({"training": {"image": REPO.replace("us-east-1", "us-west-2") + ":v1"}})
+    assert resolve_digest(west, placeholder_outputs(west), SimpleNamespace(), warned.append) is None
+    assert "is not in ECR of us-east-1" in warned[0]

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -322,6 +323,6 @@ def fake_ecr(monkeypatch, ecr: FakeEcr | None = None) -> FakeEcr:
 
     ecr = ecr or FakeEcr()
     monkeypatch.setattr(rendering, "resolve_digest",  # raising=False: absent before digests
-                        lambda cfg, outputs, _ecr, warn: image_digest.resolve_digest(
-                            cfg, outputs, ecr, warn), raising=False)
+                        lambda cfg, outputs, _clients, warn: image_digest.resolve_digest(
+                            cfg, outputs, SimpleNamespace(ecr=ecr), warn), raising=False)
     return ecr
