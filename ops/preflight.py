@@ -33,7 +33,8 @@ from ops.check_result import Check
 from ops.preflight_observability import check_gpu_metrics
 from ops.preflight_reads import PreflightReads, list_prefixed_stacks, not_deployed
 from ops.preflight_replace import replacement_checks
-from ops.preflight_reservation import check_reservation, group_subject as _group_subject
+from ops.preflight_reservation import (
+    check_reservation, check_shared_reservations, group_subject as _group_subject)
 from ops.preflight_services import offline_service_checks, service_checks
 from ops.preflight_stacks import (LEFT_OUT, app_stack_names, check_log_groups_outside_stack,
                                   check_stacks_left_out)
@@ -140,6 +141,15 @@ def check_quota(quotas: Any, cfg: KitConfig, region: str) -> Check:
 def check_placement(group_name: str, group: GpuNodeGroupConfig) -> Check:
     """A cluster placement group forced onto a reservation can starve it (eksctl issue 7949)."""
     subject = _group_subject(group_name)
+    wanted = group.uses_placement_group or group.placement_group_name is not None
+    if group.capacity.type == "capacity-block" and wanted:
+        # A Capacity Block is bought with no placement group (EC2 API PurchaseCapacityBlock takes
+        # only the offering ID, platform and tags; botocore 1.44.8), so none is the block's own.
+        return Check("placement group", subject, WARN,
+                     "a placement group is requested for a Capacity Block group; a block is bought "
+                     "without one (EC2 PurchaseCapacityBlock takes none), and a placement group "
+                     "can limit how many reserved instances launch (eksctl-io/eksctl issue 7949)",
+                     f"remove {subject}.placement_group and {subject}.placement_group_name")
     if group.capacity.type != "on-demand" and group.uses_placement_group:
         return Check("placement group", subject, WARN,
                      f"a cluster placement group is requested together with a {group.capacity.type} "
@@ -426,6 +436,7 @@ def run_preflight(cfg: KitConfig, clients: AwsClients, region: str | None = None
         checks += check_ultraserver_block(reads, cfg, n, g)
         update = check_capacity_block_update(reads, cfg, n, g)
         checks += [update] if update is not None else []
+    checks += check_shared_reservations(reads, cfg.gpu_node_groups)
     checks.append(check_quota(clients.quotas, cfg, region))
     checks += service_checks(clients.ec2, clients.quotas, cfg, region)  # FSx AZ, CodeBuild
     checks += vpc_checks(clients.ec2, cfg)  # an imported VPC: DNS, subnets, egress

@@ -198,3 +198,39 @@ def _own_instances(ec2: Any, rid: str, environment: str, group_name: str) -> int
         return sum(len(r.get("Instances", [])) for page in pages for r in page.get("Reservations", []))
     except AWS_ERRORS:
         return 0
+
+
+def check_shared_reservations(reads: PreflightReads, groups: dict[str, GpuNodeGroupConfig]) -> list[Check]:
+    """Groups that launch into one reservation fit in it together: the per-group size check sees
+    each group alone. Their max_size summed against the reservation's size, where it reads."""
+    sharing: dict[str, list[str]] = {}
+    for name, g in groups.items():
+        if g.capacity.type != "on-demand" and g.capacity.reservation_id is not None:
+            sharing.setdefault(g.capacity.reservation_id, []).append(name)
+    checks = []
+    for rid, names_ in sharing.items():
+        if len(names_) < 2:
+            continue
+        try:
+            found = reads.capacity_reservations(rid)
+        except AWS_ERRORS:
+            continue  # the per-group check reports the read
+        if not found:
+            continue
+        r = found[0]
+        total = int(r.get("TotalInstanceCount", 0) or 0)
+        tags = tag_dict(r.get("Tags"))
+        if total == 0 and _CB_REQUESTED_TAG in tags:
+            total = int(tags[_CB_REQUESTED_TAG])
+        want = sum(groups[n].max_size for n in names_)
+        subjects = ", ".join(group_subject(n) for n in names_)
+        if want > total:
+            checks.append(Check("shared reservation size", subjects, FAIL,
+                                f"{rid} holds {total} instance(s); groups {', '.join(names_)} "
+                                f"launch into it and can scale to {want} together (sum of "
+                                "max_size)", f"lower their max_size to {total} in all, or give "
+                                "each group its own reservation"))
+        else:
+            checks.append(Check("shared reservation size", subjects, PASS,
+                                f"{rid} holds {total}; groups {', '.join(names_)} scale to {want}"))
+    return checks

@@ -344,7 +344,8 @@ class KitConfig(_Model):
     region: str = Field(DEFAULT_REGION, description="AWS region.")
     availability_zones: list[str] = Field(
         default_factory=lambda: list(DEFAULT_AVAILABILITY_ZONES),
-        description="AZs of the VPC, named explicitly so synth needs no lookup (at least two). "
+        description="AZs of the VPC, named explicitly so synth needs no lookup (at least two; "
+        "at most four in a VPC the kit creates, any number with vpc.existing). "
         f"The default is for {DEFAULT_REGION} only: with another region, list its AZs. "
         "Subnets are numbered by position: on a deployed VPC, add zones at the end only (rlkit "
         "preflight refuses other changes).",
@@ -357,7 +358,8 @@ class KitConfig(_Model):
         "first). The EKS control plane never uses them. Subnets are numbered by position, each "
         "with a CIDR block by position: on a deployed VPC, add zones at the end only; to drop or "
         "replace one, destroy the GPU stacks of its groups first (rlkit preflight refuses other "
-        "changes).",
+        "changes). At most two in a VPC the kit creates; with vpc.existing, name each one's "
+        "private subnet in vpc.existing.private_subnet_ids.",
     )
     account: str | None = Field(
         None, description="12-digit account ID; absent = environment-agnostic stacks."

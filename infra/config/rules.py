@@ -22,6 +22,7 @@ from infra.catalog.fsx import (
 from infra.catalog.gpus import GPUS
 from infra.catalog.instances import INSTANCE_TYPES, UNSUPPORTED_INSTANCE_TYPES
 from infra.addons.config import AddonsConfig
+from infra.config.capacity import capacity_block_problems
 from infra.config.derived import VPC_PREFIX_RANGE
 from infra.catalog.models import MODEL_CATALOG
 from infra.config.errors import close_match, problem
@@ -137,9 +138,9 @@ def validate(cfg: KitConfig) -> list[Problem]:
                     f"list two or more AZs of {cfg.region}, e.g. {cfg.region}a and {cfg.region}b"))
     if len(set(azs)) != len(azs):
         add(problem("availability_zones", azs, "AZs must not repeat", "list each AZ once"))
-    if len(azs) > 4:
+    if len(azs) > 4 and cfg.vpc.existing is None:  # an imported VPC brings its own subnets
         add(problem("availability_zones", azs, "at most four AZs fit the kit's subnet plan",
-                    "list two to four AZs"))
+                    "list two to four AZs, or import a VPC (vpc.existing) with your subnets"))
     for i, az in enumerate(azs):
         if not re.fullmatch(re.escape(cfg.region) + r"[a-z]", az):
             add(problem(f"availability_zones[{i}]", az, f"not an AZ of region {cfg.region}",
@@ -176,6 +177,8 @@ def validate(cfg: KitConfig) -> list[Problem]:
                     "add a group, e.g. p5: {instance_type: p5.48xlarge, availability_zone: ...}"))
     for name, g in cfg.gpu_node_groups.items():
         _validate_gpu_group(cfg, name, g, add)
+
+    capacity_block_problems(cfg, add)
 
     total_max = sum(g.max_size for g in cfg.gpu_node_groups.values())
     cg = cfg.cost_guard
@@ -365,11 +368,17 @@ def _validate_vpc(cfg: KitConfig, add) -> None:
         add(problem("vpc.existing.vpc_id", e.vpc_id, "not a VPC ID", "use vpc-0123456789abcdef0"))
     for kind in ("private_subnet_ids", "public_subnet_ids"):
         subnets = getattr(e, kind)
+        # A Local Zone's GPU nodes launch into its private subnet (local_zone_problems asks for
+        # one; stacks/gpu_stack.py reads it); public subnets serve the regional AZs only.
+        zones = cfg.availability_zones + (cfg.local_zones if kind == "private_subnet_ids" else [])
         for az, sid in subnets.items():
-            if az not in cfg.availability_zones and not default_zones_elsewhere(cfg):
+            if az not in zones and not default_zones_elsewhere(cfg):
                 add(problem(f"vpc.existing.{kind}.{az}", sid,
-                            f"AZ {az} is not in availability_zones {cfg.availability_zones}",
-                            "add the AZ to availability_zones or remove this subnet"))
+                            f"AZ {az} is not in availability_zones {cfg.availability_zones}"
+                            + (f" or local_zones {cfg.local_zones}" if zones != cfg.availability_zones
+                               else ""),
+                            "add the zone to availability_zones (or local_zones) or remove this "
+                            "subnet"))
             if not _SUBNET_RE.fullmatch(sid):
                 add(problem(f"vpc.existing.{kind}.{az}", sid, "not a subnet ID",
                             "use subnet-0123456789abcdef0"))
@@ -521,9 +530,10 @@ def _validate_training(cfg: KitConfig, add) -> None:
                     "remove gin_mode or set backend: deepep-gin"))
     ultraserver_training_problems(cfg, group, itype, add)
     if ep.backend == "deepep-gin" and ep.gin_mode == "gpu" and not itype.gin_gpu:
+        gin = ", ".join(n for n, t in INSTANCE_TYPES.items() if t.gin_gpu)  # catalog's gin_gpu
         add(problem("training.expert_parallel.gin_mode", "gpu",
-                    f"GPU-initiated NCCL GIN is available only on p5en and p6 instances, not "
-                    f"{itype.name}", "set gin_mode: proxy (CPU proxy) or use a p5en/p6 node group"))
+                    f"GPU-initiated NCCL GIN runs only on {gin}, not {itype.name}",
+                    f"set gin_mode: proxy (CPU proxy) or use a node group of {gin}"))
 
     if not 0 <= t.backoff_limit <= MAX_BACKOFF_LIMIT:
         add(problem("training.backoff_limit", t.backoff_limit,

@@ -109,8 +109,8 @@ class ExpertParallelConfig(_Model):
     )
     gin_mode: Literal["gpu", "proxy"] | None = Field(
         None,
-        description="deepep-gin only: gpu (GPU-initiated, p5en/p6 only) or proxy (CPU proxy). "
-        "Default: gpu where supported, else proxy.",
+        description="deepep-gin only: gpu (GPU-initiated; catalog types with gin_gpu: p5en, "
+        "p6-b200, p6-b300) or proxy (CPU proxy). Default: gpu where supported, else proxy.",
     )
 
 

@@ -55,6 +55,12 @@ def ultraserver_group_problems(cfg: KitConfig, path: str, g: GpuNodeGroupConfig,
     # UltraServer Capacity Block takes a cluster placement group, the block already places its
     # instances together, and a group the block was not made in can stop launches. So the kit
     # creates none for these types and refuses a request for one.
+    if itype.multi_node_nvlink and g.placement_group_name is not None:
+        add(problem(f"{path}.placement_group_name", g.placement_group_name,
+                    f"the kit launches {itype.name} into no placement group: its NVLink domain is "
+                    "the UltraServer the Capacity Block reserves, and a Capacity Block is bought "
+                    "without a placement group (EC2 PurchaseCapacityBlock takes none)",
+                    "remove placement_group_name (docs/operations.md, UltraServers)"))
     if itype.multi_node_nvlink and g.placement_group:
         add(problem(f"{path}.placement_group", True,
                     f"the kit creates no cluster placement group for {itype.name}: its NVLink "
@@ -74,7 +80,7 @@ def local_zone_problems(cfg: KitConfig, add) -> None:
         if zone in cfg.availability_zones:
             add(problem(f"local_zones[{i}]", zone, "already listed in availability_zones",
                         "list a Local Zone only in local_zones"))
-    if len(cfg.local_zones) > 2:
+    if len(cfg.local_zones) > 2 and cfg.vpc.existing is None:  # imported: the user's subnets
         add(problem("local_zones", cfg.local_zones, "at most two Local Zones fit the subnet plan",
                     "list one or two"))
     fs = cfg.storage.shared_filesystem

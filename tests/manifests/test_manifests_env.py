@@ -76,9 +76,10 @@ def test_gin_gpu_mode_on_p5_is_refused_by_the_config():
         parse_config({"training": {"expert_parallel": {"backend": "deepep-gin", "gin_mode": "gpu"}}})
     assert str(err.value) == (
         "config: 1 problem(s):\n"
-        "  - training.expert_parallel.gin_mode = 'gpu': GPU-initiated NCCL GIN is available only "
-        "on p5en and p6 instances, not p5.48xlarge. Fix: set gin_mode: proxy (CPU proxy) or use a "
-        "p5en/p6 node group.")
+        "  - " "training.expert_parallel.gin_mode = 'gpu': GPU-initiated NCCL GIN runs only on "
+        "p5en.48xlarge, p6-b200.48xlarge, p6-b300.48xlarge, not p5.48xlarge. Fix: set gin_mode: "
+        "proxy (CPU proxy) or use a node group of p5en.48xlarge, p6-b200.48xlarge, "
+        "p6-b300.48xlarge.")
 
 
 def test_gin_gpu_mode_on_p5_is_refused_by_the_profile():

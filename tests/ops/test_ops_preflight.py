@@ -10,6 +10,7 @@ import json
 from datetime import date, datetime, timedelta, timezone
 
 import boto3
+import pytest
 from infra.config import parse_config
 from ops.aws import AwsClients
 from ops.preflight_reads import PreflightReads
@@ -22,6 +23,7 @@ from ops.preflight import (
     check_kubernetes_version,
     check_offering,
     check_placement,
+    check_shared_reservations,
     check_quota,
     check_reservation,
     run_preflight,
@@ -38,10 +40,10 @@ def config(**over):
     return parse_config(data)
 
 
-def cb_config(desired=2, placement_group=None, ctype="capacity-block", az="us-east-2b"):
+def cb_config(desired=2, placement_group=None, ctype="capacity-block", az="us-east-2b", **extra):
     group = {"instance_type": "p5en.48xlarge", "availability_zone": az, "min_size": 0,
              "desired_size": desired, "max_size": desired,
-             "capacity": {"type": ctype, "reservation_id": RID}}
+             "capacity": {"type": ctype, "reservation_id": RID}, **extra}
     if placement_group is not None:
         group["placement_group"] = placement_group
     return parse_config({
@@ -309,12 +311,34 @@ def test_an_empty_or_ended_reservation_suggests_no_group_of_zero():
 
 
 def test_placement_group_with_reservation_warns_with_the_issue():
-    cfg = cb_config(placement_group=True)
+    cfg = cb_config(placement_group=True, ctype="odcr")
     c = check_placement("p5en", cfg.gpu_node_groups["p5en"])
     assert c.status == WARN and "eksctl-io/eksctl issue 7949" in c.detail
     assert c.fix == ("remove gpu_node_groups.p5en.placement_group, or set "
                      "gpu_node_groups.p5en.placement_group_name to the placement group the "
                      "reservation was created in")
+
+
+@pytest.mark.parametrize("placement", [{"placement_group": True},
+                                       {"placement_group_name": "cb-cluster"}])
+def test_placement_group_for_a_capacity_block_warns_and_asks_to_remove_it(placement):
+    c = check_placement("p5en", cb_config(**placement).gpu_node_groups["p5en"])
+    assert c.status == WARN and "PurchaseCapacityBlock takes none" in c.detail
+    assert c.fix == ("remove gpu_node_groups.p5en.placement_group and "
+                     "gpu_node_groups.p5en.placement_group_name")
+
+
+def test_groups_sharing_a_block_fit_in_it_together():
+    cfg = cb_config(desired=2)
+    two = {"a": cfg.gpu_node_groups["p5en"], "b": cfg.gpu_node_groups["p5en"]}
+    for total, status in ((3, FAIL), (4, PASS)):
+        ec2, stub = stubbed("ec2", "us-east-2")
+        stub.add_response("describe_capacity_reservations", {"CapacityReservations": [
+            reservation(TotalInstanceCount=total)]}, {"CapacityReservationIds": [RID]})
+        with stub:
+            (c,) = check_shared_reservations(PreflightReads(AwsClients(ec2=ec2)), two)
+        assert c.status == status and c.subject == "gpu_node_groups.a, gpu_node_groups.b"
+    assert c.detail == f"{RID} holds 4; groups a, b scale to 4"
 
 
 def test_placement_group_default_for_capacity_block_passes():
