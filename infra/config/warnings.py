@@ -33,6 +33,35 @@ def pod_addresses_held(warm_ip_target: int, minimum_ip_target: int) -> int:
 # Addresses AWS reserves in every subnet (the first four and the last).
 SUBNET_RESERVED_ADDRESSES = 5
 
+# What else takes addresses in a regional AZ's private subnet, besides the GPU nodes (a Local
+# Zone's subnet holds GPU nodes only: the control plane and the file system stay regional):
+# - the system nodes, spread by their Auto Scaling group over the AZs: ceil(max_size / AZs) a
+#   subnet, each holding two interfaces' addresses without vpc.pod_addresses (as GPU nodes do).
+#   IPv4 addresses per interface: the default m7i.xlarge's 15 (moto 5.2.5
+#   moto/ec2/resources/instance_types.json.gz, EC2 DescribeInstanceTypes
+#   NetworkInfo.Ipv4AddressesPerInterface; a test checks it); for another type 50, the figure of
+#   EC2's larger general-purpose sizes (a type with more is undercounted).
+# - a fixed margin: 16 for the EKS control plane's network interfaces (the EKS user guide,
+#   network-reqs, recommends at least 16 free addresses in each cluster subnet: up to 4 interfaces
+#   and as many new ones during an upgrade), and 16 for the FSx for Lustre file system's network
+#   interfaces (no AWS page read gives their count, only that a Lustre file system can have more
+#   than one, FSx API FileSystem.NetworkInterfaceIds: an allowance, not a figure).
+SYSTEM_NODE_IPV4_PER_INTERFACE = {"m7i.xlarge": 15}
+SYSTEM_NODE_IPV4_OTHER = 50
+EKS_CONTROL_PLANE_ADDRESSES = 16
+FSX_ADDRESS_ALLOWANCE = 16
+SUBNET_MARGIN = EKS_CONTROL_PLANE_ADDRESSES + FSX_ADDRESS_ALLOWANCE
+
+
+def system_node_addresses(cfg: KitConfig) -> tuple[int, int]:
+    """(nodes, addresses held by each) of the system group in one regional AZ's subnet."""
+    sn, pods = cfg.system_nodes, cfg.vpc.pod_addresses
+    nodes = -(-sn.max_size // max(len(cfg.availability_zones), 1))
+    per_if = SYSTEM_NODE_IPV4_PER_INTERFACE.get(sn.instance_type, SYSTEM_NODE_IPV4_OTHER)
+    held = (VPC_CNI_INTERFACES_HELD * per_if if pods is None
+            else pod_addresses_held(pods.warm_ip_target, pods.minimum_ip_target))
+    return nodes, held
+
 
 def config_warnings(cfg: KitConfig) -> list[str]:
     """Things a valid config allows but a user should hear about before deploying."""
@@ -117,10 +146,15 @@ def _subnet_address_warnings(cfg: KitConfig) -> list[str]:
                 if pods is None else pod_addresses_held(pods.warm_ip_target, pods.minimum_ip_target))
         by_zone.setdefault(g.availability_zone, []).append((name, g.max_size, held))
     warnings = []
+    sys_nodes, sys_held = system_node_addresses(cfg)
     for zone, groups in by_zone.items():
-        need = sum(nodes * held for _, nodes, held in groups)
+        gpu_need = sum(nodes * held for _, nodes, held in groups)
+        regional = zone in cfg.availability_zones
+        need = gpu_need + (sys_nodes * sys_held + SUBNET_MARGIN if regional else 0)
         if need <= size:
             continue
+        others = (f"; system_nodes: {sys_nodes} nodes x {sys_held}; EKS control plane and FSx "
+                  f"interfaces: {SUBNET_MARGIN}" if regional else "")
         largest = VPC_PREFIX_RANGE[0]
         larger = (f"use a larger vpc.cidr before the first deploy (a /{largest} gives each subnet "
                   f"{addresses(largest + PRIVATE_SUBNET_BITS):,} addresses), "
@@ -137,9 +171,9 @@ def _subnet_address_warnings(cfg: KitConfig) -> list[str]:
                  f"set vpc.pod_addresses (warm_ip_target 2, minimum_ip_target 12: about "
                  f"{pod_addresses_held(2, 12)} a node), ")
         warnings.append(
-            f"the GPU nodes in {zone} can hold {need:,} VPC addresses at max_size ("
+            f"the nodes in {zone} can hold {need:,} VPC addresses at max_size ("
             + "; ".join(f"gpu_node_groups.{n}: {nodes} nodes x {held}" for n, nodes, held in groups)
-            + f"): {why}, and the zone's private subnet (a /{prefix} of vpc.cidr "
+            + f"{others}): {why}, and the zone's private subnet (a /{prefix} of vpc.cidr "
             f"{cfg.vpc.cidr}) has {size:,}. Pods on the nodes past that get no address and never "
             f"start. Fix: {fewer}{larger}lower the groups' max_size there, or import a VPC with "
             "larger private subnets (vpc.existing).")
