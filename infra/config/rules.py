@@ -338,20 +338,6 @@ def _validate_endpoint(cfg: KitConfig, add) -> None:
 
 def _validate_vpc(cfg: KitConfig, add) -> None:
     v = cfg.vpc
-    if (pods := v.pod_addresses) is not None:
-        # WARM_IP_TARGET 0 with a minimum set stops the CNI from adding any address past the
-        # floor (aws/amazon-vpc-cni-k8s@0c65d58cf2b4, tag v1.23.0, README.md:346, MINIMUM_IP_TARGET
-        # note 2). A minimum of 0 is no floor, as if unset (same commit,
-        # pkg/ipamd/ipamd.go:2043-2056 getMinimumIPTarget returns noMinimumIPTarget = 0, :91). The
-        # kit pins no vpc-cni build (EKS's default, infra/versions.py): v1.23.0 is the release read.
-        if pods.warm_ip_target < 1:
-            add(problem("vpc.pod_addresses.warm_ip_target", pods.warm_ip_target,
-                        "must be at least 1: with 0 the VPC CNI adds no address past the floor",
-                        "use the default (warm_ip_target 2) or remove vpc.pod_addresses"))
-        if pods.minimum_ip_target < 0:
-            add(problem("vpc.pod_addresses.minimum_ip_target", pods.minimum_ip_target,
-                        "must be 0 (no floor) or more",
-                        "use the default (minimum_ip_target 12), or 0 for no floor"))
     if v.existing is None:
         if (prob := _cidr_problem("vpc.cidr", v.cidr)) is not None:
             add(prob)

@@ -43,6 +43,7 @@ _MOVING_IMAGE = ("the trainer pods pull with imagePullPolicy IfNotPresent, so no
 
 def validate_values(cfg: KitConfig, add) -> None:
     """Problems of plain values (tags, taints, caps, input locations), passed to ``add``."""
+    _pod_address_problems(cfg, add)
     if len(cfg.tags) > MAX_USER_TAGS:
         add(problem("tags", f"{len(cfg.tags)} tags", f"at most {MAX_USER_TAGS} tags (AWS allows "
                     "50 per resource and the kit adds its own)", "drop some tags"))
@@ -172,3 +173,40 @@ def _image_reference(ref: str, add) -> None:
     elif not IMAGE_TAG_RE.fullmatch(tag):
         add(problem("training.image", ref, f"{tag!r} is not an image tag (letters, digits, _ . -, "
                     f"at most {MAX_IMAGE_TAG_CHARS}, not starting with . or -)", fix))
+
+
+def _pod_address_problems(cfg: KitConfig, add) -> None:
+    """vpc.pod_addresses: the VPC CNI's warm pool and floor."""
+    pods = cfg.vpc.pod_addresses
+    if pods is None:
+        return
+    # WARM_IP_TARGET 0 with a minimum set stops the CNI from adding any address past the
+    # floor (aws/amazon-vpc-cni-k8s@0c65d58cf2b4, tag v1.23.0, README.md:346, MINIMUM_IP_TARGET
+    # note 2). A minimum of 0 is no floor, as if unset (same commit,
+    # pkg/ipamd/ipamd.go:2043-2056 getMinimumIPTarget returns noMinimumIPTarget = 0, :91). The
+    # kit pins no vpc-cni build (EKS's default, infra/versions.py): v1.23.0 is the release read.
+    if pods.warm_ip_target < 1:
+        add(problem("vpc.pod_addresses.warm_ip_target", pods.warm_ip_target,
+                    "must be at least 1: with 0 the VPC CNI adds no address past the floor",
+                    "use the default (warm_ip_target 2) or remove vpc.pod_addresses"))
+    if pods.minimum_ip_target < 0:
+        add(problem("vpc.pod_addresses.minimum_ip_target", pods.minimum_ip_target,
+                    "must be 0 (no floor) or more",
+                    "use the default (minimum_ip_target 12), or 0 for no floor"))
+    # The VPC CNI draws pod addresses from network card 0's interfaces only, each keeping its
+    # primary address (docs/operations.md, "Addresses a node holds"): a floor above card0_interfaces
+    # x (ipv4_per_interface - 1) can never be met on that type, and the subnet warning would count
+    # addresses no node holds. EC2's figures per type: infra/catalog/instances.py.
+    limits = {g.instance_type: t.card0_interfaces * (t.ipv4_per_interface - 1)
+              for g in cfg.gpu_node_groups.values()
+              if (t := INSTANCE_TYPES.get(g.instance_type)) is not None
+              and t.card0_interfaces and t.ipv4_per_interface}
+    if limits:
+        itype, limit = min(limits.items(), key=lambda kv: kv[1])
+        if pods.minimum_ip_target > limit:
+            t = INSTANCE_TYPES[itype]
+            add(problem("vpc.pod_addresses.minimum_ip_target", pods.minimum_ip_target,
+                        f"a {itype} node holds at most {limit} pod addresses (network card 0's "
+                        f"{t.card0_interfaces} interfaces x {t.ipv4_per_interface - 1} secondary "
+                        "addresses each, the VPC CNI's pool), so the floor could never be met",
+                        f"use minimum_ip_target <= {limit} (the default is 12)"))

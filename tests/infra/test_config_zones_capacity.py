@@ -115,3 +115,21 @@ def test_gin_gpu_names_the_catalog_types_and_refuses_p6e_gb200():
         "p5en.48xlarge, p6-b200.48xlarge, p6-b300.48xlarge, not p6e-gb200.36xlarge. Fix: set "
         "gin_mode: proxy (CPU proxy) or use a node group of p5en.48xlarge, p6-b200.48xlarge, "
         "p6-b300.48xlarge."]
+
+
+def test_pod_address_floor_stays_within_the_smallest_gpu_types_card0_pool():
+    groups = {"p5": {"instance_type": "p5.48xlarge", "availability_zone": "us-east-1a",
+                     "min_size": 0, "desired_size": 1, "max_size": 1},
+              "p5en": {"instance_type": "p5en.48xlarge", "availability_zone": "us-east-1a",
+                       "min_size": 0, "desired_size": 1, "max_size": 1}}
+
+    def data(floor: int) -> dict:
+        return {"vpc": {"pod_addresses": {"minimum_ip_target": floor}}, "gpu_node_groups": groups,
+                "training": {"node_group": "p5", "nodes": 1}}
+
+    parse_config(data(98))
+    assert problems_of(data(99)) == [
+        "vpc.pod_addresses.minimum_ip_target = 99: a p5.48xlarge node holds at most 98 pod "
+        "addresses (network card 0's 2 interfaces x 49 secondary addresses each, the VPC CNI's "
+        "pool), so the floor could never be met. Fix: use minimum_ip_target <= 98 (the default is "
+        "12)."]
