@@ -173,8 +173,10 @@ def save_time_model() -> list[str]:
     fs = cfg.storage.shared_filesystem
     save = checkpoint_bytes(MODEL_CATALOG[cfg.training.model])
     fs_bytes_s = fs.capacity_gib / 1024 * fs.throughput_mb_s_per_tib * 1e6
+    from infra.config.derived import head_s3_gbps
+
     gpu = INSTANCE_TYPES[cfg.gpu_node_groups[cfg.training.node_group].instance_type]
-    card_bytes_s = gpu.efa_bandwidth_gbps / gpu.network_cards * 1e9 / 8
+    card_bytes_s = head_s3_gbps(cfg) * 1e9 / 8  # network card 0's baseline (the catalog)
     nodes = cfg.training.nodes
     lines = [f"time per save, default config ({cfg.training.model}, {save / (1 << 30):.0f} GiB a save; "
              f"FSx {fs.capacity_gib} GiB x {fs.throughput_mb_s_per_tib} MB/s/TiB = "

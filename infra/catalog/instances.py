@@ -137,6 +137,12 @@ class InstanceType:
     # warning then leaves the type out).
     ipv4_per_interface: int | None = None
     card0_interfaces: int | None = None
+    # Network card 0's bandwidth, Gbps [moto] (EC2 DescribeInstanceTypes
+    # NetworkInfo.NetworkCards[0].BaselineBandwidthInGbps / PeakBandwidthInGbps): the card whose
+    # ENA interface carries the node's IP traffic, S3 uploads included. None = not known (the save
+    # estimate then takes the instance's EFA bandwidth over its cards).
+    card0_baseline_gbps: float | None = None
+    card0_peak_gbps: float | None = None
 
     @property
     def interfaces(self) -> tuple[NetworkInterfaceSpec, ...]:
@@ -200,6 +206,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         vcpus=192, memory_gib=2048,
         gin_gpu=False, **_P_QUOTA, on_demand_usd_per_hour=55.04,
         price_source=PRICE_SOURCE, ipv4_per_interface=50, card0_interfaces=2,
+        card0_baseline_gbps=100, card0_peak_gbps=100,
     ),
     # [moto] 8x H200 144384 MiB (141 GiB); 32 cards; 32 EFA; 3200 Gigabit. [ec2-p5] same layout as p5.
     "p5e.48xlarge": InstanceType(
@@ -210,6 +217,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         vcpus=192, memory_gib=2048,
         gin_gpu=False, **_P_QUOTA, on_demand_usd_per_hour=None,
         price_source=PRICE_SOURCE, ipv4_per_interface=50, card0_interfaces=2,
+        card0_baseline_gbps=100, card0_peak_gbps=100,
     ),
     # [moto] 8x H200; 16 cards; 16 EFA; 3200 Gigabit. [design] one EKS cluster saw 15 allocatable:
     # nodecheck and the gate read allocatable from the node rather than trusting this number.
@@ -221,6 +229,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         vcpus=192, memory_gib=2048,
         gin_gpu=True, **_P_QUOTA, on_demand_usd_per_hour=63.296,
         price_source=PRICE_SOURCE, ipv4_per_interface=50, card0_interfaces=4,
+        card0_baseline_gbps=200, card0_peak_gbps=200,
     ),
     # [moto] 8x B200 183359 MiB (179 GiB); 8 cards; 8 EFA; 3200 Gigabit; 8x 3800 GB NVMe.
     "p6-b200.48xlarge": InstanceType(
@@ -231,6 +240,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         vcpus=192, memory_gib=2048,
         gin_gpu=True, **_P_QUOTA, on_demand_usd_per_hour=113.9328,
         price_source=PRICE_SOURCE, ipv4_per_interface=50, card0_interfaces=4,
+        card0_baseline_gbps=200, card0_peak_gbps=200,
     ),
     # [moto] 8x B300 275040 MiB (268 GiB); 17 cards, MaximumEfaInterfaces 16; 6400 Gigabit;
     # 4 TiB. Per card ([moto] NetworkInfo.NetworkCards): card 0 offers InterfaceTypes
@@ -245,6 +255,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         vcpus=192, memory_gib=4096,
         gin_gpu=True, **_P_QUOTA, on_demand_usd_per_hour=None,
         price_source=PRICE_SOURCE, ipv4_per_interface=50, card0_interfaces=4,
+        card0_baseline_gbps=350, card0_peak_gbps=350,
     ),
     # [us] 1.1 4x GB200, UltraServers of 9 or 18; 3.1 arm64, 17 cards, 3x 7500 GB NVMe,
     # 144 vCPU / 960 GiB / 740 GB HBM3e (third-party copies of the AWS P6 page; 185 per GPU,
@@ -271,6 +282,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         nvlink_domain_instances=18, efa_only_device_index=0,
         ultraservers=(("u-p6e-gb200x36", 9), ("u-p6e-gb200x72", 18)),
         capacity_block_only=True, min_kubernetes_version="1.33", min_ami_release="v20251103",
+        card0_baseline_gbps=100, card0_peak_gbps=100,  # [us 3.3]: card 0 ENA, 100 Gbps
     ),
 }
 

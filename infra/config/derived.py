@@ -150,13 +150,18 @@ def startup_estimate(cfg: KitConfig) -> Estimate:
 
 
 def head_s3_gbps(cfg: KitConfig) -> float | None:
-    """The Ray head's share of its node's network towards S3, in Gbps: the training group's
-    instance bandwidth over its network cards (one card's share: the kit's assumption, as in
-    benchmarks/checkpoint_upload.py; EC2 publishes no per-card figure). None for a type the
-    catalog lacks, or a training group the config lacks (validation, which calls this, says so)."""
+    """The Ray head's network towards S3, in Gbps: the training group's network card 0 baseline
+    bandwidth (the card whose ENA interface carries IP traffic; EC2 DescribeInstanceTypes
+    NetworkCards[0].BaselineBandwidthInGbps, in the catalog), or, for a type without that figure,
+    the instance's EFA bandwidth over its network cards. None for a type the catalog lacks, or a
+    training group the config lacks (validation, which calls this, says so)."""
     group = cfg.gpu_node_groups.get(cfg.training.node_group)
     itype = INSTANCE_TYPES.get(group.instance_type) if group is not None else None
-    return None if itype is None else itype.efa_bandwidth_gbps / itype.network_cards
+    if itype is None:
+        return None
+    if itype.card0_baseline_gbps is not None:
+        return itype.card0_baseline_gbps
+    return itype.efa_bandwidth_gbps / itype.network_cards
 
 
 def save_upload_estimate(cfg: KitConfig) -> Estimate:

@@ -133,3 +133,32 @@ def test_pod_address_floor_stays_within_the_smallest_gpu_types_card0_pool():
         "addresses (network card 0's 2 interfaces x 49 secondary addresses each, the VPC CNI's "
         "pool), so the floor could never be met. Fix: use minimum_ip_target <= 98 (the default is "
         "12)."]
+
+
+def test_head_s3_bandwidth_is_card_0s_and_the_catalog_matches_moto():
+    """Card 0's bandwidth in the catalog equals EC2's DescribeInstanceTypes figures (moto 5.2.5
+    instance_types.json.gz NetworkCards[0]), and the head's share never exceeds card 0's peak."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    import moto
+    from infra.catalog.instances import INSTANCE_TYPES
+    from infra.config.derived import head_s3_gbps
+
+    path = Path(moto.__file__).parent / "ec2" / "resources" / "instance_types.json.gz"
+    ec2 = json.loads(gzip.decompress(path.read_bytes()))
+    checked = []
+    for name, itype in INSTANCE_TYPES.items():
+        if name not in ec2:
+            continue
+        card0 = next(c for c in ec2[name]["NetworkInfo"]["NetworkCards"]
+                     if c["NetworkCardIndex"] == 0)
+        assert (itype.card0_baseline_gbps, itype.card0_peak_gbps) == (
+            card0["BaselineBandwidthInGbps"], card0["PeakBandwidthInGbps"]), name
+        cfg = parse_config({"gpu_node_groups": {"g": {
+            "instance_type": name, "availability_zone": "us-east-1a", "min_size": 0,
+            "desired_size": 1, "max_size": 1}}, "training": {"node_group": "g", "nodes": 1}})
+        assert head_s3_gbps(cfg) <= card0["PeakBandwidthInGbps"], name
+        checked.append(name)
+    assert "p6-b200.48xlarge" in checked and "p6-b300.48xlarge" in checked
