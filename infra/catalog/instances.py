@@ -15,8 +15,11 @@ Sources, referred to below by tag:
            (``moto/ec2/resources/instance_types.json.gz``); ``tests/infra/test_catalog.py`` cross-checks
            every overlapping field against it.
 - [ec2-efa] AWS EC2 User Guide, "Maximize network bandwidth on Amazon EC2 instances with multiple
-           network cards" (efa-acc-inst-types): primary interface = card 0 / device 0 of type
-           EFA-with-ENA; every other card: device index 1, EFA or EFA-only.
+           network cards" (efa-acc-inst-types), its basic configuration: the primary interface
+           (card 0, device 0) a plain ENA interface; where card 0 supports EFA, an EFA-only
+           interface at card 0, device 1; each further card an EFA-only interface at device index
+           0 (an ENA interface, if wanted, at device 1). The kit does not follow it on every point
+           (``InstanceType.interfaces`` says where and why).
 - [ec2-p5] AWS EC2 User Guide, accelerated computing instance specs (P5/P5e/P5en/P6 pages).
 - [eks-ami] Amazon EKS user guide, "Create nodes with the AL2023 accelerated AMIs"
            (AMI type ``AL2023_x86_64_NVIDIA``).
@@ -146,10 +149,24 @@ class InstanceType:
 
     @property
     def interfaces(self) -> tuple[NetworkInterfaceSpec, ...]:
-        """Launch-template interface layout (best practice from [ec2-efa]).
+        """Launch-template interface layout.
 
-        Card 0 / device 0 is the primary interface with an IP; every other card that carries an
-        EFA gets one EFA-only interface at device index 1.
+        What the kit does: card 0 / device 0 is the primary interface with an IP, of
+        ``primary_interface_type`` (EFA with ENA on the p5 and p6-b200 types, plain ENA where card
+        0 has no EFA); every other card that carries an EFA gets one EFA-only interface at
+        ``efa_only_device_index`` (1, or 0 for p6e-gb200).
+
+        Where that differs from [ec2-efa]'s basic configuration (plain ENA primary, EFA-only at
+        card 0 device 1, other cards' EFA-only at device index 0), and why: card 0 of a p5 takes
+        only 2 interfaces ([moto] NetworkCards[0].MaximumNetworkInterfaces), so an ENA primary plus
+        an EFA-only interface would fill it and leave the VPC CNI, which draws pod addresses from
+        card 0 only [cni], no interface to add; one EFA-with-ENA primary carries both. The device
+        index 1 on the other cards is the layout the kit shipped; the page, and
+        awslabs/awsome-distributed-ai@0329142 architectures/aws-pcs/assets/add-cng-p6-b300.yaml
+        (its header: EFA on cards 1-16 at DeviceIndex 0 for p6-b300), use 0.
+        Open question, not changed without a run on hardware: whether device index 1 on those
+        cards costs bandwidth or EFA devices (``rlkit gate``'s node check compares allocatable EFA
+        devices with the catalog after a deploy).
         """
         layout = [NetworkInterfaceSpec(0, 0, self.primary_interface_type)]
         layout += [
