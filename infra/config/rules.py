@@ -358,7 +358,11 @@ def _validate_vpc(cfg: KitConfig, add) -> None:
         # one; stacks/gpu_stack.py reads it); public subnets serve the regional AZs only.
         zones = cfg.availability_zones + (cfg.local_zones if kind == "private_subnet_ids" else [])
         for az, sid in subnets.items():
-            if az not in zones and not default_zones_elsewhere(cfg):
+            if az in cfg.local_zones and az not in zones:
+                add(problem(f"vpc.existing.{kind}.{az}", sid, "a Local Zone takes no public "
+                            "subnet in the kit (its NAT gateways sit in the regional AZs)",
+                            "remove this subnet"))
+            elif az not in zones and not default_zones_elsewhere(cfg):
                 add(problem(f"vpc.existing.{kind}.{az}", sid,
                             f"AZ {az} is not in availability_zones {cfg.availability_zones}"
                             + (f" or local_zones {cfg.local_zones}" if zones != cfg.availability_zones

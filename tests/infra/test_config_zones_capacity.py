@@ -38,7 +38,9 @@ def test_imported_vpc_with_a_local_zone_validates():
 
 def test_local_zone_subnet_is_no_public_subnet():
     found = problems_of(imported(ultraserver_example(), {**SUBNETS, **LOCAL}, {**SUBNETS, **LOCAL}))
-    assert len(found) == 1 and "vpc.existing.public_subnet_ids.us-east-1-dfw-2a" in found[0]
+    assert found == ["vpc.existing.public_subnet_ids.us-east-1-dfw-2a = 'subnet-0123456789abcdef2': "
+                     "a Local Zone takes no public subnet in the kit (its NAT gateways sit in the "
+                     "regional AZs). Fix: remove this subnet."]
 
 
 def test_more_than_four_azs_only_without_an_imported_vpc():
