@@ -64,7 +64,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from infra.catalog import INSTANCE_TYPES
+from infra.catalog import INSTANCE_TYPES, gin_gpu_types
 from infra.config import supports_gin_gpu
 from infra.trainer_contract import EP_BACKENDS
 from manifests.errors import RenderError, RenderProblem
@@ -156,15 +156,15 @@ class EfaEnvProfile:
         elif self.gin_mode is not None and self.gin_mode not in GIN_MODES:
             problems.append(RenderProblem(
                 f"training.expert_parallel.gin_mode = {self.gin_mode!r}",
-                "not a GIN mode", "use gpu (GPU-initiated, p5en/p6) or proxy (CPU proxy)"))
+                "not a GIN mode", f"use gpu (GPU-initiated: {gin_gpu_types()}) or proxy (CPU proxy)"))
         elif (self.backend == "deepep-gin" and self.gin_mode == "gpu"
               and self.instance_type in INSTANCE_TYPES and not supports_gin_gpu(self.instance_type)):
             problems.append(RenderProblem(
                 "training.expert_parallel.gin_mode = 'gpu'",
                 f"GPU-initiated NCCL GIN (NCCL_GIN_TYPE={GIN_TYPE_EFA_GDA}, EFA-GDA) runs only on "
-                f"p5en and p6 instances, not {self.instance_type}",
+                f"{gin_gpu_types()}, not {self.instance_type}",
                 f"set gin_mode: proxy (CPU proxy, NCCL_GIN_TYPE={GIN_TYPE_PROXY}) or use a "
-                "p5en/p6 node group"))
+                f"node group of {gin_gpu_types()}"))
         if problems:
             raise RenderError(problems, "EFA environment profile")
 

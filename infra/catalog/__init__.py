@@ -22,6 +22,7 @@ from infra.catalog.instances import (
     InterfaceType,
     NetworkInterfaceSpec,
     get_instance_type,
+    gin_gpu_types,
     supports_gin_gpu,
 )
 from infra.catalog.models import MODEL_CATALOG, MoEModel
@@ -30,5 +31,6 @@ __all__ = [
     "GPUS", "INSTANCE_TYPES", "MODEL_CATALOG", "PRICE_DATE", "P_ON_DEMAND_QUOTA_CODE",
     "P_ON_DEMAND_QUOTA_NAME", "UNSUPPORTED_INSTANCE_TYPES", "Efficiency", "GpuSpec",
     "InstanceType", "InterfaceType", "MoEModel", "NetworkInterfaceSpec", "get_instance_type",
+    "gin_gpu_types",
     "supports_gin_gpu",
 ]

@@ -326,6 +326,12 @@ def get_instance_type(name: str) -> InstanceType:
         ) from None
 
 
+def gin_gpu_types() -> str:
+    """The catalog's types that run GPU-initiated NCCL GIN (``gin_gpu``), comma-separated, for
+    messages."""
+    return ", ".join(n for n, t in INSTANCE_TYPES.items() if t.gin_gpu)
+
+
 def supports_gin_gpu(instance_type: str) -> bool:
     """Whether ``instance_type`` runs GPU-initiated NCCL GIN (its catalog entry's ``gin_gpu``)."""
     entry = INSTANCE_TYPES.get(instance_type)

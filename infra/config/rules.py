@@ -20,7 +20,7 @@ from infra.catalog.fsx import (
     valid_shared_fs_capacity_gib,
 )
 from infra.catalog.gpus import GPUS
-from infra.catalog.instances import INSTANCE_TYPES, UNSUPPORTED_INSTANCE_TYPES
+from infra.catalog.instances import INSTANCE_TYPES, UNSUPPORTED_INSTANCE_TYPES, gin_gpu_types
 from infra.addons.config import AddonsConfig
 from infra.config.capacity import capacity_block_problems
 from infra.config.derived import VPC_PREFIX_RANGE
@@ -520,7 +520,7 @@ def _validate_training(cfg: KitConfig, add) -> None:
                     "remove gin_mode or set backend: deepep-gin"))
     ultraserver_training_problems(cfg, group, itype, add)
     if ep.backend == "deepep-gin" and ep.gin_mode == "gpu" and not itype.gin_gpu:
-        gin = ", ".join(n for n, t in INSTANCE_TYPES.items() if t.gin_gpu)  # catalog's gin_gpu
+        gin = gin_gpu_types()
         add(problem("training.expert_parallel.gin_mode", "gpu",
                     f"GPU-initiated NCCL GIN runs only on {gin}, not {itype.name}",
                     f"set gin_mode: proxy (CPU proxy) or use a node group of {gin}"))

@@ -88,8 +88,9 @@ def test_gin_gpu_mode_on_p5_is_refused_by_the_profile():
     assert str(err.value) == (
         "EFA environment profile: 1 problem(s):\n"
         "  - training.expert_parallel.gin_mode = 'gpu': GPU-initiated NCCL GIN (NCCL_GIN_TYPE=5, "
-        "EFA-GDA) runs only on p5en and p6 instances, not p5.48xlarge. Fix: set gin_mode: proxy "
-        "(CPU proxy, NCCL_GIN_TYPE=2) or use a p5en/p6 node group.")
+        "EFA-GDA) runs only on p5en.48xlarge, p6-b200.48xlarge, p6-b300.48xlarge, not p5.48xlarge. "
+        "Fix: set gin_mode: proxy (CPU proxy, NCCL_GIN_TYPE=2) or use a node group of "
+        "p5en.48xlarge, p6-b200.48xlarge, p6-b300.48xlarge.")
 
 
 def test_a_config_that_skipped_validation_still_cannot_render_gin_gpu_on_p5():
