@@ -6,15 +6,14 @@ and refuses the third one with exit 4 before anything is loaded; a new attempt s
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import sys
-import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from kube_helpers import QuietHandler, stand_in_api
 import yaml
 
 from rltrainer import attempts, no_retry
@@ -29,7 +28,7 @@ def api(tmp_path):
     """A stand-in Kubernetes API server: GET of the RayJob answers ``state`` (uid, startTime)."""
     state = {"uid": "0f3c-uid", "startTime": "2026-12-01T12:00:00Z"}
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):  # noqa: N802 - http.server's naming
             if "forbidden" in self.path:
                 self.send_response(403)
@@ -40,18 +39,10 @@ def api(tmp_path):
             self.wfile.write(json.dumps({"metadata": {"name": "grpo", "uid": state["uid"]},
                                          "status": {"startTime": state["startTime"]}}).encode())
 
-        def log_message(self, *args):
-            pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    sa = tmp_path / "sa"
-    sa.mkdir()
-    (sa / "token").write_text("tok\n")
-    (sa / "namespace").write_text("rl-training")
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield state, (lambda rayjob: no_retry.rayjob_request(rayjob, api_url=url, service_account_dir=sa))
-    server.shutdown()
+    with stand_in_api(tmp_path, Handler) as (url, sa):
+        yield state, (lambda rayjob: no_retry.rayjob_request(rayjob, api_url=url,
+                                                             service_account_dir=sa))
 
 
 def start(ckpt: Path, request, name: str = "grpo") -> tuple[attempts.StartCheck, str]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
-import threading
 
 import pytest
+from kube_helpers import QuietHandler, stand_in_api
 
 from rltrainer import launch, no_retry
 
@@ -17,7 +16,7 @@ def api(tmp_path):
     """A local stand-in for the Kubernetes API server that records PATCH requests."""
     seen = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_PATCH(self):  # noqa: N802 - http.server's naming
             body = self.rfile.read(int(self.headers["Content-Length"]))
             seen.append({"path": self.path, "body": json.loads(body),
@@ -27,18 +26,9 @@ def api(tmp_path):
             self.end_headers()
             self.wfile.write(b"{}")
 
-        def log_message(self, *args):
-            pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    sa = tmp_path / "sa"
-    sa.mkdir()
-    (sa / "token").write_text("tok\n")
-    (sa / "namespace").write_text("rl-training")
-    yield f"http://127.0.0.1:{server.server_address[1]}", sa, seen
-    server.shutdown()
+    with stand_in_api(tmp_path, Handler) as (url, sa):
+        yield url, sa, seen
 
 
 def test_sets_the_rayjobs_backoff_limit_to_zero(api):

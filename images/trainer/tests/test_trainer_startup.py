@@ -5,13 +5,12 @@ the kit's check left the start out."""
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
-import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from kube_helpers import QuietHandler, stand_in_api
 
 from rltrainer import metrics, no_retry, startup
 from rltrainer.contract import RAYJOB_ENV
@@ -26,7 +25,7 @@ def api(tmp_path):
     """A local stand-in for the Kubernetes API server that answers GETs of RayJobs."""
     seen = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):  # noqa: N802 - http.server's naming
             seen.append((self.path, self.headers["Authorization"]))
             if "forbidden" in self.path:
@@ -38,17 +37,9 @@ def api(tmp_path):
             self.wfile.write(json.dumps({"status": {"startTime": "2026-12-01T12:00:00Z",
                                                     "jobDeploymentStatus": "Running"}}).encode())
 
-        def log_message(self, *args):
-            pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    sa = tmp_path / "sa"
-    sa.mkdir()
-    (sa / "token").write_text("tok\n")
-    (sa / "namespace").write_text("rl-training")
-    yield f"http://127.0.0.1:{server.server_address[1]}", sa, seen
-    server.shutdown()
+    with stand_in_api(tmp_path, Handler) as (url, sa):
+        yield url, sa, seen
 
 
 def request_via(url, sa):
