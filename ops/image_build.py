@@ -256,8 +256,9 @@ DEFAULT_PLATFORM = "linux/amd64"
 
 def image_platforms(cfg: KitConfig) -> str:
     """The platforms one image tag must hold: the GPU groups' (catalog ``architecture``) and
-    linux/amd64, because the job submitter runs the same image on the x86 system nodes (the Ray
-    head is the run's first GPU node). An arm64 GPU group (P6e-GB200) makes it a multi-arch
+    linux/amd64. No pod of a run needs amd64 on an arm64-only config any more (the job submitter
+    runs beside the Ray head), but ``--reuse`` relies on every tag holding amd64 when it cannot
+    read a tag's platforms, so the kit keeps building it. An arm64 GPU group (P6e-GB200) makes it a multi-arch
     build, as Miles' own release build is (radixark/miles@78527b9102b3, tag v0.1.0,
     docker/Dockerfile:5: "cu13 ... (amd64+arm64)")."""
     wanted = {DEFAULT_PLATFORM} | {INSTANCE_TYPES[g.instance_type].container_platform

@@ -53,8 +53,8 @@ _NOT_COMBINED = ("CloudFormation refuses a node group's Version change combined 
                  "change of that group (aws/containers-roadmap#1258)")
 _JOB = ("a running RL job's disruption budget stops the drain of its GPU nodes, so that group's "
         "update fails after EKS's drain timeout and its stack rolls back (with force_update the "
-        "drain evicts the job instead), and the job submitter, the KubeRay operator and CoreDNS "
-        "move to new system nodes")
+        "drain evicts the job instead), and the KubeRay operator and CoreDNS move to new system "
+        "nodes")
 
 
 def _cluster(reads: PreflightReads, cfg: KitConfig, check: str,

@@ -115,6 +115,8 @@ def test_an_upgrade_rolls_every_node_group_and_names_the_job():
         "then every node group to 1.35: EKS replaces each group's nodes in a rolling update "
         "(ng-system (system_nodes; 1 node), ng-p5 (gpu_node_groups.p5; 2 nodes))")
     assert "disruption budget stops the drain" in check.detail
+    # the job submitter runs beside the Ray head, not on the system nodes
+    assert "the KubeRay operator and CoreDNS move" in check.detail and "submitter" not in check.detail
     assert "no other change to the node groups in the same deploy" in check.fix
     assert "aws/containers-roadmap#1258" in check.fix
 
