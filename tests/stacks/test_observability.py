@@ -9,11 +9,11 @@ import datetime as dt
 import io
 import json
 
-import boto3
 import pytest
-from botocore.stub import ANY, Stubber
+from botocore.stub import ANY
 
 from tests.support.cdk import EXAMPLES, REPO_ROOT, resources
+from tests.support.preflight import stubbed  # a client answered by botocore's Stubber
 from infra import names
 from infra.config import ConfigError, load_config, parse_config
 from infra.constructs import observability as obs_construct
@@ -247,12 +247,6 @@ def test_two_dcgm_exporters_are_warned_about():
 
 CFG = load_config(REPO_ROOT / "examples" / "p5-2node.yaml")
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
-
-
-def stubbed(service: str):
-    client = boto3.client(service, region_name="us-east-1", aws_access_key_id="x",
-                          aws_secret_access_key="x")
-    return client, Stubber(client)
 
 
 def test_dashboard_url_names_region_and_dashboard():

@@ -6,21 +6,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 
-import boto3
-from botocore.stub import ANY, Stubber
+from botocore.stub import ANY
 
 from infra.config import load_config
 from ops import observability
 from tests.support import REPO_ROOT
+from tests.support.preflight import stubbed  # a client answered by botocore's Stubber
 
 CFG = load_config(REPO_ROOT / "examples" / "p5-2node.yaml")
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
-
-
-def stubbed(service: str):
-    client = boto3.client(service, region_name="us-east-1", aws_access_key_id="x",
-                          aws_secret_access_key="x")
-    return client, Stubber(client)
 
 
 # --- the health line names a run that stopped stepping --------------------------------------------
