@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer_helpers import FIXTURES
+from trainer_helpers import FIXTURES, FakeClock
 from rltrainer import launch, no_retry, reservation
 from rltrainer.contract import (
     LOAD_ESTIMATE_ENV,
@@ -30,17 +30,6 @@ from rltrainer.contract import (
 
 END = datetime(2026, 12, 1, 18, 0, tzinfo=timezone.utc)
 MIN = timedelta(minutes=1)
-
-
-class FakeClock:
-    def __init__(self, now: datetime):
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 def guard(**kw) -> reservation.EndGuard:

@@ -16,23 +16,13 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from trainer_helpers import FakeClock
 
 from rltrainer import launch, reservation
 from rltrainer.miles import TrainCommand
 
 END = datetime(2026, 12, 1, 18, 0, tzinfo=timezone.utc)
 MIN = timedelta(minutes=1)
-
-
-class FakeClock:
-    def __init__(self, now: datetime):
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 class FakeTrainer:

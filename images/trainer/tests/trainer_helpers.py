@@ -12,10 +12,24 @@ import json
 import os
 import socket
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+class FakeClock:
+    """A wall clock that moves only when a test advances it (the launcher's ``now``)."""
+
+    def __init__(self, now: datetime):
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
 # ../shared/upstream beside the repository clone: the exact sources the image runs.
 SHARED_UPSTREAM = Path(__file__).resolve().parents[3].parent / "shared" / "upstream"
 
