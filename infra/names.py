@@ -62,6 +62,14 @@ EFA_LABEL = f"{LABEL_PREFIX}/efa"  # "true" on EFA node groups
 NODE_GROUP_LABEL = f"{LABEL_PREFIX}/node-group"  # the config's node-group name
 ZONE_LABEL = "topology.kubernetes.io/zone"  # well-known label set by the kubelet
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # well-known label
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # well-known label: one value per node
+# KubeRay v1.7.0's labels on every pod of a Ray cluster, over any a template sets: the cluster's
+# name and the pod's node type, "head" for the head (ray-project/kuberay@59d663aeec13
+# ray-operator/controllers/ray/utils/constant.go:19-20, common/pod.go:1167-1190 labelPod;
+# apis/ray/v1/raycluster_types.go:683).
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+RAY_HEAD_NODE_TYPE = "head"
 # The NVIDIA device plugin chart's required node affinity accepts this label (or NFD's PCI labels,
 # which the kit does not install) [NVIDIA/k8s-device-plugin v0.20.0
 # deployments/helm/nvidia-device-plugin/values.yaml `affinity`]. nodeadm sets it by itself only

@@ -74,13 +74,10 @@ SUBMITTER_MEMORY = "1Gi"
 # The submitter runs on the Ray head's node, the one node certain to hold the trainer image when
 # KubeRay creates the submitter (once the cluster is ready): a system node would first pull ~80
 # GiB while every GPU node waits. Its pod affinity selects the head by labels known at render
-# time: the kit's workload label and KubeRay's node type, which KubeRay v1.7.0 sets on the head
-# and lets no template override (ray-project/kuberay@59d663aeec13
-# ray-operator/controllers/ray/common/pod.go:1167-1190, labelPod; utils/constant.go:20;
-# apis/ray/v1/raycluster_types.go:683). Not ray.io/cluster: KubeRay names each attempt's cluster
-# <rayjob>-<5 random characters> (rayjob_controller.go:904-909, utils/util.go:369-371).
-RAY_NODE_TYPE_LABEL = "ray.io/node-type"
-RAY_HEAD_NODE_TYPE = "head"
+# time: the kit's workload label and KubeRay's node type (names.RAY_NODE_TYPE_LABEL), which
+# no template overrides. Not ray.io/cluster: KubeRay names each attempt's cluster
+# <rayjob>-<5 random characters> (ray-project/kuberay@59d663aeec13
+# ray-operator/controllers/ray/rayjob_controller.go:904-909, utils/util.go:369-371).
 
 # preRunningDeadlineSeconds is a *int32 (ray-project/kuberay@59d663aeec13
 # ray-operator/apis/ray/v1/rayjob_types.go:290; CRD format int32, ray.io_rayjobs.yaml:154-157).
@@ -509,7 +506,7 @@ def build_context(cfg: KitConfig, outputs: StackOutputs,
     submitter = SubmitterPod(
         image=image, node_selector_terms=head.node_selector_terms,
         head_selector={WORKLOAD_LABEL: head_workload(t.run_name),
-                       RAY_NODE_TYPE_LABEL: RAY_HEAD_NODE_TYPE},
+                       names.RAY_NODE_TYPE_LABEL: names.RAY_HEAD_NODE_TYPE},
         tolerations=head.tolerations, cpu=SUBMITTER_CPU, memory=SUBMITTER_MEMORY)
     annotations = {OUTPUTS_ANNOTATION: outputs.source}
     if outputs.is_placeholder:

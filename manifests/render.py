@@ -38,6 +38,7 @@ import yaml
 
 from infra import names
 from infra.addons import addon
+from infra.names import HOSTNAME_LABEL
 from manifests.context import (
     COMPUTE_DOMAIN_API,
     COMPUTE_DOMAIN_CLAIM,
@@ -79,7 +80,6 @@ TEMPLATES = jinja2.Environment(
     autoescape=False,  # YAML, not HTML
 )
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"  # well-known node label: one pod per node
 
 # The self-check parses the kit's own output: libyaml's parser where PyYAML has it (the same
 # objects, about ten times faster than the pure-Python one).

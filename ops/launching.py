@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.catalog import INSTANCE_TYPES
-from infra.names import TRAINER_NAMESPACE
+from infra.names import RAY_CLUSTER_LABEL, TRAINER_NAMESPACE
 from infra.trainer_contract import EXIT_CONFIG, EXIT_PREPARE, EXIT_RESERVATION_END, EXIT_UPLOAD
 from infra.config import KitConfig
 from infra.config.ep_spans import ep_spans
@@ -421,8 +421,6 @@ def failure_advice(doc: dict[str, Any], flag: str, namespace: str) -> str:
 # training.start_deadline_minutes, an hour by default) or, where the kit renders none (a Capacity
 # Block run rendered without its window, start_deadline_minutes 0), never.
 STUCK_AFTER = timedelta(minutes=5)
-# KubeRay labels every pod of a Ray cluster with its name (utils/constant.go:19, ray.io/cluster).
-RAY_CLUSTER_LABEL = "ray.io/cluster"
 PODS_NAMED = 4
 
 

@@ -27,6 +27,7 @@ from infra import names
 from infra.catalog import INSTANCE_TYPES
 from infra.config import KitConfig
 from infra.versions import TRAINER_IMAGE_DISK_GIB, kubernetes_minor
+from infra.names import HOSTNAME_LABEL, RAY_NODE_TYPE_LABEL
 from ops.node_templates import node_root_volume_gib
 
 GPU_RESOURCE = names.GPU_RESOURCE
@@ -242,10 +243,6 @@ def chart_pods(objects: Iterable[dict], intended: dict[str, frozenset[str]],
     return pods
 
 
-# The node type label KubeRay v1.7.0 puts on every Ray pod, over any the template sets
-# (ray-project/kuberay@59d663aeec13 ray-operator/controllers/ray/common/pod.go:1167-1190).
-RAY_NODE_TYPE_LABEL = "ray.io/node-type"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def _ray_pod(name: str, template: dict, node_type: str, train: frozenset[str]) -> PodModel:

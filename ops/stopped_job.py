@@ -22,13 +22,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from infra.names import RAY_CLUSTER_LABEL, RAY_HEAD_NODE_TYPE, RAY_NODE_TYPE_LABEL
 from ops.kube import Kubectl, KubectlError
-from ops.launching import RAY_CLUSTER_LABEL
 
-# KubeRay's node-type label and its head value (kuberay@59d663aeec13
-# ray-operator/controllers/ray/utils/constant.go:20, apis/ray/v1/raycluster_types.go:683).
-RAY_NODE_TYPE_LABEL = "ray.io/node-type"
-HEAD_NODE_TYPE = "head"
 
 
 def _time(value: Any) -> datetime | None:
@@ -101,7 +97,7 @@ def read_heads(k: Kubectl, rayjob: dict, ns: str) -> tuple[list[dict] | None, di
     cluster = (rayjob.get("status") or {}).get("rayClusterName")
     if not cluster:
         return None, {}
-    selector = f"{RAY_CLUSTER_LABEL}={cluster},{RAY_NODE_TYPE_LABEL}={HEAD_NODE_TYPE}"
+    selector = f"{RAY_CLUSTER_LABEL}={cluster},{RAY_NODE_TYPE_LABEL}={RAY_HEAD_NODE_TYPE}"
     try:
         heads = (k.get_json(["pods", "-n", ns, "-l", selector]) or {}).get("items") or []
         nodes = {n: k.get_json(["node", n])

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from infra.catalog import INSTANCE_TYPES, acceptance
+from infra.names import HOSTNAME_LABEL
 from manifests.fabric import EP_ACCEPTANCE_EXPERTS
 from ops.gate.findings import FAIL
 from ops.gate.judges import judge_allreduce, judge_ep
 from ops.gate.record import figure_name
 from ops.gate.traffic import judge_efa_traffic
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 # The state of a rerun whose pods never ran (a node gone: spot, auto-repair, the end of a Capacity
 # Block; or unschedulable): it proves nothing about its nodes, for or against.
 NOT_STARTED = "could not run"

@@ -18,6 +18,7 @@ import json
 from typing import Callable
 
 from infra import names
+from infra.names import RAY_CLUSTER_LABEL
 
 from ops.gate.bisect import find_bad_nodes, isolation_commands, subset_verdict
 from ops.gate.findings import (FAIL, NOT_REPAIRED, PASS, RECORDED, REPLACE_COMMAND, WARN, Finding,
@@ -25,7 +26,7 @@ from ops.gate.findings import (FAIL, NOT_REPAIRED, PASS, RECORDED, REPLACE_COMMA
 from ops.gate.record import instance_id, instance_ids
 from ops.gate.traffic import pod_nodes
 from ops.kube import Kubectl, KubectlError
-from ops.launching import RAY_CLUSTER_LABEL, finished
+from ops.launching import finished
 from ops.scheduling import quantity
 
 # Failed findings that a node can cause (bandwidth, time, traffic, a job that did not finish); a
